@@ -1,0 +1,23 @@
+// Internal: the backends behind ariadne::attention(). Each takes validated params.
+#pragma once
+
+#include <string>
+
+#include "ariadne/attention.hpp"
+
+namespace ariadne {
+
+// Plain loops, double accumulation, O(N·d) memory. The oracle of every test (src/cpu/reference.cpp).
+void attention_reference(const AttentionParams& p);
+
+// Tiled online-softmax CPU kernels (src/cpu/attention_cpu.cpp).
+void attention_cpu(const AttentionParams& p);
+bool attention_cpu_supports(const AttentionParams& p, std::string* why);
+
+#if defined(ARIADNE_WITH_CUDA)
+// Hopper kernels (src/cuda/). Tensors and pattern arrays are device memory.
+void attention_cuda(const AttentionParams& p);
+bool attention_cuda_supports(const AttentionParams& p, std::string* why);
+#endif
+
+}  // namespace ariadne
