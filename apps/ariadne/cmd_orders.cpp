@@ -49,7 +49,7 @@ int run_orders(const Args& args) {
     const ariadne::Grid& g = grids[i];
     std::printf("\nimage %zu (%dx%d):\n", i, g.h, g.w);
     // '|' and '-' mark merge-unit boundaries (the talk's thick borders).
-    const std::string rule(size_t(g.w * (width + 1) + (g.w / merge - 1) * 2 + 2), '-');
+    const std::string rule(size_t(g.w * (width + 1) + (g.w / merge - 1) * 2 + 1), '-');
     for (int r = 0; r < g.h; ++r) {
       if (r > 0 && r % merge == 0) std::printf("%s\n", rule.c_str());
       std::string line = " ";
