@@ -2,6 +2,7 @@
 #include "ariadne/order.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "ariadne/error.hpp"
