@@ -82,7 +82,6 @@ TEST(Safetensors, RoundTripEveryDtypeAndRank) {
   EXPECT_TRUE(f.read_f32("empty").empty());
   EXPECT_EQ(f.entry("s").numel(), 1);
   // The data offsets written must start 8-aligned (header padded with spaces).
-  EXPECT_EQ((f.bytes("b") - f.bytes("b")) % 8, 0);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(f.bytes("b")) % 8, 0u);
   SafetensorsFile moved = std::move(f);
   EXPECT_EQ(moved.read_f32("h"), h_ref);
