@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <random>
 
@@ -176,6 +177,8 @@ TEST(Vit, HfParity) {
   const EncodeResult r = encode(w, hf_pixels, grids, chunk, reference_attention());
   ASSERT_EQ(r.units, 10);
   const Rel e = rel_error(r.out, hf_out);
+  std::printf("HF parity (chunk, CPU fp32): relative L2 %.3g, max |diff| %.3g of max |ref| %.3g\n", e.l2, e.max_abs,
+              e.ref_max);
   EXPECT_LE(e.l2, 1e-5) << "max abs " << e.max_abs << " of max " << e.ref_max;
   EXPECT_LE(e.max_abs, 1e-5 * e.ref_max * 10);
   // A different schedule must not match (the comparison can fail).
