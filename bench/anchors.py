@@ -796,7 +796,14 @@ def smoke_self_checks(dev):
         kept = kept_blocks(spec, dev) if spec.pattern.kind == "blocks" else None
         pos = torch.arange(spec.tokens, device=dev)
         for h in range(spec.hq if kept is not None else 1):
-            dense = int(allowed_matrix(spec, pos, pos, kept, h).sum())
+            mat = allowed_matrix(spec, pos, pos, kept, h)
+            # Element-wise against casespec's plain-Python rule: the reference and the dense SDPA
+            # mask both come from allowed_matrix, so it must not share a mistake with them.
+            plain = torch.tensor([[spec.pattern.allowed(q, k) and (kept is None or bool(kept[h, q // cs.BLOCK, k // cs.BLOCK]))
+                                   for k in range(spec.tokens)] for q in range(spec.tokens)], device=dev)
+            if not torch.equal(mat, plain):
+                fails.append(f"{spec.id}: allowed_matrix differs from casespec.Pattern.allowed (head {h})")
+            dense = int(mat.sum())
             if dense != cs.allowed_pairs(spec.pattern, spec.tokens):
                 fails.append(f"{spec.id}: dense mask has {dense} pairs, allowed_pairs says "
                              f"{cs.allowed_pairs(spec.pattern, spec.tokens)}")
