@@ -115,7 +115,7 @@ def alloc_qkv(spec, layout, gen, dev):
 
 
 def relayout(t, layout):
-    """A copy of logical [B,H,N,d] tensor t stored in `layout`."""
+    """Logical [B,H,N,d] tensor t stored in `layout` (t itself when it already is)."""
     if layout == "bhnd":
         return t.contiguous()
     return t.transpose(1, 2).contiguous().transpose(1, 2)
