@@ -123,6 +123,10 @@ EstimateResult estimate(const TensorView& q, const TensorView& k, const Pattern&
                         const EstimateConfig& config, Backend backend = Backend::automatic);
 bool estimate_supports(Backend backend, const TensorView& q, std::string* why = nullptr);
 
+// RR's sampled query (local index) of query stride i for query head h in a sequence of lq queries:
+// iS + (S − 1 − (h mod S)) (paper) or iS + (h mod S) (released), clamped to lq − 1.
+int64_t rr_sample_position(RROffset offset, int32_t stride, int64_t i, int head, int64_t lq);
+
 // The selection rule alone, on one row of normalized scores (tests and other estimators use it).
 // scores: the row's visible key blocks 0 … n−1. forced: blocks kept whatever their score.
 // forced_first: count the forced blocks' mass before the greedy pass (XAttention) instead of

@@ -211,7 +211,7 @@ std::vector<int32_t> select_blocks(const float* scores, int64_t n, double tau,
     double total = 0;
     for (int64_t i = 0; i < n; ++i) total += scores[i];
     const double need = tau * total;
-    std::vector<int32_t> order(size_t(n));
+    std::vector<int32_t> order(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
       return scores[x] > scores[y] || (scores[x] == scores[y] && x < y);

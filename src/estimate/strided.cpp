@@ -13,12 +13,8 @@ namespace ariadne::est {
 
 namespace {
 
-// The sampled query of RR for (query stride i, query head h), local index, clamped to the last
-// query of a short final stride.
 int64_t rr_position(const EstimateConfig& c, const Seq& e, int64_t i, int h) {
-  const int64_t s = c.stride, hm = h % s;
-  const int64_t pos = i * s + (c.offset == RROffset::paper ? s - 1 - hm : hm);
-  return std::min(pos, e.lq - 1);
+  return rr_sample_position(c.offset, c.stride, i, h, e.lq);
 }
 
 // Last visible key stride of query-stride row i: key stride j is visible when jS <= p, p the key
@@ -63,7 +59,7 @@ double score_strided(const Geometry& g, const TensorView& q, const TensorView& k
     const int64_t nk = int64_t(g.heads_kv) * e.nks;
 #pragma omp parallel num_threads(cpu_threads())
     {
-    std::vector<float> tmp(size_t(d));
+    std::vector<float> tmp(static_cast<size_t>(d));
 #pragma omp for schedule(static)
     for (int64_t x = 0; x < nk; ++x) {
       const int kh = int(x / e.nks);
@@ -123,3 +119,14 @@ double score_strided(const Geometry& g, const TensorView& q, const TensorView& k
 }
 
 }  // namespace ariadne::est
+
+namespace ariadne {
+
+int64_t rr_sample_position(RROffset offset, int32_t stride, int64_t i, int head, int64_t lq) {
+  const int64_t s = stride, hm = head % s;
+  // A short final stride has fewer than S queries: its sample is clamped to the last one.
+  const int64_t pos = i * s + (offset == RROffset::paper ? s - 1 - hm : hm);
+  return std::min(pos, lq - 1);
+}
+
+}  // namespace ariadne
