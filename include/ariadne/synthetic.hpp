@@ -9,22 +9,29 @@
 //
 // Logit strengths are in nats relative to L = ln(N), so the share of mass a structure takes is
 // roughly the same at 8K and 128K. Background: q and k carry N(0, 0.75²) noise per dimension
-// (background logits of std ≈ 0.56). Head types (one per query head):
-//   sink    keys 0..3 carry a sink direction; every query aligns with it at L + 1 nats: about 90%
-//           of each row's mass lands in key block 0, the rest is diffuse.
-//   local   queries and keys share a pre-RoPE direction u whose energy sits in the fast-rotating
-//           half of the frequencies; RoPE turns q·k into Σ_i |u_i|² cos((m − n)·ω_i): a band along
-//           the diagonal (peak L + 3 nats at distance 0, fading within ~100 tokens).
-//   slash   as local with the query pre-rotated by −δ (δ per head in [64, 1024)): a band at
-//           n = m − δ, a slash line parallel to the diagonal.
+// (background logits of std ≈ 0.56). Planted key directions have norm 12, so query noise adds
+// N(0, ≈1.1²) nats to a planted key's logit. Directions: the local-band vector u lives in the
+// fast half of the rotate-half pairs (i mod d/2 < d/4); sink, stripe and needle directions live
+// in the slow half and are mutually orthogonal per KV head, so they never leak into each other or
+// into the RoPE bands at any position. Head types (one per query head):
+//   sink    keys 0..3 carry a sink direction; every query aligns with it at L + 4 nats: nearly all
+//           of each row's mass lands in key block 0.
+//   local   queries and keys share the pre-RoPE direction u; RoPE turns q·k into
+//           (L + 5)·Σ_i |u_i|² cos((m − n)·ω_i): a band along the diagonal that fades within
+//           ~100 tokens (RoPE's long-range decay).
+//   slash   as local with the query pre-rotated by −δ (δ per head, uniform in [64, 1024)): a band
+//           at n = m − δ, a slash line parallel to the diagonal.
 //   stripe  16 key positions per KV head (uniform over the sequence) carry a stripe direction;
-//           every query aligns with it at L − 0.5 nats: vertical lines in the attention map.
-//   needle  4 needles per head: 32 consecutive keys at a random position in [N/16, N/2) carry a
-//           needle direction, and 16 consecutive queries at a random position in [N/2, N) retrieve
-//           them at L + 2 nats; every other query of the head is diffuse.
+//           every query aligns with it at L + 1 nats: vertical lines in the attention map (single
+//           tokens: a stride-level estimate sees each diluted S-fold).
+//   needle  4 needles per head (tokens >= 256): 32 consecutive keys at a random position in
+//           [N/16, N/2) carry a needle direction, and 16 consecutive queries at a random position
+//           in [N/2, N) retrieve them at L + 3 nats; every other query of the head is diffuse.
 //   diffuse only the noise (and the weak sink every type has).
-// Every type except sink also aligns with the sink keys at L − 1 nats (a weak sink, as in real
+// Every type except sink also aligns with the sink keys at L − 2.5 nats (a weak sink, as in real
 // heads). Key-side structures are planted in every KV head; query heads decide what to look at.
+// v is i.i.d. N(0, 1) (zero mean: the output relative error of diffuse heads is large whenever any
+// of their mass is dropped, since their dense output is a short average of random vectors).
 #pragma once
 
 #include <cstdint>

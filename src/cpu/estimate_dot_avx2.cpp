@@ -5,6 +5,8 @@
 // pair; the query rows stay in L1 while the key rows stream from L2/L3.
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "estimate/internal.hpp"
 
 namespace ariadne::est {
@@ -80,6 +82,43 @@ void dot_rows_avx2(const float* a, int64_t rows, const float* b, int64_t cols, i
   }
   for (; r < rows; ++r)
     for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] = dot1(a + r * len, b + j * len, len);
+}
+
+// x[i] ← exp(x[i] − mx) for i < n, returning Σ x[i] in double. Cephes-style expf: range
+// reduction by ln 2 in two parts, degree-6 polynomial, exponent by integer shift; relative error
+// about 2e-7 over the range that occurs here (x − mx <= 0). Inputs below −87 give ~1e-38, not 0.
+double exp_sum_avx2(float* x, int64_t n, float mx) {
+  const __m256 vmx = _mm256_set1_ps(mx), lo = _mm256_set1_ps(-87.3f), log2e = _mm256_set1_ps(1.44269504088896341f);
+  const __m256 c1 = _mm256_set1_ps(0.693359375f), c2 = _mm256_set1_ps(-2.12194440e-4f);
+  const __m256 one = _mm256_set1_ps(1.f), half = _mm256_set1_ps(0.5f);
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx), lo);
+    __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(v, log2e, half));
+    v = _mm256_fnmadd_ps(fx, c1, v);
+    v = _mm256_fnmadd_ps(fx, c2, v);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, v, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, v, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, v, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, v, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, v, half);
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(v, v), _mm256_add_ps(v, one));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    const __m256 r = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    _mm256_storeu_ps(x + i, r);
+    acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(r)));
+    acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(r, 1)));
+  }
+  double lanes[4];
+  _mm256_storeu_pd(lanes, _mm256_add_pd(acc0, acc1));
+  double s = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    s += x[i];
+  }
+  return s;
 }
 
 }  // namespace ariadne::est

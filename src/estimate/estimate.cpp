@@ -160,6 +160,17 @@ void load_row(const TensorView& t, int64_t token, int64_t head, float mul, float
   }
 }
 
+namespace {
+bool have_avx2() {
+#if defined(__x86_64__)
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+#else
+  return false;
+#endif
+}
+}  // namespace
+
 void dot_rows_generic(const float* a, int64_t rows, const float* b, int64_t cols, int64_t len,
                       float* c, int64_t ldc) {
   for (int64_t r = 0; r < rows; ++r)
@@ -173,10 +184,26 @@ void dot_rows_generic(const float* a, int64_t rows, const float* b, int64_t cols
 void dot_rows(const float* a, int64_t rows, const float* b, int64_t cols, int64_t len, float* c,
               int64_t ldc) {
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2) return dot_rows_avx2(a, rows, b, cols, len, c, ldc);
+  if (have_avx2()) return dot_rows_avx2(a, rows, b, cols, len, c, ldc);
 #endif
   dot_rows_generic(a, rows, b, cols, len, c, ldc);
+}
+
+double exp_sum_generic(float* x, int64_t n, float mx) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    s += x[i];
+  }
+  return s;
+}
+
+
+double exp_sum(float* x, int64_t n, float mx) {
+#if defined(__x86_64__)
+  if (have_avx2()) return exp_sum_avx2(x, n, mx);
+#endif
+  return exp_sum_generic(x, n, mx);
 }
 
 void init_rows(const Geometry& g, EstimateResult& r) {

@@ -58,9 +58,14 @@ void dot_rows(const float* a, int64_t rows, const float* b, int64_t cols, int64_
               int64_t ldc);
 void dot_rows_generic(const float* a, int64_t rows, const float* b, int64_t cols, int64_t len,
                       float* c, int64_t ldc);
+// x[i] ← exp(x[i] − mx) for i < n; returns Σ x[i] (double). mx >= every x[i].
+double exp_sum(float* x, int64_t n, float mx);
+double exp_sum_generic(float* x, int64_t n, float mx);
 #if defined(__x86_64__)
+// src/cpu/estimate_dot_avx2.cpp
 void dot_rows_avx2(const float* a, int64_t rows, const float* b, int64_t cols, int64_t len,
-                   float* c, int64_t ldc);  // src/cpu/estimate_dot_avx2.cpp
+                   float* c, int64_t ldc);
+double exp_sum_avx2(float* x, int64_t n, float mx);
 #endif
 
 // Fills the result's score rows and row weights (score_ptr, row_queries) for the geometry.

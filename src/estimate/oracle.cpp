@@ -45,12 +45,7 @@ double score_oracle(const Geometry& g, const TensorView& q, const TensorView& k,
         for (int64_t j = 1; j <= lim; ++j) mx = std::max(mx, x[j]);
         // exp(s − LSE) = exp(s − max) / Σ exp(s − max): the LSE pass and the mass pass share
         // the exponentials, computed once.
-        double z = 0;
-        for (int64_t j = 0; j <= lim; ++j) {
-          x[j] = std::exp(x[j] - mx);
-          z += x[j];
-        }
-        const double inv = 1.0 / z;
+        const double inv = 1.0 / exp_sum(x, lim + 1, mx);
         for (int64_t n = 0; n * B <= lim; ++n) {
           double s = 0;
           const int64_t hi = std::min((n + 1) * B - 1, lim);

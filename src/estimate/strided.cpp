@@ -59,21 +59,21 @@ double score_strided(const Geometry& g, const TensorView& q, const TensorView& k
     const int64_t nk = int64_t(g.heads_kv) * e.nks;
 #pragma omp parallel num_threads(cpu_threads())
     {
-    std::vector<float> tmp(static_cast<size_t>(d));
+      std::vector<float> tmp(static_cast<size_t>(d));
 #pragma omp for schedule(static)
-    for (int64_t x = 0; x < nk; ++x) {
-      const int kh = int(x / e.nks);
-      const int64_t j = x % e.nks;
-      float* dst = krows.data() + ((kh * g.total_ks) + e.ks_base + j) * len;
-      for (int64_t t = 0; t < S && j * S + t < e.lk; ++t) {
-        if (rr) {  // K̄_j: the stride's keys summed
-          load_row(k, e.k0 + j * S + t, kh, 1.f, tmp.data());
-          for (int64_t u = 0; u < d; ++u) dst[u] += tmp[size_t(u)];
-        } else {
-          load_row(k, e.k0 + j * S + t, kh, 1.f, dst + t * d);
+      for (int64_t x = 0; x < nk; ++x) {
+        const int kh = int(x / e.nks);
+        const int64_t j = x % e.nks;
+        float* dst = krows.data() + ((kh * g.total_ks) + e.ks_base + j) * len;
+        for (int64_t t = 0; t < S && j * S + t < e.lk; ++t) {
+          if (rr) {  // K̄_j: the stride's keys summed
+            load_row(k, e.k0 + j * S + t, kh, 1.f, tmp.data());
+            for (int64_t u = 0; u < d; ++u) dst[u] += tmp[size_t(u)];
+          } else {
+            load_row(k, e.k0 + j * S + t, kh, 1.f, dst + t * d);
+          }
         }
       }
-    }
     }
   }
   ms_sampling = ms_since(t0);
@@ -103,12 +103,7 @@ double score_strided(const Geometry& g, const TensorView& q, const TensorView& k
         const int64_t lim = last_key_stride(c, e, i, rw.h);
         float mx = x[0];
         for (int64_t j = 1; j <= lim; ++j) mx = std::max(mx, x[j]);
-        double z = 0;
-        for (int64_t j = 0; j <= lim; ++j) {
-          x[j] = std::exp(x[j] - mx);
-          z += x[j];
-        }
-        const double inv = 1.0 / z;
+        const double inv = 1.0 / exp_sum(x, lim + 1, mx);
         for (int64_t j = 0; j <= lim; ++j) bsum[size_t(j / spb)] += double(x[j]) * inv;
       }
       float* out = r.scores.data() + r.score_ptr[size_t(row)];
