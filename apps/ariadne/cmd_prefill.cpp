@@ -40,11 +40,14 @@ std::string protections_text(const Protections& p) {
   return s.empty() ? "none" : s;
 }
 
-double rel_l2(const Buffer& a, const Buffer& b) {
+// ‖a − b‖₂ / ‖b‖₂ over [tokens, heads, dim] outputs: overall (head = −1) or for one head.
+double rel_l2(const Buffer& a, const Buffer& b, int head = -1) {
   const float* x = a.as<float>();
   const float* y = b.as<float>();
+  const int64_t heads = a.shape()[1], dim = a.shape()[2];
   double num = 0, den = 0;
   for (int64_t i = 0; i < a.numel(); ++i) {
+    if (head >= 0 && (i / dim) % heads != head) continue;
     num += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
     den += double(y[i]) * y[i];
   }
@@ -172,6 +175,9 @@ int run_prefill(const cli::Args& args) {
       dense_cfg.dense = true;
       const PrefillResult dres = prefill(dp, dense_cfg);
       j["rel_err"] = rel_l2(out, dense_out);
+      std::vector<double> per_head;
+      for (int h = 0; h < sc.heads_q; ++h) per_head.push_back(rel_l2(out, dense_out, h));
+      j["rel_err_per_head"] = per_head;
       j["ms_dense"] = dres.stats.ms_total;
     }
   }
