@@ -138,6 +138,13 @@ Geometry::Row Geometry::row(int64_t r) const {
   detail::fail("estimate: row ", r, " out of range (internal)");
 }
 
+std::vector<Geometry::Row> Geometry::rows_of_head(int h) const {
+  std::vector<Row> out;
+  for (size_t s = 0; s < seqs.size(); ++s)
+    for (int64_t m = 0; m < seqs[s].nqb; ++m) out.push_back(Row{int32_t(s), h, m});
+  return out;
+}
+
 void load_row(const TensorView& t, int64_t token, int64_t head, float mul, float* dst) {
   const int64_t d = t.shape[2];
   const int64_t off = token * t.stride[0] + head * t.stride[1];

@@ -34,6 +34,7 @@ struct Geometry {
     int64_t m;
   };
   Row row(int64_t r) const;  // inverse of row(s, h, m) = row_base[s] + h·nqb[s] + m
+  std::vector<Row> rows_of_head(int h) const;  // every (s, h, m), in row order
   // Diagonal key block of query block m: the key block of its last query's position.
   int64_t diag(const Seq& e, int64_t m) const {
     const int64_t last = (m + 1) * block < e.lq ? (m + 1) * block - 1 : e.lq - 1;
