@@ -3,6 +3,12 @@
 //
 //   ariadne prefill --tokens 8192 --heads 8 --kv-heads 2 --dim 128 --method rr --tau 0.95
 //                   --stride 8 --block 128 --synthetic sink:2,local:2,stripe:2,needle:2 --json
+//
+// Other options: --offset paper|released (RR sampling), --protect none|last,sink,diag (default:
+// as each method was released), --tau-heads T0,T1,... (one τ per query head), --backend
+// cpu|reference (attention), --theta (RoPE base), --seed, --threads, --metrics 0 (skip the oracle
+// and dense runs), --estimate-only (no attention: estimator time and mask quality only).
+// Without --synthetic, q/k/v are i.i.d. uniform in [-1, 1].
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -76,6 +82,17 @@ int run_prefill(const cli::Args& args) {
   ec.stride = int32_t(args.integer("stride", 8));
   ec.tau = args.real("tau", 0.95);
   ec.offset = parse_rr_offset(args.str("offset", "paper"));
+  for (const std::string& t : args.list("tau-heads", "")) {  // optional per-head τ table
+    size_t pos = 0;
+    double v = 0;
+    try {
+      v = std::stod(t, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    ARIADNE_CHECK(pos == t.size() && pos > 0, "prefill: --tau-heads expects numbers, got '", t, "'");
+    ec.tau_per_head.push_back(v);
+  }
   if (args.has("protect")) ec.protect = parse_protections(args.required("protect"));
   pc.attention_backend = parse_backend(args.str("backend", "cpu"));
   const bool metrics = args.integer("metrics", 1) != 0;

@@ -46,3 +46,11 @@ expect_error "unknown offset" prefill --tokens 256 --offset middle --backend ref
 expect_error "bad mix" prefill --tokens 256 --synthetic sink:x --backend reference
 expect_error "bad protection" prefill --tokens 256 --protect sinks --backend reference
 expect_error "GQA mismatch" prefill --tokens 256 --heads 6 --kv-heads 4 --backend reference
+expect_error "per-head tau count" prefill --tokens 256 --heads 4 --kv-heads 2 --tau-heads 0.9,0.9 --backend reference
+expect_error "per-head tau value" prefill --tokens 256 --heads 2 --kv-heads 2 --tau-heads 0.9,abc --backend reference
+"$ARIADNE" prefill --tokens 512 --heads 2 --kv-heads 1 --dim 64 --block 64 --method rr --tau-heads 1,1 --protect none \
+  --estimate-only --synthetic --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["density"] == 1.0, d["density"]
+' || fail "--tau-heads 1,1 is not dense"
