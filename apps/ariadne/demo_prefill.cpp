@@ -32,7 +32,7 @@ void run_prefill_part(DemoContext& ctx) {
   pp.pattern = Pattern::causal();
   const bool fast = backend_supports(Backend::cpu, pp);
   const Backend backend = fast ? Backend::cpu : Backend::reference;
-  sc.tokens = ctx.quick ? 2048 : (fast ? 32768 : 4096);
+  sc.tokens = ctx.quick ? 1024 : (fast ? 32768 : 4096);
   const Synthetic data = make_synthetic(sc);
   const int64_t n = sc.tokens;
 
