@@ -4,6 +4,7 @@
 // B = 128, τ = 0.95. Every iteration runs the whole estimator (operands, scores, selection, CSR)
 // on the same q/k; nothing is cached between iterations. Counters: multiply-adds per second of
 // the scoring stage (RR: L²d/(2S²) per head, XAttention: L²d/(2S)) and the density of the mask.
+// Run with OMP_WAIT_POLICY=passive on shared machines.
 //
 //   build/bench_estimate --benchmark_filter='N:8192'
 #include <benchmark/benchmark.h>
@@ -63,7 +64,9 @@ void args(benchmark::internal::Benchmark* b) {
   for (int64_t n : {8192, 16384, 32768})
     for (int64_t s : {8, 16})
       for (int64_t m : {0, 1}) b->Args({n, m, s});
-  b->Unit(benchmark::kMillisecond)->UseRealTime();
+  // Process CPU time (all threads) next to wall time: on a shared machine the CPU time of the
+  // work is the steadier figure (run with OMP_WAIT_POLICY=passive so idle workers do not spin).
+  b->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
 }
 
 BENCHMARK(BM_Estimate)->Apply(args);

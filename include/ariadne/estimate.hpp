@@ -116,9 +116,10 @@ struct EstimateResult {
 
 // Runs the estimator. `layout` gives the sequences: Pattern::causal(), optionally
 // .with_varlen(n, cu_q, cu_k) (host arrays); any other pattern (window, chunk, blocks) is an error,
-// as is lq > lk in a sequence. Backend::automatic and Backend::cpu run on the CPU (OpenMP over
-// (head, query block), deterministic for any thread count); Backend::cuda throws until a CUDA
-// estimator is built (estimate_supports says so).
+// as is lq > lk in a sequence. Backend::automatic, cpu and reference run the CPU estimator (OpenMP
+// over (head, query block), deterministic for any thread count; host tensors); Backend::cuda
+// throws until a CUDA estimator is built (estimate_supports says why). docs/rrattention.md says
+// how one plugs in.
 EstimateResult estimate(const TensorView& q, const TensorView& k, const Pattern& layout,
                         const EstimateConfig& config, Backend backend = Backend::automatic);
 bool estimate_supports(Backend backend, const TensorView& q, std::string* why = nullptr);
