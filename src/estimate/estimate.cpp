@@ -126,16 +126,14 @@ Geometry make_geometry(const TensorView& q, const TensorView& k, const Pattern& 
 }
 
 Geometry::Row Geometry::row(int64_t r) const {
-  // Sequences are few; a linear scan keeps this simple (called once per row).
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    const Seq& e = seqs[s];
-    const int64_t n = e.nqb * heads_q;
-    if (r < e.row_base + n) {
-      const int64_t local = r - e.row_base;
-      return Row{int32_t(s), int32_t(local / e.nqb), local % e.nqb};
-    }
-  }
-  detail::fail("estimate: row ", r, " out of range (internal)");
+  // The last sequence whose first row is <= r (empty sequences share the next one's row_base and
+  // come before it, so the search lands on the sequence that owns r).
+  const auto it = std::upper_bound(seqs.begin(), seqs.end(), r,
+                                   [](int64_t x, const Seq& e) { return x < e.row_base; });
+  ARIADNE_CHECK(it != seqs.begin() && r < rows, "estimate: row ", r, " out of range (internal)");
+  const Seq& e = *(it - 1);
+  const int64_t local = r - e.row_base;
+  return Row{int32_t(it - 1 - seqs.begin()), int32_t(local / e.nqb), local % e.nqb};
 }
 
 std::vector<Geometry::Row> Geometry::rows_of_head(int h) const {

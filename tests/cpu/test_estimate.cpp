@@ -202,9 +202,10 @@ TEST(Estimate, XAttentionMatchesBruteForce) {
 }
 
 TEST(Estimate, VarlenAndChunkedPrefillMatchBruteForce) {
-  // Three sequences: lq == lk, lq < lk with an offset that is not a multiple of S or B, and a
-  // one-query sequence; token rows padded (strided views).
-  Case cs = small_case("varlen", {130, 77, 1}, {130, 203, 45}, 13);
+  // Four sequences: lq == lk, a prompt-only chunk with no queries (no rows), lq < lk with an
+  // offset that is not a multiple of S or B, and a one-query sequence; token rows padded
+  // (strided views).
+  Case cs = small_case("varlen", {130, 0, 77, 1}, {130, 20, 203, 45}, 13);
   cs.token_pad = 5;
   const Inputs in = testing::make_inputs(cs);
   for (Estimator m : {Estimator::rr, Estimator::xattn, Estimator::oracle}) {
