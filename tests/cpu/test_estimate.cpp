@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 
 #include "ariadne/estimate.hpp"
 #include "ariadne/synthetic.hpp"
 #include "common.hpp"
+#include "estimate/internal.hpp"
 
 namespace ariadne {
 namespace {
@@ -486,6 +488,40 @@ TEST(Estimate, BadParametersAreErrors) {
   EXPECT_THROW(estimate(in.params.q, in.params.k, Pattern::causal(), {}, Backend::cuda), Error);
   EXPECT_THROW(parse_estimator("flex"), Error);
   EXPECT_THROW(parse_rr_offset("middle"), Error);
+}
+
+}  // namespace
+}  // namespace ariadne
+
+namespace ariadne {
+namespace {
+
+TEST(Estimate, KernelsAgreeWithPlainLoops) {
+  // The dispatched kernels (AVX2+FMA where the CPU has it) against the plain loops, on odd shapes
+  // that exercise every tail: rows not a multiple of 4, columns not a multiple of 2, lengths not
+  // a multiple of 8.
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  for (int64_t rows : {1, 3, 4, 7})
+    for (int64_t cols : {1, 2, 5})
+      for (int64_t len : {1, 8, 13, 128}) {
+        std::vector<float> a(size_t(rows * len)), b(size_t(cols * len)), c1(size_t(rows * cols)), c2(c1.size());
+        for (float& x : a) x = u(rng);
+        for (float& x : b) x = u(rng);
+        est::dot_rows(a.data(), rows, b.data(), cols, len, c1.data(), cols);
+        est::dot_rows_generic(a.data(), rows, b.data(), cols, len, c2.data(), cols);
+        for (size_t i = 0; i < c1.size(); ++i)
+          ASSERT_NEAR(c1[i], c2[i], 1e-5 * double(len) * 4) << rows << "x" << cols << "x" << len << " at " << i;
+      }
+  for (int64_t n : {1, 7, 8, 9, 1000}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = u(rng) * 20.f;
+    const float mx = *std::max_element(x.begin(), x.end());
+    std::vector<float> y = x;
+    const double s1 = est::exp_sum(x.data(), n, mx), s2 = est::exp_sum_generic(y.data(), n, mx);
+    EXPECT_NEAR(s1, s2, 1e-6 * s2) << n;
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(x[size_t(i)], y[size_t(i)], 1e-6 * y[size_t(i)] + 1e-30) << i;
+  }
 }
 
 }  // namespace
