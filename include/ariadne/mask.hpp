@@ -50,6 +50,7 @@ struct CocoCategory {
 struct CocoAnnotation {
   int64_t id = 0, image_id = 0, category_id = 0;
   bool iscrowd = false;
+  double area = -1;  // the file's "area" field (pixels, as the writer counted them); −1 when absent
   std::vector<std::vector<double>> polygons;  // each [x0, y0, x1, y1, ...], pixel coordinates
   bool has_rle = false;                       // else the polygons describe the region
   CocoRle rle;

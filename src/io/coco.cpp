@@ -195,12 +195,18 @@ CocoDataset parse_coco(const std::string& json_text, const std::string& name) {
     out.category_id = c.integer(a, where, "category_id");
     if (!category_ids.empty() && !category_ids.count(out.category_id))
       c.fail(where + ".category_id", "category id " + std::to_string(out.category_id) + " is not in 'categories'");
-    if (out.category_id == kCrowdLabel)
-      c.fail(where + ".category_id", "category id -1 is reserved for crowd regions in label maps");
+    if (out.category_id < 0 || out.category_id > INT32_MAX)
+      c.fail(where + ".category_id", "category id " + std::to_string(out.category_id) +
+                                         " must lie in [0, 2^31) (label maps hold int32 ids; -1 marks crowd regions)");
     if (a.contains("iscrowd")) {
       const int64_t crowd = c.integer(a, where, "iscrowd");
       if (crowd != 0 && crowd != 1) c.fail(where + ".iscrowd", "expected 0 or 1, found " + std::to_string(crowd));
       out.iscrowd = crowd == 1;
+    }
+    if (a.contains("area")) {
+      if (!a["area"].is_number() || a["area"].get<double>() < 0)
+        c.fail(where + ".area", "expected a non-negative number, found " + a["area"].dump());
+      out.area = a["area"].get<double>();
     }
     const json& seg = c.member(a, where, "segmentation");
     const std::string sw = where + ".segmentation";
