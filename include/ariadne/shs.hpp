@@ -27,18 +27,6 @@
 namespace ariadne {
 
 // ---------------------------------------------------------------------------------------------
-// Input size. Qwen2.5-VL's preprocessing ("smart resize", SPEC C.1): each side rounded to the
-// nearest multiple of `factor` (28 = patch 14 × merge 2; ties to even as Python's round), then,
-// when the area leaves [min_pixels, max_pixels], both sides scaled by one factor and floored
-// (too large) or ceiled (too small) to multiples of `factor`. Throws on an empty image or an
-// aspect ratio above 200 (as the reference implementation does).
-struct Size2 {
-  int height = 0, width = 0;
-};
-Size2 encoder_input_size(int height, int width, int factor = 28, int64_t min_pixels = 3136,
-                         int64_t max_pixels = 12845056);
-
-// ---------------------------------------------------------------------------------------------
 // Labels.
 
 // Which mask ids are foreground, background, or void (neither: VOC's 255 border band, COCO crowd
@@ -53,7 +41,7 @@ struct ForegroundRule {
 };
 
 // Foreground and background pixel shares of each patch, after resizing the mask (nearest
-// neighbour) to the encoder's input size grid·patch. fg[i] + bg[i] <= 1 (the rest is void).
+// neighbour) to the encoder's input size grid·patch (vit.hpp smart_resize gives the grid). fg[i] + bg[i] <= 1 (the rest is void).
 struct PatchFractions {
   Grid grid;
   int patch = 14;

@@ -1,4 +1,4 @@
-// Patch labels from masks, the encoder's input size, and the Mann–Whitney AUROC.
+// Patch labels from masks and the Mann–Whitney AUROC.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -7,28 +7,6 @@
 #include "ariadne/shs.hpp"
 
 namespace ariadne {
-
-Size2 encoder_input_size(int height, int width, int factor, int64_t min_pixels, int64_t max_pixels) {
-  ARIADNE_CHECK(height > 0 && width > 0, "encoder input size: image is ", height, "x", width, ", expected positive");
-  ARIADNE_CHECK(factor > 0 && min_pixels > 0 && max_pixels >= min_pixels, "encoder input size: factor ", factor,
-                ", min_pixels ", min_pixels, ", max_pixels ", max_pixels, " are inconsistent");
-  ARIADNE_CHECK(std::max(height, width) <= 200.0 * std::min(height, width), "encoder input size: aspect ratio of ",
-                height, "x", width, " exceeds 200");
-  const double f = factor;
-  // std::nearbyint rounds half to even in the default rounding mode, like Python's round().
-  auto round_to = [&](double v) { return std::max(f, std::nearbyint(v / f) * f); };
-  double h = round_to(height), w = round_to(width);
-  if (h * w > double(max_pixels)) {
-    const double beta = std::sqrt(double(height) * width / double(max_pixels));
-    h = std::max(f, std::floor(height / beta / f) * f);
-    w = std::max(f, std::floor(width / beta / f) * f);
-  } else if (h * w < double(min_pixels)) {
-    const double beta = std::sqrt(double(min_pixels) / (double(height) * width));
-    h = std::ceil(height * beta / f) * f;
-    w = std::ceil(width * beta / f) * f;
-  }
-  return Size2{int(h), int(w)};
-}
 
 int ForegroundRule::classify(int32_t id) const {
   auto in = [id](const std::vector<int32_t>& v) { return std::find(v.begin(), v.end(), id) != v.end(); };

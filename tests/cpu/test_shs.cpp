@@ -41,23 +41,6 @@ TEST(Auroc, EdgesAndErrors) {
   EXPECT_THROW(auroc({NAN}, {1}), Error);
 }
 
-TEST(Labels, EncoderInputSize) {
-  const Size2 a = encoder_input_size(338, 500);  // a VOC photo: 12.07 → 12, 17.86 → 18 units of 28
-  EXPECT_EQ(a.height, 336);
-  EXPECT_EQ(a.width, 504);
-  EXPECT_EQ(encoder_input_size(42, 70).height, 56);  // 1.5 → 2 (ties to even)
-  EXPECT_EQ(encoder_input_size(42, 70).width, 56);   // 2.5 → 2
-  const Size2 big = encoder_input_size(1000, 1500, 28, 3136, 448 * 448);
-  EXPECT_EQ(big.height % 28, 0);
-  EXPECT_EQ(big.width % 28, 0);
-  EXPECT_LE(int64_t(big.height) * big.width, 448 * 448);
-  EXPECT_GT(int64_t(big.height) * big.width, 448 * 448 / 2);
-  const Size2 small = encoder_input_size(20, 30);
-  EXPECT_GE(int64_t(small.height) * small.width, 3136);
-  EXPECT_THROW(encoder_input_size(0, 10), Error);
-  EXPECT_THROW(encoder_input_size(10, 2500), Error);  // aspect ratio 250
-}
-
 TEST(Labels, NearestResize) {
   LabelMap m{2, 2, {1, 2, 3, 4}};
   EXPECT_EQ(resize_nearest(m, 4, 4).ids, (std::vector<int32_t>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}));
