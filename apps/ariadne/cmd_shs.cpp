@@ -33,6 +33,7 @@ int run_shs_command(const Args& a) {
   job.masks_dir = a.str("masks", "");
   job.coco_file = a.str("coco", "");
   job.purity = a.real("purity", 1.0);
+  ARIADNE_CHECK(job.purity >= 0.5 && job.purity <= 1.0, "--purity ", job.purity, " must lie in [0.5, 1]");
   job.rule.foreground = int_list(a, "fg-ids", {});
   job.rule.background = int_list(a, "bg-ids", {0});
   job.rule.ignore = int_list(a, "ignore-ids", {255, ariadne::kCrowdLabel});
