@@ -196,6 +196,8 @@ ShsRunResult run_shs(const ShsJob& job, std::ostream* log) {
   res.json["images"] = images;
   res.json["masks"] = job.masks_dir.empty() ? nlohmann::json{{"coco", job.coco_file}}
                                             : nlohmann::json{{"dir", job.masks_dir}};
+  // Stated at the top level too, so that no reader of the JSON can miss untrained weights.
+  res.json["random_weights"] = from_encoder && job.weights->random;
   if (from_encoder) {
     const VitWeights& w = *job.weights;
     res.json["source"] = {{"kind", "encoder"},

@@ -8,6 +8,7 @@
 #include "ariadne/error.hpp"
 #include "ariadne/schedule.hpp"
 #include "ariadne/shs.hpp"
+#include "ariadne/vit.hpp"
 
 namespace {
 
@@ -290,6 +291,55 @@ TEST(Shs, ImageWithoutForegroundIsSkippedAndReported) {
   // Shape mismatches are errors, not silent truncation.
   EXPECT_THROW(acc.add("bad", Grid{4, 5}, std::vector<int8_t>(20, 0), {diagnose_layer(in)}), Error);
   EXPECT_THROW(acc.add("bad", g, std::vector<int8_t>(16, 0), {}), Error);
+}
+
+// The encoder's observer hook sees every layer once, in the layer's order, with q/k after RoPE,
+// and observing changes nothing in the encoder's output.
+TEST(Shs, EncoderHookFeedsTheDiagnostics) {
+  const VitConfig c = VitConfig::small();
+  const VitWeights w = random_vit_weights(c, 3, 0.5f);
+  const Schedule sched = vit_schedule("R+C+FW", c, 3);
+  const std::vector<Grid> grids = {Grid{4, 6}};
+  std::vector<float> pixels(size_t(grids[0].tokens() * c.patch_dim()));
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (float& v : pixels) v = u(rng);
+  const EncodeResult plain = encode(w, pixels, grids, sched);
+  EncodeOptions opt;
+  std::vector<LayerDiag> diags;
+  std::vector<OrderKind> seen;
+  opt.on_attention = [&](int layer, const AttentionParams& p, const TokenOrder& order) {
+    EXPECT_EQ(layer, int(diags.size()));
+    seen.push_back(order.kind);
+    LayerInput in;
+    in.q = p.q;
+    in.k = p.k;
+    in.order = &order;
+    in.pattern = p.pattern;
+    in.sink_mode = p.sink_mode;
+    in.sink = p.sink;
+    diags.push_back(diagnose_layer(in));
+  };
+  const EncodeResult observed = encode(w, pixels, grids, sched, opt);
+  EXPECT_EQ(observed.out, plain.out);
+  ASSERT_EQ(diags.size(), 4u);
+  EXPECT_EQ(seen, (std::vector<OrderKind>{OrderKind::block_row, OrderKind::block_col, OrderKind::block_col,
+                                          OrderKind::qwen_window}));
+  for (size_t l = 0; l < diags.size(); ++l) {
+    double total = 0, total0 = 0;
+    for (float r : diags[l].received) total += r;
+    for (float r : diags[l].received_no_sink) total0 += r;
+    const bool sink = sched.layers[l].sink;
+    EXPECT_EQ(diags[l].received_no_sink.empty(), !sink);
+    // Rows sum to 1 without a sink, so the columns sum to heads × tokens; a sink takes some.
+    const double full = double(c.heads * grids[0].tokens());
+    if (sink) {
+      EXPECT_NEAR(total0, full, 1e-3);
+      EXPECT_LT(total, full - 1e-3);
+    } else {
+      EXPECT_NEAR(total, full, 1e-3);
+    }
+  }
 }
 
 TEST(Heatmap, LayoutAndColourOrder) {
