@@ -178,6 +178,35 @@ TEST(Coco, MalformedFilesNameTheField) {
   EXPECT_THROW(read_coco("/nonexistent/ann.json"), Error);
 }
 
+// Random character mutations of a valid file and of RLE strings: parsed or ariadne::Error, never a
+// crash; whatever parses also paints a label map of the image's size.
+TEST(Coco, MutatedFilesParseOrThrow) {
+  const std::string good = valid_json();
+  const std::string alphabet = "0123456789-.,:[]{}\" eE";
+  std::mt19937 rng(4);
+  int errors = 0;
+  for (int trial = 0; trial < 1500; ++trial) {
+    std::string t = good;
+    for (int e = 0; e < 1 + int(rng() % 3); ++e) t[rng() % t.size()] = alphabet[rng() % alphabet.size()];
+    try {
+      const CocoDataset ds = parse_coco(t, "m.json");
+      for (const CocoImage& im : ds.images) EXPECT_EQ(coco_label_map(ds, im).ids.size(), size_t(im.width * im.height));
+    } catch (const Error&) {
+      ++errors;
+    }
+  }
+  EXPECT_GT(errors, 300);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string s;
+    for (int i = 0; i < 1 + int(rng() % 12); ++i) s.push_back(char(40 + rng() % 90));
+    try {
+      const std::vector<uint32_t> c = rle_from_string(s, "t");
+      EXPECT_EQ(rle_from_string(rle_to_string(c), "t"), c);
+    } catch (const Error&) {
+    }
+  }
+}
+
 // labelme drew the VOC class PNGs and wrote annotations.json from the same polygons: the label
 // maps must agree on nearly every pixel (the two rasterization rules differ only along edges), and
 // each annotation's pixel count must be close to the area labelme stored.

@@ -135,6 +135,35 @@ TEST(Npy, MalformedFilesNameTheField) {
   EXPECT_THROW(ariadne::read_npy("/nonexistent/x.npy"), ariadne::Error);
 }
 
+// Random byte mutations of a valid file: every outcome is a parsed array whose data matches its
+// shape, or an ariadne::Error — never a crash (run under the sanitizer build to catch overreads).
+TEST(Npy, MutatedFilesParseOrThrow) {
+  const std::vector<uint8_t> good =
+      npy_bytes(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", f32_bytes({1, 2, 3, 4, 5, 6}));
+  std::mt19937 rng(9);
+  int errors = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<uint8_t> b = good;
+    const int edits = 1 + int(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = rng() % b.size();
+      switch (rng() % 3) {
+        case 0: b[at] = uint8_t(rng()); break;
+        case 1: b.erase(b.begin() + long(at)); break;
+        default: b.resize(at); break;
+      }
+      if (b.empty()) break;
+    }
+    try {
+      const NpyArray a = parse(b);
+      EXPECT_EQ(int64_t(a.data.size()), a.numel() * a.itemsize);
+    } catch (const ariadne::Error&) {
+      ++errors;
+    }
+  }
+  EXPECT_GT(errors, 1000);  // most mutations break something and are caught
+}
+
 // labelme-examples ships each VOC class mask twice: as an int32 .npy and as a palette PNG.
 TEST(Npy, SampleDataNpyAndPngMasksAgree) {
   const fs::path voc = "/usr/share/doc/labelme-examples/examples/instance_segmentation/data_dataset_voc";
