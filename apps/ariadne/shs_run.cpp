@@ -1,6 +1,7 @@
 // The SHS run shared by `ariadne shs` and the demo (shs_run.hpp).
 #include "shs_run.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -172,8 +173,19 @@ ShsRunResult run_shs(const ShsJob& job, std::ostream* log) {
       std::vector<float> all;
       for (const LayerDiag& ld : diags) all.insert(all.end(), ld.received.begin(), ld.received.end());
       write_npy((d / "received.npy").string(), all.data(), {layers, heads, grid.tokens()});
-      write_png((d / "labels.png").string(), label_picture(img, labels, grid, job.cell));
       res.files.push_back(stem + "/received.npy");
+      // With sinks: the same logits without the sink term (layers without a sink repeat `received`).
+      if (std::any_of(diags.begin(), diags.end(), [](const LayerDiag& ld) { return !ld.received_no_sink.empty(); })) {
+        all.clear();
+        for (const LayerDiag& ld : diags) {
+          const std::vector<float>& r = ld.received_no_sink.empty() ? ld.received : ld.received_no_sink;
+          all.insert(all.end(), r.begin(), r.end());
+        }
+        write_npy((d / "received_no_sink.npy").string(), all.data(), {layers, heads, grid.tokens()});
+        res.files.push_back(stem + "/received_no_sink.npy");
+      }
+      // Labels get twice the heatmap cell: one picture, not a grid of 16, so it can be larger.
+      write_png((d / "labels.png").string(), label_picture(img, labels, grid, 2 * job.cell));
       res.files.push_back(stem + "/labels.png");
       for (int l : spread(layers, job.max_heatmap_layers)) {
         char name[32];

@@ -61,6 +61,11 @@ LabelMap resize_nearest(const LabelMap& m, int height, int width) {
 }
 
 std::vector<uint8_t> rasterize_polygon(const std::vector<double>& xy, int height, int width) {
+  ARIADNE_CHECK(height > 0 && width > 0, "rasterize_polygon: image size ", height, "x", width, " must be positive");
+  ARIADNE_CHECK(xy.size() % 2 == 0, "rasterize_polygon: ", xy.size(), " coordinates, expected (x, y) pairs");
+  for (size_t i = 0; i < xy.size(); ++i)
+    ARIADNE_CHECK(std::isfinite(xy[i]) && std::abs(xy[i]) < 1e9, "rasterize_polygon: coordinate ", i, " is ", xy[i],
+                  ", expected a finite pixel coordinate");
   std::vector<uint8_t> mask(size_t(height) * size_t(width), 0);
   const size_t n = xy.size() / 2;
   if (n < 3) return mask;

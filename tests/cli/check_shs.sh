@@ -74,6 +74,15 @@ b = open(sys.argv[1], "rb").read(); n = struct.unpack("<H", b[8:10])[0]
 assert "(2, 3, 216)" in b[10:10 + n].decode() and len(b) == 10 + n + 2 * 3 * 216 * 4
 ' "$tmp/out/2011_000003/received.npy" || fail "received.npy has the wrong shape"
 
+# The same dumps with COCO polygons as masks (the same objects, drawn by our rasterizer).
+coco=/usr/share/doc/labelme-examples/examples/instance_segmentation/data_dataset_coco/annotations.json
+"$ARIADNE" shs --json --images "$tmp/img" --coco "$coco" --qk "$tmp/qk" --grid 12x18 --order block_row | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["per_head"][0][0] > 0.9 and d["per_head_auroc"][0][1] < 0.1, d["per_head"]
+assert d["masks"]["coco"].endswith("annotations.json") and "sink_allocation" in d
+' || fail "COCO masks do not reproduce the planted specialists"
+
 expect_error "no mask source" shs --images "$tmp/img" --qk "$tmp/qk" --grid 12x18 --order block_row
 expect_error "grid mismatch" shs --images "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" --grid 12x16 --order block_row
 expect_error "schedule order mismatch" shs --images "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" \

@@ -76,6 +76,8 @@ TEST(Polygon, RasterRuleOnHandMadeShapes) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i] + b[i], 1) << i;
   // Orientation does not matter; a polygon partly outside the image is clipped.
   EXPECT_EQ(rasterize_polygon({1, 3, 4, 3, 4, 1, 1, 1}, 5, 6), rasterize_polygon({1, 1, 4, 1, 4, 3, 1, 3}, 5, 6));
+  EXPECT_THROW(rasterize_polygon({0, 0, NAN, 1, 1, 1}, 4, 4), Error);
+  EXPECT_THROW(rasterize_polygon({0, 0, 1, 1, 1}, 4, 4), Error);
   m = rasterize_polygon({-1, -1, 3, -1, 3, 2, -1, 2}, 4, 4);
   EXPECT_EQ(m, (std::vector<uint8_t>{1, 1, 1, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}));
 }
