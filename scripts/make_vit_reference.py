@@ -85,12 +85,22 @@ def main() -> None:
                   for i, (a, b) in enumerate([(0, 24), (24, 40)])]
     # HF's own batch equals its per-image runs: the check our multi-image test mirrors.
     assert torch.allclose(torch.cat(single), merged, rtol=1e-5, atol=1e-6)
+    # The same weights with every layer full, and with every layer windowed: references for our
+    # `full` schedule and for a custom all-chunk schedule ("WWWW").
+    variants = {}
+    for key, full_layers in (("output_all_full", [0, 1, 2, 3]), ("output_all_window", [])):
+        vcfg = Qwen2_5_VLVisionConfig(**{**cfg.to_dict(), "fullatt_block_indexes": full_layers})
+        vcfg._attn_implementation = "eager"
+        vm = Qwen2_5_VisionTransformerPretrainedModel(vcfg).to(torch.float32).eval()
+        vm.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            variants[key] = vm(hidden_states=pixel_values, grid_thw=grid_thw).pooler_output.to(torch.float32).contiguous()
 
     weights = {"model.visual." + k: v.detach().to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
     save_file(weights, str(out / "weights.safetensors"), metadata={"format": "pt"})
     save_file({"pixel_values": pixel_values.contiguous(),
                "grid_thw": grid_thw.to(torch.float32).contiguous(),
-               "output": merged.to(torch.float32).contiguous()},
+               "output": merged.to(torch.float32).contiguous(), **variants},
               str(out / "reference.safetensors"),
               metadata={"made_by": "scripts/make_vit_reference.py", "transformers": __import__("transformers").__version__,
                         "torch": torch.__version__, "vision_config": json.dumps(cfg.to_dict(), default=str)})

@@ -1,5 +1,4 @@
 // Qwen2.5-VL image preprocessing: smart resize, PIL-exact bicubic, CLIP normalization, patch rows.
-#include <cfenv>
 #include <cmath>
 
 #include "ariadne/error.hpp"

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <random>
 
@@ -176,11 +177,19 @@ TEST(Vit, HfParity) {
   const EncodeResult r = encode(w, hf_pixels, grids, chunk, reference_attention());
   ASSERT_EQ(r.units, 10);
   const Rel e = rel_error(r.out, hf_out);
+  std::printf("HF parity (chunk, CPU fp32): relative L2 %.3g, max |diff| %.3g of max |ref| %.3g\n", e.l2, e.max_abs,
+              e.ref_max);
   EXPECT_LE(e.l2, 1e-5) << "max abs " << e.max_abs << " of max " << e.ref_max;
   EXPECT_LE(e.max_abs, 1e-5 * e.ref_max * 10);
+  // HF with every layer full / every layer windowed: our `full` and `WWWW` schedules.
+  const EncodeResult all_full = encode(w, hf_pixels, grids, vit_schedule("full", w.config), reference_attention());
+  EXPECT_LE(rel_error(all_full.out, ref.read_f32("output_all_full")).l2, 1e-5);
+  EXPECT_LE(rel_error(encode(w, hf_pixels, grids, vit_schedule("WWWW", w.config), reference_attention()).out,
+                      ref.read_f32("output_all_window"))
+                .l2,
+            1e-5);
   // A different schedule must not match (the comparison can fail).
-  EXPECT_GT(rel_error(encode(w, hf_pixels, grids, vit_schedule("full", w.config), reference_attention()).out, hf_out).l2,
-            1e-4);
+  EXPECT_GT(rel_error(all_full.out, hf_out).l2, 1e-4);
   // From our own preprocessing, end to end.
   EXPECT_LE(rel_error(encode(w, ours.values, grids, chunk, reference_attention()).out, hf_out).l2, 1e-5);
 }
