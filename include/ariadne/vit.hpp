@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -166,6 +167,11 @@ struct EncodeOptions {
   Backend attention = Backend::cpu;  // backend of ariadne::attention(); cpu falls back to reference
                                      // when the fast CPU kernels do not support a layer (reported)
   SinkMode sink_mode = SinkMode::denominator;  // for layers with a sink
+  // Optional observer of each layer's attention (diagnostics, shs.hpp), called right after the
+  // layer's attention() with the layer index, its AttentionParams (q and k after RoPE, v: strided
+  // views of the packed qkv rows in the layer's token order; pattern; sink) and that order. The
+  // views are valid only during the call; its time is not counted in EncodeTimes.
+  std::function<void(int layer, const AttentionParams& params, const TokenOrder& order)> on_attention;
 };
 
 struct EncodeTimes {  // milliseconds, summed over layers

@@ -248,9 +248,9 @@ EncodeResult encode(const VitWeights& weights, const std::vector<float>& pixels,
       apply_rope(qkv.data(), N, 3 * H, c.heads, hd, cos.data(), sin.data());      // q
       apply_rope(qkv.data() + H, N, 3 * H, c.heads, hd, cos.data(), sin.data());  // k
     }
+    AttentionParams p;
     {
       Timer t(tm.attention);
-      AttentionParams p;
       p.q = strided(qkv.data(), N, c.heads, hd, 3 * H);
       p.k = strided(qkv.data() + H, N, c.heads, hd, 3 * H);
       p.v = strided(qkv.data() + 2 * H, N, c.heads, hd, 3 * H);
@@ -265,6 +265,7 @@ EncodeResult encode(const VitWeights& weights, const std::vector<float>& pixels,
       (b == Backend::reference ? used_ref : used_cpu) = true;
       attention(p, b);
     }
+    if (options.on_attention) options.on_attention(l, p, order_of(cur));
     {
       Timer t(tm.proj);
       linear(att.data(), N, H, L.proj_w, L.proj_b, H, x.data(), true);
