@@ -1,0 +1,132 @@
+// The CUDA backend's entry points: what it supports, and the choice of kernel instantiation.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "backends.hpp"
+#include "cuda/attention_fwd.cuh"
+
+namespace ariadne {
+namespace {
+
+bool fail_why(std::string* why, const std::string& msg) {
+  if (why != nullptr) *why = msg;
+  return false;
+}
+
+// cp.async and the epilogue move 16 bytes at a time, so every row start must be 16-byte aligned:
+// the base pointer and the token/head strides (in 2-byte elements) multiples of 8.
+bool rows_aligned(const TensorView& t, int64_t elems) {
+  return reinterpret_cast<uintptr_t>(t.data) % (elems * dtype_size(t.dtype)) == 0 &&
+         t.stride[0] % elems == 0 && t.stride[1] % elems == 0;
+}
+
+template <int D>
+cudaError_t launch_dim(const cuda::FwdParams& fp, DType dtype, int nw, cudaStream_t st) {
+  if (dtype == DType::bf16)
+    return nw == 8 ? cuda::launch_fwd<D, cuda::Bf16, 8>(fp, st) : cuda::launch_fwd<D, cuda::Bf16, 4>(fp, st);
+  return nw == 8 ? cuda::launch_fwd<D, cuda::F16, 8>(fp, st) : cuda::launch_fwd<D, cuda::F16, 4>(fp, st);
+}
+
+// Warps per CTA = query rows / 16. 128-row tiles (8 warps) share each K/V tile load among more
+// rows and suit long dense rows; 64-row tiles (4 warps) suit bands (window, chunk), whose key
+// range grows with the tile height, and fit 3 CTAs per multiprocessor. ARIADNE_CUDA_WARPS=4|8
+// forces one (benchmarks compare the two).
+int choose_warps(const AttentionParams& p) {
+  static const int forced = [] {
+    const char* s = std::getenv("ARIADNE_CUDA_WARPS");
+    return s != nullptr ? std::atoi(s) : 0;
+  }();
+  const Pattern& pat = p.pattern;
+  if (pat.blocks.defined() && pat.blocks.block % 128 != 0) return 4;
+  if (forced == 4 || forced == 8) return forced;
+  if (pat.blocks.defined()) return 8;
+  if (pat.window_left != kUnbounded || pat.chunk > 0) return 4;
+  const int64_t ctas = (p.q.shape[0] + 127) / 128 * p.heads_q();
+  return ctas >= 2 * 132 ? 8 : 4;
+}
+
+}  // namespace
+
+bool attention_cuda_supports(const AttentionParams& p, std::string* why) {
+  if (p.q.device != Device::cuda || p.k.device != Device::cuda || p.v.device != Device::cuda ||
+      p.out.device != Device::cuda)
+    return fail_why(why, "cuda: q, k, v and out must be device tensors");
+  if (p.q.dtype != DType::bf16 && p.q.dtype != DType::f16)
+    return fail_why(why, std::string("cuda: q dtype ") + dtype_name(p.q.dtype) +
+                             " not supported, expected bf16 or f16");
+  if (p.k.dtype != p.q.dtype || p.v.dtype != p.q.dtype)
+    return fail_why(why, "cuda: k and v must have the dtype of q");
+  if (p.out.dtype != p.q.dtype && p.out.dtype != DType::f32)
+    return fail_why(why, "cuda: out dtype must be the dtype of q or f32");
+  const int d = p.head_dim();
+  if (d != 64 && d != 80 && d != 96 && d != 128)
+    return fail_why(why, "cuda: head_dim " + std::to_string(d) + " not supported, expected 64, 80, 96 or 128");
+  if (!rows_aligned(p.q, 8) || !rows_aligned(p.k, 8) || !rows_aligned(p.v, 8))
+    return fail_why(why, "cuda: q/k/v rows must start on 16-byte boundaries (pointer and token/head "
+                         "strides multiples of 8 elements)");
+  for (const TensorView* t : {&p.q, &p.k, &p.v})
+    if (t->stride[0] >= (int64_t(1) << 24) || t->stride[1] >= (int64_t(1) << 24))
+      return fail_why(why, "cuda: q/k/v strides must be below 2^24 elements (32-bit tile offsets)");
+  if (!rows_aligned(p.out, p.out.dtype == DType::f32 ? 2 : 8))
+    return fail_why(why, "cuda: out rows must be 16-byte aligned (8-byte for f32 out)");
+  if (p.pattern.blocks.defined() && p.pattern.blocks.block % cuda::kBlockN != 0)
+    return fail_why(why, "cuda: block-sparse block size " + std::to_string(p.pattern.blocks.block) +
+                             " not supported, expected a multiple of 64");
+  if (p.entropy.defined() || p.distance.defined() || p.received.defined())
+    return fail_why(why, "cuda: diagnostics (entropy, distance, received) are not implemented on "
+                         "the CUDA backend yet (issue 4)");
+  if (p.sink_mode != SinkMode::none && p.sink.device != Device::cuda)
+    return fail_why(why, "cuda: sink must be a device tensor");
+  if (p.lse.defined() && p.lse.device != Device::cuda)
+    return fail_why(why, "cuda: lse must be a device tensor");
+  return true;
+}
+
+void attention_cuda(const AttentionParams& p) {
+  std::string why;
+  ARIADNE_CHECK(attention_cuda_supports(p, &why), why);
+  const int64_t total_q = p.q.shape[0];
+  if (total_q == 0) return;
+
+  cuda::FwdParams fp{};
+  fp.q = p.q.data;
+  fp.k = p.k.data;
+  fp.v = p.v.data;
+  fp.out = p.out.data;
+  fp.lse = p.lse.defined() ? static_cast<float*>(p.lse.data) : nullptr;
+  fp.sink = p.sink_mode != SinkMode::none ? static_cast<const float*>(p.sink.data) : nullptr;
+  fp.q_tok = p.q.stride[0];
+  fp.q_head = p.q.stride[1];
+  fp.k_tok = p.k.stride[0];
+  fp.k_head = p.k.stride[1];
+  fp.v_tok = p.v.stride[0];
+  fp.v_head = p.v.stride[1];
+  fp.o_tok = p.out.stride[0];
+  fp.o_head = p.out.stride[1];
+  fp.total_q = total_q;
+  fp.total_k = p.k.shape[0];
+  fp.heads_q = p.heads_q();
+  fp.group = p.heads_q() / p.heads_kv();
+  fp.scale_log2 = p.resolved_scale() * 1.4426950408889634f;
+  fp.sink_kind = p.sink_mode == SinkMode::denominator ? cuda::kSinkDenominator
+                 : p.sink_mode == SinkMode::key0_bias ? cuda::kSinkKey0
+                                                      : cuda::kSinkNone;
+  fp.out_f32 = p.out.dtype == DType::f32;
+  fp.pattern = p.pattern;
+
+  const int nw = choose_warps(p);
+  const auto st = static_cast<cudaStream_t>(p.stream);
+  cudaError_t err = cudaSuccess;
+  switch (p.head_dim()) {
+    case 64: err = launch_dim<64>(fp, p.q.dtype, nw, st); break;
+    case 80: err = launch_dim<80>(fp, p.q.dtype, nw, st); break;
+    case 96: err = launch_dim<96>(fp, p.q.dtype, nw, st); break;
+    default: err = launch_dim<128>(fp, p.q.dtype, nw, st); break;
+  }
+  ARIADNE_CHECK(err == cudaSuccess, "cuda: attention kernel launch failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace ariadne

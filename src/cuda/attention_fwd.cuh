@@ -1,0 +1,401 @@
+// Internal: the FlashAttention-2-style forward kernel (mma.sync m16n8k16, ldmatrix, cp.async
+// double buffering, online softmax in registers), one template for every pattern.
+//
+// A CTA of NW warps (4 or 8) owns one (sequence, query head, query tile of BM = 16·NW rows); each
+// warp owns 16 query rows. (Two 16-row m-tiles per warp, FA2's layout, reuses each K/V fragment
+// twice but needs > 255 registers at d >= 80 with this pipeline and spills; 8 warps of 16 rows
+// amortize the tile loads over 128 rows instead.) Key tiles of BN = 64 rows stream through shared memory, double buffered: K of
+// tile j+1 loads while tile j's softmax runs, V of tile j+1 while tile j's P·V runs. The key tiles
+// visited come from Pattern::key_range (window, chunk, causal: a band) or the CSR row of the
+// block-sparse mask intersected with it; Pattern::classify decides per tile whether the element
+// mask is needed, so only boundary tiles pay for it. Masks and sinks are runtime branches: the
+// template parameters are the head dim, the dtype and NW only (16 instantiations).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "ariadne/pattern.hpp"
+#include "cuda/mma.cuh"
+
+namespace ariadne::cuda {
+
+enum SinkKind : int { kSinkNone = 0, kSinkDenominator = 1, kSinkKey0 = 2 };
+
+// Everything the kernel reads, by value. Strides are in elements; head_dim is contiguous.
+struct FwdParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;    // [total_q, heads_q, D], dtype of q, or f32 when out_f32
+  float* lse;   // [heads_q, total_q] contiguous, or null
+  const float* sink;  // [heads_q] or null
+  int64_t q_tok, q_head, k_tok, k_head, v_tok, v_head, o_tok, o_head;
+  int64_t total_q, total_k;
+  int heads_q, group;  // group = heads_q / heads_kv (GQA)
+  float scale_log2;    // scale · log2(e): scores live in base 2 inside the kernel
+  int sink_kind;
+  bool out_f32;
+  Pattern pattern;
+};
+
+constexpr int kBlockN = 64;
+
+template <int D, int NW>
+struct FwdShape {
+  static constexpr int MT = 1;  // 16-row m-tiles per warp
+  static constexpr int BM = 16 * MT * NW;
+  static constexpr int threads = 32 * NW;
+  static constexpr int BN = kBlockN;
+  // Shared rows are padded by 16 bytes: the row pitch is an odd number of 16-byte units, so the 8
+  // row addresses of every ldmatrix phase land in 8 different bank groups (no swizzle needed,
+  // and it works for D = 80 and 96, whose 10 and 12 chunks an XOR swizzle of 8 would not fit).
+  static constexpr int RS = D + 8;
+  static constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
+  static constexpr size_t smem_bytes = size_t(BM + 4 * BN) * RS * 2;
+};
+
+// The key tiles one query tile visits, in increasing order. Dense patterns: every BN-tile that
+// meets Pattern::key_range. Block-sparse: the listed key blocks of this query block, each cut into
+// block/BN tiles, those outside key_range skipped. Uniform across the CTA (no divergence).
+struct KeyTiles {
+  const int32_t* cols = nullptr;  // CSR column list of this row (block-sparse) or null
+  int64_t pos = 0, end = 0;       // dense: tile index; sparse: entry·per + sub-tile
+  int per = 1, block = 0;
+  KeyRange range;
+
+  __device__ bool next(int64_t& k_lo) {
+    while (pos < end) {
+      const int64_t i = pos++;
+      if (cols == nullptr) {
+        k_lo = i * kBlockN;
+        return true;
+      }
+      k_lo = int64_t(cols[i / per]) * block + (i % per) * kBlockN;
+      if (k_lo + kBlockN > range.lo && k_lo < range.hi) return true;
+    }
+    return false;
+  }
+};
+
+template <int D, class E, int NW>
+__global__ void __launch_bounds__(32 * NW) attention_fwd_kernel(const FwdParams p) {
+  using S = FwdShape<D, NW>;
+  constexpr int MT = S::MT, kThreads = S::threads;
+  constexpr int BM = S::BM, BN = S::BN, RS = S::RS, C = S::CHUNKS;
+  constexpr int NT = BN / 8;  // score n-tiles per m-tile
+  constexpr int DT = D / 8;   // output n-tiles per m-tile
+  using T = typename E::type;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* Qs = reinterpret_cast<T*>(smem_raw);
+  T* Ks = Qs + BM * RS;       // 2 buffers of BN·RS
+  T* Vs = Ks + 2 * BN * RS;   // 2 buffers of BN·RS
+
+  const Pattern& pat = p.pattern;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int h = blockIdx.y;
+  const int kvh = h / p.group;
+
+  // ---- which (sequence, query tile) this CTA owns; heaviest (last) tiles launch first ----
+  const int64_t t = int64_t(gridDim.x) - 1 - blockIdx.x;
+  int s = 0;
+  int64_t tile = t;
+  if (pat.cu_seqlens_q != nullptr) {
+    // Sequence s owns virtual tiles [s + cu_q[s]/BM, s+1 + cu_q[s+1]/BM): at least ceil(lq/BM)
+    // of them, so the grid (num_seqs + total_q/BM + 1) covers every sequence without a prefix
+    // pass over the device-resident lengths; at most one CTA per sequence exits idle.
+    int lo = 0, hi = pat.num_seqs - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (mid + pat.cu_seqlens_q[mid] / BM <= t) lo = mid; else hi = mid - 1;
+    }
+    s = lo;
+    tile = t - (s + pat.cu_seqlens_q[s] / BM);
+  }
+  const SeqExtent e = pat.seq(s, p.total_q, p.total_k);
+  const int64_t q_lo = tile * BM;
+  if (q_lo >= e.lq) return;
+  const int64_t q_hi = q_lo + BM < e.lq ? q_lo + BM : e.lq;
+
+  // ---- the key tiles to visit ----
+  KeyTiles tiles;
+  tiles.range = pat.key_range(e, q_lo, q_hi);
+  if (pat.blocks.defined()) {
+    const int64_t row = pat.block_row(s, e, h, q_lo / pat.blocks.block);
+    tiles.cols = pat.blocks.col_idx + pat.blocks.row_ptr[row];
+    tiles.per = pat.blocks.block / BN;
+    tiles.block = pat.blocks.block;
+    tiles.end = int64_t(pat.blocks.row_ptr[row + 1] - pat.blocks.row_ptr[row]) * tiles.per;
+  } else if (!tiles.range.empty()) {
+    tiles.pos = tiles.range.lo / BN;
+    tiles.end = (tiles.range.hi + BN - 1) / BN;
+  }
+
+  const T* qg = static_cast<const T*>(p.q) + (e.q0 + q_lo) * p.q_tok + h * p.q_head;
+  const T* kg = static_cast<const T*>(p.k) + e.k0 * p.k_tok + kvh * p.k_head;
+  const T* vg = static_cast<const T*>(p.v) + e.k0 * p.v_tok + kvh * p.v_head;
+
+  // Offsets inside one tile fit 32 bits (attention_cuda_supports bounds the strides); keeping
+  // them 32-bit saves the registers the compiler would spend on hoisted 64-bit addresses.
+  auto load_rows = [&](T* dst, const T* src, int64_t stride, int rows, int64_t valid) {
+#pragma unroll
+    for (int i = tid; i < rows * C; i += kThreads) {
+      const int r = i / C, c = i % C;
+      const bool ok = r < valid;
+      cp_async16(smem_addr(dst + r * RS + c * 8), src + (ok ? r * int(stride) + c * 8 : 0), ok);
+    }
+  };
+  auto load_kv = [&](T* dst, const T* base, int64_t stride, int64_t k_lo) {
+    load_rows(dst, base + k_lo * stride, stride, BN, e.lk - k_lo);
+  };
+
+  int64_t k_cur = 0;
+  bool have = tiles.next(k_cur);
+  load_rows(Qs, qg, p.q_tok, BM, q_hi - q_lo);
+  if (have) load_kv(Ks, kg, p.k_tok, k_cur);
+  cp_async_commit();
+  if (have) load_kv(Vs, vg, p.v_tok, k_cur);
+  cp_async_commit();
+
+  float acc[MT][DT][4];
+  float m_row[MT][2], l_row[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < DT; ++j) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+    m_row[mt][0] = m_row[mt][1] = -INFINITY;
+    l_row[mt][0] = l_row[mt][1] = 0.f;
+  }
+
+  const int g = lane / 4, tq = lane % 4;  // mma fragment row group and column pair
+  const int warp_row = warp * MT * 16;
+  const float sink_log2 =
+      p.sink_kind != kSinkNone ? p.sink[h] * 1.4426950408889634f : 0.f;
+  int buf = 0;
+
+  while (have) {
+    int64_t k_next = 0;
+    const bool have_next = tiles.next(k_next);
+    const T* Kb = Ks + buf * BN * RS;
+    const T* Vb = Vs + buf * BN * RS;
+
+    cp_async_wait<1>();  // K of this tile (and Q) landed; V may still be in flight
+    __syncthreads();
+
+    // ---- S = Q·Kᵀ for this warp's MT·16 rows × BN keys ----
+    float sc[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) sc[mt][j][0] = sc[mt][j][1] = sc[mt][j][2] = sc[mt][j][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        ldmatrix_x4(a[mt], smem_addr(Qs + (warp_row + mt * 16 + (lane % 16)) * RS + ks * 16 +
+                                     (lane / 16) * 8));
+#pragma unroll
+      for (int n2 = 0; n2 < BN / 16; ++n2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, smem_addr(Kb + (n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * RS + ks * 16 +
+                                 ((lane >> 3) & 1) * 8));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          E::mma(sc[mt][2 * n2], a[mt], b[0], b[1]);
+          E::mma(sc[mt][2 * n2 + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    if (have_next) load_kv(Ks + (buf ^ 1) * BN * RS, kg, p.k_tok, k_next);
+    cp_async_commit();  // committed even when empty, so the wait counts above stay uniform
+
+    // ---- scale, mask (boundary tiles only), online softmax ----
+    const int64_t k_hi = k_cur + BN < e.lk ? k_cur + BN : e.lk;
+    const bool key0 = p.sink_kind == kSinkKey0 && k_cur == 0;
+    const bool masked = key0 || k_cur + BN > e.lk ||
+                        pat.classify(e, q_lo, q_hi, k_cur, k_hi) != TileKind::full;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) sc[mt][j][c] *= p.scale_log2;
+      if (masked) {
+        // A single row's allowed keys form one interval (window ∩ chunk ∩ sequence), which
+        // key_range gives exactly; compare tile-relative ints per element.
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int64_t iq = q_lo + warp_row + mt * 16 + g + 8 * r;
+          const KeyRange kr = pat.key_range(e, iq, iq + 1);
+          const int lo = int(Pattern::max64(kr.lo - k_cur, 0));
+          const int hi = int(Pattern::min64(Pattern::max64(kr.hi - k_cur, 0), BN));
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int col = j * 8 + 2 * tq + c;
+              if (col < lo || col >= hi) sc[mt][j][2 * r + c] = -INFINITY;
+              else if (key0 && col == 0) sc[mt][j][2 * r + c] += sink_log2;
+            }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = m_row[mt][r];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(sc[mt][j][2 * r], sc[mt][j][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // A row with nothing allowed so far keeps max −inf; subtracting 0 instead keeps
+        // exp2(−inf − base) = 0 rather than NaN.
+        const float base = mx == -INFINITY ? 0.f : mx;
+        const float alpha = ex2(m_row[mt][r] - base);
+        m_row[mt][r] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          sc[mt][j][2 * r] = ex2(sc[mt][j][2 * r] - base);
+          sc[mt][j][2 * r + 1] = ex2(sc[mt][j][2 * r + 1] - base);
+          sum += sc[mt][j][2 * r] + sc[mt][j][2 * r + 1];
+        }
+        // l is kept per thread (a quarter of the row) and reduced across the quad at the end.
+        l_row[mt][r] = l_row[mt][r] * alpha + sum;
+#pragma unroll
+        for (int j = 0; j < DT; ++j) {
+          acc[mt][j][2 * r] *= alpha;
+          acc[mt][j][2 * r + 1] *= alpha;
+        }
+      }
+    }
+
+    cp_async_wait<1>();  // V of this tile landed; next K may still be in flight
+    __syncthreads();
+
+    // ---- O += P·V; P goes from the score accumulators straight into A fragments ----
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        a[mt][0] = E::pack(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
+        a[mt][1] = E::pack(sc[mt][2 * kk][2], sc[mt][2 * kk][3]);
+        a[mt][2] = E::pack(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1]);
+        a[mt][3] = E::pack(sc[mt][2 * kk + 1][2], sc[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int d2 = 0; d2 < D / 16; ++d2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, smem_addr(Vb + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * RS +
+                                       d2 * 16 + (lane >> 4) * 8));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          E::mma(acc[mt][2 * d2], a[mt], b[0], b[1]);
+          E::mma(acc[mt][2 * d2 + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    if (have_next) load_kv(Vs + (buf ^ 1) * BN * RS, vg, p.v_tok, k_next);
+    cp_async_commit();
+    buf ^= 1;
+    k_cur = k_next;
+    have = have_next;
+  }
+  cp_async_wait<0>();  // nothing may still be writing Qs, which the epilogue reuses
+  __syncwarp();
+
+  // ---- epilogue: normalize, sink, LSE; stage 16-bit rows in this warp's Q rows ----
+  T* stage = Qs;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_row[mt][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      float m = m_row[mt][r];
+      if (p.sink_kind == kSinkDenominator) {
+        // Z = exp(sink) + Σ exp(s): fold the sink in as one more key with no value.
+        const float mf = fmaxf(m, sink_log2);
+        l = l * ex2(m - mf) + ex2(sink_log2 - mf);
+        const float rescale = ex2(m - mf);
+#pragma unroll
+        for (int j = 0; j < DT; ++j) {
+          acc[mt][j][2 * r] *= rescale;
+          acc[mt][j][2 * r + 1] *= rescale;
+        }
+        m = mf;
+      }
+      const float inv = l > 0.f ? 1.f / l : 0.f;  // no key and no sink: out = 0
+      const int row = warp_row + mt * 16 + g + 8 * r;
+      const int64_t iq = q_lo + row;
+#pragma unroll
+      for (int j = 0; j < DT; ++j) {
+        const float o0 = acc[mt][j][2 * r] * inv, o1 = acc[mt][j][2 * r + 1] * inv;
+        if (p.out_f32) {
+          if (iq < e.lq) {
+            float* og = static_cast<float*>(p.out) + (e.q0 + iq) * p.o_tok + h * p.o_head +
+                        j * 8 + 2 * tq;
+            *reinterpret_cast<float2*>(og) = make_float2(o0, o1);
+          }
+        } else {
+          *reinterpret_cast<uint32_t*>(stage + row * RS + j * 8 + 2 * tq) = E::pack(o0, o1);
+        }
+      }
+      if (p.lse != nullptr && tq == 0 && iq < e.lq)
+        p.lse[int64_t(h) * p.total_q + e.q0 + iq] =
+            l > 0.f ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+    }
+  }
+  if (!p.out_f32) {
+    __syncwarp();
+    // 16-byte coalesced stores of this warp's rows.
+    T* og = static_cast<T*>(p.out) + (e.q0 + q_lo) * p.o_tok + h * p.o_head;
+    for (int i = lane; i < MT * 16 * C; i += 32) {
+      const int row = warp_row + i / C, c = i % C;
+      if (q_lo + row < e.lq)
+        *reinterpret_cast<uint4*>(og + row * p.o_tok + c * 8) =
+            *reinterpret_cast<const uint4*>(stage + row * RS + c * 8);
+    }
+  }
+}
+
+// Launches one instantiation; explicitly instantiated per head dim in attention_fwd_d<D>.cu so the
+// 16 kernels compile in parallel. Grid: (query tiles, heads_q). Returns the launch error.
+template <int D, class E, int NW>
+cudaError_t launch_fwd(const FwdParams& p, cudaStream_t stream) {
+  using S = FwdShape<D, NW>;
+  const auto kernel = attention_fwd_kernel<D, E, NW>;
+  // Above 48 KB of dynamic shared memory a kernel must opt in once per process.
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes));
+  if (configured != cudaSuccess) return configured;
+  const int64_t tiles = p.pattern.cu_seqlens_q != nullptr
+                            ? p.pattern.num_seqs + p.total_q / S::BM + 1
+                            : (p.total_q + S::BM - 1) / S::BM;
+  kernel<<<dim3(unsigned(tiles), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+#define ARIADNE_INSTANTIATE_FWD(D)                                                  \
+  template cudaError_t launch_fwd<D, Bf16, 4>(const FwdParams&, cudaStream_t);     \
+  template cudaError_t launch_fwd<D, Bf16, 8>(const FwdParams&, cudaStream_t);     \
+  template cudaError_t launch_fwd<D, F16, 4>(const FwdParams&, cudaStream_t);      \
+  template cudaError_t launch_fwd<D, F16, 8>(const FwdParams&, cudaStream_t);
+
+#define ARIADNE_DECLARE_FWD(D)                                                       \
+  extern template cudaError_t launch_fwd<D, Bf16, 4>(const FwdParams&, cudaStream_t); \
+  extern template cudaError_t launch_fwd<D, Bf16, 8>(const FwdParams&, cudaStream_t); \
+  extern template cudaError_t launch_fwd<D, F16, 4>(const FwdParams&, cudaStream_t);  \
+  extern template cudaError_t launch_fwd<D, F16, 8>(const FwdParams&, cudaStream_t);
+ARIADNE_DECLARE_FWD(64)
+ARIADNE_DECLARE_FWD(80)
+ARIADNE_DECLARE_FWD(96)
+ARIADNE_DECLARE_FWD(128)
+
+}  // namespace ariadne::cuda
