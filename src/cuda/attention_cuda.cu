@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backends.hpp"
+#include "cuda/tiles.hpp"
 #include "cuda/attention_fwd.cuh"
 
 namespace ariadne {
@@ -24,31 +25,41 @@ bool rows_aligned(const TensorView& t, int64_t elems) {
 }
 
 template <int D>
-cudaError_t launch_dim(const cuda::FwdParams& fp, DType dtype, int nw, cudaStream_t st) {
+cudaError_t launch_dim(const cuda::FwdParams& fp, DType dtype, bool wide, cudaStream_t st) {
+  using namespace cuda;
+#if defined(ARIADNE_CUDA_EXPERIMENT)
+  if (const char* v = std::getenv("ARIADNE_CUDA_VARIANT")) {
+    const std::string s = v;
+    if (dtype == DType::bf16 && (D == 80 || D == 128)) {
+      if (s == "4x2") return launch_fwd<D, Bf16, Config<4, 2, 1>>(fp, st);
+      if (s == "4x1m3") return launch_fwd<D, Bf16, Config<4, 1, 3>>(fp, st);
+      if (s == "8x1m2") return launch_fwd<D, Bf16, Config<8, 1, 2>>(fp, st);
+      if (s == "4x1") return launch_fwd<D, Bf16, BandConfig>(fp, st);
+    }
+  }
+#endif
   if (dtype == DType::bf16)
-    return nw == 8 ? cuda::launch_fwd<D, cuda::Bf16, 8>(fp, st) : cuda::launch_fwd<D, cuda::Bf16, 4>(fp, st);
-  return nw == 8 ? cuda::launch_fwd<D, cuda::F16, 8>(fp, st) : cuda::launch_fwd<D, cuda::F16, 4>(fp, st);
+    return wide ? launch_fwd<D, Bf16, WideConfig>(fp, st) : launch_fwd<D, Bf16, BandConfig>(fp, st);
+  return wide ? launch_fwd<D, F16, WideConfig>(fp, st) : launch_fwd<D, F16, BandConfig>(fp, st);
 }
 
-// Warps per CTA = query rows / 16. 128-row tiles (8 warps) share each K/V tile load among more
-// rows and suit long dense rows; 64-row tiles (4 warps) suit bands (window, chunk), whose key
-// range grows with the tile height, and fit 3 CTAs per multiprocessor. ARIADNE_CUDA_WARPS=4|8
-// forces one (benchmarks compare the two).
-int choose_warps(const AttentionParams& p) {
-  static const int forced = [] {
-    const char* s = std::getenv("ARIADNE_CUDA_WARPS");
-    return s != nullptr ? std::atoi(s) : 0;
-  }();
+// 128-row query tiles share each K/V tile load among more rows and suit long dense rows; 64-row
+// tiles suit bands (window, chunk), whose key range grows with the tile height, and grids too
+// small to fill the 132 multiprocessors with 128-row tiles.
+bool choose_wide(const AttentionParams& p) {
   const Pattern& pat = p.pattern;
-  if (pat.blocks.defined() && pat.blocks.block % 128 != 0) return 4;
-  if (forced == 4 || forced == 8) return forced;
-  if (pat.blocks.defined()) return 8;
-  if (pat.window_left != kUnbounded || pat.chunk > 0) return 4;
-  const int64_t ctas = (p.q.shape[0] + 127) / 128 * p.heads_q();
-  return ctas >= 2 * 132 ? 8 : 4;
+  if (pat.blocks.defined()) return pat.blocks.block % cuda::WideConfig::BM == 0;
+  if (pat.window_left != kUnbounded || pat.chunk > 0) return false;
+  const int64_t ctas = (p.q.shape[0] + cuda::WideConfig::BM - 1) / cuda::WideConfig::BM * p.heads_q();
+  return ctas >= 2 * 132;
 }
 
 }  // namespace
+
+int cuda_query_tile_rows(const AttentionParams& p) {
+  return choose_wide(p) ? cuda::WideConfig::BM : cuda::BandConfig::BM;
+}
+int cuda_key_tile_rows() { return cuda::kBlockN; }
 
 bool attention_cuda_supports(const AttentionParams& p, std::string* why) {
   if (p.q.device != Device::cuda || p.k.device != Device::cuda || p.v.device != Device::cuda ||
@@ -117,14 +128,14 @@ void attention_cuda(const AttentionParams& p) {
   fp.out_f32 = p.out.dtype == DType::f32;
   fp.pattern = p.pattern;
 
-  const int nw = choose_warps(p);
+  const bool wide = choose_wide(p);
   const auto st = static_cast<cudaStream_t>(p.stream);
   cudaError_t err = cudaSuccess;
   switch (p.head_dim()) {
-    case 64: err = launch_dim<64>(fp, p.q.dtype, nw, st); break;
-    case 80: err = launch_dim<80>(fp, p.q.dtype, nw, st); break;
-    case 96: err = launch_dim<96>(fp, p.q.dtype, nw, st); break;
-    default: err = launch_dim<128>(fp, p.q.dtype, nw, st); break;
+    case 64: err = launch_dim<64>(fp, p.q.dtype, wide, st); break;
+    case 80: err = launch_dim<80>(fp, p.q.dtype, wide, st); break;
+    case 96: err = launch_dim<96>(fp, p.q.dtype, wide, st); break;
+    default: err = launch_dim<128>(fp, p.q.dtype, wide, st); break;
   }
   ARIADNE_CHECK(err == cudaSuccess, "cuda: attention kernel launch failed: ", cudaGetErrorString(err));
 }

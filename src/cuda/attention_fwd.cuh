@@ -43,9 +43,9 @@ struct FwdParams {
 
 constexpr int kBlockN = 64;
 
-template <int D, int NW>
+template <int D, int NW, int MT_>
 struct FwdShape {
-  static constexpr int MT = 1;  // 16-row m-tiles per warp
+  static constexpr int MT = MT_;  // 16-row m-tiles per warp
   static constexpr int BM = 16 * MT * NW;
   static constexpr int threads = 32 * NW;
   static constexpr int BN = kBlockN;
@@ -60,29 +60,31 @@ struct FwdShape {
 // The key tiles one query tile visits, in increasing order. Dense patterns: every BN-tile that
 // meets Pattern::key_range. Block-sparse: the listed key blocks of this query block, each cut into
 // block/BN tiles, those outside key_range skipped. Uniform across the CTA (no divergence).
+// Sequence-local positions fit 32 bits (cu_seqlens are int32), so the loop runs on int: 64-bit
+// divisions there cost a call and many registers.
 struct KeyTiles {
   const int32_t* cols = nullptr;  // CSR column list of this row (block-sparse) or null
-  int64_t pos = 0, end = 0;       // dense: tile index; sparse: entry·per + sub-tile
+  int pos = 0, end = 0;           // dense: tile index; sparse: entry·per + sub-tile
   int per = 1, block = 0;
-  KeyRange range;
+  int lo = 0, hi = 0;             // Pattern::key_range of the query tile
 
-  __device__ bool next(int64_t& k_lo) {
+  __device__ bool next(int& k_lo) {
     while (pos < end) {
-      const int64_t i = pos++;
+      const int i = pos++;
       if (cols == nullptr) {
         k_lo = i * kBlockN;
         return true;
       }
-      k_lo = int64_t(cols[i / per]) * block + (i % per) * kBlockN;
-      if (k_lo + kBlockN > range.lo && k_lo < range.hi) return true;
+      k_lo = cols[i / per] * block + (i % per) * kBlockN;
+      if (k_lo + kBlockN > lo && k_lo < hi) return true;
     }
     return false;
   }
 };
 
-template <int D, class E, int NW>
-__global__ void __launch_bounds__(32 * NW) attention_fwd_kernel(const FwdParams p) {
-  using S = FwdShape<D, NW>;
+template <int D, class E, int NW, int MT_, int MIN_CTAS>
+__global__ void __launch_bounds__(32 * NW, MIN_CTAS) attention_fwd_kernel(const FwdParams p) {
+  using S = FwdShape<D, NW, MT_>;
   constexpr int MT = S::MT, kThreads = S::threads;
   constexpr int BM = S::BM, BN = S::BN, RS = S::RS, C = S::CHUNKS;
   constexpr int NT = BN / 8;  // score n-tiles per m-tile
@@ -122,17 +124,25 @@ __global__ void __launch_bounds__(32 * NW) attention_fwd_kernel(const FwdParams 
 
   // ---- the key tiles to visit ----
   KeyTiles tiles;
-  tiles.range = pat.key_range(e, q_lo, q_hi);
+  const KeyRange range = pat.key_range(e, q_lo, q_hi);
+  tiles.lo = int(range.lo);
+  tiles.hi = int(range.hi);
   if (pat.blocks.defined()) {
     const int64_t row = pat.block_row(s, e, h, q_lo / pat.blocks.block);
     tiles.cols = pat.blocks.col_idx + pat.blocks.row_ptr[row];
     tiles.per = pat.blocks.block / BN;
     tiles.block = pat.blocks.block;
-    tiles.end = int64_t(pat.blocks.row_ptr[row + 1] - pat.blocks.row_ptr[row]) * tiles.per;
-  } else if (!tiles.range.empty()) {
-    tiles.pos = tiles.range.lo / BN;
-    tiles.end = (tiles.range.hi + BN - 1) / BN;
+    tiles.end = (pat.blocks.row_ptr[row + 1] - pat.blocks.row_ptr[row]) * tiles.per;
+  } else if (!range.empty()) {
+    tiles.pos = tiles.lo / BN;
+    tiles.end = (tiles.hi + BN - 1) / BN;
   }
+  // Element masks, decided once per CTA with Pattern::key_range: a single row's allowed keys form
+  // one interval (window ∩ chunk ∩ sequence), and both ends are nondecreasing in the row. So a
+  // tile needs no mask (Pattern::classify's "full") exactly when it starts at or after the last
+  // row's lower end and ends at or before the first row's upper end.
+  const int full_lo = int(pat.key_range(e, q_hi - 1, q_hi).lo);
+  const int full_hi = int(pat.key_range(e, q_lo, q_lo + 1).hi);
 
   const T* qg = static_cast<const T*>(p.q) + (e.q0 + q_lo) * p.q_tok + h * p.q_head;
   const T* kg = static_cast<const T*>(p.k) + e.k0 * p.k_tok + kvh * p.k_head;
@@ -148,11 +158,11 @@ __global__ void __launch_bounds__(32 * NW) attention_fwd_kernel(const FwdParams 
       cp_async16(smem_addr(dst + r * RS + c * 8), src + (ok ? r * int(stride) + c * 8 : 0), ok);
     }
   };
-  auto load_kv = [&](T* dst, const T* base, int64_t stride, int64_t k_lo) {
+  auto load_kv = [&](T* dst, const T* base, int64_t stride, int k_lo) {
     load_rows(dst, base + k_lo * stride, stride, BN, e.lk - k_lo);
   };
 
-  int64_t k_cur = 0;
+  int k_cur = 0;
   bool have = tiles.next(k_cur);
   load_rows(Qs, qg, p.q_tok, BM, q_hi - q_lo);
   if (have) load_kv(Ks, kg, p.k_tok, k_cur);
@@ -172,12 +182,23 @@ __global__ void __launch_bounds__(32 * NW) attention_fwd_kernel(const FwdParams 
 
   const int g = lane / 4, tq = lane % 4;  // mma fragment row group and column pair
   const int warp_row = warp * MT * 16;
+  // This thread's rows (g and g + 8 of each m-tile): their exact key intervals.
+  int row_lo[MT][2], row_hi[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t iq = q_lo + warp_row + mt * 16 + g + 8 * r;
+      const KeyRange kr = pat.key_range(e, iq, iq + 1);
+      row_lo[mt][r] = int(kr.lo);
+      row_hi[mt][r] = int(kr.hi);
+    }
   const float sink_log2 =
       p.sink_kind != kSinkNone ? p.sink[h] * 1.4426950408889634f : 0.f;
   int buf = 0;
 
   while (have) {
-    int64_t k_next = 0;
+    int k_next = 0;
     const bool have_next = tiles.next(k_next);
     const T* Kb = Ks + buf * BN * RS;
     const T* Vb = Vs + buf * BN * RS;
@@ -191,7 +212,7 @@ __global__ void __launch_bounds__(32 * NW) attention_fwd_kernel(const FwdParams 
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int j = 0; j < NT; ++j) sc[mt][j][0] = sc[mt][j][1] = sc[mt][j][2] = sc[mt][j][3] = 0.f;
-#pragma unroll
+#pragma unroll 1
     for (int ks = 0; ks < D / 16; ++ks) {
       uint32_t a[MT][4];
 #pragma unroll
@@ -215,10 +236,8 @@ __global__ void __launch_bounds__(32 * NW) attention_fwd_kernel(const FwdParams 
     cp_async_commit();  // committed even when empty, so the wait counts above stay uniform
 
     // ---- scale, mask (boundary tiles only), online softmax ----
-    const int64_t k_hi = k_cur + BN < e.lk ? k_cur + BN : e.lk;
     const bool key0 = p.sink_kind == kSinkKey0 && k_cur == 0;
-    const bool masked = key0 || k_cur + BN > e.lk ||
-                        pat.classify(e, q_lo, q_hi, k_cur, k_hi) != TileKind::full;
+    const bool masked = key0 || k_cur < full_lo || k_cur + BN > full_hi;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -226,14 +245,9 @@ __global__ void __launch_bounds__(32 * NW) attention_fwd_kernel(const FwdParams 
 #pragma unroll
         for (int c = 0; c < 4; ++c) sc[mt][j][c] *= p.scale_log2;
       if (masked) {
-        // A single row's allowed keys form one interval (window ∩ chunk ∩ sequence), which
-        // key_range gives exactly; compare tile-relative ints per element.
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const int64_t iq = q_lo + warp_row + mt * 16 + g + 8 * r;
-          const KeyRange kr = pat.key_range(e, iq, iq + 1);
-          const int lo = int(Pattern::max64(kr.lo - k_cur, 0));
-          const int hi = int(Pattern::min64(Pattern::max64(kr.hi - k_cur, 0), BN));
+          const int lo = row_lo[mt][r] - k_cur, hi = row_hi[mt][r] - k_cur;
 #pragma unroll
           for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -306,8 +320,10 @@ __global__ void __launch_bounds__(32 * NW) attention_fwd_kernel(const FwdParams 
     k_cur = k_next;
     have = have_next;
   }
-  cp_async_wait<0>();  // nothing may still be writing Qs, which the epilogue reuses
-  __syncwarp();
+  // The epilogue reuses Qs. Q rows were copied by every thread of the CTA, so a CTA that visited
+  // no key tile must wait for all of them (a barrier), not only for its own copies.
+  cp_async_wait<0>();
+  __syncthreads();
 
   // ---- epilogue: normalize, sink, LSE; stage 16-bit rows in this warp's Q rows ----
   T* stage = Qs;
@@ -365,12 +381,20 @@ __global__ void __launch_bounds__(32 * NW) attention_fwd_kernel(const FwdParams 
   }
 }
 
+// A kernel configuration: NW warps, MT 16-row m-tiles per warp (query tile BM = 16·MT·NW rows),
+// MIN_CTAS resident CTAs asked of the register allocator (__launch_bounds__).
+template <int NW_, int MT_, int MIN_CTAS_>
+struct Config {
+  static constexpr int NW = NW_, MT = MT_, MIN_CTAS = MIN_CTAS_;
+  static constexpr int BM = 16 * MT * NW;
+};
+
 // Launches one instantiation; explicitly instantiated per head dim in attention_fwd_d<D>.cu so the
-// 16 kernels compile in parallel. Grid: (query tiles, heads_q). Returns the launch error.
-template <int D, class E, int NW>
+// kernels compile in parallel. Grid: (query tiles, heads_q). Returns the launch error.
+template <int D, class E, class C>
 cudaError_t launch_fwd(const FwdParams& p, cudaStream_t stream) {
-  using S = FwdShape<D, NW>;
-  const auto kernel = attention_fwd_kernel<D, E, NW>;
+  using S = FwdShape<D, C::NW, C::MT>;
+  const auto kernel = attention_fwd_kernel<D, E, C::NW, C::MT, C::MIN_CTAS>;
   // Above 48 KB of dynamic shared memory a kernel must opt in once per process.
   static const cudaError_t configured = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes));
@@ -382,20 +406,20 @@ cudaError_t launch_fwd(const FwdParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-#define ARIADNE_INSTANTIATE_FWD(D)                                                  \
-  template cudaError_t launch_fwd<D, Bf16, 4>(const FwdParams&, cudaStream_t);     \
-  template cudaError_t launch_fwd<D, Bf16, 8>(const FwdParams&, cudaStream_t);     \
-  template cudaError_t launch_fwd<D, F16, 4>(const FwdParams&, cudaStream_t);      \
-  template cudaError_t launch_fwd<D, F16, 8>(const FwdParams&, cudaStream_t);
+// The two production configurations: 128-row tiles for long dense rows, 64-row tiles for bands.
+using WideConfig = Config<8, 1, 1>;
+using BandConfig = Config<4, 1, 1>;
 
-#define ARIADNE_DECLARE_FWD(D)                                                       \
-  extern template cudaError_t launch_fwd<D, Bf16, 4>(const FwdParams&, cudaStream_t); \
-  extern template cudaError_t launch_fwd<D, Bf16, 8>(const FwdParams&, cudaStream_t); \
-  extern template cudaError_t launch_fwd<D, F16, 4>(const FwdParams&, cudaStream_t);  \
-  extern template cudaError_t launch_fwd<D, F16, 8>(const FwdParams&, cudaStream_t);
-ARIADNE_DECLARE_FWD(64)
-ARIADNE_DECLARE_FWD(80)
-ARIADNE_DECLARE_FWD(96)
-ARIADNE_DECLARE_FWD(128)
+#define ARIADNE_FWD_CONFIGS(X, D) \
+  X(D, Bf16, WideConfig) X(D, Bf16, BandConfig) X(D, F16, WideConfig) X(D, F16, BandConfig)
+#define ARIADNE_FWD_INSTANTIATE_ONE(D, E, C) \
+  template cudaError_t launch_fwd<D, E, C>(const FwdParams&, cudaStream_t);
+#define ARIADNE_FWD_DECLARE_ONE(D, E, C) \
+  extern template cudaError_t launch_fwd<D, E, C>(const FwdParams&, cudaStream_t);
+#define ARIADNE_INSTANTIATE_FWD(D) ARIADNE_FWD_CONFIGS(ARIADNE_FWD_INSTANTIATE_ONE, D)
+ARIADNE_FWD_CONFIGS(ARIADNE_FWD_DECLARE_ONE, 64)
+ARIADNE_FWD_CONFIGS(ARIADNE_FWD_DECLARE_ONE, 80)
+ARIADNE_FWD_CONFIGS(ARIADNE_FWD_DECLARE_ONE, 96)
+ARIADNE_FWD_CONFIGS(ARIADNE_FWD_DECLARE_ONE, 128)
 
 }  // namespace ariadne::cuda

@@ -1,0 +1,289 @@
+// CUDA attention benchmark: reads bench/cases.json (the case list shared with bench/anchors.py) and
+// prints one JSON list of {"id", "impl": "ariadne", "ms", "tflops", ...} on stdout.
+//
+// Timing (docs of the device machine, METHOD.md): random inputs (never zeros), rotated among
+// enough buffer sets that the sets together exceed 3x the 60 MB L2, warm-up first, then the median
+// over many batches of the per-launch time. Each batch is one CUDA graph replay of `per_batch`
+// launches (so host launch gaps do not count, as they would not in a captured model); "ms_stream"
+// is the same median over plain stream launches, host overhead included. FLOPs count only allowed
+// (query, key) pairs: 4 · d · pairs · heads. "useful" is allowed pairs over the pairs the kernel's
+// tiles compute (the band-aware tiling's efficiency).
+//
+// Usage: bench_attention_cuda [cases.json] [id-substring ...]
+#if defined(ARIADNE_WITH_CUDA)
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ariadne/attention.hpp"
+#include "ariadne/device.hpp"
+#include "ariadne/pattern.hpp"
+#include "cuda/tiles.hpp"
+
+namespace {
+
+using namespace ariadne;
+
+void check(cudaError_t e, const char* what) {
+  ARIADNE_CHECK(e == cudaSuccess, "bench: ", what, ": ", cudaGetErrorString(e));
+}
+
+// Fills a device buffer with uniform random 16-bit values in [-1, 1): a 16 MB random host block,
+// copied at a different offset into each place, so no two buffers hold the same bytes in order.
+void fill_random(const DeviceBuffer& d, DType dt, std::mt19937_64& rng) {
+  static std::vector<uint16_t> block;
+  if (block.empty()) {
+    Buffer b(dt, {int64_t(8) << 20});
+    b.fill_random(rng());
+    block.assign(b.as<uint16_t>(), b.as<uint16_t>() + b.numel());
+  }
+  const size_t n = d.bytes() / 2, bn = block.size();
+  size_t done = 0, off = rng() % bn;
+  while (done < n) {
+    const size_t take = std::min(n - done, bn - off);
+    check(cudaMemcpy(static_cast<uint16_t*>(d.data()) + done, block.data() + off, take * 2, cudaMemcpyHostToDevice),
+          "upload");
+    done += take;
+    off = 0;
+  }
+}
+
+struct Counts {
+  double pairs = 0;     // allowed (query, key) pairs, one head
+  double computed = 0;  // pairs inside the tiles the kernel visits, one head
+};
+
+// Allowed pairs and computed tile area of head `h`, from the host copy of the pattern (the same
+// Pattern methods the kernel calls).
+Counts count_pairs(const Pattern& pat, int64_t total_q, int64_t total_k, int h, int bm, int bn) {
+  Counts c;
+  for (int32_t s = 0; s < pat.num_seqs; ++s) {
+    const SeqExtent e = pat.seq(s, total_q, total_k);
+    for (int64_t q_lo = 0; q_lo < e.lq; q_lo += bm) {
+      const int64_t q_hi = std::min(q_lo + bm, e.lq);
+      const KeyRange r = pat.key_range(e, q_lo, q_hi);
+      auto tile = [&](int64_t k_lo) {
+        const int64_t k_hi = std::min(k_lo + bn, e.lk);
+        c.computed += double(bm) * bn;
+        const TileKind kind = pat.classify(e, q_lo, q_hi, k_lo, k_hi);
+        if (kind == TileKind::full) c.pairs += double(q_hi - q_lo) * (k_hi - k_lo);
+        else if (kind == TileKind::partial)
+          for (int64_t iq = q_lo; iq < q_hi; ++iq) {
+            const KeyRange kr = pat.key_range(e, iq, iq + 1);
+            c.pairs += double(std::max<int64_t>(0, std::min(kr.hi, k_hi) - std::max(kr.lo, k_lo)));
+          }
+      };
+      if (pat.blocks.defined()) {
+        const int64_t row = pat.block_row(s, e, h, q_lo / pat.blocks.block);
+        for (int32_t i = pat.blocks.row_ptr[row]; i < pat.blocks.row_ptr[row + 1]; ++i)
+          for (int64_t k_lo = int64_t(pat.blocks.col_idx[i]) * pat.blocks.block;
+               k_lo < int64_t(pat.blocks.col_idx[i] + 1) * pat.blocks.block; k_lo += bn)
+            if (k_lo + bn > r.lo && k_lo < r.hi) tile(k_lo);
+      } else if (!r.empty()) {
+        for (int64_t k_lo = r.lo / bn * bn; k_lo < r.hi; k_lo += bn) tile(k_lo);
+      }
+    }
+  }
+  return c;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
+  const std::string id = jc.at("id");
+  const int64_t batch = jc.at("batch"), tokens = jc.at("tokens");
+  const int hq = jc.at("heads_q"), hkv = jc.at("heads_kv"), d = jc.at("dim");
+  const DType dt = parse_dtype(jc.value("dtype", std::string("bf16")));
+  const PatternSpec spec = parse_pattern_spec(jc.at("pattern"));
+  const SinkMode sink_mode = parse_sink_mode(jc.value("sink", std::string("none")));
+  const int64_t total = batch * tokens;
+
+  // Host pattern (for the mask and the counts) and its device twin.
+  std::vector<int32_t> cu(batch + 1);
+  for (int64_t b = 0; b <= batch; ++b) cu[b] = int32_t(b * tokens);
+  Pattern host = spec.dense;
+  if (batch > 1) host = host.with_varlen(int32_t(batch), cu.data());
+  BlockMask mask;
+  if (spec.block_density > 0) {
+    mask = BlockMask::random(host, spec.block, hq, total, total, spec.block_density, std::hash<std::string>{}(id),
+                             /*keep_diagonal=*/true);
+    host = host.with_blocks(mask.view());
+  }
+  DeviceBuffer d_cu, d_base, d_row, d_col;
+  Pattern dev = host;
+  if (batch > 1) {
+    d_cu = DeviceBuffer::from_ints(cu);
+    dev.cu_seqlens_q = static_cast<const int32_t*>(d_cu.data());
+    dev.cu_seqlens_k = nullptr;
+  }
+  if (spec.block_density > 0) {
+    d_base = DeviceBuffer::from_ints(mask.seq_block_base);
+    d_row = DeviceBuffer::from_ints(mask.row_ptr);
+    d_col = DeviceBuffer::from_ints(mask.col_idx);
+    dev.blocks.seq_block_base = static_cast<const int32_t*>(d_base.data());
+    dev.blocks.row_ptr = static_cast<const int32_t*>(d_row.data());
+    dev.blocks.col_idx = static_cast<const int32_t*>(d_col.data());
+  }
+
+  // Buffer sets: enough that their inputs and outputs together exceed 3x L2, within 24 GB.
+  const double set_bytes = double(total) * d * 2 * (2.0 * hq + 2.0 * hkv) + double(total) * hq * 4;
+  const int sets = int(std::clamp(std::ceil(180e6 / set_bytes), 2.0, std::max(2.0, std::floor(24e9 / set_bytes))));
+  struct Set {
+    DeviceBuffer q, k, v, out, lse;
+  };
+  std::vector<Set> bufs;
+  for (int i = 0; i < sets; ++i) {
+    Set s{DeviceBuffer(dt, {total, hq, d}), DeviceBuffer(dt, {total, hkv, d}), DeviceBuffer(dt, {total, hkv, d}),
+          DeviceBuffer(dt, {total, hq, d}), DeviceBuffer(DType::f32, {hq, total})};
+    fill_random(s.q, dt, rng);
+    fill_random(s.k, dt, rng);
+    fill_random(s.v, dt, rng);
+    bufs.push_back(std::move(s));
+  }
+  DeviceBuffer sink;
+  if (sink_mode != SinkMode::none) {
+    Buffer hs(DType::f32, {hq});
+    hs.fill_random(rng(), -2.f, 2.f);
+    sink = DeviceBuffer::from_host(hs);
+  }
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  std::vector<AttentionParams> params;
+  for (Set& s : bufs) {
+    AttentionParams p;
+    p.q = s.q.view();
+    p.k = s.k.view();
+    p.v = s.v.view();
+    p.out = s.out.view();
+    p.lse = s.lse.view();
+    p.pattern = dev;
+    p.sink_mode = sink_mode;
+    if (sink_mode != SinkMode::none) p.sink = sink.view();
+    p.stream = stream;
+    params.push_back(p);
+  }
+
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "event");
+  check(cudaEventCreate(&e1), "event");
+  auto time_launches = [&](int n, int start) {
+    check(cudaEventRecord(e0, stream), "record");
+    for (int i = 0; i < n; ++i) attention(params[(start + i) % sets], Backend::cuda);
+    check(cudaEventRecord(e1, stream), "record");
+    check(cudaEventSynchronize(e1), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+    return double(ms) / n;
+  };
+  time_launches(3, 0);  // warm-up: module load, shared-memory opt-in
+  const double rough = time_launches(5, 0);
+  // About 2 ms of work per batch, at least `sets` launches so every set is used.
+  const int per_batch = std::max(sets, int(std::ceil(2.0 / std::max(rough, 1e-3))));
+  // Fewer batches for long kernels: about 1.5 s per timing method and case at most.
+  const double batch_ms = per_batch * rough;
+  const int n_stream = std::clamp(int(1500 / batch_ms), 3, 15), n_graph = std::clamp(int(1500 / batch_ms), 5, 25);
+  std::vector<double> stream_ms;
+  for (int b = 0; b < n_stream; ++b) stream_ms.push_back(time_launches(per_batch, b));
+
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int i = 0; i < per_batch; ++i) attention(params[i % sets], Backend::cuda);
+  check(cudaStreamEndCapture(stream, &graph), "capture end");
+  check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
+  check(cudaGraphLaunch(exec, stream), "graph warm-up");
+  std::vector<double> graph_ms;
+  for (int b = 0; b < n_graph; ++b) {
+    check(cudaEventRecord(e0, stream), "record");
+    check(cudaGraphLaunch(exec, stream), "graph launch");
+    check(cudaEventRecord(e1, stream), "record");
+    check(cudaEventSynchronize(e1), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+    graph_ms.push_back(double(ms) / per_batch);
+  }
+  check(cudaGraphExecDestroy(exec), "graph");
+  check(cudaGraphDestroy(graph), "graph");
+  check(cudaEventDestroy(e0), "event");
+  check(cudaEventDestroy(e1), "event");
+  check(cudaStreamDestroy(stream), "stream");
+
+  // Pairs: heads differ only for block-sparse masks (one CSR row set per head).
+  const int bm = cuda_query_tile_rows(params[0]), bn = cuda_key_tile_rows();
+  Counts c;
+  const int heads_counted = host.blocks.defined() ? hq : 1;
+  for (int h = 0; h < heads_counted; ++h) {
+    const Counts ch = count_pairs(host, total, total, h, bm, bn);
+    c.pairs += ch.pairs;
+    c.computed += ch.computed;
+  }
+  c.pairs *= double(hq) / heads_counted;
+  c.computed *= double(hq) / heads_counted;
+  const double ms = median(graph_ms);
+  nlohmann::json r;
+  r["id"] = id;
+  r["impl"] = "ariadne";
+  r["ms"] = ms;
+  r["tflops"] = 4.0 * d * c.pairs / (ms * 1e-3) / 1e12;
+  r["ms_stream"] = median(stream_ms);
+  r["useful"] = c.computed > 0 ? c.pairs / c.computed : 0.0;
+  r["tile"] = std::to_string(bm) + "x" + std::to_string(bn);
+  r["sets"] = sets;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::string path = argc > 1 ? argv[1] : "bench/cases.json";
+    std::ifstream f(path);
+    ARIADNE_CHECK(f.good(), path, ": cannot open (pass the path of bench/cases.json)");
+    const nlohmann::json cases = nlohmann::json::parse(f);
+    ARIADNE_CHECK(cases.is_array(), path, ": expected a JSON list of cases");
+    std::mt19937_64 rng(12345);
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& jc : cases) {
+      const std::string id = jc.value("id", std::string("?"));
+      bool wanted = argc <= 2;
+      for (int i = 2; i < argc; ++i) wanted = wanted || id.find(argv[i]) != std::string::npos;
+      if (!wanted) continue;
+      if (jc.value("kind", std::string("attention")) == "stack") {
+        std::cerr << id << ": skipped (the attention-stack cases need the orders code, not in this build)\n";
+        continue;
+      }
+      const nlohmann::json r = run_case(jc, rng);
+      std::cerr << r.dump() << "\n";
+      out.push_back(r);
+    }
+    std::cout << out.dump(1) << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "bench_attention_cuda: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+#else
+
+#include <cstdio>
+
+int main() {
+  std::printf("CUDA not built\n");
+  return 0;
+}
+
+#endif
