@@ -7,9 +7,10 @@
 // launches (so host launch gaps do not count, as they would not in a captured model); "ms_stream"
 // is the same median over plain stream launches, host overhead included. FLOPs count only allowed
 // (query, key) pairs: 4 · d · pairs · heads. "useful" is allowed pairs over the pairs the kernel's
-// tiles compute (the band-aware tiling's efficiency).
+// tiles compute (the band-aware tiling's efficiency). "ms_colorder" (window cases on a square
+// grid): the same attention over the column-major token order, gathered inside the kernel.
 //
-// Usage: bench_attention_cuda [cases.json] [id-substring ...]
+// Usage: bench_attention_cuda [cases.json] [id-prefix[,id-prefix...] ...]
 #if defined(ARIADNE_WITH_CUDA)
 
 #include <cuda_runtime.h>
@@ -28,7 +29,7 @@
 #include "ariadne/attention.hpp"
 #include "ariadne/device.hpp"
 #include "ariadne/pattern.hpp"
-#include "cuda/tiles.hpp"
+#include "cuda/internal.hpp"
 
 namespace {
 
@@ -156,7 +157,7 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   DeviceBuffer sink;
   if (sink_mode != SinkMode::none) {
     Buffer hs(DType::f32, {hq});
-    hs.fill_random(rng(), -2.f, 2.f);
+    hs.fill_random(rng(), 3.f, 6.f);  // the anchors' range (bench/README.md)
     sink = DeviceBuffer::from_host(hs);
   }
   cudaStream_t stream;
@@ -198,31 +199,49 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   std::vector<double> stream_ms;
   for (int b = 0; b < n_stream; ++b) stream_ms.push_back(time_launches(per_batch, b));
 
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-  for (int i = 0; i < per_batch; ++i) attention(params[i % sets], Backend::cuda);
-  check(cudaStreamEndCapture(stream, &graph), "capture end");
-  check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
-  check(cudaGraphLaunch(exec, stream), "graph warm-up");
-  std::vector<double> graph_ms;
-  for (int b = 0; b < n_graph; ++b) {
-    check(cudaEventRecord(e0, stream), "record");
-    check(cudaGraphLaunch(exec, stream), "graph launch");
-    check(cudaEventRecord(e1, stream), "record");
-    check(cudaEventSynchronize(e1), "sync");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-    graph_ms.push_back(double(ms) / per_batch);
+  // Median per-launch time of one captured graph of `per_batch` calls of `call(set)`.
+  auto time_graph = [&](auto&& call) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+    for (int i = 0; i < per_batch; ++i) call(params[i % sets]);
+    check(cudaStreamEndCapture(stream, &graph), "capture end");
+    check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
+    check(cudaGraphLaunch(exec, stream), "graph warm-up");
+    std::vector<double> ms_per_launch;
+    for (int b = 0; b < n_graph; ++b) {
+      check(cudaEventRecord(e0, stream), "record");
+      check(cudaGraphLaunch(exec, stream), "graph launch");
+      check(cudaEventRecord(e1, stream), "record");
+      check(cudaEventSynchronize(e1), "sync");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+      ms_per_launch.push_back(double(ms) / per_batch);
+    }
+    check(cudaGraphExecDestroy(exec), "graph");
+    check(cudaGraphDestroy(graph), "graph");
+    return median(ms_per_launch);
+  };
+  const double ms = time_graph([](const AttentionParams& p) { attention(p, Backend::cuda); });
+
+  // Window cases on a square image also run over the column-major traversal of the grid (the
+  // token order of Ariadne's alternate layers), fused into the loads via attention_cuda_ordered.
+  double ms_colorder = 0;
+  const int64_t side = int64_t(std::llround(std::sqrt(double(tokens))));
+  if (batch == 1 && side * side == tokens && spec.dense.window_left != kUnbounded && !host.blocks.defined()) {
+    std::vector<int32_t> order(tokens);
+    for (int64_t i = 0; i < tokens; ++i) order[i] = int32_t((i % side) * side + i / side);
+    const DeviceBuffer d_order = DeviceBuffer::from_ints(order);
+    const auto* ord = static_cast<const int32_t*>(d_order.data());
+    attention_cuda_ordered(params[0], ord);  // warm-up outside the capture
+    ms_colorder = time_graph([&](const AttentionParams& p) { attention_cuda_ordered(p, ord); });
   }
-  check(cudaGraphExecDestroy(exec), "graph");
-  check(cudaGraphDestroy(graph), "graph");
   check(cudaEventDestroy(e0), "event");
   check(cudaEventDestroy(e1), "event");
   check(cudaStreamDestroy(stream), "stream");
 
   // Pairs: heads differ only for block-sparse masks (one CSR row set per head).
-  const int bm = cuda_query_tile_rows(params[0]), bn = cuda_key_tile_rows();
+  const int bm = cuda_query_tile_rows(params[0]), bn = cuda_key_tile_rows(params[0]);
   Counts c;
   const int heads_counted = host.blocks.defined() ? hq : 1;
   for (int h = 0; h < heads_counted; ++h) {
@@ -232,7 +251,6 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   }
   c.pairs *= double(hq) / heads_counted;
   c.computed *= double(hq) / heads_counted;
-  const double ms = median(graph_ms);
   nlohmann::json r;
   r["id"] = id;
   r["impl"] = "ariadne";
@@ -242,6 +260,7 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   r["useful"] = c.computed > 0 ? c.pairs / c.computed : 0.0;
   r["tile"] = std::to_string(bm) + "x" + std::to_string(bn);
   r["sets"] = sets;
+  if (ms_colorder > 0) r["ms_colorder"] = ms_colorder;
   return r;
 }
 
@@ -258,8 +277,17 @@ int main(int argc, char** argv) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& jc : cases) {
       const std::string id = jc.value("id", std::string("?"));
+      // Filters: id prefixes, given as separate arguments or comma-separated.
       bool wanted = argc <= 2;
-      for (int i = 2; i < argc; ++i) wanted = wanted || id.find(argv[i]) != std::string::npos;
+      for (int i = 2; i < argc && !wanted; ++i) {
+        std::string list = argv[i];
+        for (size_t pos = 0; pos <= list.size();) {
+          const size_t comma = std::min(list.find(',', pos), list.size());
+          const std::string prefix = list.substr(pos, comma - pos);
+          if (!prefix.empty() && id.rfind(prefix, 0) == 0) wanted = true;
+          pos = comma + 1;
+        }
+      }
       if (!wanted) continue;
       if (jc.value("kind", std::string("attention")) == "stack") {
         std::cerr << id << ": skipped (the attention-stack cases need the orders code, not in this build)\n";

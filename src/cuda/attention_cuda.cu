@@ -6,7 +6,7 @@
 #include <string>
 
 #include "backends.hpp"
-#include "cuda/tiles.hpp"
+#include "cuda/internal.hpp"
 #include "cuda/attention_fwd.cuh"
 
 namespace ariadne {
@@ -31,9 +31,12 @@ cudaError_t launch_dim(const cuda::FwdParams& fp, DType dtype, bool wide, cudaSt
   if (const char* v = std::getenv("ARIADNE_CUDA_VARIANT")) {
     const std::string s = v;
     if (dtype == DType::bf16 && (D == 80 || D == 128)) {
-      if (s == "4x2") return launch_fwd<D, Bf16, Config<4, 2, 1>>(fp, st);
-      if (s == "4x1m3") return launch_fwd<D, Bf16, Config<4, 1, 3>>(fp, st);
-      if (s == "8x1m2") return launch_fwd<D, Bf16, Config<8, 1, 2>>(fp, st);
+      if (s == "8x1") return launch_fwd<D, Bf16, Config<8, 1, 64, 1>>(fp, st);
+      if (s == "4x1m4") return launch_fwd<D, Bf16, Config<4, 1, 64, 4>>(fp, st);
+      if (s == "4x1n32") return launch_fwd<D, Bf16, Config<4, 1, 32, 1>>(fp, st);
+      if (s == "4x1n32m4") return launch_fwd<D, Bf16, Config<4, 1, 32, 4>>(fp, st);
+      if (s == "2x1n32m6") return launch_fwd<D, Bf16, Config<2, 1, 32, 6>>(fp, st);
+      if (s == "4x2n32") return launch_fwd<D, Bf16, Config<4, 2, 32, 1>>(fp, st);
       if (s == "4x1") return launch_fwd<D, Bf16, BandConfig>(fp, st);
     }
   }
@@ -59,7 +62,9 @@ bool choose_wide(const AttentionParams& p) {
 int cuda_query_tile_rows(const AttentionParams& p) {
   return choose_wide(p) ? cuda::WideConfig::BM : cuda::BandConfig::BM;
 }
-int cuda_key_tile_rows() { return cuda::kBlockN; }
+int cuda_key_tile_rows(const AttentionParams& p) {
+  return choose_wide(p) ? cuda::WideConfig::BN : cuda::BandConfig::BN;
+}
 
 bool attention_cuda_supports(const AttentionParams& p, std::string* why) {
   if (p.q.device != Device::cuda || p.k.device != Device::cuda || p.v.device != Device::cuda ||
@@ -83,7 +88,7 @@ bool attention_cuda_supports(const AttentionParams& p, std::string* why) {
       return fail_why(why, "cuda: q/k/v strides must be below 2^24 elements (32-bit tile offsets)");
   if (!rows_aligned(p.out, p.out.dtype == DType::f32 ? 2 : 8))
     return fail_why(why, "cuda: out rows must be 16-byte aligned (8-byte for f32 out)");
-  if (p.pattern.blocks.defined() && p.pattern.blocks.block % cuda::kBlockN != 0)
+  if (p.pattern.blocks.defined() && p.pattern.blocks.block % cuda::kMaxBlockN != 0)
     return fail_why(why, "cuda: block-sparse block size " + std::to_string(p.pattern.blocks.block) +
                              " not supported, expected a multiple of 64");
   if (p.entropy.defined() || p.distance.defined() || p.received.defined())
@@ -96,9 +101,13 @@ bool attention_cuda_supports(const AttentionParams& p, std::string* why) {
   return true;
 }
 
-void attention_cuda(const AttentionParams& p) {
+void attention_cuda(const AttentionParams& p) { attention_cuda_ordered(p, nullptr); }
+
+void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
   std::string why;
   ARIADNE_CHECK(attention_cuda_supports(p, &why), why);
+  ARIADNE_CHECK(order == nullptr || p.q.shape[0] == p.k.shape[0], "cuda: a token order needs total_q == total_k (",
+                p.q.shape[0], " vs ", p.k.shape[0], ")");
   const int64_t total_q = p.q.shape[0];
   if (total_q == 0) return;
 
@@ -108,6 +117,7 @@ void attention_cuda(const AttentionParams& p) {
   fp.v = p.v.data;
   fp.out = p.out.data;
   fp.lse = p.lse.defined() ? static_cast<float*>(p.lse.data) : nullptr;
+  fp.order = order;
   fp.sink = p.sink_mode != SinkMode::none ? static_cast<const float*>(p.sink.data) : nullptr;
   fp.q_tok = p.q.stride[0];
   fp.q_head = p.q.stride[1];

@@ -1,15 +1,17 @@
 // Internal: the FlashAttention-2-style forward kernel (mma.sync m16n8k16, ldmatrix, cp.async
 // double buffering, online softmax in registers), one template for every pattern.
 //
-// A CTA of NW warps (4 or 8) owns one (sequence, query head, query tile of BM = 16·NW rows); each
-// warp owns 16 query rows. (Two 16-row m-tiles per warp, FA2's layout, reuses each K/V fragment
-// twice but needs > 255 registers at d >= 80 with this pipeline and spills; 8 warps of 16 rows
-// amortize the tile loads over 128 rows instead.) Key tiles of BN = 64 rows stream through shared memory, double buffered: K of
+// A CTA of NW warps owns one (sequence, query head, query tile of BM = 16·MT·NW rows); each warp
+// owns MT 16-row m-tiles. Key tiles of BN rows stream through shared memory, double buffered: K of
 // tile j+1 loads while tile j's softmax runs, V of tile j+1 while tile j's P·V runs. The key tiles
 // visited come from Pattern::key_range (window, chunk, causal: a band) or the CSR row of the
-// block-sparse mask intersected with it; Pattern::classify decides per tile whether the element
-// mask is needed, so only boundary tiles pay for it. Masks and sinks are runtime branches: the
-// template parameters are the head dim, the dtype and NW only (16 instantiations).
+// block-sparse mask intersected with it; only tiles that Pattern::classify would call partial pay
+// for the element mask. Masks and sinks are runtime branches: the template parameters are the head
+// dim, the dtype and the tile configuration (two production configs: 16 instantiations).
+//
+// Configurations (measured on the H200, bench/cuda-notes.md): dense rows use FA2's layout, 4 warps
+// x 32 rows (each K/V fragment read from shared memory feeds two m-tiles); bands use 4 warps x 16
+// rows, whose 64-row tile keeps the key range of a ±64 window at 192 keys (useful fraction 0.67).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,6 +34,10 @@ struct FwdParams {
   void* out;    // [total_q, heads_q, D], dtype of q, or f32 when out_f32
   float* lse;   // [heads_q, total_q] contiguous, or null
   const float* sink;  // [heads_q] or null
+  // Optional token order [total_q] (total_q == total_k): logical row i of the pattern is stored at
+  // packed row order[i] of q, k, v, out and lse. Fuses a token re-permutation (Ariadne's row <->
+  // column orders) into the loads and stores instead of gathering q, k, v and scattering out.
+  const int32_t* order;
   int64_t q_tok, q_head, k_tok, k_head, v_tok, v_head, o_tok, o_head;
   int64_t total_q, total_k;
   int heads_q, group;  // group = heads_q / heads_kv (GQA)
@@ -41,14 +47,24 @@ struct FwdParams {
   Pattern pattern;
 };
 
-constexpr int kBlockN = 64;
+// Key tiles are at most this many rows; block-sparse blocks must be a multiple of it.
+constexpr int kMaxBlockN = 64;
 
-template <int D, int NW, int MT_>
-struct FwdShape {
-  static constexpr int MT = MT_;  // 16-row m-tiles per warp
+// A kernel configuration: NW warps, MT 16-row m-tiles per warp (query tile BM = 16·MT·NW rows),
+// BN-row key tiles, MIN_CTAS resident CTAs asked of the register allocator (__launch_bounds__).
+template <int NW_, int MT_, int BN_, int MIN_CTAS_>
+struct Config {
+  static constexpr int NW = NW_, MT = MT_, BN = BN_, MIN_CTAS = MIN_CTAS_;
   static constexpr int BM = 16 * MT * NW;
-  static constexpr int threads = 32 * NW;
-  static constexpr int BN = kBlockN;
+  static_assert(BN % 16 == 0 && kMaxBlockN % BN == 0, "key tiles divide the block-sparse unit");
+};
+
+template <int D, class Cfg>
+struct FwdShape {
+  static constexpr int MT = Cfg::MT;  // 16-row m-tiles per warp
+  static constexpr int BM = Cfg::BM;
+  static constexpr int threads = 32 * Cfg::NW;
+  static constexpr int BN = Cfg::BN;
   // Shared rows are padded by 16 bytes: the row pitch is an odd number of 16-byte units, so the 8
   // row addresses of every ldmatrix phase land in 8 different bank groups (no swizzle needed,
   // and it works for D = 80 and 96, whose 10 and 12 chunks an XOR swizzle of 8 would not fit).
@@ -62,6 +78,7 @@ struct FwdShape {
 // block/BN tiles, those outside key_range skipped. Uniform across the CTA (no divergence).
 // Sequence-local positions fit 32 bits (cu_seqlens are int32), so the loop runs on int: 64-bit
 // divisions there cost a call and many registers.
+template <int BN>
 struct KeyTiles {
   const int32_t* cols = nullptr;  // CSR column list of this row (block-sparse) or null
   int pos = 0, end = 0;           // dense: tile index; sparse: entry·per + sub-tile
@@ -72,19 +89,19 @@ struct KeyTiles {
     while (pos < end) {
       const int i = pos++;
       if (cols == nullptr) {
-        k_lo = i * kBlockN;
+        k_lo = i * BN;
         return true;
       }
-      k_lo = cols[i / per] * block + (i % per) * kBlockN;
-      if (k_lo + kBlockN > lo && k_lo < hi) return true;
+      k_lo = cols[i / per] * block + (i % per) * BN;
+      if (k_lo + BN > lo && k_lo < hi) return true;
     }
     return false;
   }
 };
 
-template <int D, class E, int NW, int MT_, int MIN_CTAS>
-__global__ void __launch_bounds__(32 * NW, MIN_CTAS) attention_fwd_kernel(const FwdParams p) {
-  using S = FwdShape<D, NW, MT_>;
+template <int D, class E, class Cfg>
+__global__ void __launch_bounds__(32 * Cfg::NW, Cfg::MIN_CTAS) attention_fwd_kernel(const FwdParams p) {
+  using S = FwdShape<D, Cfg>;
   constexpr int MT = S::MT, kThreads = S::threads;
   constexpr int BM = S::BM, BN = S::BN, RS = S::RS, C = S::CHUNKS;
   constexpr int NT = BN / 8;  // score n-tiles per m-tile
@@ -123,7 +140,7 @@ __global__ void __launch_bounds__(32 * NW, MIN_CTAS) attention_fwd_kernel(const 
   const int64_t q_hi = q_lo + BM < e.lq ? q_lo + BM : e.lq;
 
   // ---- the key tiles to visit ----
-  KeyTiles tiles;
+  KeyTiles<BN> tiles;
   const KeyRange range = pat.key_range(e, q_lo, q_hi);
   tiles.lo = int(range.lo);
   tiles.hi = int(range.hi);
@@ -144,27 +161,42 @@ __global__ void __launch_bounds__(32 * NW, MIN_CTAS) attention_fwd_kernel(const 
   const int full_lo = int(pat.key_range(e, q_hi - 1, q_hi).lo);
   const int full_hi = int(pat.key_range(e, q_lo, q_lo + 1).hi);
 
-  const T* qg = static_cast<const T*>(p.q) + (e.q0 + q_lo) * p.q_tok + h * p.q_head;
-  const T* kg = static_cast<const T*>(p.k) + e.k0 * p.k_tok + kvh * p.k_head;
-  const T* vg = static_cast<const T*>(p.v) + e.k0 * p.v_tok + kvh * p.v_head;
+  const T* qg = static_cast<const T*>(p.q) + h * p.q_head;  // head bases; rows added below
+  const T* kg = static_cast<const T*>(p.k) + kvh * p.k_head;
+  const T* vg = static_cast<const T*>(p.v) + kvh * p.v_head;
+  // Packed storage row of logical packed row i.
+  auto stored = [&](int64_t i) -> int64_t { return p.order != nullptr ? p.order[i] : i; };
 
   // Offsets inside one tile fit 32 bits (attention_cuda_supports bounds the strides); keeping
   // them 32-bit saves the registers the compiler would spend on hoisted 64-bit addresses.
-  auto load_rows = [&](T* dst, const T* src, int64_t stride, int rows, int64_t valid) {
+  // Rows first_row .. first_row + rows of one head (logical packed rows), `valid` of them real.
+  auto load_rows = [&](T* dst, const T* head, int64_t stride, int64_t first_row, int rows, int64_t valid) {
+    if (p.order == nullptr) {
+      const T* src = head + first_row * stride;
 #pragma unroll
-    for (int i = tid; i < rows * C; i += kThreads) {
-      const int r = i / C, c = i % C;
-      const bool ok = r < valid;
-      cp_async16(smem_addr(dst + r * RS + c * 8), src + (ok ? r * int(stride) + c * 8 : 0), ok);
+      for (int i = tid; i < rows * C; i += kThreads) {
+        const int r = i / C, c = i % C;
+        const bool ok = r < valid;
+        cp_async16(smem_addr(dst + r * RS + c * 8), src + (ok ? r * int(stride) + c * 8 : 0), ok);
+      }
+    } else {
+      // Not unrolled: the gathered path must not raise the register count of the plain one.
+#pragma unroll 1
+      for (int i = tid; i < rows * C; i += kThreads) {
+        const int r = i / C, c = i % C;
+        const bool ok = r < valid;
+        const T* src = ok ? head + p.order[first_row + r] * stride + c * 8 : head;
+        cp_async16(smem_addr(dst + r * RS + c * 8), src, ok);
+      }
     }
   };
-  auto load_kv = [&](T* dst, const T* base, int64_t stride, int k_lo) {
-    load_rows(dst, base + k_lo * stride, stride, BN, e.lk - k_lo);
+  auto load_kv = [&](T* dst, const T* head, int64_t stride, int k_lo) {
+    load_rows(dst, head, stride, e.k0 + k_lo, BN, e.lk - k_lo);
   };
 
   int k_cur = 0;
   bool have = tiles.next(k_cur);
-  load_rows(Qs, qg, p.q_tok, BM, q_hi - q_lo);
+  load_rows(Qs, qg, p.q_tok, e.q0 + q_lo, BM, q_hi - q_lo);
   if (have) load_kv(Ks, kg, p.k_tok, k_cur);
   cp_async_commit();
   if (have) load_kv(Vs, vg, p.v_tok, k_cur);
@@ -195,6 +227,7 @@ __global__ void __launch_bounds__(32 * NW, MIN_CTAS) attention_fwd_kernel(const 
     }
   const float sink_log2 =
       p.sink_kind != kSinkNone ? p.sink[h] * 1.4426950408889634f : 0.f;
+  const float sink_raw = sink_log2 / p.scale_log2;  // the key0 bias in unscaled score units
   int buf = 0;
 
   while (have) {
@@ -235,15 +268,13 @@ __global__ void __launch_bounds__(32 * NW, MIN_CTAS) attention_fwd_kernel(const 
     if (have_next) load_kv(Ks + (buf ^ 1) * BN * RS, kg, p.k_tok, k_next);
     cp_async_commit();  // committed even when empty, so the wait counts above stay uniform
 
-    // ---- scale, mask (boundary tiles only), online softmax ----
+    // ---- mask (boundary tiles only), online softmax ----
+    // Scores stay unscaled here; the scale folds into the exponent's FMA (one FFMA per element
+    // instead of FMUL + FADD). The running max m_row is kept in scaled base-2 units.
     const bool key0 = p.sink_kind == kSinkKey0 && k_cur == 0;
     const bool masked = key0 || k_cur < full_lo || k_cur + BN > full_hi;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) sc[mt][j][c] *= p.scale_log2;
       if (masked) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -254,17 +285,18 @@ __global__ void __launch_bounds__(32 * NW, MIN_CTAS) attention_fwd_kernel(const 
             for (int c = 0; c < 2; ++c) {
               const int col = j * 8 + 2 * tq + c;
               if (col < lo || col >= hi) sc[mt][j][2 * r + c] = -INFINITY;
-              else if (key0 && col == 0) sc[mt][j][2 * r + c] += sink_log2;
+              else if (key0 && col == 0) sc[mt][j][2 * r + c] += sink_raw;
             }
         }
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float mx = m_row[mt][r];
+        float mx = -INFINITY;
 #pragma unroll
         for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(sc[mt][j][2 * r], sc[mt][j][2 * r + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = fmaxf(m_row[mt][r], mx * p.scale_log2);  // scale > 0: max commutes with it
         // A row with nothing allowed so far keeps max −inf; subtracting 0 instead keeps
         // exp2(−inf − base) = 0 rather than NaN.
         const float base = mx == -INFINITY ? 0.f : mx;
@@ -273,8 +305,8 @@ __global__ void __launch_bounds__(32 * NW, MIN_CTAS) attention_fwd_kernel(const 
         float sum = 0.f;
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-          sc[mt][j][2 * r] = ex2(sc[mt][j][2 * r] - base);
-          sc[mt][j][2 * r + 1] = ex2(sc[mt][j][2 * r + 1] - base);
+          sc[mt][j][2 * r] = ex2(fmaf(sc[mt][j][2 * r], p.scale_log2, -base));
+          sc[mt][j][2 * r + 1] = ex2(fmaf(sc[mt][j][2 * r + 1], p.scale_log2, -base));
           sum += sc[mt][j][2 * r] + sc[mt][j][2 * r + 1];
         }
         // l is kept per thread (a quarter of the row) and reduced across the quad at the end.
@@ -355,7 +387,7 @@ __global__ void __launch_bounds__(32 * NW, MIN_CTAS) attention_fwd_kernel(const 
         const float o0 = acc[mt][j][2 * r] * inv, o1 = acc[mt][j][2 * r + 1] * inv;
         if (p.out_f32) {
           if (iq < e.lq) {
-            float* og = static_cast<float*>(p.out) + (e.q0 + iq) * p.o_tok + h * p.o_head +
+            float* og = static_cast<float*>(p.out) + stored(e.q0 + iq) * p.o_tok + h * p.o_head +
                         j * 8 + 2 * tq;
             *reinterpret_cast<float2*>(og) = make_float2(o0, o1);
           }
@@ -364,37 +396,29 @@ __global__ void __launch_bounds__(32 * NW, MIN_CTAS) attention_fwd_kernel(const 
         }
       }
       if (p.lse != nullptr && tq == 0 && iq < e.lq)
-        p.lse[int64_t(h) * p.total_q + e.q0 + iq] =
+        p.lse[int64_t(h) * p.total_q + stored(e.q0 + iq)] =
             l > 0.f ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
     }
   }
   if (!p.out_f32) {
     __syncwarp();
     // 16-byte coalesced stores of this warp's rows.
-    T* og = static_cast<T*>(p.out) + (e.q0 + q_lo) * p.o_tok + h * p.o_head;
+    T* og = static_cast<T*>(p.out) + h * p.o_head;
     for (int i = lane; i < MT * 16 * C; i += 32) {
       const int row = warp_row + i / C, c = i % C;
       if (q_lo + row < e.lq)
-        *reinterpret_cast<uint4*>(og + row * p.o_tok + c * 8) =
+        *reinterpret_cast<uint4*>(og + stored(e.q0 + q_lo + row) * p.o_tok + c * 8) =
             *reinterpret_cast<const uint4*>(stage + row * RS + c * 8);
     }
   }
 }
 
-// A kernel configuration: NW warps, MT 16-row m-tiles per warp (query tile BM = 16·MT·NW rows),
-// MIN_CTAS resident CTAs asked of the register allocator (__launch_bounds__).
-template <int NW_, int MT_, int MIN_CTAS_>
-struct Config {
-  static constexpr int NW = NW_, MT = MT_, MIN_CTAS = MIN_CTAS_;
-  static constexpr int BM = 16 * MT * NW;
-};
-
 // Launches one instantiation; explicitly instantiated per head dim in attention_fwd_d<D>.cu so the
 // kernels compile in parallel. Grid: (query tiles, heads_q). Returns the launch error.
 template <int D, class E, class C>
 cudaError_t launch_fwd(const FwdParams& p, cudaStream_t stream) {
-  using S = FwdShape<D, C::NW, C::MT>;
-  const auto kernel = attention_fwd_kernel<D, E, C::NW, C::MT, C::MIN_CTAS>;
+  using S = FwdShape<D, C>;
+  const auto kernel = attention_fwd_kernel<D, E, C>;
   // Above 48 KB of dynamic shared memory a kernel must opt in once per process.
   static const cudaError_t configured = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes));
@@ -407,8 +431,8 @@ cudaError_t launch_fwd(const FwdParams& p, cudaStream_t stream) {
 }
 
 // The two production configurations: 128-row tiles for long dense rows, 64-row tiles for bands.
-using WideConfig = Config<8, 1, 1>;
-using BandConfig = Config<4, 1, 1>;
+using WideConfig = Config<4, 2, 64, 1>;
+using BandConfig = Config<4, 1, 64, 3>;
 
 #define ARIADNE_FWD_CONFIGS(X, D) \
   X(D, Bf16, WideConfig) X(D, Bf16, BandConfig) X(D, F16, WideConfig) X(D, F16, BandConfig)

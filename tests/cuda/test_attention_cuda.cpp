@@ -4,9 +4,11 @@
 // every failure prints it), uploads them and the pattern's arrays to the device, poisons out and
 // lse with NaN, runs attention(p, Backend::cuda) twice and checks: every element written and close
 // to the reference, LSE entry by entry, and the two runs bit-identical (a race would show there).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "ariadne/attention.hpp"
 #include "ariadne/device.hpp"
 #include "common.hpp"
+#include "cuda/internal.hpp"
 
 namespace ariadne {
 namespace {
@@ -248,6 +251,70 @@ TEST(CudaAttention, LongRowsAndLargeLogits) {
   Case big = make_case("large_logits_causal_d128", {400}, 128, DType::f16, Pattern::causal());
   big.input_scale = 2.f;
   check_case(big);
+}
+
+// Rows of a contiguous [total, heads·dim] buffer taken in `order`: result row i = source row order[i].
+Buffer gather_rows(const Buffer& src, const std::vector<int32_t>& order) {
+  Buffer dst(src.dtype(), src.shape());
+  const size_t row = size_t(src.numel() / src.shape()[0]) * dtype_size(src.dtype());
+  for (size_t i = 0; i < order.size(); ++i)
+    std::memcpy(static_cast<char*>(dst.data()) + i * row, static_cast<const char*>(src.data()) + order[i] * row, row);
+  return dst;
+}
+
+TEST(CudaAttention, FusedTokenOrder) {
+  // A 24 x 20 token grid stored row-major; the pattern runs over its column-major traversal
+  // (Ariadne's alternate layers), or over a random permutation. Expected: the reference on
+  // explicitly gathered inputs, its rows scattered back to storage order.
+  const int rows = 24, cols = 20, total = rows * cols;
+  std::vector<int32_t> column_major(total), shuffled(total);
+  for (int i = 0; i < total; ++i) column_major[i] = (i % rows) * cols + i / rows;
+  std::iota(shuffled.begin(), shuffled.end(), 0);
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(uint32_t(base_seed())));
+  for (const auto& [oname, order] : {std::pair{"colmajor", column_major}, std::pair{"shuffled", shuffled}})
+    for (const auto& [pname, pat] : {std::pair{"window", Pattern::window(8, 8)}, std::pair{"chunk", Pattern::chunked(24)},
+                                     std::pair{"causal", Pattern::causal()}})
+      for (int dim : {64, 80}) {
+        Case c = make_case(std::string("order_") + oname + "_" + pname + "_d" + std::to_string(dim), {total}, dim,
+                           DType::bf16, pat);
+        c.heads_q = 8;
+        c.heads_kv = 2;
+        c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
+        SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+        const testing::Inputs in = testing::make_inputs(c);
+
+        // Reference in logical order.
+        testing::Inputs logical;
+        logical.q = gather_rows(in.q, order);
+        logical.k = gather_rows(in.k, order);
+        logical.v = gather_rows(in.v, order);
+        logical.params = in.params;
+        logical.params.q = make_view(logical.q.data(), c.dtype, {total, c.heads_q, dim});
+        logical.params.k = make_view(logical.k.data(), c.dtype, {total, c.heads_kv, dim});
+        logical.params.v = make_view(logical.v.data(), c.dtype, {total, c.heads_kv, dim});
+        logical.total_q = logical.total_k = total;
+        const testing::Result ref = testing::run_reference(logical);
+        Buffer want_out(DType::f32, {total, c.heads_q, dim}), want_lse(DType::f32, {c.heads_q, total});
+        for (int i = 0; i < total; ++i)
+          for (int h = 0; h < c.heads_q; ++h) {
+            want_lse.view().set({h, order[i]}, ref.lse.view().get({h, i}));
+            for (int x = 0; x < dim; ++x) want_out.view().set({order[i], h, x}, ref.out.view().get({i, h, x}));
+          }
+
+        DeviceCase d = upload(in);
+        const DeviceBuffer d_order = DeviceBuffer::from_ints(order);
+        DeviceBuffer out(c.dtype, {total, c.heads_q, dim}), lse(DType::f32, {c.heads_q, total});
+        out.fill_bytes(0xFF);
+        lse.fill_bytes(0xFF);
+        d.p.out = out.view();
+        d.p.lse = lse.view();
+        validate(d.p);
+        attention_cuda_ordered(d.p, static_cast<const int32_t*>(d_order.data()));
+        cuda_synchronize();
+        const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
+        EXPECT_TRUE(testing::close_enough("out", testing::compare(out.to_host().view(), want_out.view()), tol));
+        EXPECT_TRUE(testing::lse_close(lse.to_host().view(), want_lse.view(), tol));
+      }
 }
 
 TEST(CudaAttention, RejectsWhatItCannotRun) {
