@@ -27,23 +27,20 @@ bool rows_aligned(const TensorView& t, int64_t elems) {
 template <int D>
 cudaError_t launch_dim(const cuda::FwdParams& fp, DType dtype, bool wide, cudaStream_t st) {
   using namespace cuda;
-#if defined(ARIADNE_CUDA_EXPERIMENT)
-  if (const char* v = std::getenv("ARIADNE_CUDA_VARIANT")) {
-    const std::string s = v;
-    if (dtype == DType::bf16 && (D == 80 || D == 128)) {
-      if (s == "8x1") return launch_fwd<D, Bf16, Config<8, 1, 64, 1>>(fp, st);
-      if (s == "4x1m4") return launch_fwd<D, Bf16, Config<4, 1, 64, 4>>(fp, st);
-      if (s == "4x1n32") return launch_fwd<D, Bf16, Config<4, 1, 32, 1>>(fp, st);
-      if (s == "4x1n32m4") return launch_fwd<D, Bf16, Config<4, 1, 32, 4>>(fp, st);
-      if (s == "2x1n32m6") return launch_fwd<D, Bf16, Config<2, 1, 32, 6>>(fp, st);
-      if (s == "4x2n32") return launch_fwd<D, Bf16, Config<4, 2, 32, 1>>(fp, st);
-      if (s == "4x1") return launch_fwd<D, Bf16, BandConfig>(fp, st);
-    }
+  // Diagnostics are compiled into the 64-row configuration only.
+  const bool diag = fp.entropy != nullptr || fp.distance != nullptr;
+  if (dtype == DType::bf16) {
+    if (diag) return launch_fwd<D, Bf16, BandConfig, true>(fp, st);
+    return wide ? launch_fwd<D, Bf16, WideConfig, false>(fp, st) : launch_fwd<D, Bf16, BandConfig, false>(fp, st);
   }
-#endif
-  if (dtype == DType::bf16)
-    return wide ? launch_fwd<D, Bf16, WideConfig>(fp, st) : launch_fwd<D, Bf16, BandConfig>(fp, st);
-  return wide ? launch_fwd<D, F16, WideConfig>(fp, st) : launch_fwd<D, F16, BandConfig>(fp, st);
+  if (diag) return launch_fwd<D, F16, BandConfig, true>(fp, st);
+  return wide ? launch_fwd<D, F16, WideConfig, false>(fp, st) : launch_fwd<D, F16, BandConfig, false>(fp, st);
+}
+
+template <int D>
+cudaError_t launch_received_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
+  return dtype == DType::bf16 ? cuda::launch_received<D, cuda::Bf16>(fp, st)
+                              : cuda::launch_received<D, cuda::F16>(fp, st);
 }
 
 // 128-row query tiles share each K/V tile load among more rows and suit long dense rows; 64-row
@@ -51,6 +48,7 @@ cudaError_t launch_dim(const cuda::FwdParams& fp, DType dtype, bool wide, cudaSt
 // small to fill the 132 multiprocessors with 128-row tiles.
 bool choose_wide(const AttentionParams& p) {
   const Pattern& pat = p.pattern;
+  if (p.entropy.defined() || p.distance.defined()) return false;  // compiled into 64-row tiles only
   if (pat.blocks.defined()) return pat.blocks.block % cuda::WideConfig::BM == 0;
   if (pat.window_left != kUnbounded || pat.chunk > 0) return false;
   const int64_t ctas = (p.q.shape[0] + cuda::WideConfig::BM - 1) / cuda::WideConfig::BM * p.heads_q();
@@ -91,9 +89,11 @@ bool attention_cuda_supports(const AttentionParams& p, std::string* why) {
   if (p.pattern.blocks.defined() && p.pattern.blocks.block % cuda::kMaxBlockN != 0)
     return fail_why(why, "cuda: block-sparse block size " + std::to_string(p.pattern.blocks.block) +
                              " not supported, expected a multiple of 64");
-  if (p.entropy.defined() || p.distance.defined() || p.received.defined())
-    return fail_why(why, "cuda: diagnostics (entropy, distance, received) are not implemented on "
-                         "the CUDA backend yet (issue 4)");
+  for (const auto& [t, name] : {std::pair{&p.entropy, "entropy"}, std::pair{&p.distance, "distance"},
+                                 std::pair{&p.received, "received"}, std::pair{&p.coords_q, "coords_q"},
+                                 std::pair{&p.coords_k, "coords_k"}})
+    if (t->defined() && (t->device != Device::cuda || !t->contiguous()))
+      return fail_why(why, std::string("cuda: ") + name + " must be a contiguous device tensor");
   if (p.sink_mode != SinkMode::none && p.sink.device != Device::cuda)
     return fail_why(why, "cuda: sink must be a device tensor");
   if (p.lse.defined() && p.lse.device != Device::cuda)
@@ -109,7 +109,14 @@ void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
   ARIADNE_CHECK(order == nullptr || p.q.shape[0] == p.k.shape[0], "cuda: a token order needs total_q == total_k (",
                 p.q.shape[0], " vs ", p.k.shape[0], ")");
   const int64_t total_q = p.q.shape[0];
-  if (total_q == 0) return;
+  if (total_q == 0) {  // no query: every key receives nothing
+    if (p.received.defined()) {
+      const cudaError_t e = cudaMemsetAsync(p.received.data, 0, size_t(p.received.numel()) * sizeof(float),
+                                            static_cast<cudaStream_t>(p.stream));
+      ARIADNE_CHECK(e == cudaSuccess, "cuda: clearing received: ", cudaGetErrorString(e));
+    }
+    return;
+  }
 
   cuda::FwdParams fp{};
   fp.q = p.q.data;
@@ -136,10 +143,25 @@ void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
                  : p.sink_mode == SinkMode::key0_bias ? cuda::kSinkKey0
                                                       : cuda::kSinkNone;
   fp.out_f32 = p.out.dtype == DType::f32;
+  fp.entropy = p.entropy.defined() ? static_cast<float*>(p.entropy.data) : nullptr;
+  fp.distance = p.distance.defined() ? static_cast<float*>(p.distance.data) : nullptr;
+  fp.received = p.received.defined() ? static_cast<float*>(p.received.data) : nullptr;
+  if (fp.distance != nullptr) {
+    fp.coords_q = static_cast<const float2*>(p.coords_q.data);
+    fp.coords_k = static_cast<const float2*>(p.coords_k.data);
+  }
   fp.pattern = p.pattern;
 
   const bool wide = choose_wide(p);
   const auto st = static_cast<cudaStream_t>(p.stream);
+  // The received pass needs the LSE: a stream-ordered scratch buffer when the caller asked for none.
+  float* scratch = nullptr;
+  if (fp.received != nullptr && fp.lse == nullptr) {
+    const cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&scratch),
+                                          size_t(total_q) * p.heads_q() * sizeof(float), st);
+    ARIADNE_CHECK(e == cudaSuccess, "cuda: LSE scratch for the received pass: ", cudaGetErrorString(e));
+    fp.lse = scratch;
+  }
   cudaError_t err = cudaSuccess;
   switch (p.head_dim()) {
     case 64: err = launch_dim<64>(fp, p.q.dtype, wide, st); break;
@@ -147,7 +169,19 @@ void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
     case 96: err = launch_dim<96>(fp, p.q.dtype, wide, st); break;
     default: err = launch_dim<128>(fp, p.q.dtype, wide, st); break;
   }
+  if (err != cudaSuccess && scratch != nullptr) cudaFreeAsync(scratch, st);
   ARIADNE_CHECK(err == cudaSuccess, "cuda: attention kernel launch failed: ", cudaGetErrorString(err));
+  if (fp.received == nullptr) return;
+
+  // Received attention: a second, transposed pass over the forward's sink-inclusive LSE.
+  switch (p.head_dim()) {
+    case 64: err = launch_received_dim<64>(fp, p.q.dtype, st); break;
+    case 80: err = launch_received_dim<80>(fp, p.q.dtype, st); break;
+    case 96: err = launch_received_dim<96>(fp, p.q.dtype, st); break;
+    default: err = launch_received_dim<128>(fp, p.q.dtype, st); break;
+  }
+  if (scratch != nullptr) cudaFreeAsync(scratch, st);
+  ARIADNE_CHECK(err == cudaSuccess, "cuda: received-attention pass failed: ", cudaGetErrorString(err));
 }
 
 }  // namespace ariadne

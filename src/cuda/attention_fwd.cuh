@@ -7,7 +7,9 @@
 // visited come from Pattern::key_range (window, chunk, causal: a band) or the CSR row of the
 // block-sparse mask intersected with it; only tiles that Pattern::classify would call partial pay
 // for the element mask. Masks and sinks are runtime branches: the template parameters are the head
-// dim, the dtype and the tile configuration (two production configs: 16 instantiations).
+// dim, the dtype, the tile configuration (two production configs) and whether the diagnostics
+// (entropy, distance) are accumulated, compiled for the 64-row config only: 24 forward kernels,
+// plus 8 of the transposed received-attention pass.
 //
 // Configurations (measured on the H200, bench/cuda-notes.md): dense rows use FA2's layout, 4 warps
 // x 32 rows (each K/V fragment read from shared memory feeds two m-tiles); bands use 4 warps x 16
@@ -38,6 +40,13 @@ struct FwdParams {
   // packed row order[i] of q, k, v, out and lse. Fuses a token re-permutation (Ariadne's row <->
   // column orders) into the loads and stores instead of gathering q, k, v and scattering out.
   const int32_t* order;
+  // Diagnostics (null when not requested): [heads_q, total_q] / [heads_q, total_k] f32, and token
+  // coordinates [total, 2] f32 (row, col) in storage order.
+  float* entropy;
+  float* distance;
+  float* received;
+  const float2* coords_q;
+  const float2* coords_k;
   int64_t q_tok, q_head, k_tok, k_head, v_tok, v_head, o_tok, o_head;
   int64_t total_q, total_k;
   int heads_q, group;  // group = heads_q / heads_kv (GQA)
@@ -99,7 +108,7 @@ struct KeyTiles {
   }
 };
 
-template <int D, class E, class Cfg>
+template <int D, class E, class Cfg, bool DIAG>
 __global__ void __launch_bounds__(32 * Cfg::NW, Cfg::MIN_CTAS) attention_fwd_kernel(const FwdParams p) {
   using S = FwdShape<D, Cfg>;
   constexpr int MT = S::MT, kThreads = S::threads;
@@ -225,6 +234,18 @@ __global__ void __launch_bounds__(32 * Cfg::NW, Cfg::MIN_CTAS) attention_fwd_ker
       row_lo[mt][r] = int(kr.lo);
       row_hi[mt][r] = int(kr.hi);
     }
+  float u_row[MT][2] = {}, w_row[MT][2] = {};  // diagnostics: Σ p·s and Σ p·dist, rescaled like l
+  float2 cq[MT][2] = {};             // diagnostics: this thread's query coordinates
+  if constexpr (DIAG) {
+    if (p.coords_q != nullptr)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int64_t iq = q_lo + warp_row + mt * 16 + g + 8 * r;
+          if (iq < e.lq) cq[mt][r] = p.coords_q[stored(e.q0 + iq)];
+        }
+  }
   const float sink_log2 =
       p.sink_kind != kSinkNone ? p.sink[h] * 1.4426950408889634f : 0.f;
   const float sink_raw = sink_log2 / p.scale_log2;  // the key0 bias in unscaled score units
@@ -302,15 +323,34 @@ __global__ void __launch_bounds__(32 * Cfg::NW, Cfg::MIN_CTAS) attention_fwd_ker
         const float base = mx == -INFINITY ? 0.f : mx;
         const float alpha = ex2(m_row[mt][r] - base);
         m_row[mt][r] = mx;
-        float sum = 0.f;
+        float sum = 0.f, u = 0.f, w = 0.f;
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-          sc[mt][j][2 * r] = ex2(fmaf(sc[mt][j][2 * r], p.scale_log2, -base));
-          sc[mt][j][2 * r + 1] = ex2(fmaf(sc[mt][j][2 * r + 1], p.scale_log2, -base));
-          sum += sc[mt][j][2 * r] + sc[mt][j][2 * r + 1];
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float raw = sc[mt][j][2 * r + c];
+            const float pr = ex2(fmaf(raw, p.scale_log2, -base));
+            sc[mt][j][2 * r + c] = pr;
+            sum += pr;
+            if constexpr (DIAG) {
+              // Entropy needs Σ p·s, distance Σ p·‖c_i − c_j‖ (masked keys have p = 0).
+              if (pr > 0.f) {
+                u += pr * raw;
+                if (p.coords_k != nullptr) {
+                  const float2 ck = p.coords_k[stored(e.k0 + k_cur + j * 8 + 2 * tq + c)];
+                  const float dr = cq[mt][r].x - ck.x, dc = cq[mt][r].y - ck.y;
+                  w += pr * sqrtf(dr * dr + dc * dc);
+                }
+              }
+            }
+          }
         }
         // l is kept per thread (a quarter of the row) and reduced across the quad at the end.
         l_row[mt][r] = l_row[mt][r] * alpha + sum;
+        if constexpr (DIAG) {
+          u_row[mt][r] = u_row[mt][r] * alpha + u;
+          w_row[mt][r] = w_row[mt][r] * alpha + w;
+        }
 #pragma unroll
         for (int j = 0; j < DT; ++j) {
           acc[mt][j][2 * r] *= alpha;
@@ -367,6 +407,23 @@ __global__ void __launch_bounds__(32 * Cfg::NW, Cfg::MIN_CTAS) attention_fwd_ker
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       float m = m_row[mt][r];
+      const int row = warp_row + mt * 16 + g + 8 * r;
+      const int64_t iq = q_lo + row;
+      if constexpr (DIAG) {
+        // Over the keys only (the sink's mass left out): H = ln Z_k − Σ â·s, distance = Σ â·dist.
+        float u = u_row[mt][r], w = w_row[mt][r];
+        u += __shfl_xor_sync(0xffffffffu, u, 1);
+        u += __shfl_xor_sync(0xffffffffu, u, 2);
+        w += __shfl_xor_sync(0xffffffffu, w, 1);
+        w += __shfl_xor_sync(0xffffffffu, w, 2);
+        if (tq == 0 && iq < e.lq) {
+          const int64_t at = int64_t(h) * p.total_q + stored(e.q0 + iq);
+          const float scale = p.scale_log2 * 0.6931471805599453f;
+          if (p.entropy != nullptr)
+            p.entropy[at] = l > 0.f ? (m + __log2f(l)) * 0.6931471805599453f - scale * u / l : 0.f;
+          if (p.distance != nullptr) p.distance[at] = l > 0.f ? w / l : 0.f;
+        }
+      }
       if (p.sink_kind == kSinkDenominator) {
         // Z = exp(sink) + Σ exp(s): fold the sink in as one more key with no value.
         const float mf = fmaxf(m, sink_log2);
@@ -380,8 +437,6 @@ __global__ void __launch_bounds__(32 * Cfg::NW, Cfg::MIN_CTAS) attention_fwd_ker
         m = mf;
       }
       const float inv = l > 0.f ? 1.f / l : 0.f;  // no key and no sink: out = 0
-      const int row = warp_row + mt * 16 + g + 8 * r;
-      const int64_t iq = q_lo + row;
 #pragma unroll
       for (int j = 0; j < DT; ++j) {
         const float o0 = acc[mt][j][2 * r] * inv, o1 = acc[mt][j][2 * r + 1] * inv;
@@ -413,12 +468,119 @@ __global__ void __launch_bounds__(32 * Cfg::NW, Cfg::MIN_CTAS) attention_fwd_ker
   }
 }
 
+// ---- received attention: Σ_i a_ij per key, by a transposed pass over the saved LSE ----
+//
+// A CTA of 4 warps owns (sequence, query head, 64 keys), 16 key rows per warp, and walks the
+// sequence's 64-query tiles that Pattern::classify (and the CSR row, block-sparse) lets see its
+// keys. Sᵀ = K·Qᵀ puts keys on mma rows, so the sum over queries is a row sum in registers, as l
+// is in the forward pass: a_ij = exp(s_ij − lse_i) with the sink-inclusive lse of the forward.
+// One Q buffer, no overlap: a diagnostics pass, kept simple.
+template <int D, class E>
+__global__ void __launch_bounds__(128) attention_received_kernel(const FwdParams p) {
+  constexpr int BK = 64, BQ = 64, RS = D + 8, C = D / 8, NT = BQ / 8, kThreads = 128;
+  using T = typename E::type;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* Ks = reinterpret_cast<T*>(smem_raw);
+  T* Qs = Ks + BK * RS;
+
+  const Pattern& pat = p.pattern;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int h = blockIdx.y, kvh = h / p.group;
+  const int64_t t = blockIdx.x;
+  int s = 0;
+  int64_t tile = t;
+  if (pat.cu_seqlens_q != nullptr) {  // the forward kernel's virtual-tile cover, over keys
+    const int32_t* cuk = pat.cu_seqlens_k != nullptr ? pat.cu_seqlens_k : pat.cu_seqlens_q;
+    int lo = 0, hi = pat.num_seqs - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (mid + cuk[mid] / BK <= t) lo = mid; else hi = mid - 1;
+    }
+    s = lo;
+    tile = t - (s + cuk[s] / BK);
+  }
+  const SeqExtent e = pat.seq(s, p.total_q, p.total_k);
+  const int64_t k_lo = tile * BK;
+  if (k_lo >= e.lk) return;
+  const int64_t k_hi = k_lo + BK < e.lk ? k_lo + BK : e.lk;
+  auto stored = [&](int64_t i) -> int64_t { return p.order != nullptr ? p.order[i] : i; };
+  auto load = [&](T* dst, const T* head, int64_t stride, int64_t first, int64_t valid) {
+    for (int i = tid; i < 64 * C; i += kThreads) {
+      const int r = i / C, c = i % C;
+      const bool ok = r < valid;
+      cp_async16(smem_addr(dst + r * RS + c * 8), ok ? head + stored(first + r) * stride + c * 8 : head, ok);
+    }
+    cp_async_commit();
+  };
+  load(Ks, static_cast<const T*>(p.k) + kvh * p.k_head, p.k_tok, e.k0 + k_lo, k_hi - k_lo);
+
+  const bool key0 = p.sink_kind == kSinkKey0 && k_lo == 0;
+  const float sink_raw = key0 ? p.sink[h] * 1.4426950408889634f / p.scale_log2 : 0.f;
+  const float* lse = p.lse + int64_t(h) * p.total_q;
+  float recv[2] = {0.f, 0.f};  // key rows g and g + 8 of this warp
+  for (int64_t q_lo = 0; q_lo < e.lq; q_lo += BQ) {
+    const int64_t q_hi = q_lo + BQ < e.lq ? q_lo + BQ : e.lq;
+    const TileKind kind = pat.classify(e, q_lo, q_hi, k_lo, k_hi);
+    if (kind == TileKind::none) continue;
+    if (pat.blocks.defined() &&
+        !pat.block_listed(pat.block_row(s, e, h, q_lo / pat.blocks.block), k_lo / pat.blocks.block))
+      continue;
+    __syncthreads();  // every warp is done with the previous Q tile
+    load(Qs, static_cast<const T*>(p.q) + h * p.q_head, p.q_tok, e.q0 + q_lo, q_hi - q_lo);
+    cp_async_wait<0>();
+    __syncthreads();
+
+    float sc[NT][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t a[4];
+      ldmatrix_x4(a, smem_addr(Ks + (warp * 16 + (lane % 16)) * RS + ks * 16 + (lane / 16) * 8));
+#pragma unroll
+      for (int n2 = 0; n2 < BQ / 16; ++n2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, smem_addr(Qs + (n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * RS + ks * 16 +
+                                 ((lane >> 3) & 1) * 8));
+        E::mma(sc[2 * n2], a, b[0], b[1]);
+        E::mma(sc[2 * n2 + 1], a, b[2], b[3]);
+      }
+    }
+    // Columns are queries: each needs its lse, and (boundary tiles) its exact key interval.
+    const bool masked = key0 || kind != TileKind::full || q_lo + BQ > e.lq;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int64_t iq = q_lo + j * 8 + 2 * tq + c;
+        if (iq >= e.lq) continue;
+        const float lse2 = lse[stored(e.q0 + iq)] * 1.4426950408889634f;
+        KeyRange kr{k_lo, k_hi};
+        if (masked) kr = pat.key_range(e, iq, iq + 1);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int64_t ik = k_lo + warp * 16 + g + 8 * r;
+          if (ik < kr.lo || ik >= kr.hi) continue;
+          const float raw = sc[j][2 * r + c] + (key0 && ik == 0 ? sink_raw : 0.f);
+          recv[r] += ex2(fmaf(raw, p.scale_log2, -lse2));
+        }
+      }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float v = recv[r];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    const int64_t ik = k_lo + warp * 16 + g + 8 * r;
+    if (tq == 0 && ik < e.lk) p.received[int64_t(h) * p.total_k + stored(e.k0 + ik)] = v;
+  }
+  cp_async_wait<0>();  // a CTA that met no query tile still has K copies in flight
+}
+
 // Launches one instantiation; explicitly instantiated per head dim in attention_fwd_d<D>.cu so the
 // kernels compile in parallel. Grid: (query tiles, heads_q). Returns the launch error.
-template <int D, class E, class C>
+template <int D, class E, class C, bool DIAG>
 cudaError_t launch_fwd(const FwdParams& p, cudaStream_t stream) {
   using S = FwdShape<D, C>;
-  const auto kernel = attention_fwd_kernel<D, E, C>;
+  const auto kernel = attention_fwd_kernel<D, E, C, DIAG>;
   // Above 48 KB of dynamic shared memory a kernel must opt in once per process.
   static const cudaError_t configured = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes));
@@ -430,20 +592,36 @@ cudaError_t launch_fwd(const FwdParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// The two production configurations: 128-row tiles for long dense rows, 64-row tiles for bands.
+// The received pass (needs p.lse and p.received). Grid: (key tiles, heads_q).
+template <int D, class E>
+cudaError_t launch_received(const FwdParams& p, cudaStream_t stream) {
+  constexpr size_t smem = size_t(2 * 64) * (D + 8) * 2;
+  const auto kernel = attention_received_kernel<D, E>;
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (configured != cudaSuccess) return configured;
+  const int64_t tiles = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_k / 64 + 1
+                                                          : (p.total_k + 63) / 64;
+  kernel<<<dim3(unsigned(tiles), unsigned(p.heads_q)), 128, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// The production configurations: 128-row tiles for long dense rows, 64-row tiles for bands (and
+// for every call that asks for diagnostics, the only configuration compiled with them).
 using WideConfig = Config<4, 2, 64, 1>;
 using BandConfig = Config<4, 1, 64, 3>;
 
-#define ARIADNE_FWD_CONFIGS(X, D) \
-  X(D, Bf16, WideConfig) X(D, Bf16, BandConfig) X(D, F16, WideConfig) X(D, F16, BandConfig)
-#define ARIADNE_FWD_INSTANTIATE_ONE(D, E, C) \
-  template cudaError_t launch_fwd<D, E, C>(const FwdParams&, cudaStream_t);
-#define ARIADNE_FWD_DECLARE_ONE(D, E, C) \
-  extern template cudaError_t launch_fwd<D, E, C>(const FwdParams&, cudaStream_t);
-#define ARIADNE_INSTANTIATE_FWD(D) ARIADNE_FWD_CONFIGS(ARIADNE_FWD_INSTANTIATE_ONE, D)
-ARIADNE_FWD_CONFIGS(ARIADNE_FWD_DECLARE_ONE, 64)
-ARIADNE_FWD_CONFIGS(ARIADNE_FWD_DECLARE_ONE, 80)
-ARIADNE_FWD_CONFIGS(ARIADNE_FWD_DECLARE_ONE, 96)
-ARIADNE_FWD_CONFIGS(ARIADNE_FWD_DECLARE_ONE, 128)
+#define ARIADNE_FWD_KERNELS(X, D)                                                                \
+  X(launch_fwd<D, Bf16, WideConfig, false>) X(launch_fwd<D, Bf16, BandConfig, false>)            \
+  X(launch_fwd<D, Bf16, BandConfig, true>) X(launch_fwd<D, F16, WideConfig, false>)              \
+  X(launch_fwd<D, F16, BandConfig, false>) X(launch_fwd<D, F16, BandConfig, true>)               \
+  X(launch_received<D, Bf16>) X(launch_received<D, F16>)
+#define ARIADNE_FWD_INSTANTIATE_ONE(...) template cudaError_t __VA_ARGS__(const FwdParams&, cudaStream_t);
+#define ARIADNE_FWD_DECLARE_ONE(...) extern template cudaError_t __VA_ARGS__(const FwdParams&, cudaStream_t);
+#define ARIADNE_INSTANTIATE_FWD(D) ARIADNE_FWD_KERNELS(ARIADNE_FWD_INSTANTIATE_ONE, D)
+ARIADNE_FWD_KERNELS(ARIADNE_FWD_DECLARE_ONE, 64)
+ARIADNE_FWD_KERNELS(ARIADNE_FWD_DECLARE_ONE, 80)
+ARIADNE_FWD_KERNELS(ARIADNE_FWD_DECLARE_ONE, 96)
+ARIADNE_FWD_KERNELS(ARIADNE_FWD_DECLARE_ONE, 128)
 
 }  // namespace ariadne::cuda

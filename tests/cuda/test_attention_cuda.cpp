@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +20,11 @@
 #include "ariadne/device.hpp"
 #include "common.hpp"
 #include "cuda/internal.hpp"
+
+namespace ariadne::testing {
+// gtest prints a parameter with this instead of its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+}  // namespace ariadne::testing
 
 namespace ariadne {
 namespace {
@@ -315,6 +321,78 @@ TEST(CudaAttention, FusedTokenOrder) {
         EXPECT_TRUE(testing::close_enough("out", testing::compare(out.to_host().view(), want_out.view()), tol));
         EXPECT_TRUE(testing::lse_close(lse.to_host().view(), want_lse.view(), tol));
       }
+}
+
+TEST(CudaAttention, DiagnosticsMatchReference) {
+  // Entropy and distance in the forward epilogue, received attention by the transposed pass, on
+  // packed batches with empty and one-token sequences, every sink form, block-sparse masks.
+  struct Diag {
+    const char* name;
+    Pattern pattern;
+    double density;
+    SinkMode sink;
+    int dim;
+    bool with_lse;
+  };
+  const std::vector<Diag> diags = {
+      {"full", Pattern::full(), 0, SinkMode::none, 64, true},
+      {"window", Pattern::window(16, 16), 0, SinkMode::denominator, 80, true},
+      {"window_key0", Pattern::window(20, 3), 0, SinkMode::key0_bias, 80, false},
+      {"chunk", Pattern::chunked(48), 0, SinkMode::none, 96, false},
+      {"causal_blocks", Pattern::causal(), 0.6, SinkMode::denominator, 128, true},
+  };
+  for (const Diag& dg : diags)
+    for (DType dt : {DType::bf16, DType::f16}) {
+      Case c = make_case(std::string("diag_") + dg.name + "_" + dtype_name(dt), {1, 0, 130, 75, 200}, dg.dim, dt,
+                         dg.pattern);
+      c.heads_q = 8;
+      c.heads_kv = 2;
+      c.block_density = dg.density;
+      c.sink_mode = dg.sink;
+      c.sink_value = std::numeric_limits<float>::quiet_NaN();
+      c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
+      SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+      const testing::Inputs in = testing::make_inputs(c);
+      if (dg.density > 0 && in.mask.nnz() == 0) continue;  // see check_case
+      Buffer coords_q(DType::f32, {in.total_q, 2}), coords_k(DType::f32, {in.total_k, 2});
+      coords_q.fill_random(c.seed + 7, 0.f, 30.f);
+      coords_k.fill_random(c.seed + 8, 0.f, 30.f);
+
+      AttentionParams rp = in.params;
+      Buffer r_out(DType::f32, {in.total_q, c.heads_q, c.dim}), r_lse(DType::f32, {c.heads_q, in.total_q});
+      Buffer r_ent(DType::f32, {c.heads_q, in.total_q}), r_dist(DType::f32, {c.heads_q, in.total_q});
+      Buffer r_recv(DType::f32, {c.heads_q, in.total_k});
+      rp.out = r_out.view();
+      rp.lse = r_lse.view();
+      rp.entropy = r_ent.view();
+      rp.distance = r_dist.view();
+      rp.received = r_recv.view();
+      rp.coords_q = coords_q.view();
+      rp.coords_k = coords_k.view();
+      attention(rp, Backend::reference);
+
+      DeviceCase d = upload(in);
+      const DeviceBuffer d_cq = DeviceBuffer::from_host(coords_q), d_ck = DeviceBuffer::from_host(coords_k);
+      DeviceBuffer out(dt, {in.total_q, c.heads_q, c.dim}), lse(DType::f32, {c.heads_q, in.total_q});
+      DeviceBuffer ent(DType::f32, {c.heads_q, in.total_q}), dist(DType::f32, {c.heads_q, in.total_q});
+      DeviceBuffer recv(DType::f32, {c.heads_q, in.total_k});
+      for (DeviceBuffer* b : {&out, &lse, &ent, &dist, &recv}) b->fill_bytes(0xFF);
+      d.p.out = out.view();
+      d.p.lse = dg.with_lse ? lse.view() : TensorView{};  // without: the pass uses a scratch LSE
+      d.p.entropy = ent.view();
+      d.p.distance = dist.view();
+      d.p.received = recv.view();
+      d.p.coords_q = d_cq.view();
+      d.p.coords_k = d_ck.view();
+      attention(d.p, Backend::cuda);
+      cuda_synchronize();
+      const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
+      EXPECT_TRUE(testing::close_enough("out", testing::compare(out.to_host().view(), r_out.view()), tol));
+      if (dg.with_lse) EXPECT_TRUE(testing::lse_close(lse.to_host().view(), r_lse.view(), tol));
+      EXPECT_TRUE(testing::close_enough("entropy", testing::compare(ent.to_host().view(), r_ent.view()), tol));
+      EXPECT_TRUE(testing::close_enough("distance", testing::compare(dist.to_host().view(), r_dist.view()), tol));
+      EXPECT_TRUE(testing::close_enough("received", testing::compare(recv.to_host().view(), r_recv.view()), tol));
+    }
 }
 
 TEST(CudaAttention, RejectsWhatItCannotRun) {
