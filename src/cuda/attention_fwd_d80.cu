@@ -1,5 +1,5 @@
-// Forward kernels for head dim 80 (bf16/fp16 x 4/8 warps), one file per head dim so
-// the instantiations compile in parallel.
+// Kernels for head dim 80 (bf16/fp16: the dense and band configurations, the band one with
+// diagnostics, the received pass), one file per head dim so the instantiations compile in parallel.
 #include "cuda/attention_fwd.cuh"
 
 namespace ariadne::cuda {
