@@ -178,7 +178,8 @@ PatternSpec parse_pattern_spec(const std::string& text) {
   };
   auto integer = [&](const std::string& s, const char* what) {
     const double v = number(s, what);
-    ARIADNE_CHECK(v == double(int64_t(v)) && v >= 0 && v < 1e9, "pattern '", text, "': ", what, " must be a non-negative integer, got '", s, "'");
+    // Range first: converting NaN, inf or 1e300 to int64 is undefined behaviour.
+    ARIADNE_CHECK(v >= 0 && v < 1e9 && v == double(int64_t(v)), "pattern '", text, "': ", what, " must be a non-negative integer, got '", s, "'");
     return int64_t(v);
   };
   if (kind == "full" && arg.empty()) {
