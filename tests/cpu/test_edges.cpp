@@ -58,7 +58,6 @@ bool row_all(const Buffer& out, int64_t row, int h, bool (*pred)(float)) {
 bool is_zero(float x) { return x == 0.f; }
 bool is_nan(float x) { return std::isnan(x); }
 bool is_finite(float x) { return std::isfinite(x); }
-bool not_finite(float x) { return !std::isfinite(x); }
 
 class Edges : public ::testing::TestWithParam<Backend> {
  protected:
@@ -379,6 +378,7 @@ TEST_P(Edges, ZeroLengthAndOneToken) {
 // ---------------------------------------------------------------- head dims
 
 TEST_P(Edges, HeadDims) {
+  int ran = 0;
   for (const int d : {1, 3, 256, 512}) {
     for (const DType dt : {DType::f32, DType::bf16}) {
       Case c = small_case("dims", {37, 5}, {37, 5}, Pattern::causal());
@@ -387,6 +387,7 @@ TEST_P(Edges, HeadDims) {
       c.name = "d" + std::to_string(d) + "_" + dtype_name(dt);
       const Inputs in = make_inputs(c);
       if (!supported(in.params)) continue;  // the fast backend may cover fewer head dims
+      ++ran;
       const Out ref = run_on(in.params, Backend::reference);
       const Out got = run_on(in.params, GetParam());
       EXPECT_TRUE(testing::close_enough(c.name.c_str(), testing::compare(got.out.view(), ref.out.view()),
@@ -394,6 +395,7 @@ TEST_P(Edges, HeadDims) {
       EXPECT_TRUE(testing::lse_close(got.lse.view(), ref.lse.view(), testing::tolerance(dt, testing::max_abs_logit(in))));
     }
   }
+  if (ran == 0) GTEST_SKIP() << skipped_;
 }
 
 // ---------------------------------------------------------------- 64-bit offsets
