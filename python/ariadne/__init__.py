@@ -1,0 +1,294 @@
+"""ariadne: cheap softmax attention for multimodal LLMs.
+
+The C++ library does the work; this package is glue. Arrays cross by DLPack without a copy:
+numpy arrays on the CPU, PyTorch and CuPy tensors on the CPU or on CUDA. See docs/python.md.
+
+    import numpy as np, ariadne
+    q = np.random.randn(1024, 16, 80).astype(np.float32)          # [tokens, heads, head_dim]
+    out, lse = ariadne.attention(q, q, q, pattern=ariadne.Pattern.window(64, 64),
+                                 sink=np.zeros(16, np.float32), lse=True, backend="reference")
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _ariadne
+from ._ariadne import (
+    BlockMask,
+    Error,
+    LayerSpec,
+    Pattern,
+    ReceptiveField,
+    Schedule,
+    ScheduleCost,
+    TileCount,
+    TokenOrder,
+    backend_supports as _backend_supports,
+    count_pairs,
+    count_tiles,
+    cpu_threads,
+    cuda_available,
+    image_grid,
+    layer_pattern,
+    order_conversion,
+    permute_tokens,
+    schedule,
+    schedule_cost,
+    schedule_presets,
+    set_cpu_threads,
+)
+
+__all__ = [
+    "BlockMask", "Error", "LayerSpec", "Pattern", "ReceptiveField", "Schedule", "ScheduleCost", "TileCount",
+    "TokenOrder", "attention", "backend_supports", "count_pairs", "count_tiles", "cpu_threads", "cuda_available",
+    "flops", "image_grid", "layer_pattern", "order", "order_conversion", "permute_tokens", "receptive_field",
+    "schedule", "schedule_cost", "schedule_presets", "set_cpu_threads",
+]
+
+Array = Any  # numpy.ndarray, torch.Tensor, cupy.ndarray or anything else that speaks DLPack
+Grid = Tuple[int, int]
+
+
+# ---- arrays of several frameworks, told apart by their module (none of them is imported here) ----
+
+def _framework(x: Array) -> str:
+    return type(x).__module__.split(".")[0]
+
+
+def _is_ml_dtypes_bf16(x: Array) -> bool:
+    # numpy has no bfloat16; ml_dtypes adds one that DLPack cannot describe. Such arrays are passed
+    # as their uint16 bits with a flag telling the native side what they are.
+    return isinstance(x, np.ndarray) and x.dtype.name == "bfloat16"
+
+
+def _bits(x: Optional[Array]) -> Optional[Array]:
+    return x.view(np.uint16) if x is not None and _is_ml_dtypes_bf16(x) else x
+
+
+def _empty(like: Array, shape: Tuple[int, ...], f32: bool) -> Array:
+    """An uninitialized array of `shape` in the framework and on the device of `like`."""
+    fw = _framework(like)
+    if fw == "numpy":
+        return np.empty(shape, np.float32 if f32 else like.dtype)
+    if fw == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=torch.float32 if f32 else like.dtype, device=like.device)
+    if fw == "cupy":
+        import cupy
+
+        return cupy.empty(shape, cupy.float32 if f32 else like.dtype)
+    raise TypeError(f"ariadne: cannot allocate outputs like a {type(like).__name__}; pass out= (and lse=) arrays")
+
+
+def _ints(x: Optional[Union[Array, Sequence[int]]]) -> Optional[Array]:
+    """cu_seqlens as int32: lists become numpy arrays; device tensors are passed through."""
+    if x is None:
+        return None
+    if isinstance(x, (list, tuple)):
+        return np.asarray(x, dtype=np.int32)
+    if isinstance(x, np.ndarray) and x.dtype != np.int32:
+        return np.ascontiguousarray(x, dtype=np.int32)
+    if _framework(x) == "torch" and str(x.dtype) != "torch.int32":
+        import torch
+
+        return x.to(torch.int32).contiguous()
+    return x
+
+
+def _f32(x: Optional[Array]) -> Optional[Array]:
+    """Sink values as float32 (they are one number per head: a copy costs nothing)."""
+    if x is None:
+        return None
+    if isinstance(x, (list, tuple, float, int)):
+        return np.asarray(x, dtype=np.float32).reshape(-1)
+    if _framework(x) == "torch":
+        import torch
+
+        return x.detach().to(torch.float32).contiguous()
+    return x
+
+
+def _stream_of(q: Array, stream: Optional[int]) -> int:
+    """The CUDA stream to launch on: the one given, else the framework's current stream."""
+    if stream is not None:
+        return int(stream)
+    fw = _framework(q)
+    if fw == "torch" and q.is_cuda:
+        import torch
+
+        return int(torch.cuda.current_stream(q.device).cuda_stream)
+    if fw == "cupy":
+        import cupy
+
+        return int(cupy.cuda.get_current_stream().ptr)
+    return 0
+
+
+class _on_device:
+    """Makes q's GPU the current one while a kernel is launched (no-op on the CPU)."""
+
+    def __init__(self, q: Array):
+        self.ctx = None
+        fw = _framework(q)
+        if fw == "torch" and q.is_cuda:
+            import torch
+
+            self.ctx = torch.cuda.device(q.device)
+        elif fw == "cupy":
+            self.ctx = q.device
+
+    def __enter__(self):
+        if self.ctx is not None:
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+
+
+def _sink_mode(sink: Optional[Array], sink_mode: Optional[str]) -> str:
+    if sink_mode is None:
+        return "none" if sink is None else "denominator"
+    return sink_mode
+
+
+def attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    pattern: Pattern = Pattern.full(),
+    sink: Optional[Array] = None,
+    sink_mode: Optional[str] = None,
+    cu_seqlens: Optional[Union[Array, Sequence[int]]] = None,
+    cu_seqlens_k: Optional[Union[Array, Sequence[int]]] = None,
+    blocks: Optional[BlockMask] = None,
+    out: Optional[Array] = None,
+    lse: Union[bool, Array] = False,
+    scale: float = 0.0,
+    backend: str = "auto",
+    stream: Optional[int] = None,
+    entropy: Optional[Array] = None,
+    distance: Optional[Array] = None,
+    received: Optional[Array] = None,
+    coords_q: Optional[Array] = None,
+    coords_k: Optional[Array] = None,
+) -> Tuple[Array, Optional[Array]]:
+    """Softmax attention with a pattern, an optional per-head sink and packed sequences.
+
+    q: [total_q, heads_q, head_dim]; k, v: [total_k, heads_kv, head_dim] (GQA: heads_q multiple of
+    heads_kv). float32, float16 or bfloat16 (torch bf16, or ml_dtypes bf16 numpy arrays); the last
+    dim contiguous, other strides free (q/k/v may be slices of one packed qkv tensor); all on one
+    device. numpy arrays run on the CPU; torch/CuPy CUDA tensors on the GPU (CUDA builds only).
+    pattern: Pattern.full() / causal() / window(l, r) / chunked(c); applied within each sequence.
+    sink: [heads_q] logits (scaled-score units); sink_mode 'denominator' (default when a sink is
+        given: GPT-OSS / FA4 / cuDNN) or 'key0' (MiMo-V2.5 reference: added to key 0's logit).
+    cu_seqlens: int32 [sequences + 1] offsets of a packed batch (queries; keys too unless
+        cu_seqlens_k is given). Host arrays or lists, or tensors on q's device.
+    blocks: BlockMask, block-sparse rows per (sequence, head, query block), intersected with pattern.
+    out: [total_q, heads_q, head_dim] (dtype of q or float32), written in place; allocated when None.
+    lse: False, True (allocate) or a float32 [heads_q, total_q] array; natural log, includes the sink.
+    scale: 0 selects 1/sqrt(head_dim). backend: 'auto', 'reference', 'cpu' or 'cuda'.
+    stream: cudaStream_t as an int; None uses the current torch / CuPy stream of q's device.
+    entropy, distance: float32 [heads_q, total_q]; received: float32 [heads_q, total_k]; optional
+        diagnostics written in place (distance needs coords_q / coords_k float32 [tokens, 2]).
+
+    Returns (out, lse), lse None when not requested. Raises ariadne.Error (a ValueError) with the
+    library's message on bad input. The GIL is released while the kernel runs.
+    """
+    # Allocated like q; a q of the wrong rank is reported by the library's checks below.
+    if out is None:
+        out = _empty(q, tuple(q.shape), False)
+    if lse is True:
+        lse = _empty(q, (q.shape[1], q.shape[0]) if len(q.shape) >= 2 else (0, 0), True)
+    elif lse is False:
+        lse = None
+    bf16 = any(_is_ml_dtypes_bf16(x) for x in (q, k, v, out))
+    with _on_device(q):
+        _ariadne.attention_into(
+            _bits(q), _bits(k), _bits(v), _bits(out), lse, pattern, _ints(cu_seqlens), _ints(cu_seqlens_k), blocks,
+            _f32(sink), _sink_mode(sink, sink_mode), float(scale), backend, _stream_of(q, stream), bf16, entropy,
+            distance, received, coords_q, coords_k)
+    return out, lse
+
+
+def backend_supports(
+    backend: str,
+    q: Array,
+    k: Array,
+    v: Array,
+    pattern: Pattern = Pattern.full(),
+    sink: Optional[Array] = None,
+    sink_mode: Optional[str] = None,
+    cu_seqlens: Optional[Union[Array, Sequence[int]]] = None,
+    cu_seqlens_k: Optional[Union[Array, Sequence[int]]] = None,
+    blocks: Optional[BlockMask] = None,
+    out: Optional[Array] = None,
+) -> Tuple[bool, str]:
+    """(supported, why): whether `backend` can run attention() with these arguments; when it
+    cannot, `why` names the missing feature. Shapes and dtypes are checked as attention() does."""
+    if out is None:
+        out = _empty(q, tuple(q.shape), False)
+    bf16 = any(_is_ml_dtypes_bf16(x) for x in (q, k, v, out))
+    return _backend_supports(backend, _bits(q), _bits(k), _bits(v), _bits(out), None, pattern, _ints(cu_seqlens),
+                             _ints(cu_seqlens_k), blocks, _f32(sink), _sink_mode(sink, sink_mode), bf16)
+
+
+def _grids(grids: Union[Grid, Sequence[Grid]]) -> list:
+    """One (h, w) grid or a list of them, as a list of (h, w) tuples."""
+    if len(grids) == 2 and all(isinstance(x, (int, np.integer)) for x in grids):
+        return [(int(grids[0]), int(grids[1]))]
+    return [(int(h), int(w)) for h, w in grids]
+
+
+def order(grids: Union[Grid, Sequence[Grid]], kind: str = "block_row", merge: int = 2, window: int = 4) -> TokenOrder:
+    """Token order `kind` ('raster', 'qwen_window', 'block_row', 'block_col') of one (h, w) patch
+    grid or a list of them packed one after another. merge: merge-unit side in patches; window:
+    Qwen window side in merge units. The result's perm / inverse / cu_seqlens / cu_windows / coords
+    are read-only numpy arrays (int32, coords float32 [total, 2])."""
+    return _ariadne.make_order(kind, _grids(grids), merge, window)
+
+
+def _images(images: Union[int, Grid, Sequence[Grid]], patch: int, merge: int) -> list:
+    if isinstance(images, (int, np.integer)):
+        return [image_grid(int(images), patch, merge)]
+    return _grids(images)
+
+
+def flops(
+    schedule_: Union[str, Schedule] = "ariadne",
+    images: Union[int, Grid, Sequence[Grid]] = 896,
+    window: int = 64,
+    heads: int = 16,
+    head_dim: int = 80,
+    patch: int = 14,
+    merge: int = 2,
+    qwen_window: int = 4,
+    tile: Tuple[int, int] = (128, 128),
+) -> ScheduleCost:
+    """Whole-encoder attention cost of a schedule (name, short syntax or Schedule) on images given
+    as one side in pixels (e.g. 896), one (h, w) patch grid, or a list of grids. Qwen2.5-VL
+    defaults. `.flops` is one plain forward (4 * head_dim per allowed pair); `.flops_paper` the
+    paper's convention (4x); `.tiles` / `.useful_fraction` what a tiled kernel visits."""
+    s = schedule(schedule_, window) if isinstance(schedule_, str) else schedule_
+    return schedule_cost(s, _images(images, patch, merge), heads, head_dim, patch, merge, qwen_window, tuple(tile))
+
+
+def receptive_field(
+    schedule_: Union[str, Schedule],
+    grid: Grid,
+    start: Optional[Tuple[int, int]] = None,
+    window: int = 4,
+    merge: int = 1,
+    qwen_window: int = 4,
+) -> ReceptiveField:
+    """How far one token's information spreads through a schedule on an (h, w) grid, starting at
+    patch `start` (default: the centre). merge 1 = token level, as in the talk's 10x14, window-4
+    example. `.coverage` float64 [layers]; `.reached` int32 [h, w]."""
+    s = schedule(schedule_, window) if isinstance(schedule_, str) else schedule_
+    h, w = int(grid[0]), int(grid[1])
+    r, c = start if start is not None else (h // 2, w // 2)
+    return _ariadne.receptive_field(s, (h, w), int(r), int(c), merge, qwen_window)

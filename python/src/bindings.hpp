@@ -1,0 +1,11 @@
+// The parts of the _ariadne extension module, one function per group of bindings.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace ariadne::py {
+
+void bind_attention(nanobind::module_& m);  // Pattern, BlockMask, attention_into, backends
+void bind_layout(nanobind::module_& m);     // token orders, schedules, cost model, receptive field
+
+}  // namespace ariadne::py

@@ -1,0 +1,15 @@
+// The _ariadne extension module: thin bindings of the C++ library (the `ariadne` package wraps it).
+//
+// Every ariadne::Error becomes ariadne.Error, a subclass of ValueError, with the same message, so
+// callers can catch either.
+#include <nanobind/nanobind.h>
+
+#include "ariadne/error.hpp"
+#include "bindings.hpp"
+
+NB_MODULE(_ariadne, m) {
+  m.doc() = "ariadne: cheap softmax attention for multimodal LLMs (native bindings; use the ariadne package)";
+  nanobind::exception<ariadne::Error>(m, "Error", PyExc_ValueError);
+  ariadne::py::bind_attention(m);
+  ariadne::py::bind_layout(m);
+}
