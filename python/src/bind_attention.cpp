@@ -271,10 +271,12 @@ void bind_attention(nb::module_& m) {
           "0/1 uint8 matrix [ceil(lq / block), ceil(lk / block)] of one (sequence, head).")
       .def_ro("block", &BlockMask::block, "Tokens per block (query and key blocks alike).")
       .def_ro("heads", &BlockMask::heads, "Query heads the mask has rows for.")
-      .def_prop_ro("seq_block_base", [](const BlockMask& b) { return to_numpy(b.seq_block_base); },
-                   "int32 [sequences + 1]: prefix sum of query blocks per sequence (a copy).")
-      .def_prop_ro("row_ptr", [](const BlockMask& b) { return to_numpy(b.row_ptr); }, "int32 [rows + 1] (a copy).")
-      .def_prop_ro("col_idx", [](const BlockMask& b) { return to_numpy(b.col_idx); }, "int32 [nnz] (a copy).")
+      .def_prop_ro("seq_block_base", [](const BlockMask& b) { return view_numpy(b.seq_block_base, nb::find(&b)); },
+                   "int32 [sequences + 1]: prefix sum of query blocks per sequence (read-only view).")
+      .def_prop_ro("row_ptr", [](const BlockMask& b) { return view_numpy(b.row_ptr, nb::find(&b)); },
+                   "int32 [rows + 1] (read-only view).")
+      .def_prop_ro("col_idx", [](const BlockMask& b) { return view_numpy(b.col_idx, nb::find(&b)); },
+                   "int32 [nnz] (read-only view).")
       .def_prop_ro("rows", &BlockMask::rows)
       .def_prop_ro("nnz", &BlockMask::nnz)
       .def("__repr__", [](const BlockMask& b) {

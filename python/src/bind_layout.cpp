@@ -37,14 +37,6 @@ std::vector<GridPair> to_pairs(const std::vector<Grid>& g) {
   return out;
 }
 
-// A read-only numpy view of a vector owned by the Python object `owner` (no copy; the object
-// stays alive as long as the array does).
-template <class T>
-nb::ndarray<nb::numpy, const T> view_numpy(const std::vector<T>& v, nb::handle owner, std::vector<size_t> shape = {}) {
-  if (shape.empty()) shape = {v.size()};
-  return nb::ndarray<nb::numpy, const T>(v.data(), shape.size(), shape.data(), owner);
-}
-
 // A host pattern with its sequence arrays and block mask, for the cost model. Owns the arrays
 // the Pattern points to.
 struct HostPattern {

@@ -42,9 +42,19 @@ TensorView view_of(const nb::ndarray<nb::ro>& a, const char* name, bool u16_is_b
   // kernels never write through q, k or v.
   t.data = const_cast<void*>(static_cast<const void*>(a.data()));
   t.rank = int(rank);
+  bool empty = false;
   for (size_t i = 0; i < rank; ++i) {
     t.shape[i] = int64_t(a.shape(i));
     t.stride[i] = a.stride(i);
+    empty = empty || t.shape[i] == 0;
+  }
+  // Exporters give arbitrary strides (often 0) to dimensions of size 1 and to empty arrays, where
+  // no stride is ever used to address memory. They become the row-major values, so that the
+  // library's contiguity checks see what the memory really is.
+  int64_t dense = 1;
+  for (int i = int(rank) - 1; i >= 0; --i) {
+    if (empty || t.shape[i] == 1) t.stride[i] = dense;
+    dense *= t.shape[i] > 0 ? t.shape[i] : 1;
   }
   return t;
 }

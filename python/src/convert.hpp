@@ -48,4 +48,12 @@ nb::ndarray<nb::numpy, T> to_numpy(const std::vector<T>& values, std::vector<siz
   return nb::ndarray<nb::numpy, T>(copy->data(), shape.size(), shape.data(), owner);
 }
 
+// A read-only numpy view of a vector owned by the Python object `owner` (no copy; the object
+// stays alive as long as the array does).
+template <class T>
+nb::ndarray<nb::numpy, const T> view_numpy(const std::vector<T>& v, nb::handle owner, std::vector<size_t> shape = {}) {
+  if (shape.empty()) shape = {v.size()};
+  return nb::ndarray<nb::numpy, const T>(v.data(), shape.size(), shape.data(), owner);
+}
+
 }  // namespace ariadne::py
