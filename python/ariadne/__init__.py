@@ -259,7 +259,7 @@ def _images(images: Union[int, Grid, Sequence[Grid]], patch: int, merge: int) ->
 
 
 def flops(
-    schedule_: Union[str, Schedule] = "ariadne",
+    schedule: Union[str, Schedule] = "ariadne",
     images: Union[int, Grid, Sequence[Grid]] = 896,
     window: int = 64,
     heads: int = 16,
@@ -273,12 +273,12 @@ def flops(
     as one side in pixels (e.g. 896), one (h, w) patch grid, or a list of grids. Qwen2.5-VL
     defaults. `.flops` is one plain forward (4 * head_dim per allowed pair); `.flops_paper` the
     paper's convention (4x); `.tiles` / `.useful_fraction` what a tiled kernel visits."""
-    s = schedule(schedule_, window) if isinstance(schedule_, str) else schedule_
+    s = _ariadne.schedule(schedule, window) if isinstance(schedule, str) else schedule
     return schedule_cost(s, _images(images, patch, merge), heads, head_dim, patch, merge, qwen_window, tuple(tile))
 
 
 def receptive_field(
-    schedule_: Union[str, Schedule],
+    schedule: Union[str, Schedule],
     grid: Grid,
     start: Optional[Tuple[int, int]] = None,
     window: int = 4,
@@ -288,7 +288,7 @@ def receptive_field(
     """How far one token's information spreads through a schedule on an (h, w) grid, starting at
     patch `start` (default: the centre). merge 1 = token level, as in the talk's 10x14, window-4
     example. `.coverage` float64 [layers]; `.reached` int32 [h, w]."""
-    s = schedule(schedule_, window) if isinstance(schedule_, str) else schedule_
+    s = _ariadne.schedule(schedule, window) if isinstance(schedule, str) else schedule
     h, w = int(grid[0]), int(grid[1])
     r, c = start if start is not None else (h // 2, w // 2)
     return _ariadne.receptive_field(s, (h, w), int(r), int(c), merge, qwen_window)

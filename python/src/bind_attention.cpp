@@ -155,6 +155,21 @@ void build(Call& c, const AnyIn& q, const AnyIn& k, const AnyIn& v, const AnyOut
     pat.blocks = b;
   }
   p.pattern = pat;
+  // validate() can read the pattern's arrays only on the host. When CUDA tensors come with host
+  // metadata, the host copies are checked here, before they are used on the device.
+  if (c.device() && host_cu && (cu_q || blocks)) {
+    Pattern host = pattern;
+    host.blocks = BlockSparseView{};
+    host.num_seqs = pat.num_seqs;
+    host.cu_seqlens_q = cu_q ? c.cu_q_host.data() : nullptr;
+    if (cu_k) {
+      ARIADNE_CHECK(on_host(cu_k->device_type()), "cu_seqlens_k: on the device while cu_seqlens_q is on the host");
+      c.cu_k_host = host_ints(*cu_k);
+      host.cu_seqlens_k = c.cu_k_host.data();
+    }
+    if (blocks) host.blocks = blocks->view();
+    validate_pattern(host, p.q.shape[0], p.k.rank >= 1 ? p.k.shape[0] : 0, int(p.q.shape[1]));
+  }
   // Host-to-device copies from pageable memory may still be in flight when cudaMemcpy returns;
   // kernels on the caller's stream must not start before they land.
   if (!c.uploads.empty()) cuda_synchronize();
