@@ -16,7 +16,7 @@ What is mapped from the model (per layer, as transformers passes it to attention
   - scale: the `scaling` argument; GQA: read from the tensor shapes;
   - padding: the 2D padding mask of transformers' flash-attention mask function (registered for the
     same name), None when no token is padded. Each batch row's unpadded keys must be one contiguous
-    run (left or right padding); padded query rows get zeros;
+    run (left or right padding; dynamic or static KV cache); padded query rows get zeros;
   - packed sequences: the `cu_seq_lens_q` / `cu_seq_lens_k` arguments of flash-style callers.
 Vision towers that split work by windows themselves (Qwen2.5-VL calls the attention function once
 per window or image when the implementation is not flash attention) work as they are.
@@ -109,10 +109,14 @@ def attention_forward(
             ariadne.attention(qs[b], ks[b], vs[b], pattern=pattern, sink=sink, out=out[b], scale=scale,
                               backend=backend)
             continue
-        # Keys [start, end) are real tokens; query j sits at key position kv_len - q_len + j.
+        # Keys [start, end) are real tokens. The mask may be shorter than kv_len (a static cache:
+        # the slots past it are unused). In a prefill (q_len == kv_len) query j is token j; with a
+        # cache the queries are the last q_len real tokens, ending at `end`.
         start, end = _valid_run(attention_mask[b, -kv_len:])
-        q_lo = max(start - (kv_len - q_len), 0)
-        q_hi = end - (kv_len - q_len)
+        if q_len == kv_len:
+            q_lo, q_hi = start, end
+        else:
+            q_lo, q_hi = max(start - (end - q_len), 0), q_len
         out[b].zero_()
         if q_hi <= q_lo:
             continue

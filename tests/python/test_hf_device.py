@@ -119,16 +119,20 @@ def test_llama_left_padding_matches_sdpa():
     assert rel_l2(a[real], b[real]) < TOL
 
 
-def test_llama_generate_with_cache_matches_sdpa():
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_llama_generate_with_cache_matches_sdpa(cache):
     from transformers import LlamaForCausalLM
 
     ref, ours = _pair(LlamaForCausalLM, _llama_config(), "sdpa")
-    ids = torch.randint(0, 256, (1, 20), device=DEVICE)
+    ids = torch.randint(0, 256, (2, 20), device=DEVICE)
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0  # left padding: the cached keys of row 0 start later
+    kw = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, cache_implementation=cache)
     with torch.no_grad():
         CALLS["n"] = 0
-        a = ours.generate(ids, max_new_tokens=8, do_sample=False)
+        a = ours.generate(ids, **kw)
         assert ours_ran(2 * 8)
-        b = ref.generate(ids, max_new_tokens=8, do_sample=False)
+        b = ref.generate(ids, **kw)
     assert torch.equal(a, b)
 
 
