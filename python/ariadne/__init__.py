@@ -19,14 +19,19 @@ from . import _ariadne
 from ._ariadne import (
     BlockMask,
     Error,
+    EstimateResult,
+    EstimateStats,
     LayerSpec,
+    MaskMetrics,
     Pattern,
+    PrefillResult,
     ReceptiveField,
     Schedule,
     ScheduleCost,
     TileCount,
     TokenOrder,
     backend_supports as _backend_supports,
+    compare_to_oracle,
     count_pairs,
     count_tiles,
     cpu_threads,
@@ -35,6 +40,7 @@ from ._ariadne import (
     layer_pattern,
     order_conversion,
     permute_tokens,
+    rr_sample_position,
     schedule,
     schedule_cost,
     schedule_presets,
@@ -42,10 +48,11 @@ from ._ariadne import (
 )
 
 __all__ = [
-    "BlockMask", "Error", "LayerSpec", "Pattern", "ReceptiveField", "Schedule", "ScheduleCost", "TileCount",
-    "TokenOrder", "attention", "backend_supports", "count_pairs", "count_tiles", "cpu_threads", "cuda_available",
-    "flops", "image_grid", "layer_pattern", "order", "order_conversion", "permute_tokens", "receptive_field",
-    "schedule", "schedule_cost", "schedule_presets", "set_cpu_threads",
+    "BlockMask", "Error", "EstimateResult", "EstimateStats", "LayerSpec", "MaskMetrics", "Pattern", "PrefillResult",
+    "ReceptiveField", "Schedule", "ScheduleCost", "TileCount", "TokenOrder", "attention", "backend_supports",
+    "compare_to_oracle", "count_pairs", "count_tiles", "cpu_threads", "cuda_available", "estimate", "flops",
+    "image_grid", "layer_pattern", "order", "order_conversion", "permute_tokens", "prefill", "receptive_field",
+    "rr_estimate", "rr_sample_position", "schedule", "schedule_cost", "schedule_presets", "set_cpu_threads",
 ]
 
 Array = Any  # numpy.ndarray, torch.Tensor, cupy.ndarray or anything else that speaks DLPack
@@ -292,3 +299,77 @@ def receptive_field(
     h, w = int(grid[0]), int(grid[1])
     r, c = start if start is not None else (h // 2, w // 2)
     return _ariadne.receptive_field(s, (h, w), int(r), int(c), merge, qwen_window)
+
+
+# ---- block-sparse prefill (estimate.hpp, prefill.hpp) ----
+
+def estimate(
+    q: Array,
+    k: Array,
+    method: str = "rr",
+    tau: float = 0.95,
+    stride: int = 8,
+    block: int = 128,
+    tau_per_head: Sequence[float] = (),
+    offset: str = "paper",
+    protect: Optional[Sequence[str]] = None,
+    scale: float = 0.0,
+    cu_seqlens: Optional[Sequence[int]] = None,
+    cu_seqlens_k: Optional[Sequence[int]] = None,
+    backend: str = "auto",
+) -> EstimateResult:
+    """Block-sparse mask of a causal prefill by `method`: 'rr' (RRAttention), 'xattn' (XAttention)
+    or 'oracle' (exact block masses, the ground truth).
+
+    q: [total_q, heads_q, head_dim]; k: [total_k, heads_kv, head_dim] host arrays (float32,
+    float16, bfloat16), head_dim contiguous. tau: share of each row's score mass to keep (or one
+    per query head in tau_per_head); stride S divides block B; offset 'paper' or 'released' (rr's
+    sampling formula); protect: None (as published) or names among 'last_row', 'sink',
+    'diagonal'. cu_seqlens: packed sequences (keys: cu_seqlens_k, lq <= lk). Returns an
+    EstimateResult whose .mask is a BlockMask that attention(..., blocks=mask) reads as it is."""
+    bf16 = _is_ml_dtypes_bf16(q) or _is_ml_dtypes_bf16(k)
+    return _ariadne.estimate(_bits(q), _bits(k), method, block, stride, tau, list(tau_per_head), offset,
+                             None if protect is None else list(protect), float(scale),
+                             None if cu_seqlens is None else [int(x) for x in cu_seqlens],
+                             None if cu_seqlens_k is None else [int(x) for x in cu_seqlens_k], backend, bf16)
+
+
+def rr_estimate(q: Array, k: Array, tau: float = 0.95, stride: int = 8, block: int = 128, **kwargs) -> EstimateResult:
+    """RRAttention's mask (SPEC B.2): estimate(q, k, method="rr", ...)."""
+    return estimate(q, k, method="rr", tau=tau, stride=stride, block=block, **kwargs)
+
+
+def prefill(
+    q: Array,
+    k: Array,
+    v: Array,
+    method: str = "rr",
+    tau: float = 0.95,
+    stride: int = 8,
+    block: int = 128,
+    dense: bool = False,
+    offset: str = "paper",
+    protect: Optional[Sequence[str]] = None,
+    scale: float = 0.0,
+    cu_seqlens: Optional[Sequence[int]] = None,
+    cu_seqlens_k: Optional[Sequence[int]] = None,
+    out: Optional[Array] = None,
+    lse: Union[bool, Array] = False,
+    estimate_backend: str = "auto",
+    attention_backend: str = "auto",
+) -> Tuple[Array, Optional[Array], PrefillResult]:
+    """Causal block-sparse prefill: estimate a mask (skipped when dense), then attention on it.
+    Shapes as attention(); returns (out, lse, result) with result.estimate and result.stats."""
+    if out is None:
+        out = _empty(q, tuple(q.shape), False)
+    if lse is True:
+        lse = _empty(q, (q.shape[1], q.shape[0]) if len(q.shape) >= 2 else (0, 0), True)
+    elif lse is False:
+        lse = None
+    bf16 = any(_is_ml_dtypes_bf16(x) for x in (q, k, v, out))
+    result = _ariadne.prefill_into(
+        _bits(q), _bits(k), _bits(v), _bits(out), lse, dense, method, block, stride, tau, offset,
+        None if protect is None else list(protect), float(scale),
+        None if cu_seqlens is None else [int(x) for x in cu_seqlens],
+        None if cu_seqlens_k is None else [int(x) for x in cu_seqlens_k], estimate_backend, attention_backend, bf16)
+    return out, lse, result

@@ -398,3 +398,167 @@ def receptive_field(schedule: Schedule, grid: tuple[int, int], start_row: int, s
     """
     Spreads from patch (start_row, start_col) of grid (h, w) through every layer of `schedule`.
     """
+
+class EstimateStats:
+    """Stage times (ms), kept / visible blocks and scoring cost."""
+
+    @property
+    def ms_sampling(self) -> float: ...
+
+    @property
+    def ms_scoring(self) -> float: ...
+
+    @property
+    def ms_selection(self) -> float: ...
+
+    @property
+    def ms_total(self) -> float: ...
+
+    @property
+    def kept_blocks(self) -> int: ...
+
+    @property
+    def visible_blocks(self) -> int: ...
+
+    @property
+    def density(self) -> float:
+        """kept / causally visible blocks."""
+
+    @property
+    def density_per_head(self) -> list[float]:
+        """[heads_q] kept / visible per query head."""
+
+    @property
+    def mac(self) -> float:
+        """Multiply-adds spent on scoring."""
+
+class EstimateResult:
+    """An estimator's mask and the block scores behind it."""
+
+    @property
+    def mask(self) -> BlockMask:
+        """BlockMask: rows (sequence, query head, query block)."""
+
+    @property
+    def heads(self) -> int: ...
+
+    @property
+    def stats(self) -> EstimateStats: ...
+
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def score_ptr(self) -> Annotated[NDArray[numpy.int64], dict(writable=False)]:
+        """
+        int64 [rows + 1]: row r's scores are scores[score_ptr[r]:score_ptr[r + 1]].
+        """
+
+    @property
+    def scores(self) -> Annotated[NDArray[numpy.float32], dict(writable=False)]:
+        """
+        float32: normalized scores of the visible key blocks 0 ... diag of each row.
+        """
+
+    @property
+    def row_queries(self) -> Annotated[NDArray[numpy.int32], dict(writable=False)]:
+        """int32 [rows]: queries in each row's query block."""
+
+def estimate(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArray, dict(writable=False)], method: str = 'rr', block: int = 128, stride: int = 8, tau: float = 0.95, tau_per_head: Sequence[float] = [], offset: str = 'paper', protect: Sequence[str] | None = None, scale: float = 0.0, cu_seqlens_q: Sequence[int] | None = None, cu_seqlens_k: Sequence[int] | None = None, backend: str = 'auto', bf16_bits: bool = False) -> EstimateResult:
+    """
+    Block-sparse mask of a causal prefill (estimate.hpp).
+
+    q: [total_q, heads_q, head_dim]; k: [total_k, heads_kv, head_dim]; float32/bfloat16/float16 host
+    arrays, head_dim contiguous. cu_seqlens_q / cu_seqlens_k: packed sequences (lq <= lk each).
+    method 'rr' (RRAttention), 'xattn' (XAttention) or 'oracle' (exact block masses); block B, stride S
+    (S divides B); tau: share of each row's score mass to keep (tau_per_head: one per query head);
+    offset 'paper' or 'released' (rr's sampling formula); protect: None (as each method was released)
+    or names among 'last_row', 'sink', 'diagonal'. The GIL is released while it runs.
+    """
+
+def rr_sample_position(offset: str, stride: int, i: int, head: int, lq: int) -> int:
+    """
+    RR's sampled query of query stride i for head h: iS + (S - 1 - h mod S) ('paper') or iS + (h mod S)
+    ('released'), clamped to lq - 1.
+    """
+
+class MaskMetrics:
+    """A mask against the oracle's: attention mass kept and block F1."""
+
+    @property
+    def mass_recall(self) -> float:
+        """True attention mass on kept blocks / total mass."""
+
+    @property
+    def precision(self) -> float: ...
+
+    @property
+    def recall(self) -> float: ...
+
+    @property
+    def f1(self) -> float: ...
+
+    @property
+    def density(self) -> float: ...
+
+    @property
+    def kept(self) -> int: ...
+
+    @property
+    def oracle_kept(self) -> int: ...
+
+    @property
+    def true_positive(self) -> int: ...
+
+    @property
+    def visible(self) -> int: ...
+
+    @property
+    def mass_recall_per_head(self) -> list[float]: ...
+
+def compare_to_oracle(mask: BlockMask, oracle: EstimateResult) -> MaskMetrics:
+    """
+    Metrics of `mask` (same geometry as the oracle's) against an oracle EstimateResult.
+    """
+
+class PrefillStats:
+    """Stage times (ms) and the density of a prefill."""
+
+    @property
+    def ms_sampling(self) -> float: ...
+
+    @property
+    def ms_scoring(self) -> float: ...
+
+    @property
+    def ms_selection(self) -> float: ...
+
+    @property
+    def ms_estimate(self) -> float: ...
+
+    @property
+    def ms_attention(self) -> float: ...
+
+    @property
+    def ms_total(self) -> float: ...
+
+    @property
+    def density(self) -> float: ...
+
+    @property
+    def density_per_head(self) -> list[float]: ...
+
+class PrefillResult:
+    """The estimate a prefill used (empty when dense) and its stats."""
+
+    @property
+    def estimate(self) -> EstimateResult: ...
+
+    @property
+    def stats(self) -> PrefillStats: ...
+
+def prefill_into(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArray, dict(writable=False)], v: Annotated[NDArray, dict(writable=False)], out: NDArray, lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, dense: bool = False, method: str = 'rr', block: int = 128, stride: int = 8, tau: float = 0.95, offset: str = 'paper', protect: Sequence[str] | None = None, scale: float = 0.0, cu_seqlens_q: Sequence[int] | None = None, cu_seqlens_k: Sequence[int] | None = None, estimate_backend: str = 'auto', attention_backend: str = 'auto', bf16_bits: bool = False) -> PrefillResult:
+    """
+    Causal prefill: estimate a mask (unless dense), then attention on it, into out [total_q, heads_q,
+    head_dim] (and lse float32 [heads_q, total_q]). Arguments as for estimate() and attention_into().
+    """

@@ -7,5 +7,6 @@ namespace ariadne::py {
 
 void bind_attention(nanobind::module_& m);  // Pattern, BlockMask, attention_into, backends
 void bind_layout(nanobind::module_& m);     // token orders, schedules, cost model, receptive field
+void bind_estimate(nanobind::module_& m);   // block-sparse estimators, their metrics, prefill
 
 }  // namespace ariadne::py

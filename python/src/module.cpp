@@ -12,4 +12,5 @@ NB_MODULE(_ariadne, m) {
   nanobind::exception<ariadne::Error>(m, "Error", PyExc_ValueError);
   ariadne::py::bind_attention(m);
   ariadne::py::bind_layout(m);
+  ariadne::py::bind_estimate(m);
 }
