@@ -21,6 +21,9 @@ from ._ariadne import (
     Error,
     EstimateResult,
     EstimateStats,
+    HeadScore,
+    ImageScores,
+    LayerDiag,
     LayerSpec,
     MaskMetrics,
     Pattern,
@@ -28,8 +31,10 @@ from ._ariadne import (
     ReceptiveField,
     Schedule,
     ScheduleCost,
+    ShsAccumulator,
     TileCount,
     TokenOrder,
+    auroc,
     backend_supports as _backend_supports,
     compare_to_oracle,
     count_pairs,
@@ -37,9 +42,12 @@ from ._ariadne import (
     cpu_threads,
     cuda_available,
     image_grid,
+    label_patches,
     layer_pattern,
     order_conversion,
+    patch_fractions,
     permute_tokens,
+    read_label_map,
     rr_sample_position,
     schedule,
     schedule_cost,
@@ -48,11 +56,13 @@ from ._ariadne import (
 )
 
 __all__ = [
-    "BlockMask", "Error", "EstimateResult", "EstimateStats", "LayerSpec", "MaskMetrics", "Pattern", "PrefillResult",
-    "ReceptiveField", "Schedule", "ScheduleCost", "TileCount", "TokenOrder", "attention", "backend_supports",
-    "compare_to_oracle", "count_pairs", "count_tiles", "cpu_threads", "cuda_available", "estimate", "flops",
-    "image_grid", "layer_pattern", "order", "order_conversion", "permute_tokens", "prefill", "receptive_field",
-    "rr_estimate", "rr_sample_position", "schedule", "schedule_cost", "schedule_presets", "set_cpu_threads",
+    "BlockMask", "Error", "EstimateResult", "EstimateStats", "HeadScore", "ImageScores", "LayerDiag", "LayerSpec",
+    "MaskMetrics", "Pattern", "PrefillResult", "ReceptiveField", "Schedule", "ScheduleCost", "ShsAccumulator",
+    "TileCount", "TokenOrder", "attention", "auroc", "backend_supports", "compare_to_oracle", "count_pairs",
+    "count_tiles", "cpu_threads", "cuda_available", "diagnose_layer", "estimate", "flops", "image_grid",
+    "label_patches", "layer_pattern", "order", "order_conversion", "patch_fractions", "permute_tokens", "prefill",
+    "read_label_map", "receptive_field", "rr_estimate", "rr_sample_position", "schedule", "schedule_cost",
+    "schedule_presets", "set_cpu_threads", "shs_index",
 ]
 
 Array = Any  # numpy.ndarray, torch.Tensor, cupy.ndarray or anything else that speaks DLPack
@@ -373,3 +383,43 @@ def prefill(
         None if cu_seqlens is None else [int(x) for x in cu_seqlens],
         None if cu_seqlens_k is None else [int(x) for x in cu_seqlens_k], estimate_backend, attention_backend, bf16)
     return out, lse, result
+
+
+# ---- SHS-Index (shs.hpp) ----
+
+def diagnose_layer(
+    q: Array,
+    k: Array,
+    order: TokenOrder,
+    pattern: Pattern = Pattern.full(),
+    cu_seqlens: Optional[Sequence[int]] = None,
+    sink: Optional[Array] = None,
+    sink_mode: Optional[str] = None,
+    scale: float = 0.0,
+    backend: str = "auto",
+) -> LayerDiag:
+    """Received attention, attention distance and entropy of one encoder layer on one image.
+
+    q, k: [tokens, heads, head_dim] host arrays after RoPE, tokens in `order`'s sequence order (one
+    image). pattern and cu_seqlens: as layer_pattern() returns them for the layer. A layer with a
+    sink is run twice, with and without it (for the sink allocation). The result's arrays are in
+    spatial raster order: received [heads, tokens]."""
+    bf16 = _is_ml_dtypes_bf16(q) or _is_ml_dtypes_bf16(k)
+    cu = None if cu_seqlens is None else [int(x) for x in cu_seqlens]
+    return _ariadne.diagnose_layer(_bits(q), _bits(k), order, pattern, cu, _f32(sink), _sink_mode(sink, sink_mode),
+                                   float(scale), backend, bf16)
+
+
+def shs_index(images: Sequence[Tuple[str, Array, Sequence[LayerDiag]]], patch: int = 14) -> dict:
+    """The SHS-Index of images given as (name, labels int8 [h, w] from label_patches, [LayerDiag per
+    layer]): mean over scored images, layers and heads of the folded AUROC of FG vs BG received
+    attention, with the companion measures. Returns ShsAccumulator.summary()'s dict."""
+    acc = None
+    for name, labels, diags in images:
+        labels = np.ascontiguousarray(labels, dtype=np.int8)
+        if acc is None:
+            acc = ShsAccumulator(len(diags), diags[0].heads, patch)
+        acc.add(name, (labels.shape[0], labels.shape[1]), labels, list(diags))
+    if acc is None:
+        raise Error("shs_index: no image given")
+    return acc.summary()

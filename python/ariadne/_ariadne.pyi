@@ -562,3 +562,136 @@ def prefill_into(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArr
     Causal prefill: estimate a mask (unless dense), then attention on it, into out [total_q, heads_q,
     head_dim] (and lse float32 [heads_q, total_q]). Arguments as for estimate() and attention_into().
     """
+
+def read_label_map(path: str) -> NDArray[numpy.int32]:
+    """
+    A segmentation mask file (PNG palette/gray or .npy) as int32 [height, width] ids.
+    """
+
+def patch_fractions(ids: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], grid: tuple[int, int], patch: int = 14, foreground: Sequence[int] | None = None, background: Sequence[int] | None = None, ignore: Sequence[int] | None = None) -> tuple[NDArray[numpy.float32], NDArray[numpy.float32]]:
+    """
+    (fg, bg) float32 [h, w]: foreground / background pixel shares of each patch after a nearest resize of
+    the int32 [H, W] label map to the encoder's input (grid x patch). Rule: ids in `ignore` (default
+    255 and crowd) are void; with `foreground` given only those ids are FG, else ids in `background`
+    (default [0]) are BG and the rest FG.
+    """
+
+def label_patches(fg: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], bg: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], purity: float = 1.0) -> NDArray[numpy.int8]:
+    """
+    int8 [h, w]: 1 foreground, 0 background, -1 excluded (a patch is FG when fg >= purity and fg > 1/2,
+    BG likewise; purity in [0.5, 1], 1 = only pure patches).
+    """
+
+def auroc(pos: Sequence[float], neg: Sequence[float]) -> float:
+    """Mann-Whitney AUROC: P(pos > neg) + P(pos = neg) / 2."""
+
+class LayerDiag:
+    """
+    One layer of one image as the SHS diagnostics see it (spatial raster order).
+    """
+
+    def __init__(self, received: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], received_no_sink: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)] | None = None, distance: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)], entropy: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> None:
+        """
+        From arrays: received float32 [heads, tokens] (column sums of the attention matrix), optionally
+        the same without the sink; distance, entropy float64 [heads] (means over queries).
+        """
+
+    @property
+    def heads(self) -> int: ...
+
+    @property
+    def tokens(self) -> int: ...
+
+    @property
+    def received(self) -> Annotated[NDArray[numpy.float32], dict(writable=False)]:
+        """
+        float32 [heads, tokens]: received attention per patch, spatial raster order.
+        """
+
+    @property
+    def received_no_sink(self) -> Annotated[NDArray[numpy.float32], dict(writable=False)]:
+        """
+        float32 [heads, tokens] without the sink; [0, tokens] on layers without one.
+        """
+
+    @property
+    def distance(self) -> Annotated[NDArray[numpy.float64], dict(writable=False)]:
+        """float64 [heads]: mean attention distance in patches."""
+
+    @property
+    def entropy(self) -> Annotated[NDArray[numpy.float64], dict(writable=False)]:
+        """float64 [heads]: mean row entropy (nats)."""
+
+def diagnose_layer(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArray, dict(writable=False)], order: TokenOrder, pattern: Pattern, cu_seqlens: Sequence[int] | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'auto', bf16_bits: bool = False) -> LayerDiag:
+    """
+    Received attention, distance and entropy of one layer of one image: q, k [tokens, heads, dim] host
+    arrays after RoPE in `order`'s sequence order; pattern (and cu_seqlens) as layer_pattern gives them.
+    A layer with a sink runs twice (with and without it).
+    """
+
+class HeadScore:
+    """One head of one layer of one image."""
+
+    @property
+    def auroc(self) -> float: ...
+
+    @property
+    def folded(self) -> float:
+        """max(auroc, 1 - auroc)."""
+
+    @property
+    def sink_fg(self) -> float: ...
+
+    @property
+    def sink_bg(self) -> float: ...
+
+    @property
+    def distance(self) -> float: ...
+
+    @property
+    def entropy(self) -> float: ...
+
+class ImageScores:
+    """Per-head scores of one image."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def grid(self) -> tuple[int, int]: ...
+
+    @property
+    def fg(self) -> int: ...
+
+    @property
+    def bg(self) -> int: ...
+
+    @property
+    def excluded(self) -> int: ...
+
+    @property
+    def scored(self) -> bool:
+        """False when the image has no FG or no BG patch."""
+
+    @property
+    def heads(self) -> list[HeadScore]:
+        """[layers * heads] HeadScore, layer-major."""
+
+class ShsAccumulator:
+    """The SHS-Index over images, layers and heads."""
+
+    def __init__(self, layers: int, heads: int, patch: int = 14) -> None: ...
+
+    def add(self, name: str, grid: tuple[int, int], labels: Annotated[NDArray[numpy.int8], dict(order='C', device='cpu', writable=False)], diags: Sequence[LayerDiag]) -> ImageScores:
+        """
+        Adds one image: labels int8 [h, w] (label_patches), diags one LayerDiag per layer.
+        """
+
+    @property
+    def images(self) -> list[ImageScores]: ...
+
+    def summary(self) -> object:
+        """
+        The summary as a dict: shs_index, per_layer, per_head [layers][heads], fg_dominant_share,
+        attention_distance, entropy, sink_allocation (when a layer has a sink), images_scored, ...
+        """

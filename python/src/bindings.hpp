@@ -8,5 +8,6 @@ namespace ariadne::py {
 void bind_attention(nanobind::module_& m);  // Pattern, BlockMask, attention_into, backends
 void bind_layout(nanobind::module_& m);     // token orders, schedules, cost model, receptive field
 void bind_estimate(nanobind::module_& m);   // block-sparse estimators, their metrics, prefill
+void bind_shs(nanobind::module_& m);        // SHS-Index: patch labels, layer diagnostics, accumulator
 
 }  // namespace ariadne::py

@@ -13,4 +13,5 @@ NB_MODULE(_ariadne, m) {
   ariadne::py::bind_attention(m);
   ariadne::py::bind_layout(m);
   ariadne::py::bind_estimate(m);
+  ariadne::py::bind_shs(m);
 }
