@@ -17,7 +17,8 @@ What is mapped from the model (per layer, as transformers passes it to attention
   - padding: the 2D padding mask of transformers' flash-attention mask function (registered for the
     same name), None when no token is padded. Each batch row's unpadded keys must be one contiguous
     run (left or right padding; dynamic or static KV cache); padded query rows get zeros;
-  - packed sequences: the `cu_seq_lens_q` / `cu_seq_lens_k` arguments of flash-style callers.
+  - packed sequences: the `cu_seq_lens_q` / `cu_seq_lens_k` arguments of flash-style callers, or
+    position ids restarting at 0 inside one unpadded row (packed training-style batches).
 Vision towers that split work by windows themselves (Qwen2.5-VL calls the attention function once
 per window or image when the implementation is not flash attention) work as they are.
 
@@ -52,6 +53,18 @@ def _valid_run(mask_row: torch.Tensor) -> Tuple[int, int]:
     if end - start != idx.numel():
         raise NotImplementedError("ariadne HF backend: a padding mask with holes (padding inside a sequence)")
     return start, end
+
+
+def _packed_from_positions(position_ids: Optional[torch.Tensor], length: int) -> Optional[torch.Tensor]:
+    """cu_seqlens of sequences packed into one row, told by position ids restarting at 0 (as
+    transformers' flash-attention path reads them); None for a single sequence."""
+    if position_ids is None or position_ids.dim() != 2 or position_ids.shape != (1, length):
+        return None
+    starts = torch.nonzero(position_ids[0] == 0, as_tuple=False).flatten()
+    if starts.numel() <= 1 or int(starts[0]) != 0:
+        return None
+    end = torch.tensor([length], device=starts.device, dtype=starts.dtype)
+    return torch.cat([starts, end]).to(torch.int32)
 
 
 def attention_forward(
@@ -98,6 +111,8 @@ def attention_forward(
     qs, ks, vs = (t.transpose(1, 2) for t in (query, key, value))
 
     cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cu_q is None and batch == 1 and attention_mask is None and q_len == kv_len:
+        cu_q = _packed_from_positions(kwargs.get("position_ids"), q_len)
     if cu_q is not None and batch == 1 and attention_mask is None:
         ariadne.attention(qs[0], ks[0], vs[0], pattern=pattern, sink=sink, cu_seqlens=cu_q.to(torch.int32),
                           cu_seqlens_k=None if cu_k is None else cu_k.to(torch.int32), out=out[0], scale=scale,
