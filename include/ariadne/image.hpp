@@ -3,7 +3,8 @@
 // Pixels are 8-bit, interleaved, row-major: pixels[(y · width + x) · channels + c]. Decoders turn
 // every PNG colour type (gray, gray+alpha, palette, RGB, RGBA; 1-16 bit) and every JPEG the library
 // reads (gray, YCbCr) into RGB; alpha and tRNS transparency are dropped (PIL's convert("RGB") does
-// the same), 16-bit samples keep their high byte. CMYK JPEGs are rejected. Corrupt or truncated files throw ariadne::Error
+// the same), 16-bit samples keep their high byte (PIL does the same for 16-bit colour; for 16-bit
+// gray it clips to 255 instead). CMYK JPEGs are rejected. Corrupt or truncated files throw ariadne::Error
 // naming the file and what the decoder reported; libpng and libjpeg errors are contained in C-style
 // frames (setjmp/longjmp never crosses a C++ object with a destructor).
 #pragma once

@@ -190,6 +190,10 @@ TEST(Vit, HfParity) {
             1e-5);
   // A different schedule must not match (the comparison can fail).
   EXPECT_GT(rel_error(all_full.out, hf_out).l2, 1e-4);
+  // The default attention backend (the fast CPU kernels where they support the layer, else the
+  // reference: EncodeResult says which ran) meets the same bound.
+  const EncodeResult fast = encode(w, hf_pixels, grids, chunk);
+  EXPECT_LE(rel_error(fast.out, hf_out).l2, 1e-5) << "attention on " << fast.attention_backend;
   // From our own preprocessing, end to end.
   EXPECT_LE(rel_error(encode(w, ours.values, grids, chunk, reference_attention()).out, hf_out).l2, 1e-5);
 }
