@@ -14,4 +14,6 @@ NB_MODULE(_ariadne, m) {
   ariadne::py::bind_layout(m);
   ariadne::py::bind_estimate(m);
   ariadne::py::bind_shs(m);
+  m.def("_set_leak_warnings", &nanobind::set_leak_warnings, nanobind::arg("enabled"),
+        "Turns nanobind's report of objects still alive at interpreter exit on or off.");
 }
