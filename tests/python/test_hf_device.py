@@ -3,7 +3,7 @@
 Needs torch and transformers (skipped without them, as in CI). Written for the GPU machine: on CUDA
 it runs ariadne's CUDA backend in bf16; without a GPU it runs on the CPU in float32 with the best
 CPU backend the build supports (the reference until the fast one lands). ARIADNE_HF_DEVICE=cpu|cuda
-forces a device. Models are small and random (no download): a Llama, a sliding-window Mistral, a
+forces a device, ARIADNE_HF_DTYPE=bf16|f16|f32 a dtype. Models are small and random (no download): a Llama, a sliding-window Mistral, a
 GPT-OSS with sinks, and a Qwen2.5-VL vision tower (window layers + full layers).
 """
 
@@ -28,6 +28,8 @@ def _device():
 
 DEVICE = _device()
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+if os.environ.get("ARIADNE_HF_DTYPE"):
+    DTYPE = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[os.environ["ARIADNE_HF_DTYPE"]]
 
 
 def _cpu_backend():
@@ -39,7 +41,7 @@ def _cpu_backend():
 BACKEND = "cuda" if DEVICE == "cuda" else _cpu_backend()
 # Relative L2 error allowed between ariadne and transformers' backend on the same model: the
 # model's own numerics dominate (bf16 activations on CUDA; float32 on the CPU).
-TOL = 3e-2 if DTYPE == torch.bfloat16 else 2e-4
+TOL = {torch.bfloat16: 3e-2, torch.float16: 5e-3}.get(DTYPE, 2e-4)
 
 
 CALLS = {"n": 0}
@@ -84,8 +86,9 @@ def _pair(model_cls, config, reference_impl):
 def _llama_config(**extra):
     from transformers import LlamaConfig
 
-    return LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                       num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512, **extra)
+    # head_dim 64: a size the CUDA kernels are built for (64, 80, 96, 128).
+    return LlamaConfig(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, **extra)
 
 
 @pytest.mark.parametrize("batch,length", [(1, 37), (2, 130)])
@@ -127,13 +130,23 @@ def test_llama_generate_with_cache_matches_sdpa(cache):
     ids = torch.randint(0, 256, (2, 20), device=DEVICE)
     mask = torch.ones_like(ids)
     mask[0, :5] = 0  # left padding: the cached keys of row 0 start later
-    kw = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, cache_implementation=cache)
+    kw = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, cache_implementation=cache,
+              output_logits=True, return_dict_in_generate=True)
     with torch.no_grad():
         CALLS["n"] = 0
         a = ours.generate(ids, **kw)
         assert ours_ran(2 * 8)
         b = ref.generate(ids, **kw)
-    assert torch.equal(a, b)
+    # Step by step: the logits agree while the tokens do; in bf16 greedy decoding may then part at a
+    # near tie of the two best tokens, which the rounding of either backend can tip.
+    for step, (la, lb) in enumerate(zip(a.logits, b.logits)):
+        assert rel_l2(la, lb) < TOL, step
+        ta, tb = a.sequences[:, 20 + step], b.sequences[:, 20 + step]
+        if not torch.equal(ta, tb):
+            top2 = lb.float().topk(2, dim=-1).values
+            gap = (top2[:, 0] - top2[:, 1])[ta != tb]
+            assert DTYPE != torch.float32 and bool((gap < 0.05 * lb.float().abs().max()).all()), step
+            break
 
 
 def test_llama_packed_sequences_match_sdpa():
@@ -159,7 +172,7 @@ def test_llama_packed_sequences_match_sdpa():
 def test_mistral_sliding_window_matches_sdpa():
     from transformers import MistralConfig, MistralForCausalLM
 
-    config = MistralConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+    config = MistralConfig(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                            num_attention_heads=4, num_key_value_heads=2, sliding_window=16,
                            max_position_embeddings=512)
     ref, ours = _pair(MistralForCausalLM, config, "sdpa")
@@ -183,7 +196,7 @@ def test_gpt_oss_sinks_match_eager():
     from transformers import GptOssConfig, GptOssForCausalLM
 
     config = GptOssConfig(vocab_size=256, hidden_size=128, intermediate_size=128, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_local_experts=4,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_local_experts=4,
                           num_experts_per_tok=2, sliding_window=16, max_position_embeddings=512,
                           layer_types=["sliding_attention", "full_attention"])
     ref, ours = _pair(GptOssForCausalLM, config, "eager")
@@ -203,7 +216,8 @@ def test_qwen2_5_vl_vision_tower_matches_sdpa():
     from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
     from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
 
-    config = Qwen2_5_VLVisionConfig(depth=4, hidden_size=128, num_heads=4, intermediate_size=256,
+    # head_dim 80, as in the real tower.
+    config = Qwen2_5_VLVisionConfig(depth=4, hidden_size=320, num_heads=4, intermediate_size=640,
                                     out_hidden_size=64, fullatt_block_indexes=[1, 3], window_size=112,
                                     patch_size=14, spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
     ref, ours = _pair(Qwen2_5_VisionTransformerPretrainedModel, config, "sdpa")

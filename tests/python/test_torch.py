@@ -44,6 +44,8 @@ def window_mask(n, left, right, device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_window_sink_gqa_matches_sdpa(device, dtype):
+    if device == "cuda" and dtype == torch.float32:
+        pytest.skip("the CUDA kernels take bf16 and f16 inputs")
     g = torch.Generator(device="cpu").manual_seed(3)
     n, hq, hkv, d = 300, 8, 2, 64
     qkv = torch.randn(n, hq + 2 * hkv, d, generator=g).to(device, dtype)
@@ -64,18 +66,19 @@ def test_varlen_with_device_cu_seqlens(device):
     lengths = [17, 0, 64, 5]
     cu = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32, device=device)
     n = int(cu[-1])
-    q = torch.randn(n, 4, 32, device=device)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    q = torch.randn(n, 4, 64, device=device, dtype=dtype)
     out, _ = ariadne.attention(q, q, q, pattern=ariadne.Pattern.causal(), cu_seqlens=cu, backend=_backend(device))
     for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
         if b > a:
             ref = sdpa(q[a:b], q[a:b], q[a:b], window_mask(b - a, b - a, 0, device))
-            assert float((out[a:b].double() - ref).norm() / ref.norm()) < 2e-5
+            assert float((out[a:b].double() - ref).norm() / ref.norm()) < (2e-5 if device == "cpu" else 1e-2)
 
 
 def test_cpu_cuda_mix_is_an_error():
     if not CUDA:
         pytest.skip("needs a CUDA build and a GPU")
-    q = torch.randn(10, 2, 16, device="cuda")
+    q = torch.randn(10, 2, 64, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="k: "):
         ariadne.attention(q, q.cpu(), q, backend="cuda")
 
