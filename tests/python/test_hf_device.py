@@ -3,8 +3,9 @@
 Needs torch and transformers (skipped without them, as in CI). Written for the GPU machine: on CUDA
 it runs ariadne's CUDA backend in bf16; without a GPU it runs on the CPU in float32 with the best
 CPU backend the build supports (the reference until the fast one lands). ARIADNE_HF_DEVICE=cpu|cuda
-forces a device, ARIADNE_HF_DTYPE=bf16|f16|f32 a dtype. Models are small and random (no download): a Llama, a sliding-window Mistral, a
-GPT-OSS with sinks, and a Qwen2.5-VL vision tower (window layers + full layers).
+forces a device, ARIADNE_HF_DTYPE=bf16|f16|f32 a dtype. Models are small and random (no download):
+a Llama, a sliding-window Mistral, a GPT-OSS with sinks, and a Qwen2.5-VL vision tower (window
+layers + full layers).
 """
 
 import os
