@@ -59,15 +59,9 @@ bool choose_wide(const AttentionParams& p) {
 // The wgmma kernel (attention_wgmma.cuh) runs dense rows (full, causal, any window_right without a
 // left bound, varlen, GQA, sinks) at head dims 64, 80 and 128 on compute capability 9.0. Until it
 // is validated on the device it is opt-in: ARIADNE_WGMMA=1 in the environment, read per call.
-// ARIADNE_WGMMA=serial runs the kernel without its intra-warpgroup overlap (a measurement variant).
-int wgmma_overlap() {
-  const char* env = std::getenv("ARIADNE_WGMMA");
-  return env != nullptr && std::string(env) == "serial" ? 0 : 1;
-}
-
 bool wgmma_eligible(const AttentionParams& p) {
   const char* env = std::getenv("ARIADNE_WGMMA");
-  if (env == nullptr || (std::string(env) != "1" && std::string(env) != "serial")) return false;
+  if (env == nullptr || std::string(env) != "1") return false;
   const int d = p.head_dim();
   if (d != 64 && d != 80 && d != 128) return false;
   const Pattern& pat = p.pattern;
@@ -83,9 +77,7 @@ bool wgmma_eligible(const AttentionParams& p) {
 
 template <int D>
 cudaError_t launch_wgmma_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
-  const int overlap = wgmma_overlap();
-  return dtype == DType::bf16 ? cuda::launch_wgmma<D, cuda::Bf16>(fp, overlap, st)
-                              : cuda::launch_wgmma<D, cuda::F16>(fp, overlap, st);
+  return dtype == DType::bf16 ? cuda::launch_wgmma<D, cuda::Bf16>(fp, st) : cuda::launch_wgmma<D, cuda::F16>(fp, st);
 }
 
 }  // namespace

@@ -3,14 +3,19 @@
 //
 // A CTA of 3 warpgroups owns one (sequence, query head, 128-row query tile):
 //   - warpgroup 0, the producer, copies Q once and then K and V tiles of BN = 128 keys into a
-//     2-stage ring of shared buffers with cp.async; each copy batch completes on an mbarrier
+//     3-stage ring of shared buffers with cp.async; each copy batch completes on an mbarrier
 //     (cp.async.mbarrier.arrive.noinc), K and V on separate ones so S can start while V lands;
 //   - warpgroups 1 and 2, the consumers, own 64 query rows each: S = Q·Kᵀ by wgmma m64n128k16
 //     with both operands in shared memory, the online softmax in registers, P packed to 16 bits in
 //     registers as the A operand of O += P·V (wgmma m64nDk16, V read transposed from shared
-//     memory), then they release the stage on its "empty" mbarrier.
-// setmaxnreg moves registers from the producer (40) to the consumers (232): the consumers hold
-// the S and O accumulators (64 + D/2 floats) and P (32 words).
+//     memory). Inside a consumer, S of tile j and P·V of tile j - 1 are in flight together
+//     (FlashAttention-3's intra-warpgroup pipelining); a stage is released on its "empty" mbarrier
+//     once P·V of its tile has completed.
+// setmaxnreg moves registers from the producer (40) to the consumers (232): a consumer holds the
+// S and O accumulators (64 + D/2 floats) and P (32 words).
+//
+// Measured on the H200 (bench/cuda-notes.md, v6): 1.24-1.48x the mma.sync kernel on full and
+// causal rows; the K/V copies through L2 are the limit (a variant without them ran 1.3-1.7x faster).
 //
 // Shared tiles use wgmma's no-swizzle canonical layout: 8 rows x 8 elements (16 bytes per row) form
 // a 128-byte core matrix; core matrices run along the head dim first, then along rows. The same
@@ -50,7 +55,7 @@ __device__ __forceinline__ int tile_off(int r, int ch) {
 }
 
 template <int D, class E>
-__global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams p, int overlap) {
+__global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams p) {
   using S = WgShape<D>;
   constexpr int BM = S::BM, BN = S::BN, STAGES = S::STAGES, C = S::C;
   constexpr int NS = BN / 2;  // score accumulators per thread (m64n128)
@@ -264,43 +269,29 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   };
 
   const int n = tile_hi - tile_lo;
-  if (overlap) {
-    // Software pipelining inside the warpgroup (FlashAttention-3's): S(it) and P·V(it - 1) are in
-    // flight together, and the softmax of tile it runs while P·V(it - 1) finishes.
-    if (n > 0) {
-      issue_s(0);
-      wg::wait<0>();
-      wg::pin(sc);
-      softmax(tile_lo * BN);
-      rescale_and_pack();
-      for (int it = 1; it < n; ++it) {
-        issue_s(it);
-        issue_pv(it - 1);
-        wg::wait<1>();  // groups complete in order: S(it) is done, P·V(it - 1) may still run
-        wg::pin(sc);
-        softmax((tile_lo + it) * BN);
-        wg::wait<0>();
-        wg::pin(acc);
-        wg::mbar_arrive(empty((it - 1) % STAGES));  // this thread's reads of that stage are complete
-        rescale_and_pack();
-      }
-      issue_pv(n - 1);
-      wg::wait<0>();
-      wg::pin(acc);
-      wg::mbar_arrive(empty((n - 1) % STAGES));
-    }
-  } else {
-    for (int it = 0; it < n; ++it) {
+  // Software pipelining inside the warpgroup (FlashAttention-3's): S(it) and P·V(it - 1) are in
+  // flight together, and the softmax of tile it runs while P·V(it - 1) finishes.
+  if (n > 0) {
+    issue_s(0);
+    wg::wait<0>();
+    wg::pin(sc);
+    softmax(tile_lo * BN);
+    rescale_and_pack();
+    for (int it = 1; it < n; ++it) {
       issue_s(it);
-      wg::wait<0>();
+      issue_pv(it - 1);
+      wg::wait<1>();  // groups complete in order: S(it) is done, P·V(it - 1) may still run
       wg::pin(sc);
       softmax((tile_lo + it) * BN);
-      rescale_and_pack();
-      issue_pv(it);
       wg::wait<0>();
       wg::pin(acc);
-      wg::mbar_arrive(empty(it % STAGES));
+      wg::mbar_arrive(empty((it - 1) % STAGES));  // this thread's reads of that stage are complete
+      rescale_and_pack();
     }
+    issue_pv(n - 1);
+    wg::wait<0>();
+    wg::pin(acc);
+    wg::mbar_arrive(empty((n - 1) % STAGES));
   }
 
   // ---- epilogue: normalize, sink, LSE; straight to global memory ----
@@ -342,7 +333,7 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
 
 // Grid: (query tiles, heads_q), the varlen cover of attention_fwd_kernel. Returns the launch error.
 template <int D, class E>
-cudaError_t launch_wgmma(const FwdParams& p, int overlap, cudaStream_t stream) {
+cudaError_t launch_wgmma(const FwdParams& p, cudaStream_t stream) {
   using S = WgShape<D>;
   const auto kernel = attention_wgmma_kernel<D, E>;
   static const cudaError_t configured =
@@ -350,16 +341,14 @@ cudaError_t launch_wgmma(const FwdParams& p, int overlap, cudaStream_t stream) {
   if (configured != cudaSuccess) return configured;
   const int64_t tiles = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_q / S::BM + 1
                                                           : (p.total_q + S::BM - 1) / S::BM;
-  kernel<<<dim3(unsigned(tiles), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p, overlap);
+  kernel<<<dim3(unsigned(tiles), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p);
   return cudaGetLastError();
 }
 
 #define ARIADNE_WGMMA_KERNELS(X, D) X(launch_wgmma<D, Bf16>) X(launch_wgmma<D, F16>)
-#define ARIADNE_WGMMA_INSTANTIATE_ONE(...) template cudaError_t __VA_ARGS__(const FwdParams&, int, cudaStream_t);
-#define ARIADNE_WGMMA_DECLARE_ONE(...) extern template cudaError_t __VA_ARGS__(const FwdParams&, int, cudaStream_t);
-#define ARIADNE_INSTANTIATE_WGMMA(D) ARIADNE_WGMMA_KERNELS(ARIADNE_WGMMA_INSTANTIATE_ONE, D)
-ARIADNE_WGMMA_KERNELS(ARIADNE_WGMMA_DECLARE_ONE, 64)
-ARIADNE_WGMMA_KERNELS(ARIADNE_WGMMA_DECLARE_ONE, 80)
-ARIADNE_WGMMA_KERNELS(ARIADNE_WGMMA_DECLARE_ONE, 128)
+#define ARIADNE_INSTANTIATE_WGMMA(D) ARIADNE_WGMMA_KERNELS(ARIADNE_FWD_INSTANTIATE_ONE, D)
+ARIADNE_WGMMA_KERNELS(ARIADNE_FWD_DECLARE_ONE, 64)
+ARIADNE_WGMMA_KERNELS(ARIADNE_FWD_DECLARE_ONE, 80)
+ARIADNE_WGMMA_KERNELS(ARIADNE_FWD_DECLARE_ONE, 128)
 
 }  // namespace ariadne::cuda

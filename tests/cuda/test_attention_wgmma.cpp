@@ -44,9 +44,7 @@ class Wgmma : public ::testing::Test {
       saved_ = old;
       had_ = true;
     }
-    // ARIADNE_WGMMA_TEST=serial tests the kernel's measurement variant without the overlap.
-    const char* mode = std::getenv("ARIADNE_WGMMA_TEST");
-    setenv("ARIADNE_WGMMA", mode != nullptr ? mode : "1", 1);
+    setenv("ARIADNE_WGMMA", "1", 1);
   }
   void TearDown() override {
     if (had_) setenv("ARIADNE_WGMMA", saved_.c_str(), 1);
