@@ -15,7 +15,7 @@
 // S and O accumulators (64 + D/2 floats) and P (32 words).
 //
 // Measured on the H200 (bench/cuda-notes.md, v6): 1.24-1.48x the mma.sync kernel on full and
-// causal rows; the K/V copies through L2 are the limit (a variant without them ran 1.3-1.7x faster).
+// causal rows; the K/V copies through L2 are the limit (a variant without them ran 1.26-1.70x faster).
 //
 // Shared tiles use wgmma's no-swizzle canonical layout: 8 rows x 8 elements (16 bytes per row) form
 // a 128-byte core matrix; core matrices run along the head dim first, then along rows. The same
