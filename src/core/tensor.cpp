@@ -1,0 +1,201 @@
+// Tensor views, 16-bit float conversions and the owning host buffer.
+#include "ariadne/tensor.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+
+namespace ariadne {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+  }
+  return "?";
+}
+
+DType parse_dtype(std::string_view s) {
+  if (s == "f32" || s == "fp32" || s == "float32") return DType::f32;
+  if (s == "bf16" || s == "bfloat16") return DType::bf16;
+  if (s == "f16" || s == "fp16" || s == "float16") return DType::f16;
+  detail::fail("dtype: '", s, "' is not one of f32, bf16, f16");
+}
+
+// IEEE half conversions written out (no reliance on compiler _Float16 support); round to nearest even.
+float f16_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ffu, u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) {
+    u = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    u = sign;
+  } else {  // subnormal: normalize
+    int e = -1;
+    do {
+      ++e;
+      man <<= 1;
+    } while (!(man & 0x400u));
+    u = sign | uint32_t(112 - e) << 23 | ((man & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t float_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a >= 0x7f800000u) return uint16_t(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0));  // inf / nan
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to >= 65520: overflow to inf
+  if (a < 0x38800000u) {  // below the smallest normal half: subnormal or zero
+    if (a < 0x33000000u) return sign;  // < 2^-25 rounds to zero
+    const uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+    const int shift = int(126 - e);  // 14..24
+    uint32_t r = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1u))) ++r;
+    return uint16_t(sign | r);
+  }
+  uint32_t r = a - 0x38000000u;  // rebias exponent 127 -> 15
+  r += 0xfffu + ((r >> 13) & 1u);
+  return uint16_t(sign | (r >> 13));
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+bool TensorView::contiguous() const {
+  int64_t s = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    if (shape[i] != 1 && stride[i] != s) return false;
+    s *= shape[i];
+  }
+  return true;
+}
+
+static float load_as_float(const void* base, DType t, int64_t off) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(base)[off];
+    case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(base)[off]);
+    case DType::f16: return f16_to_float(static_cast<const uint16_t*>(base)[off]);
+  }
+  return 0;
+}
+
+static void store_from_float(void* base, DType t, int64_t off, float v) {
+  switch (t) {
+    case DType::f32: static_cast<float*>(base)[off] = v; break;
+    case DType::bf16: static_cast<uint16_t*>(base)[off] = float_to_bf16(v); break;
+    case DType::f16: static_cast<uint16_t*>(base)[off] = float_to_f16(v); break;
+  }
+}
+
+float TensorView::get(std::initializer_list<int64_t> idx) const { return load_as_float(data, dtype, offset(idx)); }
+void TensorView::set(std::initializer_list<int64_t> idx, float value) const {
+  store_from_float(data, dtype, offset(idx), value);
+}
+
+std::string TensorView::describe() const {
+  std::ostringstream os;
+  os << dtype_name(dtype) << "[";
+  for (int i = 0; i < rank; ++i) os << (i ? ", " : "") << shape[i];
+  os << "] strides [";
+  for (int i = 0; i < rank; ++i) os << (i ? ", " : "") << stride[i];
+  os << "] " << (device == Device::cpu ? "cpu" : "cuda");
+  return os.str();
+}
+
+TensorView make_view(void* data, DType dtype, const std::vector<int64_t>& shape, Device device) {
+  ARIADNE_CHECK(shape.size() <= 4, "make_view: rank ", shape.size(), " exceeds the maximum of 4");
+  TensorView t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  t.rank = int(shape.size());
+  int64_t s = 1;
+  for (int i = t.rank - 1; i >= 0; --i) {
+    ARIADNE_CHECK(shape[i] >= 0, "make_view: dim ", i, " has negative size ", shape[i]);
+    t.shape[i] = shape[i];
+    t.stride[i] = s;
+    s *= shape[i];
+  }
+  return t;
+}
+
+TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> shape, Device device) {
+  return make_view(data, dtype, std::vector<int64_t>(shape), device);
+}
+
+void Buffer::Free::operator()(void* p) const { std::free(p); }
+
+Buffer::Buffer(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+  int64_t n = numel();
+  ARIADNE_CHECK(n >= 0, "Buffer: negative element count");
+  const size_t bytes = size_t(n) * size_t(dtype_size(dtype));
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  mem_.reset(std::aligned_alloc(64, rounded ? rounded : 64));
+  ARIADNE_CHECK(mem_ != nullptr, "Buffer: could not allocate ", bytes, " bytes");
+}
+
+int64_t Buffer::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape_) n *= s;
+  return n;
+}
+
+TensorView Buffer::view() const { return make_view(mem_.get(), dtype_, shape_); }
+
+void Buffer::fill(float value) {
+  const int64_t n = numel();
+  for (int64_t i = 0; i < n; ++i) store_from_float(mem_.get(), dtype_, i, value);
+}
+
+void Buffer::fill_random(uint64_t seed, float lo, float hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  const int64_t n = numel();
+  for (int64_t i = 0; i < n; ++i) store_from_float(mem_.get(), dtype_, i, dist(rng));
+}
+
+void require_rank(const TensorView& t, const char* name, int rank) {
+  ARIADNE_CHECK(t.defined(), name, ": tensor is missing (null data)");
+  ARIADNE_CHECK(t.rank == rank, name, ": rank is ", t.rank, ", expected ", rank, " (", t.describe(), ")");
+}
+
+void require_dim(const TensorView& t, const char* name, int dim, int64_t expected, const char* what) {
+  ARIADNE_CHECK(t.shape[dim] == expected, name, ": dim ", dim, " (", what, ") is ", t.shape[dim],
+                ", expected ", expected, " (", t.describe(), ")");
+}
+
+void require_dtype(const TensorView& t, const char* name, std::initializer_list<DType> allowed) {
+  for (DType d : allowed)
+    if (t.dtype == d) return;
+  std::ostringstream os;
+  int i = 0;
+  for (DType d : allowed) os << (i++ ? " or " : "") << dtype_name(d);
+  detail::fail(name, ": dtype is ", dtype_name(t.dtype), ", expected ", os.str());
+}
+
+void require_device(const TensorView& t, const char* name, Device device) {
+  ARIADNE_CHECK(t.device == device, name, ": is on ", t.device == Device::cpu ? "cpu" : "cuda",
+                ", expected ", device == Device::cpu ? "cpu" : "cuda", " like the other operands");
+}
+
+void require_inner_contiguous(const TensorView& t, const char* name) {
+  ARIADNE_CHECK(t.rank > 0 && t.stride[t.rank - 1] == 1, name, ": innermost dimension must be contiguous (stride 1), got stride ",
+                t.rank > 0 ? t.stride[t.rank - 1] : 0, " (", t.describe(), ")");
+  for (int i = 0; i < t.rank; ++i)
+    ARIADNE_CHECK(t.stride[i] >= 0, name, ": dim ", i, " has negative stride ", t.stride[i]);
+}
+
+}  // namespace ariadne
