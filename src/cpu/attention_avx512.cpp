@@ -2,13 +2,17 @@
 // them). fp32 products use FMA with register blocking; bf16 products use vdpbf16ps, which does two
 // multiply-adds per fp32 lane, so bf16 tiles run at twice the fp32 FMA rate with exact bf16
 // products and fp32 sums.
+#include "cpu/attention_kernels.hpp"
+
+#if defined(__x86_64__)
+// GCC 12's _mm512_undefined_ps() initializes a register with itself, which -Wmaybe-uninitialized
+// reports inside max/min/scalef intrinsics once inlined: a false positive in the compiler's header.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
-
-#include "cpu/attention_kernels.hpp"
 
 namespace ariadne::cpu {
 namespace {
@@ -329,3 +333,11 @@ const TileKernels kAvx512{"avx512", qk_f32, qk_bf16, softmax, pv_f32, pv_bf16, c
 const TileKernels* tile_kernels_avx512() { return &kAvx512; }
 
 }  // namespace ariadne::cpu
+
+#else
+
+namespace ariadne::cpu {
+const TileKernels* tile_kernels_avx512() { return nullptr; }
+}  // namespace ariadne::cpu
+
+#endif
