@@ -150,20 +150,41 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
 
-float load_elem(const void* base, DType dt, int64_t i) {
-  switch (dt) {
-    case DType::f32: return static_cast<const float*>(base)[i];
-    case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::f16: return f16_to_float(static_cast<const uint16_t*>(base)[i]);
+// Writes n fp32 values, each multiplied by `mul`, as a row of t starting at element `off`.
+void store_row(const TensorView& t, int64_t off, int n, const float* src, float mul) {
+  switch (t.dtype) {
+    case DType::f32: {
+      float* dst = static_cast<float*>(t.data) + off;
+      for (int c = 0; c < n; ++c) dst[c] = src[c] * mul;
+      break;
+    }
+    case DType::bf16: {
+      uint16_t* dst = static_cast<uint16_t*>(t.data) + off;
+      for (int c = 0; c < n; ++c) dst[c] = float_to_bf16(src[c] * mul);
+      break;
+    }
+    case DType::f16: {
+      uint16_t* dst = static_cast<uint16_t*>(t.data) + off;
+      for (int c = 0; c < n; ++c) dst[c] = float_to_f16(src[c] * mul);
+      break;
+    }
   }
-  return 0.f;
 }
 
-void store_elem(void* base, DType dt, int64_t i, float v) {
-  switch (dt) {
-    case DType::f32: static_cast<float*>(base)[i] = v; break;
-    case DType::bf16: static_cast<uint16_t*>(base)[i] = float_to_bf16(v); break;
-    case DType::f16: static_cast<uint16_t*>(base)[i] = float_to_f16(v); break;
+// Row of `n` elements of t starting at element `off`, widened to fp32.
+void convert_row(const TensorView& t, int64_t off, int n, float* dst) {
+  switch (t.dtype) {
+    case DType::f32: std::memcpy(dst, static_cast<const float*>(t.data) + off, size_t(n) * 4); break;
+    case DType::bf16: {
+      const uint16_t* src = static_cast<const uint16_t*>(t.data) + off;
+      for (int c = 0; c < n; ++c) dst[c] = bf16_to_float(src[c]);
+      break;
+    }
+    case DType::f16: {
+      const uint16_t* src = static_cast<const uint16_t*>(t.data) + off;
+      for (int c = 0; c < n; ++c) dst[c] = f16_to_float(src[c]);
+      break;
+    }
   }
 }
 
@@ -218,57 +239,108 @@ class Runner {
 
  private:
   // ---- packing K and V into key tiles (layouts in attention_kernels.hpp) ----
+  // The packed copies live in a per-calling-thread workspace that only grows, so repeated calls
+  // (a model's layers, a benchmark) neither page-fault nor zero-fill; every element, padding
+  // included, is written below.
+  struct Workspace {
+    std::vector<float> kf, vf;
+    std::vector<uint32_t> kb, vb;  // bf16 pairs, as 32-bit words
+  };
+
   void pack_kv() {
+    static thread_local Workspace ws;
     const int64_t hkv = p_.heads_kv(), n = hkv * total_tiles_;
+    const size_t kn = size_t(n * ktile_), vn = size_t(n * vtile_);
     if (bf16_) {
-      kb_.assign(size_t(n * ktile_), 0);
-      vb_.assign(size_t(n * vtile_), 0);
+      if (ws.kb.size() < kn / 2) ws.kb.resize(kn / 2);
+      if (ws.vb.size() < vn / 2) ws.vb.resize(vn / 2);
+      kb_ = reinterpret_cast<const uint16_t*>(ws.kb.data());
+      vb_ = reinterpret_cast<const uint16_t*>(ws.vb.data());
     } else {
-      kf_.assign(size_t(n * ktile_), 0.f);
-      vf_.assign(size_t(n * vtile_), 0.f);
+      if (ws.kf.size() < kn) ws.kf.resize(kn);
+      if (ws.vf.size() < vn) ws.vf.resize(vn);
+      kf_ = ws.kf.data();
+      vf_ = ws.vf.data();
     }
+    uint32_t* kb = ws.kb.data();
+    uint32_t* vb = ws.vb.data();
+    float* kf = ws.kf.data();
+    float* vf = ws.vf.data();
 #pragma omp parallel for schedule(static) num_threads(threads_)
-    for (int64_t i = 0; i < n; ++i) pack_tile(int(i / total_tiles_), i % total_tiles_, i);
+    for (int64_t i = 0; i < n; ++i) {
+      if (bf16_) pack_tile_bf16(int(i / total_tiles_), i % total_tiles_, kb + i * ktile_ / 2, vb + i * vtile_ / 2);
+      else pack_tile_f32(int(i / total_tiles_), i % total_tiles_, kf + i * ktile_, vf + i * vtile_);
+    }
   }
 
-  void pack_tile(int g, int64_t gtile, int64_t slot) {
-    const int32_t s = int32_t(std::upper_bound(tile_base_.begin(), tile_base_.end(), gtile) - tile_base_.begin()) - 1;
-    const SeqExtent& e = seqs_[size_t(s)];
-    const int64_t k_lo = (gtile - tile_base_[size_t(s)]) * kKeyTile;
-    const int n = int(std::min<int64_t>(kKeyTile, e.lk - k_lo));
-    if (bf16_) {
-      uint16_t* kt = kb_.data() + slot * ktile_;
-      uint16_t* vt = vb_.data() + slot * vtile_;
-      const uint16_t* kin = static_cast<const uint16_t*>(p_.k.data);
-      const uint16_t* vin = static_cast<const uint16_t*>(p_.v.data);
-      for (int j = 0; j < n; ++j) {
-        const uint16_t* kr = kin + row_offset(p_.k, e.k0 + k_lo + j, g);
-        const uint16_t* vr = vin + row_offset(p_.v, e.k0 + k_lo + j, g);
-        for (int c = 0; c < d_; ++c) kt[(c / 2) * 2 * kKeyTile + j * 2 + (c & 1)] = kr[c];
-        for (int c = 0; c < d_; ++c) vt[((j / 2) * dv_ + c) * 2 + (j & 1)] = vr[c];
+  // Sequence, first local key and number of valid keys of global key tile `gtile`.
+  struct TileSpan {
+    const SeqExtent* e;
+    int64_t k_lo;
+    int n;
+  };
+  TileSpan tile_span(int64_t gtile) const {
+    const size_t s = size_t(std::upper_bound(tile_base_.begin(), tile_base_.end(), gtile) - tile_base_.begin()) - 1;
+    const SeqExtent& e = seqs_[s];
+    const int64_t k_lo = (gtile - tile_base_[s]) * kKeyTile;
+    return {&e, k_lo, int(std::min<int64_t>(kKeyTile, e.lk - k_lo))};
+  }
+
+  // K as [d][32] (transposed), V as [32][dv]; keys past the sequence end and columns past d are 0.
+  void pack_tile_f32(int g, int64_t gtile, float* kt, float* vt) const {
+    const TileSpan sp = tile_span(gtile);
+    std::vector<float> row(static_cast<size_t>(d_));
+    for (int j = 0; j < kKeyTile; ++j) {
+      float* vrow = vt + int64_t(j) * dv_;
+      if (j >= sp.n) {
+        for (int c = 0; c < d_; ++c) kt[c * kKeyTile + j] = 0.f;
+        std::fill(vrow, vrow + dv_, 0.f);
+        continue;
       }
-    } else {
-      float* kt = kf_.data() + slot * ktile_;
-      float* vt = vf_.data() + slot * vtile_;
-      for (int j = 0; j < n; ++j) {
-        const int64_t ko = row_offset(p_.k, e.k0 + k_lo + j, g), vo = row_offset(p_.v, e.k0 + k_lo + j, g);
-        for (int c = 0; c < d_; ++c) kt[c * kKeyTile + j] = load_elem(p_.k.data, p_.k.dtype, ko + c);
-        for (int c = 0; c < d_; ++c) vt[j * dv_ + c] = load_elem(p_.v.data, p_.v.dtype, vo + c);
+      const int64_t tok = sp.e->k0 + sp.k_lo + j;
+      convert_row(p_.k, row_offset(p_.k, tok, g), d_, row.data());
+      for (int c = 0; c < d_; ++c) kt[c * kKeyTile + j] = row[c];
+      convert_row(p_.v, row_offset(p_.v, tok, g), d_, vrow);
+      std::fill(vrow + d_, vrow + dv_, 0.f);
+    }
+  }
+
+  // K as [dp][32] pairs of head-dim entries, V as [16][dv] pairs of consecutive keys (low half =
+  // even key), both zero-padded.
+  void pack_tile_bf16(int g, int64_t gtile, uint32_t* kt, uint32_t* vt) const {
+    const TileSpan sp = tile_span(gtile);
+    const uint16_t* kin = static_cast<const uint16_t*>(p_.k.data);
+    const uint16_t* vin = static_cast<const uint16_t*>(p_.v.data);
+    auto key_row = [&](const uint16_t* base, const TensorView& t, int j) -> const uint16_t* {
+      return j < sp.n ? base + row_offset(t, sp.e->k0 + sp.k_lo + j, g) : nullptr;
+    };
+    for (int j = 0; j < kKeyTile; ++j) {
+      const uint16_t* kr = key_row(kin, p_.k, j);
+      for (int cp = 0; cp < dp_; ++cp) {
+        const uint32_t lo = kr ? kr[2 * cp] : 0, hi = kr && 2 * cp + 1 < d_ ? kr[2 * cp + 1] : 0;
+        kt[cp * kKeyTile + j] = lo | (hi << 16);
       }
+    }
+    for (int jp = 0; jp < kKeyTile / 2; ++jp) {
+      const uint16_t* v0 = key_row(vin, p_.v, 2 * jp);
+      const uint16_t* v1 = key_row(vin, p_.v, 2 * jp + 1);
+      uint32_t* out = vt + int64_t(jp) * dv_;
+      for (int c = 0; c < d_; ++c) out[c] = uint32_t(v0 ? v0[c] : 0) | (uint32_t(v1 ? v1[c] : 0) << 16);
+      std::fill(out + d_, out + dv_, 0u);
     }
   }
 
   const float* ktile_f32(int g, int32_t s, int64_t t) const {
-    return kf_.data() + (g * total_tiles_ + tile_base_[size_t(s)] + t) * ktile_;
+    return kf_ + (g * total_tiles_ + tile_base_[size_t(s)] + t) * ktile_;
   }
   const float* vtile_f32(int g, int32_t s, int64_t t) const {
-    return vf_.data() + (g * total_tiles_ + tile_base_[size_t(s)] + t) * vtile_;
+    return vf_ + (g * total_tiles_ + tile_base_[size_t(s)] + t) * vtile_;
   }
   const uint16_t* ktile_bf16(int g, int32_t s, int64_t t) const {
-    return kb_.data() + (g * total_tiles_ + tile_base_[size_t(s)] + t) * ktile_;
+    return kb_ + (g * total_tiles_ + tile_base_[size_t(s)] + t) * ktile_;
   }
   const uint16_t* vtile_bf16(int g, int32_t s, int64_t t) const {
-    return vb_.data() + (g * total_tiles_ + tile_base_[size_t(s)] + t) * vtile_;
+    return vb_ + (g * total_tiles_ + tile_base_[size_t(s)] + t) * vtile_;
   }
 
   void load_coords() {
@@ -333,9 +405,7 @@ class Runner {
       }
     } else {
       for (int r = 0; r < rows; ++r) {
-        const int64_t off = row_offset(p_.q, e.q0 + q_lo + r, h);
-        float* dst = sc.qf.data() + int64_t(r) * d_;
-        for (int c = 0; c < d_; ++c) dst[c] = load_elem(p_.q.data, p_.q.dtype, off + c);
+        convert_row(p_.q, row_offset(p_.q, e.q0 + q_lo + r, h), d_, sc.qf.data() + int64_t(r) * d_);
       }
     }
   }
@@ -508,11 +578,10 @@ class Runner {
           lse2 = hi + std::log2(std::exp2(lse2 - hi) + std::exp2(sink2 - hi));
         }
         const float inv = float(std::exp2(m - lse2));  // out = O·2^m / Z
-        const float* o = sc.o.data() + int64_t(r) * dv_;
-        for (int c = 0; c < d_; ++c) store_elem(p_.out.data, p_.out.dtype, out_off + c, o[c] * inv);
+        store_row(p_.out, out_off, d_, sc.o.data() + int64_t(r) * dv_, inv);
         lse = float(lse2 * kLn2);
       } else {  // no allowed key: out 0; LSE is the sink alone or −inf
-        for (int c = 0; c < d_; ++c) store_elem(p_.out.data, p_.out.dtype, out_off + c, 0.f);
+        store_row(p_.out, out_off, d_, sc.o.data() + int64_t(r) * dv_, 0.f);
         lse2 = denom ? sink2 : -std::numeric_limits<double>::infinity();
         lse = denom ? sink(h) : kNegInf;
       }
@@ -591,9 +660,12 @@ class Runner {
   std::vector<SeqExtent> seqs_;
   std::vector<int64_t> tile_base_;
   int64_t total_tiles_ = 0, ktile_ = 0, vtile_ = 0;
-  std::vector<float> kf_, vf_, cq_, ck_;
+  const float* kf_ = nullptr;  // packed K / V (fp32 path)
+  const float* vf_ = nullptr;
+  const uint16_t* kb_ = nullptr;  // packed K / V (bf16 path)
+  const uint16_t* vb_ = nullptr;
+  std::vector<float> cq_, ck_;
   mutable std::vector<float> lse2_;  // [heads_q, total_q] base-2 LSE for the received pass; rows written by one item each
-  std::vector<uint16_t> kb_, vb_;
 };
 
 }  // namespace
