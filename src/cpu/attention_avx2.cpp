@@ -141,7 +141,7 @@ void colsum(const float* s, const RowMask& mk, int rows, const float* off, float
 
 // O = alpha·O + P·V for R rows × C column vectors.
 template <int R, int C>
-void pv_block(const float* p, const float* v, int dv, const float* alpha, float* o, int col) {
+void pv_block(const float* p, const float* v, int64_t ldv, int dv, const float* alpha, float* o, int col) {
   __m256 acc[R][C];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -156,7 +156,7 @@ void pv_block(const float* p, const float* v, int dv, const float* alpha, float*
       const __m256 b = _mm256_broadcast_ss(p + r * kKeyTile + j);
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c)
-        acc[r][c] = _mm256_fmadd_ps(b, _mm256_loadu_ps(v + int64_t(j) * dv + col + kLanes * c), acc[r][c]);
+        acc[r][c] = _mm256_fmadd_ps(b, _mm256_loadu_ps(v + j * ldv + col + kLanes * c), acc[r][c]);
     }
   }
 #pragma GCC unroll 8
@@ -166,19 +166,19 @@ void pv_block(const float* p, const float* v, int dv, const float* alpha, float*
 }
 
 template <int R>
-void pv_rows(const float* p, const float* v, int dv, const float* alpha, float* o) {
+void pv_rows(const float* p, const float* v, int64_t ldv, int dv, const float* alpha, float* o) {
   int col = 0;
-  for (; col + 4 * kLanes <= dv; col += 4 * kLanes) pv_block<R, 4>(p, v, dv, alpha, o, col);
+  for (; col + 4 * kLanes <= dv; col += 4 * kLanes) pv_block<R, 4>(p, v, ldv, dv, alpha, o, col);
   // dv is a multiple of 16: what is left is 0 or 2 vectors
-  if (col < dv) pv_block<R, 2>(p, v, dv, alpha, o, col);
+  if (col < dv) pv_block<R, 2>(p, v, ldv, dv, alpha, o, col);
 }
 
-void pv_f32(const float* p, const float* v, int dv, int rows, const float* alpha, float* o) {
+void pv_f32(const float* p, const float* v, int64_t ldv, int dv, int rows, const float* alpha, float* o) {
   constexpr int R = 3;
   int r = 0;
-  for (; r + R <= rows; r += R) pv_rows<R>(p + r * kKeyTile, v, dv, alpha + r, o + int64_t(r) * dv);
-  if (rows - r == 2) pv_rows<2>(p + r * kKeyTile, v, dv, alpha + r, o + int64_t(r) * dv);
-  if (rows - r == 1) pv_rows<1>(p + r * kKeyTile, v, dv, alpha + r, o + int64_t(r) * dv);
+  for (; r + R <= rows; r += R) pv_rows<R>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv);
+  if (rows - r == 2) pv_rows<2>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv);
+  if (rows - r == 1) pv_rows<1>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv);
 }
 
 const TileKernels kAvx2{"avx2", qk_f32, nullptr, softmax, pv_f32, nullptr, colsum};

@@ -196,7 +196,7 @@ void colsum(const float* s, const RowMask& mk, int rows, const float* off, float
 
 // ---- O = alpha·O + P·V, fp32: R rows × C column vectors per block ----
 template <int R, int C>
-void pv_f32_block(const float* p, const float* v, int dv, const float* alpha, float* o, int col) {
+void pv_f32_block(const float* p, const float* v, int64_t ldv, int dv, const float* alpha, float* o, int col) {
   __m512 acc[R][C];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
@@ -208,7 +208,7 @@ void pv_f32_block(const float* p, const float* v, int dv, const float* alpha, fl
   for (int j = 0; j < kKeyTile; ++j) {
     __m512 vv[C];
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) vv[c] = _mm512_loadu_ps(v + int64_t(j) * dv + col + 16 * c);
+    for (int c = 0; c < C; ++c) vv[c] = _mm512_loadu_ps(v + j * ldv + col + 16 * c);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 b = _mm512_set1_ps(p[r * kKeyTile + j]);
@@ -238,27 +238,27 @@ void for_groups(int dv, Block&& block) {
 }
 
 template <int R>
-void pv_f32_rows(const float* p, const float* v, int dv, const float* alpha, float* o) {
+void pv_f32_rows(const float* p, const float* v, int64_t ldv, int dv, const float* alpha, float* o) {
   for_groups<R>(dv, [&](int col, int g) {
     switch (g) {
-      case 5: pv_f32_block<R, 5>(p, v, dv, alpha, o, col); break;
-      case 4: pv_f32_block<R, 4>(p, v, dv, alpha, o, col); break;
-      case 3: pv_f32_block<R, 3>(p, v, dv, alpha, o, col); break;
-      case 2: pv_f32_block<R, 2>(p, v, dv, alpha, o, col); break;
-      default: pv_f32_block<R, 1>(p, v, dv, alpha, o, col); break;
+      case 5: pv_f32_block<R, 5>(p, v, ldv, dv, alpha, o, col); break;
+      case 4: pv_f32_block<R, 4>(p, v, ldv, dv, alpha, o, col); break;
+      case 3: pv_f32_block<R, 3>(p, v, ldv, dv, alpha, o, col); break;
+      case 2: pv_f32_block<R, 2>(p, v, ldv, dv, alpha, o, col); break;
+      default: pv_f32_block<R, 1>(p, v, ldv, dv, alpha, o, col); break;
     }
   });
 }
 
-void pv_f32(const float* p, const float* v, int dv, int rows, const float* alpha, float* o) {
+void pv_f32(const float* p, const float* v, int64_t ldv, int dv, int rows, const float* alpha, float* o) {
   constexpr int R = 4;
   int r = 0;
   for (; r + R <= rows; r += R)
-    pv_f32_rows<R>(p + r * kKeyTile, v, dv, alpha + r, o + int64_t(r) * dv);
+    pv_f32_rows<R>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv);
   switch (rows - r) {
-    case 3: pv_f32_rows<3>(p + r * kKeyTile, v, dv, alpha + r, o + int64_t(r) * dv); break;
-    case 2: pv_f32_rows<2>(p + r * kKeyTile, v, dv, alpha + r, o + int64_t(r) * dv); break;
-    case 1: pv_f32_rows<1>(p + r * kKeyTile, v, dv, alpha + r, o + int64_t(r) * dv); break;
+    case 3: pv_f32_rows<3>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv); break;
+    case 2: pv_f32_rows<2>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv); break;
+    case 1: pv_f32_rows<1>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv); break;
     default: break;
   }
 }

@@ -217,6 +217,7 @@ class Runner {
     dp_ = (d_ + 1) / 2;
     dv_ = (d_ + 15) / 16 * 16;
     bf16_ = p.q.dtype == DType::bf16 && k_.qk_bf16 != nullptr && k_.pv_bf16 != nullptr;
+    direct_v_ = !bf16_ && p.v.dtype == DType::f32 && d_ % 16 == 0;
     scale2_ = float(double(p.resolved_scale()) * kLog2e);
     threads_ = cpu_threads();
     diag_ = p.entropy.defined() || p.distance.defined();
@@ -300,6 +301,7 @@ class Runner {
       const int64_t tok = sp.e->k0 + sp.k_lo + j;
       convert_row(p_.k, row_offset(p_.k, tok, g), d_, row.data());
       for (int c = 0; c < d_; ++c) kt[c * kKeyTile + j] = row[c];
+      if (direct_v_ && sp.n == kKeyTile) continue;  // read in place (vtile_f32)
       convert_row(p_.v, row_offset(p_.v, tok, g), d_, vrow);
       std::fill(vrow + d_, vrow + dv_, 0.f);
     }
@@ -333,8 +335,13 @@ class Runner {
   const float* ktile_f32(int g, int32_t s, int64_t t) const {
     return kf_ + (g * total_tiles_ + tile_base_[size_t(s)] + t) * ktile_;
   }
-  const float* vtile_f32(int g, int32_t s, int64_t t) const {
-    return vf_ + (g * total_tiles_ + tile_base_[size_t(s)] + t) * vtile_;
+  // Row 0 of V's key tile t and its row stride: the input itself when it is fp32 with d a multiple
+  // of 16 and the tile is complete (no copy, no padding needed), else the packed tile.
+  std::pair<const float*, int64_t> vtile_f32(int g, int32_t s, int64_t t) const {
+    const SeqExtent& e = seqs_[size_t(s)];
+    if (direct_v_ && (t + 1) * kKeyTile <= e.lk)
+      return {static_cast<const float*>(p_.v.data) + row_offset(p_.v, e.k0 + t * kKeyTile, g), p_.v.stride[0]};
+    return {vf_ + (g * total_tiles_ + tile_base_[size_t(s)] + t) * vtile_, dv_};
   }
   const uint16_t* ktile_bf16(int g, int32_t s, int64_t t) const {
     return kb_ + (g * total_tiles_ + tile_base_[size_t(s)] + t) * ktile_;
@@ -364,6 +371,8 @@ class Runner {
     std::vector<int32_t> lo, hi;
     std::vector<double> ent, dist;
     std::vector<TileVisit> visits;
+    const float* q_f32 = nullptr;  // the current query tile, fp32 path (qf or the input rows)
+    int64_t ldq = 0;
   };
 
   Scratch make_scratch() const {
@@ -403,10 +412,14 @@ class Runner {
         std::memcpy(dst, in + row_offset(p_.q, e.q0 + q_lo + r, h), size_t(d_) * 2);
         if (d_ & 1) dst[d_] = 0;
       }
+    } else if (p_.q.dtype == DType::f32) {  // fp32 rows are read in place
+      sc.q_f32 = static_cast<const float*>(p_.q.data) + row_offset(p_.q, e.q0 + q_lo, h);
+      sc.ldq = p_.q.stride[0];
     } else {
-      for (int r = 0; r < rows; ++r) {
+      for (int r = 0; r < rows; ++r)
         convert_row(p_.q, row_offset(p_.q, e.q0 + q_lo + r, h), d_, sc.qf.data() + int64_t(r) * d_);
-      }
+      sc.q_f32 = sc.qf.data();
+      sc.ldq = d_;
     }
   }
 
@@ -415,7 +428,7 @@ class Runner {
       k_.qk_bf16(sc.qb.data() + int64_t(r0) * 2 * dp_, 2 * dp_, ktile_bf16(g, s, t), dp_, n,
                  sc.s.data() + r0 * kKeyTile);
     else
-      k_.qk_f32(sc.qf.data() + int64_t(r0) * d_, d_, ktile_f32(g, s, t), d_, n, sc.s.data() + r0 * kKeyTile);
+      k_.qk_f32(sc.q_f32 + r0 * sc.ldq, sc.ldq, ktile_f32(g, s, t), d_, n, sc.s.data() + r0 * kKeyTile);
   }
 
   // Key-block bits of key tile t for one CSR row (block-sparse patterns).
@@ -524,10 +537,13 @@ class Runner {
       k_.softmax(S, mk, n, sc.m.data() + r0, sc.l.data() + r0, sc.alpha.data() + r0,
                  diag_ ? sc.t.data() + r0 * kKeyTile : nullptr);
       if (diag_) accumulate_diagnostics(sc, e, it.lo, v.tile, r0, r1);
-      if (bf16_)
-        k_.pv_bf16(S, vtile_bf16(g, s, v.tile), dv_, n, sc.alpha.data() + r0, sc.o.data() + int64_t(r0) * dv_);
-      else
-        k_.pv_f32(S, vtile_f32(g, s, v.tile), dv_, n, sc.alpha.data() + r0, sc.o.data() + int64_t(r0) * dv_);
+      float* O = sc.o.data() + int64_t(r0) * dv_;
+      if (bf16_) {
+        k_.pv_bf16(S, vtile_bf16(g, s, v.tile), dv_, n, sc.alpha.data() + r0, O);
+      } else {
+        const auto [vt, ldv] = vtile_f32(g, s, v.tile);
+        k_.pv_f32(S, vt, ldv, dv_, n, sc.alpha.data() + r0, O);
+      }
     }
     finalize(sc, e, h, it.lo, rows);
   }
@@ -655,7 +671,7 @@ class Runner {
   const cpu::TileKernels& k_;
   int64_t total_q_ = 0, total_k_ = 0;
   int hq_ = 0, group_ = 1, d_ = 0, dp_ = 0, dv_ = 0, threads_ = 1;
-  bool bf16_ = false, diag_ = false;
+  bool bf16_ = false, diag_ = false, direct_v_ = false;
   float scale2_ = 1.f;
   std::vector<SeqExtent> seqs_;
   std::vector<int64_t> tile_base_;

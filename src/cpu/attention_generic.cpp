@@ -61,13 +61,13 @@ void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* a
   }
 }
 
-void pv_f32(const float* p, const float* v, int dv, int rows, const float* alpha, float* o) {
+void pv_f32(const float* p, const float* v, int64_t ldv, int dv, int rows, const float* alpha, float* o) {
   for (int r = 0; r < rows; ++r) {
     float* orow = o + int64_t(r) * dv;
     for (int c = 0; c < dv; ++c) orow[c] *= alpha[r];
     for (int j = 0; j < kKeyTile; ++j) {
       const float pj = p[r * kKeyTile + j];
-      for (int c = 0; c < dv; ++c) orow[c] += pj * v[int64_t(j) * dv + c];
+      for (int c = 0; c < dv; ++c) orow[c] += pj * v[j * ldv + c];
     }
   }
 }

@@ -11,7 +11,9 @@
 //   K, fp32       [d][32]            (transposed so one vector load covers 16 or 8 keys)
 //   K, bf16       [dp][32][2]        (dp = ceil(d / 2); pairs of head-dim entries per key, the
 //                                     operand layout of vdpbf16ps)
-//   V, fp32       [32][dv]           (dv = d rounded up to 16, zero-filled)
+//   V, fp32       [32][ldv]          (columns [0, dv) read, dv = d rounded up to 16; a packed copy
+//                                     zero-fills past d, or the input rows themselves when
+//                                     d is a multiple of 16 and all 32 keys exist)
 //   V, bf16       [16][dv][2]        (pairs of consecutive keys per column)
 //   Q, fp32       [rows][ldq]        (ldq >= d)
 //   Q, bf16       [rows][ldq] uint16 (ldq >= 2·dp, zero-filled past d)
@@ -46,8 +48,8 @@ struct TileKernels {
   // t = s·scale2 (+ bias); when t_out is given it receives t (−inf where masked).
   void (*softmax)(float* s, const RowMask& mask, int rows, float* m, float* l, float* alpha,
                   float* t_out);
-  // o[r] = alpha[r]·o[r] + Σ_j p[r][j]·v[j], columns [0, dv).
-  void (*pv_f32)(const float* p, const float* v, int dv, int rows, const float* alpha, float* o);
+  // o[r] = alpha[r]·o[r] + Σ_j p[r][j]·v[j], columns [0, dv); row j of V at v + j·ldv.
+  void (*pv_f32)(const float* p, const float* v, int64_t ldv, int dv, int rows, const float* alpha, float* o);
   // Same with P rounded to bf16 and bf16 V; null when the ISA has no bf16 dot product.
   void (*pv_bf16)(const float* p, const uint16_t* v, int dv, int rows, const float* alpha, float* o);
   // Received attention: colsum[j] += Σ_r 2^(t_rj − off[r]) over allowed (r, j); s = raw dots.

@@ -1,0 +1,72 @@
+"""Joins bench_attention_cpu's Google Benchmark JSON with torch_sdpa.py's lines and prints the
+tables of bench/RESULTS.md: absolute times, GFLOP/s (mask-aware), share of the measured FMA peak,
+the ratio to PyTorch SDPA, and the three target ratios of issue 3. Standard library only."""
+import json
+import re
+import sys
+
+PATTERNS = ["full", "window64", "chunk64", "blocks50"]
+
+
+def load_ariadne(path):
+    doc = json.load(open(path))
+    rows, peak = {}, {}
+    for b in doc["benchmarks"]:
+        if b.get("aggregate_name") not in (None, "median"):
+            continue
+        name = b["name"]
+        if name.startswith("BM_FmaPeak") or name.startswith("BM_Bf16DotPeak"):
+            peak[name.split("/")[0][3:]] = b["GFLOPs"] / 1e9 if b["GFLOPs"] > 1e6 else b["GFLOPs"]
+            continue
+        m = re.match(r"BM_Attention/N:(\d+)/d:(\d+)/bf16:(\d)/pattern:(\d)", name)
+        if not m:
+            continue
+        n, d, bf, pat = (int(x) for x in m.groups())
+        gf = b["GFLOPs"]
+        rows[(n, d, "bf16" if bf else "f32", PATTERNS[pat])] = {
+            "ms": b["real_time"], "gflops": gf / 1e9 if gf > 1e6 else gf,
+            "peak_frac": b["peak_frac"], "fma_peak": b["fma_peak_GFLOPs"]}
+    return doc.get("context", {}), rows, peak
+
+
+def main():
+    ctx, ours, peak = load_ariadne(sys.argv[1])
+    torch = {}
+    version = "?"
+    for line in open(sys.argv[2]):
+        r = json.loads(line)
+        torch[(r["N"], r["d"], r["dtype"], r["pattern"])] = r["ms"]
+        version = r["torch"]
+    print(f"machine: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz; "
+          f"ariadne kernels {ctx.get('kernels', '?')}, threads {ctx.get('threads', '?')}; torch {version}")
+    print(f"measured peak: fp32 FMA {peak.get('FmaPeak', 0):.1f} GFLOP/s, bf16 dot {peak.get('Bf16DotPeak', 0):.1f} GFLOP/s\n")
+    print("| N | d | dtype | pattern | ariadne ms | GFLOP/s | % FMA peak | torch SDPA ms | speed-up vs torch |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for key in sorted(ours, key=lambda k: (k[0], k[1], k[2] != "f32", PATTERNS.index(k[3]))):
+        o = ours[key]
+        t = torch.get(key)
+        ratio = f"{t / o['ms']:.2f}x" if t else "-"
+        tms = f"{t:.1f}" if t else "-"
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {o['ms']:.2f} | {o['gflops']:.1f} | "
+              f"{100 * o['peak_frac']:.0f}% | {tms} | {ratio} |")
+    print("\nTargets (N 4096):")
+    for d in (80, 128):
+        for dt in ("f32", "bf16"):
+            full = ours.get((4096, d, dt, "full"))
+            win = ours.get((4096, d, dt, "window64"))
+            t = torch.get((4096, d, dt, "full"))
+            if not full:
+                continue
+            line = f"- d {d} {dt}: full {full['ms']:.1f} ms = {100 * full['peak_frac']:.0f}% of FMA peak"
+            if t:
+                line += f", {t / full['ms']:.2f}x torch SDPA"
+            if win:
+                line += f"; window±64 {full['ms'] / win['ms']:.1f}x faster than full"
+            print(line)
+        f32, bf = ours.get((4096, d, "f32", "full")), ours.get((4096, d, "bf16", "full"))
+        if f32 and bf:
+            print(f"- d {d}: bf16 full is {f32['ms'] / bf['ms']:.2f}x fp32 full")
+
+
+if __name__ == "__main__":
+    main()
