@@ -16,7 +16,7 @@ def load_ariadne(path):
             continue
         name = b["name"]
         if name.startswith("BM_FmaPeak") or name.startswith("BM_Bf16DotPeak"):
-            peak[name.split("/")[0][3:]] = b["GFLOPs"] / 1e9 if b["GFLOPs"] > 1e6 else b["GFLOPs"]
+            peak[name.split("/")[0][3:]] = b["GFLOPs"]
             continue
         m = re.match(r"BM_Attention/N:(\d+)/d:(\d+)/bf16:(\d)/pattern:(\d)", name)
         if not m:
@@ -24,7 +24,7 @@ def load_ariadne(path):
         n, d, bf, pat = (int(x) for x in m.groups())
         gf = b["GFLOPs"]
         rows[(n, d, "bf16" if bf else "f32", PATTERNS[pat])] = {
-            "ms": b["real_time"], "gflops": gf / 1e9 if gf > 1e6 else gf,
+            "ms": b["real_time"], "gflops": gf,
             "peak_frac": b["peak_frac"], "fma_peak": b["fma_peak_GFLOPs"]}
     return doc.get("context", {}), rows, peak
 

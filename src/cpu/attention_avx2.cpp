@@ -64,7 +64,7 @@ inline void logits(const float* s, const RowMask& mk, int r, __m256 t[kVecPerTil
     __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + r * kKeyTile + v * kLanes), sc);
     if (v == 0 && mk.apply_bias)
       x = _mm256_add_ps(x, _mm256_setr_ps(mk.bias2, 0, 0, 0, 0, 0, 0, 0));
-    t[v] = _mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(ok));
+    t[v] = mk.dense ? x : _mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(ok));
   }
 }
 
@@ -75,6 +75,7 @@ void qk_rows(const float* q, int64_t ldq, const float* k, int d, float* s) {
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < kVecPerTile; ++v) acc[r][v] = _mm256_setzero_ps();
+#pragma GCC unroll 1
   for (int c = 0; c < d; ++c) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -112,7 +113,7 @@ void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* a
       for (int v = 0; v < kVecPerTile; ++v) _mm256_storeu_ps(p + v * kLanes, _mm256_setzero_ps());
       continue;
     }
-    alpha[r] = std::exp2(m[r] - m_new);
+    alpha[r] = m_new == m[r] ? 1.f : std::exp2(m[r] - m_new);  // the max rarely moves after a few tiles
     const __m256 mn = _mm256_set1_ps(m_new);
     __m256 sum = _mm256_setzero_ps();
     for (int v = 0; v < kVecPerTile; ++v) {
@@ -150,6 +151,7 @@ void pv_block(const float* p, const float* v, int64_t ldv, int dv, const float* 
     for (int c = 0; c < C; ++c)
       acc[r][c] = _mm256_mul_ps(a, _mm256_loadu_ps(o + int64_t(r) * dv + col + kLanes * c));
   }
+#pragma GCC unroll 1
   for (int j = 0; j < kKeyTile; ++j) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {

@@ -54,11 +54,16 @@ inline LaneMasks lane_masks(const RowMask& mk, int r) {
 }
 
 // Scaled, biased, masked logits of row r.
-inline void logits(const float* s, const RowMask& mk, int r, const LaneMasks& lm, __m512& t0,
-                   __m512& t1) {
-  const __m512 sc = _mm512_set1_ps(mk.scale2), ninf = _mm512_set1_ps(kNegInf);
+inline void logits(const float* s, const RowMask& mk, int r, __m512& t0, __m512& t1) {
+  const __m512 sc = _mm512_set1_ps(mk.scale2);
   t0 = _mm512_mul_ps(_mm512_loadu_ps(s + r * kKeyTile), sc);
   t1 = _mm512_mul_ps(_mm512_loadu_ps(s + r * kKeyTile + 16), sc);
+  if (mk.dense) {
+    if (mk.apply_bias) t0 = _mm512_mask_add_ps(t0, __mmask16(1), t0, _mm512_set1_ps(mk.bias2));
+    return;
+  }
+  const LaneMasks lm = lane_masks(mk, r);
+  const __m512 ninf = _mm512_set1_ps(kNegInf);
   if (mk.apply_bias) t0 = _mm512_mask_add_ps(t0, __mmask16(1), t0, _mm512_set1_ps(mk.bias2));
   t0 = _mm512_mask_blend_ps(lm.k0, ninf, t0);
   t1 = _mm512_mask_blend_ps(lm.k1, ninf, t1);
@@ -70,6 +75,9 @@ void qk_f32_rows(const float* q, int64_t ldq, const float* k, int d, float* s) {
   __m512 acc[R][2];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  // Rolled outer loops keep the R×C accumulator blocks in registers; a full unroll lets GCC
+  // hoist the broadcasts, spill them and interchange the loops into latency-bound chains.
+#pragma GCC unroll 1
   for (int c = 0; c < d; ++c) {
     const __m512 k0 = _mm512_loadu_ps(k + c * kKeyTile), k1 = _mm512_loadu_ps(k + c * kKeyTile + 16);
 #pragma GCC unroll 16
@@ -117,6 +125,7 @@ void qk_bf16_rows(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, flo
   __m512 acc[R][2];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+#pragma GCC unroll 1
   for (int c = 0; c < dp; ++c) {
     const __m512i k0 = _mm512_loadu_si512(k + c * 2 * kKeyTile);
     const __m512i k1 = _mm512_loadu_si512(k + c * 2 * kKeyTile + kKeyTile);
@@ -153,9 +162,8 @@ void qk_bf16(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, int rows
 // ---- online softmax over one key tile ----
 void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* alpha, float* t_out) {
   for (int r = 0; r < rows; ++r) {
-    const LaneMasks lm = lane_masks(mk, r);
     __m512 t0, t1;
-    logits(s, mk, r, lm, t0, t1);
+    logits(s, mk, r, t0, t1);
     if (t_out) {
       _mm512_storeu_ps(t_out + r * kKeyTile, t0);
       _mm512_storeu_ps(t_out + r * kKeyTile + 16, t1);
@@ -169,7 +177,7 @@ void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* a
       _mm512_storeu_ps(p + 16, _mm512_setzero_ps());
       continue;
     }
-    alpha[r] = std::exp2(m[r] - m_new);
+    alpha[r] = m_new == m[r] ? 1.f : std::exp2(m[r] - m_new);  // the max rarely moves after a few tiles
     const __m512 mn = _mm512_set1_ps(m_new);
     const __m512 p0 = exp2v(_mm512_sub_ps(t0, mn)), p1 = exp2v(_mm512_sub_ps(t1, mn));
     _mm512_storeu_ps(p, p0);
@@ -183,9 +191,8 @@ void colsum(const float* s, const RowMask& mk, int rows, const float* off, float
   __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps();
   for (int r = 0; r < rows; ++r) {
     if (mk.lo[r] >= mk.hi[r]) continue;
-    const LaneMasks lm = lane_masks(mk, r);
     __m512 t0, t1;
-    logits(s, mk, r, lm, t0, t1);
+    logits(s, mk, r, t0, t1);
     const __m512 o = _mm512_set1_ps(off[r]);
     c0 = _mm512_add_ps(c0, exp2v(_mm512_sub_ps(t0, o)));
     c1 = _mm512_add_ps(c1, exp2v(_mm512_sub_ps(t1, o)));
@@ -205,6 +212,7 @@ void pv_f32_block(const float* p, const float* v, int64_t ldv, int dv, const flo
     for (int c = 0; c < C; ++c)
       acc[r][c] = _mm512_mul_ps(a, _mm512_loadu_ps(o + int64_t(r) * dv + col + 16 * c));
   }
+#pragma GCC unroll 1
   for (int j = 0; j < kKeyTile; ++j) {
     __m512 vv[C];
 #pragma GCC unroll 8
@@ -275,6 +283,7 @@ void pv_bf16_block(const uint32_t* pp, const uint16_t* v, int dv, const float* a
     for (int c = 0; c < C; ++c)
       acc[r][c] = _mm512_mul_ps(a, _mm512_loadu_ps(o + int64_t(r) * dv + col + 16 * c));
   }
+#pragma GCC unroll 1
   for (int jp = 0; jp < kKeyTile / 2; ++jp) {
     __m512i vv[C];
 #pragma GCC unroll 8

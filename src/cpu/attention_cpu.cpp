@@ -145,7 +145,7 @@ const TileKernels& active_tile_kernels() {
 namespace {
 
 using cpu::kKeyTile;
-constexpr int kQueryTile = 64;
+constexpr int kQueryTile = 32;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
@@ -318,16 +318,24 @@ class Runner {
     };
     for (int j = 0; j < kKeyTile; ++j) {
       const uint16_t* kr = key_row(kin, p_.k, j);
-      for (int cp = 0; cp < dp_; ++cp) {
-        const uint32_t lo = kr ? kr[2 * cp] : 0, hi = kr && 2 * cp + 1 < d_ ? kr[2 * cp + 1] : 0;
-        kt[cp * kKeyTile + j] = lo | (hi << 16);
+      if (kr == nullptr) {
+        for (int cp = 0; cp < dp_; ++cp) kt[cp * kKeyTile + j] = 0;
+        continue;
       }
+      for (int cp = 0; cp < d_ / 2; ++cp) kt[cp * kKeyTile + j] = uint32_t(kr[2 * cp]) | (uint32_t(kr[2 * cp + 1]) << 16);
+      if (d_ & 1) kt[(dp_ - 1) * kKeyTile + j] = kr[d_ - 1];
     }
     for (int jp = 0; jp < kKeyTile / 2; ++jp) {
       const uint16_t* v0 = key_row(vin, p_.v, 2 * jp);
       const uint16_t* v1 = key_row(vin, p_.v, 2 * jp + 1);
       uint32_t* out = vt + int64_t(jp) * dv_;
-      for (int c = 0; c < d_; ++c) out[c] = uint32_t(v0 ? v0[c] : 0) | (uint32_t(v1 ? v1[c] : 0) << 16);
+      if (v1 != nullptr) {
+        for (int c = 0; c < d_; ++c) out[c] = uint32_t(v0[c]) | (uint32_t(v1[c]) << 16);
+      } else if (v0 != nullptr) {
+        for (int c = 0; c < d_; ++c) out[c] = v0[c];
+      } else {
+        std::fill(out, out + d_, 0u);
+      }
       std::fill(out + d_, out + dv_, 0u);
     }
   }
@@ -371,6 +379,7 @@ class Runner {
     std::vector<int32_t> lo, hi;
     std::vector<double> ent, dist;
     std::vector<TileVisit> visits;
+    bool dense = false;            // set by clip_rows
     const float* q_f32 = nullptr;  // the current query tile, fp32 path (qf or the input rows)
     int64_t ldq = 0;
   };
@@ -467,10 +476,11 @@ class Runner {
   }
 
   // Rows' allowed intervals clipped to key tile t; returns the first and one past the last row
-  // that sees any key of it (first >= last: none).
+  // that sees any key of it (first >= last: none). sc.dense: those rows all see the whole tile.
   std::pair<int, int> clip_rows(Scratch& sc, int rows, int64_t t) const {
     const int64_t base = t * kKeyTile;
     int first = rows, last = 0;
+    sc.dense = true;
     for (int r = 0; r < rows; ++r) {
       const int64_t lo = std::clamp<int64_t>(sc.row_lo[r] - base, 0, kKeyTile);
       const int64_t hi = std::clamp<int64_t>(sc.row_hi[r] - base, 0, kKeyTile);
@@ -481,6 +491,7 @@ class Runner {
         last = r + 1;
       }
     }
+    for (int r = first; r < last; ++r) sc.dense = sc.dense && sc.lo[r] == 0 && sc.hi[r] == kKeyTile;
     return {first, last};
   }
 
@@ -528,6 +539,7 @@ class Runner {
       mk.lo = sc.lo.data() + r0;
       mk.hi = sc.hi.data() + r0;
       mk.keymask = v.keymask;
+      mk.dense = sc.dense && v.keymask == ~0u;
       mk.apply_bias = p_.sink_mode == SinkMode::key0_bias && v.tile == 0;
       if (diag_) {
         std::copy(sc.m.begin() + r0, sc.m.begin() + r1, sc.m_old.begin() + r0);
@@ -661,6 +673,7 @@ class Runner {
       mk.lo = sc.lo.data() + r0;
       mk.hi = sc.hi.data() + r0;
       mk.keymask = bits;
+      mk.dense = sc.dense && bits == ~0u;
       k_.colsum(sc.s.data() + r0 * kKeyTile, mk, r1 - r0, off + r0, sc.colsum.data());
     });
     for (int64_t k = k_lo; k < k_hi; ++k) recv[int64_t(h) * total_k_ + e.k0 + k] = sc.colsum[size_t(k - k_lo)];

@@ -50,7 +50,7 @@ void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* a
       for (int j = 0; j < kKeyTile; ++j) p[j] = 0.f;
       continue;
     }
-    alpha[r] = std::exp2(m[r] - m_new);  // m[r] = −inf gives 0
+    alpha[r] = m_new == m[r] ? 1.f : std::exp2(m[r] - m_new);  // the max rarely moves after a few tiles  // m[r] = −inf gives 0
     float sum = 0.f;
     for (int j = 0; j < kKeyTile; ++j) {
       p[j] = t[j] == kNegInf ? 0.f : std::exp2(t[j] - m_new);

@@ -35,6 +35,7 @@ struct RowMask {
   float scale2 = 1.f;           // softmax scale · log2(e): the kernels work in base 2
   float bias2 = 0.f;            // added to key 0 of the tile when apply_bias (key0_bias sink, base 2)
   bool apply_bias = false;
+  bool dense = false;           // every row sees all 32 keys: the kernels may skip the masks
 };
 
 struct TileKernels {
