@@ -11,21 +11,23 @@ PATTERNS = ["full", "window64", "chunk64", "blocks50"]
 def load_ariadne(path):
     doc = json.load(open(path))
     rows, peak = {}, {}
+    # Every repetition is listed; keep the fastest of each benchmark (least disturbed by other load).
     for b in doc["benchmarks"]:
-        if b.get("aggregate_name") not in (None, "median"):
+        if b.get("run_type") == "aggregate":
             continue
         name = b["name"]
         if name.startswith("BM_FmaPeak") or name.startswith("BM_Bf16DotPeak"):
-            peak[name.split("/")[0][3:]] = b["GFLOPs"]
+            key = name.split("/")[0][3:]
+            peak[key] = max(peak.get(key, 0), b["GFLOPs"])
             continue
         m = re.match(r"BM_Attention/N:(\d+)/d:(\d+)/bf16:(\d)/pattern:(\d)", name)
         if not m:
             continue
         n, d, bf, pat = (int(x) for x in m.groups())
-        gf = b["GFLOPs"]
-        rows[(n, d, "bf16" if bf else "f32", PATTERNS[pat])] = {
-            "ms": b["real_time"], "gflops": gf,
-            "peak_frac": b["peak_frac"], "fma_peak": b["fma_peak_GFLOPs"]}
+        key = (n, d, "bf16" if bf else "f32", PATTERNS[pat])
+        if key in rows and rows[key]["ms"] <= b["real_time"]:
+            continue
+        rows[key] = {"ms": b["real_time"], "gflops": b["GFLOPs"], "fma_peak": b["fma_peak_GFLOPs"]}
     return doc.get("context", {}), rows, peak
 
 
@@ -39,7 +41,10 @@ def main():
         version = r["torch"]
     print(f"machine: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz; "
           f"ariadne kernels {ctx.get('kernels', '?')}, threads {ctx.get('threads', '?')}; torch {version}")
-    print(f"measured peak: fp32 FMA {peak.get('FmaPeak', 0):.1f} GFLOP/s, bf16 dot {peak.get('Bf16DotPeak', 0):.1f} GFLOP/s\n")
+    fma = peak.get("FmaPeak", 0)
+    print(f"measured peak (best repetition): fp32 FMA {fma:.1f} GFLOP/s, bf16 dot {peak.get('Bf16DotPeak', 0):.1f} GFLOP/s\n")
+    for o in ours.values():
+        o["peak_frac"] = o["gflops"] / fma if fma else 0
     print("| N | d | dtype | pattern | ariadne ms | GFLOP/s | % FMA peak | torch SDPA ms | speed-up vs torch |")
     print("|---|---|---|---|---|---|---|---|---|")
     for key in sorted(ours, key=lambda k: (k[0], k[1], k[2] != "f32", PATTERNS.index(k[3]))):

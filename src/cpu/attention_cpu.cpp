@@ -601,7 +601,9 @@ class Runner {
       float lse;
       if (l > 0) {
         lse2 = m + std::log2(l);
-        if (denom) {
+        if (denom && std::isinf(sink2)) {
+          if (sink2 > 0) lse2 = sink2;  // +inf takes all the mass: out 0, lse +inf
+        } else if (denom) {
           const double hi = std::max(lse2, sink2);
           lse2 = hi + std::log2(std::exp2(lse2 - hi) + std::exp2(sink2 - hi));
         }

@@ -221,6 +221,26 @@ TEST(AttentionCpu, SinksBothModes) {
       }
 }
 
+// Denominator sinks of ±inf: −inf is the plain softmax, +inf takes every row's mass (out 0, lse +inf).
+TEST(AttentionCpu, InfiniteDenominatorSinks) {
+  Case c = make_case("sink -inf", {40, 9}, {}, Pattern::causal(), DType::f32);
+  c.sink_mode = SinkMode::denominator;
+  c.sink_value = -std::numeric_limits<float>::infinity();
+  check_all_isas(c);
+  c.sink_value = std::numeric_limits<float>::infinity();
+  const Inputs in = testing::make_inputs(c);
+  for (const char* isa : kIsas) {
+    if (!cpu::tile_kernels_available(isa)) continue;
+    cpu::force_tile_kernels(isa);
+    Outputs got = alloc_outputs(in, DType::f32);
+    attention(with_outputs(in, got, nullptr), Backend::cpu);
+    cpu::force_tile_kernels("");
+    for (int64_t i = 0; i < got.out.numel(); ++i) ASSERT_EQ(got.out.as<float>()[i], 0.f) << isa << " out " << i;
+    for (int64_t i = 0; i < got.lse.numel(); ++i)
+      ASSERT_TRUE(std::isinf(got.lse.as<float>()[i]) && got.lse.as<float>()[i] > 0) << isa << " lse " << i;
+  }
+}
+
 TEST(AttentionCpu, LargeLogits) {
   // input_scale 35 with d = 64: |logits| up to 35²·64/8 ≈ 1e4.
   for (DType dt : kDtypes) {
