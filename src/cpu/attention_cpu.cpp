@@ -217,7 +217,14 @@ class Runner {
     dp_ = (d_ + 1) / 2;
     dv_ = (d_ + 15) / 16 * 16;
     bf16_ = p.q.dtype == DType::bf16 && k_.qk_bf16 != nullptr && k_.pv_bf16 != nullptr;
-    direct_v_ = !bf16_ && p.v.dtype == DType::f32 && d_ % 16 == 0;
+    // V is read in place only for narrow patterns: there each V tile serves a few query tiles, so
+    // copying it costs more memory traffic than it saves; wide patterns reuse the tile many times
+    // and gain from a contiguous copy (input rows sit heads·d apart and collide in L1 sets).
+    const Pattern& pt = p.pattern;
+    const bool narrow = (pt.window_left != kUnbounded && pt.window_right != kUnbounded &&
+                         pt.window_left + pt.window_right <= 1024) ||
+                        (pt.chunk > 0 && pt.chunk <= 1024);
+    direct_v_ = !bf16_ && p.v.dtype == DType::f32 && d_ % 16 == 0 && narrow;
     scale2_ = float(double(p.resolved_scale()) * kLog2e);
     threads_ = cpu_threads();
     diag_ = p.entropy.defined() || p.distance.defined();
@@ -440,6 +447,17 @@ class Runner {
       k_.qk_f32(sc.q_f32 + r0 * sc.ldq, sc.ldq, ktile_f32(g, s, t), d_, n, sc.s.data() + r0 * kKeyTile);
   }
 
+  void prefetch_tiles(int g, int32_t s, int64_t t) const {
+    const char* k = bf16_ ? reinterpret_cast<const char*>(ktile_bf16(g, s, t)) : reinterpret_cast<const char*>(ktile_f32(g, s, t));
+    const int64_t kbytes = ktile_ * (bf16_ ? 2 : 4);
+    for (int64_t b = 0; b < kbytes; b += 64) __builtin_prefetch(k + b);
+    if (bf16_ || !direct_v_) {
+      const char* v = bf16_ ? reinterpret_cast<const char*>(vtile_bf16(g, s, t)) : reinterpret_cast<const char*>(vtile_f32(g, s, t).first);
+      const int64_t vbytes = vtile_ * (bf16_ ? 2 : 4);
+      for (int64_t b = 0; b < vbytes; b += 64) __builtin_prefetch(v + b);
+    }
+  }
+
   // Key-block bits of key tile t for one CSR row (block-sparse patterns).
   uint32_t block_bits(int64_t row, int64_t t, int64_t lk) const {
     const int64_t B = pat_.blocks.block, k_lo = t * kKeyTile, k_hi = std::min(k_lo + kKeyTile, lk);
@@ -531,7 +549,10 @@ class Runner {
     cpu::RowMask mk;
     mk.scale2 = scale2_;
     mk.bias2 = p_.sink_mode == SinkMode::key0_bias ? float(double(sink(h)) * kLog2e) : 0.f;
-    for (const TileVisit& v : sc.visits) {
+    for (size_t vi = 0; vi < sc.visits.size(); ++vi) {
+      const TileVisit& v = sc.visits[vi];
+      // Block-sparse visits jump between key tiles, which the hardware prefetcher cannot follow.
+      if (pat_.blocks.defined() && vi + 1 < sc.visits.size()) prefetch_tiles(g, s, sc.visits[vi + 1].tile);
       const auto [r0, r1] = clip_rows(sc, rows, v.tile);
       if (r0 >= r1) continue;
       const int n = r1 - r0;
