@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <random>
 
 namespace ariadne::testing {
 
@@ -50,18 +49,8 @@ Inputs make_inputs(const Case& c) {
   if (sq.size() > 1) p.pattern = p.pattern.with_varlen(int32_t(sq.size()), in.cu_q.data(), in.cu_k.data());
 
   if (c.block_density > 0) {
-    BlockMask all = BlockMask::all_visible(p.pattern, c.block, c.heads_q, in.total_q, in.total_k);
-    std::mt19937_64 rng(seed + 4);
-    std::uniform_real_distribution<double> u(0, 1);
-    std::vector<std::vector<int32_t>> rows;
-    for (int64_t r = 0; r < all.rows(); ++r) {
-      std::vector<int32_t> kept;
-      for (int32_t i = all.row_ptr[size_t(r)]; i < all.row_ptr[size_t(r + 1)]; ++i)
-        if (u(rng) < c.block_density) kept.push_back(all.col_idx[size_t(i)]);
-      rows.push_back(std::move(kept));
-    }
-    std::vector<int64_t> lq(sq.begin(), sq.end());
-    in.mask = BlockMask::from_lists(c.block, c.heads_q, lq, rows);
+    in.mask = BlockMask::random(p.pattern, c.block, c.heads_q, in.total_q, in.total_k, c.block_density, seed + 4,
+                                /*keep_diagonal=*/false);
     p.pattern = p.pattern.with_blocks(in.mask.view());
   }
 

@@ -21,6 +21,7 @@ Args::Args(std::string command, std::vector<std::string> argv) : command_(std::m
     }
     opts_[key] = value;
   }
+  used_["json"] = true;  // every command accepts --json
 }
 
 bool Args::has(const std::string& name) const {

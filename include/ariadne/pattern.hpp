@@ -221,8 +221,24 @@ struct BlockMask {
   // Every key block that the dense pattern lets each query block touch (the "all blocks" mask).
   static BlockMask all_visible(const Pattern& dense, int32_t block, int32_t heads,
                                int64_t total_q, int64_t total_k);
+  // Random mask over the blocks `dense` lets each query block touch: each kept with probability
+  // `density` (seeded). keep_diagonal keeps the block holding each query block's last query
+  // position, so no row ends up fully masked by the sampling alone.
+  static BlockMask random(const Pattern& dense, int32_t block, int32_t heads, int64_t total_q, int64_t total_k,
+                          double density, uint64_t seed, bool keep_diagonal);
   // Dense 0/1 matrix of one (sequence, head): [nqb x nkb] row-major, for tests and pictures.
   std::vector<uint8_t> to_dense(int32_t s, int32_t head, int64_t lq, int64_t lk) const;
 };
+
+// A pattern named on a command line or in a benchmark case:
+//   full | causal | window:L,R | window:W (= W,W) | chunk:C | blocks:D[@B]
+// blocks:D is causal with a random block-sparse mask keeping a share D in (0, 1] of the causal
+// blocks of B tokens (default 128). Errors name the text and what was expected.
+struct PatternSpec {
+  Pattern dense;
+  double block_density = 0;  // > 0: add a random block mask (BlockMask::random)
+  int32_t block = 128;
+};
+PatternSpec parse_pattern_spec(const std::string& text);
 
 }  // namespace ariadne

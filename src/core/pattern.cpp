@@ -1,6 +1,7 @@
 // Host-side pattern services: validation, names, and the owning block-sparse mask.
 #include "ariadne/pattern.hpp"
 
+#include <random>
 #include <sstream>
 
 namespace ariadne {
@@ -130,6 +131,79 @@ BlockMask BlockMask::all_visible(const Pattern& dense, int32_t block, int32_t he
       }
   }
   return from_lists(block, heads, lq, rows);
+}
+
+BlockMask BlockMask::random(const Pattern& dense, int32_t block, int32_t heads, int64_t total_q, int64_t total_k,
+                            double density, uint64_t seed, bool keep_diagonal) {
+  ARIADNE_CHECK(density >= 0 && density <= 1, "BlockMask::random: density is ", density, ", expected in [0, 1]");
+  const BlockMask all = all_visible(dense, block, heads, total_q, total_k);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<int64_t> lq;
+  std::vector<std::vector<int32_t>> rows;
+  for (int32_t s = 0; s < dense.num_seqs; ++s) {
+    const SeqExtent e = dense.seq(s, total_q, total_k);
+    lq.push_back(e.lq);
+    const int64_t nqb = (e.lq + block - 1) / block;
+    for (int h = 0; h < heads; ++h)
+      for (int64_t m = 0; m < nqb; ++m) {
+        const int64_t row = int64_t(all.seq_block_base[size_t(s)]) * heads + h * nqb + m;
+        const int64_t diag = Pattern::floordiv(std::min(e.lq, (m + 1) * block) - 1 + e.offset(), block);
+        std::vector<int32_t> kept;
+        for (int32_t i = all.row_ptr[size_t(row)]; i < all.row_ptr[size_t(row + 1)]; ++i) {
+          const int32_t c = all.col_idx[size_t(i)];
+          if (u(rng) < density || (keep_diagonal && c == diag)) kept.push_back(c);
+        }
+        rows.push_back(std::move(kept));
+      }
+  }
+  return from_lists(block, heads, lq, rows);
+}
+
+PatternSpec parse_pattern_spec(const std::string& text) {
+  PatternSpec spec;
+  const auto colon = text.find(':');
+  const std::string kind = text.substr(0, colon), arg = colon == std::string::npos ? "" : text.substr(colon + 1);
+  auto number = [&](const std::string& s, const char* what) {
+    size_t pos = 0;
+    double v = 0;
+    try {
+      v = std::stod(s, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    ARIADNE_CHECK(pos == s.size() && pos > 0, "pattern '", text, "': ", what, " '", s, "' is not a number");
+    return v;
+  };
+  auto integer = [&](const std::string& s, const char* what) {
+    const double v = number(s, what);
+    ARIADNE_CHECK(v == double(int64_t(v)) && v >= 0 && v < 1e9, "pattern '", text, "': ", what, " must be a non-negative integer, got '", s, "'");
+    return int64_t(v);
+  };
+  if (kind == "full" && arg.empty()) {
+    spec.dense = Pattern::full();
+  } else if (kind == "causal" && arg.empty()) {
+    spec.dense = Pattern::causal();
+  } else if (kind == "window" && !arg.empty()) {
+    const auto comma = arg.find(',');
+    const int64_t l = integer(arg.substr(0, comma), "left window");
+    const int64_t r = comma == std::string::npos ? l : integer(arg.substr(comma + 1), "right window");
+    spec.dense = Pattern::window(l, r);
+  } else if (kind == "chunk" && !arg.empty()) {
+    const int64_t c = integer(arg, "chunk size");
+    ARIADNE_CHECK(c > 0, "pattern '", text, "': chunk size must be > 0");
+    spec.dense = Pattern::chunked(c);
+  } else if (kind == "blocks" && !arg.empty()) {
+    const auto at = arg.find('@');
+    spec.block_density = number(arg.substr(0, at), "block density");
+    ARIADNE_CHECK(spec.block_density > 0 && spec.block_density <= 1, "pattern '", text, "': block density must be in (0, 1]");
+    if (at != std::string::npos) spec.block = int32_t(integer(arg.substr(at + 1), "block size"));
+    ARIADNE_CHECK(spec.block > 0, "pattern '", text, "': block size must be > 0");
+    spec.dense = Pattern::causal();
+  } else {
+    detail::fail("pattern '", text, "': expected full, causal, window:L,R, window:W, chunk:C or blocks:D[@B]");
+  }
+  return spec;
 }
 
 std::vector<uint8_t> BlockMask::to_dense(int32_t s, int32_t head, int64_t lq, int64_t lk) const {

@@ -1,0 +1,28 @@
+// One attention problem on seeded random inputs, timed and checked against the reference. Shared by
+// `ariadne attn` and the demo.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ariadne/attention.hpp"
+
+namespace ariadne::cli {
+
+struct AttnCase {
+  int64_t tokens = 1024, batch = 1, heads = 16, kv_heads = 16, dim = 80;
+  std::string pattern = "full";  // parse_pattern_spec syntax
+  SinkMode sink_mode = SinkMode::none;
+  double sink_value = 0.5;
+  DType dtype = DType::f32;
+  Backend backend = Backend::cpu;
+  int64_t reps = 5;
+  uint64_t seed = 1;
+  std::string check = "auto";  // auto: check when the reference costs at most ~1 GFLOP
+};
+
+// Runs the case; returns {backend, tokens, ..., ms, pairs, gflops, checked, max_rel_err, rel_l2}.
+nlohmann::json run_attn_case(const AttnCase& c);
+
+}  // namespace ariadne::cli

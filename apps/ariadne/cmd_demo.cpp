@@ -1,0 +1,71 @@
+// ariadne demo — the main job on built-in data: every registered part (demo.hpp) writes a section
+// of DIR/report.md and a record of DIR/report.json.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "ariadne/attention.hpp"
+#include "ariadne/device.hpp"
+#include "cli.hpp"
+#include "demo.hpp"
+
+namespace ariadne::cli {
+
+std::vector<DemoPartInfo>& demo_parts() {
+  static std::vector<DemoPartInfo> parts;
+  return parts;
+}
+
+DemoPart::DemoPart(int rank, const char* key, const char* title, DemoFn run) {
+  demo_parts().push_back(DemoPartInfo{rank, key, title, std::move(run)});
+}
+
+namespace {
+
+int run_demo(const Args& a) {
+  const std::string out = a.str("out", "demo-out");
+  const bool quick = a.flag("quick");
+  const std::vector<std::string> only = a.list("parts", "");
+  a.reject_unused();
+  std::filesystem::create_directories(out);
+  auto parts = demo_parts();
+  std::sort(parts.begin(), parts.end(), [](const auto& x, const auto& y) { return x.rank < y.rank; });
+
+  std::ostringstream md;
+  nlohmann::json report = {{"parts", nlohmann::json::object()}};
+  md << "# ariadne demo report\n\n"
+     << "Built-in data only; every number below was computed by this run. CPU threads: " << cpu_threads()
+     << "; CUDA device: " << (cuda_available() ? "yes" : "none") << (quick ? "; quick mode" : "") << ".\n\n";
+  int failures = 0;
+  for (const auto& part : parts) {
+    if (!only.empty() && std::find(only.begin(), only.end(), part.key) == only.end()) continue;
+    std::cerr << "demo: " << part.title << " ..." << std::endl;
+    DemoContext ctx;
+    ctx.out_dir = out;
+    ctx.quick = quick;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      part.run(ctx);
+    } catch (const std::exception& e) {
+      ++failures;
+      ctx.md << "\n**This part failed:** " << e.what() << "\n";
+      ctx.json["error"] = e.what();
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ctx.json["seconds"] = s;
+    md << "## " << part.title << "\n\n" << ctx.md.str() << "\n";
+    report["parts"][part.key] = ctx.json;
+  }
+  std::ofstream(out + "/report.md") << md.str();
+  std::ofstream(out + "/report.json") << report.dump(2) << "\n";
+  if (a.json()) print_json(report);
+  else std::cout << md.str();
+  return failures == 0 ? 0 : 1;
+}
+
+const Command reg{"demo", "the main job on built-in data: writes DIR/report.md and report.json", run_demo};
+
+}  // namespace
+}  // namespace ariadne::cli

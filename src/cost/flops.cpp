@@ -1,0 +1,149 @@
+// The attention cost model (flops.hpp): exact pair counts and tile counts read from the Pattern.
+#include "ariadne/flops.hpp"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "ariadne/error.hpp"
+
+namespace ariadne {
+
+namespace {
+
+// Keys of [k_lo, k_hi) that local query iq may see under the dense rule (window, chunk, length).
+int64_t dense_keys_in(const Pattern& p, const SeqExtent& e, int64_t iq, int64_t k_lo, int64_t k_hi) {
+  const KeyRange r = p.key_range(e, iq, iq + 1);
+  return std::max<int64_t>(0, std::min(r.hi, k_hi) - std::max(r.lo, k_lo));
+}
+
+}  // namespace
+
+int64_t count_pairs(const Pattern& p, int64_t total_q, int64_t total_k, int heads) {
+  ARIADNE_CHECK(heads >= 1, "count_pairs: heads is ", heads, ", expected >= 1");
+  validate_pattern(p, total_q, total_k, heads);
+  int64_t pairs = 0;
+  if (!p.blocks.defined()) {
+    for (int32_t s = 0; s < p.num_seqs; ++s) {
+      const SeqExtent e = p.seq(s, total_q, total_k);
+      for (int64_t iq = 0; iq < e.lq; ++iq) pairs += p.keys_per_query(e, iq);
+    }
+    return pairs * heads;
+  }
+  ARIADNE_CHECK(p.blocks.heads == heads, "count_pairs: the block mask has rows for ", p.blocks.heads,
+                " heads, expected ", heads);
+  const int64_t B = p.blocks.block;
+  for (int32_t s = 0; s < p.num_seqs; ++s) {
+    const SeqExtent e = p.seq(s, total_q, total_k);
+    const int64_t nqb = (e.lq + B - 1) / B;
+    for (int h = 0; h < heads; ++h)
+      for (int64_t qb = 0; qb < nqb; ++qb) {
+        const int64_t row = p.block_row(s, e, h, qb);
+        for (int32_t i = p.blocks.row_ptr[row]; i < p.blocks.row_ptr[row + 1]; ++i) {
+          const int64_t k_lo = int64_t(p.blocks.col_idx[i]) * B, k_hi = std::min(e.lk, k_lo + B);
+          for (int64_t iq = qb * B; iq < std::min(e.lq, qb * B + B); ++iq)
+            pairs += dense_keys_in(p, e, iq, k_lo, k_hi);
+        }
+      }
+  }
+  return pairs;
+}
+
+TileCount count_tiles(const Pattern& p, int64_t total_q, int64_t total_k, int heads, TileShape tile) {
+  ARIADNE_CHECK(heads >= 1, "count_tiles: heads is ", heads, ", expected >= 1");
+  ARIADNE_CHECK(tile.q >= 1 && tile.k >= 1, "count_tiles: tile ", tile.q, "x", tile.k,
+                " must have positive sides");
+  validate_pattern(p, total_q, total_k, heads);
+  TileCount c;
+  auto add = [&c](TileKind k) {
+    if (k == TileKind::full) ++c.full;
+    else if (k == TileKind::partial) ++c.partial;
+  };
+  if (!p.blocks.defined()) {
+    for (int32_t s = 0; s < p.num_seqs; ++s) {
+      const SeqExtent e = p.seq(s, total_q, total_k);
+      for (int64_t q_lo = 0; q_lo < e.lq; q_lo += tile.q) {
+        const int64_t q_hi = std::min(e.lq, q_lo + tile.q);
+        const KeyRange r = p.key_range(e, q_lo, q_hi);
+        if (r.empty()) continue;
+        // key_range bounds the tiles a kernel loops over; classify drops those left empty.
+        for (int64_t kt = r.lo / tile.k; kt * tile.k < r.hi; ++kt) {
+          const int64_t k_lo = kt * tile.k;
+          add(p.classify(e, q_lo, q_hi, k_lo, std::min(e.lk, k_lo + tile.k)));
+        }
+      }
+    }
+    c.full *= heads;
+    c.partial *= heads;
+    return c;
+  }
+  const int64_t B = p.blocks.block;
+  ARIADNE_CHECK(tile.q == B && tile.k == B, "count_tiles: a block-sparse pattern is visited block by ",
+                "block: tile ", tile.q, "x", tile.k, " must equal the block size ", B);
+  ARIADNE_CHECK(p.blocks.heads == heads, "count_tiles: the block mask has rows for ", p.blocks.heads,
+                " heads, expected ", heads);
+  for (int32_t s = 0; s < p.num_seqs; ++s) {
+    const SeqExtent e = p.seq(s, total_q, total_k);
+    const int64_t nqb = (e.lq + B - 1) / B;
+    for (int h = 0; h < heads; ++h)
+      for (int64_t qb = 0; qb < nqb; ++qb) {
+        const int64_t row = p.block_row(s, e, h, qb);
+        const int64_t q_lo = qb * B, q_hi = std::min(e.lq, q_lo + B);
+        for (int32_t i = p.blocks.row_ptr[row]; i < p.blocks.row_ptr[row + 1]; ++i) {
+          const int64_t k_lo = int64_t(p.blocks.col_idx[i]) * B;
+          add(p.classify(e, q_lo, q_hi, k_lo, std::min(e.lk, k_lo + B)));
+        }
+      }
+  }
+  return c;
+}
+
+Grid image_grid(int side, const EncoderShape& shape) {
+  ARIADNE_CHECK(shape.patch >= 1 && shape.merge >= 1, "image grid: patch ", shape.patch, " and merge ",
+                shape.merge, " must be >= 1");
+  const int unit = shape.patch * shape.merge;
+  ARIADNE_CHECK(side > 0 && side % unit == 0, "image side ", side, " px: expected a positive multiple of ",
+                unit, " (patch ", shape.patch, " × merge ", shape.merge, ")");
+  return Grid{side / shape.patch, side / shape.patch};
+}
+
+ScheduleCost schedule_cost(const Schedule& schedule, const std::vector<Grid>& images,
+                           const EncoderShape& shape, TileShape tile) {
+  ARIADNE_CHECK(!schedule.layers.empty(), "schedule '", schedule.name, "' has no layers");
+  ARIADNE_CHECK(shape.heads >= 1 && shape.head_dim >= 1, "encoder shape: heads ", shape.heads,
+                " and head_dim ", shape.head_dim, " must be >= 1");
+  ScheduleCost c;
+  c.schedule = schedule.name;
+  c.layers = int(schedule.layers.size());
+  c.tile = tile;
+  std::array<std::unique_ptr<TokenOrder>, 4> orders;
+  // Layers repeat (32 layers, a handful of distinct ones): count each distinct layer once.
+  std::map<std::tuple<int, int, int64_t>, std::pair<int64_t, TileCount>> seen;
+  for (const LayerSpec& l : schedule.layers) {
+    auto& o = orders[size_t(l.order)];
+    if (!o) o = std::make_unique<TokenOrder>(make_order(l.order, images, shape.merge, shape.qwen_window));
+    c.tokens = o->tokens();
+    const auto key = std::make_tuple(int(l.order), int(l.kind), l.window);
+    auto it = seen.find(key);
+    if (it == seen.end()) {
+      const Pattern pat = layer_pattern(l, *o);
+      const int64_t n = o->tokens();
+      it = seen.emplace(key, std::make_pair(count_pairs(pat, n, n, shape.heads),
+                                            count_tiles(pat, n, n, shape.heads, tile))).first;
+    }
+    c.layer_pairs.push_back(it->second.first);
+    c.pairs += it->second.first;
+    c.tiles.full += it->second.second.full;
+    c.tiles.partial += it->second.second.partial;
+  }
+  const int64_t per_pair = 4 * int64_t(shape.head_dim);
+  c.flops = c.pairs * per_pair;
+  c.flops_paper = kPaperFlopFactor * c.flops;
+  c.tile_flops = c.tiles.visited() * tile.q * tile.k * per_pair;
+  c.useful_fraction = c.tile_flops > 0 ? double(c.flops) / double(c.tile_flops) : 0.0;
+  return c;
+}
+
+}  // namespace ariadne
