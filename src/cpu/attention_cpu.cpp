@@ -18,6 +18,9 @@
 // scores of every query tile that sees the key tile and add 2^(t − lse) column-wise in query-tile
 // order, again one thread per item (no atomics, no N×N).
 #include <omp.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -155,6 +158,16 @@ void store_row(const TensorView& t, int64_t off, int n, const float* src, float 
   switch (t.dtype) {
     case DType::f32: {
       float* dst = static_cast<float*>(t.data) + off;
+#if defined(__SSE2__)
+      // Streaming stores: the output is written once and is usually far larger than the caches,
+      // so skipping the read-for-ownership of each line saves a third of the output traffic.
+      // The worker loops end with an sfence (attention_cpu below).
+      if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0 && n % 4 == 0) {
+        const __m128 m = _mm_set1_ps(mul);
+        for (int c = 0; c < n; c += 4) _mm_stream_ps(dst + c, _mm_mul_ps(_mm_loadu_ps(src + c), m));
+        break;
+      }
+#endif
       for (int c = 0; c < n; ++c) dst[c] = src[c] * mul;
       break;
     }
@@ -526,6 +539,9 @@ class Runner {
       Scratch sc = make_scratch();
 #pragma omp for schedule(dynamic, 1)
       for (size_t i = 0; i < items.size(); ++i) forward_item(sc, items[i]);
+#if defined(__SSE2__)
+      _mm_sfence();  // order this thread's streaming stores before the region ends
+#endif
     }
   }
 
