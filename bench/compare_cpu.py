@@ -1,5 +1,6 @@
 """Joins bench_attention_cpu's Google Benchmark JSON with torch_sdpa.py's lines and prints the
-tables of bench/RESULTS.md: absolute times, GFLOP/s (mask-aware), share of the measured FMA peak,
+tables of bench/RESULTS.md. Usage: compare_cpu.py ARIADNE_JSON[,MORE] TORCH_JSONL[,MORE] (several
+runs are merged, keeping the fastest repetition of each shape on both sides): absolute times, GFLOP/s (mask-aware), share of the measured FMA peak,
 the ratio to PyTorch SDPA, and the three target ratios of issue 3. Standard library only."""
 import json
 import re
@@ -8,11 +9,12 @@ import sys
 PATTERNS = ["full", "window64", "chunk64", "blocks50"]
 
 
-def load_ariadne(path):
-    doc = json.load(open(path))
+def load_ariadne(paths):
+    docs = [json.load(open(p)) for p in paths.split(",")]
     rows, peak = {}, {}
-    # Every repetition is listed; keep the fastest of each benchmark (least disturbed by other load).
-    for b in doc["benchmarks"]:
+    # Every repetition of every run is listed; keep the fastest of each benchmark (the least
+    # disturbed by other load on a shared machine).
+    for b in (b for doc in docs for b in doc["benchmarks"]):
         if b.get("run_type") == "aggregate":
             continue
         name = b["name"]
@@ -28,17 +30,19 @@ def load_ariadne(path):
         if key in rows and rows[key]["ms"] <= b["real_time"]:
             continue
         rows[key] = {"ms": b["real_time"], "gflops": b["GFLOPs"], "fma_peak": b["fma_peak_GFLOPs"]}
-    return doc.get("context", {}), rows, peak
+    return docs[0].get("context", {}), rows, peak
 
 
 def main():
     ctx, ours, peak = load_ariadne(sys.argv[1])
     torch = {}
     version = "?"
-    for line in open(sys.argv[2]):
-        r = json.loads(line)
-        torch[(r["N"], r["d"], r["dtype"], r["pattern"])] = r["ms"]
-        version = r["torch"]
+    for path in sys.argv[2].split(","):
+        for line in open(path):
+            r = json.loads(line)
+            key = (r["N"], r["d"], r["dtype"], r["pattern"])
+            torch[key] = min(torch.get(key, r["ms"]), r["ms"])
+            version = r["torch"]
     print(f"machine: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz; "
           f"ariadne kernels {ctx.get('kernels', '?')}, threads {ctx.get('threads', '?')}; torch {version}")
     fma = peak.get("FmaPeak", 0)

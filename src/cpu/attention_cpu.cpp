@@ -148,7 +148,7 @@ const TileKernels& active_tile_kernels() {
 namespace {
 
 using cpu::kKeyTile;
-constexpr int kQueryTile = 32;
+constexpr int kQueryTile = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
