@@ -183,7 +183,8 @@ void pv_f32(const float* p, const float* v, int64_t ldv, int dv, int rows, const
   if (rows - r == 1) pv_rows<1>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv);
 }
 
-const TileKernels kAvx2{"avx2", qk_f32, nullptr, softmax, pv_f32, nullptr, colsum};
+const TileKernels kAvx2{"avx2", qk_f32, nullptr, softmax, pv_f32, nullptr, colsum,
+                        nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -335,7 +336,83 @@ void pv_bf16(const float* p, const uint16_t* v, int dv, int rows, const float* a
   }
 }
 
-const TileKernels kAvx512{"avx512", qk_f32, qk_bf16, softmax, pv_f32, pv_bf16, colsum};
+// ---- packing: K by 16×16 in-register transposes of 32-bit words, V by widening loads ----
+// Rows are read contiguously (prefetch-friendly; gathers touching 16 rows at once measured slower).
+
+// r[i] = row i of a 16×16 block of 32-bit words; afterwards r[c] = column c.
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4g + m], 128-bit lane L: column 4L + m of rows 4g .. 4g + 3
+  for (int g = 0; g < 4; ++g) {
+    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512i v = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44), v2 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xEE);
+    const __m512i x = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44), x2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xEE);
+    r[m] = _mm512_shuffle_i32x4(v, x, 0x88);
+    r[4 + m] = _mm512_shuffle_i32x4(v, x, 0xDD);
+    r[8 + m] = _mm512_shuffle_i32x4(v2, x2, 0x88);
+    r[12 + m] = _mm512_shuffle_i32x4(v2, x2, 0xDD);
+  }
+}
+
+// out[w·32 + j] = 32-bit word w of row j (row j at base + j·stride bytes, j < n; 0 for j >= n), w < nw.
+void transpose_words(const char* base, int64_t stride, int n, int nw, void* out) {
+  char* o = static_cast<char*>(out);
+  for (int j0 = 0; j0 < kKeyTile; j0 += 16)
+    for (int w0 = 0; w0 < nw; w0 += 16) {
+      const int wn = std::min(16, nw - w0);
+      const __mmask16 wm = wn == 16 ? __mmask16(0xffff) : __mmask16((1u << wn) - 1);
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = j0 + i < n ? _mm512_maskz_loadu_epi32(wm, base + (j0 + i) * stride + 4 * w0) : _mm512_setzero_si512();
+      transpose16(r);
+      for (int i = 0; i < wn; ++i) _mm512_storeu_si512(o + 4 * ((w0 + i) * kKeyTile + j0), r[i]);
+    }
+}
+
+void pack_k_f32(const float* base, int64_t stride, int n, int d, float* k) {
+  transpose_words(reinterpret_cast<const char*>(base), stride * 4, n, d, k);
+}
+
+void pack_k_bf16(const uint16_t* base, int64_t stride, int n, int d, uint32_t* k) {
+  transpose_words(reinterpret_cast<const char*>(base), stride * 2, n, d / 2, k);
+  if (d & 1)  // the last pair has no partner entry: read 16 bits only
+    for (int j = 0; j < kKeyTile; ++j) k[(d / 2) * kKeyTile + j] = j < n ? base[j * stride + d - 1] : 0u;
+}
+
+void pack_v_bf16(const uint16_t* base, int64_t stride, int n, int d, int dv, uint32_t* v) {
+  for (int jp = 0; jp < kKeyTile / 2; ++jp) {
+    const uint16_t* r0 = 2 * jp < n ? base + 2 * jp * stride : nullptr;
+    const uint16_t* r1 = 2 * jp + 1 < n ? base + (2 * jp + 1) * stride : nullptr;
+    for (int c = 0; c < dv; c += 16) {
+      const __mmask16 m = c + 16 <= d ? __mmask16(0xffff) : c < d ? __mmask16((1u << (d - c)) - 1) : __mmask16(0);
+      const __m256i a = r0 ? _mm256_maskz_loadu_epi16(m, r0 + c) : _mm256_setzero_si256();
+      const __m256i b = r1 ? _mm256_maskz_loadu_epi16(m, r1 + c) : _mm256_setzero_si256();
+      const __m512i w = _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+      _mm512_storeu_si512(v + int64_t(jp) * dv + c, w);
+    }
+  }
+}
+
+void store_bf16(const float* src, float mul, int n, uint16_t* dst) {
+  const __m512 m = _mm512_set1_ps(mul);
+  for (int c = 0; c < n; c += 16) {
+    const __mmask16 k = c + 16 <= n ? __mmask16(0xffff) : __mmask16((1u << (n - c)) - 1);
+    const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, src + c), m);
+    _mm256_mask_storeu_epi16(dst + c, k, (__m256i)_mm512_cvtneps_pbh(x));
+  }
+}
+
+const TileKernels kAvx512{"avx512", qk_f32,     qk_bf16,     softmax,     pv_f32, pv_bf16, colsum,
+                          pack_k_f32, pack_k_bf16, pack_v_bf16, store_bf16};
 
 }  // namespace
 

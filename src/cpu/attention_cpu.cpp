@@ -154,7 +154,7 @@ constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
 
 // Writes n fp32 values, each multiplied by `mul`, as a row of t starting at element `off`.
-void store_row(const TensorView& t, int64_t off, int n, const float* src, float mul) {
+void store_row(const TensorView& t, int64_t off, int n, const float* src, float mul, const cpu::TileKernels& k) {
   switch (t.dtype) {
     case DType::f32: {
       float* dst = static_cast<float*>(t.data) + off;
@@ -173,6 +173,10 @@ void store_row(const TensorView& t, int64_t off, int n, const float* src, float 
     }
     case DType::bf16: {
       uint16_t* dst = static_cast<uint16_t*>(t.data) + off;
+      if (k.store_bf16 != nullptr) {
+        k.store_bf16(src, mul, n, dst);
+        break;
+      }
       for (int c = 0; c < n; ++c) dst[c] = float_to_bf16(src[c] * mul);
       break;
     }
@@ -310,22 +314,29 @@ class Runner {
   // K as [d][32] (transposed), V as [32][dv]; keys past the sequence end and columns past d are 0.
   void pack_tile_f32(int g, int64_t gtile, float* kt, float* vt) const {
     const TileSpan sp = tile_span(gtile);
+    const int64_t tok0 = sp.e->k0 + sp.k_lo;
+    const bool simd_k = k_.pack_k_f32 != nullptr && p_.k.dtype == DType::f32;
+    if (simd_k)
+      k_.pack_k_f32(static_cast<const float*>(p_.k.data) + row_offset(p_.k, tok0, g), p_.k.stride[0], sp.n, d_, kt);
     std::vector<float> row(static_cast<size_t>(d_));
     for (int j = 0; j < kKeyTile; ++j) {
       float* vrow = vt + int64_t(j) * dv_;
       if (j >= sp.n) {
-        for (int c = 0; c < d_; ++c) kt[c * kKeyTile + j] = 0.f;
+        if (!simd_k)
+          for (int c = 0; c < d_; ++c) kt[c * kKeyTile + j] = 0.f;
         std::fill(vrow, vrow + dv_, 0.f);
         continue;
       }
-      const int64_t tok = sp.e->k0 + sp.k_lo + j;
-      convert_row(p_.k, row_offset(p_.k, tok, g), d_, row.data());
-      for (int c = 0; c < d_; ++c) kt[c * kKeyTile + j] = row[c];
+      if (!simd_k) {
+        convert_row(p_.k, row_offset(p_.k, tok0 + j, g), d_, row.data());
+        for (int c = 0; c < d_; ++c) kt[c * kKeyTile + j] = row[c];
+      }
       if (direct_v_ && sp.n == kKeyTile) continue;  // read in place (vtile_f32)
-      convert_row(p_.v, row_offset(p_.v, tok, g), d_, vrow);
+      convert_row(p_.v, row_offset(p_.v, tok0 + j, g), d_, vrow);
       std::fill(vrow + d_, vrow + dv_, 0.f);
     }
   }
+
 
   // K as [dp][32] pairs of head-dim entries, V as [16][dv] pairs of consecutive keys (low half =
   // even key), both zero-padded.
@@ -336,14 +347,23 @@ class Runner {
     auto key_row = [&](const uint16_t* base, const TensorView& t, int j) -> const uint16_t* {
       return j < sp.n ? base + row_offset(t, sp.e->k0 + sp.k_lo + j, g) : nullptr;
     };
-    for (int j = 0; j < kKeyTile; ++j) {
-      const uint16_t* kr = key_row(kin, p_.k, j);
-      if (kr == nullptr) {
-        for (int cp = 0; cp < dp_; ++cp) kt[cp * kKeyTile + j] = 0;
-        continue;
+    if (k_.pack_k_bf16 != nullptr) {
+      k_.pack_k_bf16(key_row(kin, p_.k, 0), p_.k.stride[0], sp.n, d_, kt);
+    } else {
+      for (int j = 0; j < kKeyTile; ++j) {
+        const uint16_t* kr = key_row(kin, p_.k, j);
+        if (kr == nullptr) {
+          for (int cp = 0; cp < dp_; ++cp) kt[cp * kKeyTile + j] = 0;
+          continue;
+        }
+        for (int cp = 0; cp < d_ / 2; ++cp)
+          kt[cp * kKeyTile + j] = uint32_t(kr[2 * cp]) | (uint32_t(kr[2 * cp + 1]) << 16);
+        if (d_ & 1) kt[(dp_ - 1) * kKeyTile + j] = kr[d_ - 1];
       }
-      for (int cp = 0; cp < d_ / 2; ++cp) kt[cp * kKeyTile + j] = uint32_t(kr[2 * cp]) | (uint32_t(kr[2 * cp + 1]) << 16);
-      if (d_ & 1) kt[(dp_ - 1) * kKeyTile + j] = kr[d_ - 1];
+    }
+    if (k_.pack_v_bf16 != nullptr) {
+      k_.pack_v_bf16(key_row(vin, p_.v, 0), p_.v.stride[0], sp.n, d_, dv_, vt);
+      return;
     }
     for (int jp = 0; jp < kKeyTile / 2; ++jp) {
       const uint16_t* v0 = key_row(vin, p_.v, 2 * jp);
@@ -645,10 +665,10 @@ class Runner {
           lse2 = hi + std::log2(std::exp2(lse2 - hi) + std::exp2(sink2 - hi));
         }
         const float inv = float(std::exp2(m - lse2));  // out = O·2^m / Z
-        store_row(p_.out, out_off, d_, sc.o.data() + int64_t(r) * dv_, inv);
+        store_row(p_.out, out_off, d_, sc.o.data() + int64_t(r) * dv_, inv, k_);
         lse = float(lse2 * kLn2);
       } else {  // no allowed key: out 0; LSE is the sink alone or −inf
-        store_row(p_.out, out_off, d_, sc.o.data() + int64_t(r) * dv_, 0.f);
+        store_row(p_.out, out_off, d_, sc.o.data() + int64_t(r) * dv_, 0.f, k_);
         lse2 = denom ? sink2 : -std::numeric_limits<double>::infinity();
         lse = denom ? sink(h) : kNegInf;
       }

@@ -80,7 +80,8 @@ void colsum(const float* s, const RowMask& mk, int rows, const float* off, float
     }
 }
 
-const TileKernels kGeneric{"generic", qk_f32, nullptr, softmax, pv_f32, nullptr, colsum};
+const TileKernels kGeneric{"generic", qk_f32, nullptr, softmax, pv_f32, nullptr, colsum,
+                           nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
 

@@ -55,6 +55,18 @@ struct TileKernels {
   void (*pv_bf16)(const float* p, const uint16_t* v, int dv, int rows, const float* alpha, float* o);
   // Received attention: colsum[j] += Σ_r 2^(t_rj − off[r]) over allowed (r, j); s = raw dots.
   void (*colsum)(const float* s, const RowMask& mask, int rows, const float* off, float* colsum);
+
+  // ---- packing (optional: null means the driver's portable loops) ----
+  // Input rows: key j of the tile starts at base + j·stride (elements); n <= 32 keys exist, the
+  // rest of the tile is zero-filled.
+  // K fp32 → [d][32].
+  void (*pack_k_f32)(const float* base, int64_t stride, int n, int d, float* k);
+  // K bf16 → [dp][32] pairs (32-bit words, low half = even head-dim entry).
+  void (*pack_k_bf16)(const uint16_t* base, int64_t stride, int n, int d, uint32_t* k);
+  // V bf16 → [16][dv] pairs of keys (low half = even key), zero past d.
+  void (*pack_v_bf16)(const uint16_t* base, int64_t stride, int n, int d, int dv, uint32_t* v);
+  // dst[c] = bf16(src[c]·mul), round to nearest even, c < n.
+  void (*store_bf16)(const float* src, float mul, int n, uint16_t* dst);
 };
 
 const TileKernels* tile_kernels_generic();
