@@ -38,7 +38,6 @@ void validate_pattern(const Pattern& p, int64_t total_q, int64_t total_k, int he
   if (!b.defined()) return;
   ARIADNE_CHECK(b.block > 0, "pattern.blocks.block is ", b.block, ", expected > 0");
   ARIADNE_CHECK(b.heads == heads_q, "pattern.blocks.heads is ", b.heads, ", expected heads_q = ", heads_q);
-  ARIADNE_CHECK(b.col_idx != nullptr, "pattern.blocks.col_idx is null while row_ptr is set");
   ARIADNE_CHECK(p.cu_seqlens_q == nullptr || b.seq_block_base != nullptr,
                 "pattern.blocks.seq_block_base is null for a varlen pattern");
   int64_t expected_base = 0;
@@ -54,6 +53,8 @@ void validate_pattern(const Pattern& p, int64_t total_q, int64_t total_k, int he
         const int32_t lo = b.row_ptr[row], hi = b.row_ptr[row + 1];
         ARIADNE_CHECK(lo <= hi, "pattern.blocks.row_ptr decreases at row ", row, " (sequence ", s, ", head ", h,
                       ", query block ", m, ")");
+        ARIADNE_CHECK(lo == hi || b.col_idx != nullptr, "pattern.blocks.col_idx is null but row ", row,
+                      " lists ", hi - lo, " blocks");
         for (int32_t i = lo; i < hi; ++i) {
           const int32_t c = b.col_idx[i];
           ARIADNE_CHECK(c >= 0 && c < nkb, "pattern.blocks.col_idx[", i, "] = ", c, " is out of range [0, ", nkb,

@@ -100,6 +100,9 @@ TEST(Pattern, ValidationNamesTheField) {
   EXPECT_THROW(validate_pattern(Pattern::window(-3, 2), 8, 8, 1), Error);
   EXPECT_THROW(validate_pattern(Pattern::chunked(-1), 8, 8, 1), Error);
   EXPECT_THROW(BlockMask::from_lists(4, 1, {8}, {{0}}), Error);  // one row given, two needed
+  // A mask that keeps nothing is valid (every row fully masked); its col_idx array is empty.
+  BlockMask empty = BlockMask::from_lists(4, 1, {8}, {{}, {}});
+  EXPECT_NO_THROW(validate_pattern(Pattern::causal().with_blocks(empty.view()), 8, 8, 1));
 }
 
 }  // namespace

@@ -1,0 +1,163 @@
+// `ariadne encode`: images through the Qwen2.5-VL-compatible encoder with a chosen attention
+// schedule; tokens, grids, output shape, time per stage and a checksum of the output.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "ariadne/error.hpp"
+#include "ariadne/safetensors.hpp"
+#include "ariadne/vit.hpp"
+#include "cli.hpp"
+
+namespace {
+
+using ariadne::cli::Args;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// FNV-1a over the output's float bits: equal only for bit-identical outputs (same backend, same
+// threads); sum and mean |x| are there to compare across backends.
+std::string fnv1a(const std::vector<float>& v) {
+  uint64_t h = 1469598103934665603ull;
+  for (float f : v) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    for (int i = 0; i < 4; ++i) {
+      h ^= (u >> (8 * i)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  }
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+int run_encode(const Args& args) {
+  const std::vector<std::string> files = args.list("image", "");
+  ARIADNE_CHECK(!files.empty(), "ariadne encode: --image FILE is required (several: --image a.png,b.jpg)");
+  const std::vector<std::string> weight_files = args.list("weights", "");
+  const std::string schedule_name = args.required("schedule");
+  const std::string backend_name = args.str("backend", "cpu");
+  const ariadne::Backend backend = ariadne::parse_backend(backend_name);
+  ARIADNE_CHECK(backend != ariadne::Backend::automatic, "ariadne encode: --backend must be reference, cpu or cuda");
+  const ariadne::VitConfig preset = ariadne::VitConfig::named(args.str("config", "qwen2.5-vl"));
+  const uint64_t seed = uint64_t(args.integer("seed", 0));
+  const int64_t window = args.integer("window", 64);
+  const double sink_init = args.real("sink-init", 0.0);
+  ariadne::EncodeOptions opt;
+  opt.attention = backend;
+  opt.sink_mode = ariadne::parse_sink_mode(args.str("sink-mode", "denominator"));
+  ARIADNE_CHECK(opt.sink_mode != ariadne::SinkMode::none, "ariadne encode: --sink-mode must be denominator or key0");
+  ariadne::PreprocessOptions pre;
+  pre.min_pixels = args.integer("min-pixels", pre.min_pixels);
+  pre.max_pixels = args.integer("max-pixels", pre.max_pixels);
+  const int64_t threads = args.integer("threads", 0);
+  const int64_t repeat = args.integer("repeat", 1);
+  ARIADNE_CHECK(repeat >= 1, "ariadne encode: --repeat must be >= 1");
+  const std::string save = args.str("save-output", "");
+  const bool json = args.json();
+  args.reject_unused();
+  if (threads > 0) ariadne::set_cpu_threads(int(threads));
+
+  auto t0 = Clock::now();
+  const ariadne::VitWeights w = weight_files.empty()
+                                    ? ariadne::random_vit_weights(preset, seed, float(sink_init))
+                                    : ariadne::load_vit_weights(weight_files, preset, float(sink_init));
+  const double t_weights = ms_since(t0);
+  const ariadne::Schedule schedule = ariadne::vit_schedule(schedule_name, w.config, window);
+
+  t0 = Clock::now();
+  std::vector<ariadne::Image> images;
+  for (const auto& f : files) images.push_back(ariadne::read_image(f));
+  const double t_decode = ms_since(t0);
+  t0 = Clock::now();
+  const ariadne::PixelBatch px = ariadne::preprocess(images, w.config, pre);
+  const double t_pre = ms_since(t0);
+  // With --repeat, the run with the smallest total is reported (the first one warms caches).
+  ariadne::EncodeResult r = ariadne::encode(w, px.values, px.grids, schedule, opt);
+  std::vector<double> totals{r.times.total};
+  for (int64_t i = 1; i < repeat; ++i) {
+    ariadne::EncodeResult again = ariadne::encode(w, px.values, px.grids, schedule, opt);
+    totals.push_back(again.times.total);
+    if (again.times.total < r.times.total) r = std::move(again);
+  }
+  if (!save.empty())  // [units, out_hidden] f32 in native order, for comparisons outside
+    ariadne::write_safetensors(save, {{"output", ariadne::DType::f32, {r.units, r.out_hidden}, r.out.data()}},
+                               {{"schedule", schedule.name}, {"weights", w.source}});
+
+  double sum = 0, abs_sum = 0;
+  for (float v : r.out) {
+    sum += v;
+    abs_sum += std::fabs(v);
+  }
+  int sinks_from_file = 0, sink_layers = 0;
+  for (size_t l = 0; l < schedule.layers.size(); ++l) {
+    sink_layers += schedule.layers[l].sink;
+    sinks_from_file += schedule.layers[l].sink && w.layers[l].sinks_from_file;
+  }
+  const std::string sinks = sink_layers == 0                ? "unused"
+                            : sinks_from_file == sink_layers ? "from file"
+                                                             : "initialized to " + std::to_string(w.sink_init) +
+                                                                   " on " + std::to_string(sink_layers - sinks_from_file) +
+                                                                   " layers";
+  const auto& t = r.times;
+  if (json) {
+    nlohmann::json imgs = nlohmann::json::array();
+    for (size_t i = 0; i < images.size(); ++i)
+      imgs.push_back({{"file", files[i]},
+                      {"size", {images[i].height, images[i].width}},
+                      {"resized", {px.grids[i].h * w.config.patch, px.grids[i].w * w.config.patch}},
+                      {"grid", {px.grids[i].h, px.grids[i].w}}});
+    const auto& c = w.config;
+    ariadne::cli::print_json(
+        {{"images", imgs},
+         {"tokens", r.tokens},
+         {"units", r.units},
+         {"output_shape", {r.units, r.out_hidden}},
+         {"schedule", schedule.name},
+         {"layers", schedule.letters()},
+         {"order_changes", r.order_changes},
+         {"backend", backend_name},
+         {"attention_backend", r.attention_backend},
+         {"weights", {{"random", w.random},
+                      {"source", w.source},
+                      {"seed", w.random ? nlohmann::json(w.seed) : nlohmann::json()},
+                      {"prefix", w.prefix},
+                      {"sinks", sinks}}},
+         {"config", {{"depth", c.depth}, {"hidden", c.hidden}, {"heads", c.heads}, {"intermediate", c.intermediate},
+                     {"out_hidden", c.out_hidden}, {"patch", c.patch}, {"merge", c.merge},
+                     {"window_px", c.window_px}, {"full_layers", c.full_layers}}},
+         {"times_ms", {{"load_weights", t_weights}, {"decode", t_decode}, {"preprocess", t_pre},
+                       {"patch_embed", t.patch_embed}, {"rope", t.rope}, {"norm", t.norm}, {"qkv", t.qkv},
+                       {"attention", t.attention}, {"proj", t.proj}, {"mlp", t.mlp}, {"permute", t.permute},
+                       {"merger", t.merger}, {"encode_total", t.total}}},
+         {"encode_totals_ms", totals},
+         {"checksum", {{"sum", sum}, {"mean_abs", r.out.empty() ? 0.0 : abs_sum / double(r.out.size())},
+                       {"fnv1a", fnv1a(r.out)}}}});
+    return 0;
+  }
+  std::printf("weights: %s%s\n", w.random ? "RANDOM " : "", w.source.c_str());
+  std::printf("config: %s\n", w.config.describe().c_str());
+  for (size_t i = 0; i < images.size(); ++i)
+    std::printf("image %s: %dx%d -> %dx%d px, grid %dx%d\n", files[i].c_str(), images[i].width, images[i].height,
+                px.grids[i].w * w.config.patch, px.grids[i].h * w.config.patch, px.grids[i].h, px.grids[i].w);
+  std::printf("schedule %s (%s): %d order changes, attention on %s, sinks %s\n", schedule.name.c_str(),
+              schedule.letters().c_str(), r.order_changes, r.attention_backend.c_str(), sinks.c_str());
+  std::printf("tokens %lld, output [%lld, %d]\n", static_cast<long long>(r.tokens), static_cast<long long>(r.units),
+              r.out_hidden);
+  std::printf("time (ms): decode %.1f, preprocess %.1f, patch_embed %.1f, rope %.1f, norm %.1f, qkv %.1f, "
+              "attention %.1f, proj %.1f, mlp %.1f, permute %.1f, merger %.1f; encode total %.1f\n",
+              t_decode, t_pre, t.patch_embed, t.rope, t.norm, t.qkv, t.attention, t.proj, t.mlp, t.permute, t.merger,
+              t.total);
+  std::printf("checksum: sum %.6g, mean |x| %.6g, fnv1a %s\n", sum, r.out.empty() ? 0.0 : abs_sum / double(r.out.size()),
+              fnv1a(r.out).c_str());
+  return 0;
+}
+
+const ariadne::cli::Command reg{"encode", "images through the vision encoder with an attention schedule", run_encode};
+
+}  // namespace

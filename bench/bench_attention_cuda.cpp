@@ -1,0 +1,426 @@
+// CUDA attention benchmark: reads bench/cases.json (the case list shared with bench/anchors.py) and
+// prints one JSON list of {"id", "impl": "ariadne", "ms", "tflops", ...} on stdout.
+//
+// Timing (docs of the device machine, METHOD.md): random inputs (never zeros), rotated among
+// enough buffer sets that the sets together exceed 3x the 60 MB L2, warm-up first, then the median
+// over many batches of the per-launch time. Each batch is one CUDA graph replay of `per_batch`
+// launches (so host launch gaps do not count, as they would not in a captured model); "ms_stream"
+// is the same median over plain stream launches, host overhead included. FLOPs count only allowed
+// (query, key) pairs: 4 · d · pairs · heads. "useful" is allowed pairs over the pairs the kernel's
+// tiles compute (the band-aware tiling's efficiency). "ms_colorder" (window cases on a square
+// grid): the same attention over the column-major token order, gathered inside the kernel.
+//
+// Usage: bench_attention_cuda [cases.json] [id-prefix[,id-prefix...] ...]
+#if defined(ARIADNE_WITH_CUDA)
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ariadne/attention.hpp"
+#include "ariadne/device.hpp"
+#include "ariadne/order.hpp"
+#include "ariadne/pattern.hpp"
+#include "cuda/internal.hpp"
+
+namespace {
+
+using namespace ariadne;
+
+void check(cudaError_t e, const char* what) {
+  ARIADNE_CHECK(e == cudaSuccess, "bench: ", what, ": ", cudaGetErrorString(e));
+}
+
+// Fills a device buffer with uniform random 16-bit values in [-1, 1): a 16 MB random host block,
+// copied at a different offset into each place, so no two buffers hold the same bytes in order.
+void fill_random(const DeviceBuffer& d, DType dt, std::mt19937_64& rng) {
+  static std::vector<uint16_t> block;
+  if (block.empty()) {
+    Buffer b(dt, {int64_t(8) << 20});
+    b.fill_random(rng());
+    block.assign(b.as<uint16_t>(), b.as<uint16_t>() + b.numel());
+  }
+  const size_t n = d.bytes() / 2, bn = block.size();
+  size_t done = 0, off = rng() % bn;
+  while (done < n) {
+    const size_t take = std::min(n - done, bn - off);
+    check(cudaMemcpy(static_cast<uint16_t*>(d.data()) + done, block.data() + off, take * 2, cudaMemcpyHostToDevice),
+          "upload");
+    done += take;
+    off = 0;
+  }
+}
+
+struct Counts {
+  double pairs = 0;     // allowed (query, key) pairs, one head
+  double computed = 0;  // pairs inside the tiles the kernel visits, one head
+};
+
+// Allowed pairs and computed tile area of head `h`, from the host copy of the pattern (the same
+// Pattern methods the kernel calls).
+Counts count_pairs(const Pattern& pat, int64_t total_q, int64_t total_k, int h, int bm, int bn) {
+  Counts c;
+  for (int32_t s = 0; s < pat.num_seqs; ++s) {
+    const SeqExtent e = pat.seq(s, total_q, total_k);
+    for (int64_t q_lo = 0; q_lo < e.lq; q_lo += bm) {
+      const int64_t q_hi = std::min(q_lo + bm, e.lq);
+      const KeyRange r = pat.key_range(e, q_lo, q_hi);
+      auto tile = [&](int64_t k_lo) {
+        const int64_t k_hi = std::min(k_lo + bn, e.lk);
+        c.computed += double(bm) * bn;
+        const TileKind kind = pat.classify(e, q_lo, q_hi, k_lo, k_hi);
+        if (kind == TileKind::full) c.pairs += double(q_hi - q_lo) * (k_hi - k_lo);
+        else if (kind == TileKind::partial)
+          for (int64_t iq = q_lo; iq < q_hi; ++iq) {
+            const KeyRange kr = pat.key_range(e, iq, iq + 1);
+            c.pairs += double(std::max<int64_t>(0, std::min(kr.hi, k_hi) - std::max(kr.lo, k_lo)));
+          }
+      };
+      if (pat.blocks.defined()) {
+        const int64_t row = pat.block_row(s, e, h, q_lo / pat.blocks.block);
+        for (int32_t i = pat.blocks.row_ptr[row]; i < pat.blocks.row_ptr[row + 1]; ++i)
+          for (int64_t k_lo = int64_t(pat.blocks.col_idx[i]) * pat.blocks.block;
+               k_lo < int64_t(pat.blocks.col_idx[i] + 1) * pat.blocks.block; k_lo += bn)
+            if (k_lo + bn > r.lo && k_lo < r.hi) tile(k_lo);
+      } else if (!r.empty()) {
+        for (int64_t k_lo = r.lo / bn * bn; k_lo < r.hi; k_lo += bn) tile(k_lo);
+      }
+    }
+  }
+  return c;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
+  const std::string id = jc.at("id");
+  const int64_t batch = jc.at("batch"), tokens = jc.at("tokens");
+  const int hq = jc.at("heads_q"), hkv = jc.at("heads_kv"), d = jc.at("dim");
+  const DType dt = parse_dtype(jc.value("dtype", std::string("bf16")));
+  const PatternSpec spec = parse_pattern_spec(jc.at("pattern"));
+  const SinkMode sink_mode = parse_sink_mode(jc.value("sink", std::string("none")));
+  const int64_t total = batch * tokens;
+
+  // Host pattern (for the mask and the counts) and its device twin.
+  std::vector<int32_t> cu(batch + 1);
+  for (int64_t b = 0; b <= batch; ++b) cu[b] = int32_t(b * tokens);
+  Pattern host = spec.dense;
+  if (batch > 1) host = host.with_varlen(int32_t(batch), cu.data());
+  BlockMask mask;
+  if (spec.block_density > 0) {
+    mask = BlockMask::random(host, spec.block, hq, total, total, spec.block_density, std::hash<std::string>{}(id),
+                             /*keep_diagonal=*/true);
+    host = host.with_blocks(mask.view());
+  }
+  DeviceBuffer d_cu, d_base, d_row, d_col;
+  Pattern dev = host;
+  if (batch > 1) {
+    d_cu = DeviceBuffer::from_ints(cu);
+    dev.cu_seqlens_q = static_cast<const int32_t*>(d_cu.data());
+    dev.cu_seqlens_k = nullptr;
+  }
+  if (spec.block_density > 0) {
+    d_base = DeviceBuffer::from_ints(mask.seq_block_base);
+    d_row = DeviceBuffer::from_ints(mask.row_ptr);
+    d_col = DeviceBuffer::from_ints(mask.col_idx);
+    dev.blocks.seq_block_base = static_cast<const int32_t*>(d_base.data());
+    dev.blocks.row_ptr = static_cast<const int32_t*>(d_row.data());
+    dev.blocks.col_idx = static_cast<const int32_t*>(d_col.data());
+  }
+
+  // Buffer sets: enough that their inputs and outputs together exceed 3x L2, within 24 GB.
+  const double set_bytes = double(total) * d * 2 * (2.0 * hq + 2.0 * hkv) + double(total) * hq * 4;
+  const int sets = int(std::clamp(std::ceil(180e6 / set_bytes), 2.0, std::max(2.0, std::floor(24e9 / set_bytes))));
+  struct Set {
+    DeviceBuffer q, k, v, out, lse;
+  };
+  std::vector<Set> bufs;
+  for (int i = 0; i < sets; ++i) {
+    Set s{DeviceBuffer(dt, {total, hq, d}), DeviceBuffer(dt, {total, hkv, d}), DeviceBuffer(dt, {total, hkv, d}),
+          DeviceBuffer(dt, {total, hq, d}), DeviceBuffer(DType::f32, {hq, total})};
+    fill_random(s.q, dt, rng);
+    fill_random(s.k, dt, rng);
+    fill_random(s.v, dt, rng);
+    bufs.push_back(std::move(s));
+  }
+  DeviceBuffer sink;
+  if (sink_mode != SinkMode::none) {
+    Buffer hs(DType::f32, {hq});
+    hs.fill_random(rng(), 3.f, 6.f);  // the anchors' range (bench/README.md)
+    sink = DeviceBuffer::from_host(hs);
+  }
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  std::vector<AttentionParams> params;
+  for (Set& s : bufs) {
+    AttentionParams p;
+    p.q = s.q.view();
+    p.k = s.k.view();
+    p.v = s.v.view();
+    p.out = s.out.view();
+    p.lse = s.lse.view();
+    p.pattern = dev;
+    p.sink_mode = sink_mode;
+    if (sink_mode != SinkMode::none) p.sink = sink.view();
+    p.stream = stream;
+    params.push_back(p);
+  }
+
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "event");
+  check(cudaEventCreate(&e1), "event");
+  auto time_launches = [&](int n, int start) {
+    check(cudaEventRecord(e0, stream), "record");
+    for (int i = 0; i < n; ++i) attention(params[(start + i) % sets], Backend::cuda);
+    check(cudaEventRecord(e1, stream), "record");
+    check(cudaEventSynchronize(e1), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+    return double(ms) / n;
+  };
+  time_launches(3, 0);  // warm-up: module load, shared-memory opt-in
+  const double rough = time_launches(5, 0);
+  // About 2 ms of work per batch, at least `sets` launches so every set is used.
+  const int per_batch = std::max(sets, int(std::ceil(2.0 / std::max(rough, 1e-3))));
+  // Fewer batches for long kernels: about 1.5 s per timing method and case at most.
+  const double batch_ms = per_batch * rough;
+  const int n_stream = std::clamp(int(1500 / batch_ms), 3, 15), n_graph = std::clamp(int(1500 / batch_ms), 5, 25);
+  std::vector<double> stream_ms;
+  for (int b = 0; b < n_stream; ++b) stream_ms.push_back(time_launches(per_batch, b));
+
+  // Median per-launch time of one captured graph of `per_batch` calls of `call(set)`.
+  auto time_graph = [&](auto&& call) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+    for (int i = 0; i < per_batch; ++i) call(params[i % sets]);
+    check(cudaStreamEndCapture(stream, &graph), "capture end");
+    check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
+    check(cudaGraphLaunch(exec, stream), "graph warm-up");
+    std::vector<double> ms_per_launch;
+    for (int b = 0; b < n_graph; ++b) {
+      check(cudaEventRecord(e0, stream), "record");
+      check(cudaGraphLaunch(exec, stream), "graph launch");
+      check(cudaEventRecord(e1, stream), "record");
+      check(cudaEventSynchronize(e1), "sync");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+      ms_per_launch.push_back(double(ms) / per_batch);
+    }
+    check(cudaGraphExecDestroy(exec), "graph");
+    check(cudaGraphDestroy(graph), "graph");
+    return median(ms_per_launch);
+  };
+  const double ms = time_graph([](const AttentionParams& p) { attention(p, Backend::cuda); });
+
+  // Window cases on a square image also run over the column-major traversal of the grid (the
+  // token order of Ariadne's alternate layers), fused into the loads via attention_cuda_ordered.
+  double ms_colorder = 0;
+  const int64_t side = int64_t(std::llround(std::sqrt(double(tokens))));
+  if (batch == 1 && side * side == tokens && spec.dense.window_left != kUnbounded && !host.blocks.defined()) {
+    std::vector<int32_t> order(tokens);
+    for (int64_t i = 0; i < tokens; ++i) order[i] = int32_t((i % side) * side + i / side);
+    const DeviceBuffer d_order = DeviceBuffer::from_ints(order);
+    const auto* ord = static_cast<const int32_t*>(d_order.data());
+    attention_cuda_ordered(params[0], ord);  // warm-up outside the capture
+    ms_colorder = time_graph([&](const AttentionParams& p) { attention_cuda_ordered(p, ord); });
+  }
+  check(cudaEventDestroy(e0), "event");
+  check(cudaEventDestroy(e1), "event");
+  check(cudaStreamDestroy(stream), "stream");
+
+  // Pairs: heads differ only for block-sparse masks (one CSR row set per head).
+  const int bm = cuda_query_tile_rows(params[0]), bn = cuda_key_tile_rows(params[0]);
+  Counts c;
+  const int heads_counted = host.blocks.defined() ? hq : 1;
+  for (int h = 0; h < heads_counted; ++h) {
+    const Counts ch = count_pairs(host, total, total, h, bm, bn);
+    c.pairs += ch.pairs;
+    c.computed += ch.computed;
+  }
+  c.pairs *= double(hq) / heads_counted;
+  c.computed *= double(hq) / heads_counted;
+  nlohmann::json r;
+  r["id"] = id;
+  r["impl"] = "ariadne";
+  r["ms"] = ms;
+  r["tflops"] = 4.0 * d * c.pairs / (ms * 1e-3) / 1e12;
+  r["ms_stream"] = median(stream_ms);
+  r["useful"] = c.computed > 0 ? c.pairs / c.computed : 0.0;
+  r["tile"] = std::to_string(bm) + "x" + std::to_string(bn);
+  r["sets"] = sets;
+  if (ms_colorder > 0) r["ms_colorder"] = ms_colorder;
+  return r;
+}
+
+// The 32 attention layers of the Qwen2.5-VL-style encoder at a side x side image (bench/README.md,
+// "Stack cases"), each layer on its own q, k, v (16 heads, d 80, tokens in the native block-row
+// order). Layers that run in another order (Ariadne's column layers, Qwen's window order) take it
+// as a fused token order (attention_cuda_ordered): no gather of q, k, v, no inverse gather of the
+// output, which stays in the native order. Timed as one captured graph of the 32 launches.
+nlohmann::json run_stack(const nlohmann::json& jc, std::mt19937_64& rng) {
+  const std::string id = jc.at("id"), schedule = jc.at("schedule");
+  const int side = jc.at("side"), batch = jc.value("batch", 1);
+  ARIADNE_CHECK(batch == 1, id, ": stack cases with batch > 1 are not implemented");
+  constexpr int kLayers = 32, kHeads = 16, kDim = 80, kPatch = 14, kWindow = 64;
+  const Grid grid{side / kPatch, side / kPatch};
+  const int64_t n = grid.tokens();
+  const TokenOrder native = make_order(OrderKind::block_row, {grid});
+  const std::vector<int32_t> to_col = order_conversion(native, make_order(OrderKind::block_col, {grid}));
+  const std::vector<int32_t> to_win = order_conversion(native, make_order(OrderKind::qwen_window, {grid}));
+  const DeviceBuffer d_col = DeviceBuffer::from_ints(to_col), d_win = DeviceBuffer::from_ints(to_win);
+
+  struct Layer {
+    Pattern pattern;
+    SinkMode sink = SinkMode::none;
+    const int32_t* order = nullptr;  // device; null: native order
+  };
+  std::vector<Layer> layers;
+  for (int i = 0; i < kLayers; ++i) {
+    Layer l;  // full by default
+    if (schedule == "chunk" && i % 8 != 7) {
+      l.pattern = Pattern::chunked(64);
+      l.order = static_cast<const int32_t*>(d_win.data());
+    } else if (schedule == "ariadne" && i % 8 != 7) {
+      l.pattern = Pattern::window(kWindow, kWindow);
+      l.sink = SinkMode::denominator;
+      if (i % 8 >= 4) l.order = static_cast<const int32_t*>(d_col.data());
+    } else {
+      ARIADNE_CHECK(schedule == "full" || schedule == "chunk" || schedule == "ariadne", id, ": schedule '",
+                    schedule, "' is not full, chunk or ariadne");
+    }
+    layers.push_back(l);
+  }
+
+  struct Set {
+    DeviceBuffer q, k, v, out;
+  };
+  std::vector<Set> bufs;
+  for (int i = 0; i < kLayers; ++i) {
+    Set st{DeviceBuffer(DType::bf16, {n, kHeads, kDim}), DeviceBuffer(DType::bf16, {n, kHeads, kDim}),
+           DeviceBuffer(DType::bf16, {n, kHeads, kDim}), DeviceBuffer(DType::bf16, {n, kHeads, kDim})};
+    fill_random(st.q, DType::bf16, rng);
+    fill_random(st.k, DType::bf16, rng);
+    fill_random(st.v, DType::bf16, rng);
+    bufs.push_back(std::move(st));
+  }
+  Buffer hs(DType::f32, {kHeads});
+  hs.fill_random(rng(), 3.f, 6.f);
+  const DeviceBuffer sink = DeviceBuffer::from_host(hs);
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  std::vector<AttentionParams> params;
+  double flops = 0;
+  for (int i = 0; i < kLayers; ++i) {
+    AttentionParams p;
+    p.q = bufs[i].q.view();
+    p.k = bufs[i].k.view();
+    p.v = bufs[i].v.view();
+    p.out = bufs[i].out.view();
+    p.pattern = layers[i].pattern;
+    p.sink_mode = layers[i].sink;
+    if (p.sink_mode != SinkMode::none) p.sink = sink.view();
+    p.stream = stream;
+    validate(p);
+    params.push_back(p);
+    flops += 4.0 * kDim * kHeads * count_pairs(layers[i].pattern, n, n, 0, 64, 64).pairs;
+  }
+  auto stack = [&] {
+    for (int i = 0; i < kLayers; ++i) attention_cuda_ordered(params[i], layers[i].order);
+  };
+  stack();  // warm-up
+  check(cudaStreamSynchronize(stream), "warm-up");
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  stack();
+  check(cudaStreamEndCapture(stream, &graph), "capture end");
+  check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "event");
+  check(cudaEventCreate(&e1), "event");
+  std::vector<double> ms_runs;
+  for (int r = 0; r < 30; ++r) {
+    check(cudaEventRecord(e0, stream), "record");
+    check(cudaGraphLaunch(exec, stream), "graph launch");
+    check(cudaEventRecord(e1, stream), "record");
+    check(cudaEventSynchronize(e1), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+    ms_runs.push_back(ms);
+  }
+  check(cudaGraphExecDestroy(exec), "graph");
+  check(cudaGraphDestroy(graph), "graph");
+  check(cudaEventDestroy(e0), "event");
+  check(cudaEventDestroy(e1), "event");
+  check(cudaStreamDestroy(stream), "stream");
+  const double ms = median(ms_runs);
+  nlohmann::json r;
+  r["id"] = id;
+  r["impl"] = "ariadne";
+  r["ms"] = ms;
+  r["tflops"] = flops / (ms * 1e-3) / 1e12;
+  r["note"] = "32 layers, each on its own q/k/v; token orders fused into the kernels (no gathers)";
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::string path = argc > 1 ? argv[1] : "bench/cases.json";
+    std::ifstream f(path);
+    ARIADNE_CHECK(f.good(), path, ": cannot open (pass the path of bench/cases.json)");
+    const nlohmann::json cases = nlohmann::json::parse(f);
+    ARIADNE_CHECK(cases.is_array(), path, ": expected a JSON list of cases");
+    std::mt19937_64 rng(12345);
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& jc : cases) {
+      const std::string id = jc.value("id", std::string("?"));
+      // Filters: id prefixes, given as separate arguments or comma-separated.
+      bool wanted = argc <= 2;
+      for (int i = 2; i < argc && !wanted; ++i) {
+        std::string list = argv[i];
+        for (size_t pos = 0; pos <= list.size();) {
+          const size_t comma = std::min(list.find(',', pos), list.size());
+          const std::string prefix = list.substr(pos, comma - pos);
+          if (!prefix.empty() && id.rfind(prefix, 0) == 0) wanted = true;
+          pos = comma + 1;
+        }
+      }
+      if (!wanted) continue;
+      const nlohmann::json r =
+          jc.value("kind", std::string("attention")) == "stack" ? run_stack(jc, rng) : run_case(jc, rng);
+      std::cerr << r.dump() << "\n";
+      out.push_back(r);
+    }
+    std::cout << out.dump(1) << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "bench_attention_cuda: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+#else
+
+#include <cstdio>
+
+int main() {
+  std::printf("CUDA not built\n");
+  return 0;
+}
+
+#endif

@@ -1,0 +1,150 @@
+// ariadne/estimate.hpp — block-sparse pattern estimators for causal prefill: RRAttention,
+// XAttention and an exact oracle, behind one entry point, plus the metrics that compare them.
+//
+// Geometry (shared with pattern.hpp). Tokens are packed: q is [total_q, heads_q, head_dim] and k is
+// [total_k, heads_kv, head_dim] (head_dim contiguous, other strides free; f32, bf16 or f16; host
+// memory for the CPU backend), cut into sequences by the layout pattern's cu_seqlens. Inside a
+// sequence of lq queries and lk >= lq keys, local query iq sits at key position p = iq + (lk − lq)
+// (bottom-right alignment, so chunked prefill works). Blocks of `block` tokens are counted from
+// local index 0 on each side: query block m holds iq ∈ [mB, (m+1)B), key block n holds
+// ik ∈ [nB, (n+1)B). Strides of `stride` tokens (S divides B) are counted the same way.
+// The diagonal key block of query block m is the key block of its last query's position:
+//   diag(m) = (min((m+1)B, lq) − 1 + lk − lq) / B,   visible key blocks: 0 … diag(m).
+//
+// Estimators (docs/rrattention.md has the derivations and the measured effects):
+//  rr      RRAttention. Query head h samples one query per query stride i, at
+//            paper:    P(i,h) = iS + (S − 1 − (h mod S))
+//            released: P(i,h) = iS + (h mod S)
+//          (clamped to the stride's last query when the final stride is short). Key strides are
+//          summed per KV head: K̄_j = Σ_{t<S} k_{jS+t} (missing keys of a short final stride are 0).
+//          I(i,j) = scale · q_P·K̄_j / S over the visible key strides jS <= P + (lk − lq) (the
+//          released code's rule: the diagonal stride's sum includes up to S−1 keys after the
+//          query), softmax over j per sampled query, block score = Σ of the softmax over the
+//          strides of the (query block, key block) tile. Selection: the smallest set of key
+//          blocks, by descending score, whose mass reaches τ of the row; protections are then
+//          OR-ed in (B_dynamic ∨ B_static).
+//  xattn   XAttention. A(r,c) = scale · Σ_{t<S} q_{rS+S−1−t}·k_{cS+t} / S (one antidiagonal of the
+//          S×S tile; tokens past the end count as 0), visible when cS <= (last query of stride r)
+//          + (lk − lq) (the diagonal stride whole), row softmax, block sums. Selection as
+//          published: forced blocks (sink, diagonal) are counted first, then blocks are added by
+//          descending score while the mass before the block is < τ of the row. The KV head is
+//          indexed directly (h / group), never repeated.
+//  oracle  Exact block mass of full causal softmax attention: per query the LSE of its row, then
+//          Σ exp(s − LSE) per key block, one query block at a time (no N×N matrix). Selection as
+//          rr without protections (unless asked for): the ground truth of block precision/recall.
+//
+// Ties in the descending order are broken by the smaller key-block index, so results do not
+// depend on the thread count. τ >= 1 keeps every visible block.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ariadne/attention.hpp"
+#include "ariadne/pattern.hpp"
+#include "ariadne/tensor.hpp"
+
+namespace ariadne {
+
+enum class Estimator : uint8_t { rr, xattn, oracle };
+enum class RROffset : uint8_t { paper, released };
+
+const char* estimator_name(Estimator e);
+Estimator parse_estimator(const std::string& s);  // "rr" | "xattn" | "oracle"
+const char* rr_offset_name(RROffset o);
+RROffset parse_rr_offset(const std::string& s);   // "paper" | "released"
+
+// Always-kept blocks, OR-ed with the estimator's selection.
+struct Protections {
+  bool last_row = false;  // the last query block of each sequence keeps every visible key block
+  bool sink = false;      // key block 0
+  bool diagonal = false;  // the diagonal key block diag(m)
+
+  // As each method was released: rr all three, xattn sink + diagonal, oracle none.
+  static Protections published(Estimator e);
+};
+
+struct EstimateConfig {
+  Estimator method = Estimator::rr;
+  int32_t block = 128;                 // B, tokens per block (query and key blocks)
+  int32_t stride = 8;                  // S, must divide B
+  double tau = 0.95;                   // τ ∈ (0, 1]: share of each row's score mass to keep
+  std::vector<double> tau_per_head;    // empty, or one τ per query head (overrides tau)
+  RROffset offset = RROffset::paper;   // rr only: which sampling formula
+  std::optional<Protections> protect;  // unset: Protections::published(method)
+  float scale = 0.f;                   // softmax scale; 0 selects 1/sqrt(head_dim)
+
+  Protections protections() const { return protect ? *protect : Protections::published(method); }
+  double tau_of(int head) const { return tau_per_head.empty() ? tau : tau_per_head[size_t(head)]; }
+};
+
+// Throws ariadne::Error when a field is out of range: block > 0, 0 < stride, B % S == 0, τ in
+// (0, 1], tau_per_head empty or heads_q entries each in (0, 1], scale finite and >= 0.
+void validate(const EstimateConfig& c, int heads_q);
+
+struct EstimateStats {
+  // Wall time per stage, milliseconds. sampling: building the operands (rr: gathering sampled
+  // queries and summing key strides; xattn: re-laying q/k as stride rows; oracle: converting q/k
+  // to f32); scoring: logits, softmax and block sums; selection: sorting, thresholds, the CSR.
+  double ms_sampling = 0, ms_scoring = 0, ms_selection = 0, ms_total = 0;
+  int64_t kept_blocks = 0;     // nonzeros of the mask
+  int64_t visible_blocks = 0;  // causally visible (query block, key block) pairs, all heads
+  double density = 0;          // kept / visible
+  std::vector<double> density_per_head;  // [heads_q]: kept / visible of each query head
+  double mac = 0;              // multiply-adds spent on scoring (the cost model of SPEC C.5)
+};
+
+// The estimate: a mask in the CSR form the attention kernels read, and the scores behind it.
+struct EstimateResult {
+  BlockMask mask;  // rows (sequence, query head, query block), see pattern.hpp
+  // Per row r, the normalized block scores of key blocks 0 … diag(row): score(r, n) =
+  // scores[score_ptr[r] + n], n < score_ptr[r+1] − score_ptr[r]. Each row sums to 1 (up to
+  // rounding). For the oracle these are the exact attention masses of the blocks, divided by the
+  // number of queries in the query block.
+  std::vector<int64_t> score_ptr;  // [rows + 1]
+  std::vector<float> scores;
+  std::vector<int32_t> row_queries;  // [rows]: queries in the row's query block (the row weight)
+  int32_t heads = 0;
+  EstimateStats stats;
+
+  int64_t rows() const { return int64_t(row_queries.size()); }
+  int64_t visible(int64_t r) const { return score_ptr[size_t(r) + 1] - score_ptr[size_t(r)]; }
+  float score(int64_t r, int64_t n) const { return scores[size_t(score_ptr[size_t(r)] + n)]; }
+};
+
+// Runs the estimator. `layout` gives the sequences: Pattern::causal(), optionally
+// .with_varlen(n, cu_q, cu_k) (host arrays); any other pattern (window, chunk, blocks) is an error,
+// as is lq > lk in a sequence. Backend::automatic, cpu and reference run the CPU estimator (OpenMP
+// over (head, query block), deterministic for any thread count; host tensors); Backend::cuda
+// throws until a CUDA estimator is built (estimate_supports says why). docs/rrattention.md says
+// how one plugs in.
+EstimateResult estimate(const TensorView& q, const TensorView& k, const Pattern& layout,
+                        const EstimateConfig& config, Backend backend = Backend::automatic);
+bool estimate_supports(Backend backend, const TensorView& q, std::string* why = nullptr);
+
+// RR's sampled query (local index) of query stride i for query head h in a sequence of lq queries:
+// iS + (S − 1 − (h mod S)) (paper) or iS + (h mod S) (released), clamped to lq − 1.
+int64_t rr_sample_position(RROffset offset, int32_t stride, int64_t i, int head, int64_t lq);
+
+// The selection rule alone, on one row of normalized scores (tests and other estimators use it).
+// scores: the row's visible key blocks 0 … n−1. forced: blocks kept whatever their score.
+// forced_first: count the forced blocks' mass before the greedy pass (XAttention) instead of
+// OR-ing them in afterwards (RRAttention). Returns sorted key-block indices.
+std::vector<int32_t> select_blocks(const float* scores, int64_t n, double tau,
+                                   const std::vector<int32_t>& forced, bool forced_first);
+
+// ---- metrics against the oracle ----
+struct MaskMetrics {
+  double mass_recall = 0;  // true attention mass on kept blocks / total mass (all heads)
+  double precision = 0, recall = 0, f1 = 0;  // blocks, against the oracle's mask
+  double density = 0;      // kept / causally visible blocks
+  int64_t kept = 0, oracle_kept = 0, true_positive = 0, visible = 0;
+  std::vector<double> mass_recall_per_head;  // [heads]
+};
+// `mask` must have the oracle's geometry (block, heads, rows, visible counts). The oracle's
+// scores are the true masses; its mask is the ground-truth block set at its τ.
+MaskMetrics compare_to_oracle(const BlockMask& mask, const EstimateResult& oracle);
+
+}  // namespace ariadne

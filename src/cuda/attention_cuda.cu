@@ -1,0 +1,187 @@
+// The CUDA backend's entry points: what it supports, and the choice of kernel instantiation.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "backends.hpp"
+#include "cuda/internal.hpp"
+#include "cuda/attention_fwd.cuh"
+
+namespace ariadne {
+namespace {
+
+bool fail_why(std::string* why, const std::string& msg) {
+  if (why != nullptr) *why = msg;
+  return false;
+}
+
+// cp.async and the epilogue move 16 bytes at a time, so every row start must be 16-byte aligned:
+// the base pointer and the token/head strides (in 2-byte elements) multiples of 8.
+bool rows_aligned(const TensorView& t, int64_t elems) {
+  return reinterpret_cast<uintptr_t>(t.data) % (elems * dtype_size(t.dtype)) == 0 &&
+         t.stride[0] % elems == 0 && t.stride[1] % elems == 0;
+}
+
+template <int D>
+cudaError_t launch_dim(const cuda::FwdParams& fp, DType dtype, bool wide, cudaStream_t st) {
+  using namespace cuda;
+  // Diagnostics are compiled into the 64-row configuration only.
+  const bool diag = fp.entropy != nullptr || fp.distance != nullptr;
+  if (dtype == DType::bf16) {
+    if (diag) return launch_fwd<D, Bf16, BandConfig, true>(fp, st);
+    return wide ? launch_fwd<D, Bf16, WideConfig, false>(fp, st) : launch_fwd<D, Bf16, BandConfig, false>(fp, st);
+  }
+  if (diag) return launch_fwd<D, F16, BandConfig, true>(fp, st);
+  return wide ? launch_fwd<D, F16, WideConfig, false>(fp, st) : launch_fwd<D, F16, BandConfig, false>(fp, st);
+}
+
+template <int D>
+cudaError_t launch_received_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
+  return dtype == DType::bf16 ? cuda::launch_received<D, cuda::Bf16>(fp, st)
+                              : cuda::launch_received<D, cuda::F16>(fp, st);
+}
+
+// 128-row query tiles share each K/V tile load among more rows and suit long dense rows; 64-row
+// tiles suit bands (window, chunk), whose key range grows with the tile height, and grids too
+// small to fill the 132 multiprocessors with 128-row tiles.
+bool choose_wide(const AttentionParams& p) {
+  const Pattern& pat = p.pattern;
+  if (p.entropy.defined() || p.distance.defined()) return false;  // compiled into 64-row tiles only
+  if (pat.blocks.defined()) return pat.blocks.block % cuda::WideConfig::BM == 0;
+  if (pat.window_left != kUnbounded || pat.chunk > 0) return false;
+  const int64_t ctas = (p.q.shape[0] + cuda::WideConfig::BM - 1) / cuda::WideConfig::BM * p.heads_q();
+  return ctas >= 2 * 132;
+}
+
+}  // namespace
+
+int cuda_query_tile_rows(const AttentionParams& p) {
+  return choose_wide(p) ? cuda::WideConfig::BM : cuda::BandConfig::BM;
+}
+int cuda_key_tile_rows(const AttentionParams& p) {
+  return choose_wide(p) ? cuda::WideConfig::BN : cuda::BandConfig::BN;
+}
+
+bool attention_cuda_supports(const AttentionParams& p, std::string* why) {
+  if (p.q.device != Device::cuda || p.k.device != Device::cuda || p.v.device != Device::cuda ||
+      p.out.device != Device::cuda)
+    return fail_why(why, "cuda: q, k, v and out must be device tensors");
+  if (p.q.dtype != DType::bf16 && p.q.dtype != DType::f16)
+    return fail_why(why, std::string("cuda: q dtype ") + dtype_name(p.q.dtype) +
+                             " not supported, expected bf16 or f16");
+  if (p.k.dtype != p.q.dtype || p.v.dtype != p.q.dtype)
+    return fail_why(why, "cuda: k and v must have the dtype of q");
+  if (p.out.dtype != p.q.dtype && p.out.dtype != DType::f32)
+    return fail_why(why, "cuda: out dtype must be the dtype of q or f32");
+  const int d = p.head_dim();
+  if (d != 64 && d != 80 && d != 96 && d != 128)
+    return fail_why(why, "cuda: head_dim " + std::to_string(d) + " not supported, expected 64, 80, 96 or 128");
+  if (!rows_aligned(p.q, 8) || !rows_aligned(p.k, 8) || !rows_aligned(p.v, 8))
+    return fail_why(why, "cuda: q/k/v rows must start on 16-byte boundaries (pointer and token/head "
+                         "strides multiples of 8 elements)");
+  for (const TensorView* t : {&p.q, &p.k, &p.v})
+    if (t->stride[0] >= (int64_t(1) << 24) || t->stride[1] >= (int64_t(1) << 24))
+      return fail_why(why, "cuda: q/k/v strides must be below 2^24 elements (32-bit tile offsets)");
+  if (!rows_aligned(p.out, p.out.dtype == DType::f32 ? 2 : 8))
+    return fail_why(why, "cuda: out rows must be 16-byte aligned (8-byte for f32 out)");
+  if (p.pattern.blocks.defined() && p.pattern.blocks.block % cuda::kMaxBlockN != 0)
+    return fail_why(why, "cuda: block-sparse block size " + std::to_string(p.pattern.blocks.block) +
+                             " not supported, expected a multiple of 64");
+  for (const auto& [t, name] : {std::pair{&p.entropy, "entropy"}, std::pair{&p.distance, "distance"},
+                                 std::pair{&p.received, "received"}, std::pair{&p.coords_q, "coords_q"},
+                                 std::pair{&p.coords_k, "coords_k"}})
+    if (t->defined() && (t->device != Device::cuda || !t->contiguous()))
+      return fail_why(why, std::string("cuda: ") + name + " must be a contiguous device tensor");
+  if (p.sink_mode != SinkMode::none && p.sink.device != Device::cuda)
+    return fail_why(why, "cuda: sink must be a device tensor");
+  if (p.lse.defined() && p.lse.device != Device::cuda)
+    return fail_why(why, "cuda: lse must be a device tensor");
+  return true;
+}
+
+void attention_cuda(const AttentionParams& p) { attention_cuda_ordered(p, nullptr); }
+
+void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
+  std::string why;
+  ARIADNE_CHECK(attention_cuda_supports(p, &why), why);
+  ARIADNE_CHECK(order == nullptr || p.q.shape[0] == p.k.shape[0], "cuda: a token order needs total_q == total_k (",
+                p.q.shape[0], " vs ", p.k.shape[0], ")");
+  const int64_t total_q = p.q.shape[0];
+  if (total_q == 0) {  // no query: every key receives nothing
+    if (p.received.defined()) {
+      const cudaError_t e = cudaMemsetAsync(p.received.data, 0, size_t(p.received.numel()) * sizeof(float),
+                                            static_cast<cudaStream_t>(p.stream));
+      ARIADNE_CHECK(e == cudaSuccess, "cuda: clearing received: ", cudaGetErrorString(e));
+    }
+    return;
+  }
+
+  cuda::FwdParams fp{};
+  fp.q = p.q.data;
+  fp.k = p.k.data;
+  fp.v = p.v.data;
+  fp.out = p.out.data;
+  fp.lse = p.lse.defined() ? static_cast<float*>(p.lse.data) : nullptr;
+  fp.order = order;
+  fp.sink = p.sink_mode != SinkMode::none ? static_cast<const float*>(p.sink.data) : nullptr;
+  fp.q_tok = p.q.stride[0];
+  fp.q_head = p.q.stride[1];
+  fp.k_tok = p.k.stride[0];
+  fp.k_head = p.k.stride[1];
+  fp.v_tok = p.v.stride[0];
+  fp.v_head = p.v.stride[1];
+  fp.o_tok = p.out.stride[0];
+  fp.o_head = p.out.stride[1];
+  fp.total_q = total_q;
+  fp.total_k = p.k.shape[0];
+  fp.heads_q = p.heads_q();
+  fp.group = p.heads_q() / p.heads_kv();
+  fp.scale_log2 = p.resolved_scale() * 1.4426950408889634f;
+  fp.sink_kind = p.sink_mode == SinkMode::denominator ? cuda::kSinkDenominator
+                 : p.sink_mode == SinkMode::key0_bias ? cuda::kSinkKey0
+                                                      : cuda::kSinkNone;
+  fp.out_f32 = p.out.dtype == DType::f32;
+  fp.entropy = p.entropy.defined() ? static_cast<float*>(p.entropy.data) : nullptr;
+  fp.distance = p.distance.defined() ? static_cast<float*>(p.distance.data) : nullptr;
+  fp.received = p.received.defined() ? static_cast<float*>(p.received.data) : nullptr;
+  if (fp.distance != nullptr) {
+    fp.coords_q = static_cast<const float2*>(p.coords_q.data);
+    fp.coords_k = static_cast<const float2*>(p.coords_k.data);
+  }
+  fp.pattern = p.pattern;
+
+  const bool wide = choose_wide(p);
+  const auto st = static_cast<cudaStream_t>(p.stream);
+  // The received pass needs the LSE: a stream-ordered scratch buffer when the caller asked for none.
+  float* scratch = nullptr;
+  if (fp.received != nullptr && fp.lse == nullptr) {
+    const cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&scratch),
+                                          size_t(total_q) * p.heads_q() * sizeof(float), st);
+    ARIADNE_CHECK(e == cudaSuccess, "cuda: LSE scratch for the received pass: ", cudaGetErrorString(e));
+    fp.lse = scratch;
+  }
+  cudaError_t err = cudaSuccess;
+  switch (p.head_dim()) {
+    case 64: err = launch_dim<64>(fp, p.q.dtype, wide, st); break;
+    case 80: err = launch_dim<80>(fp, p.q.dtype, wide, st); break;
+    case 96: err = launch_dim<96>(fp, p.q.dtype, wide, st); break;
+    default: err = launch_dim<128>(fp, p.q.dtype, wide, st); break;
+  }
+  if (err != cudaSuccess && scratch != nullptr) cudaFreeAsync(scratch, st);
+  ARIADNE_CHECK(err == cudaSuccess, "cuda: attention kernel launch failed: ", cudaGetErrorString(err));
+  if (fp.received == nullptr) return;
+
+  // Received attention: a second, transposed pass over the forward's sink-inclusive LSE.
+  switch (p.head_dim()) {
+    case 64: err = launch_received_dim<64>(fp, p.q.dtype, st); break;
+    case 80: err = launch_received_dim<80>(fp, p.q.dtype, st); break;
+    case 96: err = launch_received_dim<96>(fp, p.q.dtype, st); break;
+    default: err = launch_received_dim<128>(fp, p.q.dtype, st); break;
+  }
+  if (scratch != nullptr) cudaFreeAsync(scratch, st);
+  ARIADNE_CHECK(err == cudaSuccess, "cuda: received-attention pass failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace ariadne

@@ -1,0 +1,23 @@
+// Internal entry points of the CUDA backend beyond backends.hpp. Plain C++ (no CUDA headers), so
+// benchmarks and tests compiled by the host compiler can call them.
+#pragma once
+
+#include <cstdint>
+
+#include "ariadne/attention.hpp"
+
+namespace ariadne {
+
+// The tile shape the backend picks for a call, for cost models and benchmarks that report the
+// useful-work fraction of the tiles next to the time.
+int cuda_query_tile_rows(const AttentionParams& p);  // 64 or 128
+int cuda_key_tile_rows(const AttentionParams& p);    // 64
+
+// attention_cuda with a fused token order: `order` [total] int32 (device memory) is a permutation
+// of the packed rows, total_q == total_k; logical row i of the pattern is stored at packed row
+// order[i] of q, k, v, out and lse. So a pattern in one token order (say a window over the column-
+// major traversal of an image) runs on tensors kept in another (row-major), with no gather of
+// q, k, v and no scatter of out. Not yet reachable through AttentionParams (issue 4).
+void attention_cuda_ordered(const AttentionParams& p, const int32_t* order);
+
+}  // namespace ariadne

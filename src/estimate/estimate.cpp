@@ -1,0 +1,348 @@
+// The estimator entry point: validation, geometry, selection and the CSR mask.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "estimate/internal.hpp"
+
+namespace ariadne {
+
+const char* estimator_name(Estimator e) {
+  switch (e) {
+    case Estimator::rr: return "rr";
+    case Estimator::xattn: return "xattn";
+    case Estimator::oracle: return "oracle";
+  }
+  return "?";
+}
+
+Estimator parse_estimator(const std::string& s) {
+  if (s == "rr") return Estimator::rr;
+  if (s == "xattn") return Estimator::xattn;
+  if (s == "oracle") return Estimator::oracle;
+  detail::fail("estimator: unknown method '", s, "', expected rr, xattn or oracle");
+}
+
+const char* rr_offset_name(RROffset o) { return o == RROffset::paper ? "paper" : "released"; }
+
+RROffset parse_rr_offset(const std::string& s) {
+  if (s == "paper") return RROffset::paper;
+  if (s == "released") return RROffset::released;
+  detail::fail("estimator: unknown RR sampling offset '", s, "', expected paper or released");
+}
+
+Protections Protections::published(Estimator e) {
+  switch (e) {
+    case Estimator::rr: return Protections{true, true, true};
+    case Estimator::xattn: return Protections{false, true, true};
+    case Estimator::oracle: return Protections{};
+  }
+  return Protections{};
+}
+
+void validate(const EstimateConfig& c, int heads_q) {
+  ARIADNE_CHECK(c.block > 0, "estimate config: block is ", c.block, ", expected > 0");
+  ARIADNE_CHECK(c.stride > 0, "estimate config: stride is ", c.stride, ", expected > 0");
+  ARIADNE_CHECK(c.block % c.stride == 0, "estimate config: stride ", c.stride,
+                " does not divide block ", c.block, " (query strides must not straddle blocks)");
+  ARIADNE_CHECK(c.tau > 0 && c.tau <= 1, "estimate config: tau is ", c.tau, ", expected in (0, 1]");
+  ARIADNE_CHECK(c.tau_per_head.empty() || int64_t(c.tau_per_head.size()) == heads_q,
+                "estimate config: tau_per_head has ", c.tau_per_head.size(),
+                " entries, expected 0 or heads_q = ", heads_q);
+  for (size_t h = 0; h < c.tau_per_head.size(); ++h)
+    ARIADNE_CHECK(c.tau_per_head[h] > 0 && c.tau_per_head[h] <= 1, "estimate config: tau_per_head[",
+                  h, "] is ", c.tau_per_head[h], ", expected in (0, 1]");
+  ARIADNE_CHECK(std::isfinite(c.scale) && c.scale >= 0, "estimate config: scale is ", c.scale,
+                ", expected a finite value >= 0 (0 selects 1/sqrt(head_dim))");
+}
+
+namespace est {
+
+Geometry make_geometry(const TensorView& q, const TensorView& k, const Pattern& layout,
+                       int64_t block, int64_t stride) {
+  for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}}) {
+    ARIADNE_CHECK(t->defined(), "estimate: ", name, " is not set");
+    require_rank(*t, name, 3);
+    require_dtype(*t, name, {DType::f32, DType::bf16, DType::f16});
+    require_device(*t, name, Device::cpu);
+    require_inner_contiguous(*t, name);
+  }
+  Geometry g;
+  g.total_q = q.shape[0];
+  g.total_k = k.shape[0];
+  g.heads_q = int(q.shape[1]);
+  g.heads_kv = int(k.shape[1]);
+  g.dim = int(q.shape[2]);
+  ARIADNE_CHECK(g.heads_q > 0 && g.heads_kv > 0 && g.dim > 0, "estimate: q ", q.describe(), " and k ",
+                k.describe(), " need heads and head_dim > 0");
+  require_dim(k, "k", 2, g.dim, "head_dim (must equal q's)");
+  ARIADNE_CHECK(g.heads_q % g.heads_kv == 0, "k: dim 1 (heads_kv) is ", g.heads_kv,
+                ", expected a divisor of q's heads_q = ", g.heads_q);
+  g.group = g.heads_q / g.heads_kv;
+  g.block = block;
+  g.stride = stride;
+
+  ARIADNE_CHECK(layout.is_causal() && layout.chunk == 0 && !layout.blocks.defined(),
+                "estimate: layout pattern is ", describe(layout),
+                ", expected causal (optionally varlen): the estimators build causal block masks");
+  ARIADNE_CHECK(layout.num_seqs >= 1, "estimate: layout num_seqs is ", layout.num_seqs, ", expected >= 1");
+  ARIADNE_CHECK(layout.cu_seqlens_q != nullptr || layout.num_seqs == 1,
+                "estimate: layout has num_seqs = ", layout.num_seqs, " but no cu_seqlens_q");
+  if (layout.cu_seqlens_q) {
+    const int32_t* cq = layout.cu_seqlens_q;
+    const int32_t* ck = layout.cu_seqlens_k ? layout.cu_seqlens_k : cq;
+    ARIADNE_CHECK(cq[0] == 0 && ck[0] == 0, "estimate: cu_seqlens must start at 0");
+    ARIADNE_CHECK(cq[layout.num_seqs] == g.total_q, "estimate: cu_seqlens_q ends at ", cq[layout.num_seqs],
+                  ", expected total_q = ", g.total_q);
+    ARIADNE_CHECK(ck[layout.num_seqs] == g.total_k, "estimate: cu_seqlens_k ends at ", ck[layout.num_seqs],
+                  ", expected total_k = ", g.total_k);
+    for (int32_t s = 0; s < layout.num_seqs; ++s)
+      ARIADNE_CHECK(cq[s + 1] >= cq[s] && ck[s + 1] >= ck[s], "estimate: cu_seqlens decrease at sequence ", s);
+  }
+  int64_t block_base = 0;
+  for (int32_t s = 0; s < layout.num_seqs; ++s) {
+    const SeqExtent x = layout.seq(s, g.total_q, g.total_k);
+    ARIADNE_CHECK(x.lq <= x.lk, "estimate: sequence ", s, " has ", x.lq, " queries and ", x.lk,
+                  " keys, expected lq <= lk (queries are the last lq positions)");
+    Seq e;
+    e.q0 = x.q0;
+    e.k0 = x.k0;
+    e.lq = x.lq;
+    e.lk = x.lk;
+    e.off = x.lk - x.lq;
+    e.nqb = (e.lq + block - 1) / block;
+    e.nqs = (e.lq + stride - 1) / stride;
+    e.nks = (e.lk + stride - 1) / stride;
+    e.row_base = block_base * g.heads_q;
+    e.qs_base = g.total_qs;
+    e.ks_base = g.total_ks;
+    block_base += e.nqb;
+    g.total_qs += e.nqs;
+    g.total_ks += e.nks;
+    g.seqs.push_back(e);
+  }
+  g.rows = block_base * g.heads_q;
+  return g;
+}
+
+Geometry::Row Geometry::row(int64_t r) const {
+  // The last sequence whose first row is <= r (empty sequences share the next one's row_base and
+  // come before it, so the search lands on the sequence that owns r).
+  const auto it = std::upper_bound(seqs.begin(), seqs.end(), r,
+                                   [](int64_t x, const Seq& e) { return x < e.row_base; });
+  ARIADNE_CHECK(it != seqs.begin() && r < rows, "estimate: row ", r, " out of range (internal)");
+  const Seq& e = *(it - 1);
+  const int64_t local = r - e.row_base;
+  return Row{int32_t(it - 1 - seqs.begin()), int32_t(local / e.nqb), local % e.nqb};
+}
+
+std::vector<Geometry::Row> Geometry::rows_of_head(int h) const {
+  std::vector<Row> out;
+  for (size_t s = 0; s < seqs.size(); ++s)
+    for (int64_t m = 0; m < seqs[s].nqb; ++m) out.push_back(Row{int32_t(s), h, m});
+  return out;
+}
+
+void load_row(const TensorView& t, int64_t token, int64_t head, float mul, float* dst) {
+  const int64_t d = t.shape[2];
+  const int64_t off = token * t.stride[0] + head * t.stride[1];
+  switch (t.dtype) {
+    case DType::f32: {
+      const float* p = static_cast<const float*>(t.data) + off;
+      for (int64_t i = 0; i < d; ++i) dst[i] = p[i] * mul;
+      break;
+    }
+    case DType::bf16: {
+      const uint16_t* p = static_cast<const uint16_t*>(t.data) + off;
+      for (int64_t i = 0; i < d; ++i) dst[i] = bf16_to_float(p[i]) * mul;
+      break;
+    }
+    case DType::f16: {
+      const uint16_t* p = static_cast<const uint16_t*>(t.data) + off;
+      for (int64_t i = 0; i < d; ++i) dst[i] = f16_to_float(p[i]) * mul;
+      break;
+    }
+  }
+}
+
+namespace {
+bool have_avx2() {
+#if defined(__x86_64__)
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+void dot_rows_generic(const float* a, int64_t rows, const float* b, int64_t cols, int64_t len,
+                      float* c, int64_t ldc) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) {
+      float s = 0;
+      for (int64_t t = 0; t < len; ++t) s += a[r * len + t] * b[j * len + t];
+      c[r * ldc + j] = s;
+    }
+}
+
+void dot_rows(const float* a, int64_t rows, const float* b, int64_t cols, int64_t len, float* c,
+              int64_t ldc) {
+#if defined(__x86_64__)
+  if (have_avx2()) return dot_rows_avx2(a, rows, b, cols, len, c, ldc);
+#endif
+  dot_rows_generic(a, rows, b, cols, len, c, ldc);
+}
+
+double exp_sum_generic(float* x, int64_t n, float mx) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    s += x[i];
+  }
+  return s;
+}
+
+
+double exp_sum(float* x, int64_t n, float mx) {
+#if defined(__x86_64__)
+  if (have_avx2()) return exp_sum_avx2(x, n, mx);
+#endif
+  return exp_sum_generic(x, n, mx);
+}
+
+void init_rows(const Geometry& g, EstimateResult& r) {
+  r.heads = g.heads_q;
+  r.score_ptr.assign(size_t(g.rows) + 1, 0);
+  r.row_queries.assign(size_t(g.rows), 0);
+  for (const Seq& e : g.seqs)
+    for (int h = 0; h < g.heads_q; ++h)
+      for (int64_t m = 0; m < e.nqb; ++m) {
+        const int64_t row = e.row_base + h * e.nqb + m;
+        r.score_ptr[size_t(row) + 1] = g.diag(e, m) + 1;
+        r.row_queries[size_t(row)] = int32_t(g.queries_in(e, m));
+      }
+  std::partial_sum(r.score_ptr.begin(), r.score_ptr.end(), r.score_ptr.begin());
+  r.scores.assign(size_t(r.score_ptr.back()), 0.f);
+}
+
+}  // namespace est
+
+std::vector<int32_t> select_blocks(const float* scores, int64_t n, double tau,
+                                   const std::vector<int32_t>& forced, bool forced_first) {
+  std::vector<char> keep(size_t(n), 0);
+  for (int32_t f : forced) {
+    ARIADNE_CHECK(f >= 0 && f < n, "select_blocks: forced block ", f, " outside 0..", n - 1);
+    keep[size_t(f)] = 1;
+  }
+  if (tau >= 1) {
+    // Rounding can make the cumulative sum reach the total before the last (tiny) block; τ = 1
+    // means "every visible block" by definition.
+    std::fill(keep.begin(), keep.end(), 1);
+  } else {
+    double total = 0;
+    for (int64_t i = 0; i < n; ++i) total += scores[i];
+    const double need = tau * total;
+    std::vector<int32_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+      return scores[x] > scores[y] || (scores[x] == scores[y] && x < y);
+    });
+    // XAttention counts the forced blocks' mass first; RRAttention OR-s them in afterwards.
+    double cum = 0;
+    if (forced_first)
+      for (int64_t i = 0; i < n; ++i)
+        if (keep[size_t(i)]) cum += scores[i];
+    for (int32_t i : order) {
+      if (forced_first && keep[size_t(i)]) continue;
+      if (!(cum < need)) break;
+      keep[size_t(i)] = 1;
+      cum += scores[i];
+    }
+  }
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < n; ++i)
+    if (keep[size_t(i)]) out.push_back(int32_t(i));
+  return out;
+}
+
+bool estimate_supports(Backend backend, const TensorView& q, std::string* why) {
+  auto say = [&](const char* w) {
+    if (why) *why = w;
+    return false;
+  };
+  if (backend == Backend::cuda) return say("no CUDA estimator is built yet (issue 5): use the cpu backend");
+  if (q.device != Device::cpu) return say("the CPU estimators need host tensors");
+  return true;
+}
+
+EstimateResult estimate(const TensorView& q, const TensorView& k, const Pattern& layout,
+                        const EstimateConfig& config, Backend backend) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string why;
+  ARIADNE_CHECK(estimate_supports(backend, q, &why), "estimate: backend ", backend_name(backend),
+                " cannot run: ", why);
+  ARIADNE_CHECK(q.defined() && q.rank == 3, "estimate: q must be [total_q, heads_q, head_dim], got ",
+                q.describe());
+  validate(config, int(q.shape[1]));
+  const est::Geometry g = est::make_geometry(q, k, layout, config.block, config.stride);
+  const float scale = config.scale > 0 ? config.scale : float(1.0 / std::sqrt(double(g.dim)));
+
+  EstimateResult r;
+  est::init_rows(g, r);
+  double ms_sampling = 0;
+  const auto t_score = std::chrono::steady_clock::now();
+  r.stats.mac = config.method == Estimator::oracle ? est::score_oracle(g, q, k, scale, r, ms_sampling)
+                                                   : est::score_strided(g, q, k, config, scale, r, ms_sampling);
+  r.stats.ms_sampling = ms_sampling;
+  r.stats.ms_scoring = est::ms_since(t_score) - ms_sampling;
+
+  // Selection: one row at a time, in parallel; the CSR is then assembled in row order.
+  const auto t_sel = std::chrono::steady_clock::now();
+  const Protections prot = config.protections();
+  const bool forced_first = config.method == Estimator::xattn;
+  std::vector<std::vector<int32_t>> lists(size_t(g.rows));
+#pragma omp parallel for schedule(dynamic, 16) num_threads(cpu_threads())
+  for (int64_t row = 0; row < g.rows; ++row) {
+    const est::Geometry::Row rw = g.row(row);
+    const est::Seq& e = g.seqs[size_t(rw.s)];
+    const int64_t nvis = r.visible(row);
+    std::vector<int32_t> forced;
+    if (prot.sink) forced.push_back(0);
+    if (prot.diagonal && nvis - 1 != 0) forced.push_back(int32_t(nvis - 1));
+    const bool whole = prot.last_row && rw.m == e.nqb - 1;
+    lists[size_t(row)] = select_blocks(r.scores.data() + r.score_ptr[size_t(row)], nvis,
+                                       whole ? 1.0 : config.tau_of(rw.h), forced, forced_first);
+  }
+  BlockMask& mask = r.mask;
+  mask.block = config.block;
+  mask.heads = g.heads_q;
+  mask.seq_block_base.assign(1, 0);
+  for (const est::Seq& e : g.seqs) mask.seq_block_base.push_back(mask.seq_block_base.back() + int32_t(e.nqb));
+  mask.row_ptr.assign(size_t(g.rows) + 1, 0);
+  for (int64_t row = 0; row < g.rows; ++row)
+    mask.row_ptr[size_t(row) + 1] = mask.row_ptr[size_t(row)] + int32_t(lists[size_t(row)].size());
+  mask.col_idx.reserve(size_t(mask.row_ptr.back()));
+  for (const auto& l : lists) mask.col_idx.insert(mask.col_idx.end(), l.begin(), l.end());
+
+  // Density per head: kept over causally visible blocks.
+  EstimateStats& st = r.stats;
+  std::vector<int64_t> kept(size_t(g.heads_q), 0), vis(size_t(g.heads_q), 0);
+  for (int64_t row = 0; row < g.rows; ++row) {
+    const int h = g.row(row).h;
+    kept[size_t(h)] += int64_t(lists[size_t(row)].size());
+    vis[size_t(h)] += r.visible(row);
+  }
+  st.density_per_head.resize(size_t(g.heads_q));
+  for (int h = 0; h < g.heads_q; ++h) {
+    st.kept_blocks += kept[size_t(h)];
+    st.visible_blocks += vis[size_t(h)];
+    st.density_per_head[size_t(h)] = vis[size_t(h)] ? double(kept[size_t(h)]) / double(vis[size_t(h)]) : 0.0;
+  }
+  st.density = st.visible_blocks ? double(st.kept_blocks) / double(st.visible_blocks) : 0.0;
+  st.ms_selection = est::ms_since(t_sel);
+  st.ms_total = est::ms_since(t0);
+  return r;
+}
+
+}  // namespace ariadne

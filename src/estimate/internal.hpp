@@ -1,0 +1,86 @@
+// Internal pieces shared by the CPU estimators (src/estimate/*.cpp).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "ariadne/estimate.hpp"
+
+namespace ariadne::est {
+
+// One sequence of the packed batch, with its block and stride bookkeeping.
+struct Seq {
+  int64_t q0 = 0, k0 = 0, lq = 0, lk = 0;
+  int64_t off = 0;        // lk − lq: key position of local query 0
+  int64_t nqb = 0;        // query blocks, ceil(lq / B)
+  int64_t nqs = 0;        // query strides, ceil(lq / S)
+  int64_t nks = 0;        // key strides, ceil(lk / S)
+  int64_t row_base = 0;   // first CSR row of this sequence (seq_block_base · heads)
+  int64_t qs_base = 0;    // first query-stride row of this sequence in the packed stride arrays
+  int64_t ks_base = 0;    // first key-stride row of this sequence in the packed stride arrays
+};
+
+// The whole batch: sequences plus the row enumeration of pattern.hpp.
+struct Geometry {
+  int64_t total_q = 0, total_k = 0;
+  int heads_q = 0, heads_kv = 0, dim = 0, group = 1;
+  int64_t block = 0, stride = 0;
+  std::vector<Seq> seqs;
+  int64_t rows = 0, total_qs = 0, total_ks = 0;
+
+  struct Row {
+    int32_t s, h;
+    int64_t m;
+  };
+  Row row(int64_t r) const;  // inverse of row(s, h, m) = row_base[s] + h·nqb[s] + m
+  std::vector<Row> rows_of_head(int h) const;  // every (s, h, m), in row order
+  // Diagonal key block of query block m: the key block of its last query's position.
+  int64_t diag(const Seq& e, int64_t m) const {
+    const int64_t last = (m + 1) * block < e.lq ? (m + 1) * block - 1 : e.lq - 1;
+    return (last + e.off) / block;
+  }
+  int64_t queries_in(const Seq& e, int64_t m) const {
+    const int64_t hi = (m + 1) * block < e.lq ? (m + 1) * block : e.lq;
+    return hi - m * block;
+  }
+};
+
+// Validates q, k and the layout (causal, varlen, lq <= lk) and builds the geometry.
+Geometry make_geometry(const TensorView& q, const TensorView& k, const Pattern& layout,
+                       int64_t block, int64_t stride);
+
+// Copies row (token, head) of an attention operand into dst as f32, times `mul`.
+void load_row(const TensorView& t, int64_t token, int64_t head, float mul, float* dst);
+
+// C[r·ldc + c] = A[r]·B[c] for r < rows, c < cols; A is [rows × len], B is [cols × len], both
+// row-major with row length `len`. Picks an AVX2+FMA kernel when the CPU has one.
+void dot_rows(const float* a, int64_t rows, const float* b, int64_t cols, int64_t len, float* c,
+              int64_t ldc);
+void dot_rows_generic(const float* a, int64_t rows, const float* b, int64_t cols, int64_t len,
+                      float* c, int64_t ldc);
+// x[i] ← exp(x[i] − mx) for i < n; returns Σ x[i] (double). mx >= every x[i].
+double exp_sum(float* x, int64_t n, float mx);
+double exp_sum_generic(float* x, int64_t n, float mx);
+#if defined(__x86_64__)
+// src/cpu/estimate_dot_avx2.cpp
+void dot_rows_avx2(const float* a, int64_t rows, const float* b, int64_t cols, int64_t len,
+                   float* c, int64_t ldc);
+double exp_sum_avx2(float* x, int64_t n, float mx);
+#endif
+
+// Fills the result's score rows and row weights (score_ptr, row_queries) for the geometry.
+void init_rows(const Geometry& g, EstimateResult& r);
+
+// The stride-level estimators (rr, xattn) and the oracle: fill r.scores, return the MAC count.
+// `ms_sampling` receives the operand-building time.
+double score_strided(const Geometry& g, const TensorView& q, const TensorView& k,
+                     const EstimateConfig& c, float scale, EstimateResult& r, double& ms_sampling);
+double score_oracle(const Geometry& g, const TensorView& q, const TensorView& k, float scale,
+                    EstimateResult& r, double& ms_sampling);
+
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace ariadne::est

@@ -1,0 +1,68 @@
+// Metrics of a block mask against the oracle: attention-mass recall and block precision/recall/F1.
+#include "estimate/internal.hpp"
+
+namespace ariadne {
+
+MaskMetrics compare_to_oracle(const BlockMask& mask, const EstimateResult& oracle) {
+  const BlockMask& truth = oracle.mask;
+  ARIADNE_CHECK(mask.block == truth.block, "compare_to_oracle: mask block ", mask.block,
+                ", expected the oracle's ", truth.block);
+  ARIADNE_CHECK(mask.heads == truth.heads, "compare_to_oracle: mask heads ", mask.heads,
+                ", expected the oracle's ", truth.heads);
+  ARIADNE_CHECK(mask.rows() == truth.rows() && mask.rows() == oracle.rows(),
+                "compare_to_oracle: mask has ", mask.rows(), " rows, expected the oracle's ", truth.rows());
+  ARIADNE_CHECK(mask.seq_block_base == truth.seq_block_base,
+                "compare_to_oracle: mask seq_block_base differs from the oracle's (other sequences)");
+  MaskMetrics m;
+  const int heads = truth.heads;
+  std::vector<double> got(size_t(heads), 0.0), total(size_t(heads), 0.0);
+  // Rows are (sequence, head, query block): recover the head from the sequence's block range.
+  for (size_t s = 0; s + 1 < truth.seq_block_base.size(); ++s) {
+    const int64_t base = int64_t(truth.seq_block_base[s]) * heads;
+    const int64_t nqb = truth.seq_block_base[s + 1] - truth.seq_block_base[s];
+    for (int h = 0; h < heads; ++h)
+      for (int64_t qb = 0; qb < nqb; ++qb) {
+        const int64_t r = base + h * nqb + qb;
+        const int64_t nvis = oracle.visible(r);
+        const double w = oracle.row_queries[size_t(r)];
+        double row_mass = 0, row_total = 0;
+        for (int64_t n = 0; n < nvis; ++n) row_total += oracle.score(r, n);
+        int64_t a = mask.row_ptr[size_t(r)], b = truth.row_ptr[size_t(r)];
+        const int64_t ae = mask.row_ptr[size_t(r) + 1], be = truth.row_ptr[size_t(r) + 1];
+        for (int64_t x = a; x < ae; ++x) {
+          const int32_t n = mask.col_idx[size_t(x)];
+          ARIADNE_CHECK(n >= 0 && n < nvis, "compare_to_oracle: mask row ", r, " lists key block ", n,
+                        ", outside the visible blocks 0..", nvis - 1);
+          row_mass += oracle.score(r, n);
+        }
+        // Both lists are sorted: count the intersection by merging.
+        while (a < ae && b < be) {
+          const int32_t x = mask.col_idx[size_t(a)], y = truth.col_idx[size_t(b)];
+          if (x == y) ++m.true_positive, ++a, ++b;
+          else if (x < y) ++a;
+          else ++b;
+        }
+        m.kept += mask.row_ptr[size_t(r) + 1] - mask.row_ptr[size_t(r)];
+        m.oracle_kept += be - truth.row_ptr[size_t(r)];
+        m.visible += nvis;
+        got[size_t(h)] += w * row_mass;
+        total[size_t(h)] += w * row_total;
+      }
+  }
+  double g = 0, t = 0;
+  m.mass_recall_per_head.resize(size_t(heads));
+  for (int h = 0; h < heads; ++h) {
+    m.mass_recall_per_head[size_t(h)] = total[size_t(h)] > 0 ? got[size_t(h)] / total[size_t(h)] : 1.0;
+    g += got[size_t(h)];
+    t += total[size_t(h)];
+  }
+  // Empty sets count as perfect (nothing claimed, nothing missed).
+  m.mass_recall = t > 0 ? g / t : 1.0;
+  m.precision = m.kept ? double(m.true_positive) / double(m.kept) : 1.0;
+  m.recall = m.oracle_kept ? double(m.true_positive) / double(m.oracle_kept) : 1.0;
+  m.f1 = m.precision + m.recall > 0 ? 2 * m.precision * m.recall / (m.precision + m.recall) : 0.0;
+  m.density = m.visible ? double(m.kept) / double(m.visible) : 0.0;
+  return m;
+}
+
+}  // namespace ariadne

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# `ariadne encode`: the HF parity pair through the CLI (tokens, grids, shape, weights not random),
+# random weights reported as such, the output file, argument errors.
+source "$(dirname "$0")/lib.sh"
+data="$(cd "$(dirname "$0")/../data/vit" && pwd)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$ARIADNE" encode --json --image "$data/image_0.png,$data/image_1.png" --weights "$data/weights.safetensors" \
+  --config small --schedule chunk --backend reference --save-output "$tmp/out.safetensors" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["tokens"] == 40, d["tokens"]
+assert d["output_shape"] == [10, 32], d["output_shape"]
+assert [i["grid"] for i in d["images"]] == [[4, 6], [4, 4]], d["images"]
+assert [i["resized"] for i in d["images"]] == [[56, 84], [56, 56]], d["images"]
+assert d["weights"]["random"] is False and d["weights"]["prefix"] == "model.visual.", d["weights"]
+assert d["layers"] == "WFWF" and d["attention_backend"] == "reference", d
+assert len(d["checksum"]["fnv1a"]) == 16 and d["checksum"]["mean_abs"] > 0, d["checksum"]
+for k in ("patch_embed", "attention", "mlp", "merger", "encode_total"):
+    assert d["times_ms"][k] >= 0, k
+' || fail "encode of the parity pair printed wrong figures"
+[ -s "$tmp/out.safetensors" ] || fail "--save-output wrote nothing"
+
+"$ARIADNE" encode --json --image "$data/image_0.png" --config small --schedule swa1d+sink --seed 3 | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["weights"]["random"] is True and d["weights"]["seed"] == 3, d["weights"]
+assert d["weights"]["sinks"].startswith("initialized"), d["weights"]
+assert d["layers"] == "R+FR+F", d["layers"]
+' || fail "random weights are not reported as random"
+
+"$ARIADNE" encode --image "$data/image_0.png" --config small --schedule full | grep -q "RANDOM" \
+  || fail "the text output does not say the weights are random"
+
+expect_error "missing image" encode --schedule full --config small
+expect_error "bad schedule" encode --image "$data/image_0.png" --config small --schedule nonsense
+expect_error "schedule length" encode --image "$data/image_0.png" --config small --schedule ariadne
+expect_error "cuda path" encode --image "$data/image_0.png" --config small --schedule full --backend cuda
+expect_error "not an image" encode --image "$data/weights.safetensors" --config small --schedule full
+expect_error "not a checkpoint" encode --image "$data/image_0.png" --weights "$data/image_0.png" --schedule full

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `ariadne prefill`: JSON keys and figures of issue 5 on a small synthetic prompt, and argument errors.
+source "$(dirname "$0")/lib.sh"
+
+common=(--tokens 1024 --heads 4 --kv-heads 2 --dim 64 --block 64 --backend reference
+        --synthetic sink:1,local:1,stripe:1,needle:1)
+
+"$ARIADNE" prefill "${common[@]}" --method rr --tau 0.95 --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+for k in ["density", "mass_recall", "block_f1", "rel_err", "ms_estimate", "ms_attention", "ms_total",
+          "ms_sampling", "ms_scoring", "ms_selection", "density_per_head", "block_precision", "block_recall"]:
+    assert k in d, k
+assert 0 < d["density"] < 1, d["density"]
+assert d["mass_recall"] > 0.9, d["mass_recall"]
+assert 0 < d["block_f1"] <= 1, d["block_f1"]
+assert d["rel_err"] < 0.1, d["rel_err"]
+assert len(d["density_per_head"]) == 4
+assert d["head_types"] == ["sink", "local", "stripe", "needle"], d["head_types"]
+' || fail "rr prefill JSON"
+
+# The oracle against itself: F1 1, and dense: density 1, error 0.
+"$ARIADNE" prefill "${common[@]}" --method oracle --tau 0.9 --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["block_f1"] == 1.0 and d["block_precision"] == 1.0, d
+assert d["mass_recall"] >= 0.9, d["mass_recall"]
+' || fail "oracle is not its own ground truth"
+"$ARIADNE" prefill "${common[@]}" --method dense --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["density"] == 1.0 and d["rel_err"] == 0.0 and d["mass_recall"] == 1.0, d
+' || fail "dense prefill"
+
+# τ = 1 without protections keeps every block: density 1, recall 1.
+"$ARIADNE" prefill "${common[@]}" --method xattn --tau 1 --protect none --estimate-only --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["density"] == 1.0 and abs(d["mass_recall"] - 1) < 1e-6, d
+' || fail "tau 1 is not dense"
+
+expect_error "stride not dividing block" prefill --tokens 256 --block 64 --stride 48 --backend reference
+expect_error "tau out of range" prefill --tokens 256 --tau 1.5 --backend reference
+expect_error "unknown method" prefill --tokens 256 --method flex --backend reference
+expect_error "unknown offset" prefill --tokens 256 --offset middle --backend reference
+expect_error "bad mix" prefill --tokens 256 --synthetic sink:x --backend reference
+expect_error "bad protection" prefill --tokens 256 --protect sinks --backend reference
+expect_error "GQA mismatch" prefill --tokens 256 --heads 6 --kv-heads 4 --backend reference
+expect_error "per-head tau count" prefill --tokens 256 --heads 4 --kv-heads 2 --tau-heads 0.9,0.9 --backend reference
+expect_error "per-head tau value" prefill --tokens 256 --heads 2 --kv-heads 2 --tau-heads 0.9,abc --backend reference
+"$ARIADNE" prefill --tokens 512 --heads 2 --kv-heads 1 --dim 64 --block 64 --method rr --tau-heads 1,1 --protect none \
+  --estimate-only --synthetic --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["density"] == 1.0, d["density"]
+' || fail "--tau-heads 1,1 is not dense"

@@ -1,0 +1,410 @@
+// The CUDA backend against the double-precision CPU reference (docs/numerics.md tolerance rule).
+//
+// Every case draws fresh random inputs (the seed changes per process; ARIADNE_TEST_SEED pins it and
+// every failure prints it), uploads them and the pattern's arrays to the device, poisons out and
+// lse with NaN, runs attention(p, Backend::cuda) twice and checks: every element written and close
+// to the reference, LSE entry by entry, and the two runs bit-identical (a race would show there).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ariadne/attention.hpp"
+#include "ariadne/device.hpp"
+#include "common.hpp"
+#include "cuda/internal.hpp"
+
+namespace ariadne::testing {
+// gtest prints a parameter with this instead of its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+}  // namespace ariadne::testing
+
+namespace ariadne {
+namespace {
+
+using testing::Case;
+
+uint64_t base_seed() {
+  static const uint64_t seed = [] {
+    if (const char* s = std::getenv("ARIADNE_TEST_SEED")) return uint64_t(std::strtoull(s, nullptr, 10));
+    return uint64_t(std::random_device{}());
+  }();
+  return seed;
+}
+
+// A device copy of a host view: same strides and offset inside its (copied) buffer.
+TensorView on_device(const TensorView& host_view, const Buffer& host, const DeviceBuffer& dev) {
+  TensorView t = host_view;
+  t.data = static_cast<char*>(dev.data()) + (static_cast<char*>(host_view.data) - static_cast<char*>(host.data()));
+  t.device = Device::cuda;
+  return t;
+}
+
+struct DeviceCase {
+  DeviceBuffer q, k, v, sink, cu_q, cu_k, base, row_ptr, col_idx;
+  AttentionParams p;
+};
+
+DeviceCase upload(const testing::Inputs& in) {
+  DeviceCase d;
+  d.q = DeviceBuffer::from_host(in.q);
+  d.k = DeviceBuffer::from_host(in.k);
+  d.v = DeviceBuffer::from_host(in.v);
+  d.p = in.params;
+  d.p.q = on_device(in.params.q, in.q, d.q);
+  d.p.k = on_device(in.params.k, in.k, d.k);
+  d.p.v = on_device(in.params.v, in.v, d.v);
+  if (in.params.sink_mode != SinkMode::none) {
+    d.sink = DeviceBuffer::from_host(in.sink);
+    d.p.sink = d.sink.view();
+  }
+  Pattern& pat = d.p.pattern;
+  if (pat.cu_seqlens_q != nullptr) {
+    d.cu_q = DeviceBuffer::from_ints(in.cu_q);
+    d.cu_k = DeviceBuffer::from_ints(in.cu_k);
+    pat.cu_seqlens_q = static_cast<const int32_t*>(d.cu_q.data());
+    pat.cu_seqlens_k = static_cast<const int32_t*>(d.cu_k.data());
+  }
+  if (pat.blocks.defined()) {
+    d.base = DeviceBuffer::from_ints(in.mask.seq_block_base);
+    d.row_ptr = DeviceBuffer::from_ints(in.mask.row_ptr);
+    d.col_idx = DeviceBuffer::from_ints(in.mask.col_idx);
+    pat.blocks.seq_block_base = static_cast<const int32_t*>(d.base.data());
+    pat.blocks.row_ptr = static_cast<const int32_t*>(d.row_ptr.data());
+    pat.blocks.col_idx = static_cast<const int32_t*>(d.col_idx.data());
+  }
+  return d;
+}
+
+std::vector<uint8_t> bytes_of(const Buffer& b) {
+  const auto* p = static_cast<const uint8_t*>(b.data());
+  return std::vector<uint8_t>(p, p + b.numel() * dtype_size(b.dtype()));
+}
+
+// Runs one case on the device and checks it against the reference. out_dtype: the dtype of q
+// unless f32 is asked for.
+void check_case(Case c, bool f32_out = false) {
+  c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
+  SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+  const testing::Inputs in = testing::make_inputs(c);
+  const testing::Result ref = testing::run_reference(in);
+  DeviceCase d = upload(in);
+  const DType out_dtype = f32_out ? DType::f32 : c.dtype;
+
+  std::vector<uint8_t> first_out, first_lse;
+  for (int run = 0; run < 2; ++run) {
+    DeviceBuffer out(out_dtype, {in.total_q, c.heads_q, c.dim});
+    DeviceBuffer lse(DType::f32, {c.heads_q, in.total_q});
+    out.fill_bytes(0xFF);  // NaN in bf16, f16 and f32: an unwritten element fails the comparison
+    lse.fill_bytes(0xFF);
+    d.p.out = out.view();
+    d.p.lse = lse.view();
+    attention(d.p, Backend::cuda);
+    cuda_synchronize();
+    const Buffer out_h = out.to_host(), lse_h = lse.to_host();
+    if (run == 0) {
+      const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
+      EXPECT_TRUE(testing::close_enough("out", testing::compare(out_h.view(), ref.out.view()), tol));
+      EXPECT_TRUE(testing::lse_close(lse_h.view(), ref.lse.view(), tol));
+      first_out = bytes_of(out_h);
+      first_lse = bytes_of(lse_h);
+    } else {
+      EXPECT_TRUE(first_out == bytes_of(out_h)) << "out differs between two identical runs";
+      EXPECT_TRUE(first_lse == bytes_of(lse_h)) << "lse differs between two identical runs";
+    }
+  }
+}
+
+Case make_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat) {
+  Case c;
+  c.name = name;
+  c.seq_q = std::move(seq_q);
+  c.dim = dim;
+  c.dtype = dt;
+  c.pattern = pat;
+  return c;
+}
+
+// ---- the sweep: pattern x head dim x dtype x length ----
+struct NamedPattern {
+  const char* name;
+  Pattern pattern;
+  double density;  // > 0: random block-sparse on top of `pattern`
+  int block;
+};
+
+std::vector<Case> sweep() {
+  const std::vector<NamedPattern> patterns = {
+      {"full", Pattern::full(), 0, 0},
+      {"causal", Pattern::causal(), 0, 0},
+      {"window64", Pattern::window(64, 64), 0, 0},
+      {"window17_5", Pattern::window(17, 5), 0, 0},
+      {"chunk64", Pattern::chunked(64), 0, 0},
+      {"chunk48", Pattern::chunked(48), 0, 0},
+      {"causal_blocks64", Pattern::causal(), 0.5, 64},
+      {"full_blocks128", Pattern::full(), 0.4, 128},
+  };
+  std::vector<Case> cases;
+  for (const NamedPattern& np : patterns)
+    for (int dim : {64, 80, 96, 128})
+      for (DType dt : {DType::bf16, DType::f16})
+        for (int64_t n : {1, 77, 300}) {
+          Case c = make_case(std::string(np.name) + "_d" + std::to_string(dim) + "_" + dtype_name(dt) + "_n" +
+                                 std::to_string(n),
+                             {n}, dim, dt, np.pattern);
+          c.block_density = np.density;
+          if (np.block) c.block = np.block;
+          // GQA 4:1 on half of the cases, MHA on the rest.
+          if ((dim / 16 + n) % 2 == 0) {
+            c.heads_q = 8;
+            c.heads_kv = 2;
+          }
+          cases.push_back(c);
+        }
+  return cases;
+}
+
+class Sweep : public ::testing::TestWithParam<Case> {};
+TEST_P(Sweep, MatchesReference) { check_case(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Cuda, Sweep, ::testing::ValuesIn(sweep()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// ---- edges ----
+TEST(CudaAttention, SinksBothFormsPlusMinus10) {
+  for (SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias})
+    for (float sink : {10.f, -10.f, std::numeric_limits<float>::quiet_NaN()})
+      for (const auto& [name, pat] : {std::pair{"full", Pattern::full()}, std::pair{"window", Pattern::window(32, 32)},
+                                      std::pair{"causal", Pattern::causal()}})
+        for (int dim : {80, 128}) {
+          Case c = make_case(std::string("sink_") + sink_mode_name(mode) + "_" + std::to_string(sink) + "_" + name +
+                                 "_d" + std::to_string(dim),
+                             {190}, dim, DType::bf16, pat);
+          c.sink_mode = mode;
+          c.sink_value = sink;
+          c.heads_q = 8;
+          c.heads_kv = 2;
+          check_case(c);
+        }
+}
+
+TEST(CudaAttention, VarlenWithOneTokenAndEmptySequences) {
+  for (const auto& [name, pat] : {std::pair{"full", Pattern::full()}, std::pair{"causal", Pattern::causal()},
+                                  std::pair{"window", Pattern::window(20, 3)}, std::pair{"chunk", Pattern::chunked(40)}})
+    for (DType dt : {DType::bf16, DType::f16}) {
+      Case c = make_case(std::string("varlen_") + name + "_" + dtype_name(dt), {1, 0, 130, 64, 5, 200, 1}, 80, dt, pat);
+      c.heads_q = 8;
+      c.heads_kv = 2;
+      check_case(c);
+    }
+  // Block-sparse over a packed batch: CSR rows per (sequence, head, query block).
+  Case c = make_case("varlen_causal_blocks", {1, 0, 130, 64, 200}, 64, DType::bf16, Pattern::causal());
+  c.block_density = 0.6;
+  check_case(c);
+  // Sinks in a packed batch: key 0 is each sequence's own first key.
+  for (SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias}) {
+    Case s = make_case(std::string("varlen_sink_") + sink_mode_name(mode), {1, 0, 70, 129}, 96, DType::f16,
+                       Pattern::window(16, 16));
+    s.sink_mode = mode;
+    s.sink_value = std::numeric_limits<float>::quiet_NaN();
+    check_case(s);
+  }
+}
+
+TEST(CudaAttention, ChunkedPrefillAndQueriesWithoutKeys) {
+  // lq < lk: queries are bottom-right aligned; a sequence with queries and no keys gives
+  // out = 0, lse = -inf (or the sink with a denominator sink).
+  for (SinkMode mode : {SinkMode::none, SinkMode::denominator}) {
+    Case c = make_case(std::string("prefill_") + sink_mode_name(mode), {50, 7, 33}, 128, DType::bf16,
+                       Pattern::causal());
+    c.seq_k = {300, 0, 33};
+    c.sink_mode = mode;
+    c.sink_value = 1.5f;
+    check_case(c);
+  }
+  Case w = make_case("prefill_window", {70}, 64, DType::f16, Pattern::window(40, 0));
+  w.seq_k = {451};
+  check_case(w);
+}
+
+TEST(CudaAttention, StridedViewsAndF32Out) {
+  for (int64_t pad : {8, 24})
+    for (int dim : {80, 96}) {
+      Case c = make_case("strided_pad" + std::to_string(pad) + "_d" + std::to_string(dim), {257}, dim, DType::bf16,
+                         Pattern::window(64, 64));
+      c.token_pad = pad;
+      c.heads_q = 8;
+      c.heads_kv = 2;
+      check_case(c);
+    }
+  check_case(make_case("f32_out_causal", {150}, 64, DType::f16, Pattern::causal()), /*f32_out=*/true);
+}
+
+TEST(CudaAttention, LongRowsAndLargeLogits) {
+  // Many key tiles through the double-buffered pipeline; logits up to ~±60 stress the online max.
+  Case c = make_case("long_full_d80", {1500}, 80, DType::bf16, Pattern::full());
+  c.heads_q = 2;
+  c.heads_kv = 2;
+  check_case(c);
+  Case big = make_case("large_logits_causal_d128", {400}, 128, DType::f16, Pattern::causal());
+  big.input_scale = 2.f;
+  check_case(big);
+}
+
+// Rows of a contiguous [total, heads·dim] buffer taken in `order`: result row i = source row order[i].
+Buffer gather_rows(const Buffer& src, const std::vector<int32_t>& order) {
+  Buffer dst(src.dtype(), src.shape());
+  const size_t row = size_t(src.numel() / src.shape()[0]) * dtype_size(src.dtype());
+  for (size_t i = 0; i < order.size(); ++i)
+    std::memcpy(static_cast<char*>(dst.data()) + i * row, static_cast<const char*>(src.data()) + order[i] * row, row);
+  return dst;
+}
+
+TEST(CudaAttention, FusedTokenOrder) {
+  // A 24 x 20 token grid stored row-major; the pattern runs over its column-major traversal
+  // (Ariadne's alternate layers), or over a random permutation. Expected: the reference on
+  // explicitly gathered inputs, its rows scattered back to storage order.
+  const int rows = 24, cols = 20, total = rows * cols;
+  std::vector<int32_t> column_major(total), shuffled(total);
+  for (int i = 0; i < total; ++i) column_major[i] = (i % rows) * cols + i / rows;
+  std::iota(shuffled.begin(), shuffled.end(), 0);
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(uint32_t(base_seed())));
+  for (const auto& [oname, order] : {std::pair{"colmajor", column_major}, std::pair{"shuffled", shuffled}})
+    for (const auto& [pname, pat] : {std::pair{"window", Pattern::window(8, 8)}, std::pair{"chunk", Pattern::chunked(24)},
+                                     std::pair{"causal", Pattern::causal()}})
+      for (int dim : {64, 80}) {
+        Case c = make_case(std::string("order_") + oname + "_" + pname + "_d" + std::to_string(dim), {total}, dim,
+                           DType::bf16, pat);
+        c.heads_q = 8;
+        c.heads_kv = 2;
+        c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
+        SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+        const testing::Inputs in = testing::make_inputs(c);
+
+        // Reference in logical order.
+        testing::Inputs logical;
+        logical.q = gather_rows(in.q, order);
+        logical.k = gather_rows(in.k, order);
+        logical.v = gather_rows(in.v, order);
+        logical.params = in.params;
+        logical.params.q = make_view(logical.q.data(), c.dtype, {total, c.heads_q, dim});
+        logical.params.k = make_view(logical.k.data(), c.dtype, {total, c.heads_kv, dim});
+        logical.params.v = make_view(logical.v.data(), c.dtype, {total, c.heads_kv, dim});
+        logical.total_q = logical.total_k = total;
+        const testing::Result ref = testing::run_reference(logical);
+        Buffer want_out(DType::f32, {total, c.heads_q, dim}), want_lse(DType::f32, {c.heads_q, total});
+        for (int i = 0; i < total; ++i)
+          for (int h = 0; h < c.heads_q; ++h) {
+            want_lse.view().set({h, order[i]}, ref.lse.view().get({h, i}));
+            for (int x = 0; x < dim; ++x) want_out.view().set({order[i], h, x}, ref.out.view().get({i, h, x}));
+          }
+
+        DeviceCase d = upload(in);
+        const DeviceBuffer d_order = DeviceBuffer::from_ints(order);
+        DeviceBuffer out(c.dtype, {total, c.heads_q, dim}), lse(DType::f32, {c.heads_q, total});
+        out.fill_bytes(0xFF);
+        lse.fill_bytes(0xFF);
+        d.p.out = out.view();
+        d.p.lse = lse.view();
+        validate(d.p);
+        attention_cuda_ordered(d.p, static_cast<const int32_t*>(d_order.data()));
+        cuda_synchronize();
+        const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
+        EXPECT_TRUE(testing::close_enough("out", testing::compare(out.to_host().view(), want_out.view()), tol));
+        EXPECT_TRUE(testing::lse_close(lse.to_host().view(), want_lse.view(), tol));
+      }
+}
+
+TEST(CudaAttention, DiagnosticsMatchReference) {
+  // Entropy and distance in the forward epilogue, received attention by the transposed pass, on
+  // packed batches with empty and one-token sequences, every sink form, block-sparse masks.
+  struct Diag {
+    const char* name;
+    Pattern pattern;
+    double density;
+    SinkMode sink;
+    int dim;
+    bool with_lse;
+  };
+  const std::vector<Diag> diags = {
+      {"full", Pattern::full(), 0, SinkMode::none, 64, true},
+      {"window", Pattern::window(16, 16), 0, SinkMode::denominator, 80, true},
+      {"window_key0", Pattern::window(20, 3), 0, SinkMode::key0_bias, 80, false},
+      {"chunk", Pattern::chunked(48), 0, SinkMode::none, 96, false},
+      {"causal_blocks", Pattern::causal(), 0.6, SinkMode::denominator, 128, true},
+  };
+  for (const Diag& dg : diags)
+    for (DType dt : {DType::bf16, DType::f16}) {
+      Case c = make_case(std::string("diag_") + dg.name + "_" + dtype_name(dt), {1, 0, 130, 75, 200}, dg.dim, dt,
+                         dg.pattern);
+      c.heads_q = 8;
+      c.heads_kv = 2;
+      c.block_density = dg.density;
+      c.sink_mode = dg.sink;
+      c.sink_value = std::numeric_limits<float>::quiet_NaN();
+      c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
+      SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+      const testing::Inputs in = testing::make_inputs(c);
+      if (dg.density > 0 && in.mask.nnz() == 0) continue;  // see check_case
+      Buffer coords_q(DType::f32, {in.total_q, 2}), coords_k(DType::f32, {in.total_k, 2});
+      coords_q.fill_random(c.seed + 7, 0.f, 30.f);
+      coords_k.fill_random(c.seed + 8, 0.f, 30.f);
+
+      AttentionParams rp = in.params;
+      Buffer r_out(DType::f32, {in.total_q, c.heads_q, c.dim}), r_lse(DType::f32, {c.heads_q, in.total_q});
+      Buffer r_ent(DType::f32, {c.heads_q, in.total_q}), r_dist(DType::f32, {c.heads_q, in.total_q});
+      Buffer r_recv(DType::f32, {c.heads_q, in.total_k});
+      rp.out = r_out.view();
+      rp.lse = r_lse.view();
+      rp.entropy = r_ent.view();
+      rp.distance = r_dist.view();
+      rp.received = r_recv.view();
+      rp.coords_q = coords_q.view();
+      rp.coords_k = coords_k.view();
+      attention(rp, Backend::reference);
+
+      DeviceCase d = upload(in);
+      const DeviceBuffer d_cq = DeviceBuffer::from_host(coords_q), d_ck = DeviceBuffer::from_host(coords_k);
+      DeviceBuffer out(dt, {in.total_q, c.heads_q, c.dim}), lse(DType::f32, {c.heads_q, in.total_q});
+      DeviceBuffer ent(DType::f32, {c.heads_q, in.total_q}), dist(DType::f32, {c.heads_q, in.total_q});
+      DeviceBuffer recv(DType::f32, {c.heads_q, in.total_k});
+      for (DeviceBuffer* b : {&out, &lse, &ent, &dist, &recv}) b->fill_bytes(0xFF);
+      d.p.out = out.view();
+      d.p.lse = dg.with_lse ? lse.view() : TensorView{};  // without: the pass uses a scratch LSE
+      d.p.entropy = ent.view();
+      d.p.distance = dist.view();
+      d.p.received = recv.view();
+      d.p.coords_q = d_cq.view();
+      d.p.coords_k = d_ck.view();
+      attention(d.p, Backend::cuda);
+      cuda_synchronize();
+      const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
+      EXPECT_TRUE(testing::close_enough("out", testing::compare(out.to_host().view(), r_out.view()), tol));
+      if (dg.with_lse) EXPECT_TRUE(testing::lse_close(lse.to_host().view(), r_lse.view(), tol));
+      EXPECT_TRUE(testing::close_enough("entropy", testing::compare(ent.to_host().view(), r_ent.view()), tol));
+      EXPECT_TRUE(testing::close_enough("distance", testing::compare(dist.to_host().view(), r_dist.view()), tol));
+      EXPECT_TRUE(testing::close_enough("received", testing::compare(recv.to_host().view(), r_recv.view()), tol));
+    }
+}
+
+TEST(CudaAttention, RejectsWhatItCannotRun) {
+  Case c = make_case("reject", {64}, 64, DType::bf16, Pattern::full());
+  c.token_pad = 4;  // rows no longer start on 16-byte boundaries
+  const testing::Inputs in = testing::make_inputs(c);
+  DeviceCase d = upload(in);
+  DeviceBuffer out(DType::bf16, {in.total_q, c.heads_q, c.dim});
+  d.p.out = out.view();
+  EXPECT_THROW(attention(d.p, Backend::cuda), Error);
+  std::string why;
+  EXPECT_FALSE(backend_supports(Backend::cuda, d.p, &why));
+  EXPECT_NE(why.find("16-byte"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace ariadne

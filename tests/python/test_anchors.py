@@ -1,0 +1,242 @@
+"""Tests of the benchmark case list (bench/casespec.py), scripts/bench-report and, where torch is
+installed, bench/anchors.py's smoke mode. Only the standard library and pytest are required:
+the torch test is skipped without torch (CI has none; the GPU run checks anchors on the device).
+
+    python3 -m pytest tests/python
+"""
+
+import importlib.machinery
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import casespec as cs  # noqa: E402
+
+
+def load_report():
+    path = os.path.join(ROOT, "scripts", "bench-report")
+    loader = importlib.machinery.SourceFileLoader("bench_report", path)
+    spec = importlib.util.spec_from_loader("bench_report", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def brute_pairs(pattern, n):
+    p = cs.Pattern(pattern)
+    return sum(p.allowed(q, k) for q in range(n) for k in range(n))
+
+
+@pytest.mark.parametrize("pattern", ["full", "causal", "window:64,64", "window:3,0", "window:0,5",
+                                     "window:100,2", "chunk:64", "chunk:7"])
+@pytest.mark.parametrize("n", [1, 2, 5, 63, 64, 65, 130, 200])
+def test_allowed_pairs_match_brute_force(pattern, n):
+    assert cs.allowed_pairs(pattern, n) == brute_pairs(pattern, n)
+
+
+def test_blocks_pairs_and_count():
+    # 4 blocks of 128: 10 causal blocks; F = 0.5 keeps floor(5.5) = 5: the 4 diagonal ones + 1.
+    assert cs.blocks_kept_count(512, 0.5) == 5
+    assert cs.allowed_pairs("blocks:0.5", 512) == 4 * 128 * 129 // 2 + 1 * 128 * 128
+    # Never fewer than the diagonal, never more than the causal blocks.
+    assert cs.blocks_kept_count(512, 0.01) == 4
+    assert cs.allowed_pairs("blocks:1.0", 1024) == cs.allowed_pairs("causal", 1024)
+
+
+def test_flops_of_the_issue_targets():
+    # 896^2 full stack: 4 N^2 d H x 32 layers = 2.749 TFLOP (6.85 ms of cuDNN = 401 TFLOP/s).
+    assert cs.stack_flops({"side": 896, "schedule": "full", "batch": 1}) == 4 * 4096 ** 2 * 80 * 16 * 32
+    ariadne = cs.stack_flops({"side": 896, "schedule": "ariadne", "batch": 1})
+    assert ariadne == 4 * 80 * 16 * (4 * 4096 ** 2 + 28 * cs.allowed_pairs("window:64,64", 4096))
+    case = {"batch": 1, "tokens": 4096, "heads_q": 16, "heads_kv": 16, "dim": 80, "pattern": "full"}
+    assert cs.attention_flops(case) == 4 * 4096 * 4096 * 80 * 16
+
+
+def test_case_file_is_valid_and_complete():
+    cases = cs.load_cases(os.path.join(ROOT, "bench", "cases.json"))
+    ids = {c["id"] for c in cases}
+    for n in (1024, 4096, 16384):
+        for b in (1, 8):
+            for s in ("full", "win64", "win64-sink", "chunk64"):
+                assert f"vit-n{n}-b{b}-{s}" in ids
+    for s in ("full", "chunk", "ariadne"):
+        assert f"stack-{s}-896" in ids
+    for n in (8192, 32768, 131072):
+        assert f"llm-n{n}-causal" in ids
+    for n in (32768, 131072):
+        for f in ("0.1", "0.25", "0.5"):
+            assert f"llm-n{n}-blocks{f}" in ids
+
+
+@pytest.mark.parametrize("bad, field", [
+    ({"pattern": "window:64"}, "pattern"),
+    ({"sink": "logit"}, "sink"),
+    ({"heads_kv": 3}, "heads_q"),
+    ({"tokens": 1000, "pattern": "blocks:0.1"}, "tokens"),
+    ({"dtype": "fp16"}, "dtype"),
+    ({"batch": 0}, "batch"),
+])
+def test_bad_cases_name_the_field(bad, field):
+    case = {"id": "x", "batch": 1, "tokens": 1024, "heads_q": 16, "heads_kv": 8, "dim": 80,
+            "pattern": "full", "sink": "none", "dtype": "bf16"}
+    case.update(bad)
+    with pytest.raises(cs.CaseError, match=field):
+        cs.validate(case)
+
+
+def test_orders_are_permutations_and_windows_match_qwen():
+    # SPEC C.1: a 14 x 16 patch grid gives cu_window_seqlens [0, 64, 128, 176, 224].
+    assert cs.window_seqlens(14, 16) == [0, 64, 128, 176, 224]
+    for kind in ("row", "col", "window"):
+        perm = cs.order_permutation(kind, 14, 16)
+        assert sorted(perm) == list(range(224))
+        inv = cs.inverse(perm)
+        assert [perm[inv[i]] for i in range(224)] == list(range(224))
+    assert cs.order_permutation("row", 4, 4) == list(range(16))
+    # 2 x 2 units: column order visits unit (0,0), (1,0), (0,1), (1,1), keeping each unit's 4 tokens.
+    assert cs.order_permutation("col", 4, 4) == [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15]
+    # The first window of a 16 x 16 grid holds units (0..3, 0..3) in raster order.
+    win = cs.order_permutation("window", 16, 16)
+    assert win[:8] == [0, 1, 2, 3, 4, 5, 6, 7] and win[16:20] == [32, 33, 34, 35]
+
+
+def test_stack_schedules():
+    ari = cs.stack_layers("ariadne")
+    assert len(ari) == 32
+    assert [i for i, l in enumerate(ari) if l[0] == "full"] == [7, 15, 23, 31]
+    assert [l[2] for l in ari[:8]] == ["row"] * 4 + ["col"] * 3 + [None]
+    assert all(l[1] == "denominator" for l in ari if l[0] != "full")
+    chunk = cs.stack_layers("chunk")
+    assert [i for i, l in enumerate(chunk) if l[0] == "full"] == [7, 15, 23, 31]
+    assert sum(l[0] == "chunk:64" for l in chunk) == 28
+
+
+def write(path, data):
+    with open(path, "w") as f:
+        json.dump(data, f)
+
+
+def test_report_table_ratios_and_markers(tmp_path):
+    rep = load_report()
+    anchors = [{"id": "env", "env": {"gpu": "G", "driver": "D", "torch": "T", "cudnn": 91900}},
+               {"id": "vit-n4096-b1-full", "impl": "sdpa_cudnn", "ms": 0.2, "tflops": 400.0, "note": ""},
+               {"id": "vit-n4096-b1-full", "impl": "flex", "ms": 0.4, "tflops": 200.0, "note": ""},
+               {"id": "llm-n32768-blocks0.1", "impl": "sdpa_cudnn", "ms": None, "tflops": None,
+                "note": "unsupported: no block-sparse"},
+               {"id": "stack-full-896", "impl": "sdpa_cudnn", "ms": 6.0, "tflops": 458.0, "note": ""}]
+    ours = [{"id": "vit-n4096-b1-full", "impl": "ariadne", "ms": 0.1, "tflops": 800.0, "note": ""},
+            {"id": "stack-ariadne-896", "impl": "ariadne", "ms": 1.5, "tflops": 279.0, "note": ""}]
+    write(tmp_path / "a.json", anchors)
+    write(tmp_path / "o.json", ours)
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Results\n\nkept text\n\n<!-- gpu-table:begin -->\nold\n<!-- gpu-table:end -->\ntail\n")
+    assert rep.main(["--anchors", str(tmp_path / "a.json"), "--ours", str(tmp_path / "o.json"),
+                     "--results", str(results)]) == 0
+    text = results.read_text()
+    assert "kept text" in text and text.endswith("tail\n") and "old" not in text
+    assert text.count("<!-- gpu-table:begin -->") == 1
+    row = [line for line in text.splitlines() if line.startswith("| vit-n4096-b1-full")][0]
+    assert "2.00×" in row and "4.00×" in row        # 0.2 / 0.1 and 0.4 / 0.1
+    assert "cuDNN 9.19.0" in text and "driver D" in text
+    assert "4.00× faster" in text                    # stack: 6.0 / 1.5
+    assert "unsupported: no block-sparse" in text
+    # A second run replaces the section instead of adding one.
+    assert rep.main(["--anchors", str(tmp_path / "a.json"), "--results", str(results)]) == 0
+    assert results.read_text().count("<!-- gpu-table:begin -->") == 1
+
+
+def test_report_rejects_bad_input(tmp_path, capsys):
+    rep = load_report()
+    write(tmp_path / "bad.json", [{"id": "x", "impl": "flex", "ms": -1}])
+    assert rep.main(["--anchors", str(tmp_path / "bad.json"), "--print"]) == 2
+    assert "'ms' must be a positive number" in capsys.readouterr().err
+    write(tmp_path / "a.json", [])
+    assert rep.main(["--anchors", str(tmp_path / "a.json"), "--ours", str(tmp_path / "none.json"),
+                     "--print"]) == 2
+    half = tmp_path / "R.md"
+    half.write_text("<!-- gpu-table:begin -->\n")
+    assert rep.main(["--anchors", str(tmp_path / "a.json"), "--results", str(half)]) == 2
+    assert "only one of the markers" in capsys.readouterr().err
+
+
+def test_anchors_smoke_on_cpu(tmp_path):
+    """The whole anchor script on tiny shapes: every implementation against the fp32 reference,
+    block masks against create_block_mask, pair counts against dense masks. Slow (~2 min)."""
+    pytest.importorskip("torch")
+    if os.environ.get("ARIADNE_SKIP_TORCH_SMOKE"):
+        pytest.skip("ARIADNE_SKIP_TORCH_SMOKE set")
+    out = tmp_path / "smoke.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "anchors.py"), "--device", "cpu",
+                        "--smoke", "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    recs = json.loads(out.read_text())
+    assert recs[0]["id"] == "env"
+    assert all(x["ms"] is not None or "block-sparse" in x["note"] for x in recs[1:])
+
+
+def _mutated_run(tmp_path, monkeypatch, mutate, only, impls):
+    """Runs anchors.main in-process on smoke cases after `mutate(anchors)`; returns its exit code."""
+    torch = pytest.importorskip("torch")
+    import anchors
+    monkeypatch.setattr(anchors, "_MASK_MODS", {})
+    mutate(anchors, torch, monkeypatch)
+    return anchors.main(["--device", "cpu", "--smoke", "--only", only, "--impls", impls,
+                         "--out", str(tmp_path / "m.json")])
+
+
+def _swap_window(anchors, torch, mp):
+    orig = anchors.mask_mod_for
+
+    def swapped(p):
+        if p.kind != "window":
+            return orig(p)
+        left, right = p.right, p.left
+        return lambda b, h, q, k: (q - k <= left) & (k - q <= right)
+    mp.setattr(anchors, "mask_mod_for", swapped)
+
+
+def _sink_sign(anchors, torch, mp):
+    def wrong(o, lse, s):
+        return (o.float() * torch.sigmoid(s[None, :, None] - lse)[..., None]).to(o.dtype)
+    mp.setattr(anchors, "_sink_correct_c", wrong)
+
+
+def _lse_base2(anchors, torch, mp):
+    orig = anchors._varlen_emulated
+
+    def base2(*a, **k):
+        o, lse = orig(*a, **k)
+        return o, lse / 0.6931471805599453
+    mp.setattr(anchors, "_varlen_emulated", base2)
+
+
+def _one_block(anchors, torch, mp):
+    orig = anchors.block_classes
+
+    def flipped(spec, bs, kept):
+        c = orig(spec, bs, kept).clone()
+        if spec.pattern.kind == "blocks":
+            c[:, 3, 0] = 2 - c[:, 3, 0]
+        return c
+    mp.setattr(anchors, "block_classes", flipped)
+
+
+@pytest.mark.parametrize("mutate, only, impls", [
+    (_swap_window, "smoke-win", "flex"),
+    (_sink_sign, "smoke-win-sink", "sdpa_cudnn,sdpa_flash"),
+    (_lse_base2, "smoke-win-sink", "sdpa_flash"),
+    (_one_block, "smoke-blocks", "flex"),
+])
+def test_anchor_check_catches_misconfiguration(tmp_path, monkeypatch, mutate, only, impls):
+    """A misconfigured anchor must fail its fp32 check instead of producing a (fast) time."""
+    if os.environ.get("ARIADNE_SKIP_TORCH_SMOKE"):
+        pytest.skip("ARIADNE_SKIP_TORCH_SMOKE set")
+    assert _mutated_run(tmp_path, monkeypatch, mutate, only, impls) == 1
+    recs = json.loads((tmp_path / "m.json").read_text())[1:]
+    assert recs and all("WRONG RESULT" in r["note"] for r in recs if r["id"] == only)
