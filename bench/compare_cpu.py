@@ -1,6 +1,6 @@
 """Joins bench_attention_cpu's Google Benchmark JSON with torch_sdpa.py's lines and prints the
 tables of bench/RESULTS.md. Usage: compare_cpu.py ARIADNE_JSON[,MORE] TORCH_JSONL[,MORE] (several
-runs are merged, keeping the fastest repetition of each shape on both sides): absolute times, GFLOP/s (mask-aware), share of the measured FMA peak,
+runs are merged, keeping the fastest repetition of each shape on both sides) [FMA_PEAK_GFLOPS]: absolute times, GFLOP/s (mask-aware), share of the measured FMA peak,
 the ratio to PyTorch SDPA, and the three target ratios of issue 3. Standard library only."""
 import json
 import re
@@ -49,18 +49,22 @@ def main():
           f"ariadne kernels {ctx.get('kernels', '?')}, threads {ctx.get('threads', '?')}; torch {version}")
     # The start-up measurement (best of 40 short runs) and the best BM_FmaPeak repetition.
     fma = max(peak.get("FmaPeak", 0), float(ctx.get("fma_peak_GFLOPs", 0)))
+    if len(sys.argv) > 3:  # an explicit peak (GFLOP/s), e.g. from an undisturbed BM_FmaPeak CPU time
+        fma = float(sys.argv[3])
     print(f"measured peak (best repetition): fp32 FMA {fma:.1f} GFLOP/s, bf16 dot {peak.get('Bf16DotPeak', 0):.1f} GFLOP/s\n")
-    for o in ours.values():
+    bf16_peak = peak.get("Bf16DotPeak", 0)
+    for key, o in ours.items():
         o["peak_frac"] = o["gflops"] / fma if fma else 0
-    print("| N | d | dtype | pattern | ariadne ms | GFLOP/s | % FMA peak | torch SDPA ms | speed-up vs torch |")
-    print("|---|---|---|---|---|---|---|---|---|")
+        o["own_peak_frac"] = o["gflops"] / (bf16_peak if key[2] == "bf16" and bf16_peak else fma) if fma else 0
+    print("| N | d | dtype | pattern | ariadne ms | GFLOP/s | % fp32 FMA peak | % own peak (bf16: dot) | torch SDPA ms | speed-up vs torch |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for key in sorted(ours, key=lambda k: (k[0], k[1], k[2] != "f32", PATTERNS.index(k[3]))):
         o = ours[key]
         t = torch.get(key)
         ratio = f"{t / o['ms']:.2f}x" if t else "-"
         tms = f"{t:.1f}" if t else "-"
         print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {o['ms']:.2f} | {o['gflops']:.1f} | "
-              f"{100 * o['peak_frac']:.0f}% | {tms} | {ratio} |")
+              f"{100 * o['peak_frac']:.0f}% | {100 * o['own_peak_frac']:.0f}% | {tms} | {ratio} |")
     print("\nTargets (N 4096):")
     for d in (80, 128):
         for dt in ("f32", "bf16"):
