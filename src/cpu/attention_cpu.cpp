@@ -3,12 +3,13 @@
 // Work is split into items (sequence, query head, query tile of up to 64 rows); OpenMP threads take
 // items dynamically, and each item is computed start to end by one thread in a fixed order, so the
 // result is bit-identical for any thread count. Per item:
-//   1. the query tile is loaded (converted to fp32, or kept as bf16 pairs for vdpbf16ps);
+//   1. the query tile is read in place (fp32), converted to fp32 (f16, or bf16 without a bf16 dot
+//      product), or copied as bf16 pairs for vdpbf16ps;
 //   2. each row's allowed key interval comes from Pattern::key_range (window and chunk make it one
 //      interval), and the key tiles to visit are those the tile's key range covers, intersected
 //      with the CSR row of its query block when the pattern is block-sparse;
 //   3. per key tile only the rows whose interval reaches the tile are computed, so a ±64 window
-//      pays for about 160 keys per query instead of a full 64×32 tile grid;
+//      pays for about 161 keys per query (129 allowed) instead of 192 for a 64-row tile;
 //   4. S = Q·Kᵀ, online softmax (base 2, scale folded into the exponent), O = α·O + P·V through
 //      the ISA's tile primitives (attention_kernels.hpp);
 //   5. finalize: the denominator sink joins the normalizer, out = O / Z, LSE, entropy, distance.
