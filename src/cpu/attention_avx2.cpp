@@ -105,9 +105,14 @@ void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* a
     logits(s, mk, r, t);
     if (t_out)
       for (int v = 0; v < kVecPerTile; ++v) _mm256_storeu_ps(t_out + r * kKeyTile + v * kLanes, t[v]);
+    // NaN or +inf: not <= FLT_MAX (unordered compare); masked lanes hold -inf and pass.
+    const __m256 big = _mm256_set1_ps(std::numeric_limits<float>::max());
+    int bad = 0;
+    for (int v = 0; v < kVecPerTile; ++v) bad |= _mm256_movemask_ps(_mm256_cmp_ps(t[v], big, _CMP_NLE_UQ));
+    float* p = s + r * kKeyTile;
+    if (poison_row(bad != 0, r, p, m, l, alpha)) continue;
     const float mx = hmax(_mm256_max_ps(_mm256_max_ps(t[0], t[1]), _mm256_max_ps(t[2], t[3])));
     const float m_new = std::fmax(m[r], mx);
-    float* p = s + r * kKeyTile;
     if (m_new == kNegInf) {  // no key seen yet: keep the empty state
       alpha[r] = 1.f;
       for (int v = 0; v < kVecPerTile; ++v) _mm256_storeu_ps(p + v * kLanes, _mm256_setzero_ps());

@@ -169,9 +169,13 @@ void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* a
       _mm512_storeu_ps(t_out + r * kKeyTile, t0);
       _mm512_storeu_ps(t_out + r * kKeyTile + 16, t1);
     }
+    // NaN or +inf: not <= FLT_MAX (unordered compare); masked lanes hold -inf and pass.
+    const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+    const bool bad = (_mm512_cmp_ps_mask(t0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(t1, big, _CMP_NLE_UQ)) != 0;
+    float* p = s + r * kKeyTile;
+    if (poison_row(bad, r, p, m, l, alpha)) continue;
     const float mx = _mm512_reduce_max_ps(_mm512_max_ps(t0, t1));
     const float m_new = std::fmax(m[r], mx);
-    float* p = s + r * kKeyTile;
     if (m_new == kNegInf) {  // no key seen yet: keep the empty state
       alpha[r] = 1.f;
       _mm512_storeu_ps(p, _mm512_setzero_ps());

@@ -657,7 +657,11 @@ class Runner {
       const double l = sc.l[r], m = sc.m[r];
       double lse2;  // base-2 log of the normalizer, sink included
       float lse;
-      if (l > 0) {
+      if (std::isnan(l)) {  // a NaN or +inf logit poisoned the row (softmax kernels): out and LSE NaN
+        lse2 = l;
+        store_row(p_.out, out_off, d_, sc.o.data() + int64_t(r) * dv_, float(l), k_);
+        lse = float(l);
+      } else if (l > 0) {
         lse2 = m + std::log2(l);
         if (denom && std::isinf(sink2)) {
           if (sink2 > 0) lse2 = sink2;  // +inf takes all the mass: out 0, lse +inf
@@ -675,9 +679,11 @@ class Runner {
       }
       const int64_t si = int64_t(h) * total_q_ + row;
       if (lse_out) lse_out[si] = lse;
-      if (!lse2_.empty()) lse2_[size_t(si)] = l > 0 ? float(lse2) : kNegInf;
-      if (ent_out) ent_out[si] = l > 0 ? float(std::log(l) - kLn2 * sc.ent[r] / l) : 0.f;
-      if (dist_out) dist_out[si] = l > 0 ? float(sc.dist[r] / l) : 0.f;
+      // NaN rows keep NaN in every output (l > 0 is false for NaN; `live` is not).
+      const bool live = l > 0 || std::isnan(l);
+      if (!lse2_.empty()) lse2_[size_t(si)] = live ? float(lse2) : kNegInf;
+      if (ent_out) ent_out[si] = live ? float(std::log(l) - kLn2 * sc.ent[r] / l) : 0.f;
+      if (dist_out) dist_out[si] = live ? float(sc.dist[r] / l) : 0.f;
     }
   }
 

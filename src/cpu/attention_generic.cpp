@@ -37,14 +37,17 @@ void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* a
   for (int r = 0; r < rows; ++r) {
     float t[kKeyTile];
     float mx = kNegInf;
+    bool bad = false;  // a NaN or +inf logit (masked keys hold -inf)
     for (int j = 0; j < kKeyTile; ++j) {
       t[j] = logit2(s, mk, r, j);
       mx = std::fmax(mx, t[j]);
+      bad = bad || !(t[j] <= std::numeric_limits<float>::max());
     }
     if (t_out)
       for (int j = 0; j < kKeyTile; ++j) t_out[r * kKeyTile + j] = t[j];
-    const float m_new = std::fmax(m[r], mx);
     float* p = s + r * kKeyTile;
+    if (poison_row(bad, r, p, m, l, alpha)) continue;
+    const float m_new = std::fmax(m[r], mx);
     if (m_new == kNegInf) {  // no key seen yet: keep the empty state
       alpha[r] = 1.f;
       for (int j = 0; j < kKeyTile; ++j) p[j] = 0.f;

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 namespace ariadne::cpu {
 
@@ -38,6 +39,16 @@ struct RowMask {
   bool dense = false;           // every row sees all 32 keys: the kernels may skip the masks
 };
 
+// Shared by the softmax kernels: a row that met a NaN or +inf logit (`bad`, or m already NaN)
+// gets m = l = alpha = NaN (alpha turns the accumulator NaN) and zero p; returns whether it did.
+inline bool poison_row(bool bad, int r, float* p, float* m, float* l, float* alpha) {
+  if (!bad && m[r] == m[r]) return false;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  m[r] = l[r] = alpha[r] = nan;
+  for (int j = 0; j < kKeyTile; ++j) p[j] = 0.f;
+  return true;
+}
+
 struct TileKernels {
   const char* name;
   // s[r][j] = q_r · k_j for r < rows (raw dot products, no scale).
@@ -46,7 +57,9 @@ struct TileKernels {
   void (*qk_bf16)(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, int rows, float* s);
   // Online-softmax step over one key tile. In: s = raw dots. Out: s = p = 2^(t − m_new) (0 where
   // masked), m/l updated, alpha[r] = 2^(m_old − m_new) (1 for a row that still has no key).
-  // t = s·scale2 (+ bias); when t_out is given it receives t (−inf where masked).
+  // t = s·scale2 (+ bias); when t_out is given it receives t (−inf where masked). A NaN or +inf
+  // logit poisons its row for good (poison_row): m, l, alpha become NaN, so O and the LSE come out
+  // NaN (docs/numerics.md, non-finite inputs).
   void (*softmax)(float* s, const RowMask& mask, int rows, float* m, float* l, float* alpha,
                   float* t_out);
   // o[r] = alpha[r]·o[r] + Σ_j p[r][j]·v[j], columns [0, dv); row j of V at v + j·ldv.
