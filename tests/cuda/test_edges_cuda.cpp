@@ -14,6 +14,7 @@
 #include "ariadne/attention.hpp"
 #include "ariadne/device.hpp"
 #include "common.hpp"
+#include "cuda_common.hpp"
 
 namespace ariadne {
 namespace {
@@ -24,57 +25,13 @@ using testing::Inputs;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// Device copies of an Inputs' tensors and pattern arrays.
-struct OnDevice {
-  DeviceBuffer q, k, v, sink, cu_q, cu_k, base, row_ptr, col_idx;
-  AttentionParams p;
-};
-
-TensorView moved(const TensorView& hv, const Buffer& host, const DeviceBuffer& dev) {
-  TensorView t = hv;
-  t.data = static_cast<char*>(dev.data()) + (static_cast<char*>(hv.data) - static_cast<char*>(host.data()));
-  t.device = Device::cuda;
-  return t;
-}
-
-OnDevice upload(const Inputs& in) {
-  OnDevice d;
-  d.q = DeviceBuffer::from_host(in.q);
-  d.k = DeviceBuffer::from_host(in.k);
-  d.v = DeviceBuffer::from_host(in.v);
-  d.p = in.params;
-  d.p.q = moved(in.params.q, in.q, d.q);
-  d.p.k = moved(in.params.k, in.k, d.k);
-  d.p.v = moved(in.params.v, in.v, d.v);
-  if (in.params.sink_mode != SinkMode::none) {
-    d.sink = DeviceBuffer::from_host(in.sink);
-    d.p.sink = d.sink.view();
-  }
-  Pattern& pat = d.p.pattern;
-  if (pat.cu_seqlens_q != nullptr) {
-    d.cu_q = DeviceBuffer::from_ints(in.cu_q);
-    d.cu_k = DeviceBuffer::from_ints(in.cu_k);
-    pat.cu_seqlens_q = static_cast<const int32_t*>(d.cu_q.data());
-    pat.cu_seqlens_k = static_cast<const int32_t*>(d.cu_k.data());
-  }
-  if (pat.blocks.defined()) {
-    d.base = DeviceBuffer::from_ints(in.mask.seq_block_base);
-    d.row_ptr = DeviceBuffer::from_ints(in.mask.row_ptr);
-    d.col_idx = DeviceBuffer::from_ints(in.mask.col_idx);
-    pat.blocks.seq_block_base = static_cast<const int32_t*>(d.base.data());
-    pat.blocks.row_ptr = static_cast<const int32_t*>(d.row_ptr.data());
-    pat.blocks.col_idx = static_cast<const int32_t*>(d.col_idx.data());
-  }
-  return d;
-}
-
 struct HostOut {
   Buffer out, lse;
 };
 
 // Runs `in` on the device (f32 out, NaN-poisoned) and returns host copies; false when unsupported.
 bool run_cuda(const Inputs& in, HostOut* r, std::string* why) {
-  OnDevice d = upload(in);
+  cuda_testing::DeviceCase d = cuda_testing::upload(in);
   if (!backend_supports(Backend::cuda, d.p, why)) return false;
   DeviceBuffer out(DType::f32, {in.total_q, in.params.heads_q(), in.params.head_dim()});
   DeviceBuffer lse(DType::f32, {in.params.heads_q(), in.total_q});
