@@ -29,8 +29,8 @@ namespace {
 using testing::Case;
 using namespace cuda_testing;
 
-// Sets ARIADNE_WGMMA=1 for one test and restores the previous value after it, so the tests of the
-// mma.sync kernel in the same binary keep their default routing.
+// Sets ARIADNE_WGMMA=1 for one test and restores the previous value after it: the wgmma kernel is
+// the default for dense rows, but device-check also runs the whole binary with ARIADNE_WGMMA=0.
 class Wgmma : public ::testing::Test {
  protected:
   void SetUp() override {
