@@ -137,8 +137,8 @@ struct EstimateResult {
 // .with_varlen(n, cu_q, cu_k) (host arrays); any other pattern (window, chunk, blocks) is an error,
 // as is lq > lk in a sequence. Backend::cpu and reference run the CPU estimator (OpenMP over
 // (head, query block), deterministic for any thread count; host tensors). Backend::cuda runs the
-// CUDA estimator (rr and xattn; device tensors, cu_seqlens in host or device memory; fills
-// `device` and, when config.host_copy, mask and scores; deterministic). Backend::automatic picks
+// CUDA estimators (rr, xattn and the oracle; device tensors, cu_seqlens in host or device memory;
+// fills `device` and, when config.host_copy, mask and scores; deterministic). Backend::automatic picks
 // by q's device. estimate_supports says why a backend cannot run.
 EstimateResult estimate(const TensorView& q, const TensorView& k, const Pattern& layout,
                         const EstimateConfig& config, Backend backend = Backend::automatic);

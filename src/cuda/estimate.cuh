@@ -34,6 +34,8 @@ struct ScoreParams {
   int heads_q, heads_kv, group, d;
   int stride, block, spb;       // S, B, B / S
   int heads_per_cta;            // query heads of one KV group handled by one CTA
+  int row_split;                // rounds of 64 rows per head (> 1 when B/S > 64; then
+                                // heads_per_cta = 1)
   bool rr, paper;               // rr (else xattn); rr sampling offset
   float qmul;                   // scale / S, folded into the queries as on the CPU
 };

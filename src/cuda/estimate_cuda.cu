@@ -45,10 +45,10 @@ std::vector<int32_t> read_ints(const int32_t* p, int64_t n) {
   return v;
 }
 
-int64_t last_key_stride(const EstimateConfig& c, const Seq& e, int64_t i, int h) {
-  const int64_t q = c.method == Estimator::rr ? rr_sample_position(c.offset, c.stride, i, h, e.lq)
-                                              : std::min(i * c.stride + c.stride - 1, e.lq - 1);
-  return (q + e.off) / c.stride;
+int64_t last_key_stride(const EstimateConfig& c, int64_t stride, const Seq& e, int64_t i, int h) {
+  const int64_t q = c.method == Estimator::rr ? rr_sample_position(c.offset, int32_t(stride), i, h, e.lq)
+                                              : std::min(i * stride + stride - 1, e.lq - 1);
+  return (q + e.off) / stride;
 }
 
 struct Events {
@@ -73,12 +73,13 @@ std::string estimate_cuda_refusal(const TensorView& q, const EstimateConfig* con
   if (q.rank == 3 && q.shape[2] > 256)
     return "head_dim " + std::to_string(q.shape[2]) + " exceeds the CUDA estimator's 256 (shared-memory tiles)";
   if (config == nullptr) return "";
-  if (config->method == Estimator::oracle)
-    return "the oracle has no CUDA estimator (it is the CPU ground truth): use the cpu backend";
-  if (config->stride > 0 && config->block / config->stride > cuda::kScoreRows)
-    return "block / stride = " + std::to_string(config->block / config->stride) +
-           " query strides per block exceeds the CUDA estimator's " + std::to_string(cuda::kScoreRows) +
-           " (one scoring CTA per query block): raise the stride";
+  // The oracle runs as XAttention with S = 1 (B rows per block).
+  const int spb = config->method == Estimator::oracle ? config->block
+                  : config->stride > 0                ? config->block / config->stride
+                                                      : 1;
+  if (spb > cuda::kScoreRows && spb % cuda::kScoreRows != 0)
+    return "block / stride = " + std::to_string(spb) + " query strides per block: the CUDA estimator needs <= " +
+           std::to_string(cuda::kScoreRows) + " or a multiple of it (rows of one scoring CTA)";
   return "";
 }
 
@@ -110,10 +111,14 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
       host_layout.cu_seqlens_k = ck.data();
     }
   }
-  const Geometry g = make_geometry(q, k, host_layout, config.block, config.stride, Device::cuda);
+  // The oracle is XAttention's computation at S = 1: every query a row, every key a column, the
+  // exact causal softmax per query summed into blocks (divided by the queries of the block).
+  const bool oracle = config.method == Estimator::oracle;
+  const int64_t stride = oracle ? 1 : config.stride;
+  const Geometry g = make_geometry(q, k, host_layout, config.block, stride, Device::cuda);
   const float scale = config.scale > 0 ? config.scale : float(1.0 / std::sqrt(double(g.dim)));
   const bool rr = config.method == Estimator::rr;
-  const int spb = int(config.block / config.stride);
+  const int spb = int(config.block / stride);
 
   EstimateResult r;
   init_rows(g, r);
@@ -178,13 +183,14 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sp.heads_kv = g.heads_kv;
   sp.group = g.group;
   sp.d = g.dim;
-  sp.stride = int(config.stride);
+  sp.stride = int(stride);
   sp.block = int(config.block);
   sp.spb = spb;
   sp.heads_per_cta = std::max(1, std::min(g.group, cuda::kScoreRows / spb));
+  sp.row_split = spb > cuda::kScoreRows ? spb / cuda::kScoreRows : 1;
   sp.rr = rr;
   sp.paper = config.offset == RROffset::paper;
-  sp.qmul = scale / float(config.stride);
+  sp.qmul = scale / float(stride);
 
   const Protections prot = config.protections();
   cuda::SelectParams sel{};
@@ -234,7 +240,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   s.ms_selection = ev.ms(2, 3);
 
   // Density per head and the multiply-add count of the cost model (as the CPU estimator counts).
-  const int64_t len = rr ? g.dim : config.stride * g.dim;
+  const int64_t len = rr ? g.dim : stride * g.dim;
   std::vector<int64_t> kept(size_t(g.heads_q), 0), vis(size_t(g.heads_q), 0);
   for (const Seq& e : g.seqs)
     for (int h = 0; h < g.heads_q; ++h)
@@ -243,7 +249,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
         kept[size_t(h)] += row_ptr[size_t(row) + 1] - row_ptr[size_t(row)];
         vis[size_t(h)] += r.visible(row);
         const int64_t i0 = m * spb, i1 = std::min(e.nqs, i0 + spb);
-        s.mac += double(i1 - i0) * double(last_key_stride(config, e, i1 - 1, h) + 1) * double(len);
+        s.mac += double(i1 - i0) * double(last_key_stride(config, stride, e, i1 - 1, h) + 1) * double(len);
       }
   s.density_per_head.resize(size_t(g.heads_q));
   for (int h = 0; h < g.heads_q; ++h) {

@@ -4,6 +4,8 @@
 //
 // One CTA owns one (query block, KV head, group of that KV head's query heads): up to 64 query-
 // stride rows (heads_per_cta · B/S) that read the same keys, so a GQA group shares every key load.
+// B/S > 64 (the oracle runs as XAttention with S = 1: one row per query) makes a CTA own one
+// head and run its B/S rows in rounds of 64, each round adding to the same block sums in order.
 // Key strides stream through shared memory 32 at a time. A row's softmax needs its maximum and
 // sum before any probability is known, and the row (up to 16K strides at 128K tokens) does not fit
 // on chip: pass 1 runs an online max/sum, pass 2 recomputes the logits and adds each probability
@@ -66,6 +68,8 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
   float* as = ps + kScoreRows * kPPitch;
   __shared__ int lim[kScoreRows];      // last visible key stride of each row (−1: no row)
   __shared__ int qpos[kScoreRows];     // rr: the sampled query's local index
+  __shared__ int rhead[kScoreRows];    // the row's query head, relative to head0
+  __shared__ int ril[kScoreRows];      // the row's query stride inside the block
   __shared__ float rmax[kScoreRows], rmul[kScoreRows];
   __shared__ int jmax;
 
@@ -77,165 +81,173 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
   const int64_t i0 = m * nr;
   const int nr_act = int(min(int64_t(nr), e.nqs - i0));  // query strides of this block
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int head0 = kvh * p.group + blockIdx.z * p.heads_per_cta;  // first query head of the CTA
+  // Rows of this CTA: heads_per_cta heads x nr strides, or (row_split > 1) one head's nr strides
+  // in row_split rounds of 64, one after the other (so the block sums stay in a fixed order).
+  const bool split = p.row_split > 1;
+  const int head0 = kvh * p.group + int(blockIdx.z) * p.heads_per_cta;  // first query head of the CTA
   const int heads_here = min(p.heads_per_cta, p.group - int(blockIdx.z) * p.heads_per_cta);
+  const int rows_per_head = split ? kScoreRows : nr;
 
-  if (tid == 0) jmax = -1;
-  __syncthreads();
-  if (tid < kScoreRows) {
-    const int hl = tid / nr, il = tid % nr;
-    int l = -1, pos = 0;
-    if (hl < heads_here && il < nr_act) {
-      const int64_t i = i0 + il;
-      const int h = head0 + hl;
-      int64_t rep;  // representative query of the row: rr the sampled one, xattn the stride's last
-      if (p.rr) {
-        const int hm = h % S;
-        rep = min(i * S + (p.paper ? S - 1 - hm : hm), e.lq - 1);
-        pos = int(rep);
-      } else {
-        rep = min(i * S + S - 1, e.lq - 1);
+  for (int rg = 0; rg < p.row_split; ++rg) {
+    if (tid == 0) jmax = -1;
+    __syncthreads();
+    if (tid < kScoreRows) {
+      const int hl = tid / rows_per_head, il = tid % rows_per_head + rg * kScoreRows;
+      int l = -1, pos = 0;
+      if (hl < heads_here && il < nr_act) {
+        const int64_t i = i0 + il;
+        const int h = head0 + hl;
+        int64_t rep;  // representative query of the row: rr the sampled one, xattn the stride's last
+        if (p.rr) {
+          const int hm = h % S;
+          rep = min(i * S + (p.paper ? S - 1 - hm : hm), e.lq - 1);
+          pos = int(rep);
+        } else {
+          rep = min(i * S + S - 1, e.lq - 1);
+        }
+        l = int((rep + e.off) / S);
       }
-      l = int((rep + e.off) / S);
+      lim[tid] = l;
+      qpos[tid] = pos;
+      rhead[tid] = hl;
+      ril[tid] = il;
+      atomicMax(&jmax, l);
     }
-    lim[tid] = l;
-    qpos[tid] = pos;
-    atomicMax(&jmax, l);
-  }
-  __syncthreads();
+    __syncthreads();
 
-  // Loads the q tile of segment `seg` (rr: the sampled query; xattn: q_{iS+S−1−seg}), scaled.
-  auto load_q = [&](int seg) {
-    for (int idx = tid; idx < kScoreRows * d; idx += kScoreThreads) {
-      const int r = idx / d, t = idx % d;
-      float v = 0.f;
-      if (lim[r] >= 0) {
-        const int h = head0 + r / nr;
-        const int64_t iq = p.rr ? int64_t(qpos[r]) : (i0 + r % nr) * S + S - 1 - seg;
-        if (iq < e.lq) v = load_elem(p.q, (e.q0 + iq) * p.q_tok + int64_t(h) * p.q_head + t, p.dtype) * p.qmul;
+    // Loads the q tile of segment `seg` (rr: the sampled query; xattn: q_{iS+S−1−seg}), scaled.
+    auto load_q = [&](int seg) {
+      for (int idx = tid; idx < kScoreRows * d; idx += kScoreThreads) {
+        const int r = idx / d, t = idx % d;
+        float v = 0.f;
+        if (lim[r] >= 0) {
+          const int h = head0 + rhead[r];
+          const int64_t iq = p.rr ? int64_t(qpos[r]) : (i0 + ril[r]) * S + S - 1 - seg;
+          if (iq < e.lq) v = load_elem(p.q, (e.q0 + iq) * p.q_tok + int64_t(h) * p.q_head + t, p.dtype) * p.qmul;
+        }
+        qs[t * kQPitch + r] = v;
       }
-      qs[t * kQPitch + r] = v;
-    }
-  };
-  // Loads key strides j0 … j0+31 of segment `seg` (rr: K̄_j; xattn: k_{jS+seg}).
-  auto load_k = [&](int64_t j0, int seg) {
-    for (int idx = tid; idx < kScoreCols * d; idx += kScoreThreads) {
-      const int c = idx / d, t = idx % d;
-      const int64_t j = j0 + c;
-      float v = 0.f;
-      if (p.rr) {
-        if (j < e.nks) v = p.ksum[(int64_t(kvh) * p.total_ks + e.ks_base + j) * d + t];
-      } else {
-        const int64_t tok = j * S + seg;
-        if (j < e.nks && tok < e.lk) v = load_elem(p.k, (e.k0 + tok) * p.k_tok + int64_t(kvh) * p.k_head + t, p.dtype);
+    };
+    // Loads key strides j0 … j0+31 of segment `seg` (rr: K̄_j; xattn: k_{jS+seg}).
+    auto load_k = [&](int64_t j0, int seg) {
+      for (int idx = tid; idx < kScoreCols * d; idx += kScoreThreads) {
+        const int c = idx / d, t = idx % d;
+        const int64_t j = j0 + c;
+        float v = 0.f;
+        if (p.rr) {
+          if (j < e.nks) v = p.ksum[(int64_t(kvh) * p.total_ks + e.ks_base + j) * d + t];
+        } else {
+          const int64_t tok = j * S + seg;
+          if (j < e.nks && tok < e.lk) v = load_elem(p.k, (e.k0 + tok) * p.k_tok + int64_t(kvh) * p.k_head + t, p.dtype);
+        }
+        ks[c * (d + 1) + t] = v;
       }
-      ks[c * (d + 1) + t] = v;
+    };
+    // Logits of rows 8·warp … 8·warp+7 against key stride j0 + lane.
+    auto logits = [&](int64_t j0, float acc[8]) {
+      for (int e8 = 0; e8 < 8; ++e8) acc[e8] = 0.f;
+      const int segs = p.rr ? 1 : S;
+      for (int seg = 0; seg < segs; ++seg) {
+        if (!p.rr) load_q(seg);
+        load_k(j0, seg);
+        __syncthreads();
+        const float* kr = ks + lane * (d + 1);
+        const float* qr = qs + warp * 8;
+  #pragma unroll 4
+        for (int t = 0; t < d; ++t) {
+          const float kv = kr[t];
+          const float4 a = *reinterpret_cast<const float4*>(qr + t * kQPitch);
+          const float4 b = *reinterpret_cast<const float4*>(qr + t * kQPitch + 4);
+          acc[0] = fmaf(a.x, kv, acc[0]);
+          acc[1] = fmaf(a.y, kv, acc[1]);
+          acc[2] = fmaf(a.z, kv, acc[2]);
+          acc[3] = fmaf(a.w, kv, acc[3]);
+          acc[4] = fmaf(b.x, kv, acc[4]);
+          acc[5] = fmaf(b.y, kv, acc[5]);
+          acc[6] = fmaf(b.z, kv, acc[6]);
+          acc[7] = fmaf(b.w, kv, acc[7]);
+        }
+        __syncthreads();  // the tiles are overwritten by the next segment or chunk
+      }
+    };
+
+    if (p.rr) load_q(0);  // one sampled query per row: loaded once
+    __syncthreads();
+    const int last = jmax;
+
+    // ---- pass 1: online max and sum per row ----
+    float mx[8], sm[8];
+    for (int e8 = 0; e8 < 8; ++e8) {
+      mx[e8] = -INFINITY;
+      sm[e8] = 0.f;
     }
-  };
-  // Logits of rows 8·warp … 8·warp+7 against key stride j0 + lane.
-  auto logits = [&](int64_t j0, float acc[8]) {
-    for (int e8 = 0; e8 < 8; ++e8) acc[e8] = 0.f;
-    const int segs = p.rr ? 1 : S;
-    for (int seg = 0; seg < segs; ++seg) {
-      if (!p.rr) load_q(seg);
-      load_k(j0, seg);
+    for (int64_t j0 = 0; j0 <= last; j0 += kScoreCols) {
+      float acc[8];
+      logits(j0, acc);
+      for (int e8 = 0; e8 < 8; ++e8) {
+        if (j0 + lane > lim[warp * 8 + e8]) continue;
+        const float x = acc[e8];
+        if (x > mx[e8]) {
+          sm[e8] = sm[e8] * expf(mx[e8] - x) + 1.f;
+          mx[e8] = x;
+        } else {
+          sm[e8] += expf(x - mx[e8]);
+        }
+      }
+    }
+    for (int e8 = 0; e8 < 8; ++e8) {
+      float m1 = mx[e8], s1 = sm[e8];
+      for (int o = 16; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m1, o), s2 = __shfl_xor_sync(0xffffffffu, s1, o);
+        const float mm = fmaxf(m1, m2);
+        s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + s2 * expf(m2 - mm);
+        m1 = mm;
+      }
+      if (lane == 0) {
+        rmax[warp * 8 + e8] = m1;
+        // 1 / (row sum · sampled rows of the block): every score row then sums to 1.
+        rmul[warp * 8 + e8] = s1 > 0.f ? 1.f / (s1 * float(nr_act)) : 0.f;
+      }
+    }
+    __syncthreads();
+
+    // ---- pass 2: probabilities, summed per (query head, key block) ----
+    const int64_t qlast = min((m + 1) * p.block, e.lq) - 1;
+    const int64_t nvis = (qlast + e.off) / p.block + 1;  // visible key blocks: 0 … diag(m)
+    for (int64_t j0 = 0; j0 <= last; j0 += kScoreCols) {
+      float acc[8];
+      logits(j0, acc);
+      for (int e8 = 0; e8 < 8; ++e8) {
+        const int r = warp * 8 + e8;
+        ps[r * kPPitch + lane] = j0 + lane <= lim[r] ? expf(acc[e8] - rmax[r]) * rmul[r] : 0.f;
+      }
       __syncthreads();
-      const float* kr = ks + lane * (d + 1);
-      const float* qr = qs + warp * 8;
-#pragma unroll 4
-      for (int t = 0; t < d; ++t) {
-        const float kv = kr[t];
-        const float4 a = *reinterpret_cast<const float4*>(qr + t * kQPitch);
-        const float4 b = *reinterpret_cast<const float4*>(qr + t * kQPitch + 4);
-        acc[0] = fmaf(a.x, kv, acc[0]);
-        acc[1] = fmaf(a.y, kv, acc[1]);
-        acc[2] = fmaf(a.z, kv, acc[2]);
-        acc[3] = fmaf(a.w, kv, acc[3]);
-        acc[4] = fmaf(b.x, kv, acc[4]);
-        acc[5] = fmaf(b.y, kv, acc[5]);
-        acc[6] = fmaf(b.z, kv, acc[6]);
-        acc[7] = fmaf(b.w, kv, acc[7]);
+      const int64_t jend = min(j0 + kScoreCols - 1, int64_t(last));
+      const int64_t nb0 = j0 / nr, nblk = jend / nr - nb0 + 1;  // key blocks touched by this chunk
+      // Row sums per block: columns of key block nb0 + b.
+      for (int idx = tid; idx < kScoreRows * nblk; idx += kScoreThreads) {
+        const int r = idx / int(nblk), b = idx % int(nblk);
+        const int64_t c0 = max((nb0 + b) * nr - j0, int64_t(0));
+        const int64_t c1 = min((nb0 + b + 1) * nr - j0, int64_t(kScoreCols));
+        float v = 0.f;
+        for (int64_t c = c0; c < c1; ++c) v += ps[r * kPPitch + c];
+        as[r * kPPitch + b] = v;
       }
-      __syncthreads();  // the tiles are overwritten by the next segment or chunk
-    }
-  };
-
-  if (p.rr) load_q(0);  // one sampled query per row: loaded once
-  __syncthreads();
-  const int last = jmax;
-
-  // ---- pass 1: online max and sum per row ----
-  float mx[8], sm[8];
-  for (int e8 = 0; e8 < 8; ++e8) {
-    mx[e8] = -INFINITY;
-    sm[e8] = 0.f;
-  }
-  for (int64_t j0 = 0; j0 <= last; j0 += kScoreCols) {
-    float acc[8];
-    logits(j0, acc);
-    for (int e8 = 0; e8 < 8; ++e8) {
-      if (j0 + lane > lim[warp * 8 + e8]) continue;
-      const float x = acc[e8];
-      if (x > mx[e8]) {
-        sm[e8] = sm[e8] * expf(mx[e8] - x) + 1.f;
-        mx[e8] = x;
-      } else {
-        sm[e8] += expf(x - mx[e8]);
+      __syncthreads();
+      // Head sums over the block's rows, added to the score row (one thread per (head, block);
+      // chunks run in order, so a block straddling two chunks is accumulated deterministically).
+      for (int idx = tid; idx < heads_here * nblk; idx += kScoreThreads) {
+        const int hl = idx / int(nblk), b = idx % int(nblk);
+        const int64_t n = nb0 + b;
+        if (n >= nvis) continue;
+        float v = 0.f;
+        for (int il = 0; il < rows_per_head; ++il) v += as[(hl * rows_per_head + il) * kPPitch + b];
+        const int64_t row = e.row_base + int64_t(head0 + hl) * e.nqb + m;
+        p.scores[p.score_ptr[row] + n] += v;
       }
+      __syncthreads();
     }
-  }
-  for (int e8 = 0; e8 < 8; ++e8) {
-    float m1 = mx[e8], s1 = sm[e8];
-    for (int o = 16; o > 0; o >>= 1) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, m1, o), s2 = __shfl_xor_sync(0xffffffffu, s1, o);
-      const float mm = fmaxf(m1, m2);
-      s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + s2 * expf(m2 - mm);
-      m1 = mm;
-    }
-    if (lane == 0) {
-      rmax[warp * 8 + e8] = m1;
-      // 1 / (row sum · sampled rows of the block): every score row then sums to 1.
-      rmul[warp * 8 + e8] = s1 > 0.f ? 1.f / (s1 * float(nr_act)) : 0.f;
-    }
-  }
-  __syncthreads();
-
-  // ---- pass 2: probabilities, summed per (query head, key block) ----
-  const int64_t qlast = min((m + 1) * p.block, e.lq) - 1;
-  const int64_t nvis = (qlast + e.off) / p.block + 1;  // visible key blocks: 0 … diag(m)
-  for (int64_t j0 = 0; j0 <= last; j0 += kScoreCols) {
-    float acc[8];
-    logits(j0, acc);
-    for (int e8 = 0; e8 < 8; ++e8) {
-      const int r = warp * 8 + e8;
-      ps[r * kPPitch + lane] = j0 + lane <= lim[r] ? expf(acc[e8] - rmax[r]) * rmul[r] : 0.f;
-    }
-    __syncthreads();
-    const int64_t jend = min(j0 + kScoreCols - 1, int64_t(last));
-    const int64_t nb0 = j0 / nr, nblk = jend / nr - nb0 + 1;  // key blocks touched by this chunk
-    // Row sums per block: columns of key block nb0 + b.
-    for (int idx = tid; idx < kScoreRows * nblk; idx += kScoreThreads) {
-      const int r = idx / int(nblk), b = idx % int(nblk);
-      const int64_t c0 = max((nb0 + b) * nr - j0, int64_t(0));
-      const int64_t c1 = min((nb0 + b + 1) * nr - j0, int64_t(kScoreCols));
-      float v = 0.f;
-      for (int64_t c = c0; c < c1; ++c) v += ps[r * kPPitch + c];
-      as[r * kPPitch + b] = v;
-    }
-    __syncthreads();
-    // Head sums over the block's rows, added to the score row (one thread per (head, block);
-    // chunks run in order, so a block straddling two chunks is accumulated deterministically).
-    for (int idx = tid; idx < heads_here * nblk; idx += kScoreThreads) {
-      const int hl = idx / int(nblk), b = idx % int(nblk);
-      const int64_t n = nb0 + b;
-      if (n >= nvis) continue;
-      float v = 0.f;
-      for (int il = 0; il < nr; ++il) v += as[(hl * nr + il) * kPPitch + b];
-      const int64_t row = e.row_base + int64_t(head0 + hl) * e.nqb + m;
-      p.scores[p.score_ptr[row] + n] += v;
-    }
-    __syncthreads();
-  }
+  }  // row rounds
 }
 
 }  // namespace
