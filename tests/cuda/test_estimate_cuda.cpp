@@ -198,7 +198,10 @@ Case make_case(const std::string& name, std::vector<int64_t> sq, std::vector<int
   c.heads_kv = hkv;
   c.dim = dim;
   c.dtype = dt;
-  c.input_scale = 1.5f;  // logits of a few nats: rows far from uniform
+  // Stride-level logits average S tokens, so uniform inputs give nearly flat block scores whose
+  // neighbours differ by < 1e-4 (near-ties, not compared). Inputs in [−3, 3] make the stride
+  // logits ~1 nat apart: block scores well separated, most rows compared exactly.
+  c.input_scale = 3.f;
   c.pattern = Pattern::causal();
   c.seed = seed_base() ^ std::hash<std::string>{}(name);
   return c;
