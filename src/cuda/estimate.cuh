@@ -31,6 +31,10 @@ struct ScoreParams {
   const int32_t* qblock_m;      // [total query blocks]: its block index inside the sequence
   const int64_t* score_ptr;     // [rows + 1]
   float* scores;                // [score_ptr[rows]], zeroed by the caller, accumulated here
+  // Per (row, visible key block) partials (max, Σexp): the CTA of (query block gb, KV head, z)
+  // owns kScoreRows · nvis(gb) pairs from scratch_base[gb] + (kvh · gridDim.z + z) · kScoreRows · nvis.
+  float2* scratch;
+  const int64_t* scratch_base;  // [total query blocks]
   int heads_q, heads_kv, group, d;
   int stride, block, spb;       // S, B, B / S
   int heads_per_cta;            // query heads of one KV group handled by one CTA

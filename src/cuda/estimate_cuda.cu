@@ -160,6 +160,17 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   dev.row_ptr = device_bytes(size_t(g.rows + 1) * sizeof(int32_t));
   DeviceBuffer d_keep = device_bytes(size_t(nvis_total));
   DeviceBuffer d_counts = device_bytes(size_t(g.rows + 1) * sizeof(int32_t));
+  // Scoring scratch: (max, Σexp) per (row of a CTA, visible key block), see estimate.cuh.
+  const int hpc = std::max(1, std::min(g.group, cuda::kScoreRows / spb));
+  const int64_t zc = (g.group + hpc - 1) / hpc;
+  std::vector<int64_t> scratch_base(size_t(total_qblocks), 0);
+  int64_t scratch_pairs = 0;
+  for (int64_t gb = 0; gb < total_qblocks; ++gb) {
+    scratch_base[size_t(gb)] = scratch_pairs;
+    scratch_pairs += (g.diag(g.seqs[size_t(qb_seq[size_t(gb)])], qb_m[size_t(gb)]) + 1) * g.heads_kv * zc * cuda::kScoreRows;
+  }
+  DeviceBuffer d_scratch_base = upload(scratch_base);
+  DeviceBuffer d_scratch = device_bytes(size_t(scratch_pairs) * 2 * sizeof(float));
   DeviceBuffer d_ksum;
   if (rr) d_ksum = device_bytes(size_t(g.heads_kv) * size_t(g.total_ks) * size_t(g.dim) * sizeof(float));
 
@@ -186,7 +197,9 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sp.stride = int(stride);
   sp.block = int(config.block);
   sp.spb = spb;
-  sp.heads_per_cta = std::max(1, std::min(g.group, cuda::kScoreRows / spb));
+  sp.heads_per_cta = hpc;
+  sp.scratch = static_cast<float2*>(d_scratch.data());
+  sp.scratch_base = static_cast<const int64_t*>(d_scratch_base.data());
   sp.row_split = spb > cuda::kScoreRows ? spb / cuda::kScoreRows : 1;
   sp.rr = rr;
   sp.paper = config.offset == RROffset::paper;

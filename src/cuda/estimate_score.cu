@@ -8,9 +8,12 @@
 // head and run its B/S rows in rounds of 64, each round adding to the same block sums in order.
 // Key strides stream through shared memory 32 at a time. A row's softmax needs its maximum and
 // sum before any probability is known, and the row (up to 16K strides at 128K tokens) does not fit
-// on chip: pass 1 runs an online max/sum, pass 2 recomputes the logits and adds each probability
-// to its block. Recomputing costs a second round of multiply-adds but no N×N scratch in memory.
-// Every sum runs in a fixed order (no atomics), so the scores are bit-identical run to run.
+// on chip. So the logits are computed once and reduced per (row, key block) to a block-local
+// (max, Σexp(x − max)) pair in a global scratch (8 bytes per row and visible block, ~2 GB at 128K
+// tokens for Llama's 32 heads, read back twice: ~2 ms of traffic, against a second round of
+// multiply-adds that would cost as much as the first); the row's max and sum then combine the
+// pairs, and each block's mass is its pair rescaled. Every sum runs in a fixed order (no
+// atomics), so the scores are bit-identical run to run.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -58,14 +61,13 @@ constexpr int kQPitch = kScoreRows + 4;  // q tile [d][68]: float4-aligned, 4-wa
 constexpr int kPPitch = kScoreCols + 1;
 
 // Grid (total query blocks, heads_kv, ceil(group / heads_per_cta)), kScoreThreads threads.
-// Shared: q tile [d][kQPitch], key tile [32][d+1], probabilities [64][33], row-block sums [64][33].
+// Shared: q tile [d][kQPitch], key tile [32][d+1], one chunk's logits [64][33].
 __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
   extern __shared__ float smem[];
   const int d = p.d;
   float* qs = smem;
   float* ks = qs + d * kQPitch;
   float* ps = ks + kScoreCols * (d + 1);
-  float* as = ps + kScoreRows * kPPitch;
   __shared__ int lim[kScoreRows];      // last visible key stride of each row (−1: no row)
   __shared__ int qpos[kScoreRows];     // rr: the sampled query's local index
   __shared__ int rhead[kScoreRows];    // the row's query head, relative to head0
@@ -175,28 +177,55 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
     __syncthreads();
     const int last = jmax;
 
-    // ---- pass 1: online max and sum per row ----
-    float mx[8], sm[8];
-    for (int e8 = 0; e8 < 8; ++e8) {
-      mx[e8] = -INFINITY;
-      sm[e8] = 0.f;
-    }
+    // ---- one pass over the key strides: per (row, key block) the max and Σexp(x − max) ----
+    const int64_t qlast = min((m + 1) * p.block, e.lq) - 1;
+    const int64_t nvis = (qlast + e.off) / p.block + 1;  // visible key blocks: 0 … diag(m)
+    const int64_t nblk_cta = last >= 0 ? last / nr + 1 : 0;  // key blocks any row of the CTA sees
+    // This CTA's partials: part[r · nvis + n] = (max, Σexp(x − max)) of row r over block n.
+    float2* part = p.scratch + p.scratch_base[gb] + (int64_t(kvh) * gridDim.z + blockIdx.z) * kScoreRows * nvis;
     for (int64_t j0 = 0; j0 <= last; j0 += kScoreCols) {
       float acc[8];
       logits(j0, acc);
       for (int e8 = 0; e8 < 8; ++e8) {
-        if (j0 + lane > lim[warp * 8 + e8]) continue;
-        const float x = acc[e8];
-        if (x > mx[e8]) {
-          sm[e8] = sm[e8] * expf(mx[e8] - x) + 1.f;
-          mx[e8] = x;
+        const int r = warp * 8 + e8;
+        ps[r * kPPitch + lane] = j0 + lane <= lim[r] ? acc[e8] : -INFINITY;
+      }
+      __syncthreads();
+      const int64_t jend = min(j0 + kScoreCols - 1, int64_t(last));
+      const int64_t nb0 = j0 / nr, nblk = jend / nr - nb0 + 1;  // key blocks touched by this chunk
+      // One thread per (row, block): the chunk's columns of key block nb0 + b, merged with the
+      // block's partial from the previous chunk when the block started there.
+      for (int idx = tid; idx < kScoreRows * nblk; idx += kScoreThreads) {
+        const int r = idx / int(nblk), b = idx % int(nblk);
+        const int64_t n = nb0 + b;
+        const int64_t c0 = max(n * nr - j0, int64_t(0));
+        const int64_t c1 = min((n + 1) * nr - j0, int64_t(kScoreCols));
+        float cm = -INFINITY, cs = 0.f;
+        for (int64_t c = c0; c < c1; ++c) cm = fmaxf(cm, ps[r * kPPitch + c]);
+        if (cm != -INFINITY)
+          for (int64_t c = c0; c < c1; ++c) cs += expf(ps[r * kPPitch + c] - cm);
+        float2& slot = part[r * nvis + n];
+        if (n * nr >= j0) {
+          slot = make_float2(cm, cs);
         } else {
-          sm[e8] += expf(x - mx[e8]);
+          const float2 o = slot;
+          const float mm = fmaxf(o.x, cm);
+          slot = make_float2(mm, mm == -INFINITY ? 0.f : o.y * expf(o.x - mm) + cs * expf(cm - mm));
         }
       }
+      __syncthreads();  // ps is rewritten by the next chunk
     }
+
+    // ---- per row: max and sum over its blocks (warp w owns rows 8w … 8w+7) ----
     for (int e8 = 0; e8 < 8; ++e8) {
-      float m1 = mx[e8], s1 = sm[e8];
+      const int r = warp * 8 + e8;
+      float m1 = -INFINITY, s1 = 0.f;
+      for (int64_t n = lane; n < nblk_cta; n += 32) {
+        const float2 v = part[r * nvis + n];
+        const float mm = fmaxf(m1, v.x);
+        s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + v.y * expf(v.x - mm);
+        m1 = mm;
+      }
       for (int o = 16; o > 0; o >>= 1) {
         const float m2 = __shfl_xor_sync(0xffffffffu, m1, o), s2 = __shfl_xor_sync(0xffffffffu, s1, o);
         const float mm = fmaxf(m1, m2);
@@ -204,49 +233,28 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
         m1 = mm;
       }
       if (lane == 0) {
-        rmax[warp * 8 + e8] = m1;
+        rmax[r] = m1;
         // 1 / (row sum · sampled rows of the block): every score row then sums to 1.
-        rmul[warp * 8 + e8] = s1 > 0.f ? 1.f / (s1 * float(nr_act)) : 0.f;
+        rmul[r] = s1 > 0.f ? 1.f / (s1 * float(nr_act)) : 0.f;
       }
     }
     __syncthreads();
 
-    // ---- pass 2: probabilities, summed per (query head, key block) ----
-    const int64_t qlast = min((m + 1) * p.block, e.lq) - 1;
-    const int64_t nvis = (qlast + e.off) / p.block + 1;  // visible key blocks: 0 … diag(m)
-    for (int64_t j0 = 0; j0 <= last; j0 += kScoreCols) {
-      float acc[8];
-      logits(j0, acc);
-      for (int e8 = 0; e8 < 8; ++e8) {
-        const int r = warp * 8 + e8;
-        ps[r * kPPitch + lane] = j0 + lane <= lim[r] ? expf(acc[e8] - rmax[r]) * rmul[r] : 0.f;
+    // ---- block scores: Σ over the head's rows of the block's softmax mass, one thread per
+    // (head, block), rows in order (deterministic) ----
+    for (int64_t idx = tid; idx < heads_here * nblk_cta; idx += kScoreThreads) {
+      const int hl = int(idx / nblk_cta);
+      const int64_t n = idx % nblk_cta;
+      float v = 0.f;
+      for (int il = 0; il < rows_per_head; ++il) {
+        const int r = hl * rows_per_head + il;
+        const float2 pv = part[r * nvis + n];
+        if (pv.y > 0.f) v += pv.y * expf(pv.x - rmax[r]) * rmul[r];
       }
-      __syncthreads();
-      const int64_t jend = min(j0 + kScoreCols - 1, int64_t(last));
-      const int64_t nb0 = j0 / nr, nblk = jend / nr - nb0 + 1;  // key blocks touched by this chunk
-      // Row sums per block: columns of key block nb0 + b.
-      for (int idx = tid; idx < kScoreRows * nblk; idx += kScoreThreads) {
-        const int r = idx / int(nblk), b = idx % int(nblk);
-        const int64_t c0 = max((nb0 + b) * nr - j0, int64_t(0));
-        const int64_t c1 = min((nb0 + b + 1) * nr - j0, int64_t(kScoreCols));
-        float v = 0.f;
-        for (int64_t c = c0; c < c1; ++c) v += ps[r * kPPitch + c];
-        as[r * kPPitch + b] = v;
-      }
-      __syncthreads();
-      // Head sums over the block's rows, added to the score row (one thread per (head, block);
-      // chunks run in order, so a block straddling two chunks is accumulated deterministically).
-      for (int idx = tid; idx < heads_here * nblk; idx += kScoreThreads) {
-        const int hl = idx / int(nblk), b = idx % int(nblk);
-        const int64_t n = nb0 + b;
-        if (n >= nvis) continue;
-        float v = 0.f;
-        for (int il = 0; il < rows_per_head; ++il) v += as[(hl * rows_per_head + il) * kPPitch + b];
-        const int64_t row = e.row_base + int64_t(head0 + hl) * e.nqb + m;
-        p.scores[p.score_ptr[row] + n] += v;
-      }
-      __syncthreads();
+      const int64_t row = e.row_base + int64_t(head0 + hl) * e.nqb + m;
+      p.scores[p.score_ptr[row] + n] += v;
     }
+    __syncthreads();
   }  // row rounds
 }
 
@@ -261,7 +269,7 @@ cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream) {
 
 namespace {
 size_t scores_smem_bytes(int d) {
-  return sizeof(float) * (size_t(d) * kQPitch + size_t(kScoreCols) * (d + 1) + 2 * size_t(kScoreRows) * kPPitch);
+  return sizeof(float) * (size_t(d) * kQPitch + size_t(kScoreCols) * (d + 1) + size_t(kScoreRows) * kPPitch);
 }
 
 }  // namespace
