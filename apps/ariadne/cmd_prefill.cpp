@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "ariadne/device.hpp"
+#include "ariadne/parse.hpp"
 #include "ariadne/prefill.hpp"
 #include "ariadne/synthetic.hpp"
 #include "cli.hpp"
@@ -94,15 +95,9 @@ int run_prefill(const cli::Args& args) {
   ec.tau = args.real("tau", 0.95);
   ec.offset = parse_rr_offset(args.str("offset", "paper"));
   for (const std::string& t : args.list("tau-heads", "")) {  // optional per-head τ table
-    size_t pos = 0;
-    double v = 0;
-    try {
-      v = std::stod(t, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    ARIADNE_CHECK(pos == t.size() && pos > 0, "prefill: --tau-heads expects numbers, got '", t, "'");
-    ec.tau_per_head.push_back(v);
+    const auto v = parse_real(t);
+    ARIADNE_CHECK(v.has_value(), "prefill: --tau-heads expects numbers, got '", t, "'");
+    ec.tau_per_head.push_back(*v);
   }
   if (args.has("protect")) ec.protect = parse_protections(args.required("protect"));
   pc.attention_backend = parse_backend(args.str("backend", "cpu"));
