@@ -420,23 +420,20 @@ __global__ void __launch_bounds__(32 * Cfg::NW, Cfg::MIN_CTAS) attention_fwd_ker
           const int64_t at = int64_t(h) * p.total_q + stored(e.q0 + iq);
           const float scale = p.scale_log2 * 0.6931471805599453f;
           if (p.entropy != nullptr)
-            p.entropy[at] = l > 0.f ? (m + __log2f(l)) * 0.6931471805599453f - scale * u / l : 0.f;
-          if (p.distance != nullptr) p.distance[at] = l > 0.f ? w / l : 0.f;
+            p.entropy[at] = row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f - scale * u / l : 0.f;
+          if (p.distance != nullptr) p.distance[at] = row_has_mass(l) ? w / l : 0.f;
         }
       }
       if (p.sink_kind == kSinkDenominator) {
         // Z = exp(sink) + Σ exp(s): fold the sink in as one more key with no value.
-        const float mf = fmaxf(m, sink_log2);
-        l = l * ex2(m - mf) + ex2(sink_log2 - mf);
-        const float rescale = ex2(m - mf);
+        const float rescale = fold_sink(m, l, sink_log2);
 #pragma unroll
         for (int j = 0; j < DT; ++j) {
           acc[mt][j][2 * r] *= rescale;
           acc[mt][j][2 * r + 1] *= rescale;
         }
-        m = mf;
       }
-      const float inv = l > 0.f ? 1.f / l : 0.f;  // no key and no sink: out = 0
+      const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
 #pragma unroll
       for (int j = 0; j < DT; ++j) {
         const float o0 = acc[mt][j][2 * r] * inv, o1 = acc[mt][j][2 * r + 1] * inv;
@@ -452,7 +449,7 @@ __global__ void __launch_bounds__(32 * Cfg::NW, Cfg::MIN_CTAS) attention_fwd_ker
       }
       if (p.lse != nullptr && tq == 0 && iq < e.lq)
         p.lse[int64_t(h) * p.total_q + stored(e.q0 + iq)] =
-            l > 0.f ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+            row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
     }
   }
   if (!p.out_f32) {

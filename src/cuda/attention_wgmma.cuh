@@ -304,18 +304,15 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
     const int64_t iq = q_lo + row0 + g + 8 * r;
     if (p.sink_kind == kSinkDenominator) {
       // Z = exp(sink) + Σ exp(s): the sink is one more key with no value.
-      const float mf = fmaxf(m, sink_log2);
-      const float rescale = ex2(m - mf);
-      l = l * rescale + ex2(sink_log2 - mf);
+      const float rescale = fold_sink(m, l, sink_log2);
 #pragma unroll
       for (int n8 = 0; n8 < D / 8; ++n8) {
         acc[4 * n8 + 2 * r] *= rescale;
         acc[4 * n8 + 2 * r + 1] *= rescale;
       }
-      m = mf;
     }
     if (iq >= e.lq) continue;
-    const float inv = l > 0.f ? 1.f / l : 0.f;  // no key and no sink: out = 0
+    const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
     const int64_t orow = (e.q0 + iq) * p.o_tok + h * p.o_head;
 #pragma unroll
     for (int n8 = 0; n8 < D / 8; ++n8) {
@@ -327,7 +324,7 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
         *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + orow + col) = E::pack(o0, o1);
     }
     if (p.lse != nullptr && tq == 0)
-      p.lse[int64_t(h) * p.total_q + e.q0 + iq] = l > 0.f ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+      p.lse[int64_t(h) * p.total_q + e.q0 + iq] = row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
   }
 }
 

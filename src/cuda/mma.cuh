@@ -85,4 +85,22 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
+// Folds a denominator sink (log2 units) into a finished row's running max m and sum l, as one more
+// key with no value, and returns the factor the row's accumulators must be scaled by. The edges
+// follow docs/numerics.md: a −inf sink is the plain softmax; a +inf sink takes all the mass
+// (l = 1 at m = +inf: out 0, lse +inf); a NaN in m (a NaN logit) stays NaN. Comparisons before
+// the subtractions keep inf − inf from turning those cases into NaN.
+__device__ __forceinline__ float fold_sink(float& m, float& l, float sink_log2) {
+  if (sink_log2 == -INFINITY) return 1.f;
+  const float mf = fmaxf(m, sink_log2);  // fmaxf(NaN, s) = s: the NaN survives in `rescale`
+  const float rescale = m == mf ? 1.f : ex2(m - mf);
+  l = l * rescale + (sink_log2 == mf ? 1.f : ex2(sink_log2 - mf));
+  m = mf;
+  return rescale;
+}
+
+// Whether a finished row has softmax mass: l == 0 means no key and no sink (out 0, lse −inf); a
+// NaN l (a NaN logit) counts as mass so that the NaN reaches out and lse.
+__device__ __forceinline__ bool row_has_mass(float l) { return !(l <= 0.f); }
+
 }  // namespace ariadne::cuda
