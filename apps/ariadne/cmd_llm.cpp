@@ -7,8 +7,11 @@
 //   ariadne llm --gguf FILE --prompt "The capital of France is" --new 8
 //
 // Options: --block B (128), --offset paper|released, --new N (tokens generated, 8), --compare
-// (per layer: oracle metrics and output error vs dense; ~3x the attention work), --layers (print the
-// per-layer rows too), --dump DIR (q/k .npy of the first task's dense run), --backend cpu|reference,
+// (per layer of each sparse run: oracle metrics and output error vs dense; ~3x the attention work),
+// --probe (the dense run of each instance also scores every sparse configuration's mask against the
+// oracle on its real q/k: density, mass recall, block F1 per layer and head), --probe-outputs (and
+// their attention output error vs dense, per layer), --accuracy 0 (skip the sparse generation runs:
+// mask metrics only), --layers (per-layer and per-head rows in the JSON), --dump DIR (q/k .npy of the first task's dense run), --backend cpu|reference,
 // --threads N. Without --gguf the model is looked up as llm_model_path() says (llm.hpp).
 // Every run of a task instance under dense is the anchor of its accuracy ratio.
 #include <cstdlib>
@@ -39,10 +42,56 @@ struct MethodSpec {
   }
 };
 
+// Sums over layers (and heads) of mask metrics, for means over task instances.
+struct LayerSums {
+  int n = 0;
+  std::vector<double> density, recall, f1, err;
+  std::vector<std::vector<double>> recall_head, f1_head;
+  void add(const std::vector<const LayerTrace*>& layers) {
+    const size_t L = layers.size();
+    density.resize(L), recall.resize(L), f1.resize(L), err.resize(L), recall_head.resize(L), f1_head.resize(L);
+    for (size_t l = 0; l < L; ++l) {
+      const LayerTrace& t = *layers[l];
+      density[l] += t.density, recall[l] += t.mass_recall, f1[l] += t.f1, err[l] += t.out_rel_err;
+      recall_head[l].resize(t.mass_recall_per_head.size());
+      f1_head[l].resize(t.f1_per_head.size());
+      for (size_t h = 0; h < t.mass_recall_per_head.size(); ++h) recall_head[l][h] += t.mass_recall_per_head[h];
+      for (size_t h = 0; h < t.f1_per_head.size(); ++h) f1_head[l][h] += t.f1_per_head[h];
+    }
+    ++n;
+  }
+  static double mean(const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0 : s / double(v.size());
+  }
+  json to_json(bool heads) const {
+    auto scaled = [&](std::vector<double> v) {
+      for (double& x : v) x /= n;
+      return v;
+    };
+    json j = {{"instances", n}, {"density", mean(density) / n}, {"mass_recall", mean(recall) / n},
+              {"f1", mean(f1) / n}, {"out_rel_err", mean(err) / n}};
+    json pl = json::array();
+    for (size_t l = 0; l < density.size(); ++l) {
+      json e = {{"layer", l}, {"density", density[l] / n}, {"mass_recall", recall[l] / n}, {"f1", f1[l] / n},
+                {"out_rel_err", err[l] / n}};
+      if (heads) {
+        e["mass_recall_per_head"] = scaled(recall_head[l]);
+        e["f1_per_head"] = scaled(f1_head[l]);
+      }
+      pl.push_back(e);
+    }
+    j["per_layer"] = pl;
+    return j;
+  }
+};
+
 struct Agg {
-  int runs = 0, correct = 0, dense_correct_both = 0;
-  double density = 0, mass_recall = 0, f1 = 0, err = 0, ms = 0;
-  std::vector<double> layer_recall, layer_f1, layer_err, layer_density;
+  int runs = 0, correct = 0;
+  double density = 0, ms = 0;
+  LayerSums own;    // --compare: metrics on the method's own run
+  LayerSums probe;  // --probe: metrics on the dense run's q/k
 };
 
 json layer_json(const LayerTrace& t) {
@@ -105,6 +154,20 @@ int run_llm(const cli::Args& args) {
   const int seeds = int(args.integer("seeds", 1));
   const int seed0 = int(args.integer("seed", 1));
   const bool compare = args.flag("compare");
+  const bool probe = args.flag("probe");
+  const bool probe_outputs = args.flag("probe-outputs");
+  const bool accuracy = args.integer("accuracy", 1) != 0;
+  std::vector<EstimateConfig> probes;
+  for (const MethodSpec& m : methods) {
+    if (m.name == "dense") continue;
+    EstimateConfig ec;
+    ec.method = parse_estimator(m.name);
+    ec.tau = m.tau;
+    ec.stride = m.stride;
+    ec.block = block;
+    ec.offset = offset;
+    probes.push_back(ec);
+  }
   const bool layers = args.flag("layers");
   const std::string dump = args.str("dump", "");
   args.reject_unused();
@@ -118,8 +181,8 @@ int run_llm(const cli::Args& args) {
         for (const std::string& dep : depths) {
           const RetrievalTask task = make_retrieval_task(kind, tok, std::stoll(len), std::stod(dep), uint64_t(seed0 + s));
           const std::vector<int32_t> ids = tok.encode(task.prompt, false);
-          bool dense_ok = false;
           for (const MethodSpec& m : methods) {
+            if (!accuracy && m.name != "dense") continue;
             PrefillOptions po;
             po.method.dense = m.name == "dense";
             po.method.attention_backend = backend;
@@ -131,6 +194,10 @@ int run_llm(const cli::Args& args) {
               po.method.estimate.block = block;
               po.method.estimate.offset = offset;
             }
+            if (po.method.dense && probe) {
+              po.probes = probes;
+              po.probe_outputs = probe_outputs;
+            }
             if (po.method.dense && !dump.empty() && !dumped) {
               po.dump_dir = dump;
               dumped = true;
@@ -139,7 +206,6 @@ int run_llm(const cli::Args& args) {
             const std::vector<int32_t> gen = model.generate(ids, n_new, po, &tr, tok.eos());
             const std::string text = tok.decode(gen);
             const bool ok = retrieval_correct(text, task.answer);
-            if (po.method.dense) dense_ok = ok;
             json run = {{"task", kind}, {"tokens", task.tokens}, {"depth", task.depth}, {"seed", task.seed},
                         {"method", m.name}, {"tau", m.tau}, {"stride", m.stride}, {"answer", task.answer},
                         {"generated", text}, {"correct", ok}, {"density", tr.density},
@@ -148,26 +214,32 @@ int run_llm(const cli::Args& args) {
             Agg& a = agg[kind + "/" + len + "/" + m.label()];
             a.runs++;
             a.correct += ok;
-            a.dense_correct_both += ok && dense_ok;
             a.density += tr.density;
             a.ms += tr.ms_total;
+            std::vector<const LayerTrace*> own;
+            for (const LayerTrace& t : tr.layers) own.push_back(&t);
             if (compare) {
-              json lj = json::array();
-              double r = 0, f = 0, e = 0;
-              const size_t L = tr.layers.size();
-              a.layer_recall.resize(L), a.layer_f1.resize(L), a.layer_err.resize(L), a.layer_density.resize(L);
-              for (size_t l = 0; l < L; ++l) {
-                const LayerTrace& t = tr.layers[l];
-                r += t.mass_recall, f += t.f1, e += t.out_rel_err;
-                a.layer_recall[l] += t.mass_recall, a.layer_f1[l] += t.f1, a.layer_err[l] += t.out_rel_err;
-                a.layer_density[l] += t.density;
-                lj.push_back(layer_json(t));
+              a.own.add(own);
+              run["mass_recall"] = LayerSums::mean([&] {
+                std::vector<double> v;
+                for (const LayerTrace& t : tr.layers) v.push_back(t.mass_recall);
+                return v;
+              }());
+              if (layers) {
+                json lj = json::array();
+                for (const LayerTrace& t : tr.layers) lj.push_back(layer_json(t));
+                run["layers"] = lj;
               }
-              run["mass_recall"] = r / double(L);
-              run["f1"] = f / double(L);
-              run["out_rel_err"] = e / double(L);
-              a.mass_recall += r / double(L), a.f1 += f / double(L), a.err += e / double(L);
-              if (layers) run["layers"] = lj;
+            }
+            if (!po.probes.empty()) {
+              size_t i = 0;
+              for (const MethodSpec& pm : methods) {
+                if (pm.name == "dense") continue;
+                std::vector<const LayerTrace*> pl;
+                for (const LayerTrace& t : tr.layers) pl.push_back(&t.probes[i]);
+                agg[kind + "/" + len + "/" + pm.label()].probe.add(pl);
+                ++i;
+              }
             }
             if (!args.json())
               std::cerr << kind << " " << task.tokens << " tok depth " << task.depth << " seed " << task.seed << " "
@@ -182,33 +254,32 @@ int run_llm(const cli::Args& args) {
   for (const auto& [key, a] : agg) {
     const std::string dense_key = key.substr(0, key.rfind('/')) + "/dense";
     const Agg& d = agg.at(dense_key);
-    json s = {{"case", key}, {"runs", a.runs}, {"accuracy", double(a.correct) / a.runs},
-              {"dense_accuracy", double(d.correct) / d.runs},
-              {"accuracy_vs_dense", d.correct ? double(a.correct) / d.correct : 0.0},
-              {"density", a.density / a.runs}, {"s_prefill", a.ms / a.runs / 1000}};
-    if (compare) {
-      s["mass_recall"] = a.mass_recall / a.runs;
-      s["f1"] = a.f1 / a.runs;
-      s["out_rel_err"] = a.err / a.runs;
-      json pl = json::array();
-      for (size_t l = 0; l < a.layer_recall.size(); ++l)
-        pl.push_back({{"layer", l}, {"density", a.layer_density[l] / a.runs},
-                      {"mass_recall", a.layer_recall[l] / a.runs}, {"f1", a.layer_f1[l] / a.runs},
-                      {"out_rel_err", a.layer_err[l] / a.runs}});
-      s["per_layer"] = pl;
+    json s = {{"case", key}, {"runs", a.runs}};
+    if (a.runs > 0) {
+      s["accuracy"] = double(a.correct) / a.runs;
+      s["dense_accuracy"] = double(d.correct) / d.runs;
+      s["accuracy_vs_dense"] = d.correct ? double(a.correct) / d.correct : 0.0;
+      s["density"] = a.density / a.runs;
+      s["s_prefill"] = a.ms / a.runs / 1000;
     }
+    if (a.own.n > 0) s["own"] = a.own.to_json(layers);
+    if (a.probe.n > 0) s["probe"] = a.probe.to_json(layers);
     summary.push_back(s);
   }
   if (args.json()) {
     cli::print_json({{"model", model_json}, {"block", block}, {"offset", rr_offset_name(offset)},
                      {"new_tokens", n_new}, {"summary", summary}, {"runs", runs}});
   } else {
-    std::cout << "| case | runs | accuracy | vs dense | density | mass recall | block F1 | out err | s/prefill |\n"
-              << "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
-    for (const json& s : summary)
-      std::cout << "| " << s["case"].get<std::string>() << " | " << s["runs"] << " | " << s["accuracy"] << " | "
-                << s["accuracy_vs_dense"] << " | " << s["density"] << " | " << s.value("mass_recall", 0.0) << " | "
-                << s.value("f1", 0.0) << " | " << s.value("out_rel_err", 0.0) << " | " << s["s_prefill"] << " |\n";
+    std::cout << "| case | runs | accuracy | vs dense | density | s/prefill | probe density | mass recall | block F1 "
+                 "| out err |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+    for (const json& s : summary) {
+      const json pr = s.value("probe", json::object());
+      std::cout << "| " << s["case"].get<std::string>() << " | " << s["runs"] << " | " << s.value("accuracy", 0.0)
+                << " | " << s.value("accuracy_vs_dense", 0.0) << " | " << s.value("density", 0.0) << " | "
+                << s.value("s_prefill", 0.0) << " | " << pr.value("density", 0.0) << " | "
+                << pr.value("mass_recall", 0.0) << " | " << pr.value("f1", 0.0) << " | " << pr.value("out_rel_err", 0.0)
+                << " |\n";
+    }
   }
   return 0;
 }

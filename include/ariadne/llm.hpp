@@ -52,12 +52,19 @@ struct LayerTrace {
   std::vector<double> mass_recall_per_head;  // [heads]
   std::vector<double> f1_per_head;           // [heads]
   double out_rel_err = 0;                    // ‖o − o_dense‖₂ / ‖o_dense‖₂ on this layer's q/k/v
+  std::vector<LayerTrace> probes;            // one per PrefillOptions::probes entry
 };
 
 struct PrefillOptions {
   PrefillConfig method;       // dense = true for the anchor; else the estimator, τ, block, stride
   bool compare = false;       // per layer also: the oracle, metrics and dense output (costs ~3x)
   std::string dump_dir;       // non-empty: writes q_LL.npy, k_LL.npy [heads, tokens, head_dim] f32
+  // Estimators measured on this run's own q/k at every layer without changing the run (the run's
+  // method decides what flows on): each probe's mask against the oracle at the probe's τ and
+  // block, and with probe_outputs its attention output against dense attention on the same q/k/v.
+  // One prefill thus scores many configurations on identical real heads.
+  std::vector<EstimateConfig> probes;
+  bool probe_outputs = false;
 };
 
 struct PrefillTrace {

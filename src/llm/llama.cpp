@@ -224,38 +224,70 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
       PrefillConfig method = opt->method;
       method.attention_backend = host_backend(method.attention_backend, p);
       std::vector<float> dense_out;
-      EstimateResult oracle;
-      if (opt->compare) {
+      // The dense output on this layer's q/k/v: the run's own when it is dense.
+      const bool need_dense = opt->compare || (opt->probe_outputs && !opt->probes.empty());
+      if (need_dense && !method.dense) {
         PrefillConfig dc = method;
         dc.dense = true;
         AttentionParams pd = p;
         dense_out.resize(att.size());
         pd.out = view3(dense_out.data(), n, c.heads, c.head_dim);
         ariadne::prefill(pd, dc);
-        if (!opt->method.dense) {
-          EstimateConfig oc = opt->method.estimate;
-          oc.method = Estimator::oracle;
-          oc.protect.reset();
-          oracle = estimate(p.q, p.k, p.pattern, oc, opt->method.estimate_backend);
-        }
       }
+      // Oracles by (τ, block), shared by the run's own comparison and the probes.
+      std::vector<std::pair<EstimateConfig, EstimateResult>> oracles;
+      const auto oracle_for = [&](const EstimateConfig& ec) -> const EstimateResult& {
+        for (const auto& [cfg, res] : oracles)
+          if (cfg.tau == ec.tau && cfg.block == ec.block && cfg.tau_per_head == ec.tau_per_head) return res;
+        EstimateConfig oc = ec;
+        oc.method = Estimator::oracle;
+        oc.protect.reset();
+        oracles.emplace_back(oc, estimate(p.q, p.k, p.pattern, oc, method.estimate_backend));
+        return oracles.back().second;
+      };
+      // Fills the mask metrics of `t` for an estimate against its oracle.
+      const auto score = [&](LayerTrace& t, const EstimateResult& est, const EstimateConfig& ec) {
+        const EstimateResult& oracle = oracle_for(ec);
+        const MaskMetrics mm = compare_to_oracle(est.mask, oracle);
+        t.mass_recall = mm.mass_recall;
+        t.precision = mm.precision;
+        t.recall = mm.recall;
+        t.f1 = mm.f1;
+        t.mass_recall_per_head = mm.mass_recall_per_head;
+        t.f1_per_head = f1_per_head(est.mask, oracle.mask, c.heads);
+      };
       const PrefillResult r = ariadne::prefill(p, method);
       lt.density = r.stats.density;
       lt.ms_estimate = r.stats.ms_estimate;
       lt.ms_attention = r.stats.ms_attention;
+      if (need_dense && method.dense) dense_out = att;
       if (opt->compare) {
         lt.out_rel_err = rel_l2(att, dense_out);
-        if (!opt->method.dense) {
-          const MaskMetrics mm = compare_to_oracle(r.estimate.mask, oracle);
-          lt.mass_recall = mm.mass_recall;
-          lt.precision = mm.precision;
-          lt.recall = mm.recall;
-          lt.f1 = mm.f1;
-          lt.mass_recall_per_head = mm.mass_recall_per_head;
-          lt.f1_per_head = f1_per_head(r.estimate.mask, oracle.mask, c.heads);
+        if (!method.dense) score(lt, r.estimate, method.estimate);
+        else lt.mass_recall = lt.precision = lt.recall = lt.f1 = 1;
+      }
+      for (const EstimateConfig& ec : opt->probes) {
+        LayerTrace pt;
+        PrefillConfig pc = method;
+        pc.dense = false;
+        pc.estimate = ec;
+        if (opt->probe_outputs) {
+          std::vector<float> po(att.size());
+          AttentionParams pp = p;
+          pp.out = view3(po.data(), n, c.heads, c.head_dim);
+          const PrefillResult pr = ariadne::prefill(pp, pc);
+          pt.out_rel_err = rel_l2(po, dense_out);
+          pt.density = pr.stats.density;
+          pt.ms_estimate = pr.stats.ms_estimate;
+          pt.ms_attention = pr.stats.ms_attention;
+          score(pt, pr.estimate, ec);
         } else {
-          lt.mass_recall = lt.precision = lt.recall = lt.f1 = 1;
+          const EstimateResult est = estimate(p.q, p.k, p.pattern, ec, method.estimate_backend);
+          pt.density = est.stats.density;
+          pt.ms_estimate = est.stats.ms_total;
+          score(pt, est, ec);
         }
+        lt.probes.push_back(std::move(pt));
       }
       if (trace != nullptr) {
         trace->ms_attention += lt.ms_attention;
