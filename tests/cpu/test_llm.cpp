@@ -220,6 +220,23 @@ TEST(Llm, DenseEqualsOracleAtTauOneAndDecodeMatchesPrefill) {
     EXPECT_EQ(t.f1_per_head.size(), size_t(kHeads));
   }
 
+  // Probes on the dense run: layer 0 sees the same q/k/v in every run, so RR probed there equals
+  // the RR run's own layer-0 comparison exactly; at later layers the runs differ.
+  PrefillOptions probed = dense;
+  probed.probes = {rr.method.estimate};
+  probed.probe_outputs = true;
+  PrefillTrace pt;
+  const std::vector<float> lp = m.prefill(tokens, probed, &pt);
+  EXPECT_EQ(lp, ld);  // probing does not change the run
+  ASSERT_EQ(pt.layers[0].probes.size(), 1u);
+  const LayerTrace& a = pt.layers[0].probes[0];
+  const LayerTrace& b = tr.layers[0];
+  EXPECT_EQ(a.density, b.density);
+  EXPECT_EQ(a.mass_recall, b.mass_recall);
+  EXPECT_EQ(a.f1, b.f1);
+  EXPECT_EQ(a.f1_per_head, b.f1_per_head);
+  EXPECT_EQ(a.out_rel_err, b.out_rel_err);
+
   // The KV cache: prefill(n − 1) + decode(last) == prefill(n) at the last position.
   std::vector<int32_t> head(tokens.begin(), tokens.end() - 1);
   m.prefill(head, dense);
