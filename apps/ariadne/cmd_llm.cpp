@@ -241,8 +241,8 @@ int run_llm(const cli::Args& args) {
                 ++i;
               }
             }
-            if (!args.json())
-              std::cerr << kind << " " << task.tokens << " tok depth " << task.depth << " seed " << task.seed << " "
+            // Progress on stderr in every mode: long sweeps can be read (and salvaged) while they run.
+            std::cerr << kind << " " << task.tokens << " tok depth " << task.depth << " seed " << task.seed << " "
                         << m.label() << ": '" << text << "' " << (ok ? "ok" : "WRONG") << " density "
                         << std::setprecision(3) << tr.density << " " << std::setprecision(5) << tr.ms_total / 1000
                         << " s\n";
