@@ -10,6 +10,10 @@
 // tiles compute (the band-aware tiling's efficiency). "ms_colorder" (window cases on a square
 // grid): the same attention over the column-major token order, gathered inside the kernel.
 //
+// With ARIADNE_WGMMA=1 in the environment, calls the backend routes to the Hopper wgmma kernel
+// report impl "ariadne_wgmma" (decided per case by cuda_uses_wgmma, so a case that stays on the
+// mma.sync kernel keeps "ariadne"); stack cases report "ariadne_wgmma" when the switch is on.
+//
 // Usage: bench_attention_cuda [cases.json] [id-prefix[,id-prefix...] ...]
 #if defined(ARIADNE_WITH_CUDA)
 
@@ -18,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -254,7 +259,7 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   c.computed *= double(hq) / heads_counted;
   nlohmann::json r;
   r["id"] = id;
-  r["impl"] = "ariadne";
+  r["impl"] = cuda_uses_wgmma(params[0]) ? "ariadne_wgmma" : "ariadne";
   r["ms"] = ms;
   r["tflops"] = 4.0 * d * c.pairs / (ms * 1e-3) / 1e12;
   r["ms_stream"] = median(stream_ms);
@@ -369,7 +374,8 @@ nlohmann::json run_stack(const nlohmann::json& jc, std::mt19937_64& rng) {
   const double ms = median(ms_runs);
   nlohmann::json r;
   r["id"] = id;
-  r["impl"] = "ariadne";
+  const char* wgmma = std::getenv("ARIADNE_WGMMA");
+  r["impl"] = wgmma != nullptr && std::string(wgmma) == "1" ? "ariadne_wgmma" : "ariadne";
   r["ms"] = ms;
   r["tflops"] = flops / (ms * 1e-3) / 1e12;
   r["note"] = "32 layers, each on its own q/k/v; token orders fused into the kernels (no gathers)";

@@ -8,6 +8,7 @@
 #include "backends.hpp"
 #include "cuda/internal.hpp"
 #include "cuda/attention_fwd.cuh"
+#include "cuda/attention_wgmma.cuh"
 
 namespace ariadne {
 namespace {
@@ -55,12 +56,40 @@ bool choose_wide(const AttentionParams& p) {
   return ctas >= 2 * 132;
 }
 
+// The wgmma kernel (attention_wgmma.cuh) runs dense rows (full, causal, any window_right without a
+// left bound, varlen, GQA, sinks) at head dims 64, 80 and 128 on compute capability 9.0. Until it
+// is validated on the device it is opt-in: ARIADNE_WGMMA=1 in the environment, read per call.
+bool wgmma_eligible(const AttentionParams& p) {
+  const char* env = std::getenv("ARIADNE_WGMMA");
+  if (env == nullptr || std::string(env) != "1") return false;
+  const int d = p.head_dim();
+  if (d != 64 && d != 80 && d != 128) return false;
+  const Pattern& pat = p.pattern;
+  if (pat.blocks.defined() || pat.window_left != kUnbounded || pat.chunk > 0) return false;
+  if (p.entropy.defined() || p.distance.defined()) return false;  // diagnostics: mma.sync kernel
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;  // wgmma and setmaxnreg are sm_90a instructions
+}
+
+template <int D>
+cudaError_t launch_wgmma_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
+  return dtype == DType::bf16 ? cuda::launch_wgmma<D, cuda::Bf16>(fp, st) : cuda::launch_wgmma<D, cuda::F16>(fp, st);
+}
+
 }  // namespace
 
+bool cuda_uses_wgmma(const AttentionParams& p) { return wgmma_eligible(p); }
+
 int cuda_query_tile_rows(const AttentionParams& p) {
+  if (wgmma_eligible(p)) return cuda::WgShape<64>::BM;
   return choose_wide(p) ? cuda::WideConfig::BM : cuda::BandConfig::BM;
 }
 int cuda_key_tile_rows(const AttentionParams& p) {
+  if (wgmma_eligible(p)) return cuda::WgShape<64>::BN;
   return choose_wide(p) ? cuda::WideConfig::BN : cuda::BandConfig::BN;
 }
 
@@ -163,11 +192,19 @@ void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
     fp.lse = scratch;
   }
   cudaError_t err = cudaSuccess;
-  switch (p.head_dim()) {
-    case 64: err = launch_dim<64>(fp, p.q.dtype, wide, st); break;
-    case 80: err = launch_dim<80>(fp, p.q.dtype, wide, st); break;
-    case 96: err = launch_dim<96>(fp, p.q.dtype, wide, st); break;
-    default: err = launch_dim<128>(fp, p.q.dtype, wide, st); break;
+  if (order == nullptr && wgmma_eligible(p)) {
+    switch (p.head_dim()) {
+      case 64: err = launch_wgmma_dim<64>(fp, p.q.dtype, st); break;
+      case 80: err = launch_wgmma_dim<80>(fp, p.q.dtype, st); break;
+      default: err = launch_wgmma_dim<128>(fp, p.q.dtype, st); break;
+    }
+  } else {
+    switch (p.head_dim()) {
+      case 64: err = launch_dim<64>(fp, p.q.dtype, wide, st); break;
+      case 80: err = launch_dim<80>(fp, p.q.dtype, wide, st); break;
+      case 96: err = launch_dim<96>(fp, p.q.dtype, wide, st); break;
+      default: err = launch_dim<128>(fp, p.q.dtype, wide, st); break;
+    }
   }
   if (err != cudaSuccess && scratch != nullptr) cudaFreeAsync(scratch, st);
   ARIADNE_CHECK(err == cudaSuccess, "cuda: attention kernel launch failed: ", cudaGetErrorString(err));

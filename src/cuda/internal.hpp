@@ -11,7 +11,12 @@ namespace ariadne {
 // The tile shape the backend picks for a call, for cost models and benchmarks that report the
 // useful-work fraction of the tiles next to the time.
 int cuda_query_tile_rows(const AttentionParams& p);  // 64 or 128
-int cuda_key_tile_rows(const AttentionParams& p);    // 64
+int cuda_key_tile_rows(const AttentionParams& p);    // 64 (128 on the wgmma kernel)
+
+// Whether attention_cuda runs this call on the Hopper wgmma kernel (src/cuda/attention_wgmma.cuh):
+// ARIADNE_WGMMA=1 is set, the GPU is compute capability 9.0, and the call is one it handles (dense
+// rows: no left window bound, no chunk, no block mask, no entropy/distance; head dim 64, 80, 128).
+bool cuda_uses_wgmma(const AttentionParams& p);
 
 // attention_cuda with a fused token order: `order` [total] int32 (device memory) is a permutation
 // of the packed rows, total_q == total_k; logical row i of the pattern is stored at packed row

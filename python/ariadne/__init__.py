@@ -1,0 +1,437 @@
+"""ariadne: cheap softmax attention for multimodal LLMs.
+
+The C++ library does the work; this package is glue. Arrays cross by DLPack without a copy:
+numpy arrays on the CPU, PyTorch and CuPy tensors on the CPU or on CUDA. See docs/python.md.
+
+    import numpy as np, ariadne
+    q = np.random.randn(1024, 16, 80).astype(np.float32)          # [tokens, heads, head_dim]
+    out, lse = ariadne.attention(q, q, q, pattern=ariadne.Pattern.window(64, 64),
+                                 sink=np.zeros(16, np.float32), lse=True, backend="reference")
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _ariadne
+from ._ariadne import (
+    BlockMask,
+    Error,
+    EstimateResult,
+    EstimateStats,
+    HeadScore,
+    ImageScores,
+    LayerDiag,
+    LayerSpec,
+    MaskMetrics,
+    Pattern,
+    PrefillResult,
+    ReceptiveField,
+    Schedule,
+    ScheduleCost,
+    ShsAccumulator,
+    TileCount,
+    TokenOrder,
+    auroc,
+    backend_supports as _backend_supports,
+    compare_to_oracle,
+    count_pairs,
+    count_tiles,
+    cpu_threads,
+    cuda_available,
+    image_grid,
+    label_patches,
+    layer_pattern,
+    order_conversion,
+    patch_fractions,
+    permute_tokens,
+    read_label_map,
+    rr_sample_position,
+    schedule,
+    schedule_cost,
+    schedule_presets,
+    set_cpu_threads,
+)
+
+__all__ = [
+    "BlockMask", "Error", "EstimateResult", "EstimateStats", "HeadScore", "ImageScores", "LayerDiag", "LayerSpec",
+    "MaskMetrics", "Pattern", "PrefillResult", "ReceptiveField", "Schedule", "ScheduleCost", "ShsAccumulator",
+    "TileCount", "TokenOrder", "attention", "auroc", "backend_supports", "compare_to_oracle", "count_pairs",
+    "count_tiles", "cpu_threads", "cuda_available", "diagnose_layer", "estimate", "flops", "image_grid",
+    "label_patches", "layer_pattern", "order", "order_conversion", "patch_fractions", "permute_tokens", "prefill",
+    "read_label_map", "receptive_field", "rr_estimate", "rr_sample_position", "schedule", "schedule_cost",
+    "schedule_presets", "set_cpu_threads", "shs_index",
+]
+
+
+@atexit.register
+def _quiet_leak_report_under_torch() -> None:
+    # With torch loaded, its teardown keeps objects alive past nanobind's leak check at exit, which
+    # then reports leaks that are not ours. Without torch none are reported
+    # (tests/python/test_stubs.py::test_no_leaks_at_exit checks), so the report stays on there.
+    if "torch" in sys.modules:
+        _ariadne._set_leak_warnings(False)
+
+
+Array = Any  # numpy.ndarray, torch.Tensor, cupy.ndarray or anything else that speaks DLPack
+Grid = Tuple[int, int]
+
+
+# ---- arrays of several frameworks, told apart by their module (none of them is imported here) ----
+
+def _framework(x: Array) -> str:
+    return type(x).__module__.split(".")[0]
+
+
+def _is_ml_dtypes_bf16(x: Array) -> bool:
+    # numpy has no bfloat16; ml_dtypes adds one that DLPack cannot describe. Such arrays are passed
+    # as their uint16 bits with a flag telling the native side what they are.
+    return isinstance(x, np.ndarray) and x.dtype.name == "bfloat16"
+
+
+def _bits(x: Optional[Array]) -> Optional[Array]:
+    return x.view(np.uint16) if x is not None and _is_ml_dtypes_bf16(x) else x
+
+
+def _empty(like: Array, shape: Tuple[int, ...], f32: bool) -> Array:
+    """An uninitialized array of `shape` in the framework and on the device of `like`."""
+    fw = _framework(like)
+    if fw == "numpy":
+        return np.empty(shape, np.float32 if f32 else like.dtype)
+    if fw == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=torch.float32 if f32 else like.dtype, device=like.device)
+    if fw == "cupy":
+        import cupy
+
+        return cupy.empty(shape, cupy.float32 if f32 else like.dtype)
+    raise TypeError(f"ariadne: cannot allocate outputs like a {type(like).__name__}; pass out= (and lse=) arrays")
+
+
+def _ints(x: Optional[Union[Array, Sequence[int]]]) -> Optional[Array]:
+    """cu_seqlens as int32: lists become numpy arrays; device tensors are passed through."""
+    if x is None:
+        return None
+    if isinstance(x, (list, tuple)):
+        return np.asarray(x, dtype=np.int32)
+    if isinstance(x, np.ndarray) and x.dtype != np.int32:
+        return np.ascontiguousarray(x, dtype=np.int32)
+    if _framework(x) == "torch" and str(x.dtype) != "torch.int32":
+        import torch
+
+        return x.to(torch.int32).contiguous()
+    return x
+
+
+def _f32(x: Optional[Array]) -> Optional[Array]:
+    """Sink values as float32 (they are one number per head: a copy costs nothing)."""
+    if x is None:
+        return None
+    if isinstance(x, (list, tuple, float, int)):
+        return np.asarray(x, dtype=np.float32).reshape(-1)
+    if _framework(x) == "torch":
+        import torch
+
+        return x.detach().to(torch.float32).contiguous()
+    return x
+
+
+def _stream_of(q: Array, stream: Optional[int]) -> int:
+    """The CUDA stream to launch on: the one given, else the framework's current stream."""
+    if stream is not None:
+        return int(stream)
+    fw = _framework(q)
+    if fw == "torch" and q.is_cuda:
+        import torch
+
+        return int(torch.cuda.current_stream(q.device).cuda_stream)
+    if fw == "cupy":
+        import cupy
+
+        return int(cupy.cuda.get_current_stream().ptr)
+    return 0
+
+
+class _on_device:
+    """Makes q's GPU the current one while a kernel is launched (no-op on the CPU)."""
+
+    def __init__(self, q: Array):
+        self.ctx = None
+        fw = _framework(q)
+        if fw == "torch" and q.is_cuda:
+            import torch
+
+            self.ctx = torch.cuda.device(q.device)
+        elif fw == "cupy":
+            self.ctx = q.device
+
+    def __enter__(self):
+        if self.ctx is not None:
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+
+
+def _sink_mode(sink: Optional[Array], sink_mode: Optional[str]) -> str:
+    if sink_mode is None:
+        return "none" if sink is None else "denominator"
+    return sink_mode
+
+
+def attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    pattern: Pattern = Pattern.full(),
+    sink: Optional[Array] = None,
+    sink_mode: Optional[str] = None,
+    cu_seqlens: Optional[Union[Array, Sequence[int]]] = None,
+    cu_seqlens_k: Optional[Union[Array, Sequence[int]]] = None,
+    blocks: Optional[BlockMask] = None,
+    out: Optional[Array] = None,
+    lse: Union[bool, Array] = False,
+    scale: float = 0.0,
+    backend: str = "auto",
+    stream: Optional[int] = None,
+    entropy: Optional[Array] = None,
+    distance: Optional[Array] = None,
+    received: Optional[Array] = None,
+    coords_q: Optional[Array] = None,
+    coords_k: Optional[Array] = None,
+) -> Tuple[Array, Optional[Array]]:
+    """Softmax attention with a pattern, an optional per-head sink and packed sequences.
+
+    q: [total_q, heads_q, head_dim]; k, v: [total_k, heads_kv, head_dim] (GQA: heads_q multiple of
+    heads_kv). float32, float16 or bfloat16 (torch bf16, or ml_dtypes bf16 numpy arrays); the last
+    dim contiguous, other strides free (q/k/v may be slices of one packed qkv tensor); all on one
+    device. numpy arrays run on the CPU; torch/CuPy CUDA tensors on the GPU (CUDA builds only).
+    pattern: Pattern.full() / causal() / window(l, r) / chunked(c); applied within each sequence.
+    sink: [heads_q] logits (scaled-score units); sink_mode 'denominator' (default when a sink is
+        given: GPT-OSS / FA4 / cuDNN) or 'key0' (MiMo-V2.5 reference: added to key 0's logit).
+    cu_seqlens: int32 [sequences + 1] offsets of a packed batch (queries; keys too unless
+        cu_seqlens_k is given). Host arrays or lists, or tensors on q's device.
+    blocks: BlockMask, block-sparse rows per (sequence, head, query block), intersected with pattern.
+    out: [total_q, heads_q, head_dim] (dtype of q or float32), written in place; allocated when None.
+    lse: False, True (allocate) or a float32 [heads_q, total_q] array; natural log, includes the sink.
+    scale: 0 selects 1/sqrt(head_dim). backend: 'auto', 'reference', 'cpu' or 'cuda'.
+    stream: cudaStream_t as an int; None uses the current torch / CuPy stream of q's device.
+    entropy, distance: float32 [heads_q, total_q]; received: float32 [heads_q, total_k]; optional
+        diagnostics written in place (distance needs coords_q / coords_k float32 [tokens, 2]).
+
+    Returns (out, lse), lse None when not requested. Raises ariadne.Error (a ValueError) with the
+    library's message on bad input. The GIL is released while the kernel runs.
+    """
+    # Allocated like q; a q of the wrong rank is reported by the library's checks below.
+    if out is None:
+        out = _empty(q, tuple(q.shape), False)
+    if lse is True:
+        lse = _empty(q, (q.shape[1], q.shape[0]) if len(q.shape) >= 2 else (0, 0), True)
+    elif lse is False:
+        lse = None
+    bf16 = any(_is_ml_dtypes_bf16(x) for x in (q, k, v, out))
+    with _on_device(q):
+        _ariadne.attention_into(
+            _bits(q), _bits(k), _bits(v), _bits(out), lse, pattern, _ints(cu_seqlens), _ints(cu_seqlens_k), blocks,
+            _f32(sink), _sink_mode(sink, sink_mode), float(scale), backend, _stream_of(q, stream), bf16, entropy,
+            distance, received, coords_q, coords_k)
+    return out, lse
+
+
+def backend_supports(
+    backend: str,
+    q: Array,
+    k: Array,
+    v: Array,
+    pattern: Pattern = Pattern.full(),
+    sink: Optional[Array] = None,
+    sink_mode: Optional[str] = None,
+    cu_seqlens: Optional[Union[Array, Sequence[int]]] = None,
+    cu_seqlens_k: Optional[Union[Array, Sequence[int]]] = None,
+    blocks: Optional[BlockMask] = None,
+    out: Optional[Array] = None,
+) -> Tuple[bool, str]:
+    """(supported, why): whether `backend` can run attention() with these arguments; when it
+    cannot, `why` names the missing feature. Shapes and dtypes are checked as attention() does."""
+    if out is None:
+        out = _empty(q, tuple(q.shape), False)
+    bf16 = any(_is_ml_dtypes_bf16(x) for x in (q, k, v, out))
+    return _backend_supports(backend, _bits(q), _bits(k), _bits(v), _bits(out), None, pattern, _ints(cu_seqlens),
+                             _ints(cu_seqlens_k), blocks, _f32(sink), _sink_mode(sink, sink_mode), bf16)
+
+
+def _grids(grids: Union[Grid, Sequence[Grid]]) -> list:
+    """One (h, w) grid or a list of them, as a list of (h, w) tuples."""
+    if len(grids) == 2 and all(isinstance(x, (int, np.integer)) for x in grids):
+        return [(int(grids[0]), int(grids[1]))]
+    return [(int(h), int(w)) for h, w in grids]
+
+
+def order(grids: Union[Grid, Sequence[Grid]], kind: str = "block_row", merge: int = 2, window: int = 4) -> TokenOrder:
+    """Token order `kind` ('raster', 'qwen_window', 'block_row', 'block_col') of one (h, w) patch
+    grid or a list of them packed one after another. merge: merge-unit side in patches; window:
+    Qwen window side in merge units. The result's perm / inverse / cu_seqlens / cu_windows / coords
+    are read-only numpy arrays (int32, coords float32 [total, 2])."""
+    return _ariadne.make_order(kind, _grids(grids), merge, window)
+
+
+def _images(images: Union[int, Grid, Sequence[Grid]], patch: int, merge: int) -> list:
+    if isinstance(images, (int, np.integer)):
+        return [image_grid(int(images), patch, merge)]
+    return _grids(images)
+
+
+def flops(
+    schedule: Union[str, Schedule] = "ariadne",
+    images: Union[int, Grid, Sequence[Grid]] = 896,
+    window: int = 64,
+    heads: int = 16,
+    head_dim: int = 80,
+    patch: int = 14,
+    merge: int = 2,
+    qwen_window: int = 4,
+    tile: Tuple[int, int] = (128, 128),
+) -> ScheduleCost:
+    """Whole-encoder attention cost of a schedule (name, short syntax or Schedule) on images given
+    as one side in pixels (e.g. 896), one (h, w) patch grid, or a list of grids. Qwen2.5-VL
+    defaults. `.flops` is one plain forward (4 * head_dim per allowed pair); `.flops_paper` the
+    paper's convention (4x); `.tiles` / `.useful_fraction` what a tiled kernel visits."""
+    s = _ariadne.schedule(schedule, window) if isinstance(schedule, str) else schedule
+    return schedule_cost(s, _images(images, patch, merge), heads, head_dim, patch, merge, qwen_window, tuple(tile))
+
+
+def receptive_field(
+    schedule: Union[str, Schedule],
+    grid: Grid,
+    start: Optional[Tuple[int, int]] = None,
+    window: int = 4,
+    merge: int = 1,
+    qwen_window: int = 4,
+) -> ReceptiveField:
+    """How far one token's information spreads through a schedule on an (h, w) grid, starting at
+    patch `start` (default: the centre). merge 1 = token level, as in the talk's 10x14, window-4
+    example. `.coverage` float64 [layers]; `.reached` int32 [h, w]."""
+    s = _ariadne.schedule(schedule, window) if isinstance(schedule, str) else schedule
+    h, w = int(grid[0]), int(grid[1])
+    r, c = start if start is not None else (h // 2, w // 2)
+    return _ariadne.receptive_field(s, (h, w), int(r), int(c), merge, qwen_window)
+
+
+# ---- block-sparse prefill (estimate.hpp, prefill.hpp) ----
+
+def estimate(
+    q: Array,
+    k: Array,
+    method: str = "rr",
+    tau: float = 0.95,
+    stride: int = 8,
+    block: int = 128,
+    tau_per_head: Sequence[float] = (),
+    offset: str = "paper",
+    protect: Optional[Sequence[str]] = None,
+    scale: float = 0.0,
+    cu_seqlens: Optional[Sequence[int]] = None,
+    cu_seqlens_k: Optional[Sequence[int]] = None,
+    backend: str = "auto",
+) -> EstimateResult:
+    """Block-sparse mask of a causal prefill by `method`: 'rr' (RRAttention), 'xattn' (XAttention)
+    or 'oracle' (exact block masses, the ground truth).
+
+    q: [total_q, heads_q, head_dim]; k: [total_k, heads_kv, head_dim] host arrays (float32,
+    float16, bfloat16), head_dim contiguous. tau: share of each row's score mass to keep (or one
+    per query head in tau_per_head); stride S divides block B; offset 'paper' or 'released' (rr's
+    sampling formula); protect: None (as published) or names among 'last_row', 'sink',
+    'diagonal'. cu_seqlens: packed sequences (keys: cu_seqlens_k, lq <= lk). Returns an
+    EstimateResult whose .mask is a BlockMask that attention(..., blocks=mask) reads as it is."""
+    bf16 = _is_ml_dtypes_bf16(q) or _is_ml_dtypes_bf16(k)
+    return _ariadne.estimate(_bits(q), _bits(k), method, block, stride, tau, list(tau_per_head), offset,
+                             None if protect is None else list(protect), float(scale),
+                             None if cu_seqlens is None else [int(x) for x in cu_seqlens],
+                             None if cu_seqlens_k is None else [int(x) for x in cu_seqlens_k], backend, bf16)
+
+
+def rr_estimate(q: Array, k: Array, tau: float = 0.95, stride: int = 8, block: int = 128, **kwargs) -> EstimateResult:
+    """RRAttention's mask (SPEC B.2): estimate(q, k, method="rr", ...)."""
+    return estimate(q, k, method="rr", tau=tau, stride=stride, block=block, **kwargs)
+
+
+def prefill(
+    q: Array,
+    k: Array,
+    v: Array,
+    method: str = "rr",
+    tau: float = 0.95,
+    stride: int = 8,
+    block: int = 128,
+    dense: bool = False,
+    offset: str = "paper",
+    protect: Optional[Sequence[str]] = None,
+    scale: float = 0.0,
+    cu_seqlens: Optional[Sequence[int]] = None,
+    cu_seqlens_k: Optional[Sequence[int]] = None,
+    out: Optional[Array] = None,
+    lse: Union[bool, Array] = False,
+    estimate_backend: str = "auto",
+    attention_backend: str = "auto",
+) -> Tuple[Array, Optional[Array], PrefillResult]:
+    """Causal block-sparse prefill: estimate a mask (skipped when dense), then attention on it.
+    Shapes as attention(); returns (out, lse, result) with result.estimate and result.stats."""
+    if out is None:
+        out = _empty(q, tuple(q.shape), False)
+    if lse is True:
+        lse = _empty(q, (q.shape[1], q.shape[0]) if len(q.shape) >= 2 else (0, 0), True)
+    elif lse is False:
+        lse = None
+    bf16 = any(_is_ml_dtypes_bf16(x) for x in (q, k, v, out))
+    result = _ariadne.prefill_into(
+        _bits(q), _bits(k), _bits(v), _bits(out), lse, dense, method, block, stride, tau, offset,
+        None if protect is None else list(protect), float(scale),
+        None if cu_seqlens is None else [int(x) for x in cu_seqlens],
+        None if cu_seqlens_k is None else [int(x) for x in cu_seqlens_k], estimate_backend, attention_backend, bf16)
+    return out, lse, result
+
+
+# ---- SHS-Index (shs.hpp) ----
+
+def diagnose_layer(
+    q: Array,
+    k: Array,
+    order: TokenOrder,
+    pattern: Pattern = Pattern.full(),
+    cu_seqlens: Optional[Sequence[int]] = None,
+    sink: Optional[Array] = None,
+    sink_mode: Optional[str] = None,
+    scale: float = 0.0,
+    backend: str = "auto",
+) -> LayerDiag:
+    """Received attention, attention distance and entropy of one encoder layer on one image.
+
+    q, k: [tokens, heads, head_dim] host arrays after RoPE, tokens in `order`'s sequence order (one
+    image). pattern and cu_seqlens: as layer_pattern() returns them for the layer. A layer with a
+    sink is run twice, with and without it (for the sink allocation). The result's arrays are in
+    spatial raster order: received [heads, tokens]."""
+    bf16 = _is_ml_dtypes_bf16(q) or _is_ml_dtypes_bf16(k)
+    cu = None if cu_seqlens is None else [int(x) for x in cu_seqlens]
+    return _ariadne.diagnose_layer(_bits(q), _bits(k), order, pattern, cu, _f32(sink), _sink_mode(sink, sink_mode),
+                                   float(scale), backend, bf16)
+
+
+def shs_index(images: Sequence[Tuple[str, Array, Sequence[LayerDiag]]], patch: int = 14) -> dict:
+    """The SHS-Index of images given as (name, labels int8 [h, w] from label_patches, [LayerDiag per
+    layer]): mean over scored images, layers and heads of the folded AUROC of FG vs BG received
+    attention, with the companion measures. Returns ShsAccumulator.summary()'s dict."""
+    acc = None
+    for name, labels, diags in images:
+        labels = np.ascontiguousarray(labels, dtype=np.int8)
+        if acc is None:
+            acc = ShsAccumulator(len(diags), diags[0].heads, patch)
+        acc.add(name, (labels.shape[0], labels.shape[1]), labels, list(diags))
+    if acc is None:
+        raise Error("shs_index: no image given")
+    return acc.summary()

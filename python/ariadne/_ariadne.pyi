@@ -1,0 +1,697 @@
+"""
+ariadne: cheap softmax attention for multimodal LLMs (native bindings; use the ariadne package)
+"""
+
+from collections.abc import Sequence
+from typing import Annotated
+
+import numpy
+from numpy.typing import NDArray
+
+
+class Error(ValueError):
+    pass
+
+class Pattern:
+    """
+    Which keys each query sees (pattern.hpp): a window [p - left, p + right] around the query's
+    key position p (-1 = unbounded side) and/or chunks of `chunk` positions. Sequences
+    (cu_seqlens) and block masks are given to attention() next to the pattern.
+    """
+
+    def __init__(self) -> None:
+        """Full attention."""
+
+    @staticmethod
+    def full() -> Pattern:
+        """Every key of the sequence."""
+
+    @staticmethod
+    def causal() -> Pattern:
+        """Keys at or before the query's position (bottom-right aligned)."""
+
+    @staticmethod
+    def window(left: int, right: int) -> Pattern:
+        """
+        Keys p - left ... p + right (-1 = unbounded side); window(64, 64) is Ariadne's SWA.
+        """
+
+    @staticmethod
+    def chunked(chunk: int) -> Pattern:
+        """
+        Block-diagonal: a query sees the keys of its own chunk of `chunk` positions.
+        """
+
+    @property
+    def window_left(self) -> int:
+        """Keys before the query position it may see (-1: all)."""
+
+    @window_left.setter
+    def window_left(self, arg: int, /) -> None: ...
+
+    @property
+    def window_right(self) -> int:
+        """Keys after the query position it may see (-1: all)."""
+
+    @window_right.setter
+    def window_right(self, arg: int, /) -> None: ...
+
+    @property
+    def chunk(self) -> int:
+        """Chunk size in positions (0: no chunks)."""
+
+    @chunk.setter
+    def chunk(self, arg: int, /) -> None: ...
+
+    def is_causal(self) -> bool: ...
+
+    def __eq__(self, arg: Pattern, /) -> bool: ...
+
+    def __repr__(self) -> str: ...
+
+class BlockMask:
+    """
+    Block-sparse mask in CSR form (pattern.hpp). Rows are (sequence, head, query block):
+    row(s, h, m) = seq_block_base[s] * heads + h * nqb(s) + m; each row lists the visible key
+    blocks (local to the sequence) in increasing order.
+    """
+
+    def __init__(self, block: int, heads: int, seq_block_base: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)], row_ptr: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)], col_idx: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)]) -> None:
+        """
+        From CSR arrays (int32, host): seq_block_base [sequences + 1], row_ptr [rows + 1], col_idx [nnz].
+        Checked against q and cu_seqlens when used.
+        """
+
+    @staticmethod
+    def from_lists(block: int, heads: int, q_lengths: Sequence[int], rows: Sequence[Sequence[int]]) -> BlockMask:
+        """
+        From per-row key-block lists; q_lengths: query tokens of each sequence; rows in the order
+        (sequence, head, query block).
+        """
+
+    @staticmethod
+    def all_visible(pattern: Pattern, block: int, heads: int, total_q: int, total_k: int, cu_seqlens_q: Sequence[int] | None = None, cu_seqlens_k: Sequence[int] | None = None) -> BlockMask:
+        """Every key block the dense pattern lets each query block touch."""
+
+    @staticmethod
+    def random(pattern: Pattern, block: int, heads: int, total_q: int, total_k: int, density: float, seed: int, keep_diagonal: bool = True, cu_seqlens_q: Sequence[int] | None = None, cu_seqlens_k: Sequence[int] | None = None) -> BlockMask:
+        """
+        Seeded random subset (share `density`) of the blocks the dense pattern lets each query block touch.
+        """
+
+    def to_dense(self, seq: int, head: int, lq: int, lk: int) -> NDArray[numpy.uint8]:
+        """
+        0/1 uint8 matrix [ceil(lq / block), ceil(lk / block)] of one (sequence, head).
+        """
+
+    @property
+    def block(self) -> int:
+        """Tokens per block (query and key blocks alike)."""
+
+    @property
+    def heads(self) -> int:
+        """Query heads the mask has rows for."""
+
+    @property
+    def seq_block_base(self) -> Annotated[NDArray[numpy.int32], dict(writable=False)]:
+        """
+        int32 [sequences + 1]: prefix sum of query blocks per sequence (read-only view).
+        """
+
+    @property
+    def row_ptr(self) -> Annotated[NDArray[numpy.int32], dict(writable=False)]:
+        """int32 [rows + 1] (read-only view)."""
+
+    @property
+    def col_idx(self) -> Annotated[NDArray[numpy.int32], dict(writable=False)]:
+        """int32 [nnz] (read-only view)."""
+
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def nnz(self) -> int: ...
+
+    def __repr__(self) -> str: ...
+
+def attention_into(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArray, dict(writable=False)], v: Annotated[NDArray, dict(writable=False)], out: NDArray, lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, pattern: Pattern = ..., cu_seqlens_q: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, cu_seqlens_k: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, blocks: BlockMask | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'auto', stream: int = 0, bf16_bits: bool = False, entropy: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, distance: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, received: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, coords_q: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)] | None = None, coords_k: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)] | None = None) -> None:
+    """
+    Attention into caller-provided outputs (the package's attention() wraps this).
+
+    q: [total_q, heads_q, head_dim]; k, v: [total_k, heads_kv, head_dim]; float32, bfloat16 or float16,
+       last dim contiguous (other strides free); all on one device (cpu or cuda).
+    out: [total_q, heads_q, head_dim], dtype of q or float32, written in place (no copy).
+    lse: None or float32 [heads_q, total_q], C-contiguous, written in place (natural log, includes the sink).
+    cu_seqlens_q / cu_seqlens_k: None or int32 [sequences + 1] packed-batch offsets (host or q's device).
+    blocks: None or a BlockMask (CSR rows per sequence, head and query block).
+    sink: None or float32 [heads_q], logits in the units of the scaled scores; sink_mode 'none',
+       'denominator' (GPT-OSS/FA4/cuDNN) or 'key0' (MiMo-V2.5 reference).
+    scale: 0 selects 1/sqrt(head_dim). stream: cudaStream_t as an int (0 = default stream).
+    bf16_bits: read uint16 q/k/v/out as bfloat16 bits (ml_dtypes numpy arrays).
+    entropy, distance: None or float32 [heads_q, total_q]; received: None or float32 [heads_q, total_k];
+    coords_q / coords_k: float32 [tokens, 2] (row, col), needed by distance.
+    The GIL is released while the kernel runs. Errors raise ariadne.Error (a ValueError).
+    """
+
+def backend_supports(backend: str, q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArray, dict(writable=False)], v: Annotated[NDArray, dict(writable=False)], out: NDArray, lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, pattern: Pattern = ..., cu_seqlens_q: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, cu_seqlens_k: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, blocks: BlockMask | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', bf16_bits: bool = False) -> tuple[bool, str]:
+    """
+    (supported, why): whether `backend` ('auto', 'reference', 'cpu', 'cuda') can run this call; `why`
+    names the missing feature when it cannot. Arguments as for attention_into.
+    """
+
+def cuda_available() -> bool:
+    """Whether this build has the CUDA backend and a GPU is visible."""
+
+def cpu_threads() -> int:
+    """
+    Worker threads of the CPU backend (ARIADNE_THREADS overrides the default).
+    """
+
+def set_cpu_threads(n: int) -> None:
+    """Sets the CPU backend's worker count (0: hardware threads)."""
+
+class TokenOrder:
+    """
+    A serialization of packed image grids (order.hpp). Arrays are read-only numpy views.
+    """
+
+    @property
+    def kind(self) -> str:
+        """'raster', 'qwen_window', 'block_row' or 'block_col'."""
+
+    @property
+    def merge(self) -> int:
+        """Merge-unit side in patches."""
+
+    @property
+    def window(self) -> int:
+        """qwen_window: window side in merge units."""
+
+    @property
+    def grids(self) -> list[tuple[int, int]]:
+        """[(h, w)] patch grid per image."""
+
+    @property
+    def perm(self) -> Annotated[NDArray[numpy.int32], dict(writable=False)]:
+        """
+        int32 [total]: sequence position -> spatial index (cu_seqlens[i] + r * w + c).
+        """
+
+    @property
+    def inverse(self) -> Annotated[NDArray[numpy.int32], dict(writable=False)]:
+        """int32 [total]: spatial index -> sequence position."""
+
+    @property
+    def cu_seqlens(self) -> Annotated[NDArray[numpy.int32], dict(writable=False)]:
+        """int32 [images + 1]: image boundaries (the same in every order)."""
+
+    @property
+    def cu_windows(self) -> Annotated[NDArray[numpy.int32], dict(writable=False)]:
+        """
+        int32 [windows + 1]: Qwen window boundaries (qwen_window only; else empty).
+        """
+
+    @property
+    def coords(self) -> Annotated[NDArray[numpy.float32], dict(writable=False)]:
+        """float32 [total, 2]: (row, col) of each sequence position's patch."""
+
+    @property
+    def tokens(self) -> int: ...
+
+    @property
+    def images(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def __repr__(self) -> str: ...
+
+def make_order(kind: str, grids: Sequence[tuple[int, int]], merge: int = 2, window: int = 4) -> TokenOrder:
+    """
+    The token order `kind` of the packed images [(h, w), ...] (patch grids; sides multiples of merge).
+    """
+
+def order_conversion(from_: TokenOrder, to: TokenOrder) -> NDArray[numpy.int32]:
+    """int32 [total] gather index: x_to[i] = x_from[index[i]]."""
+
+def permute_tokens(src: Annotated[NDArray, dict(writable=False)], dst: NDArray, from_: TokenOrder, to: TokenOrder) -> None:
+    """
+    Host arrays [total, ...] (float32/bfloat16/float16, strides free): dst = src reordered from `from_` to `to`.
+    """
+
+class LayerSpec:
+    """One encoder layer: its token order, pattern kind, window and sink."""
+
+    @property
+    def order(self) -> str: ...
+
+    @property
+    def kind(self) -> str:
+        """'full', 'window' or 'chunk'."""
+
+    @property
+    def window(self) -> int:
+        """Window layers: a query at p sees p - window ... p + window."""
+
+    @property
+    def sink(self) -> bool:
+        """Whether the layer has a per-head sink."""
+
+    @property
+    def letter(self) -> str: ...
+
+    def __repr__(self) -> str: ...
+
+class Schedule:
+    """Per-layer attention specs of a vision encoder (schedule.hpp)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def layers(self) -> list[LayerSpec]:
+        """[LayerSpec] per layer (a copy)."""
+
+    def order_changes(self) -> int:
+        """Layers whose order differs from the previous layer's."""
+
+    def letters(self) -> str:
+        """The schedule in the short syntax, one letter per layer."""
+
+    def __len__(self) -> int: ...
+
+    def __repr__(self) -> str: ...
+
+def schedule(text: str, window: int = 64) -> Schedule:
+    """
+    A preset ('ariadne', 'chunk', 'swa1d+sink', ...) or the short syntax ('4x(RRRRCCCF)'); window = SWA
+    half-width of the window layers.
+    """
+
+def schedule_presets() -> list[str]:
+    """The preset names."""
+
+def layer_pattern(layer: LayerSpec, order: TokenOrder) -> tuple[Pattern, NDArray[numpy.int32]]:
+    """
+    (pattern, cu_seqlens int32 [sequences + 1]) of a layer on tokens in `order`: images for full and window
+    layers, Qwen windows for chunk layers. Pass both to attention().
+    """
+
+class TileCount:
+    """Tiles a kernel visits (flops.hpp)."""
+
+    @property
+    def full(self) -> int:
+        """Visited tiles without an element mask."""
+
+    @property
+    def partial(self) -> int:
+        """Visited tiles that need the element mask."""
+
+    @property
+    def visited(self) -> int: ...
+
+    def __repr__(self) -> str: ...
+
+def count_pairs(pattern: Pattern, total_q: int, total_k: int, heads: int = 1, cu_seqlens_q: Sequence[int] | None = None, cu_seqlens_k: Sequence[int] | None = None, blocks: BlockMask | None = None) -> int:
+    """
+    Allowed (query, key) pairs over packed runs of total_q queries and total_k keys, summed over heads.
+    """
+
+def count_tiles(pattern: Pattern, total_q: int, total_k: int, heads: int = 1, tile: tuple[int, int] = (128, 128), cu_seqlens_q: Sequence[int] | None = None, cu_seqlens_k: Sequence[int] | None = None, blocks: BlockMask | None = None) -> TileCount:
+    """Tiles of (tile_q, tile_k) tokens a kernel visits, summed over heads."""
+
+class ScheduleCost:
+    """Whole-encoder attention cost of a schedule (flops.hpp)."""
+
+    @property
+    def schedule(self) -> str: ...
+
+    @property
+    def tokens(self) -> int: ...
+
+    @property
+    def layers(self) -> int: ...
+
+    @property
+    def pairs(self) -> int:
+        """Allowed pairs, summed over layers and heads."""
+
+    @property
+    def flops(self) -> int:
+        """One plain forward: 4 * head_dim * pairs."""
+
+    @property
+    def flops_paper(self) -> int:
+        """The paper's convention: 4 x flops."""
+
+    @property
+    def tile(self) -> tuple[int, int]: ...
+
+    @property
+    def tiles(self) -> TileCount: ...
+
+    @property
+    def tile_flops(self) -> int:
+        """Visited tiles * tile_q * tile_k * 4 * head_dim."""
+
+    @property
+    def useful_fraction(self) -> float:
+        """flops / tile_flops."""
+
+    @property
+    def layer_pairs(self) -> Annotated[NDArray[numpy.int64], dict(writable=False)]:
+        """int64 [layers]: allowed pairs per layer, summed over heads."""
+
+    def __repr__(self) -> str: ...
+
+def schedule_cost(schedule: Schedule, images: Sequence[tuple[int, int]], heads: int = 16, head_dim: int = 80, patch: int = 14, merge: int = 2, qwen_window: int = 4, tile: tuple[int, int] = (128, 128)) -> ScheduleCost:
+    """
+    Attention cost of every layer of `schedule` on the packed images [(h, w), ...] (Qwen2.5-VL defaults).
+    """
+
+def image_grid(side: int, patch: int = 14, merge: int = 2) -> tuple[int, int]:
+    """(h, w) patch grid of a side x side pixel image."""
+
+class ReceptiveField:
+    """Token-level spread through a schedule (receptive_field.hpp)."""
+
+    @property
+    def grid(self) -> tuple[int, int]: ...
+
+    @property
+    def start_row(self) -> int: ...
+
+    @property
+    def start_col(self) -> int: ...
+
+    @property
+    def coverage(self) -> Annotated[NDArray[numpy.float64], dict(writable=False)]:
+        """float64 [layers]: covered share of the grid after each layer."""
+
+    @property
+    def reached(self) -> Annotated[NDArray[numpy.int32], dict(writable=False)]:
+        """
+        int32 [h, w]: layer (1-based) after which each patch is first covered; 0 = start, -1 = never.
+        """
+
+def receptive_field(schedule: Schedule, grid: tuple[int, int], start_row: int, start_col: int, merge: int = 1, qwen_window: int = 4) -> ReceptiveField:
+    """
+    Spreads from patch (start_row, start_col) of grid (h, w) through every layer of `schedule`.
+    """
+
+class EstimateStats:
+    """Stage times (ms), kept / visible blocks and scoring cost."""
+
+    @property
+    def ms_sampling(self) -> float: ...
+
+    @property
+    def ms_scoring(self) -> float: ...
+
+    @property
+    def ms_selection(self) -> float: ...
+
+    @property
+    def ms_total(self) -> float: ...
+
+    @property
+    def kept_blocks(self) -> int: ...
+
+    @property
+    def visible_blocks(self) -> int: ...
+
+    @property
+    def density(self) -> float:
+        """kept / causally visible blocks."""
+
+    @property
+    def density_per_head(self) -> list[float]:
+        """[heads_q] kept / visible per query head."""
+
+    @property
+    def mac(self) -> float:
+        """Multiply-adds spent on scoring."""
+
+class EstimateResult:
+    """An estimator's mask and the block scores behind it."""
+
+    @property
+    def mask(self) -> BlockMask:
+        """BlockMask: rows (sequence, query head, query block)."""
+
+    @property
+    def heads(self) -> int: ...
+
+    @property
+    def stats(self) -> EstimateStats: ...
+
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def score_ptr(self) -> Annotated[NDArray[numpy.int64], dict(writable=False)]:
+        """
+        int64 [rows + 1]: row r's scores are scores[score_ptr[r]:score_ptr[r + 1]].
+        """
+
+    @property
+    def scores(self) -> Annotated[NDArray[numpy.float32], dict(writable=False)]:
+        """
+        float32: normalized scores of the visible key blocks 0 ... diag of each row.
+        """
+
+    @property
+    def row_queries(self) -> Annotated[NDArray[numpy.int32], dict(writable=False)]:
+        """int32 [rows]: queries in each row's query block."""
+
+def estimate(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArray, dict(writable=False)], method: str = 'rr', block: int = 128, stride: int = 8, tau: float = 0.95, tau_per_head: Sequence[float] = [], offset: str = 'paper', protect: Sequence[str] | None = None, scale: float = 0.0, cu_seqlens_q: Sequence[int] | None = None, cu_seqlens_k: Sequence[int] | None = None, backend: str = 'auto', bf16_bits: bool = False) -> EstimateResult:
+    """
+    Block-sparse mask of a causal prefill (estimate.hpp).
+
+    q: [total_q, heads_q, head_dim]; k: [total_k, heads_kv, head_dim]; float32/bfloat16/float16 host
+    arrays, head_dim contiguous. cu_seqlens_q / cu_seqlens_k: packed sequences (lq <= lk each).
+    method 'rr' (RRAttention), 'xattn' (XAttention) or 'oracle' (exact block masses); block B, stride S
+    (S divides B); tau: share of each row's score mass to keep (tau_per_head: one per query head);
+    offset 'paper' or 'released' (rr's sampling formula); protect: None (as each method was released)
+    or names among 'last_row', 'sink', 'diagonal'. The GIL is released while it runs.
+    """
+
+def rr_sample_position(offset: str, stride: int, i: int, head: int, lq: int) -> int:
+    """
+    RR's sampled query of query stride i for head h: iS + (S - 1 - h mod S) ('paper') or iS + (h mod S)
+    ('released'), clamped to lq - 1.
+    """
+
+class MaskMetrics:
+    """A mask against the oracle's: attention mass kept and block F1."""
+
+    @property
+    def mass_recall(self) -> float:
+        """True attention mass on kept blocks / total mass."""
+
+    @property
+    def precision(self) -> float: ...
+
+    @property
+    def recall(self) -> float: ...
+
+    @property
+    def f1(self) -> float: ...
+
+    @property
+    def density(self) -> float: ...
+
+    @property
+    def kept(self) -> int: ...
+
+    @property
+    def oracle_kept(self) -> int: ...
+
+    @property
+    def true_positive(self) -> int: ...
+
+    @property
+    def visible(self) -> int: ...
+
+    @property
+    def mass_recall_per_head(self) -> list[float]: ...
+
+def compare_to_oracle(mask: BlockMask, oracle: EstimateResult) -> MaskMetrics:
+    """
+    Metrics of `mask` (same geometry as the oracle's) against an oracle EstimateResult.
+    """
+
+class PrefillStats:
+    """Stage times (ms) and the density of a prefill."""
+
+    @property
+    def ms_sampling(self) -> float: ...
+
+    @property
+    def ms_scoring(self) -> float: ...
+
+    @property
+    def ms_selection(self) -> float: ...
+
+    @property
+    def ms_estimate(self) -> float: ...
+
+    @property
+    def ms_attention(self) -> float: ...
+
+    @property
+    def ms_total(self) -> float: ...
+
+    @property
+    def density(self) -> float: ...
+
+    @property
+    def density_per_head(self) -> list[float]: ...
+
+class PrefillResult:
+    """The estimate a prefill used (empty when dense) and its stats."""
+
+    @property
+    def estimate(self) -> EstimateResult: ...
+
+    @property
+    def stats(self) -> PrefillStats: ...
+
+def prefill_into(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArray, dict(writable=False)], v: Annotated[NDArray, dict(writable=False)], out: NDArray, lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, dense: bool = False, method: str = 'rr', block: int = 128, stride: int = 8, tau: float = 0.95, offset: str = 'paper', protect: Sequence[str] | None = None, scale: float = 0.0, cu_seqlens_q: Sequence[int] | None = None, cu_seqlens_k: Sequence[int] | None = None, estimate_backend: str = 'auto', attention_backend: str = 'auto', bf16_bits: bool = False) -> PrefillResult:
+    """
+    Causal prefill: estimate a mask (unless dense), then attention on it, into out [total_q, heads_q,
+    head_dim] (and lse float32 [heads_q, total_q]). Arguments as for estimate() and attention_into().
+    """
+
+def read_label_map(path: str) -> NDArray[numpy.int32]:
+    """
+    A segmentation mask file (PNG palette/gray or .npy) as int32 [height, width] ids.
+    """
+
+def patch_fractions(ids: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)], grid: tuple[int, int], patch: int = 14, foreground: Sequence[int] | None = None, background: Sequence[int] | None = None, ignore: Sequence[int] | None = None) -> tuple[NDArray[numpy.float32], NDArray[numpy.float32]]:
+    """
+    (fg, bg) float32 [h, w]: foreground / background pixel shares of each patch after a nearest resize of
+    the int32 [H, W] label map to the encoder's input (grid x patch). Rule: ids in `ignore` (default
+    255 and crowd) are void; with `foreground` given only those ids are FG, else ids in `background`
+    (default [0]) are BG and the rest FG.
+    """
+
+def label_patches(fg: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], bg: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], purity: float = 1.0) -> NDArray[numpy.int8]:
+    """
+    int8 [h, w]: 1 foreground, 0 background, -1 excluded (a patch is FG when fg >= purity and fg > 1/2,
+    BG likewise; purity in [0.5, 1], 1 = only pure patches).
+    """
+
+def auroc(pos: Sequence[float], neg: Sequence[float]) -> float:
+    """Mann-Whitney AUROC: P(pos > neg) + P(pos = neg) / 2."""
+
+class LayerDiag:
+    """
+    One layer of one image as the SHS diagnostics see it (spatial raster order).
+    """
+
+    def __init__(self, received: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], received_no_sink: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)] | None = None, distance: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)], entropy: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> None:
+        """
+        From arrays: received float32 [heads, tokens] (column sums of the attention matrix), optionally
+        the same without the sink; distance, entropy float64 [heads] (means over queries).
+        """
+
+    @property
+    def heads(self) -> int: ...
+
+    @property
+    def tokens(self) -> int: ...
+
+    @property
+    def received(self) -> Annotated[NDArray[numpy.float32], dict(writable=False)]:
+        """
+        float32 [heads, tokens]: received attention per patch, spatial raster order.
+        """
+
+    @property
+    def received_no_sink(self) -> Annotated[NDArray[numpy.float32], dict(writable=False)]:
+        """
+        float32 [heads, tokens] without the sink; [0, tokens] on layers without one.
+        """
+
+    @property
+    def distance(self) -> Annotated[NDArray[numpy.float64], dict(writable=False)]:
+        """float64 [heads]: mean attention distance in patches."""
+
+    @property
+    def entropy(self) -> Annotated[NDArray[numpy.float64], dict(writable=False)]:
+        """float64 [heads]: mean row entropy (nats)."""
+
+def diagnose_layer(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArray, dict(writable=False)], order: TokenOrder, pattern: Pattern, cu_seqlens: Sequence[int] | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'auto', bf16_bits: bool = False) -> LayerDiag:
+    """
+    Received attention, distance and entropy of one layer of one image: q, k [tokens, heads, dim] host
+    arrays after RoPE in `order`'s sequence order; pattern (and cu_seqlens) as layer_pattern gives them.
+    A layer with a sink runs twice (with and without it).
+    """
+
+class HeadScore:
+    """One head of one layer of one image."""
+
+    @property
+    def auroc(self) -> float: ...
+
+    @property
+    def folded(self) -> float:
+        """max(auroc, 1 - auroc)."""
+
+    @property
+    def sink_fg(self) -> float: ...
+
+    @property
+    def sink_bg(self) -> float: ...
+
+    @property
+    def distance(self) -> float: ...
+
+    @property
+    def entropy(self) -> float: ...
+
+class ImageScores:
+    """Per-head scores of one image."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def grid(self) -> tuple[int, int]: ...
+
+    @property
+    def fg(self) -> int: ...
+
+    @property
+    def bg(self) -> int: ...
+
+    @property
+    def excluded(self) -> int: ...
+
+    @property
+    def scored(self) -> bool:
+        """False when the image has no FG or no BG patch."""
+
+    @property
+    def heads(self) -> list[HeadScore]:
+        """[layers * heads] HeadScore, layer-major."""
+
+class ShsAccumulator:
+    """The SHS-Index over images, layers and heads."""
+
+    def __init__(self, layers: int, heads: int, patch: int = 14) -> None: ...
+
+    def add(self, name: str, grid: tuple[int, int], labels: Annotated[NDArray[numpy.int8], dict(order='C', device='cpu', writable=False)], diags: Sequence[LayerDiag]) -> ImageScores:
+        """
+        Adds one image: labels int8 [h, w] (label_patches), diags one LayerDiag per layer.
+        """
+
+    @property
+    def images(self) -> list[ImageScores]: ...
+
+    def summary(self) -> object:
+        """
+        The summary as a dict: shs_index, per_layer, per_head [layers][heads], fg_dominant_share,
+        attention_distance, entropy, sink_allocation (when a layer has a sink), images_scored, ...
+        """

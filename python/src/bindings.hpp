@@ -1,0 +1,13 @@
+// The parts of the _ariadne extension module, one function per group of bindings.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace ariadne::py {
+
+void bind_attention(nanobind::module_& m);  // Pattern, BlockMask, attention_into, backends
+void bind_layout(nanobind::module_& m);     // token orders, schedules, cost model, receptive field
+void bind_estimate(nanobind::module_& m);   // block-sparse estimators, their metrics, prefill
+void bind_shs(nanobind::module_& m);        // SHS-Index: patch labels, layer diagnostics, accumulator
+
+}  // namespace ariadne::py

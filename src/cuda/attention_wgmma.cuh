@@ -1,0 +1,354 @@
+// Internal: the Hopper (sm_90a) forward kernel for dense rows: wgmma tensor-core products fed by a
+// producer warpgroup through an mbarrier pipeline (FlashAttention-3's structure, our own code).
+//
+// A CTA of 3 warpgroups owns one (sequence, query head, 128-row query tile):
+//   - warpgroup 0, the producer, copies Q once and then K and V tiles of BN = 128 keys into a
+//     3-stage ring of shared buffers with cp.async; each copy batch completes on an mbarrier
+//     (cp.async.mbarrier.arrive.noinc), K and V on separate ones so S can start while V lands;
+//   - warpgroups 1 and 2, the consumers, own 64 query rows each: S = Q·Kᵀ by wgmma m64n128k16
+//     with both operands in shared memory, the online softmax in registers, P packed to 16 bits in
+//     registers as the A operand of O += P·V (wgmma m64nDk16, V read transposed from shared
+//     memory). Inside a consumer, S of tile j and P·V of tile j - 1 are in flight together
+//     (FlashAttention-3's intra-warpgroup pipelining); a stage is released on its "empty" mbarrier
+//     once P·V of its tile has completed.
+// setmaxnreg moves registers from the producer (40) to the consumers (232): a consumer holds the
+// S and O accumulators (64 + D/2 floats) and P (32 words).
+//
+// Measured on the H200 (bench/cuda-notes.md, v6): 1.24-1.48x the mma.sync kernel on full and
+// causal rows; the K/V copies through L2 are the limit (a variant without them ran 1.26-1.70x faster).
+//
+// Shared tiles use wgmma's no-swizzle canonical layout: 8 rows x 8 elements (16 bytes per row) form
+// a 128-byte core matrix; core matrices run along the head dim first, then along rows. The same
+// tile serves as a K-major operand (Q, K: k = head dim) and as an MN-major one (V: n = head dim),
+// and D = 80 is simply 10 core matrices per row group: five k-steps of 16 and a legal n of 80.
+//
+// Semantics are those of attention_fwd.cuh (Pattern::key_range per row, sinks, GQA, varlen,
+// f32 out, LSE); what it does not do (block-sparse rows, token orders, diagnostics, head dim 96)
+// the dispatcher keeps on the mma.sync kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/attention_fwd.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace ariadne::cuda {
+
+template <int D>
+struct WgShape {
+  static constexpr int BM = 128, BN = 128, STAGES = 3;
+  static constexpr int threads = 384;
+  static constexpr int C = D / 8;  // 16-byte chunks (core-matrix columns) per row
+  static constexpr int q_elems = BM * D, kv_elems = BN * D;
+  // Q, then STAGES x (K, V), then the mbarriers (8 bytes each): q_full, k_full[S], v_full[S], empty[S].
+  static constexpr size_t bar_offset = size_t(q_elems + 2 * STAGES * kv_elems) * 2;
+  static constexpr size_t smem_bytes = bar_offset + 8 * (1 + 3 * STAGES);
+};
+
+// Element offset of the 16-byte chunk (row r, chunk ch) in a tile with C chunks per row.
+template <int C>
+__device__ __forceinline__ int tile_off(int r, int ch) {
+  return ((r >> 3) * C + ch) * 64 + (r & 7) * 8;
+}
+
+template <int D, class E>
+__global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams p) {
+  using S = WgShape<D>;
+  constexpr int BM = S::BM, BN = S::BN, STAGES = S::STAGES, C = S::C;
+  constexpr int NS = BN / 2;  // score accumulators per thread (m64n128)
+  constexpr int NO = D / 2;   // output accumulators per thread (m64nD)
+  using T = typename E::type;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* Qs = reinterpret_cast<T*>(smem_raw);
+  T* Ks = Qs + S::q_elems;                // STAGES buffers of kv_elems
+  T* Vs = Ks + STAGES * S::kv_elems;      // STAGES buffers of kv_elems
+  const uint32_t bars = smem_addr(smem_raw + S::bar_offset);
+  const uint32_t q_full = bars;
+  auto k_full = [&](int s) { return bars + 8 * (1 + s); };
+  auto v_full = [&](int s) { return bars + 8 * (1 + STAGES + s); };
+  auto empty = [&](int s) { return bars + 8 * (1 + 2 * STAGES + s); };
+
+  const Pattern& pat = p.pattern;
+  const int tid = threadIdx.x;
+  const int h = blockIdx.y, kvh = h / p.group;
+
+  // ---- which (sequence, query tile) this CTA owns: as attention_fwd_kernel, heaviest first ----
+  const int64_t t = int64_t(gridDim.x) - 1 - blockIdx.x;
+  int s = 0;
+  int64_t tile = t;
+  if (pat.cu_seqlens_q != nullptr) {
+    int lo = 0, hi = pat.num_seqs - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (mid + pat.cu_seqlens_q[mid] / BM <= t) lo = mid; else hi = mid - 1;
+    }
+    s = lo;
+    tile = t - (s + pat.cu_seqlens_q[s] / BM);
+  }
+  const SeqExtent e = pat.seq(s, p.total_q, p.total_k);
+  const int64_t q_lo = tile * BM;
+  if (q_lo >= e.lq) return;  // uniform over the CTA, before any barrier exists
+  const int64_t q_hi = q_lo + BM < e.lq ? q_lo + BM : e.lq;
+
+  // Dense key tiles [tile_lo, tile_hi) of BN keys cover Pattern::key_range of the query tile.
+  const KeyRange range = pat.key_range(e, q_lo, q_hi);
+  const int tile_lo = range.empty() ? 0 : int(range.lo) / BN;
+  const int tile_hi = range.empty() ? 0 : (int(range.hi) + BN - 1) / BN;
+
+  if (tid == 0) {
+    wg::mbar_init(q_full, 128);
+    for (int i = 0; i < STAGES; ++i) {
+      wg::mbar_init(k_full(i), 128);  // one cp.async-completion arrival per producer thread
+      wg::mbar_init(v_full(i), 128);
+      wg::mbar_init(empty(i), 256);   // one arrival per consumer thread
+    }
+  }
+  __syncthreads();
+
+  if (tid < 128) {
+    // ================= producer warpgroup =================
+    wg::setmaxnreg_dec<40>();
+    // Rows first_row .. first_row + BM/BN of one head, `valid` of them real (the rest zero-filled,
+    // so padding rows hold zeros, never stale NaNs). Consecutive threads take consecutive rows of
+    // one core matrix, so each 8-thread phase writes 128 contiguous shared bytes.
+    auto load = [&](T* dst, const T* head, int64_t stride, int64_t first_row, int rows, int64_t valid) {
+      const T* src = head + first_row * stride;
+#pragma unroll 4
+      for (int i = tid; i < rows * C; i += 128) {
+        const int r8 = i & 7, ch = (i >> 3) % C, rb = (i >> 3) / C;
+        const int r = rb * 8 + r8;
+        const bool ok = r < valid;
+        cp_async16(smem_addr(dst + tile_off<C>(r, ch)), src + (ok ? r * int(stride) + ch * 8 : 0), ok);
+      }
+    };
+    const T* qg = static_cast<const T*>(p.q) + h * p.q_head;
+    const T* kg = static_cast<const T*>(p.k) + kvh * p.k_head;
+    const T* vg = static_cast<const T*>(p.v) + kvh * p.v_head;
+    load(Qs, qg, p.q_tok, e.q0 + q_lo, BM, q_hi - q_lo);
+    wg::mbar_arrive_cp_async(q_full);
+    for (int j = tile_lo, it = 0; j < tile_hi; ++j, ++it) {
+      const int st = it % STAGES;
+      // The stage's previous tile (it - STAGES) must be released by both consumers.
+      if (it >= STAGES) wg::mbar_wait(empty(st), ((it / STAGES) - 1) & 1);
+      const int k_lo = j * BN;
+      load(Ks + st * S::kv_elems, kg, p.k_tok, e.k0 + k_lo, BN, e.lk - k_lo);
+      wg::mbar_arrive_cp_async(k_full(st));
+      load(Vs + st * S::kv_elems, vg, p.v_tok, e.k0 + k_lo, BN, e.lk - k_lo);
+      wg::mbar_arrive_cp_async(v_full(st));
+    }
+    wg::cp_async_wait_all();
+    return;
+  }
+
+  // ================= consumer warpgroups =================
+  wg::setmaxnreg_inc<232>();
+  const int cw = tid / 128 - 1;           // consumer warpgroup: query rows 64·cw .. 64·cw + 63
+  const int lane = tid % 32, warp = (tid % 128) / 32;
+  const int g = lane / 4, tq = lane % 4;  // accumulator row group and column pair
+  const int row0 = 64 * cw + 16 * warp;   // this warp's first row in the tile; rows g, g + 8
+
+  int row_lo[2], row_hi[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t iq = q_lo + row0 + g + 8 * r;
+    const KeyRange kr = pat.key_range(e, iq, iq + 1);
+    row_lo[r] = int(kr.lo);
+    row_hi[r] = int(kr.hi);
+  }
+  // Tiles inside [full_lo, full_hi) need no element mask (see attention_fwd_kernel).
+  const int full_lo = int(pat.key_range(e, q_hi - 1, q_hi).lo);
+  const int full_hi = int(pat.key_range(e, q_lo, q_lo + 1).hi);
+  const float sink_log2 = p.sink_kind != kSinkNone ? p.sink[h] * 1.4426950408889634f : 0.f;
+  const float sink_raw = sink_log2 / p.scale_log2;
+
+  float acc[NO];
+#pragma unroll
+  for (int i = 0; i < NO; ++i) acc[i] = 0.f;
+  float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.f, 0.f};
+
+  // Descriptor strides (bytes): along k (the head dim for Q/K, keys for V) and along m/n.
+  constexpr uint32_t kCore = 128, kRowGroup = C * 128;
+  const uint32_t q_base = smem_addr(Qs) + uint32_t(cw) * 8 * kRowGroup;
+  wg::mbar_wait(q_full, 0);
+
+  float sc[NS];              // scores, then probabilities, of the current key tile
+  uint32_t pa[BN / 16][4];   // P packed to 16 bits: the A fragments of O += P·V
+  float alpha[2];            // per-row rescale of O from the last softmax
+
+  // S = Q·Kᵀ of key tile `it` (64 rows x 128 keys, D/16 k-steps): issued and committed, not waited.
+  auto issue_s = [&](int it) {
+    const int st = it % STAGES;
+    wg::mbar_wait(k_full(st), uint32_t(it / STAGES) & 1);
+    wg::fence_proxy_async();  // Q and K arrived through the generic proxy; wgmma reads async
+    const uint32_t k_base = smem_addr(Ks + st * S::kv_elems);
+    wg::pin(sc);
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      wg::Mma<E, BN>::ss(sc, wg::desc(q_base + ks * 2 * kCore, kCore, kRowGroup),
+                         wg::desc(k_base + ks * 2 * kCore, kCore, kRowGroup), ks > 0);
+    wg::commit();
+    wg::pin(sc);
+  };
+  // O += P·V of key tile `it`, P from registers (accumulator layout = A fragment layout), V read
+  // transposed (MN-major): issued and committed, not waited.
+  auto issue_pv = [&](int it) {
+    const int st = it % STAGES;
+    wg::mbar_wait(v_full(st), uint32_t(it / STAGES) & 1);
+    wg::fence_proxy_async();
+    const uint32_t v_base = smem_addr(Vs + st * S::kv_elems);
+    wg::pin(acc);
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+      wg::Mma<E, D>::rs(acc, pa[kk], wg::desc(v_base + kk * 2 * kRowGroup, kRowGroup, kCore));
+    wg::commit();
+    wg::pin(acc);
+  };
+  // Mask (boundary tiles only) and online softmax of sc in place, for the tile at key k_cur;
+  // scores in base 2, the scale folded into the FFMA. Leaves O's rescale factors in alpha.
+  auto softmax = [&](int k_cur) {
+    const bool key0 = p.sink_kind == kSinkKey0 && k_cur == 0;
+    if (key0 || k_cur < full_lo || k_cur + BN > full_hi) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int lo = row_lo[r] - k_cur, hi = row_hi[r] - k_cur;
+#pragma unroll
+        for (int n8 = 0; n8 < BN / 8; ++n8)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int col = n8 * 8 + 2 * tq + c;
+            float& x = sc[4 * n8 + 2 * r + c];
+            if (col < lo || col >= hi) x = -INFINITY;
+            else if (key0 && col == 0) x += sink_raw;
+          }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n8 = 0; n8 < BN / 8; ++n8) mx = fmaxf(mx, fmaxf(sc[4 * n8 + 2 * r], sc[4 * n8 + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = fmaxf(m_row[r], mx * p.scale_log2);
+      const float base = mx == -INFINITY ? 0.f : mx;  // a row with no key yet: exp2(-inf) = 0, no NaN
+      alpha[r] = ex2(m_row[r] - base);
+      m_row[r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int n8 = 0; n8 < BN / 8; ++n8)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float& x = sc[4 * n8 + 2 * r + c];
+          x = ex2(fmaf(x, p.scale_log2, -base));
+          sum += x;
+        }
+      l_row[r] = l_row[r] * alpha[r] + sum;
+    }
+  };
+  auto rescale_and_pack = [&]() {
+#pragma unroll
+    for (int n8 = 0; n8 < D / 8; ++n8)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        acc[4 * n8 + 2 * r] *= alpha[r];
+        acc[4 * n8 + 2 * r + 1] *= alpha[r];
+      }
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      pa[kk][0] = E::pack(sc[8 * kk + 0], sc[8 * kk + 1]);
+      pa[kk][1] = E::pack(sc[8 * kk + 2], sc[8 * kk + 3]);
+      pa[kk][2] = E::pack(sc[8 * kk + 4], sc[8 * kk + 5]);
+      pa[kk][3] = E::pack(sc[8 * kk + 6], sc[8 * kk + 7]);
+    }
+  };
+
+  const int n = tile_hi - tile_lo;
+  // Software pipelining inside the warpgroup (FlashAttention-3's): S(it) and P·V(it - 1) are in
+  // flight together, and the softmax of tile it runs while P·V(it - 1) finishes.
+  if (n > 0) {
+    issue_s(0);
+    wg::wait<0>();
+    wg::pin(sc);
+    softmax(tile_lo * BN);
+    rescale_and_pack();
+    for (int it = 1; it < n; ++it) {
+      issue_s(it);
+      issue_pv(it - 1);
+      wg::wait<1>();  // groups complete in order: S(it) is done, P·V(it - 1) may still run
+      wg::pin(sc);
+      softmax((tile_lo + it) * BN);
+      wg::wait<0>();
+      wg::pin(acc);
+      wg::mbar_arrive(empty((it - 1) % STAGES));  // this thread's reads of that stage are complete
+      rescale_and_pack();
+    }
+    issue_pv(n - 1);
+    wg::wait<0>();
+    wg::pin(acc);
+    wg::mbar_arrive(empty((n - 1) % STAGES));
+  }
+
+  // ---- epilogue: normalize, sink, LSE; straight to global memory ----
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_row[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    float m = m_row[r];
+    const int64_t iq = q_lo + row0 + g + 8 * r;
+    if (p.sink_kind == kSinkDenominator) {
+      // Z = exp(sink) + Σ exp(s): the sink is one more key with no value.
+      const float mf = fmaxf(m, sink_log2);
+      const float rescale = ex2(m - mf);
+      l = l * rescale + ex2(sink_log2 - mf);
+#pragma unroll
+      for (int n8 = 0; n8 < D / 8; ++n8) {
+        acc[4 * n8 + 2 * r] *= rescale;
+        acc[4 * n8 + 2 * r + 1] *= rescale;
+      }
+      m = mf;
+    }
+    if (iq >= e.lq) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;  // no key and no sink: out = 0
+    const int64_t orow = (e.q0 + iq) * p.o_tok + h * p.o_head;
+#pragma unroll
+    for (int n8 = 0; n8 < D / 8; ++n8) {
+      const float o0 = acc[4 * n8 + 2 * r] * inv, o1 = acc[4 * n8 + 2 * r + 1] * inv;
+      const int col = n8 * 8 + 2 * tq;
+      if (p.out_f32)
+        *reinterpret_cast<float2*>(static_cast<float*>(p.out) + orow + col) = make_float2(o0, o1);
+      else
+        *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + orow + col) = E::pack(o0, o1);
+    }
+    if (p.lse != nullptr && tq == 0)
+      p.lse[int64_t(h) * p.total_q + e.q0 + iq] = l > 0.f ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+  }
+}
+
+// Grid: (query tiles, heads_q), the varlen cover of attention_fwd_kernel. Returns the launch error.
+template <int D, class E>
+cudaError_t launch_wgmma(const FwdParams& p, cudaStream_t stream) {
+  using S = WgShape<D>;
+  const auto kernel = attention_wgmma_kernel<D, E>;
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes));
+  if (configured != cudaSuccess) return configured;
+  const int64_t tiles = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_q / S::BM + 1
+                                                          : (p.total_q + S::BM - 1) / S::BM;
+  kernel<<<dim3(unsigned(tiles), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+#define ARIADNE_WGMMA_KERNELS(X, D) X(launch_wgmma<D, Bf16>) X(launch_wgmma<D, F16>)
+#define ARIADNE_INSTANTIATE_WGMMA(D) ARIADNE_WGMMA_KERNELS(ARIADNE_FWD_INSTANTIATE_ONE, D)
+ARIADNE_WGMMA_KERNELS(ARIADNE_FWD_DECLARE_ONE, 64)
+ARIADNE_WGMMA_KERNELS(ARIADNE_FWD_DECLARE_ONE, 80)
+ARIADNE_WGMMA_KERNELS(ARIADNE_FWD_DECLARE_ONE, 128)
+
+}  // namespace ariadne::cuda

@@ -1,0 +1,240 @@
+// The Hopper wgmma kernel (src/cuda/attention_wgmma.cuh) against the double-precision CPU reference.
+//
+// The kernel is opt-in (ARIADNE_WGMMA=1) until validated, so each test sets the switch for its own
+// duration and every case first asserts that the backend really routes it to the wgmma kernel
+// (cuda_uses_wgmma): a silent fallback to the mma.sync kernel would make these tests pass without
+// testing anything. Otherwise as test_attention_cuda.cpp: fresh random inputs per case (the seed
+// changes per process, ARIADNE_TEST_SEED pins it), out and lse poisoned with NaN, the tolerance
+// rule of tests/common.hpp, two runs compared bit for bit (a race would show there). Lengths are
+// chosen around the 128-row query and key tiles (1, 77, 128, 300, 1500: partial tiles, exact
+// tiles, many tiles through the 2-stage ring).
+#include <cstdlib>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ariadne/attention.hpp"
+#include "ariadne/device.hpp"
+#include "common.hpp"
+#include "cuda/internal.hpp"
+
+namespace ariadne {
+namespace {
+
+using testing::Case;
+
+uint64_t base_seed() {
+  static const uint64_t seed = [] {
+    if (const char* s = std::getenv("ARIADNE_TEST_SEED")) return uint64_t(std::strtoull(s, nullptr, 10));
+    return uint64_t(std::random_device{}());
+  }();
+  return seed;
+}
+
+// Sets ARIADNE_WGMMA=1 for one test and restores the previous value after it, so the tests of the
+// mma.sync kernel in the same binary keep their default routing.
+class Wgmma : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const char* old = std::getenv("ARIADNE_WGMMA")) {
+      saved_ = old;
+      had_ = true;
+    }
+    setenv("ARIADNE_WGMMA", "1", 1);
+  }
+  void TearDown() override {
+    if (had_) setenv("ARIADNE_WGMMA", saved_.c_str(), 1);
+    else unsetenv("ARIADNE_WGMMA");
+  }
+
+ private:
+  std::string saved_;
+  bool had_ = false;
+};
+
+TensorView on_device(const TensorView& host_view, const Buffer& host, const DeviceBuffer& dev) {
+  TensorView t = host_view;
+  t.data = static_cast<char*>(dev.data()) + (static_cast<char*>(host_view.data) - static_cast<char*>(host.data()));
+  t.device = Device::cuda;
+  return t;
+}
+
+std::vector<uint8_t> bytes_of(const Buffer& b) {
+  const auto* p = static_cast<const uint8_t*>(b.data());
+  return std::vector<uint8_t>(p, p + b.numel() * dtype_size(b.dtype()));
+}
+
+Case make_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat) {
+  Case c;
+  c.name = name;
+  c.seq_q = std::move(seq_q);
+  c.dim = dim;
+  c.dtype = dt;
+  c.pattern = pat;
+  c.heads_q = 8;  // GQA 4:1 unless a case says otherwise
+  c.heads_kv = 2;
+  return c;
+}
+
+void check_wgmma(Case c, bool f32_out = false) {
+  c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
+  SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+  const testing::Inputs in = testing::make_inputs(c);
+  const testing::Result ref = testing::run_reference(in);
+  const DeviceBuffer q = DeviceBuffer::from_host(in.q), k = DeviceBuffer::from_host(in.k),
+                     v = DeviceBuffer::from_host(in.v);
+  AttentionParams p = in.params;
+  p.q = on_device(in.params.q, in.q, q);
+  p.k = on_device(in.params.k, in.k, k);
+  p.v = on_device(in.params.v, in.v, v);
+  DeviceBuffer sink, cu_q, cu_k;
+  if (p.sink_mode != SinkMode::none) {
+    sink = DeviceBuffer::from_host(in.sink);
+    p.sink = sink.view();
+  }
+  if (p.pattern.cu_seqlens_q != nullptr) {
+    cu_q = DeviceBuffer::from_ints(in.cu_q);
+    cu_k = DeviceBuffer::from_ints(in.cu_k);
+    p.pattern.cu_seqlens_q = static_cast<const int32_t*>(cu_q.data());
+    p.pattern.cu_seqlens_k = static_cast<const int32_t*>(cu_k.data());
+  }
+  const DType out_dtype = f32_out ? DType::f32 : c.dtype;
+  std::vector<uint8_t> first_out, first_lse;
+  for (int run = 0; run < 2; ++run) {
+    DeviceBuffer out(out_dtype, {in.total_q, c.heads_q, c.dim});
+    DeviceBuffer lse(DType::f32, {c.heads_q, in.total_q});
+    out.fill_bytes(0xFF);  // NaN in bf16, f16 and f32: an unwritten element fails the comparison
+    lse.fill_bytes(0xFF);
+    p.out = out.view();
+    p.lse = lse.view();
+    ASSERT_TRUE(cuda_uses_wgmma(p)) << "not routed to the wgmma kernel";
+    attention(p, Backend::cuda);
+    cuda_synchronize();
+    const Buffer out_h = out.to_host(), lse_h = lse.to_host();
+    if (run == 0) {
+      const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
+      EXPECT_TRUE(testing::close_enough("out", testing::compare(out_h.view(), ref.out.view()), tol));
+      EXPECT_TRUE(testing::lse_close(lse_h.view(), ref.lse.view(), tol));
+      first_out = bytes_of(out_h);
+      first_lse = bytes_of(lse_h);
+    } else {
+      EXPECT_TRUE(first_out == bytes_of(out_h)) << "out differs between two identical runs";
+      EXPECT_TRUE(first_lse == bytes_of(lse_h)) << "lse differs between two identical runs";
+    }
+  }
+}
+
+TEST_F(Wgmma, FullAndCausalEveryDimDtypeLength) {
+  for (const auto& [pname, pat] : {std::pair{"full", Pattern::full()}, std::pair{"causal", Pattern::causal()},
+                                   std::pair{"causal_right9", Pattern::window(kUnbounded, 9)}})
+    for (int dim : {64, 80, 128})
+      for (DType dt : {DType::bf16, DType::f16})
+        for (int64_t n : {1, 77, 128, 300}) {
+          Case c = make_case(std::string("wgmma_") + pname + "_d" + std::to_string(dim) + "_" + dtype_name(dt) +
+                                 "_n" + std::to_string(n),
+                             {n}, dim, dt, pat);
+          if ((dim / 16 + n) % 2 == 1) c.heads_q = c.heads_kv = 4;  // MHA on half of the cases
+          check_wgmma(c);
+        }
+}
+
+TEST_F(Wgmma, LongRowsAndLargeLogits) {
+  // Many key tiles through the 2-stage ring (both consumers and the producer wrap several times);
+  // logits up to about ±60 stress the online max.
+  for (int dim : {64, 80, 128}) {
+    Case c = make_case("wgmma_long_full_d" + std::to_string(dim), {1500}, dim, DType::bf16, Pattern::full());
+    c.heads_q = c.heads_kv = 2;
+    check_wgmma(c);
+  }
+  Case big = make_case("wgmma_large_logits_causal_d128", {700}, 128, DType::f16, Pattern::causal());
+  big.input_scale = 2.f;
+  check_wgmma(big);
+}
+
+TEST_F(Wgmma, SinksBothForms) {
+  for (SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias})
+    for (float sink : {10.f, -10.f, std::numeric_limits<float>::quiet_NaN()})
+      for (const auto& [name, pat] : {std::pair{"full", Pattern::full()}, std::pair{"causal", Pattern::causal()}})
+        for (int dim : {80, 128}) {
+          Case c = make_case(std::string("wgmma_sink_") + sink_mode_name(mode) + "_" + std::to_string(sink) + "_" +
+                                 name + "_d" + std::to_string(dim),
+                             {190}, dim, DType::bf16, pat);
+          c.sink_mode = mode;
+          c.sink_value = sink;
+          check_wgmma(c);
+        }
+}
+
+TEST_F(Wgmma, VarlenWithOneTokenAndEmptySequences) {
+  for (const auto& [name, pat] : {std::pair{"full", Pattern::full()}, std::pair{"causal", Pattern::causal()}})
+    for (DType dt : {DType::bf16, DType::f16})
+      for (int dim : {64, 80}) {
+        check_wgmma(make_case(std::string("wgmma_varlen_") + name + "_" + dtype_name(dt) + "_d" + std::to_string(dim),
+                              {1, 0, 130, 64, 5, 300, 1}, dim, dt, pat));
+      }
+  for (SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias}) {
+    Case s = make_case(std::string("wgmma_varlen_sink_") + sink_mode_name(mode), {1, 0, 70, 129}, 128, DType::f16,
+                       Pattern::causal());
+    s.sink_mode = mode;
+    s.sink_value = std::numeric_limits<float>::quiet_NaN();
+    check_wgmma(s);
+  }
+}
+
+TEST_F(Wgmma, ChunkedPrefillAndQueriesWithoutKeys) {
+  // lq < lk (bottom-right causal), a sequence with queries and no keys (out = 0, lse = -inf, or the
+  // sink's), and lq > lk (the first rows see no key).
+  for (SinkMode mode : {SinkMode::none, SinkMode::denominator}) {
+    Case c = make_case(std::string("wgmma_prefill_") + sink_mode_name(mode), {50, 7, 33, 200}, 128, DType::bf16,
+                       Pattern::causal());
+    c.seq_k = {300, 0, 33, 70};
+    c.sink_mode = mode;
+    c.sink_value = 1.5f;
+    check_wgmma(c);
+  }
+  Case f = make_case("wgmma_prefill_full_d80", {70}, 80, DType::f16, Pattern::full());
+  f.seq_k = {451};
+  check_wgmma(f);
+}
+
+TEST_F(Wgmma, StridedViewsAndF32Out) {
+  for (int64_t pad : {8, 24})
+    for (int dim : {80, 128}) {
+      Case c = make_case("wgmma_strided_pad" + std::to_string(pad) + "_d" + std::to_string(dim), {257}, dim,
+                         DType::bf16, Pattern::causal());
+      c.token_pad = pad;
+      check_wgmma(c);
+    }
+  check_wgmma(make_case("wgmma_f32_out_causal", {150}, 64, DType::f16, Pattern::causal()), /*f32_out=*/true);
+  check_wgmma(make_case("wgmma_f32_out_full_d80", {150}, 80, DType::bf16, Pattern::full()), /*f32_out=*/true);
+}
+
+TEST_F(Wgmma, RoutesOnlyWhatItSupports) {
+  // The switch on: supported calls go to wgmma, the rest stay on the mma.sync kernel.
+  Case c = make_case("wgmma_route", {64}, 80, DType::bf16, Pattern::full());
+  const testing::Inputs in = testing::make_inputs(c);
+  const DeviceBuffer q = DeviceBuffer::from_host(in.q), k = DeviceBuffer::from_host(in.k),
+                     v = DeviceBuffer::from_host(in.v);
+  AttentionParams p = in.params;
+  p.q = on_device(in.params.q, in.q, q);
+  p.k = on_device(in.params.k, in.k, k);
+  p.v = on_device(in.params.v, in.v, v);
+  DeviceBuffer out(DType::bf16, {in.total_q, c.heads_q, c.dim});
+  p.out = out.view();
+  EXPECT_TRUE(cuda_uses_wgmma(p));
+  EXPECT_EQ(cuda_query_tile_rows(p), 128);
+  AttentionParams w = p;
+  w.pattern = Pattern::window(64, 64);
+  EXPECT_FALSE(cuda_uses_wgmma(w)) << "windows stay on the band kernel";
+  w.pattern = Pattern::chunked(64);
+  EXPECT_FALSE(cuda_uses_wgmma(w)) << "chunks stay on the band kernel";
+  setenv("ARIADNE_WGMMA", "0", 1);
+  EXPECT_FALSE(cuda_uses_wgmma(p)) << "the switch off must route nothing";
+}
+
+}  // namespace
+}  // namespace ariadne
