@@ -72,3 +72,29 @@ if pairs:
         hr = sum(u >= v for a, b in zip(r, x) for u, v in zip(a["mass_recall_per_head"], b["mass_recall_per_head"]))
         hf = sum(u >= v for a, b in zip(r, x) for u, v in zip(a["f1_per_head"], b["f1_per_head"]))
         print(f"| {rc} | {lr}/{n_l} | {lf}/{n_l} | {hr}/{n_h} | {hf}/{n_h} |")
+
+# Retrieval accuracy pooled over every file's runs, by (tokens, method, τ, S, RR offset); dense
+# runs of the same prompt (task, tokens, seed, depth) in several files count once.
+acc, dense_seen = {}, {}
+for path in args.files:
+    with open(path) as fh:
+        d = json.load(fh)
+    for r in d["runs"]:
+        if "correct" not in r or r.get("method") is None:
+            continue
+        prompt = (r["task"], r["tokens"], r["seed"], r["depth"])
+        if r["method"] == "dense":
+            dense_seen[prompt] = r["correct"]
+            continue
+        key = (r["task"], r["tokens"], r["method"], r["tau"], r["stride"], d.get("offset", "paper") if r["method"] == "rr" else "")
+        acc.setdefault(key, []).append((prompt, r["correct"]))
+if acc:
+    print()
+    print("| task | tokens | method | τ | S | RR offset | correct | dense correct on the same prompts | ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for key in sorted(acc):
+        runs = acc[key]
+        ok = sum(c for _, c in runs)
+        dense_ok = sum(dense_seen.get(p, False) for p, _ in runs)
+        ratio = f"{ok / dense_ok:.2f}" if dense_ok else ""
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} | {key[5]} | {ok}/{len(runs)} | {dense_ok}/{len(runs)} | {ratio} |")
