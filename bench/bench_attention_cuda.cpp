@@ -10,9 +10,9 @@
 // tiles compute (the band-aware tiling's efficiency). "ms_colorder" (window cases on a square
 // grid): the same attention over the column-major token order, gathered inside the kernel.
 //
-// With ARIADNE_WGMMA=1 in the environment, calls the backend routes to the Hopper wgmma kernel
-// report impl "ariadne_wgmma" (decided per case by cuda_uses_wgmma, so a case that stays on the
-// mma.sync kernel keeps "ariadne"); stack cases report "ariadne_wgmma" when the switch is on.
+// Calls the backend routes to the Hopper wgmma kernel (the default for dense rows; ARIADNE_WGMMA=0
+// turns it off) report impl "ariadne_wgmma" (decided per case by cuda_uses_wgmma, so a case that
+// stays on the mma.sync kernel keeps "ariadne"); stack cases report "ariadne_wgmma" unless it is off.
 //
 // Usage: bench_attention_cuda [cases.json] [id-prefix[,id-prefix...] ...]
 #if defined(ARIADNE_WITH_CUDA)
@@ -375,7 +375,7 @@ nlohmann::json run_stack(const nlohmann::json& jc, std::mt19937_64& rng) {
   nlohmann::json r;
   r["id"] = id;
   const char* wgmma = std::getenv("ARIADNE_WGMMA");
-  r["impl"] = wgmma != nullptr && std::string(wgmma) == "1" ? "ariadne_wgmma" : "ariadne";
+  r["impl"] = wgmma != nullptr && std::string(wgmma) == "0" ? "ariadne" : "ariadne_wgmma";
   r["ms"] = ms;
   r["tflops"] = flops / (ms * 1e-3) / 1e12;
   r["note"] = "32 layers, each on its own q/k/v; token orders fused into the kernels (no gathers)";

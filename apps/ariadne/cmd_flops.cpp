@@ -3,6 +3,7 @@
 #include <iostream>
 #include <string>
 
+#include "ariadne/parse.hpp"
 #include "ariadne/error.hpp"
 #include "ariadne/flops.hpp"
 #include "ariadne/schedule.hpp"
@@ -33,15 +34,10 @@ int run_flops(const Args& args) {
 
   nlohmann::json rows = nlohmann::json::array();
   for (const std::string& side_text : sides) {
-    size_t used = 0;
-    int side = 0;
-    try {
-      side = std::stoi(side_text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    ARIADNE_CHECK(used == side_text.size() && used > 0, "ariadne flops: --sides expects integers (pixels), got '",
+    const auto parsed = ariadne::parse_int(side_text);
+    ARIADNE_CHECK(parsed && *parsed > 0 && *parsed <= 1 << 20, "ariadne flops: --sides expects positive integers (pixels), got '",
                   side_text, "'");
+    const int side = int(*parsed);
     const std::vector<ariadne::Grid> images{ariadne::image_grid(side, shape)};
     const ariadne::ScheduleCost ref = ariadne::schedule_cost(full, images, shape, tile);
     for (const ariadne::Schedule& s : schedules) {

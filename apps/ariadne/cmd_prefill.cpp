@@ -6,13 +6,16 @@
 //
 // Other options: --offset paper|released (RR sampling), --protect none|last,sink,diag (default:
 // as each method was released), --tau-heads T0,T1,... (one τ per query head), --backend
-// cpu|reference (attention), --theta (RoPE base), --seed, --threads, --metrics 0 (skip the oracle
+// cpu|reference|cuda (cuda: q/k/v go to the GPU as bf16 and the estimator, the oracle and the
+// attention all run there), --theta (RoPE base), --seed, --threads, --metrics 0 (skip the oracle
 // and dense runs), --estimate-only (no attention: estimator time and mask quality only).
 // Without --synthetic, q/k/v are i.i.d. uniform in [-1, 1].
 #include <cmath>
 #include <iostream>
 #include <sstream>
 
+#include "ariadne/device.hpp"
+#include "ariadne/parse.hpp"
 #include "ariadne/prefill.hpp"
 #include "ariadne/synthetic.hpp"
 #include "cli.hpp"
@@ -47,6 +50,15 @@ std::string protections_text(const Protections& p) {
 }
 
 // ‖a − b‖₂ / ‖b‖₂ over [tokens, heads, dim] outputs: overall (head = −1) or for one head.
+// A bf16 device copy of an f32 host buffer (the CUDA attention reads bf16 or f16).
+DeviceBuffer to_device_bf16(const Buffer& f) {
+  Buffer b(DType::bf16, f.shape());
+  const float* src = f.as<float>();
+  uint16_t* dst = b.as<uint16_t>();
+  for (int64_t i = 0; i < f.numel(); ++i) dst[i] = float_to_bf16(src[i]);
+  return DeviceBuffer::from_host(b);
+}
+
 double rel_l2(const Buffer& a, const Buffer& b, int head = -1) {
   const float* x = a.as<float>();
   const float* y = b.as<float>();
@@ -83,15 +95,9 @@ int run_prefill(const cli::Args& args) {
   ec.tau = args.real("tau", 0.95);
   ec.offset = parse_rr_offset(args.str("offset", "paper"));
   for (const std::string& t : args.list("tau-heads", "")) {  // optional per-head τ table
-    size_t pos = 0;
-    double v = 0;
-    try {
-      v = std::stod(t, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    ARIADNE_CHECK(pos == t.size() && pos > 0, "prefill: --tau-heads expects numbers, got '", t, "'");
-    ec.tau_per_head.push_back(v);
+    const auto v = parse_real(t);
+    ARIADNE_CHECK(v.has_value(), "prefill: --tau-heads expects numbers, got '", t, "'");
+    ec.tau_per_head.push_back(*v);
   }
   if (args.has("protect")) ec.protect = parse_protections(args.required("protect"));
   pc.attention_backend = parse_backend(args.str("backend", "cpu"));
@@ -125,6 +131,21 @@ int run_prefill(const cli::Args& args) {
   ap.out = out.view();
   ap.lse = lse.view();
   ap.pattern = Pattern::causal();
+  // --backend cuda: device copies; `out` is read back after each run that writes it.
+  const bool on_gpu = pc.attention_backend == Backend::cuda;
+  DeviceBuffer dq, dk, dv, dout, dlse, ddense;
+  if (on_gpu) {
+    dq = to_device_bf16(data.q);
+    dk = to_device_bf16(data.k);
+    dv = to_device_bf16(data.v);
+    dout = DeviceBuffer(DType::f32, {tokens, sc.heads_q, sc.dim});
+    dlse = DeviceBuffer(DType::f32, {sc.heads_q, tokens});
+    ap.q = dq.view();
+    ap.k = dk.view();
+    ap.v = dv.view();
+    ap.out = dout.view();
+    ap.lse = dlse.view();
+  }
   PrefillResult res;
   if (estimate_only) {
     // The estimator alone (CPU estimator benchmarks, where the attention would dominate the run).
@@ -134,6 +155,7 @@ int run_prefill(const cli::Args& args) {
                              es.density, es.density_per_head};
   } else {
     res = prefill(ap, pc);
+    if (on_gpu) out = dout.to_host();
   }
   const PrefillStats& st = res.stats;
 
@@ -149,6 +171,7 @@ int run_prefill(const cli::Args& args) {
   j["offset"] = rr_offset_name(ec.offset);
   j["protect"] = pc.dense ? "n/a" : protections_text(ec.protections());
   j["backend"] = backend_name(pc.attention_backend);
+  j["dtype"] = on_gpu ? "bf16" : "f32";
   j["synthetic"] = synthetic ? sc.mix : "random";
   j["theta"] = sc.rope_theta;
   j["seed"] = sc.seed;
@@ -187,10 +210,15 @@ int run_prefill(const cli::Args& args) {
       Buffer dense_out(DType::f32, {tokens, sc.heads_q, sc.dim});
       AttentionParams dp = ap;
       dp.out = dense_out.view();
+      if (on_gpu) {
+        ddense = DeviceBuffer(DType::f32, {tokens, sc.heads_q, sc.dim});
+        dp.out = ddense.view();
+      }
       dp.lse = TensorView{};
       PrefillConfig dense_cfg = pc;
       dense_cfg.dense = true;
       const PrefillResult dres = prefill(dp, dense_cfg);
+      if (on_gpu) dense_out = ddense.to_host();
       j["rel_err"] = rel_l2(out, dense_out);
       std::vector<double> per_head;
       for (int h = 0; h < sc.heads_q; ++h) per_head.push_back(rel_l2(out, dense_out, h));

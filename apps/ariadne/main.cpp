@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "ariadne/parse.hpp"
 #include "ariadne/error.hpp"
 #include "cli.hpp"
 
@@ -46,29 +47,17 @@ std::string Args::required(const std::string& name) const {
 int64_t Args::integer(const std::string& name, int64_t fallback) const {
   const std::string s = str(name, "");
   if (s.empty()) return fallback;
-  size_t pos = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(s, &pos);
-  } catch (const std::exception&) {
-    pos = 0;
-  }
-  ARIADNE_CHECK(pos == s.size() && pos > 0, "ariadne ", command_, ": --", name, " expects an integer, got '", s, "'");
-  return v;
+  const auto v = parse_int(s);
+  ARIADNE_CHECK(v.has_value(), "ariadne ", command_, ": --", name, " expects an integer, got '", s, "'");
+  return *v;
 }
 
 double Args::real(const std::string& name, double fallback) const {
   const std::string s = str(name, "");
   if (s.empty()) return fallback;
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &pos);
-  } catch (const std::exception&) {
-    pos = 0;
-  }
-  ARIADNE_CHECK(pos == s.size() && pos > 0, "ariadne ", command_, ": --", name, " expects a number, got '", s, "'");
-  return v;
+  const auto v = parse_real(s);
+  ARIADNE_CHECK(v.has_value(), "ariadne ", command_, ": --", name, " expects a number, got '", s, "'");
+  return *v;
 }
 
 std::vector<std::string> Args::list(const std::string& name, const std::string& fallback) const {

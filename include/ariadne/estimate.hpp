@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "ariadne/attention.hpp"
+#include "ariadne/device.hpp"
 #include "ariadne/pattern.hpp"
 #include "ariadne/tensor.hpp"
 
@@ -75,6 +76,10 @@ struct EstimateConfig {
   RROffset offset = RROffset::paper;   // rr only: which sampling formula
   std::optional<Protections> protect;  // unset: Protections::published(method)
   float scale = 0.f;                   // softmax scale; 0 selects 1/sqrt(head_dim)
+  // CUDA backend: also copy the mask and the scores back into EstimateResult::mask / scores.
+  // false leaves them only in EstimateResult::device (what the CUDA attention reads); at 128K
+  // tokens and 32 heads the copies are ~130 MB, longer than the estimate itself.
+  bool host_copy = true;
 
   Protections protections() const { return protect ? *protect : Protections::published(method); }
   double tau_of(int head) const { return tau_per_head.empty() ? tau : tau_per_head[size_t(head)]; }
@@ -96,6 +101,19 @@ struct EstimateStats {
   double mac = 0;              // multiply-adds spent on scoring (the cost model of SPEC C.5)
 };
 
+// The CUDA backend's output, in device memory (empty for the CPU backend). The same CSR and score
+// layout as EstimateResult::mask / scores; buffers of 4-byte elements hold int32 (row_ptr,
+// col_idx, seq_block_base), score_ptr holds int64 (two 4-byte elements each).
+struct DeviceEstimate {
+  int32_t block = 0, heads = 0;
+  DeviceBuffer seq_block_base, row_ptr, col_idx;  // int32 [num_seqs + 1], [rows + 1], [nnz]
+  DeviceBuffer score_ptr;                         // int64 [rows + 1]
+  DeviceBuffer scores;                            // f32 [score_ptr[rows]]
+  bool defined() const { return row_ptr.data() != nullptr; }
+  // Device pointers, for Pattern::with_blocks on device tensors (Backend::cuda attention).
+  BlockSparseView view() const;
+};
+
 // The estimate: a mask in the CSR form the attention kernels read, and the scores behind it.
 struct EstimateResult {
   BlockMask mask;  // rows (sequence, query head, query block), see pattern.hpp
@@ -108,6 +126,7 @@ struct EstimateResult {
   std::vector<int32_t> row_queries;  // [rows]: queries in the row's query block (the row weight)
   int32_t heads = 0;
   EstimateStats stats;
+  DeviceEstimate device;  // CUDA backend only: the mask and scores on the device
 
   int64_t rows() const { return int64_t(row_queries.size()); }
   int64_t visible(int64_t r) const { return score_ptr[size_t(r) + 1] - score_ptr[size_t(r)]; }
@@ -116,10 +135,11 @@ struct EstimateResult {
 
 // Runs the estimator. `layout` gives the sequences: Pattern::causal(), optionally
 // .with_varlen(n, cu_q, cu_k) (host arrays); any other pattern (window, chunk, blocks) is an error,
-// as is lq > lk in a sequence. Backend::automatic, cpu and reference run the CPU estimator (OpenMP
-// over (head, query block), deterministic for any thread count; host tensors); Backend::cuda
-// throws until a CUDA estimator is built (estimate_supports says why). docs/rrattention.md says
-// how one plugs in.
+// as is lq > lk in a sequence. Backend::cpu and reference run the CPU estimator (OpenMP over
+// (head, query block), deterministic for any thread count; host tensors). Backend::cuda runs the
+// CUDA estimators (rr, xattn and the oracle; device tensors, cu_seqlens in host or device memory;
+// fills `device` and, when config.host_copy, mask and scores; deterministic). Backend::automatic picks
+// by q's device. estimate_supports says why a backend cannot run.
 EstimateResult estimate(const TensorView& q, const TensorView& k, const Pattern& layout,
                         const EstimateConfig& config, Backend backend = Backend::automatic);
 bool estimate_supports(Backend backend, const TensorView& q, std::string* why = nullptr);

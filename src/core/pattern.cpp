@@ -1,5 +1,6 @@
 // Host-side pattern services: validation, names, and the owning block-sparse mask.
 #include "ariadne/pattern.hpp"
+#include "ariadne/parse.hpp"
 
 #include <random>
 #include <sstream>
@@ -166,19 +167,14 @@ PatternSpec parse_pattern_spec(const std::string& text) {
   const auto colon = text.find(':');
   const std::string kind = text.substr(0, colon), arg = colon == std::string::npos ? "" : text.substr(colon + 1);
   auto number = [&](const std::string& s, const char* what) {
-    size_t pos = 0;
-    double v = 0;
-    try {
-      v = std::stod(s, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    ARIADNE_CHECK(pos == s.size() && pos > 0, "pattern '", text, "': ", what, " '", s, "' is not a number");
-    return v;
+    const auto v = parse_real(s);
+    ARIADNE_CHECK(v.has_value(), "pattern '", text, "': ", what, " '", s, "' is not a number");
+    return *v;
   };
   auto integer = [&](const std::string& s, const char* what) {
     const double v = number(s, what);
-    ARIADNE_CHECK(v == double(int64_t(v)) && v >= 0 && v < 1e9, "pattern '", text, "': ", what, " must be a non-negative integer, got '", s, "'");
+    // Range first: converting NaN, inf or 1e300 to int64 is undefined behaviour.
+    ARIADNE_CHECK(v >= 0 && v < 1e9 && v == double(int64_t(v)), "pattern '", text, "': ", what, " must be a non-negative integer, got '", s, "'");
     return int64_t(v);
   };
   if (kind == "full" && arg.empty()) {

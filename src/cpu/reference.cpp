@@ -79,7 +79,11 @@ void attention_reference(const AttentionParams& p) {
         double m = kNegInf;
         for (int64_t ik = 0; ik < e.lk; ++ik) {
           sc[size_t(ik)] = score(ctx, &Q[size_t(iq * d)], K.data(), iq, ik, d);
-          m = std::max(m, sc[size_t(ik)]);
+          // A NaN logit must poison the row (docs/numerics.md, non-finite inputs): std::max would
+          // drop it, and a row of NaN logits would then pass for a fully masked one.
+          const double x = sc[size_t(ik)];
+          if (std::isnan(x)) m = x;
+          else if (!std::isnan(m) && x > m) m = x;
         }
         // Keys only: log Σ exp(s_j); the sink joins the normalizer afterwards.
         double zk = 0;

@@ -58,10 +58,11 @@ bool choose_wide(const AttentionParams& p) {
 
 // The wgmma kernel (attention_wgmma.cuh) runs dense rows (full, causal, any window_right without a
 // left bound, varlen, GQA, sinks) at head dims 64, 80 and 128 on compute capability 9.0. Until it
-// is validated on the device it is opt-in: ARIADNE_WGMMA=1 in the environment, read per call.
+// is the default for those calls; ARIADNE_WGMMA=0 in the environment (read per call) keeps them on
+// the mma.sync kernel, which is how device-check still tests that path.
 bool wgmma_eligible(const AttentionParams& p) {
   const char* env = std::getenv("ARIADNE_WGMMA");
-  if (env == nullptr || std::string(env) != "1") return false;
+  if (env != nullptr && std::string(env) == "0") return false;
   const int d = p.head_dim();
   if (d != 64 && d != 80 && d != 128) return false;
   const Pattern& pat = p.pattern;

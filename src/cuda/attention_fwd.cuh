@@ -314,10 +314,10 @@ __global__ void __launch_bounds__(32 * Cfg::NW, Cfg::MIN_CTAS) attention_fwd_ker
       for (int r = 0; r < 2; ++r) {
         float mx = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(sc[mt][j][2 * r], sc[mt][j][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx = fmaxf(m_row[mt][r], mx * p.scale_log2);  // scale > 0: max commutes with it
+        for (int j = 0; j < NT; ++j) mx = fmax_nan(mx, fmax_nan(sc[mt][j][2 * r], sc[mt][j][2 * r + 1]));
+        mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = fmax_nan(m_row[mt][r], mx * p.scale_log2);  // scale > 0: max commutes with it
         // A row with nothing allowed so far keeps max −inf; subtracting 0 instead keeps
         // exp2(−inf − base) = 0 rather than NaN.
         const float base = mx == -INFINITY ? 0.f : mx;

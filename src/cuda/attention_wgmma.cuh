@@ -232,10 +232,10 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
 #pragma unroll
-      for (int n8 = 0; n8 < BN / 8; ++n8) mx = fmaxf(mx, fmaxf(sc[4 * n8 + 2 * r], sc[4 * n8 + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      mx = fmaxf(m_row[r], mx * p.scale_log2);
+      for (int n8 = 0; n8 < BN / 8; ++n8) mx = fmax_nan(mx, fmax_nan(sc[4 * n8 + 2 * r], sc[4 * n8 + 2 * r + 1]));
+      mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = fmax_nan(m_row[r], mx * p.scale_log2);
       const float base = mx == -INFINITY ? 0.f : mx;  // a row with no key yet: exp2(-inf) = 0, no NaN
       alpha[r] = ex2(m_row[r] - base);
       m_row[r] = mx;

@@ -14,7 +14,7 @@ int cuda_query_tile_rows(const AttentionParams& p);  // 64 or 128
 int cuda_key_tile_rows(const AttentionParams& p);    // 64 (128 on the wgmma kernel)
 
 // Whether attention_cuda runs this call on the Hopper wgmma kernel (src/cuda/attention_wgmma.cuh):
-// ARIADNE_WGMMA=1 is set, the GPU is compute capability 9.0, and the call is one it handles (dense
+// ARIADNE_WGMMA=0 is not set, the GPU is compute capability 9.0, and the call is one it handles (dense
 // rows: no left window bound, no chunk, no block mask, no entropy/distance; head dim 64, 80, 128).
 bool cuda_uses_wgmma(const AttentionParams& p);
 

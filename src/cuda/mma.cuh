@@ -9,6 +9,15 @@
 
 namespace ariadne::cuda {
 
+// max that propagates NaN (PTX max.NaN, sm_80+). The row maxima of the online softmax use it so a
+// NaN logit poisons its row (docs/numerics.md: non-finite inputs propagate) instead of vanishing
+// in fmaxf and leaving a row that looks fully masked.
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

@@ -59,12 +59,12 @@ void validate(const EstimateConfig& c, int heads_q) {
 namespace est {
 
 Geometry make_geometry(const TensorView& q, const TensorView& k, const Pattern& layout,
-                       int64_t block, int64_t stride) {
+                       int64_t block, int64_t stride, Device device) {
   for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}}) {
     ARIADNE_CHECK(t->defined(), "estimate: ", name, " is not set");
     require_rank(*t, name, 3);
     require_dtype(*t, name, {DType::f32, DType::bf16, DType::f16});
-    require_device(*t, name, Device::cpu);
+    require_device(*t, name, device);
     require_inner_contiguous(*t, name);
   }
   Geometry g;
@@ -228,6 +228,16 @@ void init_rows(const Geometry& g, EstimateResult& r) {
 
 }  // namespace est
 
+BlockSparseView DeviceEstimate::view() const {
+  BlockSparseView v;
+  v.block = block;
+  v.heads = heads;
+  v.seq_block_base = static_cast<const int32_t*>(seq_block_base.data());
+  v.row_ptr = static_cast<const int32_t*>(row_ptr.data());
+  v.col_idx = static_cast<const int32_t*>(col_idx.data());
+  return v;
+}
+
 std::vector<int32_t> select_blocks(const float* scores, int64_t n, double tau,
                                    const std::vector<int32_t>& forced, bool forced_first) {
   std::vector<char> keep(size_t(n), 0);
@@ -266,12 +276,27 @@ std::vector<int32_t> select_blocks(const float* scores, int64_t n, double tau,
   return out;
 }
 
+namespace {
+// automatic follows q's device; the explicit backends stay as asked.
+Backend resolve(Backend backend, const TensorView& q) {
+  if (backend != Backend::automatic) return backend;
+  return q.device == Device::cuda ? Backend::cuda : Backend::cpu;
+}
+}  // namespace
+
 bool estimate_supports(Backend backend, const TensorView& q, std::string* why) {
-  auto say = [&](const char* w) {
+  auto say = [&](const std::string& w) {
     if (why) *why = w;
     return false;
   };
-  if (backend == Backend::cuda) return say("no CUDA estimator is built yet (issue 5): use the cpu backend");
+  if (resolve(backend, q) == Backend::cuda) {
+#if defined(ARIADNE_WITH_CUDA)
+    const std::string no = est::estimate_cuda_refusal(q, nullptr);
+    return no.empty() ? true : say(no);
+#else
+    return say("this build has no CUDA backend (configure with nvcc present)");
+#endif
+  }
   if (q.device != Device::cpu) return say("the CPU estimators need host tensors");
   return true;
 }
@@ -285,6 +310,13 @@ EstimateResult estimate(const TensorView& q, const TensorView& k, const Pattern&
   ARIADNE_CHECK(q.defined() && q.rank == 3, "estimate: q must be [total_q, heads_q, head_dim], got ",
                 q.describe());
   validate(config, int(q.shape[1]));
+#if defined(ARIADNE_WITH_CUDA)
+  if (resolve(backend, q) == Backend::cuda) {
+    const std::string no = est::estimate_cuda_refusal(q, &config);
+    ARIADNE_CHECK(no.empty(), "estimate: backend cuda cannot run: ", no);
+    return est::estimate_cuda(q, k, layout, config);
+  }
+#endif
   const est::Geometry g = est::make_geometry(q, k, layout, config.block, config.stride);
   const float scale = config.scale > 0 ? config.scale : float(1.0 / std::sqrt(double(g.dim)));
 

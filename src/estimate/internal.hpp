@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "ariadne/estimate.hpp"
@@ -46,9 +48,10 @@ struct Geometry {
   }
 };
 
-// Validates q, k and the layout (causal, varlen, lq <= lk) and builds the geometry.
+// Validates q, k and the layout (causal, varlen, lq <= lk) and builds the geometry. q and k must
+// live on `device`; the layout's cu_seqlens are read on the host (the CUDA path copies them first).
 Geometry make_geometry(const TensorView& q, const TensorView& k, const Pattern& layout,
-                       int64_t block, int64_t stride);
+                       int64_t block, int64_t stride, Device device = Device::cpu);
 
 // Copies row (token, head) of an attention operand into dst as f32, times `mul`.
 void load_row(const TensorView& t, int64_t token, int64_t head, float mul, float* dst);
@@ -78,6 +81,17 @@ double score_strided(const Geometry& g, const TensorView& q, const TensorView& k
                      const EstimateConfig& c, float scale, EstimateResult& r, double& ms_sampling);
 double score_oracle(const Geometry& g, const TensorView& q, const TensorView& k, float scale,
                     EstimateResult& r, double& ms_sampling);
+
+#if defined(ARIADNE_WITH_CUDA)
+// The CUDA estimator (src/cuda/estimate_cuda.cu): config validated, backend checked; fills the
+// whole result (device arrays, stats and, when config.host_copy, mask and scores).
+EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pattern& layout,
+                             const EstimateConfig& config);
+// Why the CUDA estimator cannot run these operands (empty: it can).
+std::string estimate_cuda_refusal(const TensorView& q, const EstimateConfig* config);
+// Milliseconds the device spends on the work `fn` enqueues on `stream` (CUDA events; synchronizes).
+double cuda_timed_ms(void* stream, const std::function<void()>& fn);
+#endif
 
 inline double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

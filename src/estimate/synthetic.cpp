@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "ariadne/attention.hpp"
+#include "ariadne/parse.hpp"
 
 namespace ariadne {
 
@@ -33,13 +34,9 @@ std::vector<HeadType> parse_head_mix(const std::string& mix) {
     int count = 1;
     if (colon != std::string::npos) {
       const std::string n = entry.substr(colon + 1);
-      size_t pos = 0;
-      try {
-        count = std::stoi(n, &pos);
-      } catch (const std::exception&) {
-        pos = 0;
-      }
-      ARIADNE_CHECK(pos == n.size() && pos > 0 && count >= 1, "synthetic mix '", mix, "': entry '",
+      const auto v = parse_int(n);
+      count = v && *v >= 1 && *v <= 1 << 20 ? int(*v) : 0;
+      ARIADNE_CHECK(count >= 1, "synthetic mix '", mix, "': entry '",
                     entry, "' has count '", n, "', expected an integer >= 1");
     }
     const HeadType* t = std::find_if(std::begin(all), std::end(all),

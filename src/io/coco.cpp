@@ -153,7 +153,8 @@ CocoDataset parse_coco(const std::string& json_text, const std::string& name) {
     if (!fn.is_string()) c.fail(where + ".file_name", "expected a string");
     out.file_name = fn.get<std::string>();
     const int64_t w = c.integer(im, where, "width"), h = c.integer(im, where, "height");
-    if (w <= 0 || h <= 0 || w * h > kMaxImagePixels)
+    // Each side is bounded before the product, which would overflow int64 for forged sizes.
+    if (w <= 0 || h <= 0 || w > kMaxImagePixels || h > kMaxImagePixels || w * h > kMaxImagePixels)
       c.fail(where, "size " + std::to_string(w) + "x" + std::to_string(h) + " must be positive and at most " +
                         std::to_string(kMaxImagePixels) + " pixels");
     out.width = int(w);

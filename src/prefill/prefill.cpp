@@ -3,6 +3,8 @@
 
 #include <chrono>
 
+#include "estimate/internal.hpp"
+
 namespace ariadne {
 
 namespace {
@@ -33,14 +35,24 @@ PrefillResult prefill(const AttentionParams& params, const PrefillConfig& config
     st.ms_selection = es.ms_selection;
     st.density = es.density;
     st.density_per_head = es.density_per_head;
-    p.pattern = layout.with_blocks(res.estimate.mask.view());
+    // The CUDA estimator leaves its mask in device memory, where the CUDA attention reads it.
+    p.pattern = layout.with_blocks(res.estimate.device.defined() ? res.estimate.device.view()
+                                                                 : res.estimate.mask.view());
   } else {
     st.density_per_head.assign(size_t(params.heads_q()), 1.0);
   }
   const auto t1 = std::chrono::steady_clock::now();
+  st.ms_estimate = ms_between(t0, t1);  // the CUDA estimator synchronizes before it returns
+#if defined(ARIADNE_WITH_CUDA)
+  if (params.q.device == Device::cuda) {
+    // Kernels return before they finish: time the attention with CUDA events on its stream.
+    st.ms_attention = est::cuda_timed_ms(params.stream, [&] { attention(p, config.attention_backend); });
+    st.ms_total = st.ms_estimate + st.ms_attention;
+    return res;
+  }
+#endif
   attention(p, config.attention_backend);
   const auto t2 = std::chrono::steady_clock::now();
-  st.ms_estimate = ms_between(t0, t1);
   st.ms_attention = ms_between(t1, t2);
   st.ms_total = ms_between(t0, t2);
   return res;

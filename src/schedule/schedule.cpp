@@ -12,6 +12,9 @@ namespace {
 // Upper bounds that keep a typo ("4x(1000000xR)") from allocating millions of layers.
 constexpr int64_t kMaxRepeat = 1024;
 constexpr size_t kMaxLayers = 4096;
+// Nesting limit of '(' groups: the parser recurses once per level, and a long run of '(' from a
+// command line must not overflow the stack.
+constexpr int kMaxDepth = 64;
 
 struct Preset {
   const char* name;
@@ -103,6 +106,7 @@ class Parser {
     const char c = s_[pos_];
     if (c == '(') {
       const size_t open = pos_;
+      ARIADNE_CHECK(depth < kMaxDepth, where(), "groups nested more than ", kMaxDepth, " deep");
       ++pos_;
       std::vector<LayerSpec> inner = sequence(depth + 1);
       ARIADNE_CHECK(pos_ < s_.size() && s_[pos_] == ')', "schedule '", s_, "': position ", open + 1,

@@ -481,7 +481,7 @@ TEST(Estimate, BadParametersAreErrors) {
   EXPECT_THROW(estimate(in.params.q, kd.view(), Pattern::causal(), {}), Error);
   EXPECT_THROW(estimate(in.params.q, kh.view(), Pattern::causal(), {}), Error);
   EXPECT_THROW(estimate(q2.view(), in.params.k, Pattern::causal(), {}), Error);
-  // No CUDA estimator yet: a clear error, and estimate_supports says why.
+  // Host tensors on the cuda backend (or a build without CUDA): a clear error naming CUDA.
   std::string why;
   EXPECT_FALSE(estimate_supports(Backend::cuda, in.params.q, &why));
   EXPECT_NE(why.find("CUDA"), std::string::npos);

@@ -1,0 +1,214 @@
+// CUDA block-sparse prefill benchmark (issue 5): RRAttention vs XAttention estimation at strides
+// 8 and 16, the block-sparse attention on each mask, and the total against our dense causal
+// kernel, all in the same run on the same inputs. Prints one JSON list on stdout (one object per
+// (tokens, method, stride); progress on stderr).
+//
+// Inputs: the synthetic long-context mix (synthetic.hpp; Llama-3.1-8B shape: 32 query / 8 KV
+// heads, d 128, θ 500000), bf16 on the device, B 128, τ 0.95. q is 64 MB at 8K tokens and 1 GB at
+// 128K, beyond the 60 MB L2 except at the shortest length, where some of k stays cached between
+// repetitions. Times:
+//   ms_estimate       median host wall time of estimate() (kernels, allocations, the row_ptr read
+//                     back; host_copy off, so the mask stays on the device as in a real prefill)
+//   ms_sampling/scoring/selection  medians of the estimator's CUDA-event stage times
+//   ms_attention      median of the block-sparse attention on that mask (CUDA events)
+//   ms_dense          median of dense causal attention (same kernel family, same inputs)
+//   ms_total          ms_estimate + ms_attention; speedup = ms_dense / ms_total
+// density: kept / causally visible blocks. mass_recall, block_f1: against the exact oracle (the
+// CUDA oracle on the same bf16 inputs, up to --recall-max tokens, default 65536), also at τ 0.90;
+// ms_oracle: its time (an exact N² pass on the CUDA cores).
+//
+//   bench_estimate_cuda [tokens ...]       default 8192 32768 65536 131072
+#if defined(ARIADNE_WITH_CUDA)
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ariadne/attention.hpp"
+#include "ariadne/device.hpp"
+#include "ariadne/estimate.hpp"
+#include "ariadne/synthetic.hpp"
+
+namespace {
+
+using namespace ariadne;
+
+void check(cudaError_t e, const char* what) {
+  ARIADNE_CHECK(e == cudaSuccess, "bench: ", what, ": ", cudaGetErrorString(e));
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+DeviceBuffer to_device_bf16(const Buffer& f) {
+  Buffer b(DType::bf16, f.shape());
+  const float* src = f.as<float>();
+  uint16_t* dst = b.as<uint16_t>();
+  for (int64_t i = 0; i < f.numel(); ++i) dst[i] = float_to_bf16(src[i]);
+  return DeviceBuffer::from_host(b);
+}
+
+// Median device time of `reps` attention calls (after one warm-up), CUDA events on stream 0.
+double time_attention(const AttentionParams& p, int reps) {
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "event");
+  check(cudaEventCreate(&e1), "event");
+  attention(p, Backend::cuda);
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(e0, nullptr), "record");
+    attention(p, Backend::cuda);
+    check(cudaEventRecord(e1, nullptr), "record");
+    check(cudaEventSynchronize(e1), "sync");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, e0, e1), "elapsed");
+    ms.push_back(double(t));
+  }
+  check(cudaEventDestroy(e0), "event");
+  check(cudaEventDestroy(e1), "event");
+  return median(ms);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::vector<int64_t> lengths;
+    int64_t recall_max = 65536;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--recall-max" && i + 1 < argc) recall_max = std::atoll(argv[++i]);
+      else lengths.push_back(std::atoll(a.c_str()));
+    }
+    if (lengths.empty()) lengths = {8192, 32768, 65536, 131072};
+    ARIADNE_CHECK(cuda_available(), "bench_estimate_cuda: no CUDA device");
+    constexpr int kHq = 32, kHkv = 8, kDim = 128;
+    nlohmann::json out = nlohmann::json::array();
+    for (const int64_t n : lengths) {
+      const auto tg = std::chrono::steady_clock::now();
+      SyntheticConfig sc;
+      sc.tokens = n;
+      sc.heads_q = kHq;
+      sc.heads_kv = kHkv;
+      sc.dim = kDim;
+      sc.rope_theta = 500000;
+      sc.seed = 7;
+      const Synthetic syn = make_synthetic(sc);
+      const DeviceBuffer q = to_device_bf16(syn.q), k = to_device_bf16(syn.k), v = to_device_bf16(syn.v);
+      DeviceBuffer o(DType::bf16, {n, kHq, kDim});
+      std::cerr << "n " << n << ": inputs ready in "
+                << std::chrono::duration<double>(std::chrono::steady_clock::now() - tg).count() << " s\n";
+
+      AttentionParams p;
+      p.q = q.view();
+      p.k = k.view();
+      p.v = v.view();
+      p.out = o.view();
+      p.pattern = Pattern::causal();
+      const double ms_dense = time_attention(p, 5);
+
+      std::vector<EstimateResult> oracles;  // τ 0.95, 0.90
+      double ms_oracle = 0;
+      if (n <= recall_max)
+        for (double tau : {0.95, 0.90}) {
+          EstimateConfig oc;
+          oc.method = Estimator::oracle;
+          oc.tau = tau;
+          oracles.push_back(estimate(q.view(), k.view(), Pattern::causal(), oc, Backend::cuda));
+          ms_oracle = oracles.back().stats.ms_scoring + oracles.back().stats.ms_selection;
+        }
+
+      for (Estimator method : {Estimator::rr, Estimator::xattn})
+        for (int stride : {8, 16}) {
+          EstimateConfig c;
+          c.method = method;
+          c.stride = stride;
+          c.tau = 0.95;
+          c.host_copy = false;
+          EstimateResult r = estimate(q.view(), k.view(), Pattern::causal(), c, Backend::cuda);  // warm-up
+          const int reps = n >= 65536 ? 3 : 5;
+          std::vector<double> wall, samp, score, sel;
+          for (int i = 0; i < reps; ++i) {
+            const auto t0 = std::chrono::steady_clock::now();
+            r = estimate(q.view(), k.view(), Pattern::causal(), c, Backend::cuda);
+            wall.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+            samp.push_back(r.stats.ms_sampling);
+            score.push_back(r.stats.ms_scoring);
+            sel.push_back(r.stats.ms_selection);
+          }
+          AttentionParams ps = p;
+          ps.pattern = Pattern::causal().with_blocks(r.device.view());
+          const double ms_attn = time_attention(ps, 5);
+
+          nlohmann::json j;
+          j["id"] = std::string(estimator_name(method)) + "-n" + std::to_string(n) + "-s" + std::to_string(stride);
+          j["kind"] = "estimate";
+          j["method"] = estimator_name(method);
+          j["tokens"] = n;
+          j["heads_q"] = kHq;
+          j["heads_kv"] = kHkv;
+          j["dim"] = kDim;
+          j["block"] = c.block;
+          j["stride"] = stride;
+          j["tau"] = c.tau;
+          j["ms_estimate"] = median(wall);
+          j["ms_sampling"] = median(samp);
+          j["ms_scoring"] = median(score);
+          j["ms_selection"] = median(sel);
+          j["ms_attention"] = ms_attn;
+          j["ms_dense"] = ms_dense;
+          j["ms_total"] = median(wall) + ms_attn;
+          j["speedup_vs_dense"] = ms_dense / (median(wall) + ms_attn);
+          j["density"] = r.stats.density;
+          j["gmac_scoring"] = r.stats.mac * 1e-9;
+          if (!oracles.empty()) {
+            for (size_t t = 0; t < oracles.size(); ++t) {
+              EstimateConfig hc = c;
+              hc.host_copy = true;
+              hc.tau = t == 0 ? 0.95 : 0.90;
+              const EstimateResult rh = estimate(q.view(), k.view(), Pattern::causal(), hc, Backend::cuda);
+              const MaskMetrics mm = compare_to_oracle(rh.mask, oracles[t]);
+              const std::string sfx = t == 0 ? "" : "_tau090";
+              j["ms_oracle"] = ms_oracle;
+              j["mass_recall" + sfx] = mm.mass_recall;
+              j["block_f1" + sfx] = mm.f1;
+              j["oracle_density" + sfx] = oracles[t].stats.density;
+              if (t == 1) j["density_tau090"] = rh.stats.density;
+            }
+          } else {
+            EstimateConfig hc = c;
+            hc.tau = 0.90;
+            j["density_tau090"] = estimate(q.view(), k.view(), Pattern::causal(), hc, Backend::cuda).stats.density;
+          }
+          std::cerr << j.dump() << "\n";
+          out.push_back(j);
+        }
+    }
+    std::cout << out.dump(1) << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "bench_estimate_cuda: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+#else
+
+#include <cstdio>
+
+int main() {
+  std::printf("CUDA not built\n");
+  return 0;
+}
+
+#endif

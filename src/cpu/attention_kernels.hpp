@@ -1,0 +1,98 @@
+// Internal: the tile primitives of the fast CPU attention, one table per instruction set.
+//
+// The driver (attention_cpu.cpp) owns tiling, masks, the online-softmax bookkeeping, threads and
+// diagnostics; the table below holds only the few loops whose speed matters, so each ISA file
+// (attention_avx512.cpp, attention_avx2.cpp, attention_generic.cpp) is small and the choice between
+// them is one pointer picked at run time from the CPU's features.
+//
+// Shapes (all row-major, every pointer already offset to the first row the call touches):
+//   key tile      kKeyTile = 32 keys, aligned to the start of its sequence (tile t holds local keys
+//                 [32t, 32t + 32)); keys past the end are zero-filled.
+//   K, fp32       [d][32]            (transposed so one vector load covers 16 or 8 keys)
+//   K, bf16       [dp][32][2]        (dp = ceil(d / 2); pairs of head-dim entries per key, the
+//                                     operand layout of vdpbf16ps)
+//   V, fp32       [32][ldv]          (columns [0, dv) read, dv = d rounded up to 16; a packed copy
+//                                     zero-fills past d, or the input rows themselves when
+//                                     d is a multiple of 16 and all 32 keys exist)
+//   V, bf16       [16][dv][2]        (pairs of consecutive keys per column)
+//   Q, fp32       [rows][ldq]        (ldq >= d)
+//   Q, bf16       [rows][ldq] uint16 (ldq >= 2·dp, zero-filled past d)
+//   S / P         [rows][32] fp32
+//   O             [rows][dv] fp32 accumulator (unnormalized)
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+namespace ariadne::cpu {
+
+constexpr int kKeyTile = 32;
+
+// Per-row visibility inside one key tile plus the softmax constants.
+struct RowMask {
+  const int32_t* lo = nullptr;  // [rows] first allowed key of the tile (0..32)
+  const int32_t* hi = nullptr;  // [rows] one past the last allowed key (lo >= hi: none)
+  uint32_t keymask = ~0u;       // bit j: key j of the tile may be seen at all (block-sparse)
+  float scale2 = 1.f;           // softmax scale · log2(e): the kernels work in base 2
+  float bias2 = 0.f;            // added to key 0 of the tile when apply_bias (key0_bias sink, base 2)
+  bool apply_bias = false;
+  bool dense = false;           // every row sees all 32 keys: the kernels may skip the masks
+};
+
+// Shared by the softmax kernels: a row that met a NaN or +inf logit (`bad`, or m already NaN)
+// gets m = l = alpha = NaN (alpha turns the accumulator NaN) and zero p; returns whether it did.
+inline bool poison_row(bool bad, int r, float* p, float* m, float* l, float* alpha) {
+  if (!bad && m[r] == m[r]) return false;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  m[r] = l[r] = alpha[r] = nan;
+  for (int j = 0; j < kKeyTile; ++j) p[j] = 0.f;
+  return true;
+}
+
+struct TileKernels {
+  const char* name;
+  // s[r][j] = q_r · k_j for r < rows (raw dot products, no scale).
+  void (*qk_f32)(const float* q, int64_t ldq, const float* k, int d, int rows, float* s);
+  // Same with bf16 operands and fp32 accumulation; null when the ISA has no bf16 dot product.
+  void (*qk_bf16)(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, int rows, float* s);
+  // Online-softmax step over one key tile. In: s = raw dots. Out: s = p = 2^(t − m_new) (0 where
+  // masked), m/l updated, alpha[r] = 2^(m_old − m_new) (1 for a row that still has no key).
+  // t = s·scale2 (+ bias); when t_out is given it receives t (−inf where masked). A NaN or +inf
+  // logit poisons its row for good (poison_row): m, l, alpha become NaN, so O and the LSE come out
+  // NaN (docs/numerics.md, non-finite inputs).
+  void (*softmax)(float* s, const RowMask& mask, int rows, float* m, float* l, float* alpha,
+                  float* t_out);
+  // o[r] = alpha[r]·o[r] + Σ_j p[r][j]·v[j], columns [0, dv); row j of V at v + j·ldv.
+  void (*pv_f32)(const float* p, const float* v, int64_t ldv, int dv, int rows, const float* alpha, float* o);
+  // Same with P rounded to bf16 and bf16 V; null when the ISA has no bf16 dot product.
+  void (*pv_bf16)(const float* p, const uint16_t* v, int dv, int rows, const float* alpha, float* o);
+  // Received attention: colsum[j] += Σ_r 2^(t_rj − off[r]) over allowed (r, j); s = raw dots.
+  void (*colsum)(const float* s, const RowMask& mask, int rows, const float* off, float* colsum);
+
+  // ---- packing (optional: null means the driver's portable loops) ----
+  // Input rows: key j of the tile starts at base + j·stride (elements); n <= 32 keys exist, the
+  // rest of the tile is zero-filled.
+  // K fp32 → [d][32].
+  void (*pack_k_f32)(const float* base, int64_t stride, int n, int d, float* k);
+  // K bf16 → [dp][32] pairs (32-bit words, low half = even head-dim entry).
+  void (*pack_k_bf16)(const uint16_t* base, int64_t stride, int n, int d, uint32_t* k);
+  // V bf16 → [16][dv] pairs of keys (low half = even key), zero past d.
+  void (*pack_v_bf16)(const uint16_t* base, int64_t stride, int n, int d, int dv, uint32_t* v);
+  // dst[c] = bf16(src[c]·mul), round to nearest even, c < n.
+  void (*store_bf16)(const float* src, float mul, int n, uint16_t* dst);
+};
+
+const TileKernels* tile_kernels_generic();
+const TileKernels* tile_kernels_avx2();    // null when not compiled for x86
+const TileKernels* tile_kernels_avx512();  // null when not compiled for x86
+
+// The table attention_cpu uses: the best one the CPU supports, or the one named by the environment
+// variable ARIADNE_CPU_ISA ("generic", "avx2", "avx512"; an unsupported name throws).
+const TileKernels& active_tile_kernels();
+// Tests and benchmarks: force a table by name ("generic" | "avx2" | "avx512" | "" = best again).
+// Throws ariadne::Error when this CPU cannot run it.
+void force_tile_kernels(const char* name);
+// Whether this CPU (and the build) can run the named table.
+bool tile_kernels_available(const char* name);
+
+}  // namespace ariadne::cpu

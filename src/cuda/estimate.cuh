@@ -1,0 +1,79 @@
+// Internal: the CUDA estimators' kernels (src/cuda/estimate_score.cu, estimate_select.cu) and the
+// plain-old-data they read. The host side (estimate_cuda.cu) builds these tables from the CPU
+// estimator's Geometry, so both backends share one definition of sequences, rows and visibility.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ariadne::cuda {
+
+// One sequence (mirrors est::Seq).
+struct EstSeq {
+  int64_t q0, k0, lq, lk, off;  // off = lk − lq
+  int64_t row_base;             // first CSR row (seq_block_base · heads_q)
+  int32_t nqb, nqs, nks;        // query blocks, query strides, key strides
+  int32_t ks_base;              // first key-stride row of this sequence in Ksum
+};
+
+// Operands and geometry of the scoring kernels. Strides in elements; head_dim contiguous.
+struct ScoreParams {
+  const void* q;
+  const void* k;
+  int dtype;  // 0 f32, 1 bf16, 2 f16 (ariadne::DType order)
+  int64_t q_tok, q_head, k_tok, k_head;
+  float* ksum;                  // rr: [heads_kv, total_ks, d] f32, Σ of each key stride
+  int64_t total_ks;             // key-stride rows of all sequences
+  const EstSeq* seqs;
+  int num_seqs;
+  const int32_t* qblock_seq;    // [total query blocks]: sequence of each global query block
+  const int32_t* qblock_m;      // [total query blocks]: its block index inside the sequence
+  const int64_t* score_ptr;     // [rows + 1]
+  float* scores;                // [score_ptr[rows]], zeroed by the caller, accumulated here
+  // Per (row, visible key block) partials (max, Σexp): the CTA of (query block gb, KV head, z)
+  // owns kScoreRows · nvis(gb) pairs from scratch_base[gb] + (kvh · gridDim.z + z) · kScoreRows · nvis.
+  float2* scratch;
+  const int64_t* scratch_base;  // [total query blocks]
+  int heads_q, heads_kv, group, d;
+  int stride, block, spb;       // S, B, B / S
+  int heads_per_cta;            // query heads of one KV group handled by one CTA
+  int row_split;                // rounds of 64 rows per head (> 1 when B/S > 64; then
+                                // heads_per_cta = 1)
+  bool rr, paper;               // rr (else xattn); rr sampling offset
+  float qmul;                   // scale / S, folded into the queries as on the CPU
+};
+
+// Selection and CSR assembly.
+struct SelectParams {
+  const EstSeq* seqs;
+  int num_seqs;
+  const int32_t* qblock_seq;
+  const int32_t* qblock_m;
+  const int64_t* score_ptr;
+  const float* scores;
+  const double* tau;            // [heads_q]
+  uint8_t* keep;                // [score_ptr[rows]] 0/1 per visible block
+  int32_t* counts;              // [rows + 1] kept blocks per row (last entry 0, for the scan)
+  const int32_t* row_ptr;       // [rows + 1] (compaction)
+  int32_t* col_idx;             // [nnz]
+  int heads_q, block;
+  bool last_row, sink, diagonal, forced_first;
+};
+
+// Largest key-block count of one row the selection sorts in shared memory.
+constexpr int kMaxSortBlocks = 4096;
+// Rows (sampled query strides) of one scoring CTA and key strides per chunk.
+constexpr int kScoreRows = 64;
+constexpr int kScoreCols = 32;
+constexpr int kScoreThreads = 256;
+
+// Kernel launches on `stream`; each returns the launch error.
+cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream);
+cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStream_t stream);
+cudaError_t launch_select(const SelectParams& p, int64_t total_qblocks, int max_visible, cudaStream_t stream);
+cudaError_t launch_compact(const SelectParams& p, int64_t rows, cudaStream_t stream);
+// counts [n] → row_ptr [n] exclusive prefix sum (n = rows + 1, so row_ptr[rows] = nnz).
+cudaError_t exclusive_scan(const int32_t* counts, int32_t* row_ptr, int64_t n, cudaStream_t stream);
+
+}  // namespace ariadne::cuda

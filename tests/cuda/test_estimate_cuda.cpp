@@ -1,0 +1,381 @@
+// The CUDA estimators (RRAttention, XAttention) against the CPU estimator on fresh random inputs.
+//
+// Scores: every visible block of every row within 2e-5 (both are f32 dot products, summed in
+// different orders). Block lists: compared exactly on every row whose decisions are not within
+// 1e-4 of the threshold or of a tie at the kept/dropped boundary (margins taken from the CPU
+// scores; the rule of tests/cpu/test_estimate.cpp), and such rows must be >= 80% of all.
+// The first mismatch is printed with its row, scores and both lists. Each case also runs twice
+// (bit-identical scores and masks: the kernels use no float atomics) and once device-only.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ariadne/attention.hpp"
+#include "ariadne/device.hpp"
+#include "ariadne/estimate.hpp"
+#include "ariadne/prefill.hpp"
+#include "common.hpp"
+
+namespace ariadne {
+namespace {
+
+using testing::Case;
+using testing::Inputs;
+
+uint64_t seed_base() {
+  static const uint64_t seed = [] {
+    if (const char* s = std::getenv("ARIADNE_TEST_SEED")) return uint64_t(std::strtoull(s, nullptr, 10));
+    return uint64_t(std::random_device{}());
+  }();
+  return seed;
+}
+
+TensorView on_device(const TensorView& host_view, const Buffer& host, const DeviceBuffer& dev) {
+  TensorView t = host_view;
+  t.data = static_cast<char*>(dev.data()) + (static_cast<char*>(host_view.data) - static_cast<char*>(host.data()));
+  t.device = Device::cuda;
+  return t;
+}
+
+// Device copies of q, k (and v) and of the layout's cu_seqlens.
+struct OnDevice {
+  DeviceBuffer q, k, v, cu_q, cu_k;
+  TensorView qv, kv, vv;
+  Pattern layout;
+};
+
+OnDevice upload(const Inputs& in) {
+  OnDevice d;
+  d.q = DeviceBuffer::from_host(in.q);
+  d.k = DeviceBuffer::from_host(in.k);
+  d.v = DeviceBuffer::from_host(in.v);
+  d.qv = on_device(in.params.q, in.q, d.q);
+  d.kv = on_device(in.params.k, in.k, d.k);
+  d.vv = on_device(in.params.v, in.v, d.v);
+  d.layout = in.params.pattern;
+  if (d.layout.cu_seqlens_q != nullptr) {
+    d.cu_q = DeviceBuffer::from_ints(in.cu_q);
+    d.cu_k = DeviceBuffer::from_ints(in.cu_k);
+    d.layout.cu_seqlens_q = static_cast<const int32_t*>(d.cu_q.data());
+    d.layout.cu_seqlens_k = static_cast<const int32_t*>(d.cu_k.data());
+  }
+  return d;
+}
+
+// How close one row's selection came to going another way, from the (CPU) scores: the smallest
+// |mass before − τ·total| over the greedy decisions, and the gap between the last kept and the
+// first dropped score (a near-tie there could swap them; ties elsewhere leave the kept set alone,
+// so unlike the CPU test's rule over all pairs they are not counted: long rows would otherwise
+// rarely qualify).
+double decision_margin(const float* sc, int64_t n, double tau, const std::vector<int32_t>& forced,
+                       bool forced_first) {
+  std::vector<char> is_forced(size_t(n), 0);
+  for (int32_t f : forced) is_forced[size_t(f)] = 1;
+  std::vector<int32_t> order;
+  for (int32_t i = 0; i < int32_t(n); ++i)
+    if (!(forced_first && is_forced[size_t(i)])) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return sc[a] > sc[b]; });
+  double total = 0, m = 1e9, cum = 0;
+  for (int64_t i = 0; i < n; ++i) total += sc[i];
+  if (forced_first)
+    for (int32_t f : forced) cum += sc[f];
+  size_t kept = 0;
+  for (; kept < order.size(); ++kept) {
+    m = std::min(m, std::abs(cum - tau * total));
+    if (cum >= tau * total) break;
+    cum += sc[order[kept]];
+  }
+  if (kept > 0 && kept < order.size()) m = std::min(m, double(sc[order[kept - 1]]) - double(sc[order[kept]]));
+  return m;
+}
+
+std::string list_str(const int32_t* b, const int32_t* e) {
+  std::ostringstream o;
+  o << "[";
+  for (const int32_t* p = b; p != e; ++p) o << (p == b ? "" : " ") << *p;
+  o << "]";
+  return o.str();
+}
+
+// CPU vs CUDA on one input set and config.
+void check_config(const Inputs& in, const OnDevice& d, const EstimateConfig& c, const std::string& what) {
+  SCOPED_TRACE(what + " (ARIADNE_TEST_SEED=" + std::to_string(seed_base()) + ")");
+  const EstimateResult want = estimate(in.params.q, in.params.k, in.params.pattern, c, Backend::cpu);
+  const EstimateResult got = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
+  ASSERT_TRUE(got.device.defined());
+  ASSERT_EQ(got.rows(), want.rows());
+  ASSERT_EQ(got.score_ptr, want.score_ptr);
+  ASSERT_EQ(got.row_queries, want.row_queries);
+  ASSERT_EQ(got.mask.rows(), want.mask.rows());
+  ASSERT_EQ(got.mask.seq_block_base, want.mask.seq_block_base);
+  ASSERT_EQ(got.mask.block, want.mask.block);
+  ASSERT_EQ(got.mask.heads, want.mask.heads);
+
+  // Scores: report the worst element, not thousands of lines.
+  double worst = 0;
+  int64_t worst_at = -1;
+  for (size_t i = 0; i < want.scores.size(); ++i) {
+    const double e = std::abs(double(got.scores[i]) - double(want.scores[i]));
+    if (!(e <= worst)) {
+      worst = e;
+      worst_at = int64_t(i);
+    }
+  }
+  EXPECT_LE(worst, 2e-5) << "largest score difference at flat index " << worst_at << ": cuda "
+                         << got.scores[size_t(worst_at)] << " cpu " << want.scores[size_t(worst_at)];
+
+  const Protections prot = c.protections();
+  const bool forced_first = c.method == Estimator::xattn;
+  int64_t compared = 0, mismatches = 0;
+  for (int64_t row = 0; row < want.rows(); ++row) {
+    const int64_t n = want.visible(row);
+    // Which sequence / head / block this row is (rows are (s, h, m) in order).
+    int32_t s = 0;
+    while (int64_t(want.mask.seq_block_base[size_t(s) + 1]) * want.heads <= row) ++s;
+    const int64_t nqb = want.mask.seq_block_base[size_t(s) + 1] - want.mask.seq_block_base[size_t(s)];
+    const int64_t local = row - int64_t(want.mask.seq_block_base[size_t(s)]) * want.heads;
+    const int h = int(local / nqb);
+    const int64_t m = local % nqb;
+    std::vector<int32_t> forced;
+    if (prot.sink) forced.push_back(0);
+    if (prot.diagonal && n > 1) forced.push_back(int32_t(n - 1));
+    const bool whole = (prot.last_row && m == nqb - 1) || c.tau_of(h) >= 1;
+    const double margin =
+        whole ? 1.0 : decision_margin(want.scores.data() + want.score_ptr[size_t(row)], n, c.tau_of(h), forced, forced_first);
+    if (margin <= 1e-4) continue;
+    ++compared;
+    const int32_t* gb = got.mask.col_idx.data() + got.mask.row_ptr[size_t(row)];
+    const int32_t* ge = got.mask.col_idx.data() + got.mask.row_ptr[size_t(row) + 1];
+    const int32_t* wb = want.mask.col_idx.data() + want.mask.row_ptr[size_t(row)];
+    const int32_t* we = want.mask.col_idx.data() + want.mask.row_ptr[size_t(row) + 1];
+    if (std::vector<int32_t>(gb, ge) != std::vector<int32_t>(wb, we)) {
+      if (mismatches++ == 0) {
+        std::ostringstream sc;
+        for (int64_t b = 0; b < std::min<int64_t>(n, 24); ++b)
+          sc << " " << want.score(row, b) << "/" << got.score(row, b);
+        ADD_FAILURE() << "first mismatching row " << row << " (seq " << s << ", head " << h << ", block " << m
+                      << ", " << n << " visible, margin " << margin << "): cuda " << list_str(gb, ge) << " cpu "
+                      << list_str(wb, we) << "\n  scores cpu/cuda:" << sc.str();
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << "rows whose block lists differ, of " << compared << " compared";
+  EXPECT_GE(compared * 10, want.rows() * 8) << "too few rows compared exactly (" << compared << " of " << want.rows() << ")";
+  EXPECT_EQ(got.stats.kept_blocks, int64_t(got.mask.col_idx.size()));
+  EXPECT_EQ(got.stats.visible_blocks, want.stats.visible_blocks);
+  EXPECT_DOUBLE_EQ(got.stats.mac, want.stats.mac);
+
+  // A second run is bit-identical; a device-only run leaves the host copies empty and the same
+  // arrays on the device.
+  const EstimateResult again = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
+  EXPECT_TRUE(again.scores == got.scores) << "scores differ between two identical runs";
+  EXPECT_TRUE(again.mask.col_idx == got.mask.col_idx && again.mask.row_ptr == got.mask.row_ptr)
+      << "masks differ between two identical runs";
+  EstimateConfig dc = c;
+  dc.host_copy = false;
+  const EstimateResult dev_only = estimate(d.qv, d.kv, d.layout, dc, Backend::cuda);
+  EXPECT_TRUE(dev_only.mask.col_idx.empty() && dev_only.scores.empty());
+  std::vector<int32_t> rp(got.mask.row_ptr.size()), ci(got.mask.col_idx.size());
+  dev_only.device.row_ptr.copy_to_host(rp.data(), rp.size() * sizeof(int32_t));
+  if (!ci.empty()) dev_only.device.col_idx.copy_to_host(ci.data(), ci.size() * sizeof(int32_t));
+  EXPECT_TRUE(rp == got.mask.row_ptr && ci == got.mask.col_idx) << "device-only mask differs";
+}
+
+Case make_case(const std::string& name, std::vector<int64_t> sq, std::vector<int64_t> sk, int hq, int hkv, int dim,
+               DType dt) {
+  Case c;
+  c.name = name;
+  c.seq_q = std::move(sq);
+  c.seq_k = std::move(sk);
+  c.heads_q = hq;
+  c.heads_kv = hkv;
+  c.dim = dim;
+  c.dtype = dt;
+  // Stride-level logits average S tokens, so uniform inputs give nearly flat block scores whose
+  // neighbours differ by < 1e-4 (near-ties, not compared). Inputs in [−3, 3] make the stride
+  // logits ~1 nat apart: block scores well separated, most rows compared exactly.
+  c.input_scale = 3.f;
+  c.pattern = Pattern::causal();
+  c.seed = seed_base() ^ std::hash<std::string>{}(name);
+  return c;
+}
+
+class CudaEstimate : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_F(CudaEstimate, RRMatchesCpuGqaOffsetsAndTau) {
+  // GQA 8:2, one sequence not a multiple of S or B, bf16.
+  const Inputs in = testing::make_inputs(make_case("rr", {1000}, {}, 8, 2, 64, DType::bf16));
+  const OnDevice d = upload(in);
+  for (RROffset off : {RROffset::paper, RROffset::released})
+    for (double tau : {0.5, 0.9, 0.95}) {
+      EstimateConfig c;
+      c.block = 64;
+      c.stride = 8;
+      c.tau = tau;
+      c.offset = off;
+      check_config(in, d, c, std::string("offset ") + rr_offset_name(off) + " tau " + std::to_string(tau));
+    }
+}
+
+TEST_F(CudaEstimate, XAttentionMatchesCpu) {
+  const Inputs in = testing::make_inputs(make_case("xattn", {777}, {}, 4, 2, 64, DType::f16));
+  const OnDevice d = upload(in);
+  for (int stride : {4, 16})
+    for (double tau : {0.6, 0.9}) {
+      EstimateConfig c;
+      c.method = Estimator::xattn;
+      c.block = 64;
+      c.stride = stride;
+      c.tau = tau;
+      check_config(in, d, c, "stride " + std::to_string(stride) + " tau " + std::to_string(tau));
+    }
+}
+
+// The oracle on the device is XAttention's kernel at S = 1 (exact causal softmax per query,
+// summed into blocks); B 128 runs each head's 128 rows in two rounds of 64.
+TEST_F(CudaEstimate, OracleMatchesCpu) {
+  const Inputs in = testing::make_inputs(make_case("oracle", {500, 333}, {640, 333}, 4, 2, 64, DType::bf16));
+  const OnDevice d = upload(in);
+  for (int block : {64, 128}) {
+    EstimateConfig c;
+    c.method = Estimator::oracle;
+    c.block = block;
+    c.tau = 0.9;
+    check_config(in, d, c, "oracle block " + std::to_string(block));
+  }
+}
+
+TEST_F(CudaEstimate, LlamaShapeBlock128) {
+  // 32 query / 8 KV heads, d 128, B 128, S 8 and 16: the benchmark's shape, short.
+  const Inputs in = testing::make_inputs(make_case("llama", {2100}, {}, 32, 8, 128, DType::bf16));
+  const OnDevice d = upload(in);
+  for (Estimator e : {Estimator::rr, Estimator::xattn})
+    for (int stride : {8, 16}) {
+      EstimateConfig c;
+      c.method = e;
+      c.stride = stride;
+      check_config(in, d, c, std::string(estimator_name(e)) + " stride " + std::to_string(stride));
+    }
+}
+
+TEST_F(CudaEstimate, VarlenChunkedPrefillAndStridedViews) {
+  // Three sequences, two with lq < lk (queries are the last positions), one whose length is below
+  // one block; q/k are views into wider rows (token stride > heads·dim); f32.
+  Case c = make_case("varlen", {300, 77, 513, 5}, {300, 200, 700, 64}, 6, 3, 32, DType::f32);
+  c.token_pad = 24;
+  const Inputs in = testing::make_inputs(c);
+  const OnDevice d = upload(in);
+  for (Estimator e : {Estimator::rr, Estimator::xattn}) {
+    EstimateConfig cfg;
+    cfg.method = e;
+    cfg.block = 64;
+    cfg.stride = 8;
+    cfg.tau = 0.9;
+    check_config(in, d, cfg, std::string(estimator_name(e)) + " varlen");
+    cfg.protect = Protections{};  // no protections at all
+    cfg.tau_per_head = {0.5, 0.7, 0.8, 0.9, 0.95, 0.99};
+    check_config(in, d, cfg, std::string(estimator_name(e)) + " varlen, no protections, tau per head");
+  }
+}
+
+TEST_F(CudaEstimate, TauOneKeepsEveryVisibleBlock) {
+  const Inputs in = testing::make_inputs(make_case("tau1", {321, 190}, {400, 190}, 4, 1, 64, DType::bf16));
+  const OnDevice d = upload(in);
+  for (Estimator e : {Estimator::rr, Estimator::xattn}) {
+    EstimateConfig c;
+    c.method = e;
+    c.block = 64;
+    c.stride = 16;
+    c.tau = 1.0;
+    c.protect = Protections{};
+    const EstimateResult r = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
+    ASSERT_EQ(r.mask.rows(), r.rows());
+    for (int64_t row = 0; row < r.rows(); ++row) {
+      std::vector<int32_t> all(size_t(r.visible(row)));
+      std::iota(all.begin(), all.end(), 0);
+      const std::vector<int32_t> got(r.mask.col_idx.begin() + r.mask.row_ptr[size_t(row)],
+                                     r.mask.col_idx.begin() + r.mask.row_ptr[size_t(row) + 1]);
+      ASSERT_EQ(got, all) << estimator_name(e) << " row " << row;
+    }
+    EXPECT_DOUBLE_EQ(r.stats.density, 1.0);
+    check_config(in, d, c, std::string(estimator_name(e)) + " tau 1");
+  }
+}
+
+TEST_F(CudaEstimate, RefusalsNameTheReason) {
+  const Inputs in = testing::make_inputs(make_case("refuse", {128}, {}, 2, 1, 64, DType::bf16));
+  const OnDevice d = upload(in);
+  std::string why;
+  EXPECT_FALSE(estimate_supports(Backend::cuda, in.params.q, &why));
+  EXPECT_NE(why.find("device"), std::string::npos) << why;
+  EXPECT_TRUE(estimate_supports(Backend::cuda, d.qv, &why)) << why;
+  EstimateConfig c;
+  c.block = 96;
+  c.stride = 1;  // 96 query strides per block: neither <= 64 nor rounds of 64
+  try {
+    estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
+    ADD_FAILURE() << "block 96 / stride 1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("block / stride"), std::string::npos) << e.what();
+  }
+}
+
+// Sparse prefill on the device: the CUDA estimate's device mask feeds the CUDA attention; the
+// output must match the CPU reference attention run with the same (host-copied) mask.
+TEST_F(CudaEstimate, PrefillMatchesReferenceOnItsMask) {
+  Case cs = make_case("prefill", {700, 260}, {900, 260}, 8, 2, 128, DType::bf16);
+  cs.input_scale = 1.f;
+  Inputs in = testing::make_inputs(cs);
+  const OnDevice d = upload(in);
+  for (Estimator e : {Estimator::rr, Estimator::xattn}) {
+    SCOPED_TRACE(estimator_name(e));
+    AttentionParams p = in.params;
+    p.q = d.qv;
+    p.k = d.kv;
+    p.v = d.vv;
+    p.pattern = d.layout;
+    DeviceBuffer out(DType::f32, {in.total_q, cs.heads_q, cs.dim});
+    DeviceBuffer lse(DType::f32, {cs.heads_q, in.total_q});
+    out.fill_bytes(0xFF);
+    lse.fill_bytes(0xFF);
+    p.out = out.view();
+    p.lse = lse.view();
+    PrefillConfig pc;
+    pc.estimate.method = e;
+    pc.estimate.tau = 0.5;  // near-uniform random rows: a low τ keeps the mask visibly sparse
+    pc.estimate.stride = 16;
+    const PrefillResult res = prefill(p, pc);
+    cuda_synchronize();
+    EXPECT_GT(res.stats.ms_attention, 0);
+    EXPECT_GT(res.stats.ms_scoring, 0);
+    EXPECT_GT(res.stats.density, 0);
+    EXPECT_LT(res.stats.density, 1);
+
+    AttentionParams rp = in.params;
+    rp.pattern = in.params.pattern.with_blocks(res.estimate.mask.view());
+    Buffer ref_out(DType::f32, {in.total_q, cs.heads_q, cs.dim});
+    Buffer ref_lse(DType::f32, {cs.heads_q, in.total_q});
+    rp.out = ref_out.view();
+    rp.lse = ref_lse.view();
+    attention(rp, Backend::reference);
+    const Buffer out_h = out.to_host(), lse_h = lse.to_host();
+    const double tol = testing::tolerance(cs.dtype, testing::max_abs_logit(in));
+    EXPECT_TRUE(testing::close_enough("out", testing::compare(out_h.view(), ref_out.view()), tol));
+    EXPECT_TRUE(testing::lse_close(lse_h.view(), ref_lse.view(), tol));
+  }
+}
+
+}  // namespace
+}  // namespace ariadne
