@@ -234,6 +234,52 @@ def strings():
         put("schedule", "s%02d" % (len(os.listdir(d)) if os.path.isdir(d) else 0), s)
 
 
+def gstr(b):
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf(kvs, tensors, version=3, align=32, tensor_count=None, kv_count=None):
+    """A GGUF file: kvs = [(key, type, encoded value)], tensors = [(name, dims, type, data)]."""
+    head = b"GGUF" + struct.pack("<IQQ", version, len(tensors) if tensor_count is None else tensor_count,
+                                 len(kvs) if kv_count is None else kv_count)
+    for key, vtype, value in kvs:
+        head += gstr(key) + struct.pack("<I", vtype) + value
+    data, infos = b"", b""
+    for name, dims, ttype, blob in tensors:
+        data += b"\0" * (-len(data) % align)
+        infos += gstr(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        infos += struct.pack("<IQ", ttype, len(data))
+        data += blob
+    body = head + infos
+    return body + b"\0" * (-len(body) % align) + data
+
+
+def ggufs():
+    t = "gguf"
+    f32 = struct.pack("<4f", 1, -2, 3.5, 0)
+    q8 = struct.pack("<e", 0.5) + bytes(range(32))           # one q8_0 block: f16 scale + 32 int8
+    q4_1 = struct.pack("<ee", 0.25, -1.0) + bytes(range(16))  # one q4_1 block: scale, min, 16 bytes
+    kvs = [(b"general.architecture", 8, gstr(b"llama")), (b"llama.block_count", 4, struct.pack("<I", 2)),
+           (b"llama.rope.freq_base", 6, struct.pack("<f", 1e5)),
+           (b"tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 2) + gstr(b"a") + gstr(b"b"))]
+    ok = gguf(kvs, [(b"w", [2, 2], 0, f32), (b"q", [32], 8, q8), (b"m", [32], 3, q4_1)])
+    put(t, "valid", ok)
+    put(t, "valid_v2_align64", gguf(kvs + [(b"general.alignment", 4, struct.pack("<I", 64))],
+                                    [(b"w", [2, 2], 0, f32)], version=2, align=64))
+    put(t, "truncated", ok[: len(ok) // 2])
+    put(t, "bad_magic", b"GGUX" + ok[4:])
+    put(t, "bad_version", gguf(kvs, [], version=9))
+    put(t, "huge_kv_count", gguf(kvs, [], kv_count=1 << 62))
+    put(t, "huge_tensor_count", gguf(kvs, [], tensor_count=1 << 62))
+    put(t, "huge_string", b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1 << 60) + b"k")
+    put(t, "bad_value_type", gguf([(b"k", 99, b"\0" * 8)], []))
+    put(t, "nested_array", gguf([(b"k", 9, struct.pack("<IQ", 9, 1) + struct.pack("<IQ", 4, 1) + b"\1\0\0\0")], []))
+    put(t, "unknown_tensor_type", gguf(kvs, [(b"w", [4], 77, f32)]))
+    put(t, "shape_overflow", gguf(kvs, [(b"w", [1 << 40, 1 << 40], 0, f32)]))
+    put(t, "data_past_end", gguf(kvs, [(b"w", [64], 0, f32)]))
+    put(t, "bad_alignment", gguf(kvs + [(b"general.alignment", 4, struct.pack("<I", 3))], [(b"w", [4], 0, f32)]))
+
+
 if __name__ == "__main__":
     if os.path.isdir(ROOT):
         shutil.rmtree(ROOT)
@@ -244,5 +290,6 @@ if __name__ == "__main__":
     npys()
     cocos()
     strings()
+    ggufs()
     total = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(ROOT) for f in fs)
     print(f"corpus: {total} bytes", file=sys.stderr)
