@@ -200,6 +200,25 @@ struct Pattern {
 // number of query blocks. Pointers must be host pointers. Throws ariadne::Error naming the field.
 void validate_pattern(const Pattern& p, int64_t total_q, int64_t total_k, int heads_q);
 
+// Visits every key block a block-sparse pattern lists, row by row in CSR order:
+// fn(sequence, extent, head, query block, key block). Host pointers only; the pattern must have
+// passed validate_pattern. The one walk over the CSR that host-side consumers (the cost model,
+// masks, metrics) share.
+template <class Fn>
+void for_each_listed_block(const Pattern& p, int64_t total_q, int64_t total_k, Fn&& fn) {
+  const int64_t B = p.blocks.block;
+  for (int32_t s = 0; s < p.num_seqs; ++s) {
+    const SeqExtent e = p.seq(s, total_q, total_k);
+    const int64_t nqb = (e.lq + B - 1) / B;
+    for (int32_t h = 0; h < p.blocks.heads; ++h)
+      for (int64_t qb = 0; qb < nqb; ++qb) {
+        const int64_t row = p.block_row(s, e, h, qb);
+        for (int32_t i = p.blocks.row_ptr[row]; i < p.blocks.row_ptr[row + 1]; ++i)
+          fn(s, e, h, qb, int64_t(p.blocks.col_idx[i]));
+      }
+  }
+}
+
 // Short human-readable name: "full", "causal", "window(64,64)", "chunk(64)", "+blocks(128)" ...
 std::string describe(const Pattern& p);
 

@@ -32,22 +32,12 @@ int64_t count_pairs(const Pattern& p, int64_t total_q, int64_t total_k, int head
     }
     return pairs * heads;
   }
-  ARIADNE_CHECK(p.blocks.heads == heads, "count_pairs: the block mask has rows for ", p.blocks.heads,
-                " heads, expected ", heads);
+  // validate_pattern checked that the mask has rows for exactly `heads` query heads.
   const int64_t B = p.blocks.block;
-  for (int32_t s = 0; s < p.num_seqs; ++s) {
-    const SeqExtent e = p.seq(s, total_q, total_k);
-    const int64_t nqb = (e.lq + B - 1) / B;
-    for (int h = 0; h < heads; ++h)
-      for (int64_t qb = 0; qb < nqb; ++qb) {
-        const int64_t row = p.block_row(s, e, h, qb);
-        for (int32_t i = p.blocks.row_ptr[row]; i < p.blocks.row_ptr[row + 1]; ++i) {
-          const int64_t k_lo = int64_t(p.blocks.col_idx[i]) * B, k_hi = std::min(e.lk, k_lo + B);
-          for (int64_t iq = qb * B; iq < std::min(e.lq, qb * B + B); ++iq)
-            pairs += dense_keys_in(p, e, iq, k_lo, k_hi);
-        }
-      }
-  }
+  for_each_listed_block(p, total_q, total_k, [&](int32_t, const SeqExtent& e, int32_t, int64_t qb, int64_t kb) {
+    const int64_t k_lo = kb * B, k_hi = std::min(e.lk, k_lo + B);
+    for (int64_t iq = qb * B; iq < std::min(e.lq, qb * B + B); ++iq) pairs += dense_keys_in(p, e, iq, k_lo, k_hi);
+  });
   return pairs;
 }
 
@@ -82,21 +72,10 @@ TileCount count_tiles(const Pattern& p, int64_t total_q, int64_t total_k, int he
   const int64_t B = p.blocks.block;
   ARIADNE_CHECK(tile.q == B && tile.k == B, "count_tiles: a block-sparse pattern is visited block by ",
                 "block: tile ", tile.q, "x", tile.k, " must equal the block size ", B);
-  ARIADNE_CHECK(p.blocks.heads == heads, "count_tiles: the block mask has rows for ", p.blocks.heads,
-                " heads, expected ", heads);
-  for (int32_t s = 0; s < p.num_seqs; ++s) {
-    const SeqExtent e = p.seq(s, total_q, total_k);
-    const int64_t nqb = (e.lq + B - 1) / B;
-    for (int h = 0; h < heads; ++h)
-      for (int64_t qb = 0; qb < nqb; ++qb) {
-        const int64_t row = p.block_row(s, e, h, qb);
-        const int64_t q_lo = qb * B, q_hi = std::min(e.lq, q_lo + B);
-        for (int32_t i = p.blocks.row_ptr[row]; i < p.blocks.row_ptr[row + 1]; ++i) {
-          const int64_t k_lo = int64_t(p.blocks.col_idx[i]) * B;
-          add(p.classify(e, q_lo, q_hi, k_lo, std::min(e.lk, k_lo + B)));
-        }
-      }
-  }
+  for_each_listed_block(p, total_q, total_k, [&](int32_t, const SeqExtent& e, int32_t, int64_t qb, int64_t kb) {
+    const int64_t q_lo = qb * B, k_lo = kb * B;
+    add(p.classify(e, q_lo, std::min(e.lq, q_lo + B), k_lo, std::min(e.lk, k_lo + B)));
+  });
   return c;
 }
 
