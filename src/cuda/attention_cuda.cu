@@ -7,6 +7,7 @@
 
 #include "backends.hpp"
 #include "cuda/internal.hpp"
+#include "cuda/attention_band.cuh"
 #include "cuda/attention_fwd.cuh"
 #include "cuda/attention_wgmma.cuh"
 
@@ -76,6 +77,30 @@ bool wgmma_eligible(const AttentionParams& p) {
   return major == 9 && minor == 0;  // wgmma and setmaxnreg are sm_90a instructions
 }
 
+// The band-walking kernel (attention_band.cuh) takes narrow local patterns: no block mask, no
+// entropy/distance, head dim 64/80/96, and 16 consecutive rows seeing at most kMaxRowSpan keys
+// (window left + right <= 129, or chunk <= 65). ARIADNE_BAND=0 in the environment (read per call)
+// keeps them on the tile kernel; ARIADNE_BAND_RUN=n fixes the run length (benchmark variants).
+bool band_eligible(const AttentionParams& p) {
+  const char* env = std::getenv("ARIADNE_BAND");
+  if (env != nullptr && std::string(env) == "0") return false;
+  const int d = p.head_dim();
+  if (d != 64 && d != 80 && d != 96) return false;
+  const Pattern& pat = p.pattern;
+  if (pat.blocks.defined() || p.entropy.defined() || p.distance.defined()) return false;
+  int64_t span = -1;  // keys 16 consecutive query rows may see
+  if (pat.window_left != kUnbounded && pat.window_right != kUnbounded) span = pat.window_left + pat.window_right + 16;
+  if (pat.chunk > 0 && (span < 0 || 2 * pat.chunk + 14 < span)) span = 2 * pat.chunk + 14;
+  return span >= 0 && span <= cuda::BandShape<64>::kMaxRowSpan;
+}
+
+template <int D>
+cudaError_t launch_band_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
+  const char* env = std::getenv("ARIADNE_BAND_RUN");
+  const int run = env != nullptr ? std::atoi(env) : 0;
+  return dtype == DType::bf16 ? cuda::launch_band<D, cuda::Bf16>(fp, run, st) : cuda::launch_band<D, cuda::F16>(fp, run, st);
+}
+
 template <int D>
 cudaError_t launch_wgmma_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
   return dtype == DType::bf16 ? cuda::launch_wgmma<D, cuda::Bf16>(fp, st) : cuda::launch_wgmma<D, cuda::F16>(fp, st);
@@ -84,12 +109,15 @@ cudaError_t launch_wgmma_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_
 }  // namespace
 
 bool cuda_uses_wgmma(const AttentionParams& p) { return wgmma_eligible(p); }
+bool cuda_uses_band(const AttentionParams& p) { return band_eligible(p); }
 
 int cuda_query_tile_rows(const AttentionParams& p) {
+  if (band_eligible(p)) return 16;  // each warp computes its own 16 rows' 16-key chunks
   if (wgmma_eligible(p)) return cuda::WgShape<64>::BM;
   return choose_wide(p) ? cuda::WideConfig::BM : cuda::BandConfig::BM;
 }
 int cuda_key_tile_rows(const AttentionParams& p) {
+  if (band_eligible(p)) return cuda::BandShape<64>::CK;
   if (wgmma_eligible(p)) return cuda::WgShape<64>::BN;
   return choose_wide(p) ? cuda::WideConfig::BN : cuda::BandConfig::BN;
 }
@@ -193,7 +221,13 @@ void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
     fp.lse = scratch;
   }
   cudaError_t err = cudaSuccess;
-  if (order == nullptr && wgmma_eligible(p)) {
+  if (band_eligible(p)) {
+    switch (p.head_dim()) {
+      case 64: err = launch_band_dim<64>(fp, p.q.dtype, st); break;
+      case 80: err = launch_band_dim<80>(fp, p.q.dtype, st); break;
+      default: err = launch_band_dim<96>(fp, p.q.dtype, st); break;
+    }
+  } else if (order == nullptr && wgmma_eligible(p)) {
     switch (p.head_dim()) {
       case 64: err = launch_wgmma_dim<64>(fp, p.q.dtype, st); break;
       case 80: err = launch_wgmma_dim<80>(fp, p.q.dtype, st); break;

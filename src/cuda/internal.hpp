@@ -10,13 +10,18 @@ namespace ariadne {
 
 // The tile shape the backend picks for a call, for cost models and benchmarks that report the
 // useful-work fraction of the tiles next to the time.
-int cuda_query_tile_rows(const AttentionParams& p);  // 64 or 128
-int cuda_key_tile_rows(const AttentionParams& p);    // 64 (128 on the wgmma kernel)
+int cuda_query_tile_rows(const AttentionParams& p);  // 64 or 128 (16 on the band kernel: rows per warp)
+int cuda_key_tile_rows(const AttentionParams& p);    // 64 (128 on the wgmma kernel, 16 on the band kernel)
 
 // Whether attention_cuda runs this call on the Hopper wgmma kernel (src/cuda/attention_wgmma.cuh):
 // ARIADNE_WGMMA=0 is not set, the GPU is compute capability 9.0, and the call is one it handles (dense
 // rows: no left window bound, no chunk, no block mask, no entropy/distance; head dim 64, 80, 128).
 bool cuda_uses_wgmma(const AttentionParams& p);
+
+// Whether attention_cuda runs this call on the band-walking kernel (src/cuda/attention_band.cuh):
+// ARIADNE_BAND=0 is not set, no block mask, no entropy/distance, head dim 64/80/96, and a narrow
+// local pattern (window left + right <= 129, or chunk <= 65). Token orders are handled there too.
+bool cuda_uses_band(const AttentionParams& p);
 
 // attention_cuda with a fused token order: `order` [total] int32 (device memory) is a permutation
 // of the packed rows, total_q == total_k; logical row i of the pattern is stored at packed row

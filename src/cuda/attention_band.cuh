@@ -1,0 +1,398 @@
+// Internal: the band-walking kernel for narrow local patterns (sliding windows, small chunks).
+//
+// Why a second kernel: the tile kernel (attention_fwd.cuh) gives each 64-row query tile its own
+// CTA, which loads its 3 K/V tiles and exits: on a ±64 window at N 4096 every K/V row crosses
+// L2 -> SM three times, and each short CTA drains its pipeline (bench/cuda-notes.md, v2-v4:
+// latency-bound at 17% occupancy). Here one CTA of 4 warps walks a run of consecutive 64-row
+// query tiles of one (query head, sequence...) and keeps the keys consecutive tiles share in a
+// shared-memory ring, so each key is loaded about once per run, and the next tile's Q and new keys
+// are copied (cp.async) while the current tile computes.
+//
+// Layout of the work:
+//   - keys live in the ring in 16-key chunks; chunk x of the current sequence sits in slot
+//     (x + off) mod NC. A run that leaves a sequence (varlen) or jumps past the resident keys
+//     starts a new offset, placing the new chunks right after the current tile's, so the current
+//     tile's slots are never overwritten while it computes.
+//   - each warp owns 16 query rows and computes only the 16-key chunks its own rows can see (a ±64
+//     window: 9-10 chunks, useful fraction 129/144-160 instead of 129/192 for 64x64 tiles). Its
+//     whole score row (at most MAXC chunks) stays in registers, so the softmax is one pass: no
+//     running max, no rescaling of the output accumulators.
+// Eligible patterns (band_fits, host side): no block mask, and a bound on the keys 16 consecutive
+// rows can see of at most 145 (window left + right <= 129, or chunk <= 65); everything else, and
+// diagnostics (entropy, distance), stays on the tile kernel. Head dims 64, 80, 96; sinks (both
+// forms), GQA, varlen with lq != lk (bottom-right aligned), f32/16-bit out, LSE and the fused
+// token order are handled here as in the tile kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/attention_fwd.cuh"
+
+namespace ariadne::cuda {
+
+template <int D>
+struct BandShape {
+  static constexpr int NW = 4, threads = 32 * NW;
+  static constexpr int BM = 16 * NW;  // query rows per tile
+  static constexpr int CK = 16;       // keys per chunk
+  static constexpr int NC = 16;       // ring slots (chunks): a 64-row tile of a ±64 window needs <= 13
+  static constexpr int MAXC = 10;     // chunks one warp's 16 rows may need
+  static constexpr int RS = D + 8;    // padded row pitch (conflict-free ldmatrix, as in FwdShape)
+  static constexpr int C = D / 8;     // 16-byte pieces per row
+  static constexpr size_t smem_bytes = size_t(2 * BM + 2 * NC * CK) * RS * 2;
+  // The most keys 16 consecutive query rows may see for band_fits: ceil over 16-aligned chunks of
+  // an interval of W keys is at most floor((W + 30) / 16).
+  static constexpr int kMaxRowSpan = MAXC * CK + 15 - 30;
+};
+
+// One query tile of the walk, with the ring offset its chunks were placed at.
+struct BandTile {
+  SeqExtent e;
+  int s = 0;
+  int q_lo = 0, q_hi = 0;  // local query rows
+  int c_lo = 0, c_hi = 0;  // local key chunks [c_lo, c_hi) the tile's rows can see
+  int off = 0;             // chunk x lives in ring slot (x + off) mod NC
+  bool valid = false;
+};
+
+template <int D, class E>
+__global__ void __launch_bounds__(128, 2) attention_band_kernel(const FwdParams p, const int run) {
+  using S = BandShape<D>;
+  constexpr int BM = S::BM, CK = S::CK, NC = S::NC, MAXC = S::MAXC, RS = S::RS, C = S::C;
+  constexpr int kThreads = S::threads;
+  constexpr int DT = D / 8;
+  using T = typename E::type;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* Qs = reinterpret_cast<T*>(smem_raw);  // 2 buffers of BM rows
+  T* Ks = Qs + 2 * BM * RS;                // NC chunks of CK rows
+  T* Vs = Ks + NC * CK * RS;
+
+  const Pattern& pat = p.pattern;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, tq = lane % 4;
+  const int h = blockIdx.y, kvh = h / p.group;
+  const T* qg = static_cast<const T*>(p.q) + h * p.q_head;
+  const T* kg = static_cast<const T*>(p.k) + kvh * p.k_head;
+  const T* vg = static_cast<const T*>(p.v) + kvh * p.v_head;
+  auto stored = [&](int64_t i) -> int64_t { return p.order != nullptr ? p.order[i] : i; };
+
+  // ---- the walk: virtual tiles [t, t_end) (the tile kernel's varlen cover, see launch_band) ----
+  const bool varlen = pat.cu_seqlens_q != nullptr;
+  const int64_t n_virtual = varlen ? pat.num_seqs + p.total_q / BM + 1 : (p.total_q + BM - 1) / BM;
+  int64_t t = int64_t(blockIdx.x) * run;
+  const int64_t t_end = t + run < n_virtual ? t + run : n_virtual;
+  int s_hint = 0;
+  if (varlen) {  // first sequence of the run; later tiles only move forward from it
+    int lo = 0, hi = pat.num_seqs - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (mid + pat.cu_seqlens_q[mid] / BM <= t) lo = mid; else hi = mid - 1;
+    }
+    s_hint = lo;
+  }
+  // The next virtual tile that holds query rows (virtual tiles past a sequence's end are empty).
+  auto next_tile = [&]() {
+    BandTile b;
+    while (t < t_end) {
+      const int64_t v = t++;
+      int64_t tile = v;
+      if (varlen) {
+        while (s_hint + 1 < pat.num_seqs && s_hint + 1 + pat.cu_seqlens_q[s_hint + 1] / BM <= v) ++s_hint;
+        tile = v - (s_hint + pat.cu_seqlens_q[s_hint] / BM);
+      }
+      b.e = pat.seq(s_hint, p.total_q, p.total_k);
+      if (tile * BM >= b.e.lq) continue;
+      b.s = s_hint;
+      b.q_lo = int(tile * BM);
+      b.q_hi = b.q_lo + BM < b.e.lq ? b.q_lo + BM : int(b.e.lq);
+      const KeyRange r = pat.key_range(b.e, b.q_lo, b.q_hi);
+      b.c_lo = int(r.lo) / CK;
+      b.c_hi = r.empty() ? b.c_lo : int(r.hi + CK - 1) / CK;
+      b.valid = true;
+      return b;
+    }
+    return b;
+  };
+
+  // Copies chunks [x0, x1) of tile b's sequence (K and V) into their ring slots; rows past the
+  // sequence's keys are zero-filled (never stale data that 0 * NaN would spread).
+  auto load_chunks = [&](const BandTile& b, int x0, int x1) {
+    const int n = (x1 - x0) * CK * C;
+#pragma unroll 2
+    for (int i = tid; i < n; i += kThreads) {
+      const int r = i / C, c = i % C;
+      const int key = x0 * CK + r;
+      const int srow = ((x0 + r / CK + b.off) & (NC - 1)) * CK + (r % CK);
+      const bool ok = key < b.e.lk;
+      const int64_t row = ok ? stored(b.e.k0 + key) : 0;
+      cp_async16(smem_addr(Ks + srow * RS + c * 8), kg + (ok ? row * p.k_tok + c * 8 : 0), ok);
+      cp_async16(smem_addr(Vs + srow * RS + c * 8), vg + (ok ? row * p.v_tok + c * 8 : 0), ok);
+    }
+  };
+  auto load_q = [&](const BandTile& b, T* dst) {
+#pragma unroll 2
+    for (int i = tid; i < BM * C; i += kThreads) {
+      const int r = i / C, c = i % C;
+      const bool ok = b.q_lo + r < b.q_hi;
+      const int64_t row = ok ? stored(b.e.q0 + b.q_lo + r) : 0;
+      cp_async16(smem_addr(dst + r * RS + c * 8), qg + (ok ? row * p.q_tok + c * 8 : 0), ok);
+    }
+  };
+
+  BandTile cur = next_tile();
+  if (!cur.valid) return;
+  // Resident chunks of the ring: [res_lo, have_hi) of sequence cur.s, res_lo >= have_hi - NC.
+  int res_lo = cur.c_lo, have_hi = cur.c_hi;
+  load_q(cur, Qs);
+  load_chunks(cur, cur.c_lo, cur.c_hi);
+  cp_async_commit();
+
+  const float sink_log2 = p.sink_kind != kSinkNone ? p.sink[h] * 1.4426950408889634f : 0.f;
+  const float sink_raw = sink_log2 / p.scale_log2;  // the key0 bias in unscaled score units
+  int qb = 0;
+
+  while (cur.valid) {
+    BandTile nxt = next_tile();
+    cp_async_wait<0>();
+    __syncthreads();  // cur's Q and chunks landed; every warp is done with the previous tile
+    if (have_hi < cur.c_hi) {
+      // The prefetch could not place all of cur's chunks while the previous tile held its slots.
+      load_chunks(cur, have_hi, cur.c_hi);
+      cp_async_commit();
+      have_hi = cur.c_hi;
+      cp_async_wait<0>();
+      __syncthreads();
+    }
+
+    // ---- prefetch: the next tile's Q, and the chunks it adds that fit beside cur's ----
+    if (nxt.valid) {
+      load_q(nxt, Qs + (qb ^ 1) * BM * RS);
+      int limit;
+      if (nxt.s == cur.s && nxt.c_lo >= res_lo && nxt.c_lo <= have_hi) {
+        nxt.off = cur.off;  // continues the resident keys: only the chunks past have_hi are new
+        limit = cur.c_lo + NC;
+      } else {
+        // A new sequence or a jump: restart the ring right after cur's slots.
+        nxt.off = cur.c_hi + cur.off - nxt.c_lo;
+        limit = nxt.c_lo + NC - (cur.c_hi - cur.c_lo);
+        res_lo = have_hi = nxt.c_lo;
+      }
+      const int hi = nxt.c_hi < limit ? nxt.c_hi : limit;
+      if (hi > have_hi) {
+        load_chunks(nxt, have_hi, hi);
+        have_hi = hi;
+        if (res_lo < have_hi - NC) res_lo = have_hi - NC;
+      }
+    }
+    cp_async_commit();
+
+    // ---- this warp's 16 rows ----
+    T* Qb = Qs + qb * BM * RS;
+    const int r0 = cur.q_lo + warp * 16;
+    if (r0 < cur.q_hi) {
+      const int r_end = r0 + 16 < cur.q_hi ? r0 + 16 : cur.q_hi;
+      const KeyRange wr = pat.key_range(cur.e, r0, r_end);
+      const int wc_lo = int(wr.lo) / CK;
+      const int nc = wr.empty() ? 0 : int(wr.hi + CK - 1) / CK - wc_lo;
+      // Chunks inside [full_lo, full_hi) need no element mask (both row bounds are monotone).
+      const int full_lo = int(pat.key_range(cur.e, r_end - 1, r_end).lo);
+      const int full_hi = int(pat.key_range(cur.e, r0, r0 + 1).hi);
+      int row_lo[2], row_hi[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int iq = r0 + g + 8 * r;
+        const KeyRange kr = pat.key_range(cur.e, iq, iq + 1);
+        row_lo[r] = int(kr.lo);
+        row_hi[r] = int(kr.hi);
+      }
+      const int slot0 = wc_lo + cur.off;
+
+      // S = Q·Kᵀ over the warp's chunks.
+      float sc[MAXC][2][4];
+#pragma unroll
+      for (int c = 0; c < MAXC; ++c)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) sc[c][j][0] = sc[c][j][1] = sc[c][j][2] = sc[c][j][3] = 0.f;
+#pragma unroll 1
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t a[4];
+        ldmatrix_x4(a, smem_addr(Qb + (warp * 16 + (lane % 16)) * RS + ks * 16 + (lane / 16) * 8));
+#pragma unroll
+        for (int c = 0; c < MAXC; ++c) {
+          if (c < nc) {
+            const int slot = (slot0 + c) & (NC - 1);
+            uint32_t b[4];
+            ldmatrix_x4(b, smem_addr(Ks + (slot * CK + (lane & 7) + ((lane >> 4) << 3)) * RS + ks * 16 +
+                                     ((lane >> 3) & 1) * 8));
+            E::mma(sc[c][0], a, b[0], b[1]);
+            E::mma(sc[c][1], a, b[2], b[3]);
+          }
+        }
+      }
+
+      // One-pass softmax: mask the boundary chunks, row max, exponentials, row sums.
+      const bool key0 = p.sink_kind == kSinkKey0;
+      float m_row[2], l_row[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < MAXC; ++c) {
+          if (c < nc) {
+            const int kb = (wc_lo + c) * CK;
+            if (kb < full_lo || kb + CK > full_hi || (key0 && kb == 0)) {
+#pragma unroll
+              for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                  const int col = kb + j * 8 + 2 * tq + x;
+                  if (col < row_lo[r] || col >= row_hi[r]) sc[c][j][2 * r + x] = -INFINITY;
+                  else if (key0 && col == 0) sc[c][j][2 * r + x] += sink_raw;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 2; ++j) mx = fmax_nan(mx, fmax_nan(sc[c][j][2 * r], sc[c][j][2 * r + 1]));
+          }
+        }
+        mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx *= p.scale_log2;
+        // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
+        const float base = mx == -INFINITY ? 0.f : mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int c = 0; c < MAXC; ++c) {
+          if (c < nc) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+              for (int x = 0; x < 2; ++x) {
+                const float pr = ex2(fmaf(sc[c][j][2 * r + x], p.scale_log2, -base));
+                sc[c][j][2 * r + x] = pr;
+                sum += pr;
+              }
+          }
+        }
+        m_row[r] = mx;
+        l_row[r] = sum;
+      }
+
+      // O = P·V; P goes from the score registers straight into A fragments.
+      float acc[DT][4];
+#pragma unroll
+      for (int j = 0; j < DT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+#pragma unroll
+      for (int c = 0; c < MAXC; ++c) {
+        if (c < nc) {
+          uint32_t a[4];
+          a[0] = E::pack(sc[c][0][0], sc[c][0][1]);
+          a[1] = E::pack(sc[c][0][2], sc[c][0][3]);
+          a[2] = E::pack(sc[c][1][0], sc[c][1][1]);
+          a[3] = E::pack(sc[c][1][2], sc[c][1][3]);
+          const int slot = (slot0 + c) & (NC - 1);
+#pragma unroll
+          for (int d2 = 0; d2 < D / 16; ++d2) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, smem_addr(Vs + (slot * CK + (lane & 7) + ((lane >> 3) & 1) * 8) * RS +
+                                           d2 * 16 + (lane >> 4) * 8));
+            E::mma(acc[2 * d2], a, b[0], b[1]);
+            E::mma(acc[2 * d2 + 1], a, b[2], b[3]);
+          }
+        }
+      }
+
+      // ---- epilogue: normalize, sink, LSE; 16-bit rows staged in this warp's own Q rows ----
+      T* stage = Qb + warp * 16 * RS;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float l = l_row[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        float m = m_row[r];
+        const int iq = r0 + g + 8 * r;
+        if (p.sink_kind == kSinkDenominator) {
+          const float rescale = fold_sink(m, l, sink_log2);
+#pragma unroll
+          for (int j = 0; j < DT; ++j) {
+            acc[j][2 * r] *= rescale;
+            acc[j][2 * r + 1] *= rescale;
+          }
+        }
+        const float inv = row_has_mass(l) ? 1.f / l : 0.f;
+#pragma unroll
+        for (int j = 0; j < DT; ++j) {
+          const float o0 = acc[j][2 * r] * inv, o1 = acc[j][2 * r + 1] * inv;
+          if (p.out_f32) {
+            if (iq < cur.q_hi) {
+              float* og = static_cast<float*>(p.out) + stored(cur.e.q0 + iq) * p.o_tok + h * p.o_head + j * 8 + 2 * tq;
+              *reinterpret_cast<float2*>(og) = make_float2(o0, o1);
+            }
+          } else {
+            *reinterpret_cast<uint32_t*>(stage + (g + 8 * r) * RS + j * 8 + 2 * tq) = E::pack(o0, o1);
+          }
+        }
+        if (p.lse != nullptr && tq == 0 && iq < cur.q_hi)
+          p.lse[int64_t(h) * p.total_q + stored(cur.e.q0 + iq)] =
+              row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+      }
+      if (!p.out_f32) {
+        __syncwarp();  // the staged rows were written by other lanes of this warp
+        T* og = static_cast<T*>(p.out) + h * p.o_head;
+        for (int i = lane; i < 16 * C; i += 32) {
+          const int row = i / C, c = i % C;
+          if (r0 + row < cur.q_hi)
+            *reinterpret_cast<uint4*>(og + stored(cur.e.q0 + r0 + row) * p.o_tok + c * 8) =
+                *reinterpret_cast<const uint4*>(stage + row * RS + c * 8);
+        }
+      }
+    }
+    cur = nxt;
+    qb ^= 1;
+  }
+  cp_async_wait<0>();  // nothing may stay in flight when the CTA exits
+}
+
+// Virtual tiles (the tile kernel's varlen cover: sequence s owns [s + cu_q[s]/BM, s + 1 +
+// cu_q[s+1]/BM)) cut into runs; grid (runs, heads_q). `run` <= 0 picks the length: the longest runs
+// (fewest re-loaded keys at run starts) that still give every resident CTA slot of the GPU work
+// in one wave.
+template <int D, class E>
+cudaError_t launch_band(const FwdParams& p, int run, cudaStream_t stream) {
+  using S = BandShape<D>;
+  const auto kernel = attention_band_kernel<D, E>;
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes));
+  if (configured != cudaSuccess) return configured;
+  static const int slots = [&] {
+    int dev = 0, sms = 0, per_sm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, S::threads, S::smem_bytes) != cudaSuccess)
+      return 0;
+    return sms * per_sm;
+  }();
+  if (slots <= 0) return cudaErrorInvalidConfiguration;
+  const int64_t n_virtual = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_q / S::BM + 1
+                                                              : (p.total_q + S::BM - 1) / S::BM;
+  if (run <= 0) {
+    const int64_t per_head = slots / p.heads_q > 0 ? slots / p.heads_q : 1;  // CTAs per head in one wave
+    run = int((n_virtual + per_head - 1) / per_head);
+  }
+  const int64_t runs = (n_virtual + run - 1) / run;
+  kernel<<<dim3(unsigned(runs), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p, run);
+  return cudaGetLastError();
+}
+
+#define ARIADNE_BAND_KERNELS(X, D) X(launch_band<D, Bf16>) X(launch_band<D, F16>)
+#define ARIADNE_BAND_INSTANTIATE_ONE(...) template cudaError_t __VA_ARGS__(const FwdParams&, int, cudaStream_t);
+#define ARIADNE_BAND_DECLARE_ONE(...) extern template cudaError_t __VA_ARGS__(const FwdParams&, int, cudaStream_t);
+#define ARIADNE_INSTANTIATE_BAND(D) ARIADNE_BAND_KERNELS(ARIADNE_BAND_INSTANTIATE_ONE, D)
+ARIADNE_BAND_KERNELS(ARIADNE_BAND_DECLARE_ONE, 64)
+ARIADNE_BAND_KERNELS(ARIADNE_BAND_DECLARE_ONE, 80)
+ARIADNE_BAND_KERNELS(ARIADNE_BAND_DECLARE_ONE, 96)
+
+}  // namespace ariadne::cuda

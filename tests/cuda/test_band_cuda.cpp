@@ -1,0 +1,232 @@
+// The band-walking window kernel (src/cuda/attention_band.cuh) against the CPU reference, on the
+// edges that are its own: lengths that are not multiples of the 64-row tiles or 16-key chunks,
+// runs of query tiles that start or end inside a sequence, cross sequence boundaries (varlen,
+// lq != lk) or hold one tile, asymmetric and one-sided windows at the eligibility limit, small and
+// large chunks, both sinks, GQA, f32 out, and the fused token order. Each case first checks that
+// the call is routed to the band kernel, so a change of eligibility cannot turn these tests into
+// tests of the tile kernel. Run lengths are forced through ARIADNE_BAND_RUN (read per call).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ariadne/attention.hpp"
+#include "ariadne/device.hpp"
+#include "common.hpp"
+#include "cuda/cuda_common.hpp"
+#include "cuda/internal.hpp"
+
+namespace ariadne {
+namespace {
+
+using testing::Case;
+using namespace cuda_testing;
+
+// Sets ARIADNE_BAND_RUN for the scope (0: the launcher's own choice).
+class RunLength {
+ public:
+  explicit RunLength(int run) {
+    if (run > 0) setenv("ARIADNE_BAND_RUN", std::to_string(run).c_str(), 1);
+    else unsetenv("ARIADNE_BAND_RUN");
+  }
+  ~RunLength() { unsetenv("ARIADNE_BAND_RUN"); }
+  RunLength(const RunLength&) = delete;
+  RunLength& operator=(const RunLength&) = delete;
+};
+
+Case band_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat) {
+  Case c;
+  c.name = name;
+  c.seq_q = std::move(seq_q);
+  c.dim = dim;
+  c.dtype = dt;
+  c.pattern = pat;
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  return c;
+}
+
+// Routed to the band kernel, then the common check (fresh inputs, poisoned outputs, tolerance
+// rule, two bit-identical runs).
+void check_band(const Case& c, bool f32_out = false) {
+  const testing::Inputs in = testing::make_inputs(c);
+  ASSERT_TRUE(cuda_uses_band(in.params)) << c.name << ": not routed to the band kernel";
+  check_case(c, f32_out);
+}
+
+std::string wname(const Pattern& p) {
+  return "w" + std::to_string(p.window_left) + "_" + std::to_string(p.window_right);
+}
+
+TEST(CudaBand, WindowsEveryDimAndDtype) {
+  // At the eligibility limit (left + right = 129), asymmetric, one-sided and zero-width windows.
+  const std::vector<Pattern> windows = {Pattern::window(64, 64), Pattern::window(3, 100), Pattern::window(129, 0),
+                                        Pattern::window(0, 129), Pattern::window(0, 0), Pattern::window(17, 5)};
+  for (const Pattern& w : windows)
+    for (int dim : {64, 80, 96})
+      for (DType dt : {DType::bf16, DType::f16})
+        for (int64_t n : {1, 17, 77, 300}) {
+          Case c = band_case("band_" + wname(w) + "_d" + std::to_string(dim) + "_" + dtype_name(dt) + "_n" +
+                                 std::to_string(n),
+                             {n}, dim, dt, w);
+          if (n == 77) c.heads_q = c.heads_kv = 3;  // no GQA
+          check_band(c);
+        }
+}
+
+TEST(CudaBand, Chunks) {
+  // Chunks of 1, 17 (not a multiple of the 16-key chunk), 64 (Qwen's windows) and 65 (the limit);
+  // chunk with a causal window (chunked causal attention) and with a two-sided window.
+  struct P {
+    const char* name;
+    Pattern pattern;
+  };
+  std::vector<P> patterns = {{"chunk1", Pattern::chunked(1)}, {"chunk17", Pattern::chunked(17)},
+                             {"chunk64", Pattern::chunked(64)}, {"chunk65", Pattern::chunked(65)}};
+  Pattern causal_chunk = Pattern::causal();
+  causal_chunk.chunk = 48;
+  patterns.push_back({"causal_chunk48", causal_chunk});
+  Pattern window_chunk = Pattern::window(300, 2);  // the chunk makes it narrow
+  window_chunk.chunk = 40;
+  patterns.push_back({"window300_2_chunk40", window_chunk});
+  for (const P& pp : patterns)
+    for (int64_t n : {77, 333})
+      check_band(band_case(std::string("band_") + pp.name + "_n" + std::to_string(n), {n}, 80, DType::bf16, pp.pattern));
+}
+
+TEST(CudaBand, RunBoundariesInVarlenBatches) {
+  // Runs of 1, 2, 3 and 5 virtual tiles start inside sequences, end inside them and cross from one
+  // sequence to the next (the ring restarts); the launcher's choice (0) gives one run per head
+  // at these sizes. Key lengths differ from query lengths (bottom-right aligned), with empty and
+  // one-token sequences on either side.
+  for (int run : {0, 1, 2, 3, 5}) {
+    const RunLength scope(run);
+    for (const auto& [name, pat] : {std::pair{"w64", Pattern::window(64, 64)}, std::pair{"w7_40", Pattern::window(7, 40)},
+                                    std::pair{"chunk64", Pattern::chunked(64)}}) {
+      Case c = band_case(std::string("band_varlen_") + name + "_run" + std::to_string(run), {1, 0, 130, 64, 5, 200, 1},
+                         80, DType::bf16, pat);
+      c.seq_k = {3, 4, 100, 64, 0, 260, 1};
+      check_band(c);
+      Case same = band_case(std::string("band_varlen_same_") + name + "_run" + std::to_string(run),
+                            {65, 1, 128, 0, 191, 7}, 64, DType::f16, pat);
+      check_band(same);
+    }
+    // One long sequence: many tiles per run, the ring wrapping several times.
+    Case longc = band_case("band_long_w64_run" + std::to_string(run), {1111}, 80, DType::bf16, Pattern::window(64, 64));
+    longc.heads_q = longc.heads_kv = 2;
+    check_band(longc);
+  }
+}
+
+TEST(CudaBand, SinksAndF32Out) {
+  for (SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias})
+    for (float sink : {10.f, -10.f, std::numeric_limits<float>::quiet_NaN()})
+      for (bool f32 : {false, true}) {
+        Case c = band_case(std::string("band_sink_") + sink_mode_name(mode) + "_" + std::to_string(sink) +
+                               (f32 ? "_f32out" : ""),
+                           {70, 200}, 80, DType::bf16, Pattern::window(64, 64));
+        c.seq_k = {90, 150};
+        c.sink_mode = mode;
+        c.sink_value = sink;
+        check_band(c, f32);
+      }
+}
+
+TEST(CudaBand, SmallCasesForSanitizers) {
+  // Small enough for compute-sanitizer: a two-sequence batch, run length 1 (ring restarts on
+  // every tile and sequence) and the launcher's choice, both sinks.
+  for (int run : {0, 1}) {
+    const RunLength scope(run);
+    for (SinkMode mode : {SinkMode::none, SinkMode::denominator, SinkMode::key0_bias}) {
+      Case c = band_case("band_small_run" + std::to_string(run) + "_" + sink_mode_name(mode), {150, 33}, 80,
+                         DType::bf16, Pattern::window(64, 64));
+      c.sink_mode = mode;
+      c.sink_value = std::numeric_limits<float>::quiet_NaN();
+      check_band(c);
+    }
+  }
+}
+
+Buffer gather_rows(const Buffer& src, const std::vector<int32_t>& order) {
+  Buffer dst(src.dtype(), src.shape());
+  const size_t row = size_t(src.numel() / src.shape()[0]) * dtype_size(src.dtype());
+  for (size_t i = 0; i < order.size(); ++i)
+    std::memcpy(static_cast<char*>(dst.data()) + i * row, static_cast<const char*>(src.data()) + order[i] * row, row);
+  return dst;
+}
+
+TEST(CudaBand, FusedTokenOrder) {
+  // A 24 x 20 grid's column-major traversal and a random permutation, over the band kernel with
+  // two run lengths. Expected: the reference on gathered inputs, scattered back to storage order.
+  const int rows = 24, cols = 20, total = rows * cols;
+  std::vector<int32_t> column_major(total), shuffled(total);
+  for (int i = 0; i < total; ++i) column_major[i] = (i % rows) * cols + i / rows;
+  std::iota(shuffled.begin(), shuffled.end(), 0);
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(uint32_t(base_seed())));
+  for (int run : {0, 2})
+    for (const auto& [oname, order] : {std::pair{"colmajor", column_major}, std::pair{"shuffled", shuffled}})
+      for (const auto& [pname, pat] : {std::pair{"w64", Pattern::window(64, 64)}, std::pair{"chunk64", Pattern::chunked(64)}})
+        for (SinkMode mode : {SinkMode::none, SinkMode::denominator}) {
+          const RunLength scope(run);
+          Case c = band_case(std::string("band_order_") + oname + "_" + pname + "_run" + std::to_string(run) + "_" +
+                                 sink_mode_name(mode),
+                             {total}, 80, DType::bf16, pat);
+          c.sink_mode = mode;
+          c.sink_value = std::numeric_limits<float>::quiet_NaN();
+          c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
+          SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+          const testing::Inputs in = testing::make_inputs(c);
+          ASSERT_TRUE(cuda_uses_band(in.params));
+
+          testing::Inputs logical;
+          logical.q = gather_rows(in.q, order);
+          logical.k = gather_rows(in.k, order);
+          logical.v = gather_rows(in.v, order);
+          logical.params = in.params;
+          logical.params.q = make_view(logical.q.data(), c.dtype, {total, c.heads_q, c.dim});
+          logical.params.k = make_view(logical.k.data(), c.dtype, {total, c.heads_kv, c.dim});
+          logical.params.v = make_view(logical.v.data(), c.dtype, {total, c.heads_kv, c.dim});
+          logical.total_q = logical.total_k = total;
+          const testing::Result ref = testing::run_reference(logical);
+          Buffer want_out(DType::f32, {total, c.heads_q, c.dim}), want_lse(DType::f32, {c.heads_q, total});
+          for (int i = 0; i < total; ++i)
+            for (int h = 0; h < c.heads_q; ++h) {
+              want_lse.view().set({h, order[i]}, ref.lse.view().get({h, i}));
+              for (int x = 0; x < c.dim; ++x) want_out.view().set({order[i], h, x}, ref.out.view().get({i, h, x}));
+            }
+
+          DeviceCase d = upload(in);
+          const DeviceBuffer d_order = DeviceBuffer::from_ints(order);
+          DeviceBuffer out(c.dtype, {total, c.heads_q, c.dim}), lse(DType::f32, {c.heads_q, total});
+          out.fill_bytes(0xFF);
+          lse.fill_bytes(0xFF);
+          d.p.out = out.view();
+          d.p.lse = lse.view();
+          validate(d.p);
+          attention_cuda_ordered(d.p, static_cast<const int32_t*>(d_order.data()));
+          cuda_synchronize();
+          const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
+          EXPECT_TRUE(testing::close_enough("out", testing::compare(out.to_host().view(), want_out.view()), tol));
+          EXPECT_TRUE(testing::lse_close(lse.to_host().view(), want_lse.view(), tol));
+        }
+}
+
+TEST(CudaBand, WideBandsStayOnTheTileKernel) {
+  // Past the eligibility bound (and block masks, head dim 128) the tile kernel serves the call.
+  Case wide = band_case("band_wide_w65_65", {300}, 80, DType::bf16, Pattern::window(65, 65));
+  EXPECT_FALSE(cuda_uses_band(testing::make_inputs(wide).params));
+  check_case(wide);
+  Case d128 = band_case("band_d128_w64", {300}, 128, DType::bf16, Pattern::window(64, 64));
+  EXPECT_FALSE(cuda_uses_band(testing::make_inputs(d128).params));
+  Case chunk = band_case("band_chunk66", {300}, 80, DType::bf16, Pattern::chunked(66));
+  EXPECT_FALSE(cuda_uses_band(testing::make_inputs(chunk).params));
+}
+
+}  // namespace
+}  // namespace ariadne
