@@ -4,9 +4,9 @@
 // CTA, which loads its 3 K/V tiles and exits: on a ±64 window at N 4096 every K/V row crosses
 // L2 -> SM three times, and each short CTA drains its pipeline (bench/cuda-notes.md, v2-v4:
 // latency-bound at 17% occupancy). Here one CTA of 4 warps walks a run of consecutive 64-row
-// query tiles of one (query head, sequence...) and keeps the keys consecutive tiles share in a
-// shared-memory ring, so each key is loaded about once per run, and the next tile's Q and new keys
-// are copied (cp.async) while the current tile computes.
+// query tiles of one query head (across sequence ends in a packed batch) and keeps the keys
+// consecutive tiles share in a shared-memory ring, so each key is loaded about once per run, and
+// the next tile's Q and new keys are copied (cp.async) while the current tile computes.
 //
 // Layout of the work:
 //   - keys live in the ring in 16-key chunks; chunk x of the current sequence sits in slot
@@ -17,11 +17,16 @@
 //     window: 9-10 chunks, useful fraction 129/144-160 instead of 129/192 for 64x64 tiles). Its
 //     whole score row (at most MAXC chunks) stays in registers, so the softmax is one pass: no
 //     running max, no rescaling of the output accumulators.
-// Eligible patterns (band_fits, host side): no block mask, and a bound on the keys 16 consecutive
-// rows can see of at most 145 (window left + right <= 129, or chunk <= 65); everything else, and
-// diagnostics (entropy, distance), stays on the tile kernel. Head dims 64, 80, 96; sinks (both
-// forms), GQA, varlen with lq != lk (bottom-right aligned), f32/16-bit out, LSE and the fused
-// token order are handled here as in the tile kernel.
+// Eligible patterns (band_eligible in attention_cuda.cu): no block mask, and a bound on the keys 16
+// consecutive rows can see of at most 145 (window left + right <= 129, or chunk <= 65); everything
+// else, and diagnostics (entropy, distance), stays on the tile kernel. Head dims 64, 80, 96; sinks
+// (both forms), GQA, varlen with lq != lk (bottom-right aligned), f32/16-bit out, LSE and the
+// fused token order are handled here as in the tile kernel.
+//
+// Status (bench/cuda-notes.md, v7): opt-in (ARIADNE_BAND=1). The ring does what it was built for
+// (loads alone take 13 µs at N 4096, against ~40 µs for the whole kernel), but the compute part is
+// instruction- and latency-bound (11.7M warp instructions at IPC 1.1, 8 warps per SM: the ring's
+// 112 KB of shared memory allows 2 CTAs), and the kernel measured 0.87-0.98x the tile kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,8 +48,8 @@ struct BandShape {
   static constexpr int RS = D + 8;    // padded row pitch (conflict-free ldmatrix, as in FwdShape)
   static constexpr int C = D / 8;     // 16-byte pieces per row
   static constexpr size_t smem_bytes = size_t(2 * BM + 2 * NC * CK) * RS * 2;
-  // The most keys 16 consecutive query rows may see for band_fits: ceil over 16-aligned chunks of
-  // an interval of W keys is at most floor((W + 30) / 16).
+  // The most keys 16 consecutive query rows may see (band_eligible): an interval of W keys meets
+  // at most floor((W + 30) / 16) 16-aligned chunks, which must not exceed MAXC.
   static constexpr int kMaxRowSpan = MAXC * CK + 15 - 30;
 };
 
@@ -118,28 +123,33 @@ __global__ void __launch_bounds__(128, 2) attention_band_kernel(const FwdParams 
     return b;
   };
 
+  // Copy mapping: each thread owns one 16-byte piece of a row and every kRowsPerPass-th row, so
+  // the per-row work is one index (and, with a token order, one order[] load) and two pointers.
+  // Unrolled by 4 so that a token order's index loads are in flight together, not one by one.
+  constexpr int kRowsPerPass = kThreads / C;
+  const int piece = tid % C, prow = tid / C;  // threads with prow >= kRowsPerPass idle
   // Copies chunks [x0, x1) of tile b's sequence (K and V) into their ring slots; rows past the
   // sequence's keys are zero-filled (never stale data that 0 * NaN would spread).
   auto load_chunks = [&](const BandTile& b, int x0, int x1) {
-    const int n = (x1 - x0) * CK * C;
-#pragma unroll 2
-    for (int i = tid; i < n; i += kThreads) {
-      const int r = i / C, c = i % C;
+    if (prow >= kRowsPerPass) return;
+    const int rows = (x1 - x0) * CK;
+#pragma unroll 4
+    for (int r = prow; r < rows; r += kRowsPerPass) {
       const int key = x0 * CK + r;
       const int srow = ((x0 + r / CK + b.off) & (NC - 1)) * CK + (r % CK);
       const bool ok = key < b.e.lk;
       const int64_t row = ok ? stored(b.e.k0 + key) : 0;
-      cp_async16(smem_addr(Ks + srow * RS + c * 8), kg + (ok ? row * p.k_tok + c * 8 : 0), ok);
-      cp_async16(smem_addr(Vs + srow * RS + c * 8), vg + (ok ? row * p.v_tok + c * 8 : 0), ok);
+      cp_async16(smem_addr(Ks + srow * RS + piece * 8), kg + (ok ? row * p.k_tok + piece * 8 : 0), ok);
+      cp_async16(smem_addr(Vs + srow * RS + piece * 8), vg + (ok ? row * p.v_tok + piece * 8 : 0), ok);
     }
   };
   auto load_q = [&](const BandTile& b, T* dst) {
-#pragma unroll 2
-    for (int i = tid; i < BM * C; i += kThreads) {
-      const int r = i / C, c = i % C;
+    if (prow >= kRowsPerPass) return;
+#pragma unroll 4
+    for (int r = prow; r < BM; r += kRowsPerPass) {
       const bool ok = b.q_lo + r < b.q_hi;
       const int64_t row = ok ? stored(b.e.q0 + b.q_lo + r) : 0;
-      cp_async16(smem_addr(dst + r * RS + c * 8), qg + (ok ? row * p.q_tok + c * 8 : 0), ok);
+      cp_async16(smem_addr(dst + r * RS + piece * 8), qg + (ok ? row * p.q_tok + piece * 8 : 0), ok);
     }
   };
 
@@ -211,72 +221,84 @@ __global__ void __launch_bounds__(128, 2) attention_band_kernel(const FwdParams 
       }
       const int slot0 = wc_lo + cur.off;
 
-      // S = Q·Kᵀ over the warp's chunks.
+      // Byte offsets of this warp's chunks in the ring (one per chunk: the ring wraps), and the
+      // lane parts of the ldmatrix addresses (K read as B of S, V transposed as B of P·V).
+      uint32_t chunk_off[MAXC];
+#pragma unroll
+      for (int c = 0; c < MAXC; ++c) chunk_off[c] = uint32_t(((slot0 + c) & (NC - 1)) * CK * RS * 2);
+      const uint32_t k_lane = smem_addr(Ks + ((lane & 7) + ((lane >> 4) << 3)) * RS + ((lane >> 3) & 1) * 8);
+      const uint32_t v_lane = smem_addr(Vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * RS + (lane >> 4) * 8);
+
+      // S = Q·Kᵀ over the warp's chunks; Q's fragments stay in registers for the whole tile.
+      uint32_t qf[D / 16][4];
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks)
+        ldmatrix_x4(qf[ks], smem_addr(Qb + (warp * 16 + (lane % 16)) * RS + ks * 16 + (lane / 16) * 8));
       float sc[MAXC][2][4];
 #pragma unroll
-      for (int c = 0; c < MAXC; ++c)
+      for (int c = 0; c < MAXC; ++c) {
 #pragma unroll
         for (int j = 0; j < 2; ++j) sc[c][j][0] = sc[c][j][1] = sc[c][j][2] = sc[c][j][3] = 0.f;
-#pragma unroll 1
-      for (int ks = 0; ks < D / 16; ++ks) {
-        uint32_t a[4];
-        ldmatrix_x4(a, smem_addr(Qb + (warp * 16 + (lane % 16)) * RS + ks * 16 + (lane / 16) * 8));
+        if (c < nc) {
+          uint32_t b[D / 16][4];  // the chunk's fragments first: the products then wait on one load
 #pragma unroll
-        for (int c = 0; c < MAXC; ++c) {
-          if (c < nc) {
-            const int slot = (slot0 + c) & (NC - 1);
-            uint32_t b[4];
-            ldmatrix_x4(b, smem_addr(Ks + (slot * CK + (lane & 7) + ((lane >> 4) << 3)) * RS + ks * 16 +
-                                     ((lane >> 3) & 1) * 8));
-            E::mma(sc[c][0], a, b[0], b[1]);
-            E::mma(sc[c][1], a, b[2], b[3]);
+          for (int ks = 0; ks < D / 16; ++ks) ldmatrix_x4(b[ks], k_lane + chunk_off[c] + ks * 32);
+#pragma unroll
+          for (int ks = 0; ks < D / 16; ++ks) {
+            E::mma(sc[c][0], qf[ks], b[ks][0], b[ks][1]);
+            E::mma(sc[c][1], qf[ks], b[ks][2], b[ks][3]);
           }
         }
       }
 
-      // One-pass softmax: mask the boundary chunks, row max, exponentials, row sums.
+      // One-pass softmax: mask the boundary chunks, row max, exponentials, row sums. Maxima and
+      // sums go through short trees and two accumulators, not one serial chain per row.
       const bool key0 = p.sink_kind == kSinkKey0;
+#pragma unroll
+      for (int c = 0; c < MAXC; ++c) {
+        const int kb = (wc_lo + c) * CK;
+        if (c < nc && (kb < full_lo || kb + CK > full_hi || (key0 && kb == 0))) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+              for (int x = 0; x < 2; ++x) {
+                const int col = kb + j * 8 + 2 * tq + x;
+                if (col < row_lo[r] || col >= row_hi[r]) sc[c][j][2 * r + x] = -INFINITY;
+                else if (key0 && col == 0) sc[c][j][2 * r + x] += sink_raw;
+              }
+        }
+      }
       float m_row[2], l_row[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
+        float mx2[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int c = 0; c < MAXC; ++c) {
-          if (c < nc) {
-            const int kb = (wc_lo + c) * CK;
-            if (kb < full_lo || kb + CK > full_hi || (key0 && kb == 0)) {
-#pragma unroll
-              for (int j = 0; j < 2; ++j)
-#pragma unroll
-                for (int x = 0; x < 2; ++x) {
-                  const int col = kb + j * 8 + 2 * tq + x;
-                  if (col < row_lo[r] || col >= row_hi[r]) sc[c][j][2 * r + x] = -INFINITY;
-                  else if (key0 && col == 0) sc[c][j][2 * r + x] += sink_raw;
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < 2; ++j) mx = fmax_nan(mx, fmax_nan(sc[c][j][2 * r], sc[c][j][2 * r + 1]));
-          }
+          if (c < nc)
+            mx2[c & 1] = fmax_nan(mx2[c & 1], fmax_nan(fmax_nan(sc[c][0][2 * r], sc[c][0][2 * r + 1]),
+                                                       fmax_nan(sc[c][1][2 * r], sc[c][1][2 * r + 1])));
         }
+        float mx = fmax_nan(mx2[0], mx2[1]);
         mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         mx *= p.scale_log2;
         // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
         const float base = mx == -INFINITY ? 0.f : mx;
-        float sum = 0.f;
+        float sum2[2] = {0.f, 0.f};
 #pragma unroll
         for (int c = 0; c < MAXC; ++c) {
           if (c < nc) {
 #pragma unroll
             for (int j = 0; j < 2; ++j)
 #pragma unroll
-              for (int x = 0; x < 2; ++x) {
-                const float pr = ex2(fmaf(sc[c][j][2 * r + x], p.scale_log2, -base));
-                sc[c][j][2 * r + x] = pr;
-                sum += pr;
-              }
+              for (int x = 0; x < 2; ++x)
+                sc[c][j][2 * r + x] = ex2(fmaf(sc[c][j][2 * r + x], p.scale_log2, -base));
+            sum2[c & 1] += (sc[c][0][2 * r] + sc[c][0][2 * r + 1]) + (sc[c][1][2 * r] + sc[c][1][2 * r + 1]);
           }
         }
+        const float sum = sum2[0] + sum2[1];
         m_row[r] = mx;
         l_row[r] = sum;
       }
@@ -293,14 +315,13 @@ __global__ void __launch_bounds__(128, 2) attention_band_kernel(const FwdParams 
           a[1] = E::pack(sc[c][0][2], sc[c][0][3]);
           a[2] = E::pack(sc[c][1][0], sc[c][1][1]);
           a[3] = E::pack(sc[c][1][2], sc[c][1][3]);
-          const int slot = (slot0 + c) & (NC - 1);
+          uint32_t b[D / 16][4];
+#pragma unroll
+          for (int d2 = 0; d2 < D / 16; ++d2) ldmatrix_x4_trans(b[d2], v_lane + chunk_off[c] + d2 * 32);
 #pragma unroll
           for (int d2 = 0; d2 < D / 16; ++d2) {
-            uint32_t b[4];
-            ldmatrix_x4_trans(b, smem_addr(Vs + (slot * CK + (lane & 7) + ((lane >> 3) & 1) * 8) * RS +
-                                           d2 * 16 + (lane >> 4) * 8));
-            E::mma(acc[2 * d2], a, b[0], b[1]);
-            E::mma(acc[2 * d2 + 1], a, b[2], b[3]);
+            E::mma(acc[2 * d2], a, b[d2][0], b[d2][1]);
+            E::mma(acc[2 * d2 + 1], a, b[d2][2], b[d2][3]);
           }
         }
       }

@@ -4,7 +4,8 @@
 // lq != lk) or hold one tile, asymmetric and one-sided windows at the eligibility limit, small and
 // large chunks, both sinks, GQA, f32 out, and the fused token order. Each case first checks that
 // the call is routed to the band kernel, so a change of eligibility cannot turn these tests into
-// tests of the tile kernel. Run lengths are forced through ARIADNE_BAND_RUN (read per call).
+// tests of the tile kernel. The kernel is opt-in (ARIADNE_BAND=1, read per call): the fixture
+// switches it on for each test. Run lengths are forced through ARIADNE_BAND_RUN.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +41,13 @@ class RunLength {
   RunLength& operator=(const RunLength&) = delete;
 };
 
+// Every test here runs with the band kernel switched on.
+class CudaBand : public ::testing::Test {
+ protected:
+  void SetUp() override { setenv("ARIADNE_BAND", "1", 1); }
+  void TearDown() override { unsetenv("ARIADNE_BAND"); }
+};
+
 Case band_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat) {
   Case c;
   c.name = name;
@@ -61,10 +69,14 @@ void check_band(const Case& c, bool f32_out = false) {
 }
 
 std::string wname(const Pattern& p) {
-  return "w" + std::to_string(p.window_left) + "_" + std::to_string(p.window_right);
+  std::string s = "w";
+  s += std::to_string(p.window_left);
+  s += '_';
+  s += std::to_string(p.window_right);
+  return s;
 }
 
-TEST(CudaBand, WindowsEveryDimAndDtype) {
+TEST_F(CudaBand, WindowsEveryDimAndDtype) {
   // At the eligibility limit (left + right = 129), asymmetric, one-sided and zero-width windows.
   const std::vector<Pattern> windows = {Pattern::window(64, 64), Pattern::window(3, 100), Pattern::window(129, 0),
                                         Pattern::window(0, 129), Pattern::window(0, 0), Pattern::window(17, 5)};
@@ -80,7 +92,7 @@ TEST(CudaBand, WindowsEveryDimAndDtype) {
         }
 }
 
-TEST(CudaBand, Chunks) {
+TEST_F(CudaBand, Chunks) {
   // Chunks of 1, 17 (not a multiple of the 16-key chunk), 64 (Qwen's windows) and 65 (the limit);
   // chunk with a causal window (chunked causal attention) and with a two-sided window.
   struct P {
@@ -100,7 +112,7 @@ TEST(CudaBand, Chunks) {
       check_band(band_case(std::string("band_") + pp.name + "_n" + std::to_string(n), {n}, 80, DType::bf16, pp.pattern));
 }
 
-TEST(CudaBand, RunBoundariesInVarlenBatches) {
+TEST_F(CudaBand, RunBoundariesInVarlenBatches) {
   // Runs of 1, 2, 3 and 5 virtual tiles start inside sequences, end inside them and cross from one
   // sequence to the next (the ring restarts); the launcher's choice (0) gives one run per head
   // at these sizes. Key lengths differ from query lengths (bottom-right aligned), with empty and
@@ -124,7 +136,7 @@ TEST(CudaBand, RunBoundariesInVarlenBatches) {
   }
 }
 
-TEST(CudaBand, SinksAndF32Out) {
+TEST_F(CudaBand, SinksAndF32Out) {
   for (SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias})
     for (float sink : {10.f, -10.f, std::numeric_limits<float>::quiet_NaN()})
       for (bool f32 : {false, true}) {
@@ -138,7 +150,7 @@ TEST(CudaBand, SinksAndF32Out) {
       }
 }
 
-TEST(CudaBand, SmallCasesForSanitizers) {
+TEST_F(CudaBand, SmallCasesForSanitizers) {
   // Small enough for compute-sanitizer: a two-sequence batch, run length 1 (ring restarts on
   // every tile and sequence) and the launcher's choice, both sinks.
   for (int run : {0, 1}) {
@@ -161,7 +173,7 @@ Buffer gather_rows(const Buffer& src, const std::vector<int32_t>& order) {
   return dst;
 }
 
-TEST(CudaBand, FusedTokenOrder) {
+TEST_F(CudaBand, FusedTokenOrder) {
   // A 24 x 20 grid's column-major traversal and a random permutation, over the band kernel with
   // two run lengths. Expected: the reference on gathered inputs, scattered back to storage order.
   const int rows = 24, cols = 20, total = rows * cols;
@@ -217,8 +229,9 @@ TEST(CudaBand, FusedTokenOrder) {
         }
 }
 
-TEST(CudaBand, WideBandsStayOnTheTileKernel) {
-  // Past the eligibility bound (and block masks, head dim 128) the tile kernel serves the call.
+TEST_F(CudaBand, WideBandsStayOnTheTileKernel) {
+  // Past the eligibility bound (and head dim 128) the tile kernel serves the call; so does every
+  // call while the switch is off.
   Case wide = band_case("band_wide_w65_65", {300}, 80, DType::bf16, Pattern::window(65, 65));
   EXPECT_FALSE(cuda_uses_band(testing::make_inputs(wide).params));
   check_case(wide);
@@ -226,6 +239,10 @@ TEST(CudaBand, WideBandsStayOnTheTileKernel) {
   EXPECT_FALSE(cuda_uses_band(testing::make_inputs(d128).params));
   Case chunk = band_case("band_chunk66", {300}, 80, DType::bf16, Pattern::chunked(66));
   EXPECT_FALSE(cuda_uses_band(testing::make_inputs(chunk).params));
+  Case narrow = band_case("band_w64_switched_off", {300}, 80, DType::bf16, Pattern::window(64, 64));
+  EXPECT_TRUE(cuda_uses_band(testing::make_inputs(narrow).params));
+  unsetenv("ARIADNE_BAND");
+  EXPECT_FALSE(cuda_uses_band(testing::make_inputs(narrow).params));
 }
 
 }  // namespace
