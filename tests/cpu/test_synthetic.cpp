@@ -105,6 +105,10 @@ TEST(Synthetic, PlantedStructuresShowInTheExactAttention) {
     EXPECT_GT(mass(0, m, 0) + mass(0, m, m), 0.8) << "sink head, query block " << m;
     EXPECT_GT(mass(1, m, m) + mass(1, m, m - 1), 0.6) << "local head, query block " << m;
   }
+  // The needle head is a local head outside its retrieving queries (rows 2..7 hold none of them:
+  // retrieving queries sit in [N/2, N)).
+  for (int64_t m = 2; m < nqb / 2; ++m)
+    EXPECT_GT(mass(3, m, m) + mass(3, m, m - 1), 0.6) << "needle head away from its needles, query block " << m;
   // The diffuse head spreads its mass: block 0 (sink included) holds well under half of it once
   // the rows see many blocks.
   for (int64_t m = 8; m < nqb; ++m) EXPECT_LT(mass(5, m, 0), 0.5) << "diffuse head, query block " << m;
