@@ -86,14 +86,16 @@ cudaError_t launch_wgmma_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_
 
 }  // namespace
 
-bool cuda_uses_wgmma(const AttentionParams& p) { return wgmma_eligible(p); }
+// A token order (AttentionParams::order) runs on the mma.sync kernel: its gathers are in that
+// kernel's loads only.
+bool cuda_uses_wgmma(const AttentionParams& p) { return p.order == nullptr && wgmma_eligible(p); }
 
 int cuda_query_tile_rows(const AttentionParams& p) {
-  if (wgmma_eligible(p)) return cuda::WgShape<64>::BM;
+  if (cuda_uses_wgmma(p)) return cuda::WgShape<64>::BM;
   return choose_wide(p) ? cuda::WideConfig::BM : cuda::BandConfig::BM;
 }
 int cuda_key_tile_rows(const AttentionParams& p) {
-  if (wgmma_eligible(p)) return cuda::WgShape<64>::BN;
+  if (cuda_uses_wgmma(p)) return cuda::WgShape<64>::BN;
   return choose_wide(p) ? cuda::WideConfig::BN : cuda::BandConfig::BN;
 }
 
