@@ -8,7 +8,7 @@ import pytest
 cupy = pytest.importorskip("cupy")
 
 import ariadne  # noqa: E402
-from conftest import close, lse_close, reference  # noqa: E402
+from conftest import close, lse_close, reference, rel_l2  # noqa: E402
 
 
 def _gpu():
@@ -35,6 +35,7 @@ def test_window_sink_gqa_matches_reference(rng):
     h = qkv_host.astype(np.float64)
     ref, ref_lse, _ = reference(h[:, :hq], h[:, hq:hq + hkv], h[:, hq + hkv:], pattern, sink=cupy.asnumpy(sink),
                                 sink_mode="denominator")
+    print(f"cupy window+sink+gqa f16: rel_l2 {rel_l2(cupy.asnumpy(out), ref):.3g}")
     close(cupy.asnumpy(out), ref, "float16", max_logit=float(np.abs(h).max() ** 2 * d ** 0.5))
     lse_close(cupy.asnumpy(lse), ref_lse, 4e-3)
 
@@ -49,6 +50,7 @@ def test_varlen_with_device_cu_seqlens(rng):
                                backend="cuda")
     h = q_host.astype(np.float64)
     ref, _, _ = reference(h, h, h, ariadne.Pattern.causal(), cu_q=cu_host)
+    print(f"cupy varlen causal f16: rel_l2 {rel_l2(cupy.asnumpy(out), ref):.3g}")
     close(cupy.asnumpy(out), ref, "float16", max_logit=float(np.abs(h).max() ** 2 * 8))
 
 

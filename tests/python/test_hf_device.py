@@ -70,7 +70,10 @@ def ours_ran(layers):
 
 def rel_l2(a, b):
     a, b = a.float(), b.float()
-    return float((a - b).norm() / b.norm())
+    err = float((a - b).norm() / b.norm())
+    # Printed for the device log (pytest -s): the measured error, not only the verdict.
+    print(f"[{os.environ.get('PYTEST_CURRENT_TEST', '?').split(' ')[0]}] rel_l2 {err:.3g} (tol {TOL:g}, {DEVICE}, {DTYPE})")
+    return err
 
 
 def _pair(model_cls, config, reference_impl):
