@@ -12,6 +12,7 @@ numpy arrays on the CPU, PyTorch and CuPy tensors on the CPU or on CUDA. See doc
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 from typing import Any, Optional, Sequence, Tuple, Union
 
@@ -20,15 +21,18 @@ import numpy as np
 from . import _ariadne
 from ._ariadne import (
     BlockMask,
+    EncodeResult,
     Error,
     EstimateResult,
     EstimateStats,
     HeadScore,
     ImageScores,
     LayerDiag,
+    LayerPlan,
     LayerSpec,
     MaskMetrics,
     Pattern,
+    PixelBatch,
     PrefillResult,
     ReceptiveField,
     Schedule,
@@ -36,6 +40,8 @@ from ._ariadne import (
     ShsAccumulator,
     TileCount,
     TokenOrder,
+    VitConfig,
+    VitWeights,
     auroc,
     backend_supports as _backend_supports,
     compare_to_oracle,
@@ -43,28 +49,38 @@ from ._ariadne import (
     count_tiles,
     cpu_threads,
     cuda_available,
+    decode_image,
     image_grid,
     label_patches,
     layer_pattern,
     order_conversion,
     patch_fractions,
     permute_tokens,
+    random_vit_weights,
+    read_image,
     read_label_map,
+    resize_bicubic,
     rr_sample_position,
     schedule,
     schedule_cost,
     schedule_presets,
+    save_vit_weights,
     set_cpu_threads,
+    smart_resize,
+    vit_layer_plan,
+    vit_schedule,
 )
 
 __all__ = [
-    "BlockMask", "Error", "EstimateResult", "EstimateStats", "HeadScore", "ImageScores", "LayerDiag", "LayerSpec",
-    "MaskMetrics", "Pattern", "PrefillResult", "ReceptiveField", "Schedule", "ScheduleCost", "ShsAccumulator",
-    "TileCount", "TokenOrder", "attention", "auroc", "backend_supports", "compare_to_oracle", "count_pairs",
-    "count_tiles", "cpu_threads", "cuda_available", "diagnose_layer", "estimate", "flops", "image_grid",
-    "label_patches", "layer_pattern", "order", "order_conversion", "patch_fractions", "permute_tokens", "prefill",
-    "read_label_map", "receptive_field", "rr_estimate", "rr_sample_position", "schedule", "schedule_cost",
-    "schedule_presets", "set_cpu_threads", "shs_index",
+    "BlockMask", "EncodeResult", "Error", "EstimateResult", "EstimateStats", "HeadScore", "ImageScores", "LayerDiag",
+    "LayerPlan", "LayerSpec", "MaskMetrics", "Pattern", "PixelBatch", "PrefillResult", "ReceptiveField", "Schedule",
+    "ScheduleCost", "ShsAccumulator", "TileCount", "TokenOrder", "VitConfig", "VitWeights", "attention", "auroc",
+    "backend_supports", "compare_to_oracle", "count_pairs", "count_tiles", "cpu_threads", "cuda_available",
+    "decode_image", "diagnose_layer", "encode", "estimate", "flops", "image_grid", "label_patches", "layer_pattern",
+    "load_vit_weights", "order", "order_conversion", "patch_fractions", "permute_tokens", "prefill", "preprocess",
+    "random_vit_weights", "read_image", "read_label_map", "receptive_field", "resize_bicubic", "rr_estimate",
+    "rr_sample_position", "save_vit_weights", "schedule", "schedule_cost", "schedule_presets", "set_cpu_threads",
+    "shs_index", "smart_resize", "vit_layer_plan", "vit_schedule",
 ]
 
 
@@ -435,3 +451,80 @@ def shs_index(images: Sequence[Tuple[str, Array, Sequence[LayerDiag]]], patch: i
     if acc is None:
         raise Error("shs_index: no image given")
     return acc.summary()
+
+
+# ---- vision encoder (vit.hpp) ----
+
+PathOrImage = Any  # a PNG / JPEG file (str or os.PathLike), or an RGB uint8 array [height, width, 3]
+
+
+def _config(config: Union[str, VitConfig]) -> VitConfig:
+    return VitConfig.named(config) if isinstance(config, str) else config
+
+
+def load_vit_weights(
+    files: Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]],
+    config: Union[str, VitConfig] = "qwen2.5-vl",
+    sink_init: float = 0.0,
+) -> VitWeights:
+    """The encoder's weights from one safetensors file or the shards of one checkpoint. Sizes come
+    from the tensors; heads, window, full layers and theta from the file's 'vision_config' metadata,
+    else from `config` (a VitConfig or a preset name: 'qwen2.5-vl', 'qwen2.5-vl-7b', 'small'). Sinks
+    the file lacks get sink_init."""
+    names = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+    return _ariadne.load_vit_weights([os.fspath(f) for f in names], _config(config), float(sink_init))
+
+
+def _image(x: PathOrImage) -> Array:
+    return read_image(os.fspath(x)) if isinstance(x, (str, os.PathLike)) else x
+
+
+def preprocess(
+    images: Union[PathOrImage, Sequence[PathOrImage]],
+    config: Union[str, VitConfig] = "qwen2.5-vl",
+    min_pixels: Optional[int] = None,
+    max_pixels: Optional[int] = None,
+    mean: Optional[Tuple[float, float, float]] = None,
+    std: Optional[Tuple[float, float, float]] = None,
+) -> PixelBatch:
+    """Pixel rows of one image or a batch, as HF's PIL-backend Qwen2VLImageProcessor makes them (bit
+    for bit): smart_resize, PIL-exact bicubic, /255, (x - mean) / std, patch rows. Images are file
+    paths or RGB uint8 arrays [height, width, 3]. Returns a PixelBatch: .values float32 [tokens,
+    patch_dim] in block_row order, image after image, and .grids [(h, w)]. Options left None keep
+    the library's defaults (PreprocessOptions in vit.hpp: Qwen's pixel bounds, CLIP's mean and std)."""
+    single = isinstance(images, (str, os.PathLike)) or hasattr(images, "shape")
+    batch = [images] if single else list(images)
+    given = {"min_pixels": min_pixels, "max_pixels": max_pixels, "mean": mean, "std": std}
+    options = {k: (tuple(v) if k in ("mean", "std") else int(v)) for k, v in given.items() if v is not None}
+    return _ariadne.preprocess_images([_image(x) for x in batch], _config(config), **options)
+
+
+def encode(
+    weights: VitWeights,
+    pixels: Union[PixelBatch, Array],
+    schedule: Union[str, Schedule],
+    grids: Optional[Union[Grid, Sequence[Grid]]] = None,
+    window: int = 64,
+    backend: str = "cpu",
+    sink_mode: str = "denominator",
+    keep_hidden: bool = False,
+) -> EncodeResult:
+    """The vision encoder with an attention schedule.
+
+    pixels: a PixelBatch (preprocess()), or float32 [tokens, patch_dim] host rows in block_row order
+    with their grids [(h, w)] (patches; sides multiples of config.merge). schedule: a Schedule, a
+    preset name ('chunk' is Qwen2.5-VL's own layout; 'full', 'ariadne', 'swa1d+sink', ...) or the
+    short syntax, adapted to the encoder's depth by vit_schedule(schedule, weights.config, window).
+    backend: the encoder's backend ('cpu', 'reference' or 'cuda'), as `ariadne encode --backend`.
+    Returns an EncodeResult: .out float32 [units, out_hidden] (units = tokens / merge^2, native
+    order), .attention_backend (what ran), .times (ms per stage), .hidden with keep_hidden. The
+    pixel rows are copied once (the C++ API owns them); the GIL is released while it runs."""
+    if isinstance(pixels, PixelBatch):
+        if grids is None:
+            grids = pixels.grids
+        pixels = pixels.values
+    if grids is None:
+        raise Error("encode: grids are required with a pixel array (they come with a PixelBatch)")
+    if isinstance(schedule, str):
+        schedule = vit_schedule(schedule, weights.config, int(window))
+    return _ariadne.encode(weights, pixels, _grids(grids), schedule, backend, sink_mode, bool(keep_hidden))

@@ -695,3 +695,306 @@ class ShsAccumulator:
         The summary as a dict: shs_index, per_layer, per_head [layers][heads], fg_dominant_share,
         attention_distance, entropy, sink_allocation (when a layer has a sink), images_scored, ...
         """
+
+def read_image(path: str) -> NDArray[numpy.uint8]:
+    """A PNG or JPEG file decoded to RGB: uint8 [height, width, 3]."""
+
+def decode_image(data: bytes, name: str = '<bytes>') -> NDArray[numpy.uint8]:
+    """PNG or JPEG bytes decoded to RGB: uint8 [height, width, 3]."""
+
+def resize_bicubic(image: Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None), order='C', device='cpu', writable=False)], width: int, height: int) -> NDArray[numpy.uint8]:
+    """
+    PIL-exact bicubic resize (Image.resize(BICUBIC)) of a uint8 [height, width, channels] image.
+    """
+
+def smart_resize(height: int, width: int, factor: int = 28, min_pixels: int = 3136, max_pixels: int = 12845056) -> tuple[int, int]:
+    """
+    (height, width) after HF's smart_resize: multiples of factor, pixel count in [min_pixels, max_pixels].
+    """
+
+class VitConfig:
+    """
+    Architecture of the vision encoder (vit.hpp). Sizes in a loaded checkpoint come from its
+    tensors; heads, window, full layers and theta from its 'vision_config' metadata.
+    """
+
+    def __init__(self) -> None:
+        """The Qwen2.5-VL 3B tower."""
+
+    @property
+    def depth(self) -> int: ...
+
+    @depth.setter
+    def depth(self, arg: int, /) -> None: ...
+
+    @property
+    def hidden(self) -> int: ...
+
+    @hidden.setter
+    def hidden(self, arg: int, /) -> None: ...
+
+    @property
+    def heads(self) -> int: ...
+
+    @heads.setter
+    def heads(self, arg: int, /) -> None: ...
+
+    @property
+    def intermediate(self) -> int: ...
+
+    @intermediate.setter
+    def intermediate(self, arg: int, /) -> None: ...
+
+    @property
+    def out_hidden(self) -> int: ...
+
+    @out_hidden.setter
+    def out_hidden(self, arg: int, /) -> None: ...
+
+    @property
+    def in_channels(self) -> int: ...
+
+    @in_channels.setter
+    def in_channels(self, arg: int, /) -> None: ...
+
+    @property
+    def patch(self) -> int:
+        """Pixels per patch side."""
+
+    @patch.setter
+    def patch(self, arg: int, /) -> None: ...
+
+    @property
+    def temporal(self) -> int:
+        """Frames per temporal patch (a still image is repeated)."""
+
+    @temporal.setter
+    def temporal(self, arg: int, /) -> None: ...
+
+    @property
+    def merge(self) -> int:
+        """Merge-unit side in patches."""
+
+    @merge.setter
+    def merge(self, arg: int, /) -> None: ...
+
+    @property
+    def window_px(self) -> int:
+        """Qwen chunk window side in pixels."""
+
+    @window_px.setter
+    def window_px(self, arg: int, /) -> None: ...
+
+    @property
+    def full_layers(self) -> list[int]:
+        """Layers with full attention in Qwen's own layout."""
+
+    @full_layers.setter
+    def full_layers(self, arg: Sequence[int], /) -> None: ...
+
+    @property
+    def rope_theta(self) -> float: ...
+
+    @rope_theta.setter
+    def rope_theta(self, arg: float, /) -> None: ...
+
+    @property
+    def eps(self) -> float:
+        """RMSNorm epsilon."""
+
+    @eps.setter
+    def eps(self, arg: float, /) -> None: ...
+
+    @property
+    def head_dim(self) -> int: ...
+
+    @property
+    def patch_dim(self) -> int:
+        """Values per pixel row: in_channels * temporal * patch^2."""
+
+    @property
+    def window_units(self) -> int:
+        """Qwen window side in merge units."""
+
+    @property
+    def factor(self) -> int:
+        """patch * merge: image sides are multiples of it."""
+
+    def validate(self) -> None:
+        """Raises ariadne.Error naming the first bad field."""
+
+    def describe(self) -> str: ...
+
+    @staticmethod
+    def named(name: str) -> VitConfig:
+        """'qwen2.5-vl' (3B), 'qwen2.5-vl-7b' or 'small' (the CI parity size)."""
+
+    def __repr__(self) -> str: ...
+
+class PixelBatch:
+    """
+    Pixel rows of a batch of images, as Qwen2.5-VL's image processor makes them.
+    """
+
+    @property
+    def values(self) -> Annotated[NDArray[numpy.float32], dict(writable=False)]:
+        """
+        float32 [tokens, patch_dim] (read-only): rows in block_row order, image after image; columns
+        ordered (channel, t, py, px).
+        """
+
+    @property
+    def grids(self) -> list[tuple[int, int]]:
+        """[(h, w)] patch grid per image."""
+
+    @property
+    def patch_dim(self) -> int: ...
+
+    @property
+    def tokens(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def __repr__(self) -> str: ...
+
+def preprocess_images(images: Sequence[Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None), order='C', device='cpu', writable=False)]], config: VitConfig, min_pixels: int = 3136, max_pixels: int = 12845056, mean: Sequence[float] = ..., std: Sequence[float] = ...) -> PixelBatch:
+    """
+    smart_resize -> PIL-exact bicubic -> /255 -> (x - mean) / std -> patch rows, for RGB uint8 images
+    [height, width, 3]. Bit-compatible with HF's PIL-backend Qwen2VLImageProcessor.
+    """
+
+class VitWeights:
+    """Encoder weights (fp32 in memory; bf16/f16 checkpoints are widened)."""
+
+    @property
+    def config(self) -> VitConfig:
+        """The architecture (a copy)."""
+
+    @property
+    def random(self) -> bool:
+        """True when made by random_vit_weights, not read from a checkpoint."""
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def source(self) -> str:
+        """File names, or 'random(seed)'."""
+
+    @property
+    def prefix(self) -> str:
+        """'visual.' or 'model.visual.'."""
+
+    @property
+    def sink_init(self) -> float:
+        """Value given to sinks absent from the file."""
+
+    @property
+    def depth(self) -> int: ...
+
+    def sinks(self, layer: int) -> Annotated[NDArray[numpy.float32], dict(writable=False)]:
+        """float32 [heads] (read-only): the sink logits of a layer."""
+
+    def sinks_from_file(self, layer: int) -> bool:
+        """Whether the layer's sinks were read from the checkpoint."""
+
+    def __repr__(self) -> str: ...
+
+def load_vit_weights(files: Sequence[str], defaults: VitConfig, sink_init: float = 0.0) -> VitWeights:
+    """
+    The tower from safetensors files (a sharded checkpoint: several). The prefix is detected; sizes come
+    from the tensors, heads / window / full layers / theta from 'vision_config' metadata or `defaults`.
+    Sinks absent from the files get sink_init. Errors name the file and the tensor.
+    """
+
+def random_vit_weights(config: VitConfig, seed: int = 0, sink_init: float = 0.0) -> VitWeights:
+    """
+    Seeded random weights (PyTorch Linear's uniform initialization), reported as random everywhere.
+    """
+
+def save_vit_weights(path: str, weights: VitWeights, dtype: str = 'f32', prefix: str = 'visual.', with_sinks: bool = False) -> None:
+    """
+    Writes the weights in the checkpoint layout ('vision_config' metadata included) as f32, bf16 or f16.
+    """
+
+def vit_schedule(text: str, config: VitConfig, window: int = 64) -> Schedule:
+    """
+    The schedule for an encoder of config.depth layers: `text` as is when its length matches, else the
+    uniform presets adapted to the model (local layers except config.full_layers, which are full).
+    """
+
+class LayerPlan:
+    """The attention one encoder layer runs (vit_layer_plan)."""
+
+    @property
+    def order(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def window(self) -> int: ...
+
+    @property
+    def sink(self) -> bool: ...
+
+    @property
+    def cu_seqlens(self) -> Annotated[NDArray[numpy.int32], dict(writable=False)]:
+        """
+        int32 [sequences + 1]: images (full / window layers) or Qwen windows (chunk layers).
+        """
+
+def vit_layer_plan(config: VitConfig, grids: Sequence[tuple[int, int]], schedule: Schedule) -> list[LayerPlan]:
+    """
+    Per layer of `schedule` on the images `grids`: order, kind, window, sink, cu.
+    """
+
+class EncodeResult:
+    """The encoder's output (arrays are read-only views owned by the result)."""
+
+    @property
+    def out(self) -> Annotated[NDArray[numpy.float32], dict(writable=False)]:
+        """
+        float32 [units, out_hidden]: merged tokens in native (block_row) order, units = tokens / merge^2.
+        """
+
+    @property
+    def hidden(self) -> Annotated[NDArray[numpy.float32], dict(writable=False)] | None:
+        """
+        float32 [tokens, hidden]: the last block's output in native order (keep_hidden=True), else None.
+        """
+
+    @property
+    def tokens(self) -> int: ...
+
+    @property
+    def units(self) -> int: ...
+
+    @property
+    def out_hidden(self) -> int: ...
+
+    @property
+    def order_changes(self) -> int:
+        """Token re-permutations done."""
+
+    @property
+    def attention_backend(self) -> str:
+        """
+        What ran the attention: 'cpu', 'reference', 'cpu+reference', ... as the library reports it.
+        """
+
+    @property
+    def times(self) -> dict:
+        """
+        Milliseconds per stage, summed over layers: patch_embed, rope, norm, qkv, attention, proj, mlp,
+        permute, merger, total.
+        """
+
+    def __repr__(self) -> str: ...
+
+def encode(weights: VitWeights, pixels: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cpu', writable=False)], grids: Sequence[tuple[int, int]], schedule: Schedule, backend: str = 'cpu', sink_mode: str = 'denominator', keep_hidden: bool = False) -> EncodeResult:
+    """
+    The encoder on pixel rows float32 [tokens, patch_dim] (block_row order, image after image, matching
+    grids [(h, w)]) with `schedule` (vit_schedule). backend: the encoder's backend, as `ariadne encode
+    --backend` takes it ('cpu', 'reference', 'cuda'); sink_mode for sink layers: 'denominator' or 'key0'.
+    """

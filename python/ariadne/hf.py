@@ -16,11 +16,15 @@ What is mapped from the model (per layer, as transformers passes it to attention
   - scale: the `scaling` argument; GQA: read from the tensor shapes;
   - padding: the 2D padding mask of transformers' flash-attention mask function (registered for the
     same name), None when no token is padded. Each batch row's unpadded keys must be one contiguous
-    run (left or right padding; dynamic or static KV cache); padded query rows get zeros;
+    run (left or right padding; dynamic or static KV cache); padded query rows get zeros. Without a
+    mask, the empty slots of a static cache are told by the position ids (counting from 0);
   - packed sequences: the `cu_seq_lens_q` / `cu_seq_lens_k` arguments of flash-style callers, or
     position ids restarting at 0 inside one unpadded row (packed training-style batches).
 Vision towers that split work by windows themselves (Qwen2.5-VL calls the attention function once
 per window or image when the implementation is not flash attention) work as they are.
+
+Under torch.compile (transformers compiles static-cache generation on GPUs by default) the function
+runs eagerly between the compiled regions (torch.compiler.disable).
 
 Not supported (raises NotImplementedError): dropout in training, softcapping, arbitrary 4D masks,
 padding masks with holes, and gradients (ariadne has no backward pass yet).
@@ -67,6 +71,21 @@ def _packed_from_positions(position_ids: Optional[torch.Tensor], length: int) ->
     return torch.cat([starts, end]).to(torch.int32)
 
 
+def _seen_keys(position_ids: Optional[torch.Tensor], q_len: int, kv_len: int) -> int:
+    """Keys holding real tokens when no padding mask is given. A static cache hands over all its
+    slots, the unused ones past the tokens seen so far included; without padding transformers
+    passes no mask then, and the position of the last query (positions counting from 0) tells how
+    many slots are filled. Dynamic caches and plain forwards give kv_len as it is."""
+    if q_len >= kv_len or position_ids is None or position_ids.dim() != 2:
+        return kv_len
+    seen = int(position_ids[0, -1]) + 1
+    return seen if q_len <= seen < kv_len else kv_len
+
+
+# Opaque to torch.compile: dynamo cannot trace the native call (nor the host-side reading of the
+# padding mask), so a compiled model (transformers compiles static-cache generation on GPUs) runs
+# this function eagerly between its compiled regions.
+@torch.compiler.disable
 def attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -119,9 +138,10 @@ def attention_forward(
                           backend=backend)
         return out, None
 
+    seen = _seen_keys(kwargs.get("position_ids"), q_len, kv_len) if attention_mask is None else kv_len
     for b in range(batch):
         if attention_mask is None:
-            ariadne.attention(qs[b], ks[b], vs[b], pattern=pattern, sink=sink, out=out[b], scale=scale,
+            ariadne.attention(qs[b], ks[b, :seen], vs[b, :seen], pattern=pattern, sink=sink, out=out[b], scale=scale,
                               backend=backend)
             continue
         # Keys [start, end) are real tokens. The mask may be shorter than kv_len (a static cache:

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <nanobind/nanobind.h>
@@ -46,6 +48,14 @@ nb::ndarray<nb::numpy, T> to_numpy(const std::vector<T>& values, std::vector<siz
   auto* copy = new std::vector<T>(values);
   nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
   return nb::ndarray<nb::numpy, T>(copy->data(), shape.size(), shape.data(), owner);
+}
+
+// A new numpy array that takes over `values` (no copy: the array owns the moved vector).
+template <class T>
+nb::ndarray<nb::numpy, T> take_numpy(std::vector<T>&& values, std::vector<size_t> shape) {
+  auto* owned = new std::vector<T>(std::move(values));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.data(), owner);
 }
 
 // A read-only numpy view of a vector owned by the Python object `owner` (no copy; the object

@@ -8,6 +8,7 @@ a Llama, a sliding-window Mistral, a GPT-OSS with sinks, and a Qwen2.5-VL vision
 layers + full layers).
 """
 
+import copy
 import os
 
 import numpy as np
@@ -70,18 +71,29 @@ def ours_ran(layers):
 
 def rel_l2(a, b):
     a, b = a.float(), b.float()
-    return float((a - b).norm() / b.norm())
+    err = float((a - b).norm() / b.norm())
+    # Printed for the device log (pytest -s): the measured error, not only the verdict.
+    print(f"[{os.environ.get('PYTEST_CURRENT_TEST', '?').split(' ')[0]}] rel_l2 {err:.3g} (tol {TOL:g}, {DEVICE}, {DTYPE})")
+    return err
 
 
 def _pair(model_cls, config, reference_impl):
-    """The same random weights under transformers' `reference_impl` and under ariadne."""
+    """The same random weights under transformers' `reference_impl` and under ariadne. Each model
+    gets its own copy of the config: set_attn_implementation writes into the config object, so two
+    models built on one config would both run the implementation set last."""
     torch.manual_seed(0)
-    ref = model_cls(config).to(DEVICE, DTYPE).eval()
+    ref = model_cls(copy.deepcopy(config)).to(DEVICE, DTYPE).eval()
     ref.set_attn_implementation(reference_impl)
-    ours = model_cls(config).to(DEVICE, DTYPE).eval()
+    ours = model_cls(copy.deepcopy(config)).to(DEVICE, DTYPE).eval()
     ours.load_state_dict(ref.state_dict())
     ours.set_attn_implementation("ariadne")
+    assert ref.config._attn_implementation == reference_impl and ours.config._attn_implementation == "ariadne"
     return ref, ours
+
+
+def ref_alone():
+    """The reference model ran without calling ariadne (since the last ours_ran())."""
+    return CALLS["n"] == 0
 
 
 def _llama_config(**extra):
@@ -103,6 +115,7 @@ def test_llama_matches_sdpa(batch, length):
         a = ours(input_ids=ids).logits
         assert ours_ran(2)
         b = ref(input_ids=ids).logits
+        assert ref_alone()
     assert rel_l2(a, b) < TOL
 
 
@@ -118,9 +131,24 @@ def test_llama_left_padding_matches_sdpa():
         a = ours(input_ids=ids, attention_mask=mask).logits
         assert ours_ran(2)
         b = ref(input_ids=ids, attention_mask=mask).logits
+        assert ref_alone()
     # Padded positions are garbage in both; compare the real tokens only.
     real = mask.bool()
     assert rel_l2(a[real], b[real]) < TOL
+
+
+def _same_generation(a, b, prompt):
+    """Step by step: the logits agree while the tokens do; in bf16 greedy decoding may then part at
+    a near tie of the two best tokens, which the rounding of either backend can tip."""
+    assert len(a.logits) == len(b.logits)
+    for step, (la, lb) in enumerate(zip(a.logits, b.logits)):
+        assert rel_l2(la, lb) < TOL, step
+        ta, tb = a.sequences[:, prompt + step], b.sequences[:, prompt + step]
+        if not torch.equal(ta, tb):
+            top2 = lb.float().topk(2, dim=-1).values
+            gap = (top2[:, 0] - top2[:, 1])[ta != tb]
+            assert DTYPE != torch.float32 and bool((gap < 0.05 * lb.float().abs().max()).all()), step
+            break
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
@@ -131,27 +159,48 @@ def test_llama_generate_with_cache_matches_sdpa(cache):
     ids = torch.randint(0, 256, (2, 20), device=DEVICE)
     mask = torch.ones_like(ids)
     mask[0, :5] = 0  # left padding: the cached keys of row 0 start later
+    # disable_compile: on GPUs transformers compiles static-cache generation by default; this test
+    # is about the attention (test_llama_static_cache_generate_compiled covers the compiled path).
     kw = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, cache_implementation=cache,
-              output_logits=True, return_dict_in_generate=True)
+              output_logits=True, return_dict_in_generate=True, disable_compile=True)
     with torch.no_grad():
         CALLS["n"] = 0
         a = ours.generate(ids, **kw)
         assert ours_ran(2 * 8)
         b = ref.generate(ids, **kw)
-    # Step by step: the logits agree while the tokens do; in bf16 greedy decoding may then part at a
-    # near tie of the two best tokens, which the rounding of either backend can tip.
-    for step, (la, lb) in enumerate(zip(a.logits, b.logits)):
-        assert rel_l2(la, lb) < TOL, step
-        ta, tb = a.sequences[:, 20 + step], b.sequences[:, 20 + step]
-        if not torch.equal(ta, tb):
-            top2 = lb.float().topk(2, dim=-1).values
-            gap = (top2[:, 0] - top2[:, 1])[ta != tb]
-            assert DTYPE != torch.float32 and bool((gap < 0.05 * lb.float().abs().max()).all()), step
-            break
+        assert ref_alone()
+    _same_generation(a, b, 20)
 
 
-def test_llama_packed_sequences_match_sdpa():
-    """Three sequences packed in one row, told apart by position ids restarting at 0."""
+def test_llama_static_cache_generate_compiled():
+    """Static-cache generation with the decoding forward under torch.compile, as transformers runs
+    it by default on GPUs (inductor, CUDA graphs); elsewhere forced with dynamo's eager backend. The
+    attention function is opaque to dynamo (torch.compiler.disable): it runs eagerly in between."""
+    from transformers import LlamaForCausalLM
+    from transformers.generation import CompileConfig
+
+    ref, ours = _pair(LlamaForCausalLM, _llama_config(), "sdpa")
+    ids = torch.randint(0, 256, (2, 20), device=DEVICE)
+    kw = dict(max_new_tokens=8, do_sample=False, cache_implementation="static", output_logits=True,
+              return_dict_in_generate=True)
+    compiled = dict(kw)
+    if DEVICE != "cuda":
+        config = CompileConfig(backend="eager", mode=None)
+        config._compile_all_devices = True
+        compiled["compile_config"] = config
+    torch._dynamo.reset()
+    with torch.no_grad():
+        CALLS["n"] = 0
+        a = ours.generate(ids, **compiled)
+        assert ours_ran(2)  # the prefill at least (decoding steps may replay a CUDA graph)
+        b = ref.generate(ids, **kw, disable_compile=True)
+        assert ref_alone()
+    _same_generation(a, b, 20)
+
+
+def test_llama_packed_sequences_match_separate_runs():
+    """Three sequences packed in one row, told apart by position ids restarting at 0: each one's
+    logits are those of the sequence run alone (attention never crosses sequences)."""
     from transformers import LlamaForCausalLM
 
     ref, ours = _pair(LlamaForCausalLM, _llama_config(), "sdpa")
@@ -162,12 +211,15 @@ def test_llama_packed_sequences_match_sdpa():
         CALLS["n"] = 0
         a = ours(input_ids=ids, position_ids=pos).logits
         assert ours_ran(2)
-        b = ref(input_ids=ids, position_ids=pos).logits
-        # Each packed sequence alone gives the same logits: attention never crossed sequences.
-        start = 10
-        alone = ref(input_ids=ids[:, start:start + 25]).logits
-    assert rel_l2(a, b) < TOL
-    assert rel_l2(a[:, start:start + 25], alone) < TOL
+        start = 0
+        for n in lengths:
+            alone = ref(input_ids=ids[:, start:start + n]).logits
+            assert ref_alone()
+            assert rel_l2(a[:, start:start + n], alone) < TOL
+            start += n
+        # Run as one sequence, the packed row gives other logits: the check above can fail.
+        whole = ref(input_ids=ids).logits
+    assert rel_l2(a[:, 10:], whole[:, 10:]) > 10 * TOL
 
 
 def test_mistral_sliding_window_matches_sdpa():
@@ -183,6 +235,7 @@ def test_mistral_sliding_window_matches_sdpa():
         a = ours(input_ids=ids).logits
         assert ours_ran(2)
         b = ref(input_ids=ids).logits
+        assert ref_alone()
     assert rel_l2(a, b) < TOL
     # The window matters at this length: full causal attention gives a different answer.
     ours.config.sliding_window = None
@@ -210,6 +263,7 @@ def test_gpt_oss_sinks_match_eager():
         a = ours(input_ids=ids).logits
         assert ours_ran(2)
         b = ref(input_ids=ids).logits
+        assert ref_alone()
     assert rel_l2(a, b) < TOL
 
 
@@ -231,6 +285,7 @@ def test_qwen2_5_vl_vision_tower_matches_sdpa():
         a = ours(pixels, grid_thw=grid_thw)
         assert ours_ran(4)
         b = ref(pixels, grid_thw=grid_thw)
+        assert ref_alone()
     a = getattr(a, "pooler_output", a)
     b = getattr(b, "pooler_output", b)
     assert rel_l2(a, b) < TOL
