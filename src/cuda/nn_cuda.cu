@@ -30,12 +30,15 @@ unsigned blocks_for(int64_t count, int threads) {
 __device__ __forceinline__ float f32(bf16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ bf16 b16(float v) { return __float2bfloat16_rn(v); }
 
+__device__ __forceinline__ float f32(float v) { return v; }
+
 // One warp per row: the sum of squares in fp32 over lanes, then the normalized row.
-__global__ void rmsnorm_kernel(const bf16* x, int64_t n, int64_t d, const bf16* w, float eps, bf16* y) {
+template <typename T>
+__global__ void rmsnorm_kernel(const T* x, int64_t n, int64_t d, const bf16* w, float eps, bf16* y) {
   const int lane = int(threadIdx.x) & 31;
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= n) return;
-  const bf16* xr = x + row * d;
+  const T* xr = x + row * d;
   bf16* yr = y + row * d;
   float ss = 0.f;
   for (int64_t i = lane; i < d; i += 32) {
@@ -48,36 +51,45 @@ __global__ void rmsnorm_kernel(const bf16* x, int64_t n, int64_t d, const bf16* 
   for (int64_t i = lane; i < d; i += 32) yr[i] = b16(f32(w[i]) * f32(b16(f32(xr[i]) * inv)));
 }
 
-// One thread per rotated pair (x[i], x[i + half]) of a q or k head.
+// One thread per (token, rotation lane i < head_dim/2): one sincos, then the pair (x[i], x[i + half])
+// of every q and k head of the token. Consecutive threads take consecutive lanes of a token, so the
+// loads of a warp are contiguous within each head.
 __global__ void rope_kernel(bf16* qkv, int64_t n, int64_t row_stride, int64_t k_offset, int heads, int head_dim,
                             const int2* pos, const float* inv_freq) {
   const int half = head_dim / 2, q4 = head_dim / 4;
-  const int64_t per_row = int64_t(2) * heads * half;
-  const int64_t total = n * per_row;
+  const int64_t total = n * half;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = t / per_row;
-    int rem = int(t - r * per_row);
-    const int which = rem / (heads * half);  // 0: q, 1: k
-    rem -= which * heads * half;
-    const int h = rem / half, i = rem - h * half;
+    const int64_t r = t / half;
+    const int i = int(t - r * half);
     const int2 p = pos[r];
-    const float ang = float(i < q4 ? p.x : p.y) * inv_freq[i % q4];
+    const float ang = float(i < q4 ? p.x : p.y) * inv_freq[i < q4 ? i : i - q4];
     float s, c;
     sincosf(ang, &s, &c);
-    bf16* v = qkv + r * row_stride + which * k_offset + int64_t(h) * head_dim;
-    const float x1 = f32(v[i]), x2 = f32(v[i + half]);
-    v[i] = b16(x1 * c - x2 * s);
-    v[i + half] = b16(x2 * c + x1 * s);
+    bf16* row = qkv + r * row_stride;
+    for (int which = 0; which < 2; ++which)  // q, then k
+      for (int h = 0; h < heads; ++h) {
+        bf16* v = row + which * k_offset + h * head_dim;
+        const float x1 = f32(v[i]), x2 = f32(v[i + half]);
+        v[i] = b16(x1 * c - x2 * s);
+        v[i + half] = b16(x2 * c + x1 * s);
+      }
   }
 }
 
-__global__ void swiglu_kernel(const bf16* gu, int64_t n, int64_t inter, bf16* out) {
-  const int64_t total = n * inter;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = t / inter, i = t - r * inter;
-    const float g = f32(gu[r * 2 * inter + i]);
-    const float act = f32(b16(g / (1.f + expf(-g))));  // HF rounds silu(gate) to bf16 first
-    out[t] = b16(act * f32(gu[r * 2 * inter + inter + i]));
+// Rows over blocks, columns over threads: no 64-bit division per element.
+__global__ void swiglu_kernel(const bf16* gu, int64_t n, int64_t inter, bf16* out, int64_t out_stride) {
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    const bf16* g = gu + r * 2 * inter;
+    bf16* o = out + r * out_stride;
+    for (int64_t i = threadIdx.x; i < out_stride; i += blockDim.x) {
+      if (i < inter) {
+        const float gv = f32(g[i]);
+        const float act = f32(b16(gv / (1.f + expf(-gv))));  // HF rounds silu(gate) to bf16 first
+        o[i] = b16(act * f32(g[inter + i]));
+      } else {
+        o[i] = b16(0.f);
+      }
+    }
   }
 }
 
@@ -137,8 +149,8 @@ Gemm::~Gemm() {
 
 // Row-major y = x·Wᵀ is column-major yᵀ[out, n] = W[out, in] (column-major [in, out], transposed)
 // times xᵀ (column-major [in, n]); the bias epilogue adds b[out] down each column of yᵀ.
-Gemm::Plan& Gemm::plan(int64_t n, int64_t in, int64_t out, bool bias) {
-  const Key key{n, in, out, bias};
+Gemm::Plan& Gemm::plan(int64_t n, int64_t in, int64_t out, bool bias, bool f32_out) {
+  const Key key{n, in, out, bias, f32_out};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan p;
@@ -150,7 +162,12 @@ Gemm::Plan& Gemm::plan(int64_t n, int64_t in, int64_t out, bool bias) {
   check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
   check_lt(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(in), uint64_t(out), in), "layout W");
   check_lt(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, uint64_t(in), uint64_t(n), in), "layout x");
-  check_lt(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_16BF, uint64_t(out), uint64_t(n), out), "layout y");
+  check_lt(cublasLtMatrixLayoutCreate(&p.c, f32_out ? CUDA_R_32F : CUDA_R_16BF, uint64_t(out), uint64_t(n), out),
+           "layout y");
+  if (bias) {  // the bias has y's type
+    const cudaDataType_t bt = f32_out ? CUDA_R_32F : CUDA_R_16BF;
+    check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), "bias type");
+  }
   cublasLtMatmulPreference_t pref = nullptr;
   check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
   const uint64_t ws = workspace_bytes_;
@@ -161,16 +178,26 @@ Gemm::Plan& Gemm::plan(int64_t n, int64_t in, int64_t out, bool bias) {
   const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   ARIADNE_CHECK(s == CUBLAS_STATUS_SUCCESS && found > 0, "cuda nn: cuBLASLt has no bf16 algorithm for y[", n, ", ",
-                out, "] = x[", n, ", ", in, "] · W[", out, ", ", in, "]ᵀ", bias ? " + b" : "", " (status ", int(s),
-                ")");
+                out, "] = x[", n, ", ", in, "] · W[", out, ", ", in, "]ᵀ", bias ? " + b" : "",
+                f32_out ? " (fp32 y)" : "", " (status ", int(s), ")");
   p.algo = result.algo;
   return plans_.emplace(key, p).first->second;
 }
 
 void Gemm::linear(const bf16* x, int64_t n, int64_t in, const bf16* W, const bf16* b, int64_t out, bf16* y,
                   bool accumulate, cudaStream_t stream) {
+  run(x, n, in, W, b, out, y, accumulate, false, stream);
+}
+
+void Gemm::linear(const bf16* x, int64_t n, int64_t in, const bf16* W, const float* b, int64_t out, float* y,
+                  bool accumulate, cudaStream_t stream) {
+  run(x, n, in, W, b, out, y, accumulate, true, stream);
+}
+
+void Gemm::run(const bf16* x, int64_t n, int64_t in, const bf16* W, const void* b, int64_t out, void* y,
+               bool accumulate, bool f32_out, cudaStream_t stream) {
   if (n == 0 || out == 0) return;
-  Plan& p = plan(n, in, out, b != nullptr);
+  Plan& p = plan(n, in, out, b != nullptr, f32_out);
   if (b != nullptr)
     check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b), "bias pointer");
   const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
@@ -180,25 +207,36 @@ void Gemm::linear(const bf16* x, int64_t n, int64_t in, const bf16* W, const bf1
 }
 
 // ---------------------------------------------------------------- element-wise
-void rmsnorm(const bf16* x, int64_t n, int64_t d, const bf16* w, float eps, bf16* y, cudaStream_t stream) {
+namespace {
+template <typename T>
+void rmsnorm_launch(const T* x, int64_t n, int64_t d, const bf16* w, float eps, bf16* y, cudaStream_t stream) {
   if (n == 0) return;
   constexpr int rows_per_block = kThreads / 32;
   rmsnorm_kernel<<<unsigned((n + rows_per_block - 1) / rows_per_block), kThreads, 0, stream>>>(x, n, d, w, eps, y);
   check(cudaGetLastError(), "rmsnorm launch");
 }
+}  // namespace
+
+void rmsnorm(const bf16* x, int64_t n, int64_t d, const bf16* w, float eps, bf16* y, cudaStream_t stream) {
+  rmsnorm_launch(x, n, d, w, eps, y, stream);
+}
+
+void rmsnorm(const float* x, int64_t n, int64_t d, const bf16* w, float eps, bf16* y, cudaStream_t stream) {
+  rmsnorm_launch(x, n, d, w, eps, y, stream);
+}
 
 void rope_2d(bf16* qkv, int64_t n, int64_t row_stride, int64_t k_offset, int heads, int head_dim, const int2* pos,
              const float* inv_freq, cudaStream_t stream) {
-  const int64_t total = n * 2 * heads * (head_dim / 2);
+  const int64_t total = n * (head_dim / 2);
   if (total == 0) return;
   rope_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(qkv, n, row_stride, k_offset, heads, head_dim, pos,
                                                                     inv_freq);
   check(cudaGetLastError(), "rope launch");
 }
 
-void swiglu(const bf16* gu, int64_t n, int64_t inter, bf16* out, cudaStream_t stream) {
-  if (n * inter == 0) return;
-  swiglu_kernel<<<blocks_for(n * inter, kThreads), kThreads, 0, stream>>>(gu, n, inter, out);
+void swiglu(const bf16* gu, int64_t n, int64_t inter, bf16* out, int64_t out_stride, cudaStream_t stream) {
+  if (n * out_stride == 0) return;
+  swiglu_kernel<<<unsigned(std::min<int64_t>(n, 132 * 64)), kThreads, 0, stream>>>(gu, n, inter, out, out_stride);
   check(cudaGetLastError(), "swiglu launch");
 }
 
@@ -226,6 +264,11 @@ void gather_rows(const bf16* src, bf16* dst, const int32_t* index, int64_t rows,
     gather_kernel<<<blocks_for(rows * cols, kThreads), kThreads, 0, stream>>>(src, dst, index, rows, cols);
   }
   check(cudaGetLastError(), "gather launch");
+}
+
+void gather_rows(const float* src, float* dst, const int32_t* index, int64_t rows, int64_t cols, cudaStream_t stream) {
+  // A bit copy: an fp32 row is 2·cols bf16-sized values.
+  gather_rows(reinterpret_cast<const bf16*>(src), reinterpret_cast<bf16*>(dst), index, rows, 2 * cols, stream);
 }
 
 void gather_pos(const int2* src, int2* dst, const int32_t* index, int64_t rows, cudaStream_t stream) {

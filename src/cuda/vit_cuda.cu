@@ -1,6 +1,8 @@
 // The encoder's forward pass on the GPU (include/ariadne/vit.hpp): bf16 weights uploaded once,
-// bf16 activations, GEMMs through cuBLASLt (src/cuda/nn_cuda.cuh), attention through the CUDA
-// attention kernels with each layer's order, pattern and sink from the schedule.
+// bf16 activations into every GEMM and the attention, an fp32 residual stream (the GEMM epilogues
+// of proj and down add into it: HF's bf16 tower rounds it 64 times, which is most of its error
+// against fp32; docs/encoder.md has the measurement), GEMMs through cuBLASLt (src/cuda/nn_cuda.cuh),
+// attention through the CUDA attention kernels with each layer's order, pattern and sink.
 //
 // Token orders. With EncodeOptions::cuda_fused_order (the default) the hidden states stay in the
 // native order for the whole encoder: a window or chunk layer hands its order to the attention
@@ -32,10 +34,11 @@ using cuda_nn::check;
 
 struct VitDeviceWeights {
   struct Layer {
-    bf16 *norm1 = nullptr, *norm2 = nullptr, *qkv_w = nullptr, *qkv_b = nullptr, *proj_w = nullptr,
-         *proj_b = nullptr;
+    bf16 *norm1 = nullptr, *norm2 = nullptr, *qkv_w = nullptr, *qkv_b = nullptr, *proj_w = nullptr;
     bf16 *gate_up_w = nullptr, *gate_up_b = nullptr;  // [2·intermediate, hidden]: gate rows, then up rows
-    bf16 *down_w = nullptr, *down_b = nullptr;
+    bf16* down_w = nullptr;  // [hidden, inter_padded]: zero columns past intermediate
+    // Biases of the GEMMs that add into the fp32 residual stream: fp32 copies of the bf16 values.
+    float *proj_b = nullptr, *down_b = nullptr;
     float* sinks = nullptr;  // [heads] f32
   };
   bf16* patch_embed = nullptr;
@@ -43,6 +46,7 @@ struct VitDeviceWeights {
   bf16 *merger_norm = nullptr, *merger_w1 = nullptr, *merger_b1 = nullptr, *merger_w2 = nullptr,
        *merger_b2 = nullptr;
   float* inv_freq = nullptr;  // [head_dim / 4] RoPE frequencies, fp32 as HF computes them
+  int64_t inter_padded = 0;   // intermediate rounded up to 64: 16-byte aligned rows for the down GEMM
   size_t weight_bytes = 0;
 
   cudaStream_t stream = nullptr;
@@ -76,6 +80,12 @@ struct VitDeviceWeights {
     for (size_t i = 0; i < host.size(); ++i) b[i] = float_to_bf16(host[i]);
     return reinterpret_cast<bf16*>(upload(b));
   }
+  // fp32 copy of the bf16-rounded values: the weights are bf16 everywhere, whatever their storage.
+  float* upload_bf16_values(const std::vector<float>& host) {
+    std::vector<float> b(host.size());
+    for (size_t i = 0; i < host.size(); ++i) b[i] = bf16_to_float(float_to_bf16(host[i]));
+    return upload(b);
+  }
 
   // A named scratch buffer of at least `bytes`, kept between encodes (grows, never shrinks).
   template <typename T>
@@ -108,6 +118,7 @@ VitDeviceWeights& device_weights(const VitWeights& w) {
   check(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), "stream");
   d->gemm = std::make_unique<cuda_nn::Gemm>();
   d->patch_embed = d->upload_bf16(w.patch_embed);
+  d->inter_padded = (c.intermediate + 63) / 64 * 64;
   for (const VitLayerWeights& L : w.layers) {
     VitDeviceWeights::Layer dl;
     dl.norm1 = d->upload_bf16(L.norm1);
@@ -115,7 +126,7 @@ VitDeviceWeights& device_weights(const VitWeights& w) {
     dl.qkv_w = d->upload_bf16(L.qkv_w);
     dl.qkv_b = d->upload_bf16(L.qkv_b);
     dl.proj_w = d->upload_bf16(L.proj_w);
-    dl.proj_b = d->upload_bf16(L.proj_b);
+    dl.proj_b = d->upload_bf16_values(L.proj_b);
     std::vector<float> gu(L.gate_w);
     gu.insert(gu.end(), L.up_w.begin(), L.up_w.end());
     dl.gate_up_w = d->upload_bf16(gu);
@@ -125,8 +136,11 @@ VitDeviceWeights& device_weights(const VitWeights& w) {
       std::copy(L.up_b.begin(), L.up_b.end(), b.begin() + c.intermediate);
       dl.gate_up_b = d->upload_bf16(b);
     }
-    dl.down_w = d->upload_bf16(L.down_w);
-    dl.down_b = d->upload_bf16(L.down_b);
+    std::vector<float> down(size_t(c.hidden * d->inter_padded), 0.f);
+    for (int64_t r = 0; r < c.hidden; ++r)
+      std::copy_n(L.down_w.begin() + r * c.intermediate, c.intermediate, down.begin() + r * d->inter_padded);
+    dl.down_w = d->upload_bf16(down);
+    dl.down_b = d->upload_bf16_values(L.down_b);
     dl.sinks = d->upload(L.sinks);
     d->layers.push_back(dl);
   }
@@ -256,13 +270,15 @@ EncodeResult encode_cuda(const VitWeights& weights, const std::vector<float>& pi
   const bool fused = options.cuda_fused_order && !host_attention;
   res.attention_backend = host_attention ? "cuda+host" : "cuda";
 
-  bf16* x = d.scratch<bf16>("x", N * H);
+  // The residual stream is fp32 (GEMM epilogues add into it); what the GEMMs read is bf16.
+  const int64_t Ip = d.inter_padded;
+  float* x = d.scratch<float>("x", N * H);
   bf16* h = d.scratch<bf16>("h", N * H);
   bf16* qkv = d.scratch<bf16>("qkv", N * 3 * H);
   bf16* att = d.scratch<bf16>("att", N * H);
   bf16* gu = d.scratch<bf16>("gate_up", N * 2 * I);
-  bf16* act = d.scratch<bf16>("act", N * I);
-  bf16* tmp = fused ? nullptr : d.scratch<bf16>("tmp", N * H);
+  bf16* act = d.scratch<bf16>("act", N * Ip);
+  float* tmp = fused ? nullptr : d.scratch<float>("tmp", N * H);
   int2* pos_tmp = fused ? nullptr : d.scratch<int2>("pos_tmp", N);
   float* pix32 = d.scratch<float>("pixels_f32", N * D);
   bf16* pix = d.scratch<bf16>("pixels", N * D);
@@ -279,7 +295,7 @@ EncodeResult encode_cuda(const VitWeights& weights, const std::vector<float>& pi
   const size_t compute_start = clock.last();
   cuda_nn::Gemm& gemm = *d.gemm;
   cuda_nn::to_bf16(pix32, pix, N * D, st);
-  gemm.linear(pix, N, D, d.patch_embed, nullptr, H, x, false, st);
+  gemm.linear(pix, N, D, d.patch_embed, static_cast<const float*>(nullptr), H, x, false, st);
   clock.mark(&tm.patch_embed);
 
   OrderKind cur = OrderKind::block_row;
@@ -355,8 +371,8 @@ EncodeResult encode_cuda(const VitWeights& weights, const std::vector<float>& pi
     cuda_nn::rmsnorm(x, N, H, L.norm2, c.eps, h, st);
     clock.mark(&tm.norm);
     gemm.linear(h, N, H, L.gate_up_w, L.gate_up_b, 2 * I, gu, false, st);
-    cuda_nn::swiglu(gu, N, I, act, st);
-    gemm.linear(act, N, I, L.down_w, L.down_b, H, x, true, st);  // x += down(...) + b
+    cuda_nn::swiglu(gu, N, I, act, Ip, st);
+    gemm.linear(act, N, Ip, L.down_w, L.down_b, H, x, true, st);  // x += down(...) + b
     clock.mark(&tm.mlp);
   }
 
@@ -375,10 +391,8 @@ EncodeResult encode_cuda(const VitWeights& weights, const std::vector<float>& pi
         "output download");
   clock.mark(&tm.download, true);
   if (keep_hidden) {
-    float* hid32 = d.scratch<float>("hidden_f32", N * H);
-    cuda_nn::to_f32(x, hid32, N * H, st);
     res.hidden.resize(size_t(N * H));
-    check(cudaMemcpyAsync(res.hidden.data(), hid32, res.hidden.size() * sizeof(float), cudaMemcpyDeviceToHost, st),
+    check(cudaMemcpyAsync(res.hidden.data(), x, res.hidden.size() * sizeof(float), cudaMemcpyDeviceToHost, st),
           "hidden download");
     clock.mark(&tm.download, true);
   }
