@@ -131,7 +131,7 @@ bool attention_cuda_supports(const AttentionParams& p, std::string* why) {
   return true;
 }
 
-void attention_cuda(const AttentionParams& p) { attention_cuda_ordered(p, nullptr); }
+void attention_cuda(const AttentionParams& p) { attention_cuda_ordered(p, p.order); }
 
 void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
   std::string why;
