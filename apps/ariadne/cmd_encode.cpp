@@ -43,7 +43,8 @@ int run_encode(const Args& args) {
   // Several schedules and orders (comma lists) run one after another on the same loaded weights and
   // pixels; the JSON is then {"runs": [one object per run]} and --save-output is a prefix.
   const std::vector<std::string> schedule_names = args.list("schedule", "");
-  ARIADNE_CHECK(!schedule_names.empty(), "ariadne encode: --schedule NAME is required (several: --schedule full,chunk)");
+  ARIADNE_CHECK(!schedule_names.empty(),
+                "ariadne encode: --schedule NAME is required (several: --schedule full,chunk)");
   const std::string backend_name = args.str("backend", "cpu");
   const ariadne::Backend backend = ariadne::parse_backend(backend_name);
   ARIADNE_CHECK(backend != ariadne::Backend::automatic, "ariadne encode: --backend must be reference, cpu or cuda");
@@ -54,7 +55,8 @@ int run_encode(const Args& args) {
   ariadne::EncodeOptions base_opt;
   base_opt.attention = backend;
   base_opt.sink_mode = ariadne::parse_sink_mode(args.str("sink-mode", "denominator"));
-  ARIADNE_CHECK(base_opt.sink_mode != ariadne::SinkMode::none, "ariadne encode: --sink-mode must be denominator or key0");
+  ARIADNE_CHECK(base_opt.sink_mode != ariadne::SinkMode::none,
+                "ariadne encode: --sink-mode must be denominator or key0");
   ariadne::PreprocessOptions pre;
   pre.min_pixels = args.integer("min-pixels", pre.min_pixels);
   pre.max_pixels = args.integer("max-pixels", pre.max_pixels);
@@ -122,11 +124,11 @@ int run_encode(const Args& args) {
       sink_layers += schedule.layers[l].sink;
       sinks_from_file += schedule.layers[l].sink && w.layers[l].sinks_from_file;
     }
-    const std::string sinks = sink_layers == 0                ? "unused"
-                              : sinks_from_file == sink_layers ? "from file"
-                                                               : "initialized to " + std::to_string(w.sink_init) +
-                                                                     " on " + std::to_string(sink_layers - sinks_from_file) +
-                                                                     " layers";
+    const std::string sinks =
+        sink_layers == 0                ? "unused"
+        : sinks_from_file == sink_layers ? "from file"
+                                         : "initialized to " + std::to_string(w.sink_init) + " on " +
+                                               std::to_string(sink_layers - sinks_from_file) + " layers";
     const auto& t = r.times;
     if (json) {
       nlohmann::json imgs = nlohmann::json::array();
@@ -177,8 +179,8 @@ int run_encode(const Args& args) {
                 "attention %.1f, proj %.1f, mlp %.1f, permute %.1f, merger %.1f; encode total %.1f\n",
                 t_decode, t_pre, t.patch_embed, t.rope, t.norm, t.qkv, t.attention, t.proj, t.mlp, t.permute, t.merger,
                 t.total);
-    std::printf("checksum: sum %.6g, mean |x| %.6g, fnv1a %s\n", sum, r.out.empty() ? 0.0 : abs_sum / double(r.out.size()),
-                fnv1a(r.out).c_str());
+    std::printf("checksum: sum %.6g, mean |x| %.6g, fnv1a %s\n", sum,
+                r.out.empty() ? 0.0 : abs_sum / double(r.out.size()), fnv1a(r.out).c_str());
     return nlohmann::json();
   };
   nlohmann::json runs = nlohmann::json::array();

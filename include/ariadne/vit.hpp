@@ -185,11 +185,11 @@ struct EncodeOptions {
   // layer's attention() with the layer index, its AttentionParams (q and k after RoPE, v: strided
   // views of the packed qkv rows in the layer's token order; pattern; sink) and that order. The
   // views are valid only during the call; its time is not counted in EncodeTimes.
-  // With Backend::cuda the views are device memory, and with cuda_fused_order they stay in the
-  // native order (the layer's order is `order`, applied through the kernel's fused gather).
+  // With Backend::cuda the views are device memory; with cuda_fused_order they stay in the native
+  // order and params.order (device int32) maps the layer's order onto them.
   std::function<void(int layer, const AttentionParams& params, const TokenOrder& order)> on_attention;
   // CUDA only: true keeps the tokens in the native order and hands each window / chunk layer its
-  // order as the attention kernel's fused row index (attention_cuda_ordered), so nothing is ever
+  // order as the attention's fused row index (AttentionParams::order), so nothing is ever
   // gathered; false gathers the hidden states where the order changes, as the CPU path does.
   bool cuda_fused_order = true;
   // CUDA only: false records no event between stages (EncodeTimes then holds the total, upload and

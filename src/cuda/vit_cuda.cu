@@ -6,13 +6,12 @@
 //
 // Token orders. With EncodeOptions::cuda_fused_order (the default) the hidden states stay in the
 // native order for the whole encoder: a window or chunk layer hands its order to the attention
-// kernel as a fused row index (attention_cuda_ordered), and a full layer needs none (attention
+// kernel as a fused row index (AttentionParams::order), and a full layer needs none (attention
 // over a whole image does not depend on the order of its rows). Without it, the hidden states and
 // their patch positions are gathered where the order changes, as on the CPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -23,7 +22,6 @@
 
 #include "ariadne/error.hpp"
 #include "backends.hpp"
-#include "cuda/internal.hpp"
 #include "cuda/nn_cuda.cuh"
 #include "cuda/vit_cuda.hpp"
 
@@ -47,7 +45,6 @@ struct VitDeviceWeights {
        *merger_b2 = nullptr;
   float* inv_freq = nullptr;  // [head_dim / 4] RoPE frequencies, fp32 as HF computes them
   int64_t inter_padded = 0;   // intermediate rounded up to 64: 16-byte aligned rows for the down GEMM
-  size_t weight_bytes = 0;
 
   cudaStream_t stream = nullptr;
   std::unique_ptr<cuda_nn::Gemm> gemm;
@@ -72,7 +69,6 @@ struct VitDeviceWeights {
     check(cudaMalloc(&d, host.size() * sizeof(T)), "weight allocation");
     owned_.push_back(d);
     check(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "weight upload");
-    weight_bytes += host.size() * sizeof(T);
     return static_cast<T*>(d);
   }
   bf16* upload_bf16(const std::vector<float>& host) {
@@ -108,8 +104,6 @@ struct VitDeviceWeights {
 };
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 VitDeviceWeights& device_weights(const VitWeights& w) {
   if (w.device) return *w.device;
@@ -255,7 +249,8 @@ EncodeResult encode_cuda(const VitWeights& weights, const std::vector<float>& pi
   std::map<OrderKind, int32_t*> cu_windows;
   for (const LayerSpec& l : schedule.layers)
     if (l.kind == LayerKind::chunk && !cu_windows.count(l.order))
-      cu_windows[l.order] = upload_small(d, std::string("cu_windows_") + order_name(l.order), order_of(l.order).cu_windows);
+      cu_windows[l.order] =
+          upload_small(d, std::string("cu_windows_") + order_name(l.order), order_of(l.order).cu_windows);
   std::vector<int2> pos_host(static_cast<size_t>(N));
   for (int64_t t = 0; t < N; ++t)
     pos_host[size_t(t)] = int2{int(native.coords[size_t(2 * t)]), int(native.coords[size_t(2 * t + 1)])};
@@ -269,6 +264,16 @@ EncodeResult encode_cuda(const VitWeights& weights, const std::vector<float>& pi
   const bool host_attention = !attention_cuda_supports(probe, nullptr);
   const bool fused = options.cuda_fused_order && !host_attention;
   res.attention_backend = host_attention ? "cuda+host" : "cuda";
+  // Every row index the layers need, uploaded before the timed part: an upload from pageable memory
+  // waits for the stream, which would stall the pipeline in the middle of the encoder.
+  OrderKind walk = OrderKind::block_row;
+  for (const LayerSpec& l : schedule.layers) {
+    if (fused && l.kind != LayerKind::full && l.order != OrderKind::block_row)
+      conversion(OrderKind::block_row, l.order);
+    if (!fused && l.order != walk) conversion(walk, l.order);
+    walk = l.order;
+  }
+  if (!fused && walk != OrderKind::block_row) conversion(walk, OrderKind::block_row);
 
   // The residual stream is fp32 (GEMM epilogues add into it); what the GEMMs read is bf16.
   const int64_t Ip = d.inter_padded;
@@ -359,7 +364,8 @@ EncodeResult encode_cuda(const VitWeights& weights, const std::vector<float>& pi
     } else {
       // Full layers need no order: attention over a whole image is the same in any row order.
       const bool ordered = fused && spec.kind != LayerKind::full && spec.order != OrderKind::block_row;
-      attention_cuda_ordered(p, ordered ? conversion(OrderKind::block_row, spec.order) : nullptr);
+      p.order = ordered ? conversion(OrderKind::block_row, spec.order) : nullptr;
+      attention(p, Backend::cuda);
     }
     clock.mark(&tm.attention);
     if (options.on_attention) {
