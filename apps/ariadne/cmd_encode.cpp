@@ -40,7 +40,11 @@ int run_encode(const Args& args) {
   const std::vector<std::string> files = args.list("image", "");
   ARIADNE_CHECK(!files.empty(), "ariadne encode: --image FILE is required (several: --image a.png,b.jpg)");
   const std::vector<std::string> weight_files = args.list("weights", "");
-  const std::string schedule_name = args.required("schedule");
+  // Several schedules and orders (comma lists) run one after another on the same loaded weights and
+  // pixels; the JSON is then {"runs": [one object per run]} and --save-output is a prefix.
+  const std::vector<std::string> schedule_names = args.list("schedule", "");
+  ARIADNE_CHECK(!schedule_names.empty(),
+                "ariadne encode: --schedule NAME is required (several: --schedule full,chunk)");
   const std::string backend_name = args.str("backend", "cpu");
   const ariadne::Backend backend = ariadne::parse_backend(backend_name);
   ARIADNE_CHECK(backend != ariadne::Backend::automatic, "ariadne encode: --backend must be reference, cpu or cuda");
@@ -48,17 +52,24 @@ int run_encode(const Args& args) {
   const uint64_t seed = uint64_t(args.integer("seed", 0));
   const int64_t window = args.integer("window", 64);
   const double sink_init = args.real("sink-init", 0.0);
-  ariadne::EncodeOptions opt;
-  opt.attention = backend;
-  opt.sink_mode = ariadne::parse_sink_mode(args.str("sink-mode", "denominator"));
-  ARIADNE_CHECK(opt.sink_mode != ariadne::SinkMode::none, "ariadne encode: --sink-mode must be denominator or key0");
+  ariadne::EncodeOptions base_opt;
+  base_opt.attention = backend;
+  base_opt.sink_mode = ariadne::parse_sink_mode(args.str("sink-mode", "denominator"));
+  ARIADNE_CHECK(base_opt.sink_mode != ariadne::SinkMode::none,
+                "ariadne encode: --sink-mode must be denominator or key0");
   ariadne::PreprocessOptions pre;
   pre.min_pixels = args.integer("min-pixels", pre.min_pixels);
   pre.max_pixels = args.integer("max-pixels", pre.max_pixels);
   const int64_t threads = args.integer("threads", 0);
   const int64_t repeat = args.integer("repeat", 1);
   ARIADNE_CHECK(repeat >= 1, "ariadne encode: --repeat must be >= 1");
+  const std::vector<std::string> cuda_orders = args.list("cuda-order", "fused");
+  for (const auto& o : cuda_orders)
+    ARIADNE_CHECK(o == "fused" || o == "gather", "ariadne encode: --cuda-order must be fused or gather, got '", o, "'");
   const std::string save = args.str("save-output", "");
+  const std::string save_pixels = args.str("save-pixels", "");
+  // CUDA: --stage-times 0 records no event between stages (the total alone, without their overhead).
+  base_opt.cuda_stage_times = args.integer("stage-times", 1) != 0;
   const bool json = args.json();
   args.reject_unused();
   if (threads > 0) ariadne::set_cpu_threads(int(threads));
@@ -68,7 +79,6 @@ int run_encode(const Args& args) {
                                     ? ariadne::random_vit_weights(preset, seed, float(sink_init))
                                     : ariadne::load_vit_weights(weight_files, preset, float(sink_init));
   const double t_weights = ms_since(t0);
-  const ariadne::Schedule schedule = ariadne::vit_schedule(schedule_name, w.config, window);
 
   t0 = Clock::now();
   std::vector<ariadne::Image> images;
@@ -77,84 +87,106 @@ int run_encode(const Args& args) {
   t0 = Clock::now();
   const ariadne::PixelBatch px = ariadne::preprocess(images, w.config, pre);
   const double t_pre = ms_since(t0);
-  // With --repeat, the run with the smallest total is reported (the first one warms caches).
-  ariadne::EncodeResult r = ariadne::encode(w, px.values, px.grids, schedule, opt);
-  std::vector<double> totals{r.times.total};
-  for (int64_t i = 1; i < repeat; ++i) {
-    ariadne::EncodeResult again = ariadne::encode(w, px.values, px.grids, schedule, opt);
-    totals.push_back(again.times.total);
-    if (again.times.total < r.times.total) r = std::move(again);
+  if (!save_pixels.empty()) {  // the encoder's input rows and grids (HF's pixel_values / image_grid_thw layout)
+    std::vector<float> thw;  // f32: the writer's dtypes are the float ones
+    for (const auto& g : px.grids) thw.insert(thw.end(), {1.f, float(g.h), float(g.w)});
+    ariadne::write_safetensors(
+        save_pixels,
+        {{"pixel_values", ariadne::DType::f32, {px.tokens(), px.patch_dim}, px.values.data()},
+         {"grid_thw", ariadne::DType::f32, {int64_t(px.grids.size()), 3}, thw.data()}},
+        {});
   }
-  if (!save.empty())  // [units, out_hidden] f32 in native order, for comparisons outside
-    ariadne::write_safetensors(save, {{"output", ariadne::DType::f32, {r.units, r.out_hidden}, r.out.data()}},
-                               {{"schedule", schedule.name}, {"weights", w.source}});
+  const bool several = schedule_names.size() * cuda_orders.size() > 1;
+  auto run_one = [&](const std::string& schedule_name, const std::string& cuda_order) -> nlohmann::json {
+    const ariadne::Schedule schedule = ariadne::vit_schedule(schedule_name, w.config, window);
+    ariadne::EncodeOptions opt = base_opt;
+    opt.cuda_fused_order = cuda_order == "fused";
+    // With --repeat, the run with the smallest total is reported (the first one warms caches).
+    ariadne::EncodeResult r = ariadne::encode(w, px.values, px.grids, schedule, opt);
+    std::vector<double> totals{r.times.total};
+    for (int64_t i = 1; i < repeat; ++i) {
+      ariadne::EncodeResult again = ariadne::encode(w, px.values, px.grids, schedule, opt);
+      totals.push_back(again.times.total);
+      if (again.times.total < r.times.total) r = std::move(again);
+    }
+    if (!save.empty())  // [units, out_hidden] f32 in native order, for comparisons outside
+      ariadne::write_safetensors(several ? save + schedule.name + "_" + cuda_order + ".safetensors" : save,
+                                 {{"output", ariadne::DType::f32, {r.units, r.out_hidden}, r.out.data()}},
+                                 {{"schedule", schedule.name}, {"weights", w.source}});
 
-  double sum = 0, abs_sum = 0;
-  for (float v : r.out) {
-    sum += v;
-    abs_sum += std::fabs(v);
-  }
-  int sinks_from_file = 0, sink_layers = 0;
-  for (size_t l = 0; l < schedule.layers.size(); ++l) {
-    sink_layers += schedule.layers[l].sink;
-    sinks_from_file += schedule.layers[l].sink && w.layers[l].sinks_from_file;
-  }
-  const std::string sinks = sink_layers == 0                ? "unused"
-                            : sinks_from_file == sink_layers ? "from file"
-                                                             : "initialized to " + std::to_string(w.sink_init) +
-                                                                   " on " + std::to_string(sink_layers - sinks_from_file) +
-                                                                   " layers";
-  const auto& t = r.times;
-  if (json) {
-    nlohmann::json imgs = nlohmann::json::array();
+    double sum = 0, abs_sum = 0;
+    for (float v : r.out) {
+      sum += v;
+      abs_sum += std::fabs(v);
+    }
+    int sinks_from_file = 0, sink_layers = 0;
+    for (size_t l = 0; l < schedule.layers.size(); ++l) {
+      sink_layers += schedule.layers[l].sink;
+      sinks_from_file += schedule.layers[l].sink && w.layers[l].sinks_from_file;
+    }
+    const std::string sinks =
+        sink_layers == 0                ? "unused"
+        : sinks_from_file == sink_layers ? "from file"
+                                         : "initialized to " + std::to_string(w.sink_init) + " on " +
+                                               std::to_string(sink_layers - sinks_from_file) + " layers";
+    const auto& t = r.times;
+    if (json) {
+      nlohmann::json imgs = nlohmann::json::array();
+      for (size_t i = 0; i < images.size(); ++i)
+        imgs.push_back({{"file", files[i]},
+                        {"size", {images[i].height, images[i].width}},
+                        {"resized", {px.grids[i].h * w.config.patch, px.grids[i].w * w.config.patch}},
+                        {"grid", {px.grids[i].h, px.grids[i].w}}});
+      const auto& c = w.config;
+      return nlohmann::json(
+          {{"images", imgs},
+           {"tokens", r.tokens},
+           {"units", r.units},
+           {"output_shape", {r.units, r.out_hidden}},
+           {"schedule", schedule.name},
+           {"layers", schedule.letters()},
+           {"order_changes", r.order_changes},
+           {"backend", backend_name},
+           {"cuda_order", cuda_order},  // as asked; only the CUDA backend reads it
+           {"attention_backend", r.attention_backend},
+           {"weights", {{"random", w.random},
+                        {"source", w.source},
+                        {"seed", w.random ? nlohmann::json(w.seed) : nlohmann::json()},
+                        {"prefix", w.prefix},
+                        {"sinks", sinks}}},
+           {"config", {{"depth", c.depth}, {"hidden", c.hidden}, {"heads", c.heads}, {"intermediate", c.intermediate},
+                       {"out_hidden", c.out_hidden}, {"patch", c.patch}, {"merge", c.merge},
+                       {"window_px", c.window_px}, {"full_layers", c.full_layers}}},
+           {"times_ms", {{"load_weights", t_weights}, {"decode", t_decode}, {"preprocess", t_pre},
+                         {"patch_embed", t.patch_embed}, {"rope", t.rope}, {"norm", t.norm}, {"qkv", t.qkv},
+                         {"attention", t.attention}, {"proj", t.proj}, {"mlp", t.mlp}, {"permute", t.permute},
+                         {"merger", t.merger}, {"encode_total", t.total},
+                         {"upload", t.upload}, {"download", t.download}}},
+           {"encode_totals_ms", totals},
+           {"checksum", {{"sum", sum}, {"mean_abs", r.out.empty() ? 0.0 : abs_sum / double(r.out.size())},
+                         {"fnv1a", fnv1a(r.out)}}}});
+    }
+    std::printf("%sweights: %s%s\n", several ? "\n" : "", w.random ? "RANDOM " : "", w.source.c_str());
+    std::printf("config: %s\n", w.config.describe().c_str());
     for (size_t i = 0; i < images.size(); ++i)
-      imgs.push_back({{"file", files[i]},
-                      {"size", {images[i].height, images[i].width}},
-                      {"resized", {px.grids[i].h * w.config.patch, px.grids[i].w * w.config.patch}},
-                      {"grid", {px.grids[i].h, px.grids[i].w}}});
-    const auto& c = w.config;
-    ariadne::cli::print_json(
-        {{"images", imgs},
-         {"tokens", r.tokens},
-         {"units", r.units},
-         {"output_shape", {r.units, r.out_hidden}},
-         {"schedule", schedule.name},
-         {"layers", schedule.letters()},
-         {"order_changes", r.order_changes},
-         {"backend", backend_name},
-         {"attention_backend", r.attention_backend},
-         {"weights", {{"random", w.random},
-                      {"source", w.source},
-                      {"seed", w.random ? nlohmann::json(w.seed) : nlohmann::json()},
-                      {"prefix", w.prefix},
-                      {"sinks", sinks}}},
-         {"config", {{"depth", c.depth}, {"hidden", c.hidden}, {"heads", c.heads}, {"intermediate", c.intermediate},
-                     {"out_hidden", c.out_hidden}, {"patch", c.patch}, {"merge", c.merge},
-                     {"window_px", c.window_px}, {"full_layers", c.full_layers}}},
-         {"times_ms", {{"load_weights", t_weights}, {"decode", t_decode}, {"preprocess", t_pre},
-                       {"patch_embed", t.patch_embed}, {"rope", t.rope}, {"norm", t.norm}, {"qkv", t.qkv},
-                       {"attention", t.attention}, {"proj", t.proj}, {"mlp", t.mlp}, {"permute", t.permute},
-                       {"merger", t.merger}, {"encode_total", t.total}}},
-         {"encode_totals_ms", totals},
-         {"checksum", {{"sum", sum}, {"mean_abs", r.out.empty() ? 0.0 : abs_sum / double(r.out.size())},
-                       {"fnv1a", fnv1a(r.out)}}}});
-    return 0;
-  }
-  std::printf("weights: %s%s\n", w.random ? "RANDOM " : "", w.source.c_str());
-  std::printf("config: %s\n", w.config.describe().c_str());
-  for (size_t i = 0; i < images.size(); ++i)
-    std::printf("image %s: %dx%d -> %dx%d px, grid %dx%d\n", files[i].c_str(), images[i].width, images[i].height,
-                px.grids[i].w * w.config.patch, px.grids[i].h * w.config.patch, px.grids[i].h, px.grids[i].w);
-  std::printf("schedule %s (%s): %d order changes, attention on %s, sinks %s\n", schedule.name.c_str(),
-              schedule.letters().c_str(), r.order_changes, r.attention_backend.c_str(), sinks.c_str());
-  std::printf("tokens %lld, output [%lld, %d]\n", static_cast<long long>(r.tokens), static_cast<long long>(r.units),
-              r.out_hidden);
-  std::printf("time (ms): decode %.1f, preprocess %.1f, patch_embed %.1f, rope %.1f, norm %.1f, qkv %.1f, "
-              "attention %.1f, proj %.1f, mlp %.1f, permute %.1f, merger %.1f; encode total %.1f\n",
-              t_decode, t_pre, t.patch_embed, t.rope, t.norm, t.qkv, t.attention, t.proj, t.mlp, t.permute, t.merger,
-              t.total);
-  std::printf("checksum: sum %.6g, mean |x| %.6g, fnv1a %s\n", sum, r.out.empty() ? 0.0 : abs_sum / double(r.out.size()),
-              fnv1a(r.out).c_str());
+      std::printf("image %s: %dx%d -> %dx%d px, grid %dx%d\n", files[i].c_str(), images[i].width, images[i].height,
+                  px.grids[i].w * w.config.patch, px.grids[i].h * w.config.patch, px.grids[i].h, px.grids[i].w);
+    std::printf("schedule %s (%s): %d order changes, attention on %s, sinks %s\n", schedule.name.c_str(),
+                schedule.letters().c_str(), r.order_changes, r.attention_backend.c_str(), sinks.c_str());
+    std::printf("tokens %lld, output [%lld, %d]\n", static_cast<long long>(r.tokens), static_cast<long long>(r.units),
+                r.out_hidden);
+    std::printf("time (ms): decode %.1f, preprocess %.1f, patch_embed %.1f, rope %.1f, norm %.1f, qkv %.1f, "
+                "attention %.1f, proj %.1f, mlp %.1f, permute %.1f, merger %.1f; encode total %.1f\n",
+                t_decode, t_pre, t.patch_embed, t.rope, t.norm, t.qkv, t.attention, t.proj, t.mlp, t.permute, t.merger,
+                t.total);
+    std::printf("checksum: sum %.6g, mean |x| %.6g, fnv1a %s\n", sum,
+                r.out.empty() ? 0.0 : abs_sum / double(r.out.size()), fnv1a(r.out).c_str());
+    return nlohmann::json();
+  };
+  nlohmann::json runs = nlohmann::json::array();
+  for (const auto& name : schedule_names)
+    for (const auto& order : cuda_orders) runs.push_back(run_one(name, order));
+  if (json) ariadne::cli::print_json(several ? nlohmann::json{{"runs", runs}} : runs[0]);
   return 0;
 }
 

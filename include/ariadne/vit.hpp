@@ -16,11 +16,17 @@
 // Numerics (CPU): fp32 activations and weights (bf16/f16 checkpoints are widened exactly), GEMMs
 // through OpenBLAS sgemm, RMSNorm with a double sum, RoPE in fp32, attention through
 // ariadne::attention() on the chosen backend.
+// Numerics (CUDA, EncodeOptions::attention = Backend::cuda): bf16 weights and activations as HF's
+// bf16 tower, GEMMs through cuBLASLt with fp32 accumulation and the bias (and residual) in the
+// epilogue, RMSNorm / RoPE / SwiGLU / GELU in fp32 rounded to bf16 where HF rounds, attention
+// through the CUDA kernels (head_dim 64, 80, 96, 128; other head dims run attention on the host,
+// reported as "cuda+host"). docs/encoder.md has the measured parity and speed.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -110,6 +116,10 @@ struct VitLayerWeights {
   bool sinks_from_file = false;
 };
 
+// The weights' bf16 copy on the GPU with the encoder's CUDA context (stream, cuBLASLt plans,
+// scratch buffers): made by the first encode() with Backend::cuda (src/cuda/vit_cuda.cu).
+struct VitDeviceWeights;
+
 struct VitWeights {
   VitConfig config;
   bool random = false;  // true: made by random_vit_weights, not a checkpoint
@@ -122,6 +132,10 @@ struct VitWeights {
   std::vector<float> merger_norm;          // [hidden]
   std::vector<float> merger_w1, merger_b1; // [unit_dim, unit_dim], [unit_dim]
   std::vector<float> merger_w2, merger_b2; // [out_hidden, unit_dim], [out_hidden]
+  // Uploaded once, by the first CUDA encode, and shared by copies of this struct: change no host
+  // weight after that (reset `device` to upload again). One CUDA encode at a time per device copy
+  // (encode() serializes them).
+  mutable std::shared_ptr<VitDeviceWeights> device;
 };
 
 // Loads the tower from one or more safetensors files (sharded checkpoints: a name is looked up in
@@ -171,12 +185,22 @@ struct EncodeOptions {
   // layer's attention() with the layer index, its AttentionParams (q and k after RoPE, v: strided
   // views of the packed qkv rows in the layer's token order; pattern; sink) and that order. The
   // views are valid only during the call; its time is not counted in EncodeTimes.
+  // With Backend::cuda the views are device memory; with cuda_fused_order they stay in the native
+  // order and params.order (device int32) maps the layer's order onto them.
   std::function<void(int layer, const AttentionParams& params, const TokenOrder& order)> on_attention;
+  // CUDA only: true keeps the tokens in the native order and hands each window / chunk layer its
+  // order as the attention's fused row index (AttentionParams::order), so nothing is ever
+  // gathered; false gathers the hidden states where the order changes, as the CPU path does.
+  bool cuda_fused_order = true;
+  // CUDA only: false records no event between stages (EncodeTimes then holds the total, upload and
+  // download only), so that the total carries no timing overhead.
+  bool cuda_stage_times = true;
 };
 
 struct EncodeTimes {  // milliseconds, summed over layers
   double patch_embed = 0, rope = 0, norm = 0, qkv = 0, attention = 0, proj = 0, mlp = 0, permute = 0, merger = 0;
   double total = 0;
+  double upload = 0, download = 0;  // CUDA: pixels to the device, output back (not in total)
 };
 
 struct EncodeResult {
@@ -184,7 +208,7 @@ struct EncodeResult {
   int64_t tokens = 0, units = 0;
   int out_hidden = 0;
   int order_changes = 0;          // token re-permutations done (at layer boundaries and the merger)
-  std::string attention_backend;  // what ran: "cpu", "reference" or "cpu+reference"
+  std::string attention_backend;  // what ran: "cpu", "reference", "cpu+reference", "cuda" or "cuda+host"
   EncodeTimes times;
   std::vector<float> hidden;      // [tokens, hidden] last block's output in native order (only
                                   // when requested: keep_hidden)

@@ -8,6 +8,7 @@
 
 #include "ariadne/error.hpp"
 #include "ariadne/vit.hpp"
+#include "cuda/vit_cuda.hpp"
 #include "nn/dense.hpp"
 
 namespace ariadne {
@@ -128,8 +129,10 @@ EncodeResult encode(const VitWeights& weights, const std::vector<float>& pixels,
                     const Schedule& schedule, const EncodeOptions& options, bool keep_hidden) {
   const VitConfig& c = weights.config;
   c.validate();
-  ARIADNE_CHECK(options.attention != Backend::cuda, "vit encode: the encoder's CUDA path is not built yet (issue 7); "
-                                                    "use --backend cpu or reference");
+#if !defined(ARIADNE_WITH_CUDA)
+  ARIADNE_CHECK(options.attention != Backend::cuda, "vit encode: this build has no CUDA backend (configure with "
+                                                    "ARIADNE_CUDA=ON); use --backend cpu or reference");
+#endif
   ARIADNE_CHECK(int(schedule.layers.size()) == c.depth, "vit encode: schedule '", schedule.name, "' has ",
                 schedule.layers.size(), " layers, the encoder ", c.depth, " (use vit_schedule)");
   ARIADNE_CHECK(int(weights.layers.size()) == c.depth, "vit encode: weights have ", weights.layers.size(),
@@ -145,6 +148,9 @@ EncodeResult encode(const VitWeights& weights, const std::vector<float>& pixels,
   const int hd = c.head_dim(), unit = c.merge * c.merge;
   ARIADNE_CHECK(int64_t(pixels.size()) == N * D, "vit encode: pixels hold ", pixels.size(), " values, expected tokens ",
                 N, " × patch_dim ", D, " = ", N * D);
+#if defined(ARIADNE_WITH_CUDA)
+  if (options.attention == Backend::cuda) return encode_cuda(weights, pixels, grids, schedule, options, keep_hidden);
+#endif
 
   EncodeResult res;
   res.tokens = N;

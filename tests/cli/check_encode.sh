@@ -33,9 +33,26 @@ assert d["layers"] == "R+FR+F", d["layers"]
 "$ARIADNE" encode --image "$data/image_0.png" --config small --schedule full | grep -q "RANDOM" \
   || fail "the text output does not say the weights are random"
 
+# Several schedules in one call: one JSON object per run, one output file per run, the pixel rows.
+"$ARIADNE" encode --json --image "$data/image_0.png,$data/image_1.png" --weights "$data/weights.safetensors" \
+  --config small --schedule chunk,full --backend reference --save-output "$tmp/run_" \
+  --save-pixels "$tmp/pixels.safetensors" | python3 -c '
+import json, sys
+runs = json.load(sys.stdin)["runs"]
+assert [r["schedule"] for r in runs] == ["chunk", "full"], runs
+assert runs[0]["checksum"]["fnv1a"] != runs[1]["checksum"]["fnv1a"], "chunk and full gave the same output"
+' || fail "encode with two schedules printed wrong runs"
+[ -s "$tmp/run_chunk_fused.safetensors" ] && [ -s "$tmp/run_full_fused.safetensors" ] \
+  || fail "--save-output with two schedules did not write one file per run"
+[ -s "$tmp/pixels.safetensors" ] || fail "--save-pixels wrote nothing"
+
 expect_error "missing image" encode --schedule full --config small
 expect_error "bad schedule" encode --image "$data/image_0.png" --config small --schedule nonsense
 expect_error "schedule length" encode --image "$data/image_0.png" --config small --schedule ariadne
-expect_error "cuda path" encode --image "$data/image_0.png" --config small --schedule full --backend cuda
+expect_error "bad cuda order" encode --image "$data/image_0.png" --config small --schedule full --cuda-order sideways
+# Without a usable GPU (CI) --backend cuda fails with a message (no CUDA in the build, or no device).
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  expect_error "cuda path without a GPU" encode --image "$data/image_0.png" --config small --schedule full --backend cuda
+fi
 expect_error "not an image" encode --image "$data/weights.safetensors" --config small --schedule full
 expect_error "not a checkpoint" encode --image "$data/image_0.png" --weights "$data/image_0.png" --schedule full
