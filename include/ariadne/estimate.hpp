@@ -80,6 +80,12 @@ struct EstimateConfig {
   // false leaves them only in EstimateResult::device (what the CUDA attention reads); at 128K
   // tokens and 32 heads the copies are ~130 MB, longer than the estimate itself.
   bool host_copy = true;
+  // CUDA backend: keep the estimator's workspace (scoring scratch, key-stride sums, selection
+  // flags, geometry tables, pinned staging; ~2.2 GB at 128K tokens with 32/8 heads and B 128, ~4×
+  // that for the oracle) cached for the next call on this device. false frees it when this call
+  // returns, giving the memory back (the next call allocates it again). See estimate() for who
+  // owns it.
+  bool keep_workspace = true;
 
   Protections protections() const { return protect ? *protect : Protections::published(method); }
   double tau_of(int head) const { return tau_per_head.empty() ? tau : tau_per_head[size_t(head)]; }
@@ -103,10 +109,12 @@ struct EstimateStats {
 
 // The CUDA backend's output, in device memory (empty for the CPU backend). The same CSR and score
 // layout as EstimateResult::mask / scores; buffers of 4-byte elements hold int32 (row_ptr,
-// col_idx, seq_block_base), score_ptr holds int64 (two 4-byte elements each).
+// col_idx, seq_block_base), score_ptr holds int64 (two 4-byte elements each). col_idx holds the
+// mask's nnz = row_ptr[rows] entries at its start; the buffer itself has room for every visible
+// block (score_ptr[rows]), because it is allocated before the device knows nnz.
 struct DeviceEstimate {
   int32_t block = 0, heads = 0;
-  DeviceBuffer seq_block_base, row_ptr, col_idx;  // int32 [num_seqs + 1], [rows + 1], [nnz]
+  DeviceBuffer seq_block_base, row_ptr, col_idx;  // int32 [num_seqs + 1], [rows + 1], [>= nnz]
   DeviceBuffer score_ptr;                         // int64 [rows + 1]
   DeviceBuffer scores;                            // f32 [score_ptr[rows]]
   bool defined() const { return row_ptr.data() != nullptr; }
@@ -140,6 +148,14 @@ struct EstimateResult {
 // CUDA estimators (rr, xattn and the oracle; device tensors, cu_seqlens in host or device memory;
 // fills `device` and, when config.host_copy, mask and scores; deterministic). Backend::automatic picks
 // by q's device. estimate_supports says why a backend cannot run.
+// CUDA backend, memory and threads: the result owns its `device` arrays. Everything else the call
+// needs on the device (see EstimateConfig::keep_workspace) is a workspace owned by the library,
+// one per device (the current one), created by the first call, grown by a call that needs more,
+// kept until the process ends or a call with keep_workspace = false. Calls may come from any
+// thread: a call holds its device's workspace from its first copy until it returns (it
+// synchronizes at the end, the stage times and density being results), so calls on one device run
+// one after another. The kernels run on the legacy default stream. Do not cudaDeviceReset while the
+// workspace is kept (its pointers would dangle): call once with keep_workspace = false first.
 EstimateResult estimate(const TensorView& q, const TensorView& k, const Pattern& layout,
                         const EstimateConfig& config, Backend backend = Backend::automatic);
 bool estimate_supports(Backend backend, const TensorView& q, std::string* why = nullptr);

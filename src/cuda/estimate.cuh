@@ -73,7 +73,13 @@ cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream);
 cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStream_t stream);
 cudaError_t launch_select(const SelectParams& p, int64_t total_qblocks, int max_visible, cudaStream_t stream);
 cudaError_t launch_compact(const SelectParams& p, int64_t rows, cudaStream_t stream);
-// counts [n] → row_ptr [n] exclusive prefix sum (n = rows + 1, so row_ptr[rows] = nnz).
-cudaError_t exclusive_scan(const int32_t* counts, int32_t* row_ptr, int64_t n, cudaStream_t stream);
+// kept[h] = nonzeros of query head h's rows (from row_ptr), int64 [heads_q]: the density per head
+// without reading the mask back to the host.
+cudaError_t launch_head_counts(const SelectParams& p, int64_t* kept, cudaStream_t stream);
+// counts [n] → row_ptr [n] exclusive prefix sum (n = rows + 1, so row_ptr[rows] = nnz), CUB's
+// convention for the temporary storage: tmp == nullptr only sets tmp_bytes (no work is enqueued);
+// otherwise tmp holds tmp_bytes (from such a query with the same n) and the scan runs on `stream`.
+cudaError_t exclusive_scan(const int32_t* counts, int32_t* row_ptr, int64_t n, void* tmp, size_t& tmp_bytes,
+                           cudaStream_t stream);
 
 }  // namespace ariadne::cuda

@@ -6,14 +6,25 @@
 //   sampling   rr: key-stride sums K̄ (one pass over k); xattn: nothing (the scoring kernel reads
 //              q and k in place, no re-layout and no repeated KV heads)
 //   scoring    logits, row softmax, block sums (estimate_score.cu)
-//   selection  per-row sort and threshold, counts → scan → col_idx (estimate_select.cu); one
-//              host round trip reads row_ptr back (the nnz sizes col_idx; the per-row counts give
-//              the density per head)
+//   selection  per-row sort and threshold, counts → scan → row_ptr → col_idx, kept blocks per
+//              head (estimate_select.cu); all on the device: col_idx is sized for every visible
+//              block, so nothing waits for the host between the scan and the compaction
+//
+// Host overhead (what the wall time adds to the kernels). The scratch, the key-stride sums, the
+// per-block flags and counts, the scan's temporary storage, the geometry tables and a pinned
+// staging buffer live in a workspace cached per device (see Workspace below), so a call with a
+// shape no larger than an earlier one allocates only the result's own device arrays. The tables
+// go up in one asynchronous copy from the pinned staging; the one host synchronization is at the
+// end (the stage times and the density are results of the call).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,13 +40,6 @@ void check(cudaError_t e, const char* what) {
 
 // Raw device bytes in a DeviceBuffer (4-byte elements).
 DeviceBuffer device_bytes(size_t bytes) { return DeviceBuffer(DType::f32, {int64_t((bytes + 3) / 4)}); }
-
-template <class T>
-DeviceBuffer upload(const std::vector<T>& v) {
-  DeviceBuffer d = device_bytes(v.size() * sizeof(T));
-  if (!v.empty()) check(cudaMemcpy(d.data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
-  return d;
-}
 
 // cu_seqlens may be host or device pointers (the CUDA attention reads device ones); unified
 // addressing lets one cudaMemcpyDefault read either.
@@ -59,12 +63,134 @@ struct Events {
   ~Events() {
     for (auto& e : ev) cudaEventDestroy(e);
   }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
   double ms(int a, int b) const {
     float t = 0;
     check(cudaEventElapsedTime(&t, ev[a], ev[b]), "cudaEventElapsedTime");
     return double(t);
   }
 };
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// Device memory that only grows: get(n) returns at least n bytes; a larger request frees the old
+// allocation (its contents are not kept) and allocates exactly the new size.
+class GrowDevice {
+ public:
+  void* get(size_t bytes) {
+    bytes = align_up(std::max<size_t>(bytes, 1));
+    if (bytes > cap_) {
+      release();
+      check(cudaMalloc(&ptr_, bytes), "growing the workspace (cudaMalloc)");
+      cap_ = bytes;
+    }
+    return ptr_;
+  }
+  void release() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = nullptr;
+    cap_ = 0;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t cap_ = 0;
+};
+
+// The same for pinned host memory (the source and target of asynchronous copies).
+class GrowPinned {
+ public:
+  char* get(size_t bytes) {
+    bytes = align_up(std::max<size_t>(bytes, 1));
+    if (bytes > cap_) {
+      release();
+      void* p = nullptr;
+      check(cudaMallocHost(&p, bytes), "growing the pinned staging (cudaMallocHost)");
+      ptr_ = static_cast<char*>(p);
+      cap_ = bytes;
+    }
+    return ptr_;
+  }
+  void release() {
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    cap_ = 0;
+  }
+
+ private:
+  char* ptr_ = nullptr;
+  size_t cap_ = 0;
+};
+
+// Everything one estimate needs besides its inputs and its result. Owned by the library: one per
+// device, created on that device's first call, grown when a call needs more, kept until the
+// process ends (or released by a call with EstimateConfig::keep_workspace = false). A call holds
+// `mu` from before its first copy until its last synchronization, so the buffers are never in use
+// by two calls, and a buffer is only freed (growth, release) while no work of ours reads it:
+// every call ends with a synchronization (also when it throws: DrainOnExit).
+struct Workspace {
+  std::mutex mu;
+  GrowDevice scratch;  // scoring partials (max, Σexp) per (CTA row, visible key block)
+  GrowDevice ksum;     // rr: key-stride sums [heads_kv, total_ks, d] f32
+  GrowDevice keep;     // selection flags, one byte per visible block
+  GrowDevice counts;   // kept blocks per row, int32 [rows + 1]
+  GrowDevice scan;     // CUB's temporary storage for the row_ptr scan
+  GrowDevice tables;   // geometry tables (uploaded) and the kept blocks per head (computed)
+  GrowPinned staging;  // host side of the tables' upload and of the per-head counts' read-back
+  std::unique_ptr<Events> events;
+
+  void release() {
+    for (GrowDevice* b : {&scratch, &ksum, &keep, &counts, &scan, &tables}) b->release();
+    staging.release();
+    events.reset();
+  }
+};
+
+// The current device's workspace. The map and its workspaces are never destroyed: freeing device
+// memory from a static destructor can run after the CUDA runtime has shut down; the process's end
+// returns the memory.
+Workspace& workspace_of_current_device() {
+  static std::mutex map_mu;
+  static auto* spaces = new std::map<int, std::unique_ptr<Workspace>>();
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  const std::lock_guard<std::mutex> lock(map_mu);
+  std::unique_ptr<Workspace>& w = (*spaces)[device];
+  if (!w) w = std::make_unique<Workspace>();
+  return *w;
+}
+
+// Waits for the stream when a call leaves early (an exception after work was enqueued), so the
+// next call never rewrites buffers that kernels or copies of this one still use. Destroyed
+// before the workspace lock is released and before the result's buffers are freed.
+struct DrainOnExit {
+  bool armed = true;
+  DrainOnExit() = default;
+  DrainOnExit(const DrainOnExit&) = delete;
+  DrainOnExit& operator=(const DrainOnExit&) = delete;
+  ~DrainOnExit() {
+    if (armed) cudaStreamSynchronize(nullptr);
+  }
+};
+
+// The result's row geometry (score_ptr, row_queries) exactly as est::init_rows fills it, without
+// the host score array init_rows also allocates and zero-fills: the CUDA path writes host scores
+// only when host_copy asks for them, and that array is tens of MB at 128K tokens.
+void init_row_geometry(const Geometry& g, EstimateResult& r) {
+  r.heads = g.heads_q;
+  r.score_ptr.assign(size_t(g.rows) + 1, 0);
+  r.row_queries.assign(size_t(g.rows), 0);
+  for (const Seq& e : g.seqs)
+    for (int h = 0; h < g.heads_q; ++h)
+      for (int64_t m = 0; m < e.nqb; ++m) {
+        const int64_t row = e.row_base + h * e.nqb + m;
+        r.score_ptr[size_t(row) + 1] = g.diag(e, m) + 1;
+        r.row_queries[size_t(row)] = int32_t(g.queries_in(e, m));
+      }
+  for (size_t i = 1; i < r.score_ptr.size(); ++i) r.score_ptr[i] += r.score_ptr[i - 1];
+}
 
 }  // namespace
 
@@ -121,8 +247,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   const int spb = int(config.block / stride);
 
   EstimateResult r;
-  init_rows(g, r);
-  std::vector<float>().swap(r.scores);  // filled on the device; copied back only if asked
+  init_row_geometry(g, r);
 
   // ---- host tables: sequences, query blocks ----
   std::vector<cuda::EstSeq> seqs;
@@ -149,17 +274,6 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   std::vector<double> tau(size_t(g.heads_q));
   for (int h = 0; h < g.heads_q; ++h) tau[size_t(h)] = config.tau_of(h);
 
-  DeviceBuffer d_seqs = upload(seqs), d_qb_seq = upload(qb_seq), d_qb_m = upload(qb_m);
-  DeviceBuffer d_tau = upload(tau);
-  DeviceEstimate& dev = r.device;
-  dev.block = config.block;
-  dev.heads = g.heads_q;
-  dev.seq_block_base = upload(sbb);
-  dev.score_ptr = upload(r.score_ptr);
-  dev.scores = device_bytes(size_t(nvis_total) * sizeof(float));
-  dev.row_ptr = device_bytes(size_t(g.rows + 1) * sizeof(int32_t));
-  DeviceBuffer d_keep = device_bytes(size_t(nvis_total));
-  DeviceBuffer d_counts = device_bytes(size_t(g.rows + 1) * sizeof(int32_t));
   // Scoring scratch: (max, Σexp) per (row of a CTA, visible key block), see estimate.cuh.
   const int hpc = std::max(1, std::min(g.group, cuda::kScoreRows / spb));
   const int64_t zc = (g.group + hpc - 1) / hpc;
@@ -169,10 +283,72 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
     scratch_base[size_t(gb)] = scratch_pairs;
     scratch_pairs += (g.diag(g.seqs[size_t(qb_seq[size_t(gb)])], qb_m[size_t(gb)]) + 1) * g.heads_kv * zc * cuda::kScoreRows;
   }
-  DeviceBuffer d_scratch_base = upload(scratch_base);
-  DeviceBuffer d_scratch = device_bytes(size_t(scratch_pairs) * 2 * sizeof(float));
-  DeviceBuffer d_ksum;
-  if (rr) d_ksum = device_bytes(size_t(g.heads_kv) * size_t(g.total_ks) * size_t(g.dim) * sizeof(float));
+
+  // Staging layout (bytes): the device tables [0, tables_end) mirrored one to one, then the
+  // result's score_ptr and seq_block_base (copied into their own buffers), then the per-head
+  // kept counts coming back.
+  const size_t off_seqs = 0;
+  const size_t off_qb_seq = align_up(off_seqs + seqs.size() * sizeof(cuda::EstSeq));
+  const size_t off_qb_m = align_up(off_qb_seq + qb_seq.size() * sizeof(int32_t));
+  const size_t off_sbase = align_up(off_qb_m + qb_m.size() * sizeof(int32_t));
+  const size_t off_tau = align_up(off_sbase + scratch_base.size() * sizeof(int64_t));
+  const size_t tables_end = align_up(off_tau + tau.size() * sizeof(double));
+  const size_t kept_bytes = size_t(g.heads_q) * sizeof(int64_t);
+  const size_t off_score_ptr = tables_end;
+  const size_t score_ptr_bytes = r.score_ptr.size() * sizeof(int64_t);
+  const size_t off_sbb = align_up(off_score_ptr + score_ptr_bytes);
+  const size_t sbb_bytes = sbb.size() * sizeof(int32_t);
+  const size_t off_kept = align_up(off_sbb + sbb_bytes);
+  const size_t staging_bytes = off_kept + kept_bytes;
+
+  size_t scan_bytes = 0;
+  check(cuda::exclusive_scan(nullptr, nullptr, g.rows + 1, nullptr, scan_bytes, nullptr), "row_ptr scan (size)");
+
+  // ---- from here on the workspace is ours until the call returns ----
+  Workspace& ws = workspace_of_current_device();
+  const std::lock_guard<std::mutex> lock(ws.mu);
+  DrainOnExit drain;
+  if (!ws.events) ws.events = std::make_unique<Events>();
+  const Events& ev = *ws.events;
+
+  // The result's device arrays (owned by the result). col_idx is sized for every visible block:
+  // nnz is only known on the device, and waiting for it would cost a host round trip.
+  DeviceEstimate& dev = r.device;
+  dev.block = config.block;
+  dev.heads = g.heads_q;
+  dev.seq_block_base = device_bytes(sbb_bytes);
+  dev.score_ptr = device_bytes(score_ptr_bytes);
+  dev.scores = device_bytes(size_t(nvis_total) * sizeof(float));
+  dev.row_ptr = device_bytes(size_t(g.rows + 1) * sizeof(int32_t));
+  dev.col_idx = device_bytes(size_t(nvis_total) * sizeof(int32_t));
+
+  char* tables = static_cast<char*>(ws.tables.get(tables_end + kept_bytes));
+  int64_t* d_kept = reinterpret_cast<int64_t*>(tables + tables_end);
+  void* d_scratch = ws.scratch.get(size_t(scratch_pairs) * 2 * sizeof(float));
+  void* d_ksum = rr ? ws.ksum.get(size_t(g.heads_kv) * size_t(g.total_ks) * size_t(g.dim) * sizeof(float)) : nullptr;
+  void* d_keep = ws.keep.get(size_t(nvis_total));
+  void* d_counts = ws.counts.get(size_t(g.rows + 1) * sizeof(int32_t));
+  void* d_scan = ws.scan.get(scan_bytes);
+
+  // Host tables into the pinned staging (no copy of the previous call can still read it: that
+  // call synchronized before releasing the lock), then up in three asynchronous copies.
+  char* host = ws.staging.get(staging_bytes);
+  const auto put = [&](size_t off, const void* src, size_t bytes) {
+    if (bytes > 0) std::memcpy(host + off, src, bytes);
+  };
+  put(off_seqs, seqs.data(), seqs.size() * sizeof(cuda::EstSeq));
+  put(off_qb_seq, qb_seq.data(), qb_seq.size() * sizeof(int32_t));
+  put(off_qb_m, qb_m.data(), qb_m.size() * sizeof(int32_t));
+  put(off_sbase, scratch_base.data(), scratch_base.size() * sizeof(int64_t));
+  put(off_tau, tau.data(), tau.size() * sizeof(double));
+  put(off_score_ptr, r.score_ptr.data(), score_ptr_bytes);
+  put(off_sbb, sbb.data(), sbb_bytes);
+  const cudaStream_t st = nullptr;
+  check(cudaMemcpyAsync(tables, host, tables_end, cudaMemcpyHostToDevice, st), "uploading the tables");
+  check(cudaMemcpyAsync(dev.score_ptr.data(), host + off_score_ptr, score_ptr_bytes, cudaMemcpyHostToDevice, st),
+        "uploading score_ptr");
+  check(cudaMemcpyAsync(dev.seq_block_base.data(), host + off_sbb, sbb_bytes, cudaMemcpyHostToDevice, st),
+        "uploading seq_block_base");
 
   cuda::ScoreParams sp{};
   sp.q = q.data;
@@ -182,12 +358,12 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sp.q_head = q.stride[1];
   sp.k_tok = k.stride[0];
   sp.k_head = k.stride[1];
-  sp.ksum = static_cast<float*>(d_ksum.data());
+  sp.ksum = static_cast<float*>(d_ksum);
   sp.total_ks = g.total_ks;
-  sp.seqs = static_cast<const cuda::EstSeq*>(d_seqs.data());
+  sp.seqs = reinterpret_cast<const cuda::EstSeq*>(tables + off_seqs);
   sp.num_seqs = int(seqs.size());
-  sp.qblock_seq = static_cast<const int32_t*>(d_qb_seq.data());
-  sp.qblock_m = static_cast<const int32_t*>(d_qb_m.data());
+  sp.qblock_seq = reinterpret_cast<const int32_t*>(tables + off_qb_seq);
+  sp.qblock_m = reinterpret_cast<const int32_t*>(tables + off_qb_m);
   sp.score_ptr = static_cast<const int64_t*>(dev.score_ptr.data());
   sp.scores = static_cast<float*>(dev.scores.data());
   sp.heads_q = g.heads_q;
@@ -198,8 +374,8 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sp.block = int(config.block);
   sp.spb = spb;
   sp.heads_per_cta = hpc;
-  sp.scratch = static_cast<float2*>(d_scratch.data());
-  sp.scratch_base = static_cast<const int64_t*>(d_scratch_base.data());
+  sp.scratch = static_cast<float2*>(d_scratch);
+  sp.scratch_base = reinterpret_cast<const int64_t*>(tables + off_sbase);
   sp.row_split = spb > cuda::kScoreRows ? spb / cuda::kScoreRows : 1;
   sp.rr = rr;
   sp.paper = config.offset == RROffset::paper;
@@ -213,10 +389,11 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sel.qblock_m = sp.qblock_m;
   sel.score_ptr = sp.score_ptr;
   sel.scores = sp.scores;
-  sel.tau = static_cast<const double*>(d_tau.data());
-  sel.keep = static_cast<uint8_t*>(d_keep.data());
-  sel.counts = static_cast<int32_t*>(d_counts.data());
+  sel.tau = reinterpret_cast<const double*>(tables + off_tau);
+  sel.keep = static_cast<uint8_t*>(d_keep);
+  sel.counts = static_cast<int32_t*>(d_counts);
   sel.row_ptr = static_cast<const int32_t*>(dev.row_ptr.data());
+  sel.col_idx = static_cast<int32_t*>(dev.col_idx.data());
   sel.heads_q = g.heads_q;
   sel.block = int(config.block);
   sel.last_row = prot.last_row;
@@ -224,8 +401,6 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sel.diagonal = prot.diagonal;
   sel.forced_first = config.method == Estimator::xattn;
 
-  const cudaStream_t st = nullptr;
-  Events ev;
   check(cudaEventRecord(ev.ev[0], st), "cudaEventRecord");
   if (rr) check(cuda::launch_key_stride_sums(sp, st), "key-stride sums");
   check(cudaEventRecord(ev.ev[1], st), "cudaEventRecord");
@@ -234,36 +409,36 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   check(cudaEventRecord(ev.ev[2], st), "cudaEventRecord");
   check(cudaMemsetAsync(sel.counts, 0, size_t(g.rows + 1) * sizeof(int32_t), st), "clearing counts");
   check(cuda::launch_select(sel, total_qblocks, max_visible, st), "selection kernel");
-  check(cuda::exclusive_scan(sel.counts, static_cast<int32_t*>(dev.row_ptr.data()), g.rows + 1, st),
+  check(cuda::exclusive_scan(sel.counts, static_cast<int32_t*>(dev.row_ptr.data()), g.rows + 1, d_scan, scan_bytes,
+                             st),
         "row_ptr scan");
-  std::vector<int32_t> row_ptr(size_t(g.rows + 1));
-  check(cudaMemcpyAsync(row_ptr.data(), dev.row_ptr.data(), row_ptr.size() * sizeof(int32_t),
-                        cudaMemcpyDeviceToHost, st),
-        "reading row_ptr");
-  check(cudaStreamSynchronize(st), "selection");
-  dev.col_idx = device_bytes(size_t(row_ptr.back()) * sizeof(int32_t));
-  sel.col_idx = static_cast<int32_t*>(dev.col_idx.data());
   check(cuda::launch_compact(sel, g.rows, st), "CSR compaction");
+  check(cuda::launch_head_counts(sel, d_kept, st), "kept blocks per head");
+  check(cudaMemcpyAsync(host + off_kept, d_kept, kept_bytes, cudaMemcpyDeviceToHost, st), "reading the counts");
   check(cudaEventRecord(ev.ev[3], st), "cudaEventRecord");
-  check(cudaEventSynchronize(ev.ev[3]), "estimate");
 
+  // While the kernels run: the visible blocks per head and the multiply-add count of the cost
+  // model (as the CPU estimator counts).
   EstimateStats& s = r.stats;
-  s.ms_sampling = ev.ms(0, 1);
-  s.ms_scoring = ev.ms(1, 2);
-  s.ms_selection = ev.ms(2, 3);
-
-  // Density per head and the multiply-add count of the cost model (as the CPU estimator counts).
   const int64_t len = rr ? g.dim : stride * g.dim;
-  std::vector<int64_t> kept(size_t(g.heads_q), 0), vis(size_t(g.heads_q), 0);
+  std::vector<int64_t> vis(size_t(g.heads_q), 0);
   for (const Seq& e : g.seqs)
     for (int h = 0; h < g.heads_q; ++h)
       for (int64_t m = 0; m < e.nqb; ++m) {
         const int64_t row = e.row_base + h * e.nqb + m;
-        kept[size_t(h)] += row_ptr[size_t(row) + 1] - row_ptr[size_t(row)];
         vis[size_t(h)] += r.visible(row);
         const int64_t i0 = m * spb, i1 = std::min(e.nqs, i0 + spb);
         s.mac += double(i1 - i0) * double(last_key_stride(config, stride, e, i1 - 1, h) + 1) * double(len);
       }
+
+  check(cudaEventSynchronize(ev.ev[3]), "estimate");
+  drain.armed = false;
+  s.ms_sampling = ev.ms(0, 1);
+  s.ms_scoring = ev.ms(1, 2);
+  s.ms_selection = ev.ms(2, 3);
+
+  std::vector<int64_t> kept(size_t(g.heads_q), 0);
+  if (kept_bytes > 0) std::memcpy(kept.data(), host + off_kept, kept_bytes);
   s.density_per_head.resize(size_t(g.heads_q));
   for (int h = 0; h < g.heads_q; ++h) {
     s.kept_blocks += kept[size_t(h)];
@@ -277,12 +452,16 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
     mask.block = config.block;
     mask.heads = g.heads_q;
     mask.seq_block_base = sbb;
-    mask.row_ptr = std::move(row_ptr);
-    mask.col_idx.resize(size_t(mask.row_ptr.back()));
+    mask.row_ptr.resize(size_t(g.rows + 1));
+    dev.row_ptr.copy_to_host(mask.row_ptr.data(), mask.row_ptr.size() * sizeof(int32_t));
+    ARIADNE_CHECK(int64_t(mask.row_ptr.back()) == s.kept_blocks, "estimate (cuda): row_ptr ends at ",
+                  mask.row_ptr.back(), " but the per-head counts sum to ", s.kept_blocks);
+    mask.col_idx.resize(size_t(s.kept_blocks));
     if (!mask.col_idx.empty()) dev.col_idx.copy_to_host(mask.col_idx.data(), mask.col_idx.size() * sizeof(int32_t));
     r.scores.resize(size_t(nvis_total));
     if (!r.scores.empty()) dev.scores.copy_to_host(r.scores.data(), r.scores.size() * sizeof(float));
   }
+  if (!config.keep_workspace) ws.release();
   s.ms_total = ms_since(t0);
   return r;
 }

@@ -128,6 +128,20 @@ __global__ void compact_kernel(SelectParams p, int64_t rows) {
   }
 }
 
+// One thread per query head: its rows are contiguous inside each sequence (row_base + h·nqb + m),
+// so its nonzeros are one row_ptr difference per sequence. Integer sums: exact in any order.
+__global__ void head_counts_kernel(SelectParams p, int64_t* kept) {
+  const int h = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (h >= p.heads_q) return;
+  int64_t n = 0;
+  for (int s = 0; s < p.num_seqs; ++s) {
+    const EstSeq e = p.seqs[s];
+    const int64_t r0 = e.row_base + int64_t(h) * e.nqb;
+    n += p.row_ptr[r0 + e.nqb] - p.row_ptr[r0];
+  }
+  kept[h] = n;
+}
+
 }  // namespace
 
 cudaError_t launch_select(const SelectParams& p, int64_t total_qblocks, int max_visible, cudaStream_t stream) {
@@ -148,16 +162,16 @@ cudaError_t launch_compact(const SelectParams& p, int64_t rows, cudaStream_t str
   return cudaGetLastError();
 }
 
-cudaError_t exclusive_scan(const int32_t* counts, int32_t* row_ptr, int64_t n, cudaStream_t stream) {
-  size_t bytes = 0;
-  cudaError_t err = cub::DeviceScan::ExclusiveSum(nullptr, bytes, counts, row_ptr, int(n), stream);
-  if (err != cudaSuccess) return err;
-  void* tmp = nullptr;
-  err = cudaMallocAsync(&tmp, bytes ? bytes : 16, stream);
-  if (err != cudaSuccess) return err;
-  err = cub::DeviceScan::ExclusiveSum(tmp, bytes, counts, row_ptr, int(n), stream);
-  const cudaError_t freed = cudaFreeAsync(tmp, stream);
-  return err != cudaSuccess ? err : freed;
+cudaError_t launch_head_counts(const SelectParams& p, int64_t* kept, cudaStream_t stream) {
+  if (p.heads_q == 0) return cudaSuccess;
+  constexpr int threads = 128;
+  head_counts_kernel<<<unsigned((p.heads_q + threads - 1) / threads), threads, 0, stream>>>(p, kept);
+  return cudaGetLastError();
+}
+
+cudaError_t exclusive_scan(const int32_t* counts, int32_t* row_ptr, int64_t n, void* tmp, size_t& tmp_bytes,
+                           cudaStream_t stream) {
+  return cub::DeviceScan::ExclusiveSum(tmp, tmp_bytes, counts, row_ptr, int(n), stream);
 }
 
 }  // namespace ariadne::cuda

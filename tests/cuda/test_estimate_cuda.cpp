@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -329,6 +330,65 @@ TEST_F(CudaEstimate, RefusalsNameTheReason) {
     ADD_FAILURE() << "block 96 / stride 1 was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("block / stride"), std::string::npos) << e.what();
+  }
+}
+
+// The CUDA estimator keeps its workspace (scratch, flags, tables, staging) between calls and
+// shares it between threads (estimate_cuda.cu): a result must not depend on what an earlier call
+// of another shape or method left in it, nor on calls running in other threads at the same time.
+TEST_F(CudaEstimate, WorkspaceReuseAcrossShapesMethodsAndThreads) {
+  const Inputs small = testing::make_inputs(make_case("ws-small", {300, 77}, {300, 200}, 8, 2, 64, DType::bf16));
+  const Inputs big = testing::make_inputs(make_case("ws-big", {1500}, {}, 8, 2, 64, DType::bf16));
+  const OnDevice ds = upload(small), db = upload(big);
+  EstimateConfig rr;
+  rr.block = 64;
+  rr.stride = 8;
+  rr.tau = 0.9;
+  EstimateConfig xa = rr;
+  xa.method = Estimator::xattn;
+  const auto same = [](const EstimateResult& a, const EstimateResult& b) {
+    return a.scores == b.scores && a.mask.row_ptr == b.mask.row_ptr && a.mask.col_idx == b.mask.col_idx &&
+           a.stats.kept_blocks == b.stats.kept_blocks && a.stats.density_per_head == b.stats.density_per_head;
+  };
+  // s0 runs and then frees the workspace; b0 grows a new one that s1 (smaller) reuses with b0's
+  // partials still in it; x0 (XAttention) and s2 reuse it again.
+  EstimateConfig once = rr;
+  once.keep_workspace = false;
+  const EstimateResult s0 = estimate(ds.qv, ds.kv, ds.layout, once, Backend::cuda);
+  const EstimateResult b0 = estimate(db.qv, db.kv, db.layout, rr, Backend::cuda);
+  const EstimateResult s1 = estimate(ds.qv, ds.kv, ds.layout, rr, Backend::cuda);
+  const EstimateResult x0 = estimate(ds.qv, ds.kv, ds.layout, xa, Backend::cuda);
+  const EstimateResult s2 = estimate(ds.qv, ds.kv, ds.layout, rr, Backend::cuda);
+  EXPECT_TRUE(same(s0, s1)) << "rr on the small case differs after a larger call";
+  EXPECT_TRUE(same(s0, s2)) << "rr on the small case differs after an xattn call";
+  EXPECT_GT(b0.stats.kept_blocks, s0.stats.kept_blocks);
+  EXPECT_EQ(s0.stats.kept_blocks, int64_t(s0.mask.col_idx.size()));
+  EXPECT_GE(s0.device.col_idx.bytes(), s0.mask.col_idx.size() * sizeof(int32_t));
+
+  // Three threads, each cycling through (small rr, big rr, small xattn) from a different start.
+  const EstimateResult* want[3] = {&s1, &b0, &x0};
+  constexpr int kThreads = 3, kCalls = 6;
+  std::vector<std::vector<EstimateResult>> got(kThreads);
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < kThreads; ++t)
+    pool.emplace_back([&, t] {
+      try {
+        for (int i = 0; i < kCalls; ++i) {
+          const int which = (t + i) % 3;
+          const OnDevice& d = which == 1 ? db : ds;
+          got[size_t(t)].push_back(estimate(d.qv, d.kv, d.layout, which == 2 ? xa : rr, Backend::cuda));
+        }
+      } catch (const std::exception& e) {
+        errors[size_t(t)] = e.what();
+      }
+    });
+  for (std::thread& th : pool) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_EQ(errors[size_t(t)], "") << "thread " << t;
+    ASSERT_EQ(got[size_t(t)].size(), size_t(kCalls));
+    for (int i = 0; i < kCalls; ++i)
+      EXPECT_TRUE(same(got[size_t(t)][size_t(i)], *want[(t + i) % 3])) << "thread " << t << " call " << i;
   }
 }
 
