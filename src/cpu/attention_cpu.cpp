@@ -756,6 +756,7 @@ class Runner {
     cpu::RowMask mk;
     mk.scale2 = scale2_;
     mk.bias2 = p_.sink_mode == SinkMode::key0_bias ? float(double(sink(h)) * kLog2e) : 0.f;
+    mk.moving_max = stream_;
     for (size_t vi = 0; vi < sc.visits.size(); ++vi) {
       const TileVisit& v = sc.visits[vi];
       // Block-sparse visits jump between key tiles, which the hardware prefetcher cannot follow
@@ -825,6 +826,7 @@ class Runner {
     float* lse_out = static_cast<float*>(p_.lse.data);
     float* ent_out = static_cast<float*>(p_.entropy.data);
     float* dist_out = static_cast<float*>(p_.distance.data);
+    const bool want_lse = lse_out != nullptr || !lse2_.empty();
     for (int r = 0; r < rows; ++r) {
       const int64_t row = e.q0 + q_lo + r;
       const int64_t out_off = row_offset(p_.out, row, h);
@@ -835,11 +837,15 @@ class Runner {
         lse2 = l;
         store_row(p_.out, out_off, d_, sc.o.data() + int64_t(r) * dv_, float(l), k_);
         lse = float(l);
+      } else if (l > 0 && !denom) {  // Z = l·2^m: out = O / l; the logarithm only when it is output
+        store_row(p_.out, out_off, d_, sc.o.data() + int64_t(r) * dv_, float(1.0 / l), k_);
+        lse2 = want_lse ? m + std::log2(l) : 0.0;
+        lse = float(lse2 * kLn2);
       } else if (l > 0) {
         lse2 = m + std::log2(l);
-        if (denom && std::isinf(sink2)) {
+        if (std::isinf(sink2)) {
           if (sink2 > 0) lse2 = sink2;  // +inf takes all the mass: out 0, lse +inf
-        } else if (denom) {
+        } else {
           const double hi = std::max(lse2, sink2);
           lse2 = hi + std::log2(std::exp2(lse2 - hi) + std::exp2(sink2 - hi));
         }
