@@ -87,17 +87,20 @@ void check_case(const Case& c, const char* isa, bool diagnostics, DType out_dtyp
   EXPECT_TRUE(testing::lse_close(got.lse.view(), ref.lse.view(), tol));
   if (!diagnostics) return;
   // Without received attention, narrow patterns pack K and V per work item into a ring instead of
-  // once per call (attention_cpu.cpp, stream mode): same arithmetic, so out and LSE must be
-  // bit-identical to the run above.
+  // once per call (attention_cpu.cpp, stream mode): same arithmetic, so out, LSE, entropy and
+  // distance must be bit-identical to the run above.
   cpu::force_tile_kernels(isa);
   Outputs plain = alloc_outputs(in, out_dtype);
-  attention(with_outputs(in, plain, nullptr), Backend::cpu);
+  AttentionParams pp = with_outputs(in, plain, cp);
+  pp.received = TensorView{};
+  attention(pp, Backend::cpu);
   cpu::force_tile_kernels("");
-  for (auto member : {&Outputs::out, &Outputs::lse}) {
+  for (auto member : {&Outputs::out, &Outputs::lse, &Outputs::entropy, &Outputs::distance}) {
     const Buffer& a = got.*member;
     const Buffer& b = plain.*member;
     ASSERT_EQ(0, std::memcmp(a.data(), b.data(), size_t(a.numel()) * dtype_size(a.dtype())))
-        << (member == &Outputs::out ? "out" : "lse") << " differs without the diagnostics";
+        << (member == &Outputs::out ? "out" : member == &Outputs::lse ? "lse" : "entropy/distance")
+        << " differs without received attention";
   }
   // Diagnostics use fp32 probabilities (never rounded to 16 bits), so the fp32 rule plus the
   // logit term applies whatever the input dtype.
