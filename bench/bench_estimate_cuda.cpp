@@ -10,14 +10,21 @@
 //   ms_estimate       median host wall time of estimate() (kernels, allocations, the row_ptr read
 //                     back; host_copy off, so the mask stays on the device as in a real prefill)
 //   ms_sampling/scoring/selection  medians of the estimator's CUDA-event stage times
-//   ms_attention      median of the block-sparse attention on that mask (CUDA events)
-//   ms_dense          median of dense causal attention (same kernel family, same inputs)
+//   ms_attention      median of the block-sparse attention on that mask (CUDA events), default
+//                     routing: the wgmma kernel for B 128 on the H200 (attention_kernel says which)
+//   ms_attention_mma_sync  the same call with ARIADNE_WGMMA=0 (the mma.sync kernel)
+//   ms_dense          median of dense causal attention (default routing: wgmma; same inputs)
 //   ms_total          ms_estimate + ms_attention; speedup = ms_dense / ms_total
 // density: kept / causally visible blocks. mass_recall, block_f1: against the exact oracle (the
 // CUDA oracle on the same bf16 inputs, up to --recall-max tokens, default 65536), also at τ 0.90;
 // ms_oracle: its time (an exact N² pass on the CUDA cores).
+// The cuDNN and FlashAttention-2 anchors (PyTorch SDPA, dense causal on the same shapes) are
+// measured in the same device-check step by bench/anchors.py and joined there (speedup columns).
 //
-//   bench_estimate_cuda [tokens ...]       default 8192 32768 65536 131072
+//   bench_estimate_cuda [tokens ...] [--recall-max N] [--methods rr,xattn] [--xattn-max N] [--strides 8,16]
+//                       [--mix M]
+//   default tokens 8192 32768 65536 131072; --xattn-max: XAttention only up to N tokens (its
+//   estimate takes seconds at 128K); --mix: the synthetic head mix (default SyntheticConfig's)
 #if defined(ARIADNE_WITH_CUDA)
 
 #include <cuda_runtime.h>
@@ -36,6 +43,7 @@
 #include "ariadne/device.hpp"
 #include "ariadne/estimate.hpp"
 #include "ariadne/synthetic.hpp"
+#include "cuda/internal.hpp"
 
 namespace {
 
@@ -79,16 +87,40 @@ double time_attention(const AttentionParams& p, int reps) {
   return median(ms);
 }
 
+// Comma-separated integers ("8,16").
+std::vector<int> int_list(const std::string& s) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t comma = std::min(s.find(',', pos), s.size());
+    out.push_back(std::atoi(s.substr(pos, comma - pos).c_str()));
+    pos = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     std::vector<int64_t> lengths;
-    int64_t recall_max = 65536;
+    int64_t recall_max = 65536, xattn_max = int64_t(1) << 40;
+    std::vector<Estimator> methods = {Estimator::rr, Estimator::xattn};
+    std::vector<int> strides = {8, 16};
+    std::string mix = SyntheticConfig{}.mix;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--recall-max" && i + 1 < argc) recall_max = std::atoll(argv[++i]);
-      else lengths.push_back(std::atoll(a.c_str()));
+      else if (a == "--xattn-max" && i + 1 < argc) xattn_max = std::atoll(argv[++i]);
+      else if (a == "--strides" && i + 1 < argc) strides = int_list(argv[++i]);
+      else if (a == "--mix" && i + 1 < argc) mix = argv[++i];
+      else if (a == "--methods" && i + 1 < argc) {
+        const std::string m = argv[++i];
+        methods.clear();
+        if (m.find("rr") != std::string::npos) methods.push_back(Estimator::rr);
+        if (m.find("xattn") != std::string::npos) methods.push_back(Estimator::xattn);
+        ARIADNE_CHECK(!methods.empty(), "bench_estimate_cuda: --methods '", m, "', expected rr, xattn or rr,xattn");
+      } else lengths.push_back(std::atoll(a.c_str()));
     }
     if (lengths.empty()) lengths = {8192, 32768, 65536, 131072};
     ARIADNE_CHECK(cuda_available(), "bench_estimate_cuda: no CUDA device");
@@ -103,6 +135,7 @@ int main(int argc, char** argv) {
       sc.dim = kDim;
       sc.rope_theta = 500000;
       sc.seed = 7;
+      sc.mix = mix;
       const Synthetic syn = make_synthetic(sc);
       const DeviceBuffer q = to_device_bf16(syn.q), k = to_device_bf16(syn.k), v = to_device_bf16(syn.v);
       DeviceBuffer o(DType::bf16, {n, kHq, kDim});
@@ -128,8 +161,9 @@ int main(int argc, char** argv) {
           ms_oracle = oracles.back().stats.ms_scoring + oracles.back().stats.ms_selection;
         }
 
-      for (Estimator method : {Estimator::rr, Estimator::xattn})
-        for (int stride : {8, 16}) {
+      for (Estimator method : methods)
+        for (int stride : strides) {
+          if (method == Estimator::xattn && n > xattn_max) continue;
           EstimateConfig c;
           c.method = method;
           c.stride = stride;
@@ -149,6 +183,10 @@ int main(int argc, char** argv) {
           AttentionParams ps = p;
           ps.pattern = Pattern::causal().with_blocks(r.device.view());
           const double ms_attn = time_attention(ps, 5);
+          const bool on_wgmma = cuda_uses_wgmma(ps);
+          setenv("ARIADNE_WGMMA", "0", 1);  // read per call: the same mask on the mma.sync kernel
+          const double ms_attn_mma = time_attention(ps, 3);
+          unsetenv("ARIADNE_WGMMA");
 
           nlohmann::json j;
           j["id"] = std::string(estimator_name(method)) + "-n" + std::to_string(n) + "-s" + std::to_string(stride);
@@ -166,6 +204,9 @@ int main(int argc, char** argv) {
           j["ms_scoring"] = median(score);
           j["ms_selection"] = median(sel);
           j["ms_attention"] = ms_attn;
+          j["attention_kernel"] = on_wgmma ? "wgmma" : "mma.sync";
+          j["ms_attention_mma_sync"] = ms_attn_mma;
+          j["mix"] = mix;
           j["ms_dense"] = ms_dense;
           j["ms_total"] = median(wall) + ms_attn;
           j["speedup_vs_dense"] = ms_dense / (median(wall) + ms_attn);

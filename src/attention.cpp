@@ -2,6 +2,7 @@
 #include "ariadne/attention.hpp"
 
 #include <cmath>
+#include <vector>
 
 #include "backends.hpp"
 
@@ -113,6 +114,19 @@ void validate(const AttentionParams& p) {
     require_device(p.sink, "sink", dev);
     ARIADNE_CHECK(p.sink.stride[0] == 1, "sink: must be contiguous");
   }
+  if (p.order != nullptr) {
+    ARIADNE_CHECK(total_q == total_k, "order: a token order needs total_q == total_k, got ", total_q, " and ",
+                  total_k);
+    if (dev == Device::cpu) {
+      std::vector<uint8_t> seen(size_t(total_q), 0);
+      for (int64_t i = 0; i < total_q; ++i) {
+        const int64_t r = p.order[i];
+        ARIADNE_CHECK(r >= 0 && r < total_q, "order[", i, "] = ", r, ", expected a row in [0, ", total_q, ")");
+        ARIADNE_CHECK(!seen[size_t(r)], "order[", i, "] = ", r, " repeats an earlier entry; expected a permutation");
+        seen[size_t(r)] = 1;
+      }
+    }
+  }
   // Arrays behind the pattern can only be read here when they are host memory.
   if (dev == Device::cpu) validate_pattern(p.pattern, total_q, total_k, int(hq));
   else {
@@ -153,8 +167,14 @@ void attention(const AttentionParams& p, Backend backend) {
   ARIADNE_CHECK(backend_supports(backend, p, &why), "attention: backend '", backend_name(backend),
                 "' cannot run ", describe(p.pattern), ": ", why);
   switch (backend) {
-    case Backend::reference: attention_reference(p); break;
-    case Backend::cpu: attention_cpu(p); break;
+    case Backend::reference:
+      if (p.order != nullptr) attention_host_ordered(p, attention_reference);
+      else attention_reference(p);
+      break;
+    case Backend::cpu:
+      if (p.order != nullptr) attention_host_ordered(p, attention_cpu);
+      else attention_cpu(p);
+      break;
     case Backend::cuda:
 #if defined(ARIADNE_WITH_CUDA)
       attention_cuda(p);

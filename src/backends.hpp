@@ -10,6 +10,11 @@ namespace ariadne {
 // Plain loops, double accumulation, O(N·d) memory. The oracle of every test (src/cpu/reference.cpp).
 void attention_reference(const AttentionParams& p);
 
+// Host side of AttentionParams::order: runs `run` (the reference or the CPU backend) on copies of
+// q, k, v (and coords) gathered into the pattern's logical order, then scatters out, lse and the
+// diagnostics back to their stored rows (src/core/ordered.cpp).
+void attention_host_ordered(const AttentionParams& p, void (*run)(const AttentionParams&));
+
 // Tiled online-softmax CPU kernels (src/cpu/attention_cpu.cpp).
 void attention_cpu(const AttentionParams& p);
 bool attention_cpu_supports(const AttentionParams& p, std::string* why);

@@ -49,6 +49,16 @@ struct AttentionParams {
   TensorView coords_q;  // [total_q, 2] f32: (row, col) of each query token in its image grid
   TensorView coords_k;  // [total_k, 2] f32
 
+  // ---- optional token order ----
+  // A permutation of the packed rows (needs total_q == total_k): logical row i of the pattern — the
+  // i-th token of the order the pattern is written for — is stored at packed row order[i] of q, k, v,
+  // out, lse and every diagnostic (coords included). So a window over the column-major walk of an
+  // image runs on tensors kept row-major. The CUDA backend folds the order into its loads and stores
+  // (no gather of q, k, v, no scatter of out); the reference and CPU backends gather into scratch
+  // copies and scatter back. int32 [total_q] in the memory of q's device. Host orders are checked to
+  // be permutations; device orders are trusted, like the pattern's device arrays.
+  const int32_t* order = nullptr;
+
   void* stream = nullptr;  // cudaStream_t for the CUDA backend; ignored elsewhere
 
   float resolved_scale() const;  // scale, or 1/sqrt(head_dim) when 0

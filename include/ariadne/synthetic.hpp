@@ -13,9 +13,13 @@
 // N(0, ≈1.1²) nats to a planted key's logit. Directions: the local-band vector u lives in the
 // fast half of the rotate-half pairs (i mod d/2 < d/4); sink, stripe and needle directions live
 // in the slow half and are mutually orthogonal per KV head, so they never leak into each other or
-// into the RoPE bands at any position. Head types (one per query head):
-//   sink    keys 0..3 carry a sink direction; every query aligns with it at L + 4 nats: nearly all
-//           of each row's mass lands in key block 0.
+// into the RoPE bands at any position. Head types (one per query head); every type but diffuse
+// has the local band of its query's position, as real heads at long context do (StreamingLLM's
+// sink + recent window, MInference's A-shape and vertical-slash heads; docs/rrattention.md, "The
+// synthetic mix", gives the mass each part takes):
+//   sink    keys 0..3 carry a sink direction; every query aligns with it at L + 4 nats, plus a
+//           local band at L + 2: the sink block holds most of each row's mass, the diagonal most
+//           of the rest (an A-shape head).
 //   local   queries and keys share the pre-RoPE direction u; RoPE turns q·k into
 //           (L + 5)·Σ_i |u_i|² cos((m − n)·ω_i): a band along the diagonal that fades within
 //           ~100 tokens (RoPE's long-range decay).
@@ -23,11 +27,13 @@
 //           at n = m − δ, a slash line parallel to the diagonal.
 //   stripe  16 key positions per KV head (uniform over the sequence) carry a stripe direction;
 //           every query aligns with it at L + 1 nats: vertical lines in the attention map (single
-//           tokens: a stride-level estimate sees each diluted S-fold).
-//   needle  4 needles per head (tokens >= 256): 32 consecutive keys at a random position in
-//           [N/16, N/2) carry a needle direction, and 16 consecutive queries at a random position
-//           in [N/2, N) retrieve them at L + 3 nats; every other query of the head is diffuse.
-//   diffuse only the noise (and the weak sink every type has).
+//           tokens: a stride-level estimate sees each diluted S-fold), plus a local band at L + 3
+//           (a vertical-slash head: stripes and band share the mass about evenly).
+//   needle  a local head (band at L + 5) that also retrieves: 4 needles per head (tokens >= 256):
+//           32 consecutive keys at a random position in [N/16, N/2) carry a needle direction,
+//           and 16 consecutive queries at a random position in [N/2, N) retrieve them at L + 3
+//           nats; those queries drop the band (most of their mass is on the needle).
+//   diffuse only the noise (and the weak sink every type has): no structure at all.
 // Every type except sink also aligns with the sink keys at L − 2.5 nats (a weak sink, as in real
 // heads). Key-side structures are planted in every KV head; query heads decide what to look at.
 // v is i.i.d. N(0, 1) (zero mean: the output relative error of diffuse heads is large whenever any

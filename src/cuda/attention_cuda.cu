@@ -57,16 +57,19 @@ bool choose_wide(const AttentionParams& p) {
 }
 
 // The wgmma kernel (attention_wgmma.cuh) runs dense rows (full, causal, any window_right without a
-// left bound, varlen, GQA, sinks) at head dims 64, 80 and 128 on compute capability 9.0. Until it
-// is the default for those calls; ARIADNE_WGMMA=0 in the environment (read per call) keeps them on
-// the mma.sync kernel, which is how device-check still tests that path.
+// left bound, varlen, GQA, sinks) at head dims 64, 80 and 128 on compute capability 9.0, and
+// block-sparse rows on those patterns when the block is a multiple of its 128-row tiles (128,
+// RRAttention's default, 256, ...); blocks of 64 or 192 stay on the mma.sync kernel, whose 64-key
+// tiles divide them. It is the default for those calls; ARIADNE_WGMMA=0 in the environment (read
+// per call) keeps them on the mma.sync kernel, which is how device-check still tests that path.
 bool wgmma_eligible(const AttentionParams& p) {
   const char* env = std::getenv("ARIADNE_WGMMA");
   if (env != nullptr && std::string(env) == "0") return false;
   const int d = p.head_dim();
   if (d != 64 && d != 80 && d != 128) return false;
   const Pattern& pat = p.pattern;
-  if (pat.blocks.defined() || pat.window_left != kUnbounded || pat.chunk > 0) return false;
+  if (pat.window_left != kUnbounded || pat.chunk > 0) return false;
+  if (pat.blocks.defined() && pat.blocks.block % cuda::WgShape<64>::BM != 0) return false;
   if (p.entropy.defined() || p.distance.defined()) return false;  // diagnostics: mma.sync kernel
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -83,14 +86,16 @@ cudaError_t launch_wgmma_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_
 
 }  // namespace
 
-bool cuda_uses_wgmma(const AttentionParams& p) { return wgmma_eligible(p); }
+// A token order (AttentionParams::order) runs on the mma.sync kernel: its gathers are in that
+// kernel's loads only.
+bool cuda_uses_wgmma(const AttentionParams& p) { return p.order == nullptr && wgmma_eligible(p); }
 
 int cuda_query_tile_rows(const AttentionParams& p) {
-  if (wgmma_eligible(p)) return cuda::WgShape<64>::BM;
+  if (cuda_uses_wgmma(p)) return cuda::WgShape<64>::BM;
   return choose_wide(p) ? cuda::WideConfig::BM : cuda::BandConfig::BM;
 }
 int cuda_key_tile_rows(const AttentionParams& p) {
-  if (wgmma_eligible(p)) return cuda::WgShape<64>::BN;
+  if (cuda_uses_wgmma(p)) return cuda::WgShape<64>::BN;
   return choose_wide(p) ? cuda::WideConfig::BN : cuda::BandConfig::BN;
 }
 
@@ -131,7 +136,7 @@ bool attention_cuda_supports(const AttentionParams& p, std::string* why) {
   return true;
 }
 
-void attention_cuda(const AttentionParams& p) { attention_cuda_ordered(p, nullptr); }
+void attention_cuda(const AttentionParams& p) { attention_cuda_ordered(p, p.order); }
 
 void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
   std::string why;

@@ -23,8 +23,13 @@
 // and D = 80 is simply 10 core matrices per row group: five k-steps of 16 and a legal n of 80.
 //
 // Semantics are those of attention_fwd.cuh (Pattern::key_range per row, sinks, GQA, varlen,
-// f32 out, LSE); what it does not do (block-sparse rows, token orders, diagnostics, head dim 96)
-// the dispatcher keeps on the mma.sync kernel.
+// f32 out, LSE, block-sparse CSR rows). Block-sparse rows need a block that is a multiple of the
+// 128-row tiles (RRAttention's and XAttention's default 128 is), so a query tile lies in one
+// query block and a key tile in one key block; the producer walks the row's listed key blocks
+// (intersected with key_range) instead of the dense tile range, and the consumers' element masks
+// (the causal diagonal) are unchanged. What it does not do (blocks of 64 or 192, windows with a
+// left bound, chunks, token orders, diagnostics, head dim 96) the dispatcher keeps on the
+// mma.sync kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,6 +52,36 @@ struct WgShape {
   static constexpr size_t bar_offset = size_t(q_elems + 2 * STAGES * kv_elems) * 2;
   static constexpr size_t smem_bytes = bar_offset + 8 * (1 + 3 * STAGES);
 };
+
+// The key tiles one CTA visits, in increasing key order, with the tile at step `it` computable by
+// producer and consumers alike (both run the same count, so the stage ring stays in step).
+//   dense rows: the BN-tiles first, first + 1, ... meeting Pattern::key_range;
+//   block-sparse rows (block a multiple of BN): the CSR row's listed key blocks that meet key_range,
+//     each cut into block / BN tiles; `cols` starts at the first such block and `first` tiles of it
+//     lie before key_range. The last block's tiles past key_range are not counted in n. Tiles
+//     inside the range but partly outside a row's keys (the causal diagonal) are masked per element.
+template <int BN>
+struct WgKeyTiles {
+  const int32_t* cols = nullptr;  // null: dense
+  int first = 0, n = 0;
+  int per = 1, block = BN;
+  __device__ __forceinline__ int k_lo(int it) const {
+    if (cols == nullptr) return (first + it) * BN;
+    const int i = first + it;
+    if (per == 1) return cols[i] * BN;  // block 128, the common case: no integer division
+    return cols[i / per] * block + (i % per) * BN;
+  }
+};
+
+// First index in the sorted list cols[0, n) whose value is >= v.
+__device__ __forceinline__ int lower_bound_i32(const int32_t* cols, int n, int v) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (cols[mid] < v) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
 
 // Element offset of the 16-byte chunk (row r, chunk ch) in a tile with C chunks per row.
 template <int C>
@@ -94,10 +129,34 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   if (q_lo >= e.lq) return;  // uniform over the CTA, before any barrier exists
   const int64_t q_hi = q_lo + BM < e.lq ? q_lo + BM : e.lq;
 
-  // Dense key tiles [tile_lo, tile_hi) of BN keys cover Pattern::key_range of the query tile.
+  // The key tiles: BN-tiles covering Pattern::key_range of the query tile, and for block-sparse
+  // rows only those of listed blocks. A query tile lies inside one query block (the dispatcher
+  // sends only blocks that are multiples of BM here). Every thread computes the same walk.
   const KeyRange range = pat.key_range(e, q_lo, q_hi);
-  const int tile_lo = range.empty() ? 0 : int(range.lo) / BN;
-  const int tile_hi = range.empty() ? 0 : (int(range.hi) + BN - 1) / BN;
+  WgKeyTiles<BN> tiles;
+  if (!range.empty()) {
+    const int t_lo = int(range.lo) / BN, t_hi = (int(range.hi) + BN - 1) / BN;
+    if (pat.blocks.defined()) {
+      const int B = pat.blocks.block, per = B / BN;
+      const int64_t row = pat.block_row(s, e, h, q_lo / B);
+      const int32_t* cols = pat.blocks.col_idx + pat.blocks.row_ptr[row];
+      const int cnt = pat.blocks.row_ptr[row + 1] - pat.blocks.row_ptr[row];
+      // Listed blocks [a, b) meet the range: sorted, so two binary searches bound them.
+      const int a = lower_bound_i32(cols, cnt, int(range.lo) / B);
+      const int b = lower_bound_i32(cols, cnt, (int(range.hi) + B - 1) / B);
+      if (a < b) {
+        const int front = t_lo - cols[a] * per, back = cols[b - 1] * per + per - t_hi;
+        tiles.cols = cols + a;
+        tiles.per = per;
+        tiles.block = B;
+        tiles.first = front > 0 ? front : 0;
+        tiles.n = (b - a) * per - tiles.first - (back > 0 ? back : 0);
+      }
+    } else {
+      tiles.first = t_lo;
+      tiles.n = t_hi - t_lo;
+    }
+  }
 
   if (tid == 0) {
     wg::mbar_init(q_full, 128);
@@ -130,11 +189,11 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
     const T* vg = static_cast<const T*>(p.v) + kvh * p.v_head;
     load(Qs, qg, p.q_tok, e.q0 + q_lo, BM, q_hi - q_lo);
     wg::mbar_arrive_cp_async(q_full);
-    for (int j = tile_lo, it = 0; j < tile_hi; ++j, ++it) {
+    for (int it = 0; it < tiles.n; ++it) {
       const int st = it % STAGES;
+      const int k_lo = tiles.k_lo(it);  // read before the wait: a CSR entry, off the critical path
       // The stage's previous tile (it - STAGES) must be released by both consumers.
       if (it >= STAGES) wg::mbar_wait(empty(st), ((it / STAGES) - 1) & 1);
-      const int k_lo = j * BN;
       load(Ks + st * S::kv_elems, kg, p.k_tok, e.k0 + k_lo, BN, e.lk - k_lo);
       wg::mbar_arrive_cp_async(k_full(st));
       load(Vs + st * S::kv_elems, vg, p.v_tok, e.k0 + k_lo, BN, e.lk - k_lo);
@@ -268,21 +327,22 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
     }
   };
 
-  const int n = tile_hi - tile_lo;
+  const int n = tiles.n;
   // Software pipelining inside the warpgroup (FlashAttention-3's): S(it) and P·V(it - 1) are in
   // flight together, and the softmax of tile it runs while P·V(it - 1) finishes.
   if (n > 0) {
     issue_s(0);
     wg::wait<0>();
     wg::pin(sc);
-    softmax(tile_lo * BN);
+    softmax(tiles.k_lo(0));
     rescale_and_pack();
     for (int it = 1; it < n; ++it) {
+      const int k_cur = tiles.k_lo(it);  // issued before the wait, so its latency hides under S
       issue_s(it);
       issue_pv(it - 1);
       wg::wait<1>();  // groups complete in order: S(it) is done, P·V(it - 1) may still run
       wg::pin(sc);
-      softmax((tile_lo + it) * BN);
+      softmax(k_cur);
       wg::wait<0>();
       wg::pin(acc);
       wg::mbar_arrive(empty((it - 1) % STAGES));  // this thread's reads of that stage are complete

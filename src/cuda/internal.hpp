@@ -22,7 +22,7 @@ bool cuda_uses_wgmma(const AttentionParams& p);
 // of the packed rows, total_q == total_k; logical row i of the pattern is stored at packed row
 // order[i] of q, k, v, out and lse. So a pattern in one token order (say a window over the column-
 // major traversal of an image) runs on tensors kept in another (row-major), with no gather of
-// q, k, v and no scatter of out. Not yet reachable through AttentionParams (issue 4).
+// q, k, v and no scatter of out. The public route is AttentionParams::order; this entry overrides it.
 void attention_cuda_ordered(const AttentionParams& p, const int32_t* order);
 
 }  // namespace ariadne

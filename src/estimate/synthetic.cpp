@@ -171,8 +171,16 @@ Synthetic make_synthetic(const SyntheticConfig& c) {
   float* Q = out.q.as<float>();
   float* K = out.k.as<float>();
   float* V = out.v.as<float>();
+  // Local band: k carries alpha·u, a query a·u with a = λ·√d / alpha gives a band of λ nats at
+  // distance 0. local, slash and needle heads take λ = L + 5 (alpha·u on both sides); stripe
+  // heads a band at L + 3 and sink heads one at L + 2, so that their own structure keeps its share
+  // of their mass (see synthetic.hpp and docs/rrattention.md, "The synthetic mix").
   const double lambda_local = L + 5;
-  const float alpha = float(std::sqrt(lambda_local * sqd));  // q and k both carry alpha·u
+  const float alpha = float(std::sqrt(lambda_local * sqd));
+  const auto band = [&](HeadType t) {
+    const double lambda = t == HeadType::sink ? L + 2 : t == HeadType::stripe ? L + 3 : lambda_local;
+    return float(lambda * sqd / alpha);
+  };
 
 #pragma omp parallel for schedule(static) num_threads(cpu_threads())
   for (int64_t n = 0; n < N; ++n) {
@@ -201,11 +209,15 @@ Synthetic make_synthetic(const SyntheticConfig& c) {
       const HeadType type = out.head_types[size_t(h)];
       Rng r(c.seed, kQ, uint64_t(n), uint64_t(h));
       for (int i = 0; i < d; ++i) x[size_t(i)] = float(kNoise * r.normal());
-      if (type == HeadType::local || type == HeadType::slash) {
+      // A needle head's retrieving queries look at their needle instead of the band.
+      bool retrieving = false;
+      for (const Needle& nd : out.needles) retrieving = retrieving || (nd.head == h && n >= nd.q_lo && n < nd.q_hi);
+      if (type != HeadType::diffuse && !retrieving) {
         // slash: the content is u pre-rotated by −δ, so q_m·k_n peaks at n = m − δ.
         std::vector<float> u = u_local[size_t(g)];
         if (type == HeadType::slash) rope(u.data(), d, -double(out.slash_offset[size_t(h)]), c.rope_theta);
-        for (int i = 0; i < d; ++i) x[size_t(i)] += alpha * u[size_t(i)];
+        const float a = band(type);
+        for (int i = 0; i < d; ++i) x[size_t(i)] += a * u[size_t(i)];
       }
       rope(x.data(), d, double(n), c.rope_theta);
       const float b_sink = beta(type == HeadType::sink ? L + 4 : L - 2.5);

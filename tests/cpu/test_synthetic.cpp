@@ -99,19 +99,30 @@ TEST(Synthetic, PlantedStructuresShowInTheExactAttention) {
   const int64_t nqb = 16;
   const auto mass = [&](int h, int64_t m, int64_t n) { return o.score(h * nqb + m, n); };
   for (int64_t m = 1; m < nqb; ++m) {
-    EXPECT_GT(mass(0, m, 0), 0.8) << "sink head, query block " << m;
+    // Sink head (sink + a weaker local band, an A-shape head): the sink block holds the most,
+    // sink and diagonal blocks together nearly all.
+    EXPECT_GT(mass(0, m, 0), 0.5) << "sink head, query block " << m;
+    EXPECT_GT(mass(0, m, 0) + mass(0, m, m), 0.8) << "sink head, query block " << m;
     EXPECT_GT(mass(1, m, m) + mass(1, m, m - 1), 0.6) << "local head, query block " << m;
   }
+  // The needle head is a local head outside its retrieving queries (rows 2..7 hold none of them:
+  // retrieving queries sit in [N/2, N)).
+  for (int64_t m = 2; m < nqb / 2; ++m)
+    EXPECT_GT(mass(3, m, m) + mass(3, m, m - 1), 0.6) << "needle head away from its needles, query block " << m;
   // The diffuse head spreads its mass: block 0 (sink included) holds well under half of it once
   // the rows see many blocks.
   for (int64_t m = 8; m < nqb; ++m) EXPECT_LT(mass(5, m, 0), 0.5) << "diffuse head, query block " << m;
-  // Stripe head (KV head 0): the blocks holding stripe keys take most of the late rows' mass.
-  double stripe_mass = 0;
+  // Stripe head (KV head 0): the blocks holding stripe keys and the diagonal blocks (its local
+  // band) take most of the late rows' mass, and the stripe blocks off the diagonal a real share.
+  double stripe_mass = 0, off_diagonal = 0;
   std::vector<char> has(16, 0);
   for (int64_t key : s.stripe_keys[0]) has[size_t(key / 128)] = 1;
-  for (int64_t n = 0; n < 16; ++n)
-    if (has[size_t(n)] || n == 0) stripe_mass += mass(2, 15, n);
+  for (int64_t n = 0; n < 16; ++n) {
+    if (has[size_t(n)] || n == 0 || n >= 14) stripe_mass += mass(2, 15, n);
+    if (has[size_t(n)] && n > 0 && n < 14) off_diagonal += mass(2, 15, n);
+  }
   EXPECT_GT(stripe_mass, 0.8);
+  EXPECT_GT(off_diagonal, 0.2);
   // Needles: the needle queries' block puts at least 1/16 of its mass (16 of 128 queries, most of
   // their mass) on the needle keys' block.
   ASSERT_EQ(s.needles.size(), 4u);

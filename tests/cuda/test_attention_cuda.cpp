@@ -223,8 +223,8 @@ TEST(CudaAttention, FusedTokenOrder) {
         lse.fill_bytes(0xFF);
         d.p.out = out.view();
         d.p.lse = lse.view();
-        validate(d.p);
-        attention_cuda_ordered(d.p, static_cast<const int32_t*>(d_order.data()));
+        d.p.order = static_cast<const int32_t*>(d_order.data());  // the public route (AttentionParams::order)
+        attention(d.p, Backend::cuda);
         cuda_synchronize();
         const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
         EXPECT_TRUE(testing::close_enough("out", testing::compare(out.to_host().view(), want_out.view()), tol));
