@@ -13,8 +13,10 @@
 //   4. S = Q·Kᵀ, online softmax (base 2, scale folded into the exponent), O = α·O + P·V through
 //      the ISA's tile primitives (attention_kernels.hpp);
 //   5. finalize: the denominator sink joins the normalizer, out = O / Z, LSE, entropy, distance.
-// K and V are packed once per call into key tiles (transposed / pair-interleaved, see the kernels
-// header), shared by every query tile and, with GQA, by every query head of a group.
+// K and V are packed into key tiles (transposed / pair-interleaved, see the kernels header): once
+// per call for wide patterns, shared by every query tile and, with GQA, by every query head of a
+// group; for narrow bands (stream mode) per work item into a small per-thread ring, with the next
+// query tile's rows prefetched (docs/cpu-backend.md).
 // Received attention is a second, transposed pass: items (sequence, head, key tile) recompute the
 // scores of every query tile that sees the key tile and add 2^(t − lse) column-wise in query-tile
 // order, again one thread per item (no atomics, no N×N).

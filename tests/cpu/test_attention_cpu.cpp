@@ -320,7 +320,8 @@ TEST(AttentionCpu, StreamedNarrowPatterns) {
     check_all_isas(make_case(with_dtype("stream window 100,30 gqa", dt), {1100, 70}, {}, Pattern::window(100, 30), dt,
                              4, 2, 80));
     check_all_isas(make_case(with_dtype("stream chunk 200", dt), {1090}, {1200}, Pattern::chunked(200), dt, 2, 1, 48));
-    Case c = make_case(with_dtype("stream blocks 48 window 64,64", dt), {1030}, {}, Pattern::window(64, 64), dt, 2, 1, 32);
+    Case c = make_case(with_dtype("stream blocks 48 window 64,64", dt), {1030}, {}, Pattern::window(64, 64), dt,
+                       2, 1, 32);
     c.block = 48;
     c.block_density = 0.6;
     check_all_isas(c);
