@@ -23,10 +23,12 @@
 // (both forms), GQA, varlen with lq != lk (bottom-right aligned), f32/16-bit out, LSE and the
 // fused token order are handled here as in the tile kernel.
 //
-// Status (bench/cuda-notes.md, v7): opt-in (ARIADNE_BAND=1). The ring does what it was built for
-// (loads alone take 13 µs at N 4096, against ~40 µs for the whole kernel), but the compute part is
-// instruction- and latency-bound (11.7M warp instructions at IPC 1.1, 8 warps per SM: the ring's
-// 112 KB of shared memory allows 2 CTAs), and the kernel measured 0.87-0.98x the tile kernel.
+// Status (bench/cuda-notes.md, v7-v9): the default route for sliding windows since v9, where a
+// hot path (a warp that sees exactly 9 chunks, masks on the first and last only: every 16-aligned
+// window of left + right = 128, ViT's ±64 among them) is straight-line code of ~730 instructions per
+// warp-tile; it measured 1.01-1.34x the tile kernel on ViT windows (1.26-1.46x in column order).
+// Chunked patterns reach it only with ARIADNE_BAND=1 (0.69-0.79x the tile kernel, whose 64x64
+// tiles fit 64-key chunks exactly). Still latency-bound at 8 warps per SM (112 KB of shared memory).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -414,6 +416,9 @@ __global__ void __launch_bounds__(128, 2) attention_band_kernel(const FwdParams 
         compute(IntTag<MAXC>{}, BoolTag<true>{});
       // ---- epilogue: normalize, sink, LSE; 16-bit rows staged in this warp's own Q rows ----
       T* stage = Qb + warp * 16 * RS;
+      // The stage overwrites Q rows that other lanes of this warp read with ldmatrix; the hot path
+      // has no other warp-level synchronization point between the two.
+      __syncwarp();
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float l = l_row[r];
