@@ -14,9 +14,6 @@
 namespace ariadne {
 namespace {
 
-// Whether sliding windows take the band kernel when ARIADNE_BAND is unset (see band_eligible).
-constexpr bool kBandDefaultWindows = true;
-
 bool fail_why(std::string* why, const std::string& msg) {
   if (why != nullptr) *why = msg;
   return false;
@@ -105,7 +102,7 @@ bool band_eligible(const AttentionParams& p) {
   if (pat.window_left != kUnbounded && pat.window_right != kUnbounded) span = pat.window_left + pat.window_right + 16;
   if (pat.chunk > 0 && (span < 0 || 2 * pat.chunk + 14 < span)) span = 2 * pat.chunk + 14;
   if (span < 0 || span > cuda::BandShape<64>::kMaxRowSpan) return false;
-  return forced || (kBandDefaultWindows && pat.chunk == 0);
+  return forced || pat.chunk == 0;  // by default sliding windows only
 }
 
 template <int D>
