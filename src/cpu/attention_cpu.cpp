@@ -13,8 +13,10 @@
 //   4. S = Q·Kᵀ, online softmax (base 2, scale folded into the exponent), O = α·O + P·V through
 //      the ISA's tile primitives (attention_kernels.hpp);
 //   5. finalize: the denominator sink joins the normalizer, out = O / Z, LSE, entropy, distance.
-// K and V are packed once per call into key tiles (transposed / pair-interleaved, see the kernels
-// header), shared by every query tile and, with GQA, by every query head of a group.
+// K and V are packed into key tiles (transposed / pair-interleaved, see the kernels header): once
+// per call for wide patterns, shared by every query tile and, with GQA, by every query head of a
+// group; for narrow bands (stream mode) per work item into a small per-thread ring, with the next
+// query tile's rows prefetched (docs/cpu-backend.md).
 // Received attention is a second, transposed pass: items (sequence, head, key tile) recompute the
 // scores of every query tile that sees the key tile and add 2^(t − lse) column-wise in query-tile
 // order, again one thread per item (no atomics, no N×N).
@@ -213,7 +215,7 @@ int64_t row_offset(const TensorView& t, int64_t token, int64_t head) {
 
 struct WorkItem {
   int32_t seq;
-  int32_t head;
+  int32_t head;     // query head (stream mode: KV head)
   int64_t lo, hi;  // local query rows (forward) or the key tile index (received pass)
 };
 
@@ -243,6 +245,15 @@ class Runner {
                          pt.window_left + pt.window_right <= 1024) ||
                         (pt.chunk > 0 && pt.chunk <= 1024);
     direct_v_ = !bf16_ && p.v.dtype == DType::f32 && d_ % 16 == 0 && narrow;
+    // Narrow patterns also pack K and V just in time into a small per-thread ring of key tiles
+    // (stream mode, see forward) instead of once per call: a tile then serves only the few query
+    // tiles next to it, and the call-wide packed copy, written out and read back, was 15-20 % of a
+    // bf16 ±64-window call. The received pass reads the call-wide copy, so it keeps it.
+    stream_ = narrow && !p.received.defined();
+    // bf16 tiles in stream mode are computed 8 rows at a time (Q·Kᵀ, softmax, P·V), with a few
+    // prefetches between those steps: measured 4-7 % faster than whole-tile steps with one
+    // prefetch burst per tile at d 80 and 128; fp32 measured 2 % slower that way.
+    chunk_rows_ = stream_ && bf16_ ? 8 : kQueryTile;
     scale2_ = float(double(p.resolved_scale()) * kLog2e);
     threads_ = cpu_threads();
     diag_ = p.entropy.defined() || p.distance.defined();
@@ -253,6 +264,17 @@ class Runner {
     }
     ktile_ = bf16_ ? int64_t(dp_) * 2 * kKeyTile : int64_t(d_) * kKeyTile;
     vtile_ = int64_t(kKeyTile) * dv_;
+    if (stream_) {
+      // Ring slots: the most key tiles one query tile spans, plus the two that the next query
+      // tile adds, so a band's tiles stay in the ring while consecutive query tiles need them.
+      int64_t span = 0;
+      for (const SeqExtent& e : seqs_)
+        for_query_tiles(e, [&](int64_t lo, int64_t hi) {
+          const KeyRange kr = pat_.key_range(e, lo, hi);
+          if (!kr.empty()) span = std::max(span, (kr.hi - 1) / kKeyTile - kr.lo / kKeyTile + 1);
+        });
+      ring_ = int(span) + 2;
+    }
     if (p.distance.defined()) load_coords();
   }
 
@@ -274,6 +296,7 @@ class Runner {
   };
 
   void pack_kv() {
+    if (stream_) return;  // packed per work item (forward_stream)
     static thread_local Workspace ws;
     const int64_t hkv = p_.heads_kv(), n = hkv * total_tiles_;
     const size_t kn = size_t(n * ktile_), vn = size_t(n * vtile_);
@@ -294,32 +317,35 @@ class Runner {
     float* vf = ws.vf.data();
 #pragma omp parallel for schedule(static) num_threads(threads_)
     for (int64_t i = 0; i < n; ++i) {
-      if (bf16_) pack_tile_bf16(int(i / total_tiles_), i % total_tiles_, kb + i * ktile_ / 2, vb + i * vtile_ / 2);
-      else pack_tile_f32(int(i / total_tiles_), i % total_tiles_, kf + i * ktile_, vf + i * vtile_);
+      const int g = int(i / total_tiles_);
+      const int64_t gtile = i % total_tiles_;
+      const int32_t s = int32_t(std::upper_bound(tile_base_.begin(), tile_base_.end(), gtile) - tile_base_.begin()) - 1;
+      const int64_t t = gtile - tile_base_[size_t(s)];
+      if (bf16_) pack_tile_bf16(g, s, t, kb + i * ktile_ / 2, vb + i * vtile_ / 2);
+      else pack_tile_f32(g, s, t, kf + i * ktile_, vf + i * vtile_);
     }
   }
 
-  // Sequence, first local key and number of valid keys of global key tile `gtile`.
+  // Sequence, first local key and number of valid keys of key tile t of sequence s.
   struct TileSpan {
     const SeqExtent* e;
     int64_t k_lo;
     int n;
   };
-  TileSpan tile_span(int64_t gtile) const {
-    const size_t s = size_t(std::upper_bound(tile_base_.begin(), tile_base_.end(), gtile) - tile_base_.begin()) - 1;
-    const SeqExtent& e = seqs_[s];
-    const int64_t k_lo = (gtile - tile_base_[s]) * kKeyTile;
+  TileSpan tile_span(int32_t s, int64_t t) const {
+    const SeqExtent& e = seqs_[size_t(s)];
+    const int64_t k_lo = t * kKeyTile;
     return {&e, k_lo, int(std::min<int64_t>(kKeyTile, e.lk - k_lo))};
   }
 
   // K as [d][32] (transposed), V as [32][dv]; keys past the sequence end and columns past d are 0.
-  void pack_tile_f32(int g, int64_t gtile, float* kt, float* vt) const {
-    const TileSpan sp = tile_span(gtile);
+  void pack_tile_f32(int g, int32_t s, int64_t t, float* kt, float* vt) const {
+    const TileSpan sp = tile_span(s, t);
     const int64_t tok0 = sp.e->k0 + sp.k_lo;
     const bool simd_k = k_.pack_k_f32 != nullptr && p_.k.dtype == DType::f32;
     if (simd_k)
       k_.pack_k_f32(static_cast<const float*>(p_.k.data) + row_offset(p_.k, tok0, g), p_.k.stride[0], sp.n, d_, kt);
-    std::vector<float> row(static_cast<size_t>(d_));
+    std::vector<float> row(simd_k ? 0 : size_t(d_));
     for (int j = 0; j < kKeyTile; ++j) {
       float* vrow = vt + int64_t(j) * dv_;
       if (j >= sp.n) {
@@ -341,8 +367,8 @@ class Runner {
 
   // K as [dp][32] pairs of head-dim entries, V as [16][dv] pairs of consecutive keys (low half =
   // even key), both zero-padded.
-  void pack_tile_bf16(int g, int64_t gtile, uint32_t* kt, uint32_t* vt) const {
-    const TileSpan sp = tile_span(gtile);
+  void pack_tile_bf16(int g, int32_t s, int64_t t, uint32_t* kt, uint32_t* vt) const {
+    const TileSpan sp = tile_span(s, t);
     const uint16_t* kin = static_cast<const uint16_t*>(p_.k.data);
     const uint16_t* vin = static_cast<const uint16_t*>(p_.v.data);
     auto key_row = [&](const uint16_t* base, const TensorView& t, int j) -> const uint16_t* {
@@ -381,24 +407,6 @@ class Runner {
     }
   }
 
-  const float* ktile_f32(int g, int32_t s, int64_t t) const {
-    return kf_ + (g * total_tiles_ + tile_base_[size_t(s)] + t) * ktile_;
-  }
-  // Row 0 of V's key tile t and its row stride: the input itself when it is fp32 with d a multiple
-  // of 16 and the tile is complete (no copy, no padding needed), else the packed tile.
-  std::pair<const float*, int64_t> vtile_f32(int g, int32_t s, int64_t t) const {
-    const SeqExtent& e = seqs_[size_t(s)];
-    if (direct_v_ && (t + 1) * kKeyTile <= e.lk)
-      return {static_cast<const float*>(p_.v.data) + row_offset(p_.v, e.k0 + t * kKeyTile, g), p_.v.stride[0]};
-    return {vf_ + (g * total_tiles_ + tile_base_[size_t(s)] + t) * vtile_, dv_};
-  }
-  const uint16_t* ktile_bf16(int g, int32_t s, int64_t t) const {
-    return kb_ + (g * total_tiles_ + tile_base_[size_t(s)] + t) * ktile_;
-  }
-  const uint16_t* vtile_bf16(int g, int32_t s, int64_t t) const {
-    return vb_ + (g * total_tiles_ + tile_base_[size_t(s)] + t) * vtile_;
-  }
-
   void load_coords() {
     auto read = [](const TensorView& t, int64_t n, std::vector<float>& out) {
       const float* base = static_cast<const float*>(t.data);
@@ -412,16 +420,38 @@ class Runner {
     read(p_.coords_k, total_k_, ck_);
   }
 
+  // ---- prefetching the next query tile's rows (stream mode) ----
+  // In stream mode each key tile's input rows are read when the tile is first packed, and a query
+  // tile's Q and output rows when it starts; all are cold (written by another layer or read once)
+  // and sit heads·d elements apart, which the hardware prefetchers did not follow (packing stalled
+  // on them: about a fifth of a bf16 ±64-window call). So while one query tile is computed the
+  // rows the next one will touch first are prefetched, a few rows per key-tile visit rather than
+  // all at once, which would fill the miss queue and stall.
+  struct RowRun {
+    const char* base;  // first row
+    int64_t stride;    // bytes between rows
+    int64_t rows;
+    int bytes;  // per row
+    bool write;
+  };
+
   // ---- per-thread scratch ----
   struct Scratch {
     std::vector<float> qf, s, t, o, m, l, alpha, m_old, l_old, colsum;
     std::vector<uint16_t> qb;
+    std::vector<float> ring_kf, ring_vf;     // stream mode: packed key tiles, ring_ slots
+    std::vector<uint32_t> ring_kb, ring_vb;
+    std::vector<int64_t> ring_tag;           // key tile held by each slot (−1: none)
+    std::vector<RowRun> ahead;               // stream mode: input/output rows of the next query tile
+    size_t ahead_run = 0;                    // prefetch cursor: run, row within it
+    int64_t ahead_row = 0, ahead_step = 0;   // rows prefetched per step (prefetch_some call)
     std::vector<int64_t> row_lo, row_hi;
     std::vector<int32_t> lo, hi;
     std::vector<double> ent, dist;
     std::vector<TileVisit> visits;
     bool dense = false;            // set by clip_rows
     const float* q_f32 = nullptr;  // the current query tile, fp32 path (qf or the input rows)
+    const uint16_t* q_b16 = nullptr;  // the same, bf16 path (qb or the input rows)
     int64_t ldq = 0;
   };
 
@@ -441,27 +471,138 @@ class Runner {
     sc.hi.resize(R);
     sc.ent.resize(R);
     sc.dist.resize(R);
+    if (stream_) {
+      const size_t n = size_t(ring_);
+      if (bf16_) {
+        sc.ring_kb.resize(n * size_t(ktile_ / 2));
+        sc.ring_vb.resize(n * size_t(vtile_ / 2));
+      } else {
+        sc.ring_kf.resize(n * size_t(ktile_));
+        sc.ring_vf.resize(n * size_t(vtile_));
+      }
+      sc.ring_tag.assign(n, -1);
+    }
     return sc;
+  }
+
+  RowRun rows_of(const TensorView& t, int64_t tok0, int64_t n, int head, bool write) const {
+    const int es = dtype_size(t.dtype);
+    return {static_cast<const char*>(t.data) + row_offset(t, tok0, head) * es, t.stride[0] * es, n, d_ * es, write};
+  }
+
+  void prefetch_some(Scratch& sc) const {
+    for (int64_t budget = sc.ahead_step; budget > 0 && sc.ahead_run < sc.ahead.size(); --budget) {
+      const RowRun& r = sc.ahead[sc.ahead_run];
+      const char* row = r.base + sc.ahead_row * r.stride;
+      const uintptr_t a = reinterpret_cast<uintptr_t>(row) & ~uintptr_t(63);
+      for (uintptr_t b = a; b < reinterpret_cast<uintptr_t>(row) + r.bytes; b += 64) {
+        if (r.write) __builtin_prefetch(reinterpret_cast<const char*>(b), 1);
+        else __builtin_prefetch(reinterpret_cast<const char*>(b), 0);
+      }
+      if (++sc.ahead_row == r.rows) {
+        ++sc.ahead_run;
+        sc.ahead_row = 0;
+      }
+    }
+  }
+
+  // Queues the rows query tile [nlo, nhi) of KV head g will touch first: Q and output rows of
+  // every head of the group, and K and V rows of the key tiles it needs past those of [lo, hi).
+  void plan_prefetch(Scratch& sc, const SeqExtent& e, int g, int64_t lo, int64_t hi, int64_t nlo, int64_t nhi) const {
+    sc.ahead.clear();
+    sc.ahead_run = 0;
+    sc.ahead_row = 0;
+    if (nlo >= nhi) return;
+    const KeyRange cur = pat_.key_range(e, lo, hi), next = pat_.key_range(e, nlo, nhi);
+    int64_t rows = 0;
+    if (!next.empty()) {
+      int64_t k_lo = next.lo / kKeyTile * kKeyTile;
+      if (!cur.empty()) k_lo = std::max(k_lo, ((cur.hi - 1) / kKeyTile + 1) * kKeyTile);
+      const int64_t k_hi = std::min(e.lk, (next.hi + kKeyTile - 1) / kKeyTile * kKeyTile);
+      if (k_lo < k_hi) {
+        sc.ahead.push_back(rows_of(p_.k, e.k0 + k_lo, k_hi - k_lo, g, false));
+        sc.ahead.push_back(rows_of(p_.v, e.k0 + k_lo, k_hi - k_lo, g, false));
+        rows += 2 * (k_hi - k_lo);
+      }
+    }
+    for (int h = g * group_; h < (g + 1) * group_; ++h) {
+      sc.ahead.push_back(rows_of(p_.q, e.q0 + nlo, nhi - nlo, h, false));
+      sc.ahead.push_back(rows_of(p_.out, e.q0 + nlo, nhi - nlo, h, true));
+      rows += 2 * (nhi - nlo);
+    }
+    // Spread over the steps of this query tile: its key tiles, each in row chunks, for every head
+    // of the group (an estimate: rows that see none of a tile skip it).
+    const int64_t tiles = cur.empty() ? 1 : (cur.hi - 1) / kKeyTile - cur.lo / kKeyTile + 1;
+    const int64_t steps = tiles * group_ * ((hi - lo + chunk_rows_ - 1) / chunk_rows_);
+    sc.ahead_step = (rows + steps - 1) / steps;
+  }
+
+  // Key tile t of sequence s, KV head g, as the kernels read it: packed K, and V with its row
+  // stride (fp32 V may be the input rows themselves when direct_v_ and the tile is complete). In
+  // stream mode the tile is packed into the thread's ring on first use (slot t mod ring_).
+  struct Tile {
+    const void* k;
+    const void* v;
+    int64_t ldv;
+  };
+  Tile tile(Scratch& sc, int g, int32_t s, int64_t t) const {
+    const SeqExtent& e = seqs_[size_t(s)];
+    const float* v_in = direct_v_ && (t + 1) * kKeyTile <= e.lk
+                            ? static_cast<const float*>(p_.v.data) + row_offset(p_.v, e.k0 + t * kKeyTile, g)
+                            : nullptr;
+    if (!stream_) {
+      const int64_t i = g * total_tiles_ + tile_base_[size_t(s)] + t;
+      if (bf16_) return {kb_ + i * ktile_, vb_ + i * vtile_, dv_};
+      if (v_in != nullptr) return {kf_ + i * ktile_, v_in, p_.v.stride[0]};
+      return {kf_ + i * ktile_, vf_ + i * vtile_, dv_};
+    }
+    const size_t slot = size_t(t % ring_);
+    if (bf16_) {
+      uint32_t* kt = sc.ring_kb.data() + slot * size_t(ktile_ / 2);
+      uint32_t* vt = sc.ring_vb.data() + slot * size_t(vtile_ / 2);
+      if (sc.ring_tag[slot] != t) pack_tile_bf16(g, s, t, kt, vt);
+      sc.ring_tag[slot] = t;
+      return {kt, vt, dv_};
+    }
+    float* kt = sc.ring_kf.data() + slot * size_t(ktile_);
+    float* vt = sc.ring_vf.data() + slot * size_t(vtile_);
+    if (sc.ring_tag[slot] != t) pack_tile_f32(g, s, t, kt, vt);
+    sc.ring_tag[slot] = t;
+    if (v_in != nullptr) return {kt, v_in, p_.v.stride[0]};
+    return {kt, vt, dv_};
   }
 
   // Query tiles: rows [0, lq) in steps of 64; with a block mask, tiles never cross a query block,
   // so each tile reads exactly one CSR row.
   template <class F>
   void for_query_tiles(const SeqExtent& e, F&& f) const {
+    for (int64_t lo = 0; lo < e.lq;) {
+      const int64_t hi = query_tile_end(e, lo);
+      f(lo, hi);
+      lo = hi;
+    }
+  }
+  // One past the last row of the query tile that starts at row lo.
+  int64_t query_tile_end(const SeqExtent& e, int64_t lo) const {
     const int64_t seg = pat_.blocks.defined() ? int64_t(pat_.blocks.block) : std::max<int64_t>(e.lq, 1);
-    for (int64_t b = 0; b < e.lq; b += seg)
-      for (int64_t lo = b; lo < std::min(b + seg, e.lq); lo += kQueryTile)
-        f(lo, std::min({lo + kQueryTile, b + seg, e.lq}));
+    return std::min({lo + kQueryTile, (lo / seg + 1) * seg, e.lq});
   }
 
   void load_q(Scratch& sc, const SeqExtent& e, int h, int64_t q_lo, int rows) const {
     if (bf16_) {
       const uint16_t* in = static_cast<const uint16_t*>(p_.q.data);
-      for (int r = 0; r < rows; ++r) {
+      if (d_ % 2 == 0) {  // whole pairs: the kernels read the input rows in place
+        sc.q_b16 = in + row_offset(p_.q, e.q0 + q_lo, h);
+        sc.ldq = p_.q.stride[0];
+        return;
+      }
+      for (int r = 0; r < rows; ++r) {  // odd d: copy, with a zero partner for the last entry
         uint16_t* dst = sc.qb.data() + int64_t(r) * 2 * dp_;
         std::memcpy(dst, in + row_offset(p_.q, e.q0 + q_lo + r, h), size_t(d_) * 2);
-        if (d_ & 1) dst[d_] = 0;
+        dst[d_] = 0;
       }
+      sc.q_b16 = sc.qb.data();
+      sc.ldq = 2 * dp_;
     } else if (p_.q.dtype == DType::f32) {  // fp32 rows are read in place
       sc.q_f32 = static_cast<const float*>(p_.q.data) + row_offset(p_.q, e.q0 + q_lo, h);
       sc.ldq = p_.q.stride[0];
@@ -473,22 +614,19 @@ class Runner {
     }
   }
 
-  void qk(Scratch& sc, int g, int32_t s, int64_t t, int r0, int n) const {
+  void qk(Scratch& sc, const void* kt, int r0, int n) const {
     if (bf16_)
-      k_.qk_bf16(sc.qb.data() + int64_t(r0) * 2 * dp_, 2 * dp_, ktile_bf16(g, s, t), dp_, n,
-                 sc.s.data() + r0 * kKeyTile);
+      k_.qk_bf16(sc.q_b16 + r0 * sc.ldq, sc.ldq, static_cast<const uint16_t*>(kt), dp_, n, sc.s.data() + r0 * kKeyTile);
     else
-      k_.qk_f32(sc.q_f32 + r0 * sc.ldq, sc.ldq, ktile_f32(g, s, t), d_, n, sc.s.data() + r0 * kKeyTile);
+      k_.qk_f32(sc.q_f32 + r0 * sc.ldq, sc.ldq, static_cast<const float*>(kt), d_, n, sc.s.data() + r0 * kKeyTile);
   }
 
-  void prefetch_tiles(int g, int32_t s, int64_t t) const {
-    const char* k = bf16_ ? reinterpret_cast<const char*>(ktile_bf16(g, s, t)) : reinterpret_cast<const char*>(ktile_f32(g, s, t));
+  void prefetch_tile(const Tile& tl) const {
     const int64_t kbytes = ktile_ * (bf16_ ? 2 : 4);
-    for (int64_t b = 0; b < kbytes; b += 64) __builtin_prefetch(k + b);
+    for (int64_t b = 0; b < kbytes; b += 64) __builtin_prefetch(static_cast<const char*>(tl.k) + b);
     if (bf16_ || !direct_v_) {
-      const char* v = bf16_ ? reinterpret_cast<const char*>(vtile_bf16(g, s, t)) : reinterpret_cast<const char*>(vtile_f32(g, s, t).first);
       const int64_t vbytes = vtile_ * (bf16_ ? 2 : 4);
-      for (int64_t b = 0; b < vbytes; b += 64) __builtin_prefetch(v + b);
+      for (int64_t b = 0; b < vbytes; b += 64) __builtin_prefetch(static_cast<const char*>(tl.v) + b);
     }
   }
 
@@ -550,30 +688,64 @@ class Runner {
   float sink(int h) const { return static_cast<const float*>(p_.sink.data)[h * p_.sink.stride[0]]; }
 
   // ---- forward ----
+  // Items: (sequence, query head, query tile); in stream mode (sequence, KV head, a run of
+  // kStreamRun consecutive query tiles), computed query tile by query tile and, inside, head by
+  // head of the KV group, so each key tile is packed into the ring once per item. Either way each
+  // (query head, query tile) is computed by the same code in the same order: the results do not
+  // depend on the mode or the thread count.
+  static constexpr int kStreamRun = 16;
+
   void forward() {
     std::vector<WorkItem> items;
-    for (int32_t s = 0; s < pat_.num_seqs; ++s)
-      for (int h = 0; h < hq_; ++h)
-        for_query_tiles(seqs_[size_t(s)], [&](int64_t lo, int64_t hi) { items.push_back({s, h, lo, hi}); });
+    for (int32_t s = 0; s < pat_.num_seqs; ++s) {
+      const SeqExtent& e = seqs_[size_t(s)];
+      if (!stream_) {
+        for (int h = 0; h < hq_; ++h)
+          for_query_tiles(e, [&](int64_t lo, int64_t hi) { items.push_back({s, h, lo, hi}); });
+        continue;
+      }
+      std::vector<int64_t> starts;  // first row of every kStreamRun-th query tile, then lq
+      int count = 0;
+      for_query_tiles(e, [&](int64_t lo, int64_t) {
+        if (count++ % kStreamRun == 0) starts.push_back(lo);
+      });
+      starts.push_back(e.lq);
+      for (int g = 0; g < hq_ / group_; ++g)
+        for (size_t i = 0; i + 1 < starts.size(); ++i) items.push_back({s, g, starts[i], starts[i + 1]});
+    }
 #pragma omp parallel num_threads(threads_)
     {
       Scratch sc = make_scratch();
 #pragma omp for schedule(dynamic, 1)
-      for (size_t i = 0; i < items.size(); ++i) forward_item(sc, items[i]);
+      for (size_t i = 0; i < items.size(); ++i) {
+        const WorkItem& it = items[i];
+        if (!stream_) {
+          forward_tile(sc, it.seq, it.head, it.lo, it.hi);
+          continue;
+        }
+        std::fill(sc.ring_tag.begin(), sc.ring_tag.end(), -1);  // the ring holds another head's tiles
+        const SeqExtent& e = seqs_[size_t(it.seq)];
+        for (int64_t lo = it.lo; lo < it.hi;) {
+          const int64_t hi = query_tile_end(e, lo);
+          plan_prefetch(sc, e, it.head, lo, hi, hi, hi < it.hi ? query_tile_end(e, hi) : hi);
+          for (int h = it.head * group_; h < (it.head + 1) * group_; ++h) forward_tile(sc, it.seq, h, lo, hi);
+          lo = hi;
+        }
+      }
 #if defined(__SSE2__)
       _mm_sfence();  // order this thread's streaming stores before the region ends
 #endif
     }
   }
 
-  void forward_item(Scratch& sc, const WorkItem& it) const {
-    const int32_t s = it.seq;
-    const int h = it.head, g = h / group_;
+  // Query rows [q_lo, q_hi) of sequence s, head h: one query tile.
+  void forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q_hi) const {
+    const int g = h / group_;
     const SeqExtent& e = seqs_[size_t(s)];
-    const int rows = int(it.hi - it.lo);
-    load_q(sc, e, h, it.lo, rows);
+    const int rows = int(q_hi - q_lo);
+    load_q(sc, e, h, q_lo, rows);
     for (int r = 0; r < rows; ++r) {
-      const KeyRange kr = pat_.key_range(e, it.lo + r, it.lo + r + 1);
+      const KeyRange kr = pat_.key_range(e, q_lo + r, q_lo + r + 1);
       sc.row_lo[r] = kr.lo;
       sc.row_hi[r] = kr.empty() ? kr.lo : kr.hi;
       sc.m[r] = kNegInf;
@@ -581,41 +753,46 @@ class Runner {
       sc.ent[r] = sc.dist[r] = 0.0;
     }
     std::fill(sc.o.begin(), sc.o.begin() + int64_t(rows) * dv_, 0.f);
-    plan_visits(sc, s, e, h, it.lo, it.hi);
+    plan_visits(sc, s, e, h, q_lo, q_hi);
 
     cpu::RowMask mk;
     mk.scale2 = scale2_;
     mk.bias2 = p_.sink_mode == SinkMode::key0_bias ? float(double(sink(h)) * kLog2e) : 0.f;
+    mk.moving_max = stream_;
     for (size_t vi = 0; vi < sc.visits.size(); ++vi) {
       const TileVisit& v = sc.visits[vi];
-      // Block-sparse visits jump between key tiles, which the hardware prefetcher cannot follow.
-      if (pat_.blocks.defined() && vi + 1 < sc.visits.size()) prefetch_tiles(g, s, sc.visits[vi + 1].tile);
+      // Block-sparse visits jump between key tiles, which the hardware prefetcher cannot follow
+      // (in stream mode the next tile is packed only when it is reached).
+      if (pat_.blocks.defined() && !stream_ && vi + 1 < sc.visits.size())
+        prefetch_tile(tile(sc, g, s, sc.visits[vi + 1].tile));
       const auto [r0, r1] = clip_rows(sc, rows, v.tile);
       if (r0 >= r1) continue;
-      const int n = r1 - r0;
-      qk(sc, g, s, v.tile, r0, n);
-      mk.lo = sc.lo.data() + r0;
-      mk.hi = sc.hi.data() + r0;
+      const Tile tl = tile(sc, g, s, v.tile);
       mk.keymask = v.keymask;
       mk.dense = sc.dense && v.keymask == ~0u;
       mk.apply_bias = p_.sink_mode == SinkMode::key0_bias && v.tile == 0;
-      if (diag_) {
-        std::copy(sc.m.begin() + r0, sc.m.begin() + r1, sc.m_old.begin() + r0);
-        std::copy(sc.l.begin() + r0, sc.l.begin() + r1, sc.l_old.begin() + r0);
-      }
-      float* S = sc.s.data() + r0 * kKeyTile;
-      k_.softmax(S, mk, n, sc.m.data() + r0, sc.l.data() + r0, sc.alpha.data() + r0,
-                 diag_ ? sc.t.data() + r0 * kKeyTile : nullptr);
-      if (diag_) accumulate_diagnostics(sc, e, it.lo, v.tile, r0, r1);
-      float* O = sc.o.data() + int64_t(r0) * dv_;
-      if (bf16_) {
-        k_.pv_bf16(S, vtile_bf16(g, s, v.tile), dv_, n, sc.alpha.data() + r0, O);
-      } else {
-        const auto [vt, ldv] = vtile_f32(g, s, v.tile);
-        k_.pv_f32(S, vt, ldv, dv_, n, sc.alpha.data() + r0, O);
+      for (int c0 = r0; c0 < r1; c0 += chunk_rows_) {
+        const int c1 = std::min(r1, c0 + chunk_rows_), n = c1 - c0;
+        if (stream_) prefetch_some(sc);
+        qk(sc, tl.k, c0, n);
+        mk.lo = sc.lo.data() + c0;
+        mk.hi = sc.hi.data() + c0;
+        if (diag_) {
+          std::copy(sc.m.begin() + c0, sc.m.begin() + c1, sc.m_old.begin() + c0);
+          std::copy(sc.l.begin() + c0, sc.l.begin() + c1, sc.l_old.begin() + c0);
+        }
+        float* S = sc.s.data() + c0 * kKeyTile;
+        k_.softmax(S, mk, n, sc.m.data() + c0, sc.l.data() + c0, sc.alpha.data() + c0,
+                   diag_ ? sc.t.data() + c0 * kKeyTile : nullptr);
+        if (diag_) accumulate_diagnostics(sc, e, q_lo, v.tile, c0, c1);
+        float* O = sc.o.data() + int64_t(c0) * dv_;
+        if (bf16_)
+          k_.pv_bf16(S, static_cast<const uint16_t*>(tl.v), dv_, n, sc.alpha.data() + c0, O);
+        else
+          k_.pv_f32(S, static_cast<const float*>(tl.v), tl.ldv, dv_, n, sc.alpha.data() + c0, O);
       }
     }
-    finalize(sc, e, h, it.lo, rows);
+    finalize(sc, e, h, q_lo, rows);
   }
 
   // Entropy and distance ride on the online softmax: A = Σ_j p_j (t_j − m) and D = Σ_j p_j ‖c_i − c_j‖
@@ -651,6 +828,7 @@ class Runner {
     float* lse_out = static_cast<float*>(p_.lse.data);
     float* ent_out = static_cast<float*>(p_.entropy.data);
     float* dist_out = static_cast<float*>(p_.distance.data);
+    const bool want_lse = lse_out != nullptr || !lse2_.empty();
     for (int r = 0; r < rows; ++r) {
       const int64_t row = e.q0 + q_lo + r;
       const int64_t out_off = row_offset(p_.out, row, h);
@@ -661,11 +839,15 @@ class Runner {
         lse2 = l;
         store_row(p_.out, out_off, d_, sc.o.data() + int64_t(r) * dv_, float(l), k_);
         lse = float(l);
+      } else if (l > 0 && !denom) {  // Z = l·2^m: out = O / l; the logarithm only when it is output
+        store_row(p_.out, out_off, d_, sc.o.data() + int64_t(r) * dv_, float(1.0 / l), k_);
+        lse2 = want_lse ? m + std::log2(l) : 0.0;
+        lse = float(lse2 * kLn2);
       } else if (l > 0) {
         lse2 = m + std::log2(l);
-        if (denom && std::isinf(sink2)) {
+        if (std::isinf(sink2)) {
           if (sink2 > 0) lse2 = sink2;  // +inf takes all the mass: out 0, lse +inf
-        } else if (denom) {
+        } else {
           const double hi = std::max(lse2, sink2);
           lse2 = hi + std::log2(std::exp2(lse2 - hi) + std::exp2(sink2 - hi));
         }
@@ -735,7 +917,7 @@ class Runner {
       const auto [r0, r1] = clip_rows(sc, rows, t);
       if (r0 >= r1) return;
       load_q(sc, e, h, q_lo, rows);
-      qk(sc, g, s, t, r0, r1 - r0);
+      qk(sc, tile(sc, g, s, t).k, r0, r1 - r0);
       mk.lo = sc.lo.data() + r0;
       mk.hi = sc.hi.data() + r0;
       mk.keymask = bits;
@@ -750,7 +932,9 @@ class Runner {
   const cpu::TileKernels& k_;
   int64_t total_q_ = 0, total_k_ = 0;
   int hq_ = 0, group_ = 1, d_ = 0, dp_ = 0, dv_ = 0, threads_ = 1;
-  bool bf16_ = false, diag_ = false, direct_v_ = false;
+  bool bf16_ = false, diag_ = false, direct_v_ = false, stream_ = false;
+  int ring_ = 0;  // stream mode: key-tile slots per thread
+  int chunk_rows_ = kQueryTile;  // rows per Q·Kᵀ / softmax / P·V step
   float scale2_ = 1.f;
   std::vector<SeqExtent> seqs_;
   std::vector<int64_t> tile_base_;

@@ -37,6 +37,7 @@ struct RowMask {
   float bias2 = 0.f;            // added to key 0 of the tile when apply_bias (key0_bias sink, base 2)
   bool apply_bias = false;
   bool dense = false;           // every row sees all 32 keys: the kernels may skip the masks
+  bool moving_max = false;      // narrow band: row maxima move on most tiles (a branch hint only)
 };
 
 // Shared by the softmax kernels: a row that met a NaN or +inf logit (`bad`, or m already NaN)

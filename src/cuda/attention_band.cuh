@@ -23,10 +23,12 @@
 // (both forms), GQA, varlen with lq != lk (bottom-right aligned), f32/16-bit out, LSE and the
 // fused token order are handled here as in the tile kernel.
 //
-// Status (bench/cuda-notes.md, v7): opt-in (ARIADNE_BAND=1). The ring does what it was built for
-// (loads alone take 13 µs at N 4096, against ~40 µs for the whole kernel), but the compute part is
-// instruction- and latency-bound (11.7M warp instructions at IPC 1.1, 8 warps per SM: the ring's
-// 112 KB of shared memory allows 2 CTAs), and the kernel measured 0.87-0.98x the tile kernel.
+// Status (bench/cuda-notes.md, v7-v9): the default route for sliding windows since v9, where a
+// hot path (a warp that sees exactly 9 chunks, masks on the first and last only: every 16-aligned
+// window of left + right = 128, ViT's ±64 among them) is straight-line code of ~730 instructions per
+// warp-tile; it measured 1.01-1.34x the tile kernel on ViT windows (1.26-1.46x in column order).
+// Chunked patterns reach it only with ARIADNE_BAND=1 (0.69-0.79x the tile kernel, whose 64x64
+// tiles fit 64-key chunks exactly). Still latency-bound at 8 warps per SM (112 KB of shared memory).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -45,12 +47,47 @@ struct BandShape {
   static constexpr int CK = 16;       // keys per chunk
   static constexpr int NC = 16;       // ring slots (chunks): a 64-row tile of a ±64 window needs <= 13
   static constexpr int MAXC = 10;     // chunks one warp's 16 rows may need
+  static constexpr int kHot = 9;      // chunks of the hot path: a 16-aligned ±64 window's warp
   static constexpr int RS = D + 8;    // padded row pitch (conflict-free ldmatrix, as in FwdShape)
   static constexpr int C = D / 8;     // 16-byte pieces per row
   static constexpr size_t smem_bytes = size_t(2 * BM + 2 * NC * CK) * RS * 2;
   // The most keys 16 consecutive query rows may see (band_eligible): an interval of W keys meets
   // at most floor((W + 30) / 16) 16-aligned chunks, which must not exceed MAXC.
   static constexpr int kMaxRowSpan = MAXC * CK + 15 - 30;
+};
+
+template <int N>
+struct IntTag {
+  static constexpr int value = N;
+};
+template <bool B>
+struct BoolTag {
+  static constexpr bool value = B;
+};
+
+// The dense rule of one sequence in int32 (band_eligible keeps lengths below 2^30; a window or
+// chunk wider than that acts as unbounded): Pattern::key_range of one row without 64-bit work.
+struct BandRule {
+  int off, lk, left, right, chunk;
+  __device__ BandRule(const Pattern& pat, const SeqExtent& e) {
+    constexpr int64_t kBig = (int64_t(1) << 30) - 1;
+    off = int(e.lk - e.lq);
+    lk = int(e.lk);
+    left = pat.window_left == kUnbounded || pat.window_left > kBig ? int(kBig) : int(pat.window_left);
+    right = pat.window_right == kUnbounded || pat.window_right > kBig ? int(kBig) : int(pat.window_right);
+    chunk = pat.chunk > kBig ? int(kBig) : int(pat.chunk);
+  }
+  // Keys [lo, hi) of local query row iq; hi <= lo when it sees none.
+  __device__ void bounds(int iq, int& lo, int& hi) const {
+    const int pos = iq + off;
+    lo = pos - left > 0 ? pos - left : 0;
+    hi = pos + right + 1 < lk ? pos + right + 1 : lk;
+    if (chunk > 0) {
+      const int start = (pos >= 0 ? pos / chunk : (pos + 1) / chunk - 1) * chunk;  // floor
+      lo = lo > start ? lo : start;
+      hi = hi < start + chunk ? hi : start + chunk;
+    }
+  }
 };
 
 // One query tile of the walk, with the ring offset its chunks were placed at.
@@ -66,7 +103,7 @@ struct BandTile {
 template <int D, class E>
 __global__ void __launch_bounds__(128, 2) attention_band_kernel(const FwdParams p, const int run) {
   using S = BandShape<D>;
-  constexpr int BM = S::BM, CK = S::CK, NC = S::NC, MAXC = S::MAXC, RS = S::RS, C = S::C;
+  constexpr int BM = S::BM, CK = S::CK, NC = S::NC, MAXC = S::MAXC, RS = S::RS, C = S::C, kHot = S::kHot;
   constexpr int kThreads = S::threads;
   constexpr int DT = D / 8;
   using T = typename E::type;
@@ -128,28 +165,59 @@ __global__ void __launch_bounds__(128, 2) attention_band_kernel(const FwdParams 
   // Unrolled by 4 so that a token order's index loads are in flight together, not one by one.
   constexpr int kRowsPerPass = kThreads / C;
   const int piece = tid % C, prow = tid / C;  // threads with prow >= kRowsPerPass idle
+  const uint32_t ks_addr = smem_addr(Ks), vs_addr = smem_addr(Vs);
   // Copies chunks [x0, x1) of tile b's sequence (K and V) into their ring slots; rows past the
   // sequence's keys are zero-filled (never stale data that 0 * NaN would spread).
   auto load_chunks = [&](const BandTile& b, int x0, int x1) {
     if (prow >= kRowsPerPass) return;
     const int rows = (x1 - x0) * CK;
+    const int ring0 = (x0 + b.off) * CK;  // ring row of key x0 * CK before the wrap (NC * CK rows)
+    const int lk = int(b.e.lk);
+    if (p.order == nullptr) {
+      // Plain layout: consecutive keys are a constant stride apart, so the addresses only advance.
+      const int64_t first = b.e.k0 + int64_t(x0) * CK + prow;
+      const T* kp = kg + first * p.k_tok + piece * 8;
+      const T* vp = vg + first * p.v_tok + piece * 8;
+      const int64_t kstep = int64_t(kRowsPerPass) * p.k_tok, vstep = int64_t(kRowsPerPass) * p.v_tok;
+      int key = x0 * CK + prow;
+#pragma unroll 4
+      for (int r = prow; r < rows; r += kRowsPerPass, key += kRowsPerPass, kp += kstep, vp += vstep) {
+        const uint32_t so = uint32_t((((ring0 + r) & (NC * CK - 1)) * RS + piece * 8) * 2);
+        const bool ok = key < lk;
+        cp_async16(ks_addr + so, ok ? kp : kg, ok);
+        cp_async16(vs_addr + so, ok ? vp : vg, ok);
+      }
+      return;
+    }
 #pragma unroll 4
     for (int r = prow; r < rows; r += kRowsPerPass) {
       const int key = x0 * CK + r;
-      const int srow = ((x0 + r / CK + b.off) & (NC - 1)) * CK + (r % CK);
-      const bool ok = key < b.e.lk;
-      const int64_t row = ok ? stored(b.e.k0 + key) : 0;
-      cp_async16(smem_addr(Ks + srow * RS + piece * 8), kg + (ok ? row * p.k_tok + piece * 8 : 0), ok);
-      cp_async16(smem_addr(Vs + srow * RS + piece * 8), vg + (ok ? row * p.v_tok + piece * 8 : 0), ok);
+      const uint32_t so = uint32_t((((ring0 + r) & (NC * CK - 1)) * RS + piece * 8) * 2);
+      const bool ok = key < lk;
+      const int64_t row = ok ? p.order[b.e.k0 + key] : 0;
+      cp_async16(ks_addr + so, kg + (ok ? row * p.k_tok + piece * 8 : 0), ok);
+      cp_async16(vs_addr + so, vg + (ok ? row * p.v_tok + piece * 8 : 0), ok);
     }
   };
   auto load_q = [&](const BandTile& b, T* dst) {
     if (prow >= kRowsPerPass) return;
+    const uint32_t d0 = smem_addr(dst + prow * RS + piece * 8);
+    constexpr uint32_t dstep = kRowsPerPass * RS * 2;
+    if (p.order == nullptr) {
+      const int64_t step = int64_t(kRowsPerPass) * p.q_tok;
+      const T* qp = qg + (b.e.q0 + b.q_lo + prow) * p.q_tok + piece * 8;
 #pragma unroll 4
-    for (int r = prow; r < BM; r += kRowsPerPass) {
+      for (int r = prow, i = 0; r < BM; r += kRowsPerPass, ++i, qp += step) {
+        const bool ok = b.q_lo + r < b.q_hi;
+        cp_async16(d0 + i * dstep, ok ? qp : qg, ok);
+      }
+      return;
+    }
+#pragma unroll 4
+    for (int r = prow, i = 0; r < BM; r += kRowsPerPass, ++i) {
       const bool ok = b.q_lo + r < b.q_hi;
-      const int64_t row = ok ? stored(b.e.q0 + b.q_lo + r) : 0;
-      cp_async16(smem_addr(dst + r * RS + piece * 8), qg + (ok ? row * p.q_tok + piece * 8 : 0), ok);
+      const int64_t row = ok ? p.order[b.e.q0 + b.q_lo + r] : 0;
+      cp_async16(d0 + i * dstep, qg + (ok ? row * p.q_tok + piece * 8 : 0), ok);
     }
   };
 
@@ -204,130 +272,153 @@ __global__ void __launch_bounds__(128, 2) attention_band_kernel(const FwdParams 
     T* Qb = Qs + qb * BM * RS;
     const int r0 = cur.q_lo + warp * 16;
     if (r0 < cur.q_hi) {
-      const int r_end = r0 + 16 < cur.q_hi ? r0 + 16 : cur.q_hi;
-      const KeyRange wr = pat.key_range(cur.e, r0, r_end);
-      const int wc_lo = int(wr.lo) / CK;
-      const int nc = wr.empty() ? 0 : int(wr.hi + CK - 1) / CK - wc_lo;
-      // Chunks inside [full_lo, full_hi) need no element mask (both row bounds are monotone).
-      const int full_lo = int(pat.key_range(cur.e, r_end - 1, r_end).lo);
-      const int full_hi = int(pat.key_range(cur.e, r0, r0 + 1).hi);
-      int row_lo[2], row_hi[2];
+      const BandRule rule(pat, cur.e);
+      // Row bounds in int32 from the tile's rule (one Pattern::key_range per row would be int64
+      // work, ~5 per warp-tile). Rows past the tile's end take its last row's bounds: they are
+      // computed but never stored, and keep the warp's key hull that of its real rows.
+      const int r_last = (r0 + 16 < cur.q_hi ? r0 + 16 : cur.q_hi) - 1;
+      int row_lo[2], row_hi[2];  // half-open; row_hi < row_lo: an empty row
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int iq = r0 + g + 8 * r;
-        const KeyRange kr = pat.key_range(cur.e, iq, iq + 1);
-        row_lo[r] = int(kr.lo);
-        row_hi[r] = int(kr.hi);
+        rule.bounds(iq < r_last ? iq : r_last, row_lo[r], row_hi[r]);
       }
+      // Bounds are monotone in the row: the warp's hull is [lo(r0), hi(r_last)) (lanes 0 and 28
+      // hold rows r0 and r_last), and chunks inside [lo(r_last), hi(r0)) need no element mask.
+      const int w_lo = __shfl_sync(0xffffffffu, row_lo[0], 0);
+      const int hi_first = __shfl_sync(0xffffffffu, row_hi[0], 0);
+      const int lo_last = __shfl_sync(0xffffffffu, row_lo[1], 28);
+      const int hi_last = __shfl_sync(0xffffffffu, row_hi[1], 28);
+      const int wc_lo = w_lo / CK;
+      const int nc = hi_last > w_lo ? (hi_last + CK - 1) / CK - wc_lo : 0;
+      const int full_lo = lo_last, full_hi = hi_first > w_lo ? hi_first : w_lo;
       const int slot0 = wc_lo + cur.off;
+      const int kb0 = wc_lo * CK;
 
-      // Byte offsets of this warp's chunks in the ring (one per chunk: the ring wraps), and the
-      // lane parts of the ldmatrix addresses (K read as B of S, V transposed as B of P·V).
-      uint32_t chunk_off[MAXC];
-#pragma unroll
-      for (int c = 0; c < MAXC; ++c) chunk_off[c] = uint32_t(((slot0 + c) & (NC - 1)) * CK * RS * 2);
+      // The lane parts of the ldmatrix addresses (K read as B of S, V transposed as B of P·V).
       const uint32_t k_lane = smem_addr(Ks + ((lane & 7) + ((lane >> 4) << 3)) * RS + ((lane >> 3) & 1) * 8);
       const uint32_t v_lane = smem_addr(Vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * RS + (lane >> 4) * 8);
-
-      // S = Q·Kᵀ over the warp's chunks; Q's fragments stay in registers for the whole tile.
-      uint32_t qf[D / 16][4];
+      uint32_t qf[D / 16][4];  // Q's fragments stay in registers for the whole tile
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks)
         ldmatrix_x4(qf[ks], smem_addr(Qb + (warp * 16 + (lane % 16)) * RS + ks * 16 + (lane / 16) * 8));
-      float sc[MAXC][2][4];
-#pragma unroll
-      for (int c = 0; c < MAXC; ++c) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) sc[c][j][0] = sc[c][j][1] = sc[c][j][2] = sc[c][j][3] = 0.f;
-        if (c < nc) {
-          uint32_t b[D / 16][4];  // the chunk's fragments first: the products then wait on one load
-#pragma unroll
-          for (int ks = 0; ks < D / 16; ++ks) ldmatrix_x4(b[ks], k_lane + chunk_off[c] + ks * 32);
-#pragma unroll
-          for (int ks = 0; ks < D / 16; ++ks) {
-            E::mma(sc[c][0], qf[ks], b[ks][0], b[ks][1]);
-            E::mma(sc[c][1], qf[ks], b[ks][2], b[ks][3]);
-          }
-        }
-      }
-
-      // One-pass softmax: mask the boundary chunks, row max, exponentials, row sums. Maxima and
-      // sums go through short trees and two accumulators, not one serial chain per row.
       const bool key0 = p.sink_kind == kSinkKey0;
-#pragma unroll
-      for (int c = 0; c < MAXC; ++c) {
-        const int kb = (wc_lo + c) * CK;
-        if (c < nc && (kb < full_lo || kb + CK > full_hi || (key0 && kb == 0))) {
-#pragma unroll
-          for (int r = 0; r < 2; ++r)
-#pragma unroll
-            for (int j = 0; j < 2; ++j)
-#pragma unroll
-              for (int x = 0; x < 2; ++x) {
-                const int col = kb + j * 8 + 2 * tq + x;
-                if (col < row_lo[r] || col >= row_hi[r]) sc[c][j][2 * r + x] = -INFINITY;
-                else if (key0 && col == 0) sc[c][j][2 * r + x] += sink_raw;
-              }
-        }
-      }
-      float m_row[2], l_row[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx2[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int c = 0; c < MAXC; ++c) {
-          if (c < nc)
-            mx2[c & 1] = fmax_nan(mx2[c & 1], fmax_nan(fmax_nan(sc[c][0][2 * r], sc[c][0][2 * r + 1]),
-                                                       fmax_nan(sc[c][1][2 * r], sc[c][1][2 * r + 1])));
-        }
-        float mx = fmax_nan(mx2[0], mx2[1]);
-        mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx *= p.scale_log2;
-        // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
-        const float base = mx == -INFINITY ? 0.f : mx;
-        float sum2[2] = {0.f, 0.f};
-#pragma unroll
-        for (int c = 0; c < MAXC; ++c) {
-          if (c < nc) {
-#pragma unroll
-            for (int j = 0; j < 2; ++j)
-#pragma unroll
-              for (int x = 0; x < 2; ++x)
-                sc[c][j][2 * r + x] = ex2(fmaf(sc[c][j][2 * r + x], p.scale_log2, -base));
-            sum2[c & 1] += (sc[c][0][2 * r] + sc[c][0][2 * r + 1]) + (sc[c][1][2 * r] + sc[c][1][2 * r + 1]);
-          }
-        }
-        const float sum = sum2[0] + sum2[1];
-        m_row[r] = mx;
-        l_row[r] = sum;
-      }
-
-      // O = P·V; P goes from the score registers straight into A fragments.
       float acc[DT][4];
+      float m_row[2], l_row[2];
+
+      // S = Q·Kᵀ over NCH chunks, one-pass softmax, O = P·V. GUARD = false is the hot path: the
+      // warp sees exactly NCH chunks and only the first and last need an element mask, so every
+      // loop is straight-line code; GUARD = true takes any nc <= MAXC and decides per chunk.
+      auto compute = [&](auto nch_tag, auto guard_tag) {
+        constexpr int NCH = decltype(nch_tag)::value;
+        constexpr bool GUARD = decltype(guard_tag)::value;
+        auto live = [&](int c) { return !GUARD || c < nc; };
+        float sc[NCH][2][4];
 #pragma unroll
-      for (int j = 0; j < DT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+        for (int c = 0; c < NCH; ++c) {
 #pragma unroll
-      for (int c = 0; c < MAXC; ++c) {
-        if (c < nc) {
-          uint32_t a[4];
-          a[0] = E::pack(sc[c][0][0], sc[c][0][1]);
-          a[1] = E::pack(sc[c][0][2], sc[c][0][3]);
-          a[2] = E::pack(sc[c][1][0], sc[c][1][1]);
-          a[3] = E::pack(sc[c][1][2], sc[c][1][3]);
-          uint32_t b[D / 16][4];
+          for (int j = 0; j < 2; ++j) sc[c][j][0] = sc[c][j][1] = sc[c][j][2] = sc[c][j][3] = 0.f;
+          if (live(c)) {
+            const uint32_t off = uint32_t(((slot0 + c) & (NC - 1)) * CK * RS * 2);
+            uint32_t b[D / 16][4];  // the chunk's fragments first: the products then wait on one load
 #pragma unroll
-          for (int d2 = 0; d2 < D / 16; ++d2) ldmatrix_x4_trans(b[d2], v_lane + chunk_off[c] + d2 * 32);
+            for (int ks = 0; ks < D / 16; ++ks) ldmatrix_x4(b[ks], k_lane + off + ks * 32);
 #pragma unroll
-          for (int d2 = 0; d2 < D / 16; ++d2) {
-            E::mma(acc[2 * d2], a, b[d2][0], b[d2][1]);
-            E::mma(acc[2 * d2 + 1], a, b[d2][2], b[d2][3]);
+            for (int ks = 0; ks < D / 16; ++ks) {
+              E::mma(sc[c][0], qf[ks], b[ks][0], b[ks][1]);
+              E::mma(sc[c][1], qf[ks], b[ks][2], b[ks][3]);
+            }
           }
         }
-      }
-
+        // Element masks. A column's test is one unsigned compare: col - lo < hi - lo.
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) {
+          const int kb = kb0 + c * CK;
+          const bool edge = GUARD ? (c < nc && (kb < full_lo || kb + CK > full_hi || (key0 && kb == 0)))
+                                  : (c == 0 || c == NCH - 1);
+          if (edge) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int rel = row_lo[r] - kb - 2 * tq;  // column (j * 8 + x) is allowed iff
+              const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
+#pragma unroll
+              for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int x = 0; x < 2; ++x)
+                  if (unsigned(j * 8 + x - rel) >= width) sc[c][j][2 * r + x] = -INFINITY;
+            }
+            if (key0 && kb == 0 && tq == 0) {  // column 0 sits in lane tq 0, j 0, x 0
+#pragma unroll
+              for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
+                if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][0][2 * r] += sink_raw;
+            }
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx2[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+          for (int c = 0; c < NCH; ++c) {
+            if (live(c))
+              mx2[c & 1] = fmax_nan(mx2[c & 1], fmax_nan(fmax_nan(sc[c][0][2 * r], sc[c][0][2 * r + 1]),
+                                                         fmax_nan(sc[c][1][2 * r], sc[c][1][2 * r + 1])));
+          }
+          float mx = fmax_nan(mx2[0], mx2[1]);
+          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          mx *= p.scale_log2;
+          // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
+          const float base = mx == -INFINITY ? 0.f : mx;
+          float sum2[2] = {0.f, 0.f};
+#pragma unroll
+          for (int c = 0; c < NCH; ++c) {
+            if (live(c)) {
+#pragma unroll
+              for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int x = 0; x < 2; ++x) sc[c][j][2 * r + x] = ex2(fmaf(sc[c][j][2 * r + x], p.scale_log2, -base));
+              sum2[c & 1] += (sc[c][0][2 * r] + sc[c][0][2 * r + 1]) + (sc[c][1][2 * r] + sc[c][1][2 * r + 1]);
+            }
+          }
+          m_row[r] = mx;
+          l_row[r] = sum2[0] + sum2[1];
+        }
+        // O = P·V; P goes from the score registers straight into A fragments.
+#pragma unroll
+        for (int j = 0; j < DT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) {
+          if (live(c)) {
+            const uint32_t off = uint32_t(((slot0 + c) & (NC - 1)) * CK * RS * 2);
+            uint32_t a[4];
+            a[0] = E::pack(sc[c][0][0], sc[c][0][1]);
+            a[1] = E::pack(sc[c][0][2], sc[c][0][3]);
+            a[2] = E::pack(sc[c][1][0], sc[c][1][1]);
+            a[3] = E::pack(sc[c][1][2], sc[c][1][3]);
+            uint32_t b[D / 16][4];
+#pragma unroll
+            for (int d2 = 0; d2 < D / 16; ++d2) ldmatrix_x4_trans(b[d2], v_lane + off + d2 * 32);
+#pragma unroll
+            for (int d2 = 0; d2 < D / 16; ++d2) {
+              E::mma(acc[2 * d2], a, b[d2][0], b[d2][1]);
+              E::mma(acc[2 * d2 + 1], a, b[d2][2], b[d2][3]);
+            }
+          }
+        }
+      };
+      // The hot path: a 16-row warp of a window (L, R) meets floor((L + R + 15 + 15) / 16) + 1
+      // chunks at most, ceil((L + R + 16) / 16) when its first row's left bound is 16-aligned
+      // (e.g. ±64: 9, chunks 1-7 full). Warps at sequence edges, unaligned windows and chunked
+      // patterns take the guarded path.
+      if (nc == kHot && kb0 + CK >= full_lo && kb0 + (kHot - 1) * CK <= full_hi)
+        compute(IntTag<kHot>{}, BoolTag<false>{});
+      else
+        compute(IntTag<MAXC>{}, BoolTag<true>{});
       // ---- epilogue: normalize, sink, LSE; 16-bit rows staged in this warp's own Q rows ----
       T* stage = Qb + warp * 16 * RS;
+      // The stage overwrites Q rows that other lanes of this warp read with ldmatrix; the hot path
+      // has no other warp-level synchronization point between the two.
+      __syncwarp();
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float l = l_row[r];

@@ -81,22 +81,28 @@ bool wgmma_eligible(const AttentionParams& p) {
 }
 
 // The band-walking kernel (attention_band.cuh) can take narrow local patterns: no block mask, no
-// entropy/distance, head dim 64/80/96, and 16 consecutive rows seeing at most kMaxRowSpan keys
-// (window left + right <= 129, or chunk <= 65). It is opt-in (ARIADNE_BAND=1 in the environment,
-// read per call): on the H200 it measured 0.87-0.98x the tile kernel on windows and 0.53-0.65x on
-// chunks (bench/cuda-notes.md, v7), so the tile kernel stays the default. ARIADNE_BAND_RUN=n fixes
-// its run length (benchmark variants).
+// entropy/distance, head dim 64/80/96, rows and keys below 2^30 (its row bounds are int32), and 16
+// consecutive rows seeing at most kMaxRowSpan keys (window left + right <= 129, or chunk <= 65).
+// Default route (v9, bench/cuda-notes.md): sliding windows (both sides bounded, no chunk), where
+// its hot path (9 chunks of 16 keys per 16-row warp, masks on the two edge chunks) applies to
+// 16-aligned windows such as ViT's ±64; chunked patterns stay on the tile kernel by default (the
+// band kernel measured slower there). ARIADNE_BAND=0 in the environment (read per call) keeps
+// every call on the tile kernel, ARIADNE_BAND=1 sends every eligible call to the band kernel.
+// ARIADNE_BAND_RUN=n fixes its run length (benchmark variants).
 bool band_eligible(const AttentionParams& p) {
   const char* env = std::getenv("ARIADNE_BAND");
-  if (env == nullptr || std::string(env) != "1") return false;
+  const bool forced = env != nullptr && std::string(env) == "1";
+  if (env != nullptr && std::string(env) == "0") return false;
   const int d = p.head_dim();
   if (d != 64 && d != 80 && d != 96) return false;
   const Pattern& pat = p.pattern;
   if (pat.blocks.defined() || p.entropy.defined() || p.distance.defined()) return false;
+  if (p.q.shape[0] >= (int64_t(1) << 30) || p.k.shape[0] >= (int64_t(1) << 30)) return false;
   int64_t span = -1;  // keys 16 consecutive query rows may see
   if (pat.window_left != kUnbounded && pat.window_right != kUnbounded) span = pat.window_left + pat.window_right + 16;
   if (pat.chunk > 0 && (span < 0 || 2 * pat.chunk + 14 < span)) span = 2 * pat.chunk + 14;
-  return span >= 0 && span <= cuda::BandShape<64>::kMaxRowSpan;
+  if (span < 0 || span > cuda::BandShape<64>::kMaxRowSpan) return false;
+  return forced || pat.chunk == 0;  // by default sliding windows only
 }
 
 template <int D>

@@ -19,9 +19,9 @@ int cuda_key_tile_rows(const AttentionParams& p);    // 64 (128 on the wgmma ker
 bool cuda_uses_wgmma(const AttentionParams& p);
 
 // Whether attention_cuda runs this call on the band-walking kernel (src/cuda/attention_band.cuh):
-// opted in with ARIADNE_BAND=1 (it is slower than the default tile kernel so far, see
-// bench/cuda-notes.md v7), no block mask, no entropy/distance, head dim 64/80/96, and a narrow local
-// pattern (window left + right <= 129, or chunk <= 65). Token orders are handled there too.
+// no block mask, no entropy/distance, head dim 64/80/96, and a narrow local pattern (window left +
+// right <= 129, or chunk <= 65); by default only sliding windows (bench/cuda-notes.md v9),
+// ARIADNE_BAND=1 adds chunks, ARIADNE_BAND=0 turns it off. Token orders are handled there too.
 bool cuda_uses_band(const AttentionParams& p);
 
 // attention_cuda with a fused token order: `order` [total] int32 (device memory) is a permutation

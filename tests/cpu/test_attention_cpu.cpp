@@ -86,6 +86,22 @@ void check_case(const Case& c, const char* isa, bool diagnostics, DType out_dtyp
   EXPECT_TRUE(testing::close_enough("out", testing::compare(got.out.view(), ref.out.view()), out_tol));
   EXPECT_TRUE(testing::lse_close(got.lse.view(), ref.lse.view(), tol));
   if (!diagnostics) return;
+  // Without received attention, narrow patterns pack K and V per work item into a ring instead of
+  // once per call (attention_cpu.cpp, stream mode): same arithmetic, so out, LSE, entropy and
+  // distance must be bit-identical to the run above.
+  cpu::force_tile_kernels(isa);
+  Outputs plain = alloc_outputs(in, out_dtype);
+  AttentionParams pp = with_outputs(in, plain, cp);
+  pp.received = TensorView{};
+  attention(pp, Backend::cpu);
+  cpu::force_tile_kernels("");
+  for (auto member : {&Outputs::out, &Outputs::lse, &Outputs::entropy, &Outputs::distance}) {
+    const Buffer& a = got.*member;
+    const Buffer& b = plain.*member;
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), size_t(a.numel()) * dtype_size(a.dtype())))
+        << (member == &Outputs::out ? "out" : member == &Outputs::lse ? "lse" : "entropy/distance")
+        << " differs without received attention";
+  }
   // Diagnostics use fp32 probabilities (never rounded to 16 bits), so the fp32 rule plus the
   // logit term applies whatever the input dtype.
   const double diag_tol = testing::tolerance(DType::f32, testing::max_abs_logit(in)) * 10;
@@ -296,6 +312,22 @@ TEST(AttentionCpu, RandomShapes) {
   }
 }
 
+// Narrow patterns over more than one stream work item (16 query tiles of 64 rows each): the key-tile
+// ring wraps many times, items start mid-sequence, GQA heads share an item's ring. check_case runs
+// each twice (with received attention: call-wide packing; without: the ring) and compares both.
+TEST(AttentionCpu, StreamedNarrowPatterns) {
+  for (DType dt : kDtypes) {
+    check_all_isas(make_case(with_dtype("stream window 100,30 gqa", dt), {1100, 70}, {}, Pattern::window(100, 30), dt,
+                             4, 2, 80));
+    check_all_isas(make_case(with_dtype("stream chunk 200", dt), {1090}, {1200}, Pattern::chunked(200), dt, 2, 1, 48));
+    Case c = make_case(with_dtype("stream blocks 48 window 64,64", dt), {1030}, {}, Pattern::window(64, 64), dt,
+                       2, 1, 32);
+    c.block = 48;
+    c.block_density = 0.6;
+    check_all_isas(c);
+  }
+}
+
 // Bit-identical results for 1, 2 and 3 threads (items are independent; no float atomics).
 TEST(AttentionCpu, DeterministicAcrossThreadCounts) {
   Case c = make_case("determinism", {300, 77}, {}, Pattern::window(40, 40), DType::f32);
@@ -317,6 +349,22 @@ TEST(AttentionCpu, DeterministicAcrossThreadCounts) {
       const Buffer& a = runs[0].*member;
       const Buffer& b = runs[r].*member;
       ASSERT_EQ(0, std::memcmp(a.data(), b.data(), size_t(a.numel()) * 4)) << "run " << r << " differs";
+    }
+  // Without received attention a narrow pattern takes the stream path: items of 16 query tiles.
+  Case w = make_case("determinism stream", {1500, 300}, {}, Pattern::window(64, 64), DType::bf16, 4, 2, 80);
+  const Inputs win = testing::make_inputs(w);
+  std::vector<Outputs> wruns;
+  for (int t : {1, 2, 3}) {
+    set_cpu_threads(t);
+    wruns.push_back(alloc_outputs(win, DType::f32));
+    attention(with_outputs(win, wruns.back(), nullptr), Backend::cpu);
+  }
+  set_cpu_threads(saved);
+  for (size_t r = 1; r < wruns.size(); ++r)
+    for (auto member : {&Outputs::out, &Outputs::lse}) {
+      const Buffer& a = wruns[0].*member;
+      const Buffer& b = wruns[r].*member;
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), size_t(a.numel()) * 4)) << "stream run " << r << " differs";
     }
 }
 

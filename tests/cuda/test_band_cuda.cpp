@@ -4,8 +4,9 @@
 // lq != lk) or hold one tile, asymmetric and one-sided windows at the eligibility limit, small and
 // large chunks, both sinks, GQA, f32 out, and the fused token order. Each case first checks that
 // the call is routed to the band kernel, so a change of eligibility cannot turn these tests into
-// tests of the tile kernel. The kernel is opt-in (ARIADNE_BAND=1, read per call): the fixture
-// switches it on for each test. Run lengths are forced through ARIADNE_BAND_RUN.
+// tests of the tile kernel. Sliding windows take the kernel by default, chunks only when forced
+// (ARIADNE_BAND=1, read per call): the fixture forces it for each test. Run lengths are forced
+// through ARIADNE_BAND_RUN.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -90,6 +91,24 @@ TEST_F(CudaBand, WindowsEveryDimAndDtype) {
           if (n == 77) c.heads_q = c.heads_kv = 3;  // no GQA
           check_band(c);
         }
+}
+
+TEST_F(CudaBand, HotPathWindows) {
+  // Windows whose 16-row warps see exactly 9 chunks with masks on the first and last only (the hot
+  // path) when the key offset lk - lq is a multiple of 16, and the guarded path when it is not;
+  // ±64 with both sinks (key 0 lies in a hot warp's first chunk), and 10-chunk neighbours.
+  const std::vector<Pattern> windows = {Pattern::window(64, 64), Pattern::window(48, 80), Pattern::window(0, 128),
+                                        Pattern::window(128, 0), Pattern::window(63, 65), Pattern::window(64, 65)};
+  for (const Pattern& w : windows)
+    for (int64_t shift : {0, 16, -32, 5})
+      for (SinkMode mode : {SinkMode::none, SinkMode::denominator, SinkMode::key0_bias}) {
+        Case c = band_case("band_hot_" + wname(w) + "_shift" + std::to_string(shift) + "_" + sink_mode_name(mode),
+                           {333, 260}, 80, DType::bf16, w);
+        c.seq_k = {333 + shift, 260 + shift};
+        c.sink_mode = mode;
+        c.sink_value = mode == SinkMode::key0_bias ? std::numeric_limits<float>::quiet_NaN() : 2.5f;
+        check_band(c);
+      }
 }
 
 TEST_F(CudaBand, Chunks) {
@@ -231,7 +250,7 @@ TEST_F(CudaBand, FusedTokenOrder) {
 
 TEST_F(CudaBand, WideBandsStayOnTheTileKernel) {
   // Past the eligibility bound (and head dim 128) the tile kernel serves the call; so does every
-  // call while the switch is off.
+  // call with ARIADNE_BAND=0, and a chunked pattern unless forced. Windows take it by default.
   Case wide = band_case("band_wide_w65_65", {300}, 80, DType::bf16, Pattern::window(65, 65));
   EXPECT_FALSE(cuda_uses_band(testing::make_inputs(wide).params));
   check_case(wide);
@@ -241,8 +260,14 @@ TEST_F(CudaBand, WideBandsStayOnTheTileKernel) {
   EXPECT_FALSE(cuda_uses_band(testing::make_inputs(chunk).params));
   Case narrow = band_case("band_w64_switched_off", {300}, 80, DType::bf16, Pattern::window(64, 64));
   EXPECT_TRUE(cuda_uses_band(testing::make_inputs(narrow).params));
+  Case chunk64 = band_case("band_chunk64_default", {300}, 80, DType::bf16, Pattern::chunked(64));
+  EXPECT_TRUE(cuda_uses_band(testing::make_inputs(chunk64).params));
   unsetenv("ARIADNE_BAND");
+  EXPECT_TRUE(cuda_uses_band(testing::make_inputs(narrow).params));
+  EXPECT_FALSE(cuda_uses_band(testing::make_inputs(chunk64).params));
+  setenv("ARIADNE_BAND", "0", 1);
   EXPECT_FALSE(cuda_uses_band(testing::make_inputs(narrow).params));
+  check_case(narrow);
 }
 
 }  // namespace
