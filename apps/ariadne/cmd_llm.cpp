@@ -6,18 +6,26 @@
 //               --tau 0.9,0.95 --stride 8,16 --seeds 4 --depths 0.1,0.5,0.9 --compare --json
 //   ariadne llm --gguf FILE --prompt "The capital of France is" --new 8
 //
-// Options: --block B (128), --offset paper|released, --new N (tokens generated, 8), --compare
-// (per layer of each sparse run: oracle metrics and output error vs dense; ~3x the attention work),
-// --probe (the dense run of each instance also scores every sparse configuration's mask against the
-// oracle on its real q/k: density, mass recall, block F1 per layer and head), --probe-outputs (and
-// their attention output error vs dense, per layer), --accuracy 0 (skip the sparse generation runs:
-// mask metrics only), --layers (per-layer and per-head rows in the JSON), --dump DIR (q/k .npy of the first task's dense run), --backend cpu|reference,
-// --threads N. Without --gguf the model is looked up as llm_model_path() says (llm.hpp).
+// Options: --block B (128), --offset paper,released (RR's sampling offsets: each is a method of
+// its own), --new N (tokens generated, 8), --compare (per layer of each sparse run: oracle metrics
+// and output error vs dense; ~3x the attention work), --probe (the dense run of each instance also
+// scores every sparse configuration's mask against the oracle on its real q/k: density, mass
+// recall, block F1 per layer and head, and where the mask differs from the oracle's), --probe-tau,
+// --probe-stride (the probes' τ and S lists; default --tau and --stride), --probe-protect (lists of
+// protections the probes run under: published, none, or sink/diagonal/last_row joined by '+'),
+// --probe-outputs (and their attention output error vs dense, per layer), --accuracy 0 (skip the
+// sparse generation runs: mask metrics only), --layers (per-layer and per-head rows in the JSON),
+// --dump DIR (q/k .npy of the first task's dense run: q_LL.npy [heads, tokens, head_dim] and
+// k_LL.npy [kv_heads, tokens, head_dim] per layer LL, f32; `ariadne prefill --q/--k` reads them),
+// --backend cpu|reference, --threads N. Without --gguf the model is looked up as llm_model_path()
+// says (llm.hpp).
 // Every run of a task instance under dense is the anchor of its accuracy ratio.
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <sstream>
 
 #include "ariadne/gguf.hpp"
 #include "ariadne/llm.hpp"
@@ -34,24 +42,70 @@ struct MethodSpec {
   std::string name;  // "dense" or an estimator
   double tau = 1;
   int stride = 0;
+  RROffset offset = RROffset::paper;  // rr only
+  std::string protect = "published";  // a --probe-protect entry
   std::string label() const {
     if (name == "dense") return "dense";
     std::ostringstream os;
-    os << name << " tau=" << tau << " S=" << stride;
+    os << name;
+    if (name == "rr") os << " " << rr_offset_name(offset);
+    os << " tau=" << tau << " S=" << stride;
+    if (protect != "published") os << " protect=" << protect;
     return os.str();
   }
 };
+
+// "published" (each method's own), "none", or protections joined by '+': sink, diagonal, last_row.
+std::optional<Protections> parse_protect(const std::string& s) {
+  if (s == "published") return std::nullopt;
+  Protections p;
+  if (s == "none") return p;
+  size_t a = 0;
+  while (a <= s.size()) {
+    const size_t b = std::min(s.find('+', a), s.size());
+    const std::string w = s.substr(a, b - a);
+    if (w == "sink") p.sink = true;
+    else if (w == "diagonal") p.diagonal = true;
+    else if (w == "last_row") p.last_row = true;
+    else ARIADNE_CHECK(false, "llm: --probe-protect entry '", s, "' has '", w,
+                       "', expected published, none, or sink/diagonal/last_row joined by '+'");
+    a = b + 1;
+  }
+  return p;
+}
+
+EstimateConfig estimate_config(const MethodSpec& m, int32_t block) {
+  EstimateConfig ec;
+  ec.method = parse_estimator(m.name);
+  ec.tau = m.tau;
+  ec.stride = m.stride;
+  ec.block = block;
+  ec.offset = m.offset;
+  ec.protect = parse_protect(m.protect);
+  return ec;
+}
+
+json breakdown_json(const MaskBreakdown& b) {
+  return json{{"visible", b.visible}, {"kept", b.kept}, {"truth", b.truth}, {"tp", b.true_positive},
+              {"fp_last_row", b.fp_last_row}, {"fp_sink", b.fp_sink}, {"fp_diagonal", b.fp_diagonal},
+              {"fp_other", b.fp_other}, {"fn_last_row", b.fn_last_row}, {"fn_sink", b.fn_sink},
+              {"fn_diagonal", b.fn_diagonal}, {"fn_other", b.fn_other}};
+}
 
 // Sums over layers (and heads) of mask metrics, for means over task instances.
 struct LayerSums {
   int n = 0;
   std::vector<double> density, recall, f1, err;
   std::vector<std::vector<double>> recall_head, f1_head;
+  std::vector<std::vector<MaskBreakdown>> breakdown;  // [layer][head], summed over instances
   void add(const std::vector<const LayerTrace*>& layers) {
     const size_t L = layers.size();
     density.resize(L), recall.resize(L), f1.resize(L), err.resize(L), recall_head.resize(L), f1_head.resize(L);
+    breakdown.resize(L);
     for (size_t l = 0; l < L; ++l) {
       const LayerTrace& t = *layers[l];
+      breakdown[l].resize(t.breakdown_per_head.size());
+      for (size_t h = 0; h < t.breakdown_per_head.size(); ++h) breakdown[l][h] += t.breakdown_per_head[h];
       density[l] += t.density, recall[l] += t.mass_recall, f1[l] += t.f1, err[l] += t.out_rel_err;
       recall_head[l].resize(t.mass_recall_per_head.size());
       f1_head[l].resize(t.f1_per_head.size());
@@ -73,16 +127,25 @@ struct LayerSums {
     json j = {{"instances", n}, {"density", mean(density) / n}, {"mass_recall", mean(recall) / n},
               {"f1", mean(f1) / n}, {"out_rel_err", mean(err) / n}};
     json pl = json::array();
+    MaskBreakdown all;
     for (size_t l = 0; l < density.size(); ++l) {
       json e = {{"layer", l}, {"density", density[l] / n}, {"mass_recall", recall[l] / n}, {"f1", f1[l] / n},
                 {"out_rel_err", err[l] / n}};
+      MaskBreakdown layer;
+      for (const MaskBreakdown& b : breakdown[l]) layer += b;
+      all += layer;
       if (heads) {
         e["mass_recall_per_head"] = scaled(recall_head[l]);
         e["f1_per_head"] = scaled(f1_head[l]);
+        e["breakdown"] = breakdown_json(layer);
+        json bh = json::array();
+        for (const MaskBreakdown& b : breakdown[l]) bh.push_back(breakdown_json(b));
+        e["breakdown_per_head"] = bh;
       }
       pl.push_back(e);
     }
     j["per_layer"] = pl;
+    j["breakdown"] = breakdown_json(all);  // block counts summed over layers, heads and instances
     return j;
   }
 };
@@ -112,7 +175,6 @@ int run_llm(const cli::Args& args) {
   const LlamaConfig& c = model.config();
   const int n_new = int(args.integer("new", 8));
   const int32_t block = int32_t(args.integer("block", 128));
-  const RROffset offset = parse_rr_offset(args.str("offset", "paper"));
   const Backend backend = args.has("backend") ? parse_backend(args.str("backend", "auto")) : Backend::automatic;
   const json model_json = {{"file", path}, {"layers", c.layers}, {"dim", c.dim}, {"heads", c.heads},
                            {"kv_heads", c.kv_heads}, {"head_dim", c.head_dim}, {"vocab", c.vocab},
@@ -137,14 +199,21 @@ int run_llm(const cli::Args& args) {
   std::vector<MethodSpec> methods;
   const auto taus = args.list("tau", "0.95");
   const auto strides = args.list("stride", "8");
+  std::vector<RROffset> offsets;
+  for (const std::string& o : args.list("offset", "paper")) offsets.push_back(parse_rr_offset(o));
+  std::vector<std::string> estimators;
   for (const std::string& m : args.list("method", "rr")) {
     if (m == "dense") {
       methods.push_back({"dense", 1, 0});
       continue;
     }
     parse_estimator(m);  // validates the name
-    for (const std::string& t : taus)
-      for (const std::string& s : strides) methods.push_back({m, std::stod(t), std::stoi(s)});
+    estimators.push_back(m);
+    for (const RROffset o : offsets) {
+      for (const std::string& t : taus)
+        for (const std::string& s : strides) methods.push_back({m, std::stod(t), std::stoi(s), o});
+      if (m != "rr") break;  // the offset is RR's alone
+    }
   }
   // The anchor runs first so each instance has its dense answer.
   if (methods.front().name != "dense") methods.insert(methods.begin(), MethodSpec{"dense", 1, 0});
@@ -157,17 +226,23 @@ int run_llm(const cli::Args& args) {
   const bool probe = args.flag("probe");
   const bool probe_outputs = args.flag("probe-outputs");
   const bool accuracy = args.integer("accuracy", 1) != 0;
-  std::vector<EstimateConfig> probes;
-  for (const MethodSpec& m : methods) {
-    if (m.name == "dense") continue;
-    EstimateConfig ec;
-    ec.method = parse_estimator(m.name);
-    ec.tau = m.tau;
-    ec.stride = m.stride;
-    ec.block = block;
-    ec.offset = offset;
-    probes.push_back(ec);
+  // Probe configurations: every estimator (and RR offset) of the runs, at the probe τ, S and
+  // protections (by default the runs' τ and S with each method's published protections).
+  std::vector<MethodSpec> probe_specs;
+  for (const std::string& m : estimators) {
+    if (m == "oracle") continue;  // its own ground truth
+    for (const RROffset o : offsets) {
+      for (const std::string& t : args.list("probe-tau", args.str("tau", "0.95")))
+        for (const std::string& s : args.list("probe-stride", args.str("stride", "8")))
+          for (const std::string& pr : args.list("probe-protect", "published")) {
+            parse_protect(pr);  // validates
+            probe_specs.push_back({m, std::stod(t), std::stoi(s), o, pr});
+          }
+      if (m != "rr") break;
+    }
   }
+  std::vector<EstimateConfig> probes;
+  for (const MethodSpec& m : probe_specs) probes.push_back(estimate_config(m, block));
   const bool layers = args.flag("layers");
   const std::string dump = args.str("dump", "");
   args.reject_unused();
@@ -187,13 +262,7 @@ int run_llm(const cli::Args& args) {
             po.method.dense = m.name == "dense";
             po.method.attention_backend = backend;
             po.compare = compare;
-            if (!po.method.dense) {
-              po.method.estimate.method = parse_estimator(m.name);
-              po.method.estimate.tau = m.tau;
-              po.method.estimate.stride = m.stride;
-              po.method.estimate.block = block;
-              po.method.estimate.offset = offset;
-            }
+            if (!po.method.dense) po.method.estimate = estimate_config(m, block);
             if (po.method.dense && probe) {
               po.probes = probes;
               po.probe_outputs = probe_outputs;
@@ -207,7 +276,8 @@ int run_llm(const cli::Args& args) {
             const std::string text = tok.decode(gen);
             const bool ok = retrieval_correct(text, task.answer);
             json run = {{"task", kind}, {"tokens", task.tokens}, {"depth", task.depth}, {"seed", task.seed},
-                        {"method", m.name}, {"tau", m.tau}, {"stride", m.stride}, {"answer", task.answer},
+                        {"method", m.name}, {"tau", m.tau}, {"stride", m.stride},
+                        {"offset", m.name == "rr" ? rr_offset_name(m.offset) : ""}, {"answer", task.answer},
                         {"generated", text}, {"correct", ok}, {"density", tr.density},
                         {"ms_prefill", tr.ms_total}, {"ms_attention", tr.ms_attention},
                         {"ms_estimate", tr.ms_estimate}};
@@ -232,13 +302,10 @@ int run_llm(const cli::Args& args) {
               }
             }
             if (!po.probes.empty()) {
-              size_t i = 0;
-              for (const MethodSpec& pm : methods) {
-                if (pm.name == "dense") continue;
+              for (size_t i = 0; i < probe_specs.size(); ++i) {
                 std::vector<const LayerTrace*> pl;
                 for (const LayerTrace& t : tr.layers) pl.push_back(&t.probes[i]);
-                agg[kind + "/" + len + "/" + pm.label()].probe.add(pl);
-                ++i;
+                agg[kind + "/" + len + "/" + probe_specs[i].label()].probe.add(pl);
               }
             }
             // Progress on stderr in every mode: long sweeps can be read (and salvaged) while they run.
@@ -267,7 +334,7 @@ int run_llm(const cli::Args& args) {
     summary.push_back(s);
   }
   if (args.json()) {
-    cli::print_json({{"model", model_json}, {"block", block}, {"offset", rr_offset_name(offset)},
+    cli::print_json({{"model", model_json}, {"block", block}, {"offsets", args.list("offset", "paper")},
                      {"new_tokens", n_new}, {"summary", summary}, {"runs", runs}});
   } else {
     std::cout << "| case | runs | accuracy | vs dense | density | s/prefill | probe density | mass recall | block F1 "
