@@ -20,7 +20,7 @@ for len in $lengths; do
       "$bin" llm --threads 1 --task "$task" --tokens "$len" --seed "$seed" --seeds 1 \
         --depths "${DEPTHS:-0.1,0.3,0.5,0.7,0.9}" --method dense,rr,xattn,oracle --offset paper,released \
         --tau "${TAU:-0.95}" --stride "${STRIDE:-8}" --probe --probe-tau 0.9,0.95 --probe-stride 8,16 \
-        --probe-protect published,none --new 7 --layers --json "$@" >"$out.tmp" 2>"$out.err"
+        --probe-protect "${PROTECT:-published,none,sink+diagonal}" --new 7 --layers --json "$@" >"$out.tmp" 2>"$out.err"
       mv "$out.tmp" "$out"
     done
   done

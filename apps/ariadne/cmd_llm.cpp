@@ -5,6 +5,11 @@
 //   ariadne llm --gguf FILE --task passkey,niah --tokens 1024,2048 --method dense,rr,xattn
 //               --tau 0.9,0.95 --stride 8,16 --seeds 4 --depths 0.1,0.5,0.9 --compare --json
 //   ariadne llm --gguf FILE --prompt "The capital of France is" --new 8
+//   ariadne llm --gguf FILE --task passkey --tokens 8192 --depths 0.5 --method dense --dump DIR
+//   ariadne llm --qk DIR --method rr,xattn --offset paper,released --tau 0.95 --stride 8,16 --repeat 3
+//               (the estimators on the dumped real heads of every layer, no model: estimate time,
+//               density, mass recall, block F1, and with v_LL.npy attention time and output error;
+//               --layer L,... picks layers)
 //
 // Options: --block B (128), --offset paper,released (RR's sampling offsets: each is a method of
 // its own), --new N (tokens generated, 8), --compare (per layer of each sparse run: oracle metrics
@@ -16,11 +21,13 @@
 // --probe-outputs (and their attention output error vs dense, per layer), --accuracy 0 (skip the
 // sparse generation runs: mask metrics only), --layers (per-layer and per-head rows in the JSON),
 // --dump DIR (q/k .npy of the first task's dense run: q_LL.npy [heads, tokens, head_dim] and
-// k_LL.npy [kv_heads, tokens, head_dim] per layer LL, f32; `ariadne prefill --q/--k` reads them),
+// k_LL.npy, v_LL.npy [kv_heads, tokens, head_dim] per layer LL, f32, q/k after RoPE; --qk reads them),
 // --backend cpu|reference, --threads N. Without --gguf the model is looked up as llm_model_path()
 // says (llm.hpp).
 // Every run of a task instance under dense is the anchor of its accuracy ratio.
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -30,6 +37,7 @@
 #include "ariadne/gguf.hpp"
 #include "ariadne/llm.hpp"
 #include "ariadne/llm_tasks.hpp"
+#include "ariadne/npy.hpp"
 #include "ariadne/tokenizer.hpp"
 #include "cli.hpp"
 
@@ -164,7 +172,162 @@ json layer_json(const LayerTrace& t) {
               {"ms_estimate", t.ms_estimate}, {"ms_attention", t.ms_attention}};
 }
 
+// Head-major [heads, tokens, dim] (the dump layout) to packed [tokens, heads, dim].
+std::vector<float> packed(const NpyArray& a, const std::string& what) {
+  ARIADNE_CHECK(a.shape.size() == 3, a.name, ": ", what, " must be [heads, tokens, head_dim], got ", a.shape.size(),
+                " dims");
+  const int64_t H = a.shape[0], n = a.shape[1], d = a.shape[2];
+  const std::vector<float> src = a.to_float();
+  std::vector<float> out(src.size());
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t t = 0; t < n; ++t) std::copy_n(src.data() + (h * n + t) * d, d, out.data() + (t * H + h) * d);
+  return out;
+}
+
+// --qk DIR: the estimators on dumped real heads, without the model. Per layer found in DIR
+// (q_LL.npy, k_LL.npy, and v_LL.npy for the attention side): each configuration's estimate time
+// (best of --repeat) and mask quality against the oracle; with v, the block-sparse attention time
+// and output error against dense attention on the same q/k/v.
+int run_qk(const cli::Args& args) {
+  namespace fs = std::filesystem;
+  const std::string dir = args.str("qk", "");
+  if (args.has("threads")) set_cpu_threads(int(args.integer("threads", 2)));
+  const int32_t block = int32_t(args.integer("block", 128));
+  const int repeat = int(std::max<int64_t>(1, args.integer("repeat", 1)));
+  std::vector<MethodSpec> specs;
+  for (const std::string& m : args.list("method", "rr,xattn")) {
+    parse_estimator(m);
+    for (const std::string& o : args.list("offset", "paper")) {
+      for (const std::string& t : args.list("tau", "0.95"))
+        for (const std::string& st : args.list("stride", "8"))
+          for (const std::string& pr : args.list("probe-protect", "published")) {
+            parse_protect(pr);
+            specs.push_back({m, std::stod(t), std::stoi(st), parse_rr_offset(o), pr});
+          }
+      if (m != "rr") break;
+    }
+  }
+  std::vector<int> layer_ids;
+  if (args.has("layer")) {
+    for (const std::string& l : args.list("layer", "0")) layer_ids.push_back(std::stoi(l));
+  } else {
+    for (int l = 0; l < 1000; ++l) {
+      char name[32];
+      std::snprintf(name, sizeof name, "/q_%02d.npy", l);
+      if (fs::exists(dir + name)) layer_ids.push_back(l);
+    }
+  }
+  ARIADNE_CHECK(!layer_ids.empty(), "llm --qk: no q_LL.npy in '", dir, "'");
+  args.reject_unused();
+
+  json layers = json::array();
+  std::map<std::string, std::vector<double>> sums;  // label -> ms, density, recall, f1, err, ms_attn
+  for (const int l : layer_ids) {
+    char sfx[16];
+    std::snprintf(sfx, sizeof sfx, "%02d.npy", l);
+    const NpyArray qa = read_npy(dir + "/q_" + sfx), ka = read_npy(dir + "/k_" + sfx);
+    ARIADNE_CHECK(ka.shape.size() == 3 && qa.shape.size() == 3 && ka.shape[2] == qa.shape[2] &&
+                      ka.shape[1] >= qa.shape[1] && ka.shape[0] > 0 && qa.shape[0] % ka.shape[0] == 0,
+                  dir, "/k_", sfx, ": expected [kv_heads, tokens >= the q tokens, head_dim] with kv_heads dividing "
+                  "the q heads and the head_dim of q_", sfx);
+    const int64_t H = qa.shape[0], n = qa.shape[1], d = qa.shape[2], Hk = ka.shape[0], nk = ka.shape[1];
+    std::vector<float> q = packed(qa, "q"), k = packed(ka, "k"), v;
+    const bool with_v = fs::exists(dir + "/v_" + sfx);
+    if (with_v) {
+      const NpyArray va = read_npy(dir + "/v_" + sfx);
+      ARIADNE_CHECK(va.shape == ka.shape, va.name, ": v must have k's shape");
+      v = packed(va, "v");
+    }
+    const int32_t cu_q[2] = {0, int32_t(n)}, cu_k[2] = {0, int32_t(nk)};
+    AttentionParams p;
+    p.q = make_view(q.data(), DType::f32, {n, H, d});
+    p.k = make_view(k.data(), DType::f32, {nk, Hk, d});
+    p.pattern = n == nk ? Pattern::causal() : Pattern::causal().with_varlen(1, cu_q, cu_k);
+    std::vector<float> dense_out, out;
+    double ms_dense = 0;
+    if (with_v) {
+      p.v = make_view(v.data(), DType::f32, {nk, Hk, d});
+      dense_out.resize(q.size());
+      out.resize(q.size());
+      p.out = make_view(dense_out.data(), DType::f32, {n, H, d});
+      PrefillConfig dc;
+      dc.dense = true;
+      for (int i = 0; i < repeat; ++i) {
+        const double ms = ariadne::prefill(p, dc).stats.ms_attention;
+        ms_dense = i == 0 ? ms : std::min(ms_dense, ms);
+      }
+      p.out = make_view(out.data(), DType::f32, {n, H, d});
+    }
+    json lj = {{"layer", l}, {"tokens", n}, {"heads", H}, {"kv_heads", Hk}, {"ms_dense_attention", ms_dense}};
+    json cfgs = json::array();
+    std::map<double, EstimateResult> oracles;
+    for (const MethodSpec& m : specs) {
+      const EstimateConfig ec = estimate_config(m, block);
+      if (!oracles.count(ec.tau)) {
+        EstimateConfig oc = ec;
+        oc.method = Estimator::oracle;
+        oc.protect.reset();
+        oracles.emplace(ec.tau, estimate(p.q, p.k, p.pattern, oc, Backend::cpu));
+      }
+      const EstimateResult& oracle = oracles.at(ec.tau);
+      EstimateResult est;
+      double ms = 0;
+      for (int i = 0; i < repeat; ++i) {
+        est = estimate(p.q, p.k, p.pattern, ec, Backend::cpu);
+        ms = i == 0 ? est.stats.ms_total : std::min(ms, est.stats.ms_total);
+      }
+      const MaskMetrics mm = compare_to_oracle(est.mask, oracle);
+      MaskBreakdown all;
+      for (const MaskBreakdown& b : mask_breakdown(est.mask, oracle)) all += b;
+      json cj = {{"config", m.label()}, {"ms_estimate", ms}, {"density", est.stats.density},
+                 {"mass_recall", mm.mass_recall}, {"precision", mm.precision}, {"recall", mm.recall}, {"f1", mm.f1},
+                 {"breakdown", breakdown_json(all)}};
+      double err = 0, ms_attn = 0;
+      if (with_v) {
+        PrefillConfig pc;
+        pc.estimate = ec;
+        for (int i = 0; i < repeat; ++i) {
+          const double t = ariadne::prefill(p, pc).stats.ms_attention;
+          ms_attn = i == 0 ? t : std::min(ms_attn, t);
+        }
+        double num = 0, den = 0;
+        for (size_t i = 0; i < out.size(); ++i) {
+          num += (double(out[i]) - dense_out[i]) * (double(out[i]) - dense_out[i]);
+          den += double(dense_out[i]) * dense_out[i];
+        }
+        err = den > 0 ? std::sqrt(num / den) : 0;
+        cj["ms_attention"] = ms_attn;
+        cj["out_rel_err"] = err;
+      }
+      std::vector<double>& sm = sums[m.label()];
+      sm.resize(6, 0.0);
+      const double vals[6] = {ms, est.stats.density, mm.mass_recall, mm.f1, err, ms_attn};
+      for (size_t i = 0; i < 6; ++i) sm[i] += vals[i];
+      cfgs.push_back(cj);
+    }
+    lj["configs"] = cfgs;
+    layers.push_back(lj);
+  }
+  const double nl = double(layer_ids.size());
+  if (args.json()) {
+    json summary = json::array();
+    for (const auto& [label, sm] : sums)
+      summary.push_back({{"config", label}, {"ms_estimate", sm[0] / nl}, {"density", sm[1] / nl},
+                         {"mass_recall", sm[2] / nl}, {"f1", sm[3] / nl}, {"out_rel_err", sm[4] / nl},
+                         {"ms_attention", sm[5] / nl}});
+    cli::print_json({{"qk", dir}, {"block", block}, {"repeat", repeat}, {"summary", summary}, {"layers", layers}});
+  } else {
+    std::cout << "| config (mean over " << layer_ids.size() << " layers) | ms estimate | density | mass recall | block F1 "
+              << "| out err | ms attention |\n| --- | --- | --- | --- | --- | --- | --- |\n";
+    for (const auto& [label, sm] : sums)
+      std::cout << "| " << label << " | " << sm[0] / nl << " | " << sm[1] / nl << " | " << sm[2] / nl << " | "
+                << sm[3] / nl << " | " << sm[4] / nl << " | " << sm[5] / nl << " |\n";
+  }
+  return 0;
+}
+
 int run_llm(const cli::Args& args) {
+  if (args.has("qk")) return run_qk(args);
   std::string path = args.str("gguf", "");
   if (path.empty()) path = llm_model_path();
   ARIADNE_CHECK(!path.empty(), "llm: no --gguf given and no model found (", llm_model_hint(), ")");
