@@ -17,10 +17,13 @@ for len in $lengths; do
     for task in $tasks; do
       out=$dir/$task-$len-s$seed.json
       [ -s "$out" ] && continue
+      # The answer's digits are one token each, after a space: 5 (passkey) or 7 (niah), and a spare.
+      new=7
+      [ "$task" = niah ] && new=9
       "$bin" llm --threads 1 --task "$task" --tokens "$len" --seed "$seed" --seeds 1 \
         --depths "${DEPTHS:-0.1,0.3,0.5,0.7,0.9}" --method dense,rr,xattn,oracle --offset paper,released \
         --tau "${TAU:-0.95}" --stride "${STRIDE:-8}" --probe --probe-tau 0.9,0.95 --probe-stride 8,16 \
-        --probe-protect "${PROTECT:-published,none,sink+diagonal}" --new 7 --layers --json "$@" >"$out.tmp" 2>"$out.err"
+        --probe-protect "${PROTECT:-published,none,sink+diagonal}" --new "$new" --layers --json "$@" >"$out.tmp" 2>"$out.err"
       mv "$out.tmp" "$out"
     done
   done
