@@ -91,7 +91,8 @@ if runs and not args.no_accuracy:
     for r in runs:
         if r["method"] == "dense":
             continue
-        key = (r["task"], target(r["tokens"]), r["method"], r.get("offset", ""), r["tau"], r["stride"])
+        key = (r["task"], target(r["tokens"]), r["method"], r.get("offset", ""), r["tau"], r["stride"],
+               r.get("protect", "published"))
         groups[key].append(r)
     dense_groups = defaultdict(list)
     for (task, tokens, seed, depth), ok in dense.items():

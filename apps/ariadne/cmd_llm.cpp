@@ -18,7 +18,9 @@
 // recall, block F1 per layer and head, and where the mask differs from the oracle's), --probe-tau,
 // --probe-stride (the probes' τ and S lists; default --tau and --stride), --probe-protect (lists of
 // protections the probes run under: published, none, or sink/diagonal/last_row joined by '+'),
-// --probe-outputs (and their attention output error vs dense, per layer), --accuracy 0 (skip the
+// --run-protect (the same lists for the generation runs, where "+previous" also keeps key block
+// diag(m) − 1 in every row: an experiment), --probe-outputs (and their attention output error vs
+// dense, per layer), --accuracy 0 (skip the
 // sparse generation runs: mask metrics only), --layers (per-layer and per-head rows in the JSON),
 // --dump DIR (q/k .npy of the first task's dense run: q_LL.npy [heads, tokens, head_dim] and
 // k_LL.npy, v_LL.npy [kv_heads, tokens, head_dim] per layer LL, f32, q/k after RoPE; --qk reads them),
@@ -63,23 +65,40 @@ struct MethodSpec {
   }
 };
 
-// "published" (each method's own), "none", or protections joined by '+': sink, diagonal, last_row.
-std::optional<Protections> parse_protect(const std::string& s) {
-  if (s == "published") return std::nullopt;
-  Protections p;
-  if (s == "none") return p;
+std::vector<std::string> split_plus(const std::string& s) {
+  std::vector<std::string> out;
   size_t a = 0;
   while (a <= s.size()) {
     const size_t b = std::min(s.find('+', a), s.size());
-    const std::string w = s.substr(a, b - a);
-    if (w == "sink") p.sink = true;
-    else if (w == "diagonal") p.diagonal = true;
-    else if (w == "last_row") p.last_row = true;
-    else ARIADNE_CHECK(false, "llm: --probe-protect entry '", s, "' has '", w,
-                       "', expected published, none, or sink/diagonal/last_row joined by '+'");
+    out.push_back(s.substr(a, b - a));
     a = b + 1;
   }
+  return out;
+}
+
+// "published" (each method's own), "none", or protections joined by '+': sink, diagonal,
+// last_row; "previous" may be added to any of them (generation runs only: PrefillOptions::keep_previous).
+std::optional<Protections> parse_protect(const std::string& s) {
+  Protections p;
+  bool published = false, explicit_set = false;
+  for (const std::string& w : split_plus(s)) {
+    if (w == "published") published = true;
+    else if (w == "none" || w == "previous") continue;
+    else if (w == "sink") p.sink = explicit_set = true;
+    else if (w == "diagonal") p.diagonal = explicit_set = true;
+    else if (w == "last_row") p.last_row = explicit_set = true;
+    else ARIADNE_CHECK(false, "llm: protections '", s, "' have '", w,
+                       "', expected published, none, or sink/diagonal/last_row (and previous) joined by '+'");
+  }
+  ARIADNE_CHECK(!(published && explicit_set), "llm: protections '", s, "' mix published with explicit ones");
+  if (published) return std::nullopt;
   return p;
+}
+
+bool keeps_previous(const std::string& s) {
+  for (const std::string& w : split_plus(s))
+    if (w == "previous") return true;
+  return false;
 }
 
 EstimateConfig estimate_config(const MethodSpec& m, int32_t block) {
@@ -374,7 +393,11 @@ int run_llm(const cli::Args& args) {
     estimators.push_back(m);
     for (const RROffset o : offsets) {
       for (const std::string& t : taus)
-        for (const std::string& s : strides) methods.push_back({m, std::stod(t), std::stoi(s), o});
+        for (const std::string& s : strides)
+          for (const std::string& pr : args.list("run-protect", "published")) {
+            parse_protect(pr);  // validates
+            methods.push_back({m, std::stod(t), std::stoi(s), o, pr});
+          }
       if (m != "rr") break;  // the offset is RR's alone
     }
   }
@@ -425,7 +448,10 @@ int run_llm(const cli::Args& args) {
             po.method.dense = m.name == "dense";
             po.method.attention_backend = backend;
             po.compare = compare;
-            if (!po.method.dense) po.method.estimate = estimate_config(m, block);
+            if (!po.method.dense) {
+              po.method.estimate = estimate_config(m, block);
+              po.keep_previous = keeps_previous(m.protect);
+            }
             if (po.method.dense && probe) {
               po.probes = probes;
               po.probe_outputs = probe_outputs;
@@ -440,7 +466,8 @@ int run_llm(const cli::Args& args) {
             const bool ok = retrieval_correct(text, task.answer);
             json run = {{"task", kind}, {"tokens", task.tokens}, {"depth", task.depth}, {"seed", task.seed},
                         {"method", m.name}, {"tau", m.tau}, {"stride", m.stride},
-                        {"offset", m.name == "rr" ? rr_offset_name(m.offset) : ""}, {"answer", task.answer},
+                        {"offset", m.name == "rr" ? rr_offset_name(m.offset) : ""}, {"protect", m.protect},
+                        {"answer", task.answer},
                         {"generated", text}, {"correct", ok}, {"density", tr.density},
                         {"ms_prefill", tr.ms_total}, {"ms_attention", tr.ms_attention},
                         {"ms_estimate", tr.ms_estimate}};

@@ -82,6 +82,9 @@ struct PrefillOptions {
   // One prefill thus scores many configurations on identical real heads.
   std::vector<EstimateConfig> probes;
   bool probe_outputs = false;
+  // An experiment, not part of any published method: the run's mask (not the probes') also keeps
+  // key block diag(m) − 1 in every row, the local window of each query block's first queries.
+  bool keep_previous = false;
 };
 
 struct PrefillTrace {

@@ -82,6 +82,40 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// The run's prefill; with keep_previous the estimate's mask also gets key block diag(m) − 1 of
+// every row before the attention runs (PrefillOptions::keep_previous).
+PrefillResult run_prefill(const AttentionParams& p, const PrefillConfig& method, bool keep_previous) {
+  if (method.dense || !keep_previous) return ariadne::prefill(p, method);
+  PrefillResult r;
+  const auto t0 = Clock::now();
+  r.estimate = estimate(p.q, p.k, p.pattern, method.estimate, method.estimate_backend);
+  BlockMask& mk = r.estimate.mask;
+  std::vector<int32_t> cols, ptr(1, 0);
+  int64_t visible = 0;
+  for (int64_t row = 0; row < mk.rows(); ++row) {
+    const int64_t nvis = r.estimate.visible(row);
+    std::vector<int32_t> list(mk.col_idx.begin() + mk.row_ptr[size_t(row)],
+                              mk.col_idx.begin() + mk.row_ptr[size_t(row) + 1]);
+    const int32_t prev = int32_t(nvis - 2);
+    if (nvis >= 2 && !std::binary_search(list.begin(), list.end(), prev))
+      list.insert(std::lower_bound(list.begin(), list.end(), prev), prev);
+    cols.insert(cols.end(), list.begin(), list.end());
+    ptr.push_back(int32_t(cols.size()));
+    visible += nvis;
+  }
+  mk.row_ptr = std::move(ptr);
+  r.stats.density = visible ? double(cols.size()) / double(visible) : 1.0;
+  mk.col_idx = std::move(cols);
+  r.stats.ms_estimate = ms_since(t0);
+  AttentionParams pa = p;
+  pa.pattern = p.pattern.with_blocks(mk.view());
+  const auto t1 = Clock::now();
+  attention(pa, method.attention_backend);
+  r.stats.ms_attention = ms_since(t1);
+  r.stats.ms_total = ms_since(t0);
+  return r;
+}
+
 }  // namespace
 
 MaskBreakdown& MaskBreakdown::operator+=(const MaskBreakdown& o) {
@@ -317,7 +351,7 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
         t.f1_per_head.clear();
         for (const MaskBreakdown& b : t.breakdown_per_head) t.f1_per_head.push_back(f1_of(b));
       };
-      const PrefillResult r = ariadne::prefill(p, method);
+      const PrefillResult r = run_prefill(p, method, opt->keep_previous);
       lt.density = r.stats.density;
       lt.ms_estimate = r.stats.ms_estimate;
       lt.ms_attention = r.stats.ms_attention;

@@ -377,6 +377,40 @@ TEST(Llm, ProbesAtSeveralTausMatchProbingEachAlone) {
   }
 }
 
+// keep_previous (an experiment): at τ 1 every block is kept anyway, so the logits do not move; at
+// a low τ it adds blocks (density up) and only to the run that asks for it.
+TEST(Llm, KeepPreviousAddsTheBlockLeftOfTheDiagonal) {
+  const std::vector<uint8_t> bytes = tiny_llama_bytes(false);
+  const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
+  LlamaModel m = LlamaModel::from_gguf(f);
+  const std::vector<int32_t> tokens = random_tokens(300, 8);
+  PrefillOptions po;
+  po.method.estimate.method = Estimator::oracle;
+  po.method.estimate.block = 32;
+  po.method.estimate.tau = 1.0;
+  PrefillOptions prev = po;
+  prev.keep_previous = true;
+  EXPECT_EQ(m.prefill(tokens, po), m.prefill(tokens, prev));
+  po.method.estimate.tau = prev.method.estimate.tau = 0.3;
+  po.compare = prev.compare = true;
+  PrefillTrace a, b;
+  m.prefill(tokens, po, &a);
+  m.prefill(tokens, prev, &b);
+  // Layer 0 sees the same q/k in both runs (later layers diverge): the same oracle, and per head at
+  // most one block more in each of the 9 rows (of 10 query blocks) that have a block left of the diagonal.
+  int64_t added = 0;
+  for (int h = 0; h < kHeads; ++h) {
+    const MaskBreakdown& x = a.layers[0].breakdown_per_head[size_t(h)];
+    const MaskBreakdown& y = b.layers[0].breakdown_per_head[size_t(h)];
+    EXPECT_EQ(x.visible, 55);
+    EXPECT_EQ(y.truth, x.truth);
+    EXPECT_GE(y.kept - x.kept, 0);
+    EXPECT_LE(y.kept - x.kept, 9);
+    added += y.kept - x.kept;
+  }
+  EXPECT_GT(added, 0);  // τ 0.3 on random heads drops some of those blocks
+}
+
 TEST(Llm, RefusesBadModels) {
   std::vector<uint8_t> bytes = tiny_llama_bytes(false);
   const GgufFile ok = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
