@@ -116,7 +116,8 @@ json breakdown_json(const MaskBreakdown& b) {
   return json{{"visible", b.visible}, {"kept", b.kept}, {"truth", b.truth}, {"tp", b.true_positive},
               {"fp_last_row", b.fp_last_row}, {"fp_sink", b.fp_sink}, {"fp_diagonal", b.fp_diagonal},
               {"fp_other", b.fp_other}, {"fn_last_row", b.fn_last_row}, {"fn_sink", b.fn_sink},
-              {"fn_diagonal", b.fn_diagonal}, {"fn_other", b.fn_other}};
+              {"fn_diagonal", b.fn_diagonal}, {"fn_other", b.fn_other}, {"rows_with_previous", b.rows_with_previous},
+              {"previous_dropped", b.previous_dropped}, {"previous_dropped_by_oracle", b.previous_dropped_by_oracle}};
 }
 
 // Sums over layers (and heads) of mask metrics, for means over task instances.

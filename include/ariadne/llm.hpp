@@ -51,6 +51,9 @@ struct MaskBreakdown {
   int64_t visible = 0, kept = 0, truth = 0, true_positive = 0;
   int64_t fp_last_row = 0, fp_sink = 0, fp_diagonal = 0, fp_other = 0;  // kept, not in the oracle's mask
   int64_t fn_last_row = 0, fn_sink = 0, fn_diagonal = 0, fn_other = 0;  // in the oracle's mask, not kept
+  // Rows with a key block left of the diagonal (diag(m) − 1), and those of them whose mask lacks
+  // it: the local window of the query block's first queries (the oracle's own count alongside).
+  int64_t rows_with_previous = 0, previous_dropped = 0, previous_dropped_by_oracle = 0;
   MaskBreakdown& operator+=(const MaskBreakdown& o);
 };
 

@@ -122,6 +122,8 @@ MaskBreakdown& MaskBreakdown::operator+=(const MaskBreakdown& o) {
   visible += o.visible, kept += o.kept, truth += o.truth, true_positive += o.true_positive;
   fp_last_row += o.fp_last_row, fp_sink += o.fp_sink, fp_diagonal += o.fp_diagonal, fp_other += o.fp_other;
   fn_last_row += o.fn_last_row, fn_sink += o.fn_sink, fn_diagonal += o.fn_diagonal, fn_other += o.fn_other;
+  rows_with_previous += o.rows_with_previous, previous_dropped += o.previous_dropped;
+  previous_dropped_by_oracle += o.previous_dropped_by_oracle;
   return *this;
 }
 
@@ -154,6 +156,11 @@ std::vector<MaskBreakdown> mask_breakdown(const BlockMask& mask, const EstimateR
           in_truth[size_t(truth.col_idx[size_t(i)])] = 1;
         MaskBreakdown& b = out[size_t(h)];
         b.visible += nvis;
+        if (nvis >= 2) {
+          ++b.rows_with_previous;
+          b.previous_dropped += !in_mask[size_t(nvis - 2)];
+          b.previous_dropped_by_oracle += !in_truth[size_t(nvis - 2)];
+        }
         for (int64_t n = 0; n < nvis; ++n) {
           const bool a = in_mask[size_t(n)], t = in_truth[size_t(n)];
           b.kept += a, b.truth += t, b.true_positive += a && t;

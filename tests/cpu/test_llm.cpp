@@ -289,6 +289,11 @@ TEST(Llm, MaskBreakdownCountsEveryDisagreement) {
           };
           MaskBreakdown& w = want[size_t(h)];
           w.visible += nvis;
+          if (nvis >= 2) {
+            ++w.rows_with_previous;
+            w.previous_dropped += !listed(est.mask, nvis - 2);
+            w.previous_dropped_by_oracle += !listed(oracle.mask, nvis - 2);
+          }
           for (int64_t n = 0; n < nvis; ++n) {
             const bool a = listed(est.mask, n), t = listed(oracle.mask, n);
             w.kept += a;
@@ -317,6 +322,9 @@ TEST(Llm, MaskBreakdownCountsEveryDisagreement) {
       EXPECT_EQ(g.kept, w.kept);
       EXPECT_EQ(g.truth, w.truth);
       EXPECT_EQ(g.true_positive, w.true_positive);
+      EXPECT_EQ(g.rows_with_previous, w.rows_with_previous);
+      EXPECT_EQ(g.previous_dropped, w.previous_dropped);
+      EXPECT_EQ(g.previous_dropped_by_oracle, w.previous_dropped_by_oracle);
       EXPECT_EQ(std::vector<int64_t>({g.fp_last_row, g.fp_sink, g.fp_diagonal, g.fp_other, g.fn_last_row, g.fn_sink,
                                       g.fn_diagonal, g.fn_other}),
                 std::vector<int64_t>({w.fp_last_row, w.fp_sink, w.fp_diagonal, w.fp_other, w.fn_last_row, w.fn_sink,
