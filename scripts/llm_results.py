@@ -13,8 +13,8 @@ Tables:
              run's real q/k at every layer against the oracle at the same τ and B: density,
              attention-mass recall, block precision / recall / F1, output error (--probe-outputs),
              and where the kept blocks differ from the oracle's (as shares of the visible blocks).
-  per layer  (--per-layer CASE, a substring of the case name): mass recall, F1, density per layer.
-  per head   (--per-head CASE): F1 and density of each query head, mean over layers, with the
+  per layer  (--per-layer REGEX, searched in the case names): mass recall, F1, density per layer.
+  per head   (--per-head REGEX): F1 and density of each query head, mean over layers, with the
              query RR samples in each stride (paper: S − 1 − h mod S, released: h mod S).
 The length of a case is the target of the prompt (the prompt is up to one filler group shorter).
 """
@@ -31,8 +31,8 @@ def fmt(x, nd=3):
 
 ap = argparse.ArgumentParser()
 ap.add_argument("files", nargs="+")
-ap.add_argument("--per-layer", action="append", default=[], help="cases (substring) for per-layer rows")
-ap.add_argument("--per-head", action="append", default=[], help="cases (substring) for per-head rows")
+ap.add_argument("--per-layer", action="append", default=[], help="cases (regular expression) for per-layer rows")
+ap.add_argument("--per-head", action="append", default=[], help="cases (regular expression) for per-head rows")
 ap.add_argument("--no-accuracy", action="store_true")
 ap.add_argument("--no-masks", action="store_true")
 args = ap.parse_args()
@@ -133,10 +133,11 @@ if probe and not args.no_masks:
     print()
 
 for want in args.per_layer:
-    cases = sorted(c for c in probe if want in c)
+    cases = sorted(c for c in probe if re.search(want, c))
     if not cases:
         continue
-    print(f"Per layer, cases matching '{want}': mass recall (worst head's mean) / block F1 / density")
+    print(f"Per layer, cases matching '{want}': mass recall (worst head's mean) / block F1 / density"
+          " [/ output error vs dense, with --probe-outputs]")
     print()
     print("| layer | " + " | ".join(cases) + " |")
     print("| --- " * (len(cases) + 1) + "|")
@@ -144,13 +145,14 @@ for want in args.per_layer:
         cells = []
         for c in cases:
             L, n = probe[c]["layers"][l], probe[c]["n"]
+            err = L["out_rel_err"] / n
             cells.append(f"{L['mass_recall'] / n:.3f} ({L['min_head_recall'] / n:.3f}) / {L['f1'] / n:.2f} / "
-                         f"{L['density'] / n:.2f}")
+                         f"{L['density'] / n:.2f}" + (f" / {err:.3f}" if err else ""))
         print(f"| {l} | " + " | ".join(cells) + " |")
     print()
 
 for want in args.per_head:
-    cases = sorted(c for c in probe if want in c)
+    cases = sorted(c for c in probe if re.search(want, c))
     if not cases:
         continue
     print(f"Per query head, cases matching '{want}' (mean over layers): block F1 / density / mass recall; "
