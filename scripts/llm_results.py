@@ -35,6 +35,8 @@ ap.add_argument("--per-layer", action="append", default=[], help="cases (regular
 ap.add_argument("--per-head", action="append", default=[], help="cases (regular expression) for per-head rows")
 ap.add_argument("--no-accuracy", action="store_true")
 ap.add_argument("--no-masks", action="store_true")
+ap.add_argument("--compact", help="also write the pooled results here as JSON: every generation run (no per-layer "
+                "data) and per probe case the pooled means, breakdown and per-layer mass recall / F1 / density / error")
 args = ap.parse_args()
 
 CATS = ["last_row", "sink", "diagonal", "other"]
@@ -97,18 +99,19 @@ if runs and not args.no_accuracy:
     dense_groups = defaultdict(list)
     for (task, tokens, seed, depth), ok in dense.items():
         dense_groups[(task, target(tokens))].append(ok)
-    print("| task | tokens | method | RR offset | τ | S | correct | dense correct, same prompts | vs dense | mean density |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| task | tokens | method | RR offset | τ | S | protections | correct | dense correct, same prompts | vs dense "
+          "| mean density |")
+    print("| --- " * 11 + "|")
     for (task, tok) in sorted(dense_groups):
         dg = dense_groups[(task, tok)]
-        print(f"| {task} | {tok} | dense | | | | {sum(dg)}/{len(dg)} | | | 1 |")
+        print(f"| {task} | {tok} | dense | | | | | {sum(dg)}/{len(dg)} | | | 1 |")
         for key in sorted(k for k in groups if k[:2] == (task, tok)):
             rs = groups[key]
             ok = sum(r["correct"] for r in rs)
             dok = sum(dense.get((r["task"], r["tokens"], r["seed"], r["depth"]), False) for r in rs)
             dens = sum(r["density"] for r in rs) / len(rs)
             ratio = fmt(ok / dok, 2) if dok else ""
-            print(f"| {task} | {tok} | {key[2]} | {key[3]} | {key[4]} | {key[5]} | {ok}/{len(rs)} | {dok}/{len(rs)} | "
+            print(f"| {task} | {tok} | {key[2]} | {key[3]} | {key[4]} | {key[5]} | {key[6]} | {ok}/{len(rs)} | {dok}/{len(rs)} | "
                   f"{ratio} | {dens:.3f} |")
     print()
 
@@ -197,3 +200,15 @@ if pairs and not args.no_masks:
         nh = len(r["heads"][0])
         hf = sum(r["heads"][l][h]["f1"] / r["n"] >= x["heads"][l][h]["f1"] / x["n"] for l in range(L) for h in range(nh))
         print(f"| {rc} | {lr}/{L} | {lf}/{L} | {hf}/{L * nh} |")
+
+if args.compact:
+    out = {"runs": [{k: v for k, v in r.items() if k != "layers"} for r in runs], "probes": {}}
+    for case, a in probe.items():
+        n = a["n"]
+        out["probes"][case] = {
+            "instances": n, "density": a["density"] / n, "mass_recall": a["mass_recall"] / n, "f1": a["f1"] / n,
+            "out_rel_err": a["out_rel_err"] / n, "breakdown": dict(a["breakdown"]),
+            "per_layer": [{k: round(L[k] / n, 5) for k in ("density", "mass_recall", "f1", "out_rel_err")}
+                          for L in a["layers"]]}
+    with open(args.compact, "w") as fh:
+        json.dump(out, fh, indent=0)
