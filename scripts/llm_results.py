@@ -35,6 +35,9 @@ ap.add_argument("--per-layer", action="append", default=[], help="cases (regular
 ap.add_argument("--per-head", action="append", default=[], help="cases (regular expression) for per-head rows")
 ap.add_argument("--no-accuracy", action="store_true")
 ap.add_argument("--no-masks", action="store_true")
+ap.add_argument("--cases", help="regular expression: only these cases in the masks table")
+ap.add_argument("--grid", action="store_true",
+                help="a compact table: per task, length, τ and S, density / mass recall / F1 of each estimator variant")
 ap.add_argument("--compact", help="also write the pooled results here as JSON: every generation run (no per-layer "
                 "data) and per probe case the pooled means, breakdown and per-layer mass recall / F1 / density / error")
 args = ap.parse_args()
@@ -121,6 +124,8 @@ if probe and not args.no_masks:
           "FP last row | FP sink | FP diagonal | FP other | FN last row | FN sink | FN diagonal | FN other |")
     print("| --- " * 16 + "|")
     for case in sorted(probe, key=lambda c: (c.split("/")[0], int(c.split("/")[1]), c)):
+        if args.cases and not re.search(args.cases, case):
+            continue
         a = probe[case]
         n, b = a["n"], a["breakdown"]
         vis = b["visible"] or 1
@@ -133,6 +138,27 @@ if probe and not args.no_masks:
     print()
     print("(FP/FN columns: % of the visible blocks; each disagreeing block counted once, in the order last row, "
           "sink column, diagonal, other.)")
+    print()
+
+if args.grid and probe:
+    variants = [("rr paper", ""), ("rr released", ""), ("xattn", ""), ("rr paper", " protect=sink+diagonal"),
+                ("rr released", " protect=sink+diagonal"), ("rr paper", " protect=none"), ("xattn", " protect=none")]
+    print("Density / mass recall / block F1 (mean over layers and prompts) on the dense runs' real q/k:")
+    print()
+    print("| task | tokens | τ | S | prompts | " + " | ".join(f"{m}{p or ' (published)'}" for m, p in variants) + " |")
+    print("| --- " * (5 + len(variants)) + "|")
+    keys = sorted({(c.split("/")[0], int(c.split("/")[1]), m.group(1), m.group(2))
+                   for c in probe for m in [re.search(r"tau=([0-9.]+) S=(\d+)", c)] if m})
+    for task, tok, tau, S in keys:
+        cells, n = [], ""
+        for m, p in variants:
+            a = probe.get(f"{task}/{tok}/{m} tau={tau} S={S}{p}")
+            if a is None:
+                cells.append("")
+                continue
+            n = a["n"]
+            cells.append(f"{a['density'] / a['n']:.3f} / {a['mass_recall'] / a['n']:.4f} / {a['f1'] / a['n']:.3f}")
+        print(f"| {task} | {tok} | {tau} | {S} | {n} | " + " | ".join(cells) + " |")
     print()
 
 for want in args.per_layer:
