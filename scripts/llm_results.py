@@ -1,15 +1,28 @@
 #!/usr/bin/env python3
-"""Markdown tables from `ariadne llm ... --json` outputs (bench/RESULTS.md, "SmolLM2 (CPU)").
+"""Markdown tables from `ariadne llm ... --probe --layers --json` outputs (bench/RESULTS.md, "SmolLM2 (CPU)").
 
-    python3 scripts/llm_results.py [--layers-of SUBSTRING ...] run1.json [run2.json ...]
+    python3 scripts/llm_results.py [--per-layer CASE ...] [--per-head CASE ...] run1.json [run2.json ...]
 
-Prints, per case (task/tokens/method τ S): generation runs, accuracy and its ratio to dense,
-density of the run; and from --probe (masks scored on the dense run's real q/k, mean over layers and
-instances): density, attention-mass recall, block F1, output error (with --probe-outputs); then
-the per-layer rows of mass recall and block F1 when --layers was given, and the worst heads.
+Files from several invocations (scripts/llm_sweep.sh writes one per task, length and seed) are
+pooled: accuracy counts add up, probe metrics are means weighted by the instances behind them.
+
+Tables:
+  accuracy   per (task, length, method, RR offset, τ, S): exact-match answers, dense answers on the
+             same prompts, their ratio, mean density of the runs.
+  masks      per probe configuration (estimator, offset, τ, S, protections), scored on the dense
+             run's real q/k at every layer against the oracle at the same τ and B: density,
+             attention-mass recall, block precision / recall / F1, output error (--probe-outputs),
+             and where the kept blocks differ from the oracle's (as shares of the visible blocks).
+  per layer  (--per-layer REGEX, searched in the case names): mass recall, F1, density per layer.
+  per head   (--per-head REGEX): F1 and density of each query head, mean over layers, with the
+             query RR samples in each stride (paper: S − 1 − h mod S, released: h mod S).
+The length of a case is the target of the prompt (the prompt is up to one filler group shorter).
 """
 import argparse
 import json
+import math
+import re
+from collections import defaultdict
 
 
 def fmt(x, nd=3):
@@ -18,83 +31,210 @@ def fmt(x, nd=3):
 
 ap = argparse.ArgumentParser()
 ap.add_argument("files", nargs="+")
-ap.add_argument("--layers-of", action="append", default=[],
-                help="per-layer table only for cases containing this text (repeatable; default all)")
+ap.add_argument("--per-layer", action="append", default=[], help="cases (regular expression) for per-layer rows")
+ap.add_argument("--per-head", action="append", default=[], help="cases (regular expression) for per-head rows")
+ap.add_argument("--no-accuracy", action="store_true")
+ap.add_argument("--no-masks", action="store_true")
+ap.add_argument("--cases", help="regular expression: only these cases in the masks table")
+ap.add_argument("--grid", action="store_true",
+                help="a compact table: per task, length, τ and S, density / mass recall / F1 of each estimator variant")
+ap.add_argument("--compact", help="also write the pooled results here as JSON: every generation run (no per-layer "
+                "data) and per probe case the pooled means, breakdown and per-layer mass recall / F1 / density / error")
 args = ap.parse_args()
 
-rows, layers = [], {}
+CATS = ["last_row", "sink", "diagonal", "other"]
+
+
+def target(tokens):
+    return 2 ** round(math.log2(tokens))
+
+
+# ---- pool the files ----
+runs = []
+probe = {}  # case -> pooled sums
 for path in args.files:
     with open(path) as fh:
         d = json.load(fh)
+    runs += d["runs"]
     for s in d["summary"]:
-        rows.append(s)
         p = s.get("probe")
-        wanted = not args.layers_of or any(w in s["case"] for w in args.layers_of)
-        if wanted and p and p["per_layer"] and "mass_recall_per_head" in p["per_layer"][0]:
-            layers[s["case"]] = p["per_layer"]
+        if not p:
+            continue
+        n = p["instances"]
+        acc = probe.setdefault(s["case"], {"n": 0, "density": 0, "mass_recall": 0, "f1": 0, "out_rel_err": 0,
+                                           "breakdown": defaultdict(int), "layers": None})
+        acc["n"] += n
+        for k in ("density", "mass_recall", "f1", "out_rel_err"):
+            acc[k] += p[k] * n
+        for k, v in p["breakdown"].items():
+            acc["breakdown"][k] += v
+        pl = p["per_layer"]
+        if acc["layers"] is None:
+            acc["layers"] = [defaultdict(float) for _ in pl]
+            acc["heads"] = [[defaultdict(float) for _ in e.get("f1_per_head", [])] for e in pl]
+        for l, e in enumerate(pl):
+            L = acc["layers"][l]
+            for k in ("density", "mass_recall", "f1", "out_rel_err"):
+                L[k] += e[k] * n
+            L["min_head_recall"] += min(e.get("mass_recall_per_head", [0])) * n
+            for h, f in enumerate(e.get("f1_per_head", [])):
+                H = acc["heads"][l][h]
+                H["f1"] += f * n
+                H["mass_recall"] += e["mass_recall_per_head"][h] * n
+                b = e["breakdown_per_head"][h]
+                H["density"] += b["kept"] / b["visible"] * n if b["visible"] else 0
+            for k, v in e.get("breakdown", {}).items():
+                L["b_" + k] += v
 
-print("| case | runs | accuracy | vs dense | density (run) | probe instances | density | mass recall | block F1 | out err |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for s in rows:
-    p = s.get("probe", {})
-    print(f"| {s['case']} | {s['runs']} | {fmt(s.get('accuracy'), 2)} | {fmt(s.get('accuracy_vs_dense'), 2)} | "
-          f"{fmt(s.get('density'))} | {p.get('instances', '')} | {fmt(p.get('density'))} | "
-          f"{fmt(p.get('mass_recall'), 4)} | {fmt(p.get('f1'))} | {fmt(p.get('out_rel_err') or None, 4)} |")
+# ---- accuracy ----
+if runs and not args.no_accuracy:
+    dense = {}
+    for r in runs:
+        if r["method"] == "dense":
+            dense[(r["task"], r["tokens"], r["seed"], r["depth"])] = r["correct"]
+    groups = defaultdict(list)
+    for r in runs:
+        if r["method"] == "dense":
+            continue
+        key = (r["task"], target(r["tokens"]), r["method"], r.get("offset", ""), r["tau"], r["stride"],
+               r.get("protect", "published"))
+        groups[key].append(r)
+    dense_groups = defaultdict(list)
+    for (task, tokens, seed, depth), ok in dense.items():
+        dense_groups[(task, target(tokens))].append(ok)
+    print("| task | tokens | method | RR offset | τ | S | protections | correct | dense correct, same prompts | vs dense "
+          "| mean density |")
+    print("| --- " * 11 + "|")
+    for (task, tok) in sorted(dense_groups):
+        dg = dense_groups[(task, tok)]
+        print(f"| {task} | {tok} | dense | | | | | {sum(dg)}/{len(dg)} | | | 1 |")
+        for key in sorted(k for k in groups if k[:2] == (task, tok)):
+            rs = groups[key]
+            ok = sum(r["correct"] for r in rs)
+            dok = sum(dense.get((r["task"], r["tokens"], r["seed"], r["depth"]), False) for r in rs)
+            dens = sum(r["density"] for r in rs) / len(rs)
+            ratio = fmt(ok / dok, 2) if dok else ""
+            print(f"| {task} | {tok} | {key[2]} | {key[3]} | {key[4]} | {key[5]} | {key[6]} | {ok}/{len(rs)} | {dok}/{len(rs)} | "
+                  f"{ratio} | {dens:.3f} |")
+    print()
 
-if layers:
+# ---- masks on real heads ----
+if probe and not args.no_masks:
+    print("| case | instances | density | mass recall | precision | recall | block F1 | out err | "
+          "FP last row | FP sink | FP diagonal | FP other | FN last row | FN sink | FN diagonal | FN other |")
+    print("| --- " * 16 + "|")
+    for case in sorted(probe, key=lambda c: (c.split("/")[0], int(c.split("/")[1]), c)):
+        if args.cases and not re.search(args.cases, case):
+            continue
+        a = probe[case]
+        n, b = a["n"], a["breakdown"]
+        vis = b["visible"] or 1
+        prec = b["tp"] / b["kept"] if b["kept"] else 0
+        rec = b["tp"] / b["truth"] if b["truth"] else 0
+        cells = [f"{100 * b['fp_' + c] / vis:.1f}" for c in CATS] + [f"{100 * b['fn_' + c] / vis:.1f}" for c in CATS]
+        err = a["out_rel_err"] / n
+        print(f"| {case} | {n} | {a['density'] / n:.3f} | {a['mass_recall'] / n:.4f} | {prec:.3f} | {rec:.3f} | "
+              f"{a['f1'] / n:.3f} | {fmt(err, 4) if err else ''} | " + " | ".join(cells) + " |")
     print()
-    print("Per layer (probe, mean over instances): mass recall / block F1; worst head's mass recall.")
+    print("(FP/FN columns: % of the visible blocks; each disagreeing block counted once, in the order last row, "
+          "sink column, diagonal, other.)")
     print()
-    cases = sorted(layers)
+
+if args.grid and probe:
+    variants = [("rr paper", ""), ("rr released", ""), ("xattn", ""), ("rr paper", " protect=sink+diagonal"),
+                ("rr released", " protect=sink+diagonal"), ("rr paper", " protect=none"), ("xattn", " protect=none")]
+    print("Density / mass recall / block F1 (mean over layers and prompts) on the dense runs' real q/k:")
+    print()
+    print("| task | tokens | τ | S | prompts | " + " | ".join(f"{m}{p or ' (published)'}" for m, p in variants) + " |")
+    print("| --- " * (5 + len(variants)) + "|")
+    keys = sorted({(c.split("/")[0], int(c.split("/")[1]), m.group(1), m.group(2))
+                   for c in probe for m in [re.search(r"tau=([0-9.]+) S=(\d+)", c)] if m})
+    for task, tok, tau, S in keys:
+        cells, n = [], ""
+        for m, p in variants:
+            a = probe.get(f"{task}/{tok}/{m} tau={tau} S={S}{p}")
+            if a is None:
+                cells.append("")
+                continue
+            n = a["n"]
+            cells.append(f"{a['density'] / a['n']:.3f} / {a['mass_recall'] / a['n']:.4f} / {a['f1'] / a['n']:.3f}")
+        print(f"| {task} | {tok} | {tau} | {S} | {n} | " + " | ".join(cells) + " |")
+    print()
+
+for want in args.per_layer:
+    cases = sorted(c for c in probe if re.search(want, c))
+    if not cases:
+        continue
+    print(f"Per layer, cases matching '{want}': mass recall (worst head's mean) / block F1 / density"
+          " [/ output error vs dense, with --probe-outputs]")
+    print()
     print("| layer | " + " | ".join(cases) + " |")
-    print("| --- | " + " | ".join("---" for _ in cases) + " |")
-    for l in range(len(layers[cases[0]])):
+    print("| --- " * (len(cases) + 1) + "|")
+    for l in range(len(probe[cases[0]]["layers"])):
         cells = []
         for c in cases:
-            e = layers[c][l]
-            cells.append(f"{e['mass_recall']:.3f} / {e['f1']:.2f} (min {min(e['mass_recall_per_head']):.3f})")
+            L, n = probe[c]["layers"][l], probe[c]["n"]
+            err = L["out_rel_err"] / n
+            cells.append(f"{L['mass_recall'] / n:.3f} ({L['min_head_recall'] / n:.3f}) / {L['f1'] / n:.2f} / "
+                         f"{L['density'] / n:.2f}" + (f" / {err:.3f}" if err else ""))
         print(f"| {l} | " + " | ".join(cells) + " |")
+    print()
 
-# RR against XAttention at the same task, length, τ and S, on the same heads (probe rows).
-probe = {s["case"]: s["probe"] for s in rows if s.get("probe") and "mass_recall_per_head" in s["probe"]["per_layer"][0]}
-pairs = [(c, c.replace("/rr ", "/xattn ")) for c in sorted(probe) if "/rr " in c and c.replace("/rr ", "/xattn ") in probe]
-if pairs:
+for want in args.per_head:
+    cases = sorted(c for c in probe if re.search(want, c))
+    if not cases:
+        continue
+    print(f"Per query head, cases matching '{want}' (mean over layers): block F1 / density / mass recall; "
+          "RR's sampled query in each stride")
     print()
-    print("RR >= XAttention on the same real heads (counts of layers, and of (layer, head) pairs):")
+    print("| head | " + " | ".join(cases) + " |")
+    print("| --- " * (len(cases) + 1) + "|")
+    nh = len(probe[cases[0]]["heads"][0])
+    for h in range(nh):
+        cells = []
+        for c in cases:
+            a, n = probe[c], probe[c]["n"]
+            L = len(a["heads"])
+            f1 = sum(a["heads"][l][h]["f1"] for l in range(L)) / L / n
+            den = sum(a["heads"][l][h]["density"] for l in range(L)) / L / n
+            mr = sum(a["heads"][l][h]["mass_recall"] for l in range(L)) / L / n
+            m = re.search(r"rr (paper|released) .*S=(\d+)", c)
+            pos = ""
+            if m:
+                S = int(m.group(2))
+                pos = f" [q {S - 1 - h % S if m.group(1) == 'paper' else h % S}]"
+            cells.append(f"{f1:.3f} / {den:.3f} / {mr:.4f}{pos}")
+        print(f"| {h} | " + " | ".join(cells) + " |")
     print()
-    print("| case | layers: mass recall | layers: block F1 | heads: mass recall | heads: block F1 |")
-    print("| --- | --- | --- | --- | --- |")
+
+# RR against XAttention with the same task, length, τ, S and protections, on the same heads.
+pairs = []
+for c in sorted(probe):
+    m = re.match(r"(.*)/rr (paper|released) (.*)$", c)
+    if m and f"{m.group(1)}/xattn {m.group(3)}" in probe:
+        pairs.append((c, f"{m.group(1)}/xattn {m.group(3)}"))
+if pairs and not args.no_masks:
+    print("RR >= XAttention on the same real heads (layers, and (layer, head) pairs, where RR's value is >=):")
+    print()
+    print("| RR case | layers: mass recall | layers: block F1 | heads: block F1 |")
+    print("| --- | --- | --- | --- |")
     for rc, xc in pairs:
-        r, x = probe[rc]["per_layer"], probe[xc]["per_layer"]
-        n_l, n_h = len(r), sum(len(e["mass_recall_per_head"]) for e in r)
-        lr = sum(a["mass_recall"] >= b["mass_recall"] for a, b in zip(r, x))
-        lf = sum(a["f1"] >= b["f1"] for a, b in zip(r, x))
-        hr = sum(u >= v for a, b in zip(r, x) for u, v in zip(a["mass_recall_per_head"], b["mass_recall_per_head"]))
-        hf = sum(u >= v for a, b in zip(r, x) for u, v in zip(a["f1_per_head"], b["f1_per_head"]))
-        print(f"| {rc} | {lr}/{n_l} | {lf}/{n_l} | {hr}/{n_h} | {hf}/{n_h} |")
+        r, x = probe[rc], probe[xc]
+        L = len(r["layers"])
+        lr = sum(r["layers"][l]["mass_recall"] / r["n"] >= x["layers"][l]["mass_recall"] / x["n"] for l in range(L))
+        lf = sum(r["layers"][l]["f1"] / r["n"] >= x["layers"][l]["f1"] / x["n"] for l in range(L))
+        nh = len(r["heads"][0])
+        hf = sum(r["heads"][l][h]["f1"] / r["n"] >= x["heads"][l][h]["f1"] / x["n"] for l in range(L) for h in range(nh))
+        print(f"| {rc} | {lr}/{L} | {lf}/{L} | {hf}/{L * nh} |")
 
-# Retrieval accuracy pooled over every file's runs, by (tokens, method, τ, S, RR offset); dense
-# runs of the same prompt (task, tokens, seed, depth) in several files count once.
-acc, dense_seen = {}, {}
-for path in args.files:
-    with open(path) as fh:
-        d = json.load(fh)
-    for r in d["runs"]:
-        if "correct" not in r or r.get("method") is None:
-            continue
-        prompt = (r["task"], r["tokens"], r["seed"], r["depth"])
-        if r["method"] == "dense":
-            dense_seen[prompt] = r["correct"]
-            continue
-        key = (r["task"], r["tokens"], r["method"], r["tau"], r["stride"], d.get("offset", "paper") if r["method"] == "rr" else "")
-        acc.setdefault(key, []).append((prompt, r["correct"]))
-if acc:
-    print()
-    print("| task | tokens | method | τ | S | RR offset | correct | dense correct on the same prompts | ratio |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for key in sorted(acc):
-        runs = acc[key]
-        ok = sum(c for _, c in runs)
-        dense_ok = sum(dense_seen.get(p, False) for p, _ in runs)
-        ratio = f"{ok / dense_ok:.2f}" if dense_ok else ""
-        print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} | {key[5]} | {ok}/{len(runs)} | {dense_ok}/{len(runs)} | {ratio} |")
+if args.compact:
+    out = {"runs": [{k: v for k, v in r.items() if k != "layers"} for r in runs], "probes": {}}
+    for case, a in probe.items():
+        n = a["n"]
+        out["probes"][case] = {
+            "instances": n, "density": a["density"] / n, "mass_recall": a["mass_recall"] / n, "f1": a["f1"] / n,
+            "out_rel_err": a["out_rel_err"] / n, "breakdown": dict(a["breakdown"]),
+            "per_layer": [{k: round(L[k] / n, 5) for k in ("density", "mass_recall", "f1", "out_rel_err")}
+                          for L in a["layers"]]}
+    with open(args.compact, "w") as fh:
+        json.dump(out, fh, indent=0)

@@ -15,8 +15,8 @@
 //   logits = RMSNorm(h) · output_norm · Wₒᵤₜᵀ                 output.weight, or token_embd (tied)
 // GGUF files of this architecture store Wq and Wk with each head's rows permuted so that the rotary
 // pairs are adjacent (llama.cpp's convention); the RoPE above matches, and q·k is unchanged, so the
-// logits equal HF's (which undoes the permutation and rotates halves). Dumped q/k (.npy) are in the
-// file's (permuted) head-dim order.
+// logits equal HF's (which undoes the permutation and rotates halves). Dumped q/k/v (.npy) are in
+// the file's (permuted) head-dim order.
 //
 // Weights are dequantized to f32 once at load (F32, F16, Q8_0, Q4_0, Q4_1); GEMMs run on the CPU
 // through OpenBLAS. Attention runs on the backend the method names (host tensors: cpu or reference).
@@ -43,6 +43,23 @@ struct LlamaConfig {
   bool tied = false;        // no output.weight: the embedding is the output head
 };
 
+// Where a block mask agrees with the oracle's and where not, counted in blocks for one query head.
+// Each disagreeing block is counted once, under the first kind that fits, in this order: in the
+// last query block's row (RR's keep-recent protection keeps the whole row), in key column 0 (the
+// sink), on the diagonal key block, elsewhere.
+struct MaskBreakdown {
+  int64_t visible = 0, kept = 0, truth = 0, true_positive = 0;
+  int64_t fp_last_row = 0, fp_sink = 0, fp_diagonal = 0, fp_other = 0;  // kept, not in the oracle's mask
+  int64_t fn_last_row = 0, fn_sink = 0, fn_diagonal = 0, fn_other = 0;  // in the oracle's mask, not kept
+  // Rows with a key block left of the diagonal (diag(m) − 1), and those of them whose mask lacks
+  // it: the local window of the query block's first queries (the oracle's own count alongside).
+  int64_t rows_with_previous = 0, previous_dropped = 0, previous_dropped_by_oracle = 0;
+  MaskBreakdown& operator+=(const MaskBreakdown& o);
+};
+
+// Per query head [heads]: `mask` against `oracle`'s mask (same geometry; see compare_to_oracle).
+std::vector<MaskBreakdown> mask_breakdown(const BlockMask& mask, const EstimateResult& oracle);
+
 // Per-layer measurements of one prefill (PrefillOptions::compare).
 struct LayerTrace {
   double density = 1;                    // kept / visible blocks of the method
@@ -51,6 +68,7 @@ struct LayerTrace {
   double mass_recall = 0, precision = 0, recall = 0, f1 = 0;
   std::vector<double> mass_recall_per_head;  // [heads]
   std::vector<double> f1_per_head;           // [heads]
+  std::vector<MaskBreakdown> breakdown_per_head;  // [heads]: where the mask differs from the oracle's
   double out_rel_err = 0;                    // ‖o − o_dense‖₂ / ‖o_dense‖₂ on this layer's q/k/v
   std::vector<LayerTrace> probes;            // one per PrefillOptions::probes entry
 };
@@ -58,13 +76,18 @@ struct LayerTrace {
 struct PrefillOptions {
   PrefillConfig method;       // dense = true for the anchor; else the estimator, τ, block, stride
   bool compare = false;       // per layer also: the oracle, metrics and dense output (costs ~3x)
-  std::string dump_dir;       // non-empty: writes q_LL.npy, k_LL.npy [heads, tokens, head_dim] f32
+  // Non-empty: writes per layer LL (two digits) q_LL.npy [heads, tokens, head_dim] and k_LL.npy,
+  // v_LL.npy [kv_heads, tokens, head_dim], f32, after RoPE (q, k) in the file's head-dim order.
+  std::string dump_dir;
   // Estimators measured on this run's own q/k at every layer without changing the run (the run's
   // method decides what flows on): each probe's mask against the oracle at the probe's τ and
   // block, and with probe_outputs its attention output against dense attention on the same q/k/v.
   // One prefill thus scores many configurations on identical real heads.
   std::vector<EstimateConfig> probes;
   bool probe_outputs = false;
+  // An experiment, not part of any published method: the run's mask (not the probes') also keeps
+  // key block diag(m) − 1 in every row, the local window of each query block's first queries.
+  bool keep_previous = false;
 };
 
 struct PrefillTrace {

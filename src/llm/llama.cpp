@@ -3,8 +3,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
+#include <deque>
 #include <filesystem>
-#include <set>
 
 #include "ariadne/error.hpp"
 #include "ariadne/gguf.hpp"
@@ -60,24 +60,10 @@ void rope(float* x, int64_t n, int heads, int hd, const std::vector<float>& inv_
   }
 }
 
-// Per query head: block F1 of `mask` against the oracle's mask (rows h·nqb … of one sequence).
-std::vector<double> f1_per_head(const BlockMask& mask, const BlockMask& oracle, int heads) {
-  std::vector<double> out(size_t(heads), 0.0);
-  const int64_t rows = mask.rows(), nqb = rows / heads;
-  for (int h = 0; h < heads; ++h) {
-    int64_t tp = 0, kept = 0, truth = 0;
-    for (int64_t r = h * nqb; r < (h + 1) * nqb; ++r) {
-      const std::set<int32_t> a(mask.col_idx.begin() + mask.row_ptr[size_t(r)],
-                                mask.col_idx.begin() + mask.row_ptr[size_t(r) + 1]);
-      for (int32_t i = oracle.row_ptr[size_t(r)]; i < oracle.row_ptr[size_t(r) + 1]; ++i)
-        tp += a.count(oracle.col_idx[size_t(i)]);
-      kept += int64_t(a.size());
-      truth += oracle.row_ptr[size_t(r) + 1] - oracle.row_ptr[size_t(r)];
-    }
-    const double p = kept ? double(tp) / double(kept) : 0, rc = truth ? double(tp) / double(truth) : 0;
-    out[size_t(h)] = p + rc > 0 ? 2 * p * rc / (p + rc) : 0;
-  }
-  return out;
+double f1_of(const MaskBreakdown& b) {
+  const double p = b.kept ? double(b.true_positive) / double(b.kept) : 0;
+  const double r = b.truth ? double(b.true_positive) / double(b.truth) : 0;
+  return p + r > 0 ? 2 * p * r / (p + r) : 0;
 }
 
 // The CPU backend when it is built and takes the case, else the reference (always available).
@@ -96,7 +82,99 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// The run's prefill; with keep_previous the estimate's mask also gets key block diag(m) − 1 of
+// every row before the attention runs (PrefillOptions::keep_previous).
+PrefillResult run_prefill(const AttentionParams& p, const PrefillConfig& method, bool keep_previous) {
+  if (method.dense || !keep_previous) return ariadne::prefill(p, method);
+  PrefillResult r;
+  const auto t0 = Clock::now();
+  r.estimate = estimate(p.q, p.k, p.pattern, method.estimate, method.estimate_backend);
+  BlockMask& mk = r.estimate.mask;
+  std::vector<int32_t> cols, ptr(1, 0);
+  int64_t visible = 0;
+  for (int64_t row = 0; row < mk.rows(); ++row) {
+    const int64_t nvis = r.estimate.visible(row);
+    std::vector<int32_t> list(mk.col_idx.begin() + mk.row_ptr[size_t(row)],
+                              mk.col_idx.begin() + mk.row_ptr[size_t(row) + 1]);
+    const int32_t prev = int32_t(nvis - 2);
+    if (nvis >= 2 && !std::binary_search(list.begin(), list.end(), prev))
+      list.insert(std::lower_bound(list.begin(), list.end(), prev), prev);
+    cols.insert(cols.end(), list.begin(), list.end());
+    ptr.push_back(int32_t(cols.size()));
+    visible += nvis;
+  }
+  mk.row_ptr = std::move(ptr);
+  r.stats.density = visible ? double(cols.size()) / double(visible) : 1.0;
+  mk.col_idx = std::move(cols);
+  r.stats.ms_estimate = ms_since(t0);
+  AttentionParams pa = p;
+  pa.pattern = p.pattern.with_blocks(mk.view());
+  const auto t1 = Clock::now();
+  attention(pa, method.attention_backend);
+  r.stats.ms_attention = ms_since(t1);
+  r.stats.ms_total = ms_since(t0);
+  return r;
+}
+
 }  // namespace
+
+MaskBreakdown& MaskBreakdown::operator+=(const MaskBreakdown& o) {
+  visible += o.visible, kept += o.kept, truth += o.truth, true_positive += o.true_positive;
+  fp_last_row += o.fp_last_row, fp_sink += o.fp_sink, fp_diagonal += o.fp_diagonal, fp_other += o.fp_other;
+  fn_last_row += o.fn_last_row, fn_sink += o.fn_sink, fn_diagonal += o.fn_diagonal, fn_other += o.fn_other;
+  rows_with_previous += o.rows_with_previous, previous_dropped += o.previous_dropped;
+  previous_dropped_by_oracle += o.previous_dropped_by_oracle;
+  return *this;
+}
+
+std::vector<MaskBreakdown> mask_breakdown(const BlockMask& mask, const EstimateResult& oracle) {
+  const BlockMask& truth = oracle.mask;
+  ARIADNE_CHECK(mask.heads == truth.heads && mask.block == truth.block && mask.rows() == truth.rows() &&
+                    mask.seq_block_base == truth.seq_block_base && truth.rows() == oracle.rows(),
+                "mask_breakdown: the mask's geometry (block ", mask.block, ", heads ", mask.heads, ", rows ",
+                mask.rows(), ") differs from the oracle's (block ", truth.block, ", heads ", truth.heads, ", rows ",
+                truth.rows(), ")");
+  const int heads = truth.heads;
+  std::vector<MaskBreakdown> out(static_cast<size_t>(heads));
+  std::vector<char> in_mask, in_truth;
+  // Rows are (sequence, head, query block), as in compare_to_oracle.
+  for (size_t s = 0; s + 1 < truth.seq_block_base.size(); ++s) {
+    const int64_t base = int64_t(truth.seq_block_base[s]) * heads;
+    const int64_t nqb = truth.seq_block_base[s + 1] - truth.seq_block_base[s];
+    for (int h = 0; h < heads; ++h)
+      for (int64_t m = 0; m < nqb; ++m) {
+        const int64_t r = base + h * nqb + m, nvis = oracle.visible(r);
+        in_mask.assign(size_t(nvis), 0);
+        in_truth.assign(size_t(nvis), 0);
+        for (int32_t i = mask.row_ptr[size_t(r)]; i < mask.row_ptr[size_t(r) + 1]; ++i) {
+          const int32_t n = mask.col_idx[size_t(i)];
+          ARIADNE_CHECK(n >= 0 && n < nvis, "mask_breakdown: mask row ", r, " lists key block ", n,
+                        ", outside the visible blocks 0..", nvis - 1);
+          in_mask[size_t(n)] = 1;
+        }
+        for (int32_t i = truth.row_ptr[size_t(r)]; i < truth.row_ptr[size_t(r) + 1]; ++i)
+          in_truth[size_t(truth.col_idx[size_t(i)])] = 1;
+        MaskBreakdown& b = out[size_t(h)];
+        b.visible += nvis;
+        if (nvis >= 2) {
+          ++b.rows_with_previous;
+          b.previous_dropped += !in_mask[size_t(nvis - 2)];
+          b.previous_dropped_by_oracle += !in_truth[size_t(nvis - 2)];
+        }
+        for (int64_t n = 0; n < nvis; ++n) {
+          const bool a = in_mask[size_t(n)], t = in_truth[size_t(n)];
+          b.kept += a, b.truth += t, b.true_positive += a && t;
+          if (a == t) continue;
+          int64_t& slot = m == nqb - 1 ? (a ? b.fp_last_row : b.fn_last_row)
+                          : n == 0     ? (a ? b.fp_sink : b.fn_sink)
+                          : n == nvis - 1 ? (a ? b.fp_diagonal : b.fn_diagonal)
+                                          : (a ? b.fp_other : b.fn_other);
+          ++slot;
+        }
+      }
+  }
+  return out;
+}
 
 std::string llm_model_path() {
   std::string p;
@@ -206,20 +284,22 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
     } else {
       LayerTrace lt;
       if (!opt->dump_dir.empty()) {
-        // [heads, tokens, head_dim]: the layout of the q/k dumps that `ariadne prefill` reads.
-        std::vector<float> tq(size_t(n * Q)), tk(size_t(total * KV));
-        for (int64_t t = 0; t < n; ++t)
-          for (int hh = 0; hh < c.heads; ++hh)
-            std::copy_n(q.data() + (t * c.heads + hh) * c.head_dim, c.head_dim,
-                        tq.data() + (hh * n + t) * c.head_dim);
-        for (int64_t t = 0; t < total; ++t)
-          for (int hh = 0; hh < c.kv_heads; ++hh)
-            std::copy_n(kc.data() + (t * c.kv_heads + hh) * c.head_dim, c.head_dim,
-                        tk.data() + (hh * total + t) * c.head_dim);
+        // [heads, tokens, head_dim]: one head's rows contiguous, as the prefill benchmarks read them.
+        const auto head_major = [](const float* src, int64_t rows, int heads, int hd) {
+          std::vector<float> t(size_t(rows * heads * hd));
+          for (int64_t r = 0; r < rows; ++r)
+            for (int hh = 0; hh < heads; ++hh)
+              std::copy_n(src + (r * heads + hh) * hd, hd, t.data() + (hh * rows + r) * hd);
+          return t;
+        };
         char name[32];
         std::snprintf(name, sizeof name, "%02d.npy", l);
-        write_npy(opt->dump_dir + "/q_" + name, tq.data(), {c.heads, n, c.head_dim});
-        write_npy(opt->dump_dir + "/k_" + name, tk.data(), {c.kv_heads, total, c.head_dim});
+        write_npy(opt->dump_dir + "/q_" + name, head_major(q.data(), n, c.heads, c.head_dim).data(),
+                  {c.heads, n, c.head_dim});
+        write_npy(opt->dump_dir + "/k_" + name, head_major(kc.data(), total, c.kv_heads, c.head_dim).data(),
+                  {c.kv_heads, total, c.head_dim});
+        write_npy(opt->dump_dir + "/v_" + name, head_major(vc.data(), total, c.kv_heads, c.head_dim).data(),
+                  {c.kv_heads, total, c.head_dim});
       }
       PrefillConfig method = opt->method;
       method.attention_backend = host_backend(method.attention_backend, p);
@@ -235,13 +315,33 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
         ariadne::prefill(pd, dc);
       }
       // Oracles by (τ, block), shared by the run's own comparison and the probes.
-      std::vector<std::pair<EstimateConfig, EstimateResult>> oracles;
+      std::deque<std::pair<EstimateConfig, EstimateResult>> oracles;  // deque: references stay valid
       const auto oracle_for = [&](const EstimateConfig& ec) -> const EstimateResult& {
         for (const auto& [cfg, res] : oracles)
           if (cfg.tau == ec.tau && cfg.block == ec.block && cfg.tau_per_head == ec.tau_per_head) return res;
         EstimateConfig oc = ec;
         oc.method = Estimator::oracle;
         oc.protect.reset();
+        // The oracle's block masses do not depend on τ: another τ at the same block only selects anew.
+        for (const auto& [cfg, res] : oracles)
+          if (cfg.block == ec.block && cfg.tau_per_head.empty() && ec.tau_per_head.empty()) {
+            EstimateResult o;  // not copyable (device buffers): the host fields only
+            o.score_ptr = res.score_ptr;
+            o.scores = res.scores;
+            o.row_queries = res.row_queries;
+            o.heads = res.heads;
+            BlockMask& mk = o.mask;
+            mk = res.mask;
+            mk.col_idx.clear();
+            for (int64_t r = 0; r < o.rows(); ++r) {
+              const std::vector<int32_t> keep =
+                  select_blocks(o.scores.data() + o.score_ptr[size_t(r)], o.visible(r), ec.tau, {}, false);
+              mk.col_idx.insert(mk.col_idx.end(), keep.begin(), keep.end());
+              mk.row_ptr[size_t(r) + 1] = int32_t(mk.col_idx.size());
+            }
+            oracles.emplace_back(oc, std::move(o));
+            return oracles.back().second;
+          }
         oracles.emplace_back(oc, estimate(p.q, p.k, p.pattern, oc, method.estimate_backend));
         return oracles.back().second;
       };
@@ -254,9 +354,11 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
         t.recall = mm.recall;
         t.f1 = mm.f1;
         t.mass_recall_per_head = mm.mass_recall_per_head;
-        t.f1_per_head = f1_per_head(est.mask, oracle.mask, c.heads);
+        t.breakdown_per_head = mask_breakdown(est.mask, oracle);
+        t.f1_per_head.clear();
+        for (const MaskBreakdown& b : t.breakdown_per_head) t.f1_per_head.push_back(f1_of(b));
       };
-      const PrefillResult r = ariadne::prefill(p, method);
+      const PrefillResult r = run_prefill(p, method, opt->keep_previous);
       lt.density = r.stats.density;
       lt.ms_estimate = r.stats.ms_estimate;
       lt.ms_attention = r.stats.ms_attention;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ariadne/error.hpp"
+#include "ariadne/estimate.hpp"
 #include "ariadne/gguf.hpp"
 #include "ariadne/llm.hpp"
 #include "ariadne/llm_tasks.hpp"
@@ -248,6 +249,174 @@ TEST(Llm, DenseEqualsOracleAtTauOneAndDecodeMatchesPrefill) {
   const std::vector<int32_t> gen = m.generate(tokens, 3, dense);
   EXPECT_EQ(gen.size(), 3u);
   EXPECT_EQ(gen[0], argmax(ld));
+}
+
+// mask_breakdown against a plain classification of every visible (row, key block) pair written
+// here, on random q/k in two sequences of different lengths (chunked: the second has lq < lk).
+TEST(Llm, MaskBreakdownCountsEveryDisagreement) {
+  constexpr int H = 4, Hkv = 2, D = 16;
+  const int32_t cu_q[3] = {0, 230, 330}, cu_k[3] = {0, 230, 500};
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> q(size_t(330 * H * D)), k(size_t(500 * Hkv * D));
+  for (float& x : q) x = nd(rng);
+  for (float& x : k) x = nd(rng);
+  const TensorView qv = make_view(q.data(), DType::f32, {330, H, D});
+  const TensorView kv = make_view(k.data(), DType::f32, {500, Hkv, D});
+  const Pattern layout = Pattern::causal().with_varlen(2, cu_q, cu_k);
+  EstimateConfig oc;
+  oc.method = Estimator::oracle;
+  oc.block = 32;
+  oc.tau = 0.8;
+  const EstimateResult oracle = estimate(qv, kv, layout, oc, Backend::cpu);
+  for (const Estimator e : {Estimator::rr, Estimator::xattn}) {
+    EstimateConfig ec = oc;
+    ec.method = e;
+    const EstimateResult est = estimate(qv, kv, layout, ec, Backend::cpu);
+    const std::vector<MaskBreakdown> got = mask_breakdown(est.mask, oracle);
+    ASSERT_EQ(got.size(), size_t(H));
+    std::vector<MaskBreakdown> want(static_cast<size_t>(H));
+    const auto& base = oracle.mask.seq_block_base;
+    for (size_t s = 0; s + 1 < base.size(); ++s) {
+      const int64_t nqb = base[s + 1] - base[s];
+      for (int h = 0; h < H; ++h)
+        for (int64_t m = 0; m < nqb; ++m) {
+          const int64_t r = int64_t(base[s]) * H + h * nqb + m, nvis = oracle.visible(r);
+          const auto listed = [&](const BlockMask& bm, int64_t n) {
+            for (int32_t i = bm.row_ptr[size_t(r)]; i < bm.row_ptr[size_t(r) + 1]; ++i)
+              if (bm.col_idx[size_t(i)] == n) return true;
+            return false;
+          };
+          MaskBreakdown& w = want[size_t(h)];
+          w.visible += nvis;
+          if (nvis >= 2) {
+            ++w.rows_with_previous;
+            w.previous_dropped += !listed(est.mask, nvis - 2);
+            w.previous_dropped_by_oracle += !listed(oracle.mask, nvis - 2);
+          }
+          for (int64_t n = 0; n < nvis; ++n) {
+            const bool a = listed(est.mask, n), t = listed(oracle.mask, n);
+            w.kept += a;
+            w.truth += t;
+            w.true_positive += a && t;
+            if (a && !t) {
+              if (m == nqb - 1) ++w.fp_last_row;
+              else if (n == 0) ++w.fp_sink;
+              else if (n == nvis - 1) ++w.fp_diagonal;
+              else ++w.fp_other;
+            } else if (t && !a) {
+              if (m == nqb - 1) ++w.fn_last_row;
+              else if (n == 0) ++w.fn_sink;
+              else if (n == nvis - 1) ++w.fn_diagonal;
+              else ++w.fn_other;
+            }
+          }
+        }
+    }
+    MaskBreakdown sum;
+    for (int h = 0; h < H; ++h) {
+      SCOPED_TRACE(std::string(estimator_name(e)) + " head " + std::to_string(h));
+      const MaskBreakdown& g = got[size_t(h)];
+      const MaskBreakdown& w = want[size_t(h)];
+      EXPECT_EQ(g.visible, w.visible);
+      EXPECT_EQ(g.kept, w.kept);
+      EXPECT_EQ(g.truth, w.truth);
+      EXPECT_EQ(g.true_positive, w.true_positive);
+      EXPECT_EQ(g.rows_with_previous, w.rows_with_previous);
+      EXPECT_EQ(g.previous_dropped, w.previous_dropped);
+      EXPECT_EQ(g.previous_dropped_by_oracle, w.previous_dropped_by_oracle);
+      EXPECT_EQ(std::vector<int64_t>({g.fp_last_row, g.fp_sink, g.fp_diagonal, g.fp_other, g.fn_last_row, g.fn_sink,
+                                      g.fn_diagonal, g.fn_other}),
+                std::vector<int64_t>({w.fp_last_row, w.fp_sink, w.fp_diagonal, w.fp_other, w.fn_last_row, w.fn_sink,
+                                      w.fn_diagonal, w.fn_other}));
+      sum += g;
+    }
+    // Totals agree with compare_to_oracle, and the published protections leave no miss where they act.
+    const MaskMetrics mm = compare_to_oracle(est.mask, oracle);
+    EXPECT_EQ(sum.kept, mm.kept);
+    EXPECT_EQ(sum.truth, mm.oracle_kept);
+    EXPECT_EQ(sum.true_positive, mm.true_positive);
+    EXPECT_EQ(sum.fn_sink + sum.fn_diagonal, 0);
+    if (e == Estimator::rr) {
+      EXPECT_EQ(sum.fn_last_row, 0);
+    }
+    EXPECT_GT(sum.fp_sink + sum.fp_diagonal + sum.fp_other + sum.fp_last_row, 0);  // random heads: not a copy
+  }
+  // The oracle against itself: nothing differs; another geometry is refused.
+  const MaskBreakdown self = mask_breakdown(oracle.mask, oracle)[0];
+  EXPECT_EQ(self.kept, self.true_positive);
+  EXPECT_EQ(self.truth, self.true_positive);
+  EstimateConfig other = oc;
+  other.block = 64;
+  EXPECT_THROW(mask_breakdown(estimate(qv, kv, layout, other, Backend::cpu).mask, oracle), Error);
+}
+
+// Probes at two τ share one oracle computation (the second τ re-selects from its block masses):
+// the result equals probing that τ alone.
+TEST(Llm, ProbesAtSeveralTausMatchProbingEachAlone) {
+  const std::vector<uint8_t> bytes = tiny_llama_bytes(false);
+  const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
+  LlamaModel m = LlamaModel::from_gguf(f);
+  const std::vector<int32_t> tokens = random_tokens(260, 4);
+  EstimateConfig a;
+  a.method = Estimator::rr;
+  a.block = 32;
+  a.tau = 0.9;
+  EstimateConfig b = a;
+  b.method = Estimator::xattn;
+  b.tau = 0.7;
+  PrefillOptions both;
+  both.method.dense = true;
+  both.probes = {a, b};
+  PrefillOptions alone = both;
+  alone.probes = {b};
+  PrefillTrace tb, ta;
+  m.prefill(tokens, both, &tb);
+  m.prefill(tokens, alone, &ta);
+  ASSERT_EQ(tb.layers.size(), ta.layers.size());
+  for (size_t l = 0; l < tb.layers.size(); ++l) {
+    const LayerTrace& x = tb.layers[l].probes[1];
+    const LayerTrace& y = ta.layers[l].probes[0];
+    EXPECT_EQ(x.f1, y.f1);
+    EXPECT_EQ(x.mass_recall, y.mass_recall);
+    EXPECT_EQ(x.f1_per_head, y.f1_per_head);
+    EXPECT_EQ(x.breakdown_per_head[0].truth, y.breakdown_per_head[0].truth);
+    EXPECT_LT(x.f1, 1.0);  // τ 0.7 on random heads: the masks differ from the oracle's
+  }
+}
+
+// keep_previous (an experiment): at τ 1 every block is kept anyway, so the logits do not move; at
+// a low τ it adds blocks (density up) and only to the run that asks for it.
+TEST(Llm, KeepPreviousAddsTheBlockLeftOfTheDiagonal) {
+  const std::vector<uint8_t> bytes = tiny_llama_bytes(false);
+  const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
+  LlamaModel m = LlamaModel::from_gguf(f);
+  const std::vector<int32_t> tokens = random_tokens(300, 8);
+  PrefillOptions po;
+  po.method.estimate.method = Estimator::oracle;
+  po.method.estimate.block = 32;
+  po.method.estimate.tau = 1.0;
+  PrefillOptions prev = po;
+  prev.keep_previous = true;
+  EXPECT_EQ(m.prefill(tokens, po), m.prefill(tokens, prev));
+  po.method.estimate.tau = prev.method.estimate.tau = 0.3;
+  po.compare = prev.compare = true;
+  PrefillTrace a, b;
+  m.prefill(tokens, po, &a);
+  m.prefill(tokens, prev, &b);
+  // Layer 0 sees the same q/k in both runs (later layers diverge): the same oracle, and per head at
+  // most one block more in each of the 9 rows (of 10 query blocks) that have a block left of the diagonal.
+  int64_t added = 0;
+  for (int h = 0; h < kHeads; ++h) {
+    const MaskBreakdown& x = a.layers[0].breakdown_per_head[size_t(h)];
+    const MaskBreakdown& y = b.layers[0].breakdown_per_head[size_t(h)];
+    EXPECT_EQ(x.visible, 55);
+    EXPECT_EQ(y.truth, x.truth);
+    EXPECT_GE(y.kept - x.kept, 0);
+    EXPECT_LE(y.kept - x.kept, 9);
+    added += y.kept - x.kept;
+  }
+  EXPECT_GT(added, 0);  // τ 0.3 on random heads drops some of those blocks
 }
 
 TEST(Llm, RefusesBadModels) {
