@@ -22,7 +22,9 @@ import json, sys
 d = json.load(sys.stdin)
 assert d["model"]["layers"] == 30 and d["model"]["context"] == 8192, d["model"]
 cases = {s["case"]: s for s in d["summary"]}
-dense, rr = cases["passkey/256/dense"], cases["passkey/256/rr tau=0.95 S=8"]
+rr_keys = [k for k in cases if k.startswith("passkey/256/rr ") and k.endswith(" tau=0.95 S=8")]
+assert len(rr_keys) == 1, cases.keys()  # "rr paper ..." or "rr released ...": the offset is in the label
+dense, rr = cases["passkey/256/dense"], cases[rr_keys[0]]
 assert dense["runs"] == 1 and rr["runs"] == 1, cases
 assert dense["density"] == 1 and 0 < rr["density"] <= 1, (dense, rr)
 p = rr["probe"]
