@@ -24,18 +24,6 @@ namespace ariadne::py {
 namespace {
 
 using namespace nb::literals;
-using GridPair = std::pair<int, int>;  // (h, w) in patches: Python sees grids as tuples
-
-std::vector<Grid> to_grids(const std::vector<GridPair>& g) {
-  std::vector<Grid> out;
-  for (auto [h, w] : g) out.push_back(Grid{h, w});
-  return out;
-}
-std::vector<GridPair> to_pairs(const std::vector<Grid>& g) {
-  std::vector<GridPair> out;
-  for (const Grid& x : g) out.emplace_back(x.h, x.w);
-  return out;
-}
 
 // A host pattern with its sequence arrays and block mask, for the cost model. Owns the arrays
 // the Pattern points to.

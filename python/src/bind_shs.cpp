@@ -22,7 +22,6 @@ namespace ariadne::py {
 namespace {
 
 using namespace nb::literals;
-using GridPair = std::pair<int, int>;
 using F32In = nb::ndarray<const float, nb::c_contig, nb::device::cpu>;
 using F64In1 = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 

@@ -31,22 +31,10 @@ namespace ariadne::py {
 namespace {
 
 using namespace nb::literals;
-using GridPair = std::pair<int, int>;  // (h, w) in patches, as everywhere in the package
 // An 8-bit image [height, width, channels], interleaved, row-major (numpy's natural layout).
 using ImageIn = nb::ndarray<const uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
 // Pixel rows [tokens, patch_dim], float32, on the host.
 using PixelsIn = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
-
-std::vector<Grid> to_grids(const std::vector<GridPair>& g) {
-  std::vector<Grid> out;
-  for (auto [h, w] : g) out.push_back(Grid{h, w});
-  return out;
-}
-std::vector<GridPair> to_pairs(const std::vector<Grid>& g) {
-  std::vector<GridPair> out;
-  for (const Grid& x : g) out.emplace_back(x.h, x.w);
-  return out;
-}
 
 Image image_of(const ImageIn& a, const char* name) {
   ARIADNE_CHECK(a.shape(0) > 0 && a.shape(1) > 0 && a.shape(2) > 0, name, ": image shape [", a.shape(0), ", ",

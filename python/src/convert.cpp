@@ -73,4 +73,15 @@ std::string dlpack_dtype_name(dl::dtype t) {
   return kind + std::to_string(int(t.bits));
 }
 
+std::vector<Grid> to_grids(const std::vector<GridPair>& g) {
+  std::vector<Grid> out;
+  for (auto [h, w] : g) out.push_back(Grid{h, w});
+  return out;
+}
+std::vector<GridPair> to_pairs(const std::vector<Grid>& g) {
+  std::vector<GridPair> out;
+  for (const Grid& x : g) out.emplace_back(x.h, x.w);
+  return out;
+}
+
 }  // namespace ariadne::py

@@ -13,6 +13,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include "ariadne/order.hpp"
 #include "ariadne/tensor.hpp"
 
 namespace ariadne::py {
@@ -65,5 +66,10 @@ nb::ndarray<nb::numpy, const T> view_numpy(const std::vector<T>& v, nb::handle o
   if (shape.empty()) shape = {v.size()};
   return nb::ndarray<nb::numpy, const T>(v.data(), shape.size(), shape.data(), owner);
 }
+
+// Image grids cross as (h, w) tuples in patches, everywhere in the package.
+using GridPair = std::pair<int, int>;
+std::vector<Grid> to_grids(const std::vector<GridPair>& g);
+std::vector<GridPair> to_pairs(const std::vector<Grid>& g);
 
 }  // namespace ariadne::py

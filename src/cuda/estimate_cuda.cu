@@ -175,23 +175,6 @@ struct DrainOnExit {
   }
 };
 
-// The result's row geometry (score_ptr, row_queries) exactly as est::init_rows fills it, without
-// the host score array init_rows also allocates and zero-fills: the CUDA path writes host scores
-// only when host_copy asks for them, and that array is tens of MB at 128K tokens.
-void init_row_geometry(const Geometry& g, EstimateResult& r) {
-  r.heads = g.heads_q;
-  r.score_ptr.assign(size_t(g.rows) + 1, 0);
-  r.row_queries.assign(size_t(g.rows), 0);
-  for (const Seq& e : g.seqs)
-    for (int h = 0; h < g.heads_q; ++h)
-      for (int64_t m = 0; m < e.nqb; ++m) {
-        const int64_t row = e.row_base + h * e.nqb + m;
-        r.score_ptr[size_t(row) + 1] = g.diag(e, m) + 1;
-        r.row_queries[size_t(row)] = int32_t(g.queries_in(e, m));
-      }
-  for (size_t i = 1; i < r.score_ptr.size(); ++i) r.score_ptr[i] += r.score_ptr[i - 1];
-}
-
 }  // namespace
 
 std::string estimate_cuda_refusal(const TensorView& q, const EstimateConfig* config) {

@@ -211,7 +211,7 @@ double exp_sum(float* x, int64_t n, float mx) {
   return exp_sum_generic(x, n, mx);
 }
 
-void init_rows(const Geometry& g, EstimateResult& r) {
+void init_row_geometry(const Geometry& g, EstimateResult& r) {
   r.heads = g.heads_q;
   r.score_ptr.assign(size_t(g.rows) + 1, 0);
   r.row_queries.assign(size_t(g.rows), 0);
@@ -223,6 +223,10 @@ void init_rows(const Geometry& g, EstimateResult& r) {
         r.row_queries[size_t(row)] = int32_t(g.queries_in(e, m));
       }
   std::partial_sum(r.score_ptr.begin(), r.score_ptr.end(), r.score_ptr.begin());
+}
+
+void init_rows(const Geometry& g, EstimateResult& r) {
+  init_row_geometry(g, r);
   r.scores.assign(size_t(r.score_ptr.back()), 0.f);
 }
 

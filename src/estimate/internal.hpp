@@ -72,7 +72,10 @@ void dot_rows_avx2(const float* a, int64_t rows, const float* b, int64_t cols, i
 double exp_sum_avx2(float* x, int64_t n, float mx);
 #endif
 
-// Fills the result's score rows and row weights (score_ptr, row_queries) for the geometry.
+// The result's row geometry (heads, score_ptr, row_queries) for the geometry. The CUDA path stops
+// here: it fills host scores only when host_copy asks (tens of MB at 128K tokens).
+void init_row_geometry(const Geometry& g, EstimateResult& r);
+// init_row_geometry plus the zeroed host score array [score_ptr.back()] the CPU estimators fill.
 void init_rows(const Geometry& g, EstimateResult& r);
 
 // The stride-level estimators (rr, xattn) and the oracle: fill r.scores, return the MAC count.
