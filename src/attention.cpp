@@ -69,6 +69,16 @@ void check_coords(const TensorView& t, const char* name, int64_t tokens, Device 
 
 }  // namespace
 
+void validate_order(const int32_t* order, int64_t total) {
+  std::vector<uint8_t> seen(size_t(total), 0);
+  for (int64_t i = 0; i < total; ++i) {
+    const int64_t r = order[i];
+    ARIADNE_CHECK(r >= 0 && r < total, "order[", i, "] = ", r, ", expected a row in [0, ", total, ")");
+    ARIADNE_CHECK(!seen[size_t(r)], "order[", i, "] = ", r, " repeats an earlier entry; expected a permutation");
+    seen[size_t(r)] = 1;
+  }
+}
+
 void validate(const AttentionParams& p) {
   require_rank(p.q, "q", 3);
   require_rank(p.k, "k", 3);
@@ -117,15 +127,7 @@ void validate(const AttentionParams& p) {
   if (p.order != nullptr) {
     ARIADNE_CHECK(total_q == total_k, "order: a token order needs total_q == total_k, got ", total_q, " and ",
                   total_k);
-    if (dev == Device::cpu) {
-      std::vector<uint8_t> seen(size_t(total_q), 0);
-      for (int64_t i = 0; i < total_q; ++i) {
-        const int64_t r = p.order[i];
-        ARIADNE_CHECK(r >= 0 && r < total_q, "order[", i, "] = ", r, ", expected a row in [0, ", total_q, ")");
-        ARIADNE_CHECK(!seen[size_t(r)], "order[", i, "] = ", r, " repeats an earlier entry; expected a permutation");
-        seen[size_t(r)] = 1;
-      }
-    }
+    if (dev == Device::cpu) validate_order(p.order, total_q);
   }
   // Arrays behind the pattern can only be read here when they are host memory.
   if (dev == Device::cpu) validate_pattern(p.pattern, total_q, total_k, int(hq));

@@ -72,6 +72,11 @@ struct AttentionParams {
 // and the field.
 void validate(const AttentionParams& p);
 
+// Checks that a host array `order` [total] is a permutation of 0..total-1 (AttentionParams::order);
+// throws ariadne::Error naming the first bad entry. validate() runs it for host tensors; callers with
+// device tensors and a host copy of the order run it before uploading.
+void validate_order(const int32_t* order, int64_t total);
+
 // Runs attention on the chosen backend. automatic: cuda for device tensors, cpu for host tensors.
 // Throws ariadne::Error when the backend is not built or does not support the case.
 void attention(const AttentionParams& p, Backend backend = Backend::automatic);

@@ -221,6 +221,7 @@ def attention(
     received: Optional[Array] = None,
     coords_q: Optional[Array] = None,
     coords_k: Optional[Array] = None,
+    order: Optional[Union[Array, Sequence[int]]] = None,
 ) -> Tuple[Array, Optional[Array]]:
     """Softmax attention with a pattern, an optional per-head sink and packed sequences.
 
@@ -240,6 +241,10 @@ def attention(
     stream: cudaStream_t as an int; None uses the current torch / CuPy stream of q's device.
     entropy, distance: float32 [heads_q, total_q]; received: float32 [heads_q, total_k]; optional
         diagnostics written in place (distance needs coords_q / coords_k float32 [tokens, 2]).
+    order: int32 [total] permutation (needs total_q == total_k): logical row i of the pattern lives at
+        stored row order[i] of q, k, v, out, lse and the diagnostics, e.g. a window over the
+        column-major walk of an image on row-major tensors (`order_conversion`); CUDA fuses it into
+        the kernel's loads and stores. Host arrays or lists, or tensors on q's device.
 
     Returns (out, lse), lse None when not requested. Raises ariadne.Error (a ValueError) with the
     library's message on bad input. The GIL is released while the kernel runs.
@@ -256,7 +261,7 @@ def attention(
         _ariadne.attention_into(
             _bits(q), _bits(k), _bits(v), _bits(out), lse, pattern, _ints(cu_seqlens), _ints(cu_seqlens_k), blocks,
             _f32(sink), _sink_mode(sink, sink_mode), float(scale), backend, _stream_of(q, stream), bf16, entropy,
-            distance, received, coords_q, coords_k)
+            distance, received, coords_q, coords_k, _ints(order))
     return out, lse
 
 

@@ -134,7 +134,7 @@ class BlockMask:
 
     def __repr__(self) -> str: ...
 
-def attention_into(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArray, dict(writable=False)], v: Annotated[NDArray, dict(writable=False)], out: NDArray, lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, pattern: Pattern = ..., cu_seqlens_q: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, cu_seqlens_k: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, blocks: BlockMask | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'auto', stream: int = 0, bf16_bits: bool = False, entropy: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, distance: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, received: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, coords_q: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)] | None = None, coords_k: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)] | None = None) -> None:
+def attention_into(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArray, dict(writable=False)], v: Annotated[NDArray, dict(writable=False)], out: NDArray, lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, pattern: Pattern = ..., cu_seqlens_q: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, cu_seqlens_k: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, blocks: BlockMask | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'auto', stream: int = 0, bf16_bits: bool = False, entropy: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, distance: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, received: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, coords_q: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)] | None = None, coords_k: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)] | None = None, order: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None) -> None:
     """
     Attention into caller-provided outputs (the package's attention() wraps this).
 
@@ -150,6 +150,8 @@ def attention_into(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDA
     bf16_bits: read uint16 q/k/v/out as bfloat16 bits (ml_dtypes numpy arrays).
     entropy, distance: None or float32 [heads_q, total_q]; received: None or float32 [heads_q, total_k];
     coords_q / coords_k: float32 [tokens, 2] (row, col), needed by distance.
+    order: None or int32 [total_q] permutation (host or q's device; total_q == total_k): logical row i of
+       the pattern is stored at row order[i] of q, k, v, out, lse and the diagnostics (fused on CUDA).
     The GIL is released while the kernel runs. Errors raise ariadne.Error (a ValueError).
     """
 

@@ -100,7 +100,8 @@ void build(Call& c, const AnyIn& q, const AnyIn& k, const AnyIn& v, const AnyOut
            const BlockMask* blocks, const std::optional<F32In1>& sink, const std::string& sink_mode, float scale,
            uintptr_t stream, bool bf16_bits, const std::optional<F32Out2>& entropy,
            const std::optional<F32Out2>& distance, const std::optional<F32Out2>& received,
-           const std::optional<F32In2>& coords_q, const std::optional<F32In2>& coords_k) {
+           const std::optional<F32In2>& coords_q, const std::optional<F32In2>& coords_k,
+           const std::optional<IntsIn>& order = std::nullopt) {
   AttentionParams& p = c.p;
   p.q = as_view(q, "q", bf16_bits);
   p.k = as_view(k, "k", bf16_bits);
@@ -155,6 +156,14 @@ void build(Call& c, const AnyIn& q, const AnyIn& k, const AnyIn& v, const AnyOut
     pat.blocks = b;
   }
   p.pattern = pat;
+  if (order) {
+    ARIADNE_CHECK(int64_t(order->shape(0)) == p.q.shape[0], "order: has ", order->shape(0),
+                  " entries, expected total_q = ", p.q.shape[0]);
+    // validate() checks host orders only for host tensors: a host order for CUDA tensors is checked
+    // here, before its device copy is used.
+    if (c.device() && on_host(order->device_type())) validate_order(host_ints(*order).data(), p.q.shape[0]);
+    p.order = c.ints_for_device(*order, "order");
+  }
   // validate() can read the pattern's arrays only on the host. When CUDA tensors come with host
   // metadata, the host copies are checked here, before they are used on the device.
   if (c.device() && host_cu && (cu_q || blocks)) {
@@ -189,6 +198,8 @@ scale: 0 selects 1/sqrt(head_dim). stream: cudaStream_t as an int (0 = default s
 bf16_bits: read uint16 q/k/v/out as bfloat16 bits (ml_dtypes numpy arrays).
 entropy, distance: None or float32 [heads_q, total_q]; received: None or float32 [heads_q, total_k];
 coords_q / coords_k: float32 [tokens, 2] (row, col), needed by distance.
+order: None or int32 [total_q] permutation (host or q's device; total_q == total_k): logical row i of
+   the pattern is stored at row order[i] of q, k, v, out, lse and the diagnostics (fused on CUDA).
 The GIL is released while the kernel runs. Errors raise ariadne.Error (a ValueError).)doc";
 
 }  // namespace
@@ -306,10 +317,11 @@ void bind_attention(nb::module_& m) {
          const BlockMask* blocks, const std::optional<F32In1>& sink, const std::string& sink_mode, float scale,
          const std::string& backend, uintptr_t stream, bool bf16_bits, const std::optional<F32Out2>& entropy,
          const std::optional<F32Out2>& distance, const std::optional<F32Out2>& received,
-         const std::optional<F32In2>& coords_q, const std::optional<F32In2>& coords_k) {
+         const std::optional<F32In2>& coords_q, const std::optional<F32In2>& coords_k,
+         const std::optional<IntsIn>& order) {
         Call c;
         build(c, q, k, v, out, lse, pattern, cu_q, cu_k, blocks, sink, sink_mode, scale, stream, bf16_bits, entropy,
-              distance, received, coords_q, coords_k);
+              distance, received, coords_q, coords_k, order);
         const Backend b = parse_backend(backend);
         {
           nb::gil_scoped_release unlocked;
@@ -323,7 +335,7 @@ void bind_attention(nb::module_& m) {
       "blocks"_a = nb::none(), "sink"_a = nb::none(), "sink_mode"_a = "none", "scale"_a = 0.f,
       "backend"_a = "auto", "stream"_a = 0, "bf16_bits"_a = false, "entropy"_a.noconvert() = nb::none(),
       "distance"_a.noconvert() = nb::none(), "received"_a.noconvert() = nb::none(), "coords_q"_a = nb::none(),
-      "coords_k"_a = nb::none(), kAttentionDoc);
+      "coords_k"_a = nb::none(), "order"_a = nb::none(), kAttentionDoc);
 
   m.def(
       "backend_supports",
