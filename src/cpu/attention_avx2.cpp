@@ -92,11 +92,8 @@ void qk_rows(const float* q, int64_t ldq, const float* k, int d, float* s) {
 }
 
 void qk_f32(const float* q, int64_t ldq, const float* k, int d, int rows, float* s) {
-  constexpr int R = 3;  // 12 accumulators of the 16 registers
-  int r = 0;
-  for (; r + R <= rows; r += R) qk_rows<R>(q + r * ldq, ldq, k, d, s + r * kKeyTile);
-  if (rows - r == 2) qk_rows<2>(q + r * ldq, ldq, k, d, s + r * kKeyTile);
-  if (rows - r == 1) qk_rows<1>(q + r * ldq, ldq, k, d, s + r * kKeyTile);
+  // 3 rows: 12 accumulators of the 16 registers.
+  for_row_tiles<3>(rows, [&](int r, auto n) { qk_rows<decltype(n)::value>(q + r * ldq, ldq, k, d, s + r * kKeyTile); });
 }
 
 void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* alpha, float* t_out) {
@@ -181,11 +178,9 @@ void pv_rows(const float* p, const float* v, int64_t ldv, int dv, const float* a
 }
 
 void pv_f32(const float* p, const float* v, int64_t ldv, int dv, int rows, const float* alpha, float* o) {
-  constexpr int R = 3;
-  int r = 0;
-  for (; r + R <= rows; r += R) pv_rows<R>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv);
-  if (rows - r == 2) pv_rows<2>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv);
-  if (rows - r == 1) pv_rows<1>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv);
+  for_row_tiles<3>(rows, [&](int r, auto n) {
+    pv_rows<decltype(n)::value>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv);
+  });
 }
 
 const TileKernels kAvx2{"avx2", qk_f32, nullptr, softmax, pv_f32, nullptr, colsum,

@@ -104,19 +104,10 @@ void qk_f32_rows(const float* q, int64_t ldq, const float* k, int d, float* s) {
 }
 
 void qk_f32(const float* q, int64_t ldq, const float* k, int d, int rows, float* s) {
-  constexpr int R = 8;  // 16 accumulators + 2 key vectors: K loads amortized over 8 rows
-  int r = 0;
-  for (; r + R <= rows; r += R) qk_f32_rows<R>(q + r * ldq, ldq, k, d, s + r * kKeyTile);
-  switch (rows - r) {
-    case 7: qk_f32_rows<7>(q + r * ldq, ldq, k, d, s + r * kKeyTile); break;
-    case 6: qk_f32_rows<6>(q + r * ldq, ldq, k, d, s + r * kKeyTile); break;
-    case 5: qk_f32_rows<5>(q + r * ldq, ldq, k, d, s + r * kKeyTile); break;
-    case 4: qk_f32_rows<4>(q + r * ldq, ldq, k, d, s + r * kKeyTile); break;
-    case 3: qk_f32_rows<3>(q + r * ldq, ldq, k, d, s + r * kKeyTile); break;
-    case 2: qk_f32_rows<2>(q + r * ldq, ldq, k, d, s + r * kKeyTile); break;
-    case 1: qk_f32_rows<1>(q + r * ldq, ldq, k, d, s + r * kKeyTile); break;
-    default: break;
-  }
+  // 8 rows: 16 accumulators + 2 key vectors, K loads amortized over 8 rows.
+  for_row_tiles<8>(rows, [&](int r, auto n) {
+    qk_f32_rows<decltype(n)::value>(q + r * ldq, ldq, k, d, s + r * kKeyTile);
+  });
 }
 
 // ---- S = Q·Kᵀ, bf16 pairs through vdpbf16ps ----
@@ -153,19 +144,9 @@ void qk_bf16_rows(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, flo
 }
 
 void qk_bf16(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, int rows, float* s) {
-  constexpr int R = 8;
-  int r = 0;
-  for (; r + R <= rows; r += R) qk_bf16_rows<R>(q + r * ldq, ldq, k, dp, s + r * kKeyTile);
-  switch (rows - r) {
-    case 7: qk_bf16_rows<7>(q + r * ldq, ldq, k, dp, s + r * kKeyTile); break;
-    case 6: qk_bf16_rows<6>(q + r * ldq, ldq, k, dp, s + r * kKeyTile); break;
-    case 5: qk_bf16_rows<5>(q + r * ldq, ldq, k, dp, s + r * kKeyTile); break;
-    case 4: qk_bf16_rows<4>(q + r * ldq, ldq, k, dp, s + r * kKeyTile); break;
-    case 3: qk_bf16_rows<3>(q + r * ldq, ldq, k, dp, s + r * kKeyTile); break;
-    case 2: qk_bf16_rows<2>(q + r * ldq, ldq, k, dp, s + r * kKeyTile); break;
-    case 1: qk_bf16_rows<1>(q + r * ldq, ldq, k, dp, s + r * kKeyTile); break;
-    default: break;
-  }
+  for_row_tiles<8>(rows, [&](int r, auto n) {
+    qk_bf16_rows<decltype(n)::value>(q + r * ldq, ldq, k, dp, s + r * kKeyTile);
+  });
 }
 
 // ---- online softmax over one key tile ----
@@ -265,27 +246,14 @@ void for_groups(int dv, Block&& block) {
 template <int R>
 void pv_f32_rows(const float* p, const float* v, int64_t ldv, int dv, const float* alpha, float* o) {
   for_groups<R>(dv, [&](int col, int g) {
-    switch (g) {
-      case 5: pv_f32_block<R, 5>(p, v, ldv, dv, alpha, o, col); break;
-      case 4: pv_f32_block<R, 4>(p, v, ldv, dv, alpha, o, col); break;
-      case 3: pv_f32_block<R, 3>(p, v, ldv, dv, alpha, o, col); break;
-      case 2: pv_f32_block<R, 2>(p, v, ldv, dv, alpha, o, col); break;
-      default: pv_f32_block<R, 1>(p, v, ldv, dv, alpha, o, col); break;
-    }
+    with_count<5>(g, [&](auto c) { pv_f32_block<R, decltype(c)::value>(p, v, ldv, dv, alpha, o, col); });
   });
 }
 
 void pv_f32(const float* p, const float* v, int64_t ldv, int dv, int rows, const float* alpha, float* o) {
-  constexpr int R = 4;
-  int r = 0;
-  for (; r + R <= rows; r += R)
-    pv_f32_rows<R>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv);
-  switch (rows - r) {
-    case 3: pv_f32_rows<3>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv); break;
-    case 2: pv_f32_rows<2>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv); break;
-    case 1: pv_f32_rows<1>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv); break;
-    default: break;
-  }
+  for_row_tiles<4>(rows, [&](int r, auto n) {
+    pv_f32_rows<decltype(n)::value>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv);
+  });
 }
 
 // ---- O = alpha·O + P·V with P rounded to bf16 (pairs of consecutive keys) ----
@@ -329,27 +297,14 @@ void pv_bf16_rows(const float* p, const uint16_t* v, int dv, const float* alpha,
     _mm512_store_si512(pp + r * (kKeyTile / 2), (__m512i)h);
   }
   for_groups<R>(dv, [&](int col, int g) {
-    switch (g) {
-      case 5: pv_bf16_block<R, 5>(pp, v, dv, alpha, o, col); break;
-      case 4: pv_bf16_block<R, 4>(pp, v, dv, alpha, o, col); break;
-      case 3: pv_bf16_block<R, 3>(pp, v, dv, alpha, o, col); break;
-      case 2: pv_bf16_block<R, 2>(pp, v, dv, alpha, o, col); break;
-      default: pv_bf16_block<R, 1>(pp, v, dv, alpha, o, col); break;
-    }
+    with_count<5>(g, [&](auto c) { pv_bf16_block<R, decltype(c)::value>(pp, v, dv, alpha, o, col); });
   });
 }
 
 void pv_bf16(const float* p, const uint16_t* v, int dv, int rows, const float* alpha, float* o) {
-  constexpr int R = 4;
-  int r = 0;
-  for (; r + R <= rows; r += R)
-    pv_bf16_rows<R>(p + r * kKeyTile, v, dv, alpha + r, o + int64_t(r) * dv);
-  switch (rows - r) {
-    case 3: pv_bf16_rows<3>(p + r * kKeyTile, v, dv, alpha + r, o + int64_t(r) * dv); break;
-    case 2: pv_bf16_rows<2>(p + r * kKeyTile, v, dv, alpha + r, o + int64_t(r) * dv); break;
-    case 1: pv_bf16_rows<1>(p + r * kKeyTile, v, dv, alpha + r, o + int64_t(r) * dv); break;
-    default: break;
-  }
+  for_row_tiles<4>(rows, [&](int r, auto n) {
+    pv_bf16_rows<decltype(n)::value>(p + r * kKeyTile, v, dv, alpha + r, o + int64_t(r) * dv);
+  });
 }
 
 // ---- packing: K by 16×16 in-register transposes of 32-bit words, V by widening loads ----

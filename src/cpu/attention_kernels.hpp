@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 namespace ariadne::cpu {
 
@@ -48,6 +49,24 @@ inline bool poison_row(bool bad, int r, float* p, float* m, float* l, float* alp
   m[r] = l[r] = alpha[r] = nan;
   for (int j = 0; j < kKeyTile; ++j) p[j] = 0.f;
   return true;
+}
+
+// Calls body(std::integral_constant<int, n>{}) for a run-time n in [1, N] (nothing for n outside):
+// a row or column count becomes a template argument without a switch per kernel.
+template <int N, class Body>
+inline void with_count(int n, Body&& body) {
+  if constexpr (N >= 1) {
+    if (n == N) body(std::integral_constant<int, N>{});
+    else with_count<N - 1>(n, body);
+  }
+}
+
+// Rows [0, rows) in tiles of R, then one tile of the rest: body(first_row, integral_constant<rows>).
+template <int R, class Body>
+inline void for_row_tiles(int rows, Body&& body) {
+  int r = 0;
+  for (; r + R <= rows; r += R) body(r, std::integral_constant<int, R>{});
+  with_count<R - 1>(rows - r, [&](auto n) { body(r, n); });
 }
 
 struct TileKernels {
