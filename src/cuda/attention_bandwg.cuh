@@ -1,0 +1,482 @@
+// Internal: the Hopper (sm_90a) band kernel for sliding windows: wgmma products over a shared-memory
+// ring of 64-key chunks, fed by a producer warpgroup (the band walk of attention_band.cuh on the
+// warp-specialized structure of attention_wgmma.cuh).
+//
+// Why: the per-warp band kernel (attention_band.cuh) computes only the 16-key chunks each 16-row
+// warp sees (useful fraction 0.90 on a ±64 window) but issues ~180 mma.sync per warp-tile and stays
+// instruction-issue bound at 8 warps per SM (bench/cuda-notes.md, v9-v10). Here a consumer
+// warpgroup takes a whole 64-row query tile and its key hull (±64 aligned: 192 keys, useful
+// fraction 0.67) with ~30 asynchronous wgmma instructions, and two consumers take alternate tiles
+// so that one's softmax runs under the other's products.
+//
+// A CTA of 3 warpgroups walks a run of consecutive 64-row query tiles of one query head (the
+// varlen cover of the tile kernel, crossing sequence ends):
+//   - warpgroup 0, the producer, copies each tile's Q into a ring of QSLOT buffers and the 64-key
+//     chunks of K and V the tile adds into a ring of NSLOT chunks (cp.async completing on
+//     mbarriers, K and V on separate ones so that S can start while V lands);
+//   - warpgroups 1 and 2 take the walk's tiles alternately: S = Q·Kᵀ by wgmma m64n64k16 per chunk
+//     (both from shared memory), masks and a one-pass softmax in registers (the whole key hull is
+//     in one S, so no running max), P packed to 16 bits as the register A operand of O = P·V
+//     (wgmma m64nDk16, V read transposed), then the epilogue straight to global memory.
+// Ring protocol. Chunks get ring numbers in walk order (chunk n in slot n mod NSLOT); a tile that
+// continues its sequence reuses the resident chunks and appends the new ones, a tile of a new
+// sequence (or one whose keys jump) appends fresh numbers. Ring numbers where a tile's chunks
+// start never decrease along the walk, so once a consumer has finished a tile, every chunk
+// numbered below the next tile's first is dead for it: it releases those (each of its 128 threads
+// arrives once per chunk on the chunk's "empty" barrier, count 256 for both consumers), having
+// waited on their "full" barriers first, so that no barrier is ever two phases ahead of a waiter.
+// The producer refills a slot after both consumers released its previous chunk. With NSLOT >= 2 x
+// MAXC the walk cannot deadlock: the chunks of two consecutive tiles always fit.
+//
+// Eligible (bandwg_eligible in attention_cuda.cu): sliding windows with left + right <= 129 (a
+// 64-row tile's hull of <= 193 keys meets at most MAXC = 4 chunks), no chunk, no block mask, no
+// diagnostics, head dim 80, compute capability 9.0, rows and keys below 2^30. Sinks (both forms),
+// GQA, varlen with lq != lk (bottom-right aligned), f32 / 16-bit out, LSE and the fused token order
+// are handled as in the other kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/attention_band.cuh"
+#include "cuda/attention_fwd.cuh"
+#include "cuda/attention_wgmma.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace ariadne::cuda {
+
+template <int D>
+struct BandWgShape {
+  static constexpr int BM = 64;      // query rows per tile (one consumer warpgroup)
+  static constexpr int CK = 64;      // keys per ring chunk
+  static constexpr int NSLOT = 8;    // K/V ring chunks (>= 2 x MAXC, see the ring protocol)
+  static constexpr int QSLOT = 4;    // Q tile buffers (two ahead per consumer)
+  static constexpr int MAXC = 4;     // chunks a tile's hull of <= 64 + 129 keys may meet
+  static constexpr int kMaxSpan = 129;  // window left + right the kernel accepts
+  static constexpr int threads = 384;
+  static constexpr int C = D / 8;    // 16-byte pieces (core-matrix columns) per row
+  static constexpr int tile_elems = 64 * D;
+  // QSLOT Q tiles, NSLOT K chunks, NSLOT V chunks, then the mbarriers (8 bytes each):
+  // k_full[NSLOT], v_full[NSLOT], empty[NSLOT], q_full[QSLOT], q_empty[QSLOT].
+  static constexpr size_t bar_offset = size_t(QSLOT + 2 * NSLOT) * tile_elems * 2;
+  static constexpr size_t smem_bytes = bar_offset + 8 * (3 * NSLOT + 2 * QSLOT);
+};
+
+// One query tile of the walk and the ring numbers of its chunks. Every thread of the CTA walks the
+// same tiles (BandWgWalk::next is deterministic), so producer and consumers agree on the numbers.
+struct BandWgTile {
+  SeqExtent e;
+  int q_lo = 0, q_hi = 0;    // local query rows
+  int c_lo = 0, nc = 0;      // the hull's key chunks [c_lo, c_lo + nc) of the sequence
+  int n_lo = 0;              // ring number of chunk c_lo (when nc == 0: the next free number)
+  int ld_lo = 0, ld_hi = 0;  // chunks [ld_lo, ld_hi) this tile appends to the ring
+  int k_lo = 0, k_hi = 0;    // the hull in keys: [lo of the first row, hi of the last row)
+  bool valid = false;
+};
+
+template <int BM, int CK>
+struct BandWgWalk {
+  const Pattern* pat;
+  int64_t t, t_end, total_q, total_k;
+  bool varlen;
+  int s_hint = 0;
+  int cur_s = -1;      // sequence of the resident chunks
+  int have_hi = 0;     // resident chunks end here (sequence chunk index)
+  int prev_c_lo = 0;
+  int shift = 0;       // ring number = chunk index + shift
+  int n_next = 0;      // next free ring number
+
+  __device__ BandWgWalk(const Pattern& p, int64_t first, int64_t end, int64_t tq, int64_t tk)
+      : pat(&p), t(first), t_end(end), total_q(tq), total_k(tk), varlen(p.cu_seqlens_q != nullptr) {
+    if (varlen) {  // the run's first sequence; later tiles only move forward from it
+      int lo = 0, hi = p.num_seqs - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (mid + p.cu_seqlens_q[mid] / BM <= first) lo = mid; else hi = mid - 1;
+      }
+      s_hint = lo;
+    }
+  }
+
+  // The next virtual tile that holds query rows (virtual tiles past a sequence's end are empty).
+  __device__ BandWgTile next() {
+    BandWgTile b;
+    while (t < t_end) {
+      const int64_t v = t++;
+      int64_t tile = v;
+      if (varlen) {
+        while (s_hint + 1 < pat->num_seqs && s_hint + 1 + pat->cu_seqlens_q[s_hint + 1] / BM <= v) ++s_hint;
+        tile = v - (s_hint + pat->cu_seqlens_q[s_hint] / BM);
+      }
+      b.e = pat->seq(s_hint, total_q, total_k);
+      if (tile * BM >= b.e.lq) continue;
+      b.q_lo = int(tile * BM);
+      b.q_hi = b.q_lo + BM < b.e.lq ? b.q_lo + BM : int(b.e.lq);
+      const BandRule rule(*pat, b.e);
+      int lo_last, hi_first;
+      rule.bounds(b.q_lo, b.k_lo, hi_first);
+      rule.bounds(b.q_hi - 1, lo_last, b.k_hi);
+      b.valid = true;
+      if (b.k_hi <= b.k_lo) {  // no row of the tile sees a key
+        b.n_lo = n_next;
+        return b;
+      }
+      const int c_lo = b.k_lo / CK, c_hi = (b.k_hi + CK - 1) / CK;
+      if (s_hint == cur_s && c_lo >= prev_c_lo && c_lo <= have_hi) {
+        b.ld_lo = have_hi;  // continues the resident chunks: only those past have_hi are new
+        b.ld_hi = c_hi > have_hi ? c_hi : have_hi;
+      } else {
+        cur_s = s_hint;  // a new sequence or a jump: fresh ring numbers
+        shift = n_next - c_lo;
+        b.ld_lo = c_lo;
+        b.ld_hi = c_hi;
+      }
+      have_hi = b.ld_hi;
+      n_next = have_hi + shift;
+      prev_c_lo = c_lo;
+      b.c_lo = c_lo;
+      b.nc = c_hi - c_lo;
+      b.n_lo = c_lo + shift;
+      return b;
+    }
+    return b;
+  }
+  __device__ int ring(int chunk) const { return chunk + shift; }
+};
+
+template <int D, class E>
+__global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParams p, const int run) {
+  using S = BandWgShape<D>;
+  constexpr int BM = S::BM, CK = S::CK, NSLOT = S::NSLOT, QSLOT = S::QSLOT, MAXC = S::MAXC, C = S::C;
+  constexpr int NO = D / 2;  // output accumulators per thread (m64nD)
+  using T = typename E::type;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* Qs = reinterpret_cast<T*>(smem_raw);   // QSLOT tiles
+  T* Ks = Qs + QSLOT * S::tile_elems;       // NSLOT chunks
+  T* Vs = Ks + NSLOT * S::tile_elems;       // NSLOT chunks
+  const uint32_t bars = smem_addr(smem_raw + S::bar_offset);
+  auto k_full = [&](int s) { return bars + 8 * s; };
+  auto v_full = [&](int s) { return bars + 8 * (NSLOT + s); };
+  auto empty = [&](int s) { return bars + 8 * (2 * NSLOT + s); };
+  auto q_full = [&](int s) { return bars + 8 * (3 * NSLOT + s); };
+  auto q_empty = [&](int s) { return bars + 8 * (3 * NSLOT + QSLOT + s); };
+
+  const Pattern& pat = p.pattern;
+  const int tid = threadIdx.x;
+  const int h = blockIdx.y, kvh = h / p.group;
+  auto stored = [&](int64_t i) -> int64_t { return p.order != nullptr ? p.order[i] : i; };
+
+  const bool varlen = pat.cu_seqlens_q != nullptr;
+  const int64_t n_virtual = varlen ? pat.num_seqs + p.total_q / BM + 1 : (p.total_q + BM - 1) / BM;
+  const int64_t first = int64_t(blockIdx.x) * run;
+  const int64_t last = first + run < n_virtual ? first + run : n_virtual;
+  BandWgWalk<BM, CK> walk(pat, first, last, p.total_q, p.total_k);
+
+  if (tid == 0) {
+    for (int i = 0; i < NSLOT; ++i) {
+      wg::mbar_init(k_full(i), 128);  // one cp.async-completion arrival per producer thread
+      wg::mbar_init(v_full(i), 128);
+      wg::mbar_init(empty(i), 256);   // one arrival per consumer thread
+    }
+    for (int i = 0; i < QSLOT; ++i) {
+      wg::mbar_init(q_full(i), 128);
+      wg::mbar_init(q_empty(i), 128);  // the tile's own consumer
+    }
+  }
+  __syncthreads();
+
+  if (tid < 128) {
+    // ================= producer warpgroup =================
+    wg::setmaxnreg_dec<56>();
+    // 64 rows starting at local row `row0` of a sequence (first packed row `base`), `valid` of them
+    // real (the rest zero-filled: padding rows hold zeros, never stale NaNs that 0·NaN would
+    // spread), into wgmma's canonical layout. Consecutive threads take consecutive rows of one core
+    // matrix, so each 8-thread phase writes 128 contiguous shared bytes.
+    auto load = [&](T* dst, const T* head, int64_t stride, int64_t base, int row0, int valid) {
+#pragma unroll
+      for (int i = tid; i < 64 * C; i += 128) {
+        const int r8 = i & 7, ch = (i >> 3) % C, rb = (i >> 3) / C;
+        const int r = rb * 8 + r8;
+        const bool ok = r < valid;
+        const int64_t row = ok ? stored(base + row0 + r) : 0;
+        cp_async16(smem_addr(dst + tile_off<C>(r, ch)), head + (ok ? row * stride + ch * 8 : 0), ok);
+      }
+    };
+    const T* qg = static_cast<const T*>(p.q) + h * p.q_head;
+    const T* kg = static_cast<const T*>(p.k) + kvh * p.k_head;
+    const T* vg = static_cast<const T*>(p.v) + kvh * p.v_head;
+    int i = 0;
+    for (BandWgTile b = walk.next(); b.valid; b = walk.next(), ++i) {
+      const int qs = i % QSLOT;
+      if (i >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((i / QSLOT) - 1) & 1);
+      load(Qs + qs * S::tile_elems, qg, p.q_tok, b.e.q0, b.q_lo, b.q_hi - b.q_lo);
+      wg::mbar_arrive_cp_async(q_full(qs));
+      const int lk = int(b.e.lk);
+      for (int x = b.ld_lo; x < b.ld_hi; ++x) {
+        const int n = walk.ring(x), st = n % NSLOT;
+        if (n >= NSLOT) wg::mbar_wait(empty(st), uint32_t((n / NSLOT) - 1) & 1);
+        load(Ks + st * S::tile_elems, kg, p.k_tok, b.e.k0, x * CK, lk - x * CK);
+        wg::mbar_arrive_cp_async(k_full(st));
+        load(Vs + st * S::tile_elems, vg, p.v_tok, b.e.k0, x * CK, lk - x * CK);
+        wg::mbar_arrive_cp_async(v_full(st));
+      }
+    }
+    wg::cp_async_wait_all();
+    return;
+  }
+
+  // ================= consumer warpgroups =================
+  wg::setmaxnreg_inc<224>();
+  // This consumer takes the walk's tiles i with i % 2 == cw. The shuffle makes cw warp-uniform in
+  // the compiler's eyes, so the loops it steers are no divergent path for the wgmma instructions.
+  const int cw = __shfl_sync(0xffffffffu, tid / 128, 0) - 1;
+  const int lane = tid % 32, warp = (tid % 128) / 32;
+  const int g = lane / 4, tq = lane % 4;  // accumulator row group and column pair
+  const float sink_log2 = p.sink_kind != kSinkNone ? p.sink[h] * 1.4426950408889634f : 0.f;
+  const float sink_raw = sink_log2 / p.scale_log2;  // the key0 bias in unscaled score units
+  const bool key0 = p.sink_kind == kSinkKey0;
+  constexpr uint32_t kCore = 128, kRowGroup = C * 128;
+  constexpr uint32_t kTileBytes = S::tile_elems * 2;
+  const uint32_t qs_addr = smem_addr(Qs), ks_addr = smem_addr(Ks), vs_addr = smem_addr(Vs);
+
+  int waited = 0;    // chunks [0, waited) have been waited on (K and V)
+  int released = 0;  // chunks [0, released) have been released by this consumer
+  // Waits on the full barriers of chunks [waited, n) in ring order (see the ring protocol).
+  auto wait_chunks = [&](int n) {
+    for (; waited < n; ++waited) {
+      const int st = waited % NSLOT;
+      const uint32_t par = uint32_t(waited / NSLOT) & 1;
+      wg::mbar_wait(k_full(st), par);
+      wg::mbar_wait(v_full(st), par);
+    }
+  };
+
+  int i = cw;  // the walk's index of `cur`
+  BandWgTile cur = walk.next();
+  if (cw == 1) cur = walk.next();  // tile 0 is consumer 0's
+  while (cur.valid) {
+    {
+      // ---- tile `cur`: rows 16·warp + g + 8r of the tile ----
+      const int qs = i % QSLOT;
+      wg::mbar_wait(q_full(qs), uint32_t(i / QSLOT) & 1);
+      wait_chunks(cur.n_lo + cur.nc);
+      wg::fence_proxy_async();  // Q, K, V arrived through the generic proxy; wgmma reads async
+      const BandRule rule(pat, cur.e);
+      int row_lo[2], row_hi[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        // Rows past the tile's end take its last row's bounds: computed, never stored.
+        const int iq = cur.q_lo + 16 * warp + g + 8 * r;
+        rule.bounds(iq < cur.q_hi ? iq : cur.q_hi - 1, row_lo[r], row_hi[r]);
+      }
+      // Chunks inside [lo of the last row, hi of the first row) need no element mask.
+      int full_lo, full_hi, unused;
+      rule.bounds(cur.q_hi - 1, full_lo, unused);
+      rule.bounds(cur.q_lo, unused, full_hi);
+      const uint32_t q_base = qs_addr + qs * kTileBytes;
+      const int nc = cur.nc, kb0 = cur.c_lo * CK, n_lo = cur.n_lo;
+
+      float acc[NO];
+      float m_row[2], l_row[2];
+      // S, masks, softmax and O = P·V over NCH chunks, each wgmma unconditional (a wgmma under a
+      // run-time condition is serialized by ptxas). Chunks past nc (NCH = 3 or 4 > nc) recompute
+      // chunk 0 and are masked to probability 0.
+      auto compute = [&](auto nch_tag) {
+        constexpr int NCH = decltype(nch_tag)::value;
+        uint32_t slot[NCH];
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) slot[c] = uint32_t((n_lo + (c < nc ? c : 0)) % NSLOT) * kTileBytes;
+        float sc[NCH][32];
+        // S = Q·Kᵀ per chunk (64 x 64, D/16 k-steps), all chunks in one commit group.
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+        wg::fence();
+#pragma unroll
+        for (int c = 0; c < NCH; ++c)
+#pragma unroll
+          for (int ks = 0; ks < D / 16; ++ks)
+            wg::Mma<E, 64>::ss(sc[c], wg::desc(q_base + ks * 2 * kCore, kCore, kRowGroup),
+                               wg::desc(ks_addr + slot[c] + ks * 2 * kCore, kCore, kRowGroup), ks > 0);
+        wg::commit();
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+        wg::wait<0>();
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+        wg::mbar_arrive(q_empty(qs));  // this thread's reads of the Q buffer are complete
+
+        // Masks: chunks past nc entirely; edge chunks (and key 0's chunk under a key-0 sink) per
+        // element, a column's test one unsigned compare: col - lo < hi - lo.
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) {
+          const int kb = kb0 + c * CK;
+          if (c >= nc) {
+#pragma unroll
+            for (int x = 0; x < 32; ++x) sc[c][x] = -INFINITY;
+          } else if (kb < full_lo || kb + CK > full_hi || (key0 && kb == 0)) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int rel = row_lo[r] - kb - 2 * tq;
+              const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
+#pragma unroll
+              for (int n8 = 0; n8 < 8; ++n8)
+#pragma unroll
+                for (int x = 0; x < 2; ++x)
+                  if (unsigned(n8 * 8 + x - rel) >= width) sc[c][4 * n8 + 2 * r + x] = -INFINITY;
+            }
+            if (key0 && kb == 0 && tq == 0) {  // column 0: n8 0, x 0 of lane tq 0
+#pragma unroll
+              for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
+                if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][2 * r] += sink_raw;
+            }
+          }
+        }
+        // One-pass softmax: the hull is the whole row.
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx2[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+          for (int c = 0; c < NCH; ++c)
+#pragma unroll
+            for (int n8 = 0; n8 < 8; ++n8)
+              mx2[n8 & 1] = fmax_nan(mx2[n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
+          float mx = fmax_nan(mx2[0], mx2[1]);
+          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          mx *= p.scale_log2;
+          // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
+          const float base = mx == -INFINITY ? 0.f : mx;
+          float sum2[2] = {0.f, 0.f};
+#pragma unroll
+          for (int c = 0; c < NCH; ++c)
+#pragma unroll
+            for (int n8 = 0; n8 < 8; ++n8) {
+#pragma unroll
+              for (int x = 0; x < 2; ++x) {
+                float& v = sc[c][4 * n8 + 2 * r + x];
+                v = ex2(fmaf(v, p.scale_log2, -base));
+              }
+              sum2[n8 & 1] += sc[c][4 * n8 + 2 * r] + sc[c][4 * n8 + 2 * r + 1];
+            }
+          m_row[r] = mx;
+          l_row[r] = sum2[0] + sum2[1];
+        }
+
+        // O = P·V: P from registers (accumulator layout = A fragment layout), V read transposed.
+        uint32_t pa[NCH][4][4];
+#pragma unroll
+        for (int c = 0; c < NCH; ++c)
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
+#pragma unroll
+        for (int x = 0; x < NO; ++x) acc[x] = 0.f;
+        wg::pin(acc);
+        wg::fence();
+#pragma unroll
+        for (int c = 0; c < NCH; ++c)
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            wg::Mma<E, D>::rs(acc, pa[c][kk], wg::desc(vs_addr + slot[c] + kk * 2 * kRowGroup, kRowGroup, kCore));
+        wg::commit();
+        wg::pin(acc);
+        wg::wait<0>();
+        wg::pin(acc);
+      };
+      if (nc == 0) {  // no row of the tile sees a key: nothing to multiply (the ring holds none)
+#pragma unroll
+        for (int x = 0; x < NO; ++x) acc[x] = 0.f;
+        m_row[0] = m_row[1] = -INFINITY;
+        l_row[0] = l_row[1] = 0.f;
+        wg::mbar_arrive(q_empty(qs));
+      } else if (nc <= 3) {
+        compute(IntTag<3>{});  // a 64-row tile of an aligned ±64 window: 192 keys
+      } else {
+        compute(IntTag<MAXC>{});
+      }
+      // The other consumer's tile (walked here to keep the ring numbers in step); its first ring
+      // number bounds the chunks no later tile uses, which this consumer now releases.
+      const BandWgTile nxt = walk.next();
+      if (nxt.valid) {
+        wait_chunks(nxt.n_lo);
+        for (; released < nxt.n_lo; ++released) wg::mbar_arrive(empty(released % NSLOT));
+      }
+
+      // ---- epilogue: normalize, sink, LSE; straight to global memory ----
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float l = l_row[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        float m = m_row[r];
+        const int iq = cur.q_lo + 16 * warp + g + 8 * r;
+        if (p.sink_kind == kSinkDenominator) {
+          // Z = exp(sink) + Σ exp(s): the sink is one more key with no value.
+          const float rescale = fold_sink(m, l, sink_log2);
+#pragma unroll
+          for (int n8 = 0; n8 < D / 8; ++n8) {
+            acc[4 * n8 + 2 * r] *= rescale;
+            acc[4 * n8 + 2 * r + 1] *= rescale;
+          }
+        }
+        if (iq >= cur.q_hi) continue;
+        const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
+        const int64_t srow = stored(cur.e.q0 + iq);
+        const int64_t orow = srow * p.o_tok + h * p.o_head;
+#pragma unroll
+        for (int n8 = 0; n8 < D / 8; ++n8) {
+          const float o0 = acc[4 * n8 + 2 * r] * inv, o1 = acc[4 * n8 + 2 * r + 1] * inv;
+          const int col = n8 * 8 + 2 * tq;
+          if (p.out_f32)
+            *reinterpret_cast<float2*>(static_cast<float*>(p.out) + orow + col) = make_float2(o0, o1);
+          else
+            *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + orow + col) = E::pack(o0, o1);
+        }
+        if (p.lse != nullptr && tq == 0)
+          p.lse[int64_t(h) * p.total_q + srow] = row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+      }
+      cur = nxt.valid ? walk.next() : nxt;
+    }
+    i += 2;
+  }
+}
+
+// Virtual tiles (the tile kernel's varlen cover) cut into runs; grid (runs, heads_q), one CTA per
+// SM (~200 KB of shared memory). `run` <= 0 picks the length: the longest runs that still give
+// every SM work in one wave.
+template <int D, class E>
+cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
+  using S = BandWgShape<D>;
+  const auto kernel = attention_bandwg_kernel<D, E>;
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes));
+  if (configured != cudaSuccess) return configured;
+  static const int slots = [&] {
+    int dev = 0, sms = 0, per_sm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, S::threads, S::smem_bytes) != cudaSuccess)
+      return 0;
+    return sms * per_sm;
+  }();
+  if (slots <= 0) return cudaErrorInvalidConfiguration;
+  const int64_t n_virtual = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_q / S::BM + 1
+                                                              : (p.total_q + S::BM - 1) / S::BM;
+  if (run <= 0) {
+    const int64_t per_head = slots / p.heads_q > 0 ? slots / p.heads_q : 1;  // CTAs per head in one wave
+    run = int((n_virtual + per_head - 1) / per_head);
+  }
+  const int64_t runs = (n_virtual + run - 1) / run;
+  kernel<<<dim3(unsigned(runs), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p, run);
+  return cudaGetLastError();
+}
+
+#define ARIADNE_BANDWG_KERNELS(X, D) X(launch_bandwg<D, Bf16>) X(launch_bandwg<D, F16>)
+#define ARIADNE_INSTANTIATE_BANDWG(D) ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_INSTANTIATE_ONE, D)
+ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_DECLARE_ONE, 80)
+
+}  // namespace ariadne::cuda
