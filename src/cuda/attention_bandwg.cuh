@@ -35,10 +35,14 @@
 // are handled as in the other kernels.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <type_traits>
 
 #include "cuda/attention_band.cuh"
 #include "cuda/attention_fwd.cuh"
@@ -146,14 +150,18 @@ struct BandWgWalk {
   __device__ int ring(int chunk) const { return chunk + shift; }
 };
 
+static __device__ unsigned long long g_bandwg_prof[12];
 template <int D, class E>
-__global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParams p, const int run) {
+__global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParams p, const int run_arg, const __grid_constant__ CUtensorMap tm_q,
+                                                                  const __grid_constant__ CUtensorMap tm_k,
+                                                                  const __grid_constant__ CUtensorMap tm_v) {
+  const int mode = run_arg >> 24, run = run_arg & 0xFFFFFF;
   using S = BandWgShape<D>;
   constexpr int BM = S::BM, CK = S::CK, NSLOT = S::NSLOT, QSLOT = S::QSLOT, MAXC = S::MAXC, C = S::C;
   constexpr int NO = D / 2;  // output accumulators per thread (m64nD)
   using T = typename E::type;
 
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];  // the copy engine's boxes: 128-byte aligned
   T* Qs = reinterpret_cast<T*>(smem_raw);   // QSLOT tiles
   T* Ks = Qs + QSLOT * S::tile_elems;       // NSLOT chunks
   T* Vs = Ks + NSLOT * S::tile_elems;       // NSLOT chunks
@@ -167,7 +175,6 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
   const Pattern& pat = p.pattern;
   const int tid = threadIdx.x;
   const int h = blockIdx.y, kvh = h / p.group;
-  auto stored = [&](int64_t i) -> int64_t { return p.order != nullptr ? p.order[i] : i; };
 
   const bool varlen = pat.cu_seqlens_q != nullptr;
   const int64_t n_virtual = varlen ? pat.num_seqs + p.total_q / BM + 1 : (p.total_q + BM - 1) / BM;
@@ -177,54 +184,55 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
 
   if (tid == 0) {
     for (int i = 0; i < NSLOT; ++i) {
-      wg::mbar_init(k_full(i), 128);  // one cp.async-completion arrival per producer thread
-      wg::mbar_init(v_full(i), 128);
+      wg::mbar_init(k_full(i), 1);  // the producer's arrival with the expected bytes
+      wg::mbar_init(v_full(i), 1);
       wg::mbar_init(empty(i), 256);   // one arrival per consumer thread
     }
     for (int i = 0; i < QSLOT; ++i) {
-      wg::mbar_init(q_full(i), 128);
+      wg::mbar_init(q_full(i), 1);
       wg::mbar_init(q_empty(i), 128);  // the tile's own consumer
     }
+    wg::fence_proxy_async();  // the initialized barriers before the copy engine's first use
   }
   __syncthreads();
 
   if (tid < 128) {
     // ================= producer warpgroup =================
     wg::setmaxnreg_dec<56>();
-    // 64 rows starting at local row `row0` of a sequence (first packed row `base`), `valid` of them
-    // real (the rest zero-filled: padding rows hold zeros, never stale NaNs that 0·NaN would
-    // spread), into wgmma's canonical layout. Consecutive threads take consecutive rows of one core
-    // matrix, so each 8-thread phase writes 128 contiguous shared bytes.
-    auto load = [&](T* dst, const T* head, int64_t stride, int64_t base, int row0, int valid) {
+    if (tid != 0) return;  // one thread issues every copy: the copy engine does the rest
+    // 64 rows from packed row `row0` of one head into the tile layout: 10 boxes of 8 columns x 64
+    // rows, box ch landing in the tile's bytes [ch·1024, ch·1024 + 1024). Rows past the tensor's end
+    // are zero-filled; rows past a sequence's end hold that tensor's next rows, which no allowed
+    // (query, key) pair reads (masked scores are exactly 0 after the softmax).
+    auto load = [&](T* dst, const CUtensorMap& map, int head, int row0, uint32_t bar) {
+      wg::mbar_expect_tx(bar, S::tile_elems * 2);
+      const uint32_t d = smem_addr(dst);
 #pragma unroll
-      for (int i = tid; i < 64 * C; i += 128) {
-        const int r8 = i & 7, ch = (i >> 3) % C, rb = (i >> 3) / C;
-        const int r = rb * 8 + r8;
-        const bool ok = r < valid;
-        const int64_t row = ok ? stored(base + row0 + r) : 0;
-        cp_async16(smem_addr(dst + tile_off<C>(r, ch)), head + (ok ? row * stride + ch * 8 : 0), ok);
-      }
+      for (int ch = 0; ch < C; ++ch) wg::tma_load_3d(d + ch * 1024, &map, ch * 8, head, row0, bar);
     };
-    const T* qg = static_cast<const T*>(p.q) + h * p.q_head;
-    const T* kg = static_cast<const T*>(p.k) + kvh * p.k_head;
-    const T* vg = static_cast<const T*>(p.v) + kvh * p.v_head;
     int i = 0;
+    long long p_all = clock64(), p_q = 0, p_e = 0;
     for (BandWgTile b = walk.next(); b.valid; b = walk.next(), ++i) {
       const int qs = i % QSLOT;
+      long long t0 = clock64();
       if (i >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((i / QSLOT) - 1) & 1);
-      load(Qs + qs * S::tile_elems, qg, p.q_tok, b.e.q0, b.q_lo, b.q_hi - b.q_lo);
-      wg::mbar_arrive_cp_async(q_full(qs));
-      const int lk = int(b.e.lk);
+      p_q += clock64() - t0;
+      load(Qs + qs * S::tile_elems, tm_q, h, int(b.e.q0) + b.q_lo, q_full(qs));
       for (int x = b.ld_lo; x < b.ld_hi; ++x) {
         const int n = walk.ring(x), st = n % NSLOT;
+        long long t1 = clock64();
         if (n >= NSLOT) wg::mbar_wait(empty(st), uint32_t((n / NSLOT) - 1) & 1);
-        load(Ks + st * S::tile_elems, kg, p.k_tok, b.e.k0, x * CK, lk - x * CK);
-        wg::mbar_arrive_cp_async(k_full(st));
-        load(Vs + st * S::tile_elems, vg, p.v_tok, b.e.k0, x * CK, lk - x * CK);
-        wg::mbar_arrive_cp_async(v_full(st));
+        p_e += clock64() - t1;
+        load(Ks + st * S::tile_elems, tm_k, kvh, int(b.e.k0) + x * CK, k_full(st));
+        load(Vs + st * S::tile_elems, tm_v, kvh, int(b.e.k0) + x * CK, v_full(st));
       }
     }
-    wg::cp_async_wait_all();
+    if (mode & 4) {
+      atomicAdd(g_bandwg_prof + 8, (unsigned long long)(clock64() - p_all));
+      atomicAdd(g_bandwg_prof + 9, (unsigned long long)p_q);
+      atomicAdd(g_bandwg_prof + 10, (unsigned long long)p_e);
+      atomicAdd(g_bandwg_prof + 11, 1ull);
+    }
     return;
   }
 
@@ -238,7 +246,10 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
   const float sink_log2 = p.sink_kind != kSinkNone ? p.sink[h] * 1.4426950408889634f : 0.f;
   const float sink_raw = sink_log2 / p.scale_log2;  // the key0 bias in unscaled score units
   const bool key0 = p.sink_kind == kSinkKey0;
-  constexpr uint32_t kCore = 128, kRowGroup = C * 128;
+  // The tile layout (see the producer): 16-byte column piece ch of row r at ch·1024 + r·16, i.e.
+  // wgmma's no-swizzle canonical layout with core matrices 1024 bytes apart along the head dim and
+  // 128 bytes apart along the rows.
+  constexpr uint32_t kAlongD = 1024, kAlongRows = 128;
   constexpr uint32_t kTileBytes = S::tile_elems * 2;
   const uint32_t qs_addr = smem_addr(Qs), ks_addr = smem_addr(Ks), vs_addr = smem_addr(Vs);
 
@@ -254,6 +265,7 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
     }
   };
 
+  long long t_wait = 0, t_s = 0, t_soft = 0, t_pv = 0, t_epi = 0, t_all = clock64();
   int i = cw;  // the walk's index of `cur`
   BandWgTile cur = walk.next();
   if (cw == 1) cur = walk.next();  // tile 0 is consumer 0's
@@ -261,9 +273,10 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
     {
       // ---- tile `cur`: rows 16·warp + g + 8r of the tile ----
       const int qs = i % QSLOT;
+      long long t0 = clock64();
       wg::mbar_wait(q_full(qs), uint32_t(i / QSLOT) & 1);
       wait_chunks(cur.n_lo + cur.nc);
-      wg::fence_proxy_async();  // Q, K, V arrived through the generic proxy; wgmma reads async
+      t_wait += clock64() - t0;
       const BandRule rule(pat, cur.e);
       int row_lo[2], row_hi[2];
 #pragma unroll
@@ -298,15 +311,16 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
         for (int c = 0; c < NCH; ++c)
 #pragma unroll
           for (int ks = 0; ks < D / 16; ++ks)
-            wg::Mma<E, 64>::ss(sc[c], wg::desc(q_base + ks * 2 * kCore, kCore, kRowGroup),
-                               wg::desc(ks_addr + slot[c] + ks * 2 * kCore, kCore, kRowGroup), ks > 0);
+            wg::Mma<E, 64>::ss(sc[c], wg::desc(q_base + ks * 2 * kAlongD, kAlongD, kAlongRows),
+                               wg::desc(ks_addr + slot[c] + ks * 2 * kAlongD, kAlongD, kAlongRows), ks > 0);
         wg::commit();
 #pragma unroll
         for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
         wg::wait<0>();
 #pragma unroll
         for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
-        wg::mbar_arrive(q_empty(qs));  // this thread's reads of the Q buffer are complete
+        wg::mbar_arrive(q_empty(qs));
+        long long t1 = clock64(); t_s += t1 - t0;  // this thread's reads of the Q buffer are complete
 
         // Masks: chunks past nc entirely; edge chunks (and key 0's chunk under a key-0 sink) per
         // element, a column's test one unsigned compare: col - lo < hi - lo.
@@ -365,6 +379,7 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
           l_row[r] = sum2[0] + sum2[1];
         }
 
+        long long t2 = clock64(); t_soft += t2 - t1;
         // O = P·V: P from registers (accumulator layout = A fragment layout), V read transposed.
         uint32_t pa[NCH][4][4];
 #pragma unroll
@@ -381,13 +396,14 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
         for (int c = 0; c < NCH; ++c)
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk)
-            wg::Mma<E, D>::rs(acc, pa[c][kk], wg::desc(vs_addr + slot[c] + kk * 2 * kRowGroup, kRowGroup, kCore));
+            wg::Mma<E, D>::rs(acc, pa[c][kk], wg::desc(vs_addr + slot[c] + kk * 2 * kAlongRows, kAlongRows, kAlongD));
         wg::commit();
         wg::pin(acc);
         wg::wait<0>();
         wg::pin(acc);
+        t_pv += clock64() - t2;
       };
-      if (nc == 0) {  // no row of the tile sees a key: nothing to multiply (the ring holds none)
+      if (nc == 0 || (mode & 2)) {  // no row of the tile sees a key: nothing to multiply (the ring holds none)
 #pragma unroll
         for (int x = 0; x < NO; ++x) acc[x] = 0.f;
         m_row[0] = m_row[1] = -INFINITY;
@@ -406,6 +422,7 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
         for (; released < nxt.n_lo; ++released) wg::mbar_arrive(empty(released % NSLOT));
       }
 
+      long long t3 = clock64();
       // ---- epilogue: normalize, sink, LSE; straight to global memory ----
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -425,7 +442,7 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
         }
         if (iq >= cur.q_hi) continue;
         const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
-        const int64_t srow = stored(cur.e.q0 + iq);
+        const int64_t srow = cur.e.q0 + iq;
         const int64_t orow = srow * p.o_tok + h * p.o_head;
 #pragma unroll
         for (int n8 = 0; n8 < D / 8; ++n8) {
@@ -439,10 +456,52 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
         if (p.lse != nullptr && tq == 0)
           p.lse[int64_t(h) * p.total_q + srow] = row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
       }
+      t_epi += clock64() - t3;
       cur = nxt.valid ? walk.next() : nxt;
     }
     i += 2;
   }
+  if ((mode & 4) && (tid % 128) == 0) {
+    unsigned long long* g = g_bandwg_prof;
+    atomicAdd(g + 0, 1ull);
+    atomicAdd(g + 1, (unsigned long long)((i - cw) / 2));
+    atomicAdd(g + 2, (unsigned long long)(clock64() - t_all));
+    atomicAdd(g + 3, (unsigned long long)t_wait);
+    atomicAdd(g + 4, (unsigned long long)t_s);
+    atomicAdd(g + 5, (unsigned long long)t_soft);
+    atomicAdd(g + 6, (unsigned long long)t_pv);
+    atomicAdd(g + 7, (unsigned long long)t_epi);
+  }
+}
+
+// A tensor map over rows x heads x head dim (strides in elements, head dim contiguous) whose
+// box is 8 columns x 1 head x 64 rows: one column piece of a tile, as the producer copies it. The
+// encoder is the driver's cuTensorMapEncodeTiled, reached through the runtime (no link against the
+// driver library). bandwg_eligible (attention_cuda.cu) admits only layouts it accepts: 16-byte
+// aligned rows, strides increasing from head dim to heads to rows.
+inline cudaError_t encode_tile_map(CUtensorMap* map, const void* base, bool bf16, int d, int heads, int64_t rows,
+                                   int64_t head_stride, int64_t tok_stride) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return Encode(nullptr);
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(heads), cuuint64_t(rows)};
+  const cuuint64_t strides[2] = {cuuint64_t(head_stride) * 2, cuuint64_t(tok_stride) * 2};  // bytes
+  const cuuint32_t box[3] = {8, 1, 64}, unit[3] = {1, 1, 1};
+  const CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+                            const_cast<void*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 // Virtual tiles (the tile kernel's varlen cover) cut into runs; grid (runs, heads_q), one CTA per
@@ -471,7 +530,31 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
     run = int((n_virtual + per_head - 1) / per_head);
   }
   const int64_t runs = (n_virtual + run - 1) / run;
-  kernel<<<dim3(unsigned(runs), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p, run);
+  const bool bf16 = std::is_same_v<E, Bf16>;
+  const int heads_kv = p.heads_q / p.group;
+  CUtensorMap tm_q, tm_k, tm_v;
+  cudaError_t err = encode_tile_map(&tm_q, p.q, bf16, D, p.heads_q, p.total_q, p.q_head, p.q_tok);
+  if (err == cudaSuccess) err = encode_tile_map(&tm_k, p.k, bf16, D, heads_kv, p.total_k, p.k_head, p.k_tok);
+  if (err == cudaSuccess) err = encode_tile_map(&tm_v, p.v, bf16, D, heads_kv, p.total_k, p.v_head, p.v_tok);
+  if (err != cudaSuccess) return err;
+  const char* dbg = std::getenv("ARIADNE_BANDWG_MODE");
+  const int mode = dbg != nullptr ? std::atoi(dbg) : 0;
+  kernel<<<dim3(unsigned(runs), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p, run | (mode << 24), tm_q, tm_k, tm_v);
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(stream, &cap);
+  static int calls = 0;
+  if ((mode & 4) && cap == cudaStreamCaptureStatusNone && ++calls % 50 == 0) {
+    unsigned long long h[12];
+    cudaStreamSynchronize(stream);
+    cudaMemcpyFromSymbol(h, g_bandwg_prof, sizeof h);
+    const double n = double(h[1]);
+    fprintf(stderr, "bandwg prof: consumers %llu tiles %llu per consumer: all %.0f cyc; per tile: wait %.0f S(incl wait) %.0f soft %.0f pv %.0f epi+rel %.0f\n",
+            h[0], h[1], double(h[2]) / h[0], h[3] / n, h[4] / n, h[5] / n, h[6] / n, h[7] / n);
+    fprintf(stderr, "bandwg prof: producers %llu: all %.0f cyc, waiting q_empty %.0f, empty %.0f (per producer)\n", h[11],
+            double(h[8]) / h[11], double(h[9]) / h[11], double(h[10]) / h[11]);
+    unsigned long long z[12] = {};
+    cudaMemcpyToSymbol(g_bandwg_prof, z, sizeof z);
+  }
   return cudaGetLastError();
 }
 

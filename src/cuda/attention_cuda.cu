@@ -111,6 +111,8 @@ bool band_eligible(const AttentionParams& p) {
 // then meets at most 4 chunks of 64 keys). Default route for those calls (bench/cuda-notes.md, v11);
 // ARIADNE_BANDWG=0 in the environment (read per call) keeps them on the per-warp band kernel, and
 // ARIADNE_BAND=0 keeps them on the tile kernel as before. ARIADNE_BAND_RUN fixes its run length too.
+// Its copies are the copy engine's tiles (TMA), so a token order (a gather per row) stays on the band
+// kernel; so do q/k/v views whose strides do not increase from head dim to heads to rows.
 bool bandwg_eligible(const AttentionParams& p) {
   const char* env = std::getenv("ARIADNE_BANDWG");
   if (env != nullptr && std::string(env) == "0") return false;
@@ -119,6 +121,10 @@ bool bandwg_eligible(const AttentionParams& p) {
   if (pat.chunk != 0 || pat.window_left == kUnbounded || pat.window_right == kUnbounded ||
       pat.window_left + pat.window_right > cuda::BandWgShape<80>::kMaxSpan)
     return false;
+  // The copy engine's tensor maps (encode_tile_map) need strides increasing from the head dim to
+  // the heads to the rows.
+  for (const TensorView* t : {&p.q, &p.k, &p.v})
+    if (t->stride[2] != 1 || t->stride[1] < t->shape[2] || t->stride[0] < t->stride[1] * t->shape[1]) return false;
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -151,17 +157,17 @@ cudaError_t launch_wgmma_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_
 // A token order (AttentionParams::order) runs on the mma.sync kernel: its gathers are in that
 // kernel's loads only.
 bool cuda_uses_wgmma(const AttentionParams& p) { return p.order == nullptr && wgmma_eligible(p); }
-bool cuda_uses_band(const AttentionParams& p) { return band_eligible(p) && !bandwg_eligible(p); }
-bool cuda_uses_bandwg(const AttentionParams& p) { return bandwg_eligible(p); }
+bool cuda_uses_bandwg(const AttentionParams& p) { return p.order == nullptr && bandwg_eligible(p); }
+bool cuda_uses_band(const AttentionParams& p) { return band_eligible(p) && !cuda_uses_bandwg(p); }
 
 int cuda_query_tile_rows(const AttentionParams& p) {
-  if (bandwg_eligible(p)) return cuda::BandWgShape<80>::BM;
+  if (cuda_uses_bandwg(p)) return cuda::BandWgShape<80>::BM;
   if (band_eligible(p)) return 16;  // each warp computes its own 16 rows' 16-key chunks
   if (cuda_uses_wgmma(p)) return cuda::WgShape<64>::BM;
   return choose_wide(p) ? cuda::WideConfig::BM : cuda::BandConfig::BM;
 }
 int cuda_key_tile_rows(const AttentionParams& p) {
-  if (bandwg_eligible(p)) return cuda::BandWgShape<80>::CK;
+  if (cuda_uses_bandwg(p)) return cuda::BandWgShape<80>::CK;
   if (band_eligible(p)) return cuda::BandShape<64>::CK;
   if (cuda_uses_wgmma(p)) return cuda::WgShape<64>::BN;
   return choose_wide(p) ? cuda::WideConfig::BN : cuda::BandConfig::BN;
@@ -266,7 +272,7 @@ void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
     fp.lse = scratch;
   }
   cudaError_t err = cudaSuccess;
-  if (bandwg_eligible(p)) {
+  if (order == nullptr && bandwg_eligible(p)) {
     err = launch_bandwg_d80(fp, p.q.dtype, st);
   } else if (band_eligible(p)) {
     switch (p.head_dim()) {

@@ -28,8 +28,8 @@ bool cuda_uses_band(const AttentionParams& p);
 
 // Whether attention_cuda runs this call on the wgmma band kernel (src/cuda/attention_bandwg.cuh):
 // a call the band kernel could take that is a sliding window (no chunk) at head dim 80 on compute
-// capability 9.0, unless ARIADNE_BANDWG=0. Such a call is then not cuda_uses_band. Token orders
-// are handled there too.
+// capability 9.0, with no token order (AttentionParams::order) and q/k/v strides increasing from head
+// dim to heads to rows, unless ARIADNE_BANDWG=0. Such a call is then not cuda_uses_band.
 bool cuda_uses_bandwg(const AttentionParams& p);
 
 // attention_cuda with a fused token order: `order` [total] int32 (device memory) is a permutation

@@ -2,18 +2,15 @@
 // that are its own: lengths that are not multiples of the 64-row tiles or 64-key ring chunks (1,
 // 63, 65, 77, 300, 1500 + 70 keys), key hulls of 1 to 4 chunks (aligned ±64 sees 3, unaligned
 // windows and key offsets lk - lq that are not multiples of 64 see 4), runs of query tiles that
-// start, end or restart the ring inside a varlen batch, both sinks, GQA, f32 out and the fused
-// token order. Each case first checks that the call is routed to this kernel under the default
+// start, end or restart the ring inside a varlen batch, both sinks, GQA and f32 out. Token orders
+// are not routed here (Routing checks that they stay on the band kernel). Each case first checks that the call is routed to this kernel under the default
 // routing (no environment override), so a change of eligibility cannot turn these tests into
 // tests of another kernel. Run lengths are forced through ARIADNE_BAND_RUN. The checks are the
 // common ones: fresh random inputs, outputs poisoned first, the tolerance rule, and a second run
 // that must be bit-identical.
-#include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -174,68 +171,6 @@ TEST_F(CudaBandWg, SmallCasesForSanitizers) {
     }
 }
 
-Buffer gather_rows(const Buffer& src, const std::vector<int32_t>& order) {
-  Buffer dst(src.dtype(), src.shape());
-  const size_t row = size_t(src.numel() / src.shape()[0]) * dtype_size(src.dtype());
-  for (size_t i = 0; i < order.size(); ++i)
-    std::memcpy(static_cast<char*>(dst.data()) + i * row, static_cast<const char*>(src.data()) + order[i] * row, row);
-  return dst;
-}
-
-TEST_F(CudaBandWg, FusedTokenOrder) {
-  // A 24 x 20 grid's column-major traversal and a random permutation, two run lengths. Expected:
-  // the reference on gathered inputs, scattered back to storage order.
-  const int rows = 24, cols = 20, total = rows * cols;
-  std::vector<int32_t> column_major(total), shuffled(total);
-  for (int i = 0; i < total; ++i) column_major[i] = (i % rows) * cols + i / rows;
-  std::iota(shuffled.begin(), shuffled.end(), 0);
-  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(uint32_t(base_seed())));
-  for (int run : {0, 2})
-    for (const auto& [oname, order] : {std::pair{"colmajor", column_major}, std::pair{"shuffled", shuffled}})
-      for (SinkMode mode : {SinkMode::none, SinkMode::denominator}) {
-        const RunLength scope(run);
-        Case c = wg_case(std::string("bandwg_order_") + oname + "_run" + std::to_string(run) + "_" + sink_mode_name(mode),
-                         {total}, DType::bf16, Pattern::window(64, 64));
-        c.sink_mode = mode;
-        c.sink_value = std::numeric_limits<float>::quiet_NaN();
-        c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
-        SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
-        const testing::Inputs in = testing::make_inputs(c);
-        ASSERT_TRUE(cuda_uses_bandwg(in.params));
-
-        testing::Inputs logical;
-        logical.q = gather_rows(in.q, order);
-        logical.k = gather_rows(in.k, order);
-        logical.v = gather_rows(in.v, order);
-        logical.params = in.params;
-        logical.params.q = make_view(logical.q.data(), c.dtype, {total, c.heads_q, c.dim});
-        logical.params.k = make_view(logical.k.data(), c.dtype, {total, c.heads_kv, c.dim});
-        logical.params.v = make_view(logical.v.data(), c.dtype, {total, c.heads_kv, c.dim});
-        logical.total_q = logical.total_k = total;
-        const testing::Result ref = testing::run_reference(logical);
-        Buffer want_out(DType::f32, {total, c.heads_q, c.dim}), want_lse(DType::f32, {c.heads_q, total});
-        for (int i = 0; i < total; ++i)
-          for (int h = 0; h < c.heads_q; ++h) {
-            want_lse.view().set({h, order[i]}, ref.lse.view().get({h, i}));
-            for (int x = 0; x < c.dim; ++x) want_out.view().set({order[i], h, x}, ref.out.view().get({i, h, x}));
-          }
-
-        DeviceCase d = upload(in);
-        const DeviceBuffer d_order = DeviceBuffer::from_ints(order);
-        DeviceBuffer out(c.dtype, {total, c.heads_q, c.dim}), lse(DType::f32, {c.heads_q, total});
-        out.fill_bytes(0xFF);
-        lse.fill_bytes(0xFF);
-        d.p.out = out.view();
-        d.p.lse = lse.view();
-        validate(d.p);
-        attention_cuda_ordered(d.p, static_cast<const int32_t*>(d_order.data()));
-        cuda_synchronize();
-        const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
-        EXPECT_TRUE(testing::close_enough("out", testing::compare(out.to_host().view(), want_out.view()), tol));
-        EXPECT_TRUE(testing::lse_close(lse.to_host().view(), want_lse.view(), tol));
-      }
-}
-
 TEST_F(CudaBandWg, Routing) {
   // Head dim 80 sliding windows up to left + right = 129 take it by default; other head dims,
   // wider windows, chunks, one-sided unbounded windows do not; ARIADNE_BANDWG=0 hands the call
@@ -254,6 +189,22 @@ TEST_F(CudaBandWg, Routing) {
   EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
   Case causal = wg_case("bandwg_route_causal", {300}, DType::bf16, Pattern::causal());
   EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(causal).params));
+  // A token order (a gather per row, which the copy engine's tiles cannot do) stays on the band
+  // kernel: CudaBand.FusedTokenOrder tests it there.
+  AttentionParams ordered = pn;
+  const std::vector<int32_t> identity = [] {
+    std::vector<int32_t> v(300);
+    std::iota(v.begin(), v.end(), 0);
+    return v;
+  }();
+  ordered.order = identity.data();
+  EXPECT_FALSE(cuda_uses_bandwg(ordered));
+  EXPECT_TRUE(cuda_uses_band(ordered));
+  // A view whose rows are closer together than its heads (heads outermost) has no tensor map.
+  AttentionParams heads_outer = pn;
+  heads_outer.q.stride[0] = 80;
+  heads_outer.q.stride[1] = 300 * 80;
+  EXPECT_FALSE(cuda_uses_bandwg(heads_outer));
   setenv("ARIADNE_BAND", "1", 1);  // chunks forced onto the band kernel stay off this one
   EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
   unsetenv("ARIADNE_BAND");
