@@ -151,21 +151,31 @@ struct BandWgWalk {
 };
 
 static __device__ unsigned long long g_bandwg_prof[12];
+// The copy engine's tensor maps (encode_tile_map): per tensor, columns 0-63 (128-byte swizzle) and
+// 64-79 (32-byte swizzle) of 64 rows of one head.
+struct BandWgMaps {
+  CUtensorMap q_lo, q_hi, k_lo, k_hi, v_lo, v_hi;
+};
 template <int D, class E>
-__global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParams p, const int run_arg, const __grid_constant__ CUtensorMap tm_q,
-                                                                  const __grid_constant__ CUtensorMap tm_k,
-                                                                  const __grid_constant__ CUtensorMap tm_v) {
+__global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParams p, const int run_arg,
+                                                                  const __grid_constant__ BandWgMaps maps) {
+  static_assert(D == 80, "the tile layout splits the head dim as 64 + 16");
+  // The tile layout: columns 0-63 of the 64 rows in 128-byte rows with the 128-byte swizzle (8 KB,
+  // as the copy engine writes it and wgmma reads it), then columns 64-79 in 32-byte rows with the
+  // 32-byte swizzle (2 KB). Each copy is then two boxes of 128- and 32-byte rows, instead of ten of
+  // 16-byte rows in the no-swizzle layout (whose small rows held the copy engine to ~2 TB/s).
+  constexpr uint32_t kLoBytes = 64 * 128;
+  constexpr uint32_t kSw128 = 1, kSw32 = 3;  // descriptor swizzle modes
   const int mode = run_arg >> 24, run = run_arg & 0xFFFFFF;
   using S = BandWgShape<D>;
-  constexpr int BM = S::BM, CK = S::CK, NSLOT = S::NSLOT, QSLOT = S::QSLOT, MAXC = S::MAXC, C = S::C;
-  constexpr int NO = D / 2;  // output accumulators per thread (m64nD)
+  constexpr int BM = S::BM, CK = S::CK, NSLOT = S::NSLOT, QSLOT = S::QSLOT, MAXC = S::MAXC;
   using T = typename E::type;
 
-  extern __shared__ __align__(1024) unsigned char smem_raw[];  // the copy engine's boxes: 128-byte aligned
-  T* Qs = reinterpret_cast<T*>(smem_raw);   // QSLOT tiles
+  extern __shared__ __align__(1024) unsigned char bandwg_smem[];  // the copy engine's boxes: 128-byte aligned
+  T* Qs = reinterpret_cast<T*>(bandwg_smem);  // QSLOT tiles
   T* Ks = Qs + QSLOT * S::tile_elems;       // NSLOT chunks
   T* Vs = Ks + NSLOT * S::tile_elems;       // NSLOT chunks
-  const uint32_t bars = smem_addr(smem_raw + S::bar_offset);
+  const uint32_t bars = smem_addr(bandwg_smem + S::bar_offset);
   auto k_full = [&](int s) { return bars + 8 * s; };
   auto v_full = [&](int s) { return bars + 8 * (NSLOT + s); };
   auto empty = [&](int s) { return bars + 8 * (2 * NSLOT + s); };
@@ -200,15 +210,14 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
     // ================= producer warpgroup =================
     wg::setmaxnreg_dec<56>();
     if (tid != 0) return;  // one thread issues every copy: the copy engine does the rest
-    // 64 rows from packed row `row0` of one head into the tile layout: 10 boxes of 8 columns x 64
-    // rows, box ch landing in the tile's bytes [ch·1024, ch·1024 + 1024). Rows past the tensor's end
-    // are zero-filled; rows past a sequence's end hold that tensor's next rows, which no allowed
-    // (query, key) pair reads (masked scores are exactly 0 after the softmax).
-    auto load = [&](T* dst, const CUtensorMap& map, int head, int row0, uint32_t bar) {
+    // 64 rows from packed row `row0` of one head into the tile layout (see kLoBytes): two boxes.
+    // Rows past the tensor's end are zero-filled; rows past a sequence's end hold that tensor's next
+    // rows, which no allowed (query, key) pair reads (masked scores are exactly 0 after the softmax).
+    auto load = [&](T* dst, const CUtensorMap& lo, const CUtensorMap& hi, int head, int row0, uint32_t bar) {
       wg::mbar_expect_tx(bar, S::tile_elems * 2);
       const uint32_t d = smem_addr(dst);
-#pragma unroll
-      for (int ch = 0; ch < C; ++ch) wg::tma_load_3d(d + ch * 1024, &map, ch * 8, head, row0, bar);
+      wg::tma_load_3d(d, &lo, 0, head, row0, bar);
+      wg::tma_load_3d(d + kLoBytes, &hi, 64, head, row0, bar);
     };
     int i = 0;
     long long p_all = clock64(), p_q = 0, p_e = 0;
@@ -217,14 +226,14 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       long long t0 = clock64();
       if (i >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((i / QSLOT) - 1) & 1);
       p_q += clock64() - t0;
-      load(Qs + qs * S::tile_elems, tm_q, h, int(b.e.q0) + b.q_lo, q_full(qs));
+      load(Qs + qs * S::tile_elems, maps.q_lo, maps.q_hi, h, int(b.e.q0) + b.q_lo, q_full(qs));
       for (int x = b.ld_lo; x < b.ld_hi; ++x) {
         const int n = walk.ring(x), st = n % NSLOT;
         long long t1 = clock64();
         if (n >= NSLOT) wg::mbar_wait(empty(st), uint32_t((n / NSLOT) - 1) & 1);
         p_e += clock64() - t1;
-        load(Ks + st * S::tile_elems, tm_k, kvh, int(b.e.k0) + x * CK, k_full(st));
-        load(Vs + st * S::tile_elems, tm_v, kvh, int(b.e.k0) + x * CK, v_full(st));
+        load(Ks + st * S::tile_elems, maps.k_lo, maps.k_hi, kvh, int(b.e.k0) + x * CK, k_full(st));
+        load(Vs + st * S::tile_elems, maps.v_lo, maps.v_hi, kvh, int(b.e.k0) + x * CK, v_full(st));
       }
     }
     if (mode & 4) {
@@ -246,10 +255,7 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
   const float sink_log2 = p.sink_kind != kSinkNone ? p.sink[h] * 1.4426950408889634f : 0.f;
   const float sink_raw = sink_log2 / p.scale_log2;  // the key0 bias in unscaled score units
   const bool key0 = p.sink_kind == kSinkKey0;
-  // The tile layout (see the producer): 16-byte column piece ch of row r at ch·1024 + r·16, i.e.
-  // wgmma's no-swizzle canonical layout with core matrices 1024 bytes apart along the head dim and
-  // 128 bytes apart along the rows.
-  constexpr uint32_t kAlongD = 1024, kAlongRows = 128;
+
   constexpr uint32_t kTileBytes = S::tile_elems * 2;
   const uint32_t qs_addr = smem_addr(Qs), ks_addr = smem_addr(Ks), vs_addr = smem_addr(Vs);
 
@@ -292,7 +298,8 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       const uint32_t q_base = qs_addr + qs * kTileBytes;
       const int nc = cur.nc, kb0 = cur.c_lo * CK, n_lo = cur.n_lo;
 
-      float acc[NO];
+      float acc_lo[32], acc_hi[8];  // O columns 0-63 and 64-79 (V's two layout regions)
+      auto acc = [&](int n8, int k) -> float& { return n8 < 8 ? acc_lo[4 * n8 + k] : acc_hi[4 * (n8 - 8) + k]; };
       float m_row[2], l_row[2];
       // S, masks, softmax and O = P·V over NCH chunks, each wgmma unconditional (a wgmma under a
       // run-time condition is serialized by ptxas). Chunks past nc (NCH = 3 or 4 > nc) recompute
@@ -311,8 +318,12 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
         for (int c = 0; c < NCH; ++c)
 #pragma unroll
           for (int ks = 0; ks < D / 16; ++ks)
-            wg::Mma<E, 64>::ss(sc[c], wg::desc(q_base + ks * 2 * kAlongD, kAlongD, kAlongRows),
-                               wg::desc(ks_addr + slot[c] + ks * 2 * kAlongD, kAlongD, kAlongRows), ks > 0);
+            if (ks < 4)  // k-step ks: bytes [32·ks, 32·ks + 32) of each 128-byte row
+              wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled(q_base + ks * 32, 16, 1024, kSw128),
+                                 wg::desc_swizzled(ks_addr + slot[c] + ks * 32, 16, 1024, kSw128), ks > 0);
+            else
+              wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled(q_base + kLoBytes, 16, 256, kSw32),
+                                 wg::desc_swizzled(ks_addr + slot[c] + kLoBytes, 16, 256, kSw32), 1);
         wg::commit();
 #pragma unroll
         for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
@@ -389,23 +400,32 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
 #pragma unroll
             for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
 #pragma unroll
-        for (int x = 0; x < NO; ++x) acc[x] = 0.f;
-        wg::pin(acc);
+        for (int x = 0; x < 32; ++x) acc_lo[x] = 0.f;
+#pragma unroll
+        for (int x = 0; x < 8; ++x) acc_hi[x] = 0.f;
+        wg::pin(acc_lo);
+        wg::pin(acc_hi);
         wg::fence();
 #pragma unroll
         for (int c = 0; c < NCH; ++c)
 #pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-            wg::Mma<E, D>::rs(acc, pa[c][kk], wg::desc(vs_addr + slot[c] + kk * 2 * kAlongRows, kAlongRows, kAlongD));
+          for (int kk = 0; kk < 4; ++kk) {  // keys 16·kk.. : two 8-row groups of each region
+            wg::Mma<E, 64>::rs(acc_lo, pa[c][kk], wg::desc_swizzled(vs_addr + slot[c] + kk * 2048, kLoBytes, 1024, kSw128));
+            wg::Mma<E, 16>::rs(acc_hi, pa[c][kk], wg::desc_swizzled(vs_addr + slot[c] + kLoBytes + kk * 512, kLoBytes, 256, kSw32));
+          }
         wg::commit();
-        wg::pin(acc);
+        wg::pin(acc_lo);
+        wg::pin(acc_hi);
         wg::wait<0>();
-        wg::pin(acc);
+        wg::pin(acc_lo);
+        wg::pin(acc_hi);
         t_pv += clock64() - t2;
       };
       if (nc == 0 || (mode & 2)) {  // no row of the tile sees a key: nothing to multiply (the ring holds none)
 #pragma unroll
-        for (int x = 0; x < NO; ++x) acc[x] = 0.f;
+        for (int x = 0; x < 32; ++x) acc_lo[x] = 0.f;
+#pragma unroll
+        for (int x = 0; x < 8; ++x) acc_hi[x] = 0.f;
         m_row[0] = m_row[1] = -INFINITY;
         l_row[0] = l_row[1] = 0.f;
         wg::mbar_arrive(q_empty(qs));
@@ -436,8 +456,8 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
           const float rescale = fold_sink(m, l, sink_log2);
 #pragma unroll
           for (int n8 = 0; n8 < D / 8; ++n8) {
-            acc[4 * n8 + 2 * r] *= rescale;
-            acc[4 * n8 + 2 * r + 1] *= rescale;
+            acc(n8, 2 * r) *= rescale;
+            acc(n8, 2 * r + 1) *= rescale;
           }
         }
         if (iq >= cur.q_hi) continue;
@@ -446,7 +466,7 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
         const int64_t orow = srow * p.o_tok + h * p.o_head;
 #pragma unroll
         for (int n8 = 0; n8 < D / 8; ++n8) {
-          const float o0 = acc[4 * n8 + 2 * r] * inv, o1 = acc[4 * n8 + 2 * r + 1] * inv;
+          const float o0 = acc(n8, 2 * r) * inv, o1 = acc(n8, 2 * r + 1) * inv;
           const int col = n8 * 8 + 2 * tq;
           if (p.out_f32)
             *reinterpret_cast<float2*>(static_cast<float*>(p.out) + orow + col) = make_float2(o0, o1);
@@ -475,12 +495,13 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
 }
 
 // A tensor map over rows x heads x head dim (strides in elements, head dim contiguous) whose
-// box is 8 columns x 1 head x 64 rows: one column piece of a tile, as the producer copies it. The
+// box is box_cols columns x 1 head x 64 rows (64 with the 128-byte swizzle, 16 with the 32-byte one:
+// the two regions of a tile, as the producer copies them). The
 // encoder is the driver's cuTensorMapEncodeTiled, reached through the runtime (no link against the
 // driver library). bandwg_eligible (attention_cuda.cu) admits only layouts it accepts: 16-byte
 // aligned rows, strides increasing from head dim to heads to rows.
 inline cudaError_t encode_tile_map(CUtensorMap* map, const void* base, bool bf16, int d, int heads, int64_t rows,
-                                   int64_t head_stride, int64_t tok_stride) {
+                                   int64_t head_stride, int64_t tok_stride, int box_cols, CUtensorMapSwizzle swizzle) {
   using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                               const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                               CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -496,10 +517,10 @@ inline cudaError_t encode_tile_map(CUtensorMap* map, const void* base, bool bf16
   if (encode == nullptr) return cudaErrorNotSupported;
   const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(heads), cuuint64_t(rows)};
   const cuuint64_t strides[2] = {cuuint64_t(head_stride) * 2, cuuint64_t(tok_stride) * 2};  // bytes
-  const cuuint32_t box[3] = {8, 1, 64}, unit[3] = {1, 1, 1};
+  const cuuint32_t box[3] = {cuuint32_t(box_cols), 1, 64}, unit[3] = {1, 1, 1};
   const CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
                             const_cast<void*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                            swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -532,14 +553,26 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
   const int64_t runs = (n_virtual + run - 1) / run;
   const bool bf16 = std::is_same_v<E, Bf16>;
   const int heads_kv = p.heads_q / p.group;
-  CUtensorMap tm_q, tm_k, tm_v;
-  cudaError_t err = encode_tile_map(&tm_q, p.q, bf16, D, p.heads_q, p.total_q, p.q_head, p.q_tok);
-  if (err == cudaSuccess) err = encode_tile_map(&tm_k, p.k, bf16, D, heads_kv, p.total_k, p.k_head, p.k_tok);
-  if (err == cudaSuccess) err = encode_tile_map(&tm_v, p.v, bf16, D, heads_kv, p.total_k, p.v_head, p.v_tok);
-  if (err != cudaSuccess) return err;
+  BandWgMaps maps;
+  struct Src {
+    CUtensorMap *lo, *hi;
+    const void* base;
+    int heads;
+    int64_t rows, head_stride, tok_stride;
+  };
+  for (const Src& t : {Src{&maps.q_lo, &maps.q_hi, p.q, p.heads_q, p.total_q, p.q_head, p.q_tok},
+                       Src{&maps.k_lo, &maps.k_hi, p.k, heads_kv, p.total_k, p.k_head, p.k_tok},
+                       Src{&maps.v_lo, &maps.v_hi, p.v, heads_kv, p.total_k, p.v_head, p.v_tok}}) {
+    cudaError_t err = encode_tile_map(t.lo, t.base, bf16, D, t.heads, t.rows, t.head_stride, t.tok_stride, 64,
+                                      CU_TENSOR_MAP_SWIZZLE_128B);
+    if (err == cudaSuccess)
+      err = encode_tile_map(t.hi, t.base, bf16, D, t.heads, t.rows, t.head_stride, t.tok_stride, 16,
+                            CU_TENSOR_MAP_SWIZZLE_32B);
+    if (err != cudaSuccess) return err;
+  }
   const char* dbg = std::getenv("ARIADNE_BANDWG_MODE");
   const int mode = dbg != nullptr ? std::atoi(dbg) : 0;
-  kernel<<<dim3(unsigned(runs), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p, run | (mode << 24), tm_q, tm_k, tm_v);
+  kernel<<<dim3(unsigned(runs), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p, run | (mode << 24), maps);
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   cudaStreamIsCapturing(stream, &cap);
   static int calls = 0;
