@@ -65,7 +65,8 @@ struct BandWgShape {
   // QSLOT Q tiles, NSLOT K chunks, NSLOT V chunks, then the mbarriers (8 bytes each):
   // k_full[NSLOT], v_full[NSLOT], empty[NSLOT], q_full[QSLOT], q_empty[QSLOT].
   static constexpr size_t bar_offset = size_t(QSLOT + 2 * NSLOT) * tile_elems * 2;
-  static constexpr size_t smem_bytes = bar_offset + 8 * (3 * NSLOT + 2 * QSLOT);
+  static constexpr size_t desc_offset = bar_offset + 8 * (3 * NSLOT + 2 * QSLOT);
+  static constexpr size_t smem_bytes = desc_offset + 64 * QSLOT;  // + one BandWgDesc per Q buffer
 };
 
 // One query tile of the walk and the ring numbers of its chunks. Every thread of the CTA walks the
@@ -78,6 +79,16 @@ struct BandWgTile {
   int ld_lo = 0, ld_hi = 0;  // chunks [ld_lo, ld_hi) this tile appends to the ring
   int k_lo = 0, k_hi = 0;    // the hull in keys: [lo of the first row, hi of the last row)
   bool valid = false;
+};
+
+// What a consumer needs of a tile, written by the producer next to the tile's Q buffer (so the walk
+// runs once per CTA, in one thread, not in every consumer thread). valid == 0 ends the consumer's loop.
+struct BandWgDesc {
+  int q0, q_lo, q_hi;  // first packed query row of the sequence; local query rows of the tile
+  int off, lk;         // the sequence's key offset lk - lq and key count (BandRule)
+  int c_lo, nc, n_lo;  // the hull's chunks and the ring number of the first
+  int next_n_lo;       // the next tile's first ring number (-1: no next tile)
+  int valid;
 };
 
 template <int BM, int CK>
@@ -147,7 +158,6 @@ struct BandWgWalk {
     }
     return b;
   }
-  __device__ int ring(int chunk) const { return chunk + shift; }
 };
 
 static __device__ unsigned long long g_bandwg_prof[12];
@@ -190,7 +200,7 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
   const int64_t n_virtual = varlen ? pat.num_seqs + p.total_q / BM + 1 : (p.total_q + BM - 1) / BM;
   const int64_t first = int64_t(blockIdx.x) * run;
   const int64_t last = first + run < n_virtual ? first + run : n_virtual;
-  BandWgWalk<BM, CK> walk(pat, first, last, p.total_q, p.total_k);
+  BandWgDesc* descs = reinterpret_cast<BandWgDesc*>(bandwg_smem + S::desc_offset);
 
   if (tid == 0) {
     for (int i = 0; i < NSLOT; ++i) {
@@ -219,22 +229,36 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       wg::tma_load_3d(d, &lo, 0, head, row0, bar);
       wg::tma_load_3d(d + kLoBytes, &hi, 64, head, row0, bar);
     };
+    BandWgWalk<BM, CK> walk(pat, first, last, p.total_q, p.total_k);
     int i = 0;
     long long p_all = clock64(), p_q = 0, p_e = 0;
-    for (BandWgTile b = walk.next(); b.valid; b = walk.next(), ++i) {
+    BandWgTile b = walk.next();
+    for (; b.valid; ++i) {
+      const BandWgTile nb = walk.next();  // one ahead: its first ring number bounds b's releases
       const int qs = i % QSLOT;
       long long t0 = clock64();
       if (i >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((i / QSLOT) - 1) & 1);
       p_q += clock64() - t0;
+      // Written before the arrival on q_full(qs) (in load), which releases it to the consumer.
+      descs[qs] = BandWgDesc{int(b.e.q0), b.q_lo, b.q_hi, int(b.e.lk - b.e.lq), int(b.e.lk), b.c_lo, b.nc, b.n_lo,
+                             nb.valid ? nb.n_lo : -1, 1};
       load(Qs + qs * S::tile_elems, maps.q_lo, maps.q_hi, h, int(b.e.q0) + b.q_lo, q_full(qs));
       for (int x = b.ld_lo; x < b.ld_hi; ++x) {
-        const int n = walk.ring(x), st = n % NSLOT;
+        const int n = b.n_lo + (x - b.c_lo), st = n % NSLOT;  // walk.ring(x) may have moved on
         long long t1 = clock64();
         if (n >= NSLOT) wg::mbar_wait(empty(st), uint32_t((n / NSLOT) - 1) & 1);
         p_e += clock64() - t1;
         load(Ks + st * S::tile_elems, maps.k_lo, maps.k_hi, kvh, int(b.e.k0) + x * CK, k_full(st));
         load(Vs + st * S::tile_elems, maps.v_lo, maps.v_hi, kvh, int(b.e.k0) + x * CK, v_full(st));
       }
+      b = nb;
+    }
+    // One end marker per consumer, in the next two Q slots.
+    for (int j = i; j < i + 2; ++j) {
+      const int qs = j % QSLOT;
+      if (j >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((j / QSLOT) - 1) & 1);
+      descs[qs].valid = 0;
+      wg::mbar_arrive(q_full(qs));
     }
     if (mode & 4) {
       atomicAdd(g_bandwg_prof + 8, (unsigned long long)(clock64() - p_all));
@@ -272,18 +296,20 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
   };
 
   long long t_wait = 0, t_s = 0, t_soft = 0, t_pv = 0, t_epi = 0, t_all = clock64();
-  int i = cw;  // the walk's index of `cur`
-  BandWgTile cur = walk.next();
-  if (cw == 1) cur = walk.next();  // tile 0 is consumer 0's
-  while (cur.valid) {
+  int n_tiles = 0;
+  BandRule rule(pat, SeqExtent{});  // the window; each tile sets its sequence's offset and length
+  for (int i = cw;; i += 2) {
     {
-      // ---- tile `cur`: rows 16·warp + g + 8r of the tile ----
+      // ---- tile i of the walk: rows 16·warp + g + 8r of the tile ----
       const int qs = i % QSLOT;
       long long t0 = clock64();
       wg::mbar_wait(q_full(qs), uint32_t(i / QSLOT) & 1);
+      const BandWgDesc cur = descs[qs];  // read before q_empty releases the slot
+      if (!cur.valid) break;
       wait_chunks(cur.n_lo + cur.nc);
       t_wait += clock64() - t0;
-      const BandRule rule(pat, cur.e);
+      rule.off = cur.off;
+      rule.lk = cur.lk;
       int row_lo[2], row_hi[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -434,12 +460,10 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       } else {
         compute(IntTag<MAXC>{});
       }
-      // The other consumer's tile (walked here to keep the ring numbers in step); its first ring
-      // number bounds the chunks no later tile uses, which this consumer now releases.
-      const BandWgTile nxt = walk.next();
-      if (nxt.valid) {
-        wait_chunks(nxt.n_lo);
-        for (; released < nxt.n_lo; ++released) wg::mbar_arrive(empty(released % NSLOT));
+      // The next tile's first ring number bounds the chunks no later tile uses: release them.
+      if (cur.next_n_lo >= 0) {
+        wait_chunks(cur.next_n_lo);
+        for (; released < cur.next_n_lo; ++released) wg::mbar_arrive(empty(released % NSLOT));
       }
 
       long long t3 = clock64();
@@ -462,7 +486,7 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
         }
         if (iq >= cur.q_hi) continue;
         const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
-        const int64_t srow = cur.e.q0 + iq;
+        const int64_t srow = int64_t(cur.q0) + iq;
         const int64_t orow = srow * p.o_tok + h * p.o_head;
 #pragma unroll
         for (int n8 = 0; n8 < D / 8; ++n8) {
@@ -477,14 +501,13 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
           p.lse[int64_t(h) * p.total_q + srow] = row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
       }
       t_epi += clock64() - t3;
-      cur = nxt.valid ? walk.next() : nxt;
+      n_tiles += 1;
     }
-    i += 2;
   }
   if ((mode & 4) && (tid % 128) == 0) {
     unsigned long long* g = g_bandwg_prof;
     atomicAdd(g + 0, 1ull);
-    atomicAdd(g + 1, (unsigned long long)((i - cw) / 2));
+    atomicAdd(g + 1, (unsigned long long)n_tiles);
     atomicAdd(g + 2, (unsigned long long)(clock64() - t_all));
     atomicAdd(g + 3, (unsigned long long)t_wait);
     atomicAdd(g + 4, (unsigned long long)t_s);
