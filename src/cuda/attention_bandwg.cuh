@@ -9,15 +9,21 @@
 // fraction 0.67) with ~30 asynchronous wgmma instructions, and two consumers take alternate tiles
 // so that one's softmax runs under the other's products.
 //
-// A CTA of 3 warpgroups walks a run of consecutive 64-row query tiles of one query head (the
-// varlen cover of the tile kernel, crossing sequence ends):
-//   - warpgroup 0, the producer, copies each tile's Q into a ring of QSLOT buffers and the 64-key
-//     chunks of K and V the tile adds into a ring of NSLOT chunks (cp.async completing on
-//     mbarriers, K and V on separate ones so that S can start while V lands);
+// A CTA of 3 warpgroups (one per SM: ~200 KB of shared memory) walks a run of consecutive 64-row
+// query tiles of one query head (the varlen cover of the tile kernel, crossing sequence ends):
+//   - warpgroup 0, the producer: one thread walks the tiles, writes each tile's descriptor
+//     (BandWgDesc) next to its Q buffer, and has the copy engine (TMA tensor copies completing on
+//     mbarriers) bring the tile's Q into a ring of QSLOT buffers and the 64-key chunks of K and V
+//     the tile adds into a ring of NSLOT chunks, K and V on separate barriers so that S can start
+//     while V lands;
 //   - warpgroups 1 and 2 take the walk's tiles alternately: S = Q·Kᵀ by wgmma m64n64k16 per chunk
 //     (both from shared memory), masks and a one-pass softmax in registers (the whole key hull is
 //     in one S, so no running max), P packed to 16 bits as the register A operand of O = P·V
-//     (wgmma m64nDk16, V read transposed), then the epilogue straight to global memory.
+//     (wgmma m64n64k16 + m64n16k16 over V's two layout regions), then the epilogue straight to
+//     global memory.
+// Tile layout in shared memory (Q, K and V alike): columns 0-63 of the 64 rows as 128-byte rows
+// under the 128-byte swizzle, then columns 64-79 as 32-byte rows under the 32-byte swizzle; each
+// region is one copy-engine box and a canonical wgmma operand (K-major for Q and K, MN-major for V).
 // Ring protocol. Chunks get ring numbers in walk order (chunk n in slot n mod NSLOT); a tile that
 // continues its sequence reuses the resident chunks and appends the new ones, a tile of a new
 // sequence (or one whose keys jump) appends fresh numbers. Ring numbers where a tile's chunks
@@ -26,13 +32,20 @@
 // arrives once per chunk on the chunk's "empty" barrier, count 256 for both consumers), having
 // waited on their "full" barriers first, so that no barrier is ever two phases ahead of a waiter.
 // The producer refills a slot after both consumers released its previous chunk. With NSLOT >= 2 x
-// MAXC the walk cannot deadlock: the chunks of two consecutive tiles always fit.
+// MAXC the walk cannot deadlock: the chunks of two consecutive tiles always fit. After the last
+// tile the producer publishes one end marker (valid = 0) per consumer.
 //
 // Eligible (bandwg_eligible in attention_cuda.cu): sliding windows with left + right <= 129 (a
 // 64-row tile's hull of <= 193 keys meets at most MAXC = 4 chunks), no chunk, no block mask, no
-// diagnostics, head dim 80, compute capability 9.0, rows and keys below 2^30. Sinks (both forms),
-// GQA, varlen with lq != lk (bottom-right aligned), f32 / 16-bit out, LSE and the fused token order
-// are handled as in the other kernels.
+// diagnostics, no token order (the copy engine copies tiles, not gathered rows), head dim 80,
+// compute capability 9.0, rows and keys below 2^30, q/k/v strides increasing from head dim to heads
+// to rows. Sinks (both forms), GQA, varlen with lq != lk (bottom-right aligned), f32 / 16-bit out
+// and LSE are handled as in the other kernels. Rows past a sequence's end are copied from the
+// tensor's next rows (zeros past the tensor's end) and get probability exactly 0.
+//
+// Status (bench/cuda-notes.md, v11): 1.06-1.18x the per-warp band kernel on ViT windows (the
+// default route for them); consumer-bound: ~2 warps per scheduler, the softmax, masks and epilogue
+// are latency-bound integer and float work that the two consumers do not fully hide.
 #pragma once
 
 #include <cuda.h>
@@ -40,8 +53,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <type_traits>
 
 #include "cuda/attention_band.cuh"
@@ -160,14 +171,13 @@ struct BandWgWalk {
   }
 };
 
-static __device__ unsigned long long g_bandwg_prof[12];
 // The copy engine's tensor maps (encode_tile_map): per tensor, columns 0-63 (128-byte swizzle) and
 // 64-79 (32-byte swizzle) of 64 rows of one head.
 struct BandWgMaps {
   CUtensorMap q_lo, q_hi, k_lo, k_hi, v_lo, v_hi;
 };
 template <int D, class E>
-__global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParams p, const int run_arg,
+__global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParams p, const int run,
                                                                   const __grid_constant__ BandWgMaps maps) {
   static_assert(D == 80, "the tile layout splits the head dim as 64 + 16");
   // The tile layout: columns 0-63 of the 64 rows in 128-byte rows with the 128-byte swizzle (8 KB,
@@ -176,7 +186,6 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
   // 16-byte rows in the no-swizzle layout (whose small rows held the copy engine to ~2 TB/s).
   constexpr uint32_t kLoBytes = 64 * 128;
   constexpr uint32_t kSw128 = 1, kSw32 = 3;  // descriptor swizzle modes
-  const int mode = run_arg >> 24, run = run_arg & 0xFFFFFF;
   using S = BandWgShape<D>;
   constexpr int BM = S::BM, CK = S::CK, NSLOT = S::NSLOT, QSLOT = S::QSLOT, MAXC = S::MAXC;
   using T = typename E::type;
@@ -231,23 +240,18 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
     };
     BandWgWalk<BM, CK> walk(pat, first, last, p.total_q, p.total_k);
     int i = 0;
-    long long p_all = clock64(), p_q = 0, p_e = 0;
     BandWgTile b = walk.next();
     for (; b.valid; ++i) {
       const BandWgTile nb = walk.next();  // one ahead: its first ring number bounds b's releases
       const int qs = i % QSLOT;
-      long long t0 = clock64();
       if (i >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((i / QSLOT) - 1) & 1);
-      p_q += clock64() - t0;
       // Written before the arrival on q_full(qs) (in load), which releases it to the consumer.
       descs[qs] = BandWgDesc{int(b.e.q0), b.q_lo, b.q_hi, int(b.e.lk - b.e.lq), int(b.e.lk), b.c_lo, b.nc, b.n_lo,
                              nb.valid ? nb.n_lo : -1, 1};
       load(Qs + qs * S::tile_elems, maps.q_lo, maps.q_hi, h, int(b.e.q0) + b.q_lo, q_full(qs));
       for (int x = b.ld_lo; x < b.ld_hi; ++x) {
         const int n = b.n_lo + (x - b.c_lo), st = n % NSLOT;  // walk.ring(x) may have moved on
-        long long t1 = clock64();
         if (n >= NSLOT) wg::mbar_wait(empty(st), uint32_t((n / NSLOT) - 1) & 1);
-        p_e += clock64() - t1;
         load(Ks + st * S::tile_elems, maps.k_lo, maps.k_hi, kvh, int(b.e.k0) + x * CK, k_full(st));
         load(Vs + st * S::tile_elems, maps.v_lo, maps.v_hi, kvh, int(b.e.k0) + x * CK, v_full(st));
       }
@@ -259,12 +263,6 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       if (j >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((j / QSLOT) - 1) & 1);
       descs[qs].valid = 0;
       wg::mbar_arrive(q_full(qs));
-    }
-    if (mode & 4) {
-      atomicAdd(g_bandwg_prof + 8, (unsigned long long)(clock64() - p_all));
-      atomicAdd(g_bandwg_prof + 9, (unsigned long long)p_q);
-      atomicAdd(g_bandwg_prof + 10, (unsigned long long)p_e);
-      atomicAdd(g_bandwg_prof + 11, 1ull);
     }
     return;
   }
@@ -295,225 +293,202 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
     }
   };
 
-  long long t_wait = 0, t_s = 0, t_soft = 0, t_pv = 0, t_epi = 0, t_all = clock64();
-  int n_tiles = 0;
   BandRule rule(pat, SeqExtent{});  // the window; each tile sets its sequence's offset and length
   for (int i = cw;; i += 2) {
-    {
-      // ---- tile i of the walk: rows 16·warp + g + 8r of the tile ----
-      const int qs = i % QSLOT;
-      long long t0 = clock64();
-      wg::mbar_wait(q_full(qs), uint32_t(i / QSLOT) & 1);
-      const BandWgDesc cur = descs[qs];  // read before q_empty releases the slot
-      if (!cur.valid) break;
-      wait_chunks(cur.n_lo + cur.nc);
-      t_wait += clock64() - t0;
-      rule.off = cur.off;
-      rule.lk = cur.lk;
-      int row_lo[2], row_hi[2];
+    // ---- tile i of the walk: rows 16·warp + g + 8r of the tile ----
+    const int qs = i % QSLOT;
+    wg::mbar_wait(q_full(qs), uint32_t(i / QSLOT) & 1);
+    const BandWgDesc cur = descs[qs];  // read before q_empty releases the slot
+    if (!cur.valid) break;
+    wait_chunks(cur.n_lo + cur.nc);
+    rule.off = cur.off;
+    rule.lk = cur.lk;
+    int row_lo[2], row_hi[2];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        // Rows past the tile's end take its last row's bounds: computed, never stored.
-        const int iq = cur.q_lo + 16 * warp + g + 8 * r;
-        rule.bounds(iq < cur.q_hi ? iq : cur.q_hi - 1, row_lo[r], row_hi[r]);
-      }
-      // Chunks inside [lo of the last row, hi of the first row) need no element mask.
-      int full_lo, full_hi, unused;
-      rule.bounds(cur.q_hi - 1, full_lo, unused);
-      rule.bounds(cur.q_lo, unused, full_hi);
-      const uint32_t q_base = qs_addr + qs * kTileBytes;
-      const int nc = cur.nc, kb0 = cur.c_lo * CK, n_lo = cur.n_lo;
+    for (int r = 0; r < 2; ++r) {
+      // Rows past the tile's end take its last row's bounds: computed, never stored.
+      const int iq = cur.q_lo + 16 * warp + g + 8 * r;
+      rule.bounds(iq < cur.q_hi ? iq : cur.q_hi - 1, row_lo[r], row_hi[r]);
+    }
+    // Chunks inside [lo of the last row, hi of the first row) need no element mask.
+    int full_lo, full_hi, unused;
+    rule.bounds(cur.q_hi - 1, full_lo, unused);
+    rule.bounds(cur.q_lo, unused, full_hi);
+    const uint32_t q_base = qs_addr + qs * kTileBytes;
+    const int nc = cur.nc, kb0 = cur.c_lo * CK, n_lo = cur.n_lo;
 
-      float acc_lo[32], acc_hi[8];  // O columns 0-63 and 64-79 (V's two layout regions)
-      auto acc = [&](int n8, int k) -> float& { return n8 < 8 ? acc_lo[4 * n8 + k] : acc_hi[4 * (n8 - 8) + k]; };
-      float m_row[2], l_row[2];
-      // S, masks, softmax and O = P·V over NCH chunks, each wgmma unconditional (a wgmma under a
-      // run-time condition is serialized by ptxas). Chunks past nc (NCH = 3 or 4 > nc) recompute
-      // chunk 0 and are masked to probability 0.
-      auto compute = [&](auto nch_tag) {
-        constexpr int NCH = decltype(nch_tag)::value;
-        uint32_t slot[NCH];
+    float acc_lo[32], acc_hi[8];  // O columns 0-63 and 64-79 (V's two layout regions)
+    auto acc = [&](int n8, int k) -> float& { return n8 < 8 ? acc_lo[4 * n8 + k] : acc_hi[4 * (n8 - 8) + k]; };
+    float m_row[2], l_row[2];
+    // S, masks, softmax and O = P·V over NCH chunks, each wgmma unconditional (a wgmma under a
+    // run-time condition is serialized by ptxas). Chunks past nc (NCH = 3 or 4 > nc) recompute
+    // chunk 0 and are masked to probability 0.
+    auto compute = [&](auto nch_tag) {
+      constexpr int NCH = decltype(nch_tag)::value;
+      uint32_t slot[NCH];
 #pragma unroll
-        for (int c = 0; c < NCH; ++c) slot[c] = uint32_t((n_lo + (c < nc ? c : 0)) % NSLOT) * kTileBytes;
-        float sc[NCH][32];
-        // S = Q·Kᵀ per chunk (64 x 64, D/16 k-steps), all chunks in one commit group.
+      for (int c = 0; c < NCH; ++c) slot[c] = uint32_t((n_lo + (c < nc ? c : 0)) % NSLOT) * kTileBytes;
+      float sc[NCH][32];
+      // S = Q·Kᵀ per chunk (64 x 64, D/16 k-steps), all chunks in one commit group.
 #pragma unroll
-        for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
-        wg::fence();
+      for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+      wg::fence();
 #pragma unroll
-        for (int c = 0; c < NCH; ++c)
+      for (int c = 0; c < NCH; ++c)
 #pragma unroll
-          for (int ks = 0; ks < D / 16; ++ks)
-            if (ks < 4)  // k-step ks: bytes [32·ks, 32·ks + 32) of each 128-byte row
-              wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled(q_base + ks * 32, 16, 1024, kSw128),
-                                 wg::desc_swizzled(ks_addr + slot[c] + ks * 32, 16, 1024, kSw128), ks > 0);
-            else
-              wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled(q_base + kLoBytes, 16, 256, kSw32),
-                                 wg::desc_swizzled(ks_addr + slot[c] + kLoBytes, 16, 256, kSw32), 1);
-        wg::commit();
+        for (int ks = 0; ks < D / 16; ++ks)
+          if (ks < 4)  // k-step ks: bytes [32·ks, 32·ks + 32) of each 128-byte row
+            wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled(q_base + ks * 32, 16, 1024, kSw128),
+                               wg::desc_swizzled(ks_addr + slot[c] + ks * 32, 16, 1024, kSw128), ks > 0);
+          else
+            wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled(q_base + kLoBytes, 16, 256, kSw32),
+                               wg::desc_swizzled(ks_addr + slot[c] + kLoBytes, 16, 256, kSw32), 1);
+      wg::commit();
 #pragma unroll
-        for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
-        wg::wait<0>();
+      for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+      wg::wait<0>();
 #pragma unroll
-        for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
-        wg::mbar_arrive(q_empty(qs));
-        long long t1 = clock64(); t_s += t1 - t0;  // this thread's reads of the Q buffer are complete
+      for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+      wg::mbar_arrive(q_empty(qs));  // this thread's reads of the Q buffer are complete
 
-        // Masks: chunks past nc entirely; edge chunks (and key 0's chunk under a key-0 sink) per
-        // element, a column's test one unsigned compare: col - lo < hi - lo.
+      // Masks: chunks past nc entirely; edge chunks (and key 0's chunk under a key-0 sink) per
+      // element, a column's test one unsigned compare: col - lo < hi - lo.
 #pragma unroll
-        for (int c = 0; c < NCH; ++c) {
-          const int kb = kb0 + c * CK;
-          if (c >= nc) {
+      for (int c = 0; c < NCH; ++c) {
+        const int kb = kb0 + c * CK;
+        if (c >= nc) {
 #pragma unroll
-            for (int x = 0; x < 32; ++x) sc[c][x] = -INFINITY;
-          } else if (kb < full_lo || kb + CK > full_hi || (key0 && kb == 0)) {
+          for (int x = 0; x < 32; ++x) sc[c][x] = -INFINITY;
+        } else if (kb < full_lo || kb + CK > full_hi || (key0 && kb == 0)) {
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int rel = row_lo[r] - kb - 2 * tq;
-              const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
-#pragma unroll
-              for (int n8 = 0; n8 < 8; ++n8)
-#pragma unroll
-                for (int x = 0; x < 2; ++x)
-                  if (unsigned(n8 * 8 + x - rel) >= width) sc[c][4 * n8 + 2 * r + x] = -INFINITY;
-            }
-            if (key0 && kb == 0 && tq == 0) {  // column 0: n8 0, x 0 of lane tq 0
-#pragma unroll
-              for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
-                if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][2 * r] += sink_raw;
-            }
-          }
-        }
-        // One-pass softmax: the hull is the whole row.
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float mx2[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-          for (int c = 0; c < NCH; ++c)
+          for (int r = 0; r < 2; ++r) {
+            const int rel = row_lo[r] - kb - 2 * tq;
+            const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
 #pragma unroll
             for (int n8 = 0; n8 < 8; ++n8)
-              mx2[n8 & 1] = fmax_nan(mx2[n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
-          float mx = fmax_nan(mx2[0], mx2[1]);
-          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          mx *= p.scale_log2;
-          // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
-          const float base = mx == -INFINITY ? 0.f : mx;
-          float sum2[2] = {0.f, 0.f};
 #pragma unroll
-          for (int c = 0; c < NCH; ++c)
-#pragma unroll
-            for (int n8 = 0; n8 < 8; ++n8) {
-#pragma unroll
-              for (int x = 0; x < 2; ++x) {
-                float& v = sc[c][4 * n8 + 2 * r + x];
-                v = ex2(fmaf(v, p.scale_log2, -base));
-              }
-              sum2[n8 & 1] += sc[c][4 * n8 + 2 * r] + sc[c][4 * n8 + 2 * r + 1];
-            }
-          m_row[r] = mx;
-          l_row[r] = sum2[0] + sum2[1];
-        }
-
-        long long t2 = clock64(); t_soft += t2 - t1;
-        // O = P·V: P from registers (accumulator layout = A fragment layout), V read transposed.
-        uint32_t pa[NCH][4][4];
-#pragma unroll
-        for (int c = 0; c < NCH; ++c)
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
-#pragma unroll
-        for (int x = 0; x < 32; ++x) acc_lo[x] = 0.f;
-#pragma unroll
-        for (int x = 0; x < 8; ++x) acc_hi[x] = 0.f;
-        wg::pin(acc_lo);
-        wg::pin(acc_hi);
-        wg::fence();
-#pragma unroll
-        for (int c = 0; c < NCH; ++c)
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {  // keys 16·kk.. : two 8-row groups of each region
-            wg::Mma<E, 64>::rs(acc_lo, pa[c][kk], wg::desc_swizzled(vs_addr + slot[c] + kk * 2048, kLoBytes, 1024, kSw128));
-            wg::Mma<E, 16>::rs(acc_hi, pa[c][kk], wg::desc_swizzled(vs_addr + slot[c] + kLoBytes + kk * 512, kLoBytes, 256, kSw32));
+              for (int x = 0; x < 2; ++x)
+                if (unsigned(n8 * 8 + x - rel) >= width) sc[c][4 * n8 + 2 * r + x] = -INFINITY;
           }
-        wg::commit();
-        wg::pin(acc_lo);
-        wg::pin(acc_hi);
-        wg::wait<0>();
-        wg::pin(acc_lo);
-        wg::pin(acc_hi);
-        t_pv += clock64() - t2;
-      };
-      if (nc == 0 || (mode & 2)) {  // no row of the tile sees a key: nothing to multiply (the ring holds none)
+          if (key0 && kb == 0 && tq == 0) {  // column 0: n8 0, x 0 of lane tq 0
 #pragma unroll
-        for (int x = 0; x < 32; ++x) acc_lo[x] = 0.f;
-#pragma unroll
-        for (int x = 0; x < 8; ++x) acc_hi[x] = 0.f;
-        m_row[0] = m_row[1] = -INFINITY;
-        l_row[0] = l_row[1] = 0.f;
-        wg::mbar_arrive(q_empty(qs));
-      } else if (nc <= 3) {
-        compute(IntTag<3>{});  // a 64-row tile of an aligned ±64 window: 192 keys
-      } else {
-        compute(IntTag<MAXC>{});
+            for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
+              if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][2 * r] += sink_raw;
+          }
+        }
       }
-      // The next tile's first ring number bounds the chunks no later tile uses: release them.
-      if (cur.next_n_lo >= 0) {
-        wait_chunks(cur.next_n_lo);
-        for (; released < cur.next_n_lo; ++released) wg::mbar_arrive(empty(released % NSLOT));
-      }
-
-      long long t3 = clock64();
-      // ---- epilogue: normalize, sink, LSE; straight to global memory ----
+      // One-pass softmax: the hull is the whole row.
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float l = l_row[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        float m = m_row[r];
-        const int iq = cur.q_lo + 16 * warp + g + 8 * r;
-        if (p.sink_kind == kSinkDenominator) {
-          // Z = exp(sink) + Σ exp(s): the sink is one more key with no value.
-          const float rescale = fold_sink(m, l, sink_log2);
+        float mx2[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-          for (int n8 = 0; n8 < D / 8; ++n8) {
-            acc(n8, 2 * r) *= rescale;
-            acc(n8, 2 * r + 1) *= rescale;
+        for (int c = 0; c < NCH; ++c)
+#pragma unroll
+          for (int n8 = 0; n8 < 8; ++n8)
+            mx2[n8 & 1] = fmax_nan(mx2[n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
+        float mx = fmax_nan(mx2[0], mx2[1]);
+        mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx *= p.scale_log2;
+        // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
+        const float base = mx == -INFINITY ? 0.f : mx;
+        float sum2[2] = {0.f, 0.f};
+#pragma unroll
+        for (int c = 0; c < NCH; ++c)
+#pragma unroll
+          for (int n8 = 0; n8 < 8; ++n8) {
+#pragma unroll
+            for (int x = 0; x < 2; ++x) {
+              float& v = sc[c][4 * n8 + 2 * r + x];
+              v = ex2(fmaf(v, p.scale_log2, -base));
+            }
+            sum2[n8 & 1] += sc[c][4 * n8 + 2 * r] + sc[c][4 * n8 + 2 * r + 1];
           }
+        m_row[r] = mx;
+        l_row[r] = sum2[0] + sum2[1];
+      }
+
+      // O = P·V: P from registers (accumulator layout = A fragment layout), V read transposed.
+      uint32_t pa[NCH][4][4];
+#pragma unroll
+      for (int c = 0; c < NCH; ++c)
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
+#pragma unroll
+      for (int x = 0; x < 32; ++x) acc_lo[x] = 0.f;
+#pragma unroll
+      for (int x = 0; x < 8; ++x) acc_hi[x] = 0.f;
+      wg::pin(acc_lo);
+      wg::pin(acc_hi);
+      wg::fence();
+#pragma unroll
+      for (int c = 0; c < NCH; ++c)
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {  // keys 16·kk.. : two 8-row groups of each region
+          wg::Mma<E, 64>::rs(acc_lo, pa[c][kk], wg::desc_swizzled(vs_addr + slot[c] + kk * 2048, kLoBytes, 1024, kSw128));
+          wg::Mma<E, 16>::rs(acc_hi, pa[c][kk], wg::desc_swizzled(vs_addr + slot[c] + kLoBytes + kk * 512, kLoBytes, 256, kSw32));
         }
-        if (iq >= cur.q_hi) continue;
-        const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
-        const int64_t srow = int64_t(cur.q0) + iq;
-        const int64_t orow = srow * p.o_tok + h * p.o_head;
+      wg::commit();
+      wg::pin(acc_lo);
+      wg::pin(acc_hi);
+      wg::wait<0>();
+      wg::pin(acc_lo);
+      wg::pin(acc_hi);
+    };
+    if (nc == 0) {  // no row of the tile sees a key: nothing to multiply (the ring holds none)
+#pragma unroll
+      for (int x = 0; x < 32; ++x) acc_lo[x] = 0.f;
+#pragma unroll
+      for (int x = 0; x < 8; ++x) acc_hi[x] = 0.f;
+      m_row[0] = m_row[1] = -INFINITY;
+      l_row[0] = l_row[1] = 0.f;
+      wg::mbar_arrive(q_empty(qs));
+    } else if (nc <= 3) {
+      compute(IntTag<3>{});  // a 64-row tile of an aligned ±64 window: 192 keys
+    } else {
+      compute(IntTag<MAXC>{});
+    }
+    // The next tile's first ring number bounds the chunks no later tile uses: release them.
+    if (cur.next_n_lo >= 0) {
+      wait_chunks(cur.next_n_lo);
+      for (; released < cur.next_n_lo; ++released) wg::mbar_arrive(empty(released % NSLOT));
+    }
+
+    // ---- epilogue: normalize, sink, LSE; straight to global memory ----
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_row[r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      float m = m_row[r];
+      const int iq = cur.q_lo + 16 * warp + g + 8 * r;
+      if (p.sink_kind == kSinkDenominator) {
+        // Z = exp(sink) + Σ exp(s): the sink is one more key with no value.
+        const float rescale = fold_sink(m, l, sink_log2);
 #pragma unroll
         for (int n8 = 0; n8 < D / 8; ++n8) {
-          const float o0 = acc(n8, 2 * r) * inv, o1 = acc(n8, 2 * r + 1) * inv;
-          const int col = n8 * 8 + 2 * tq;
-          if (p.out_f32)
-            *reinterpret_cast<float2*>(static_cast<float*>(p.out) + orow + col) = make_float2(o0, o1);
-          else
-            *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + orow + col) = E::pack(o0, o1);
+          acc(n8, 2 * r) *= rescale;
+          acc(n8, 2 * r + 1) *= rescale;
         }
-        if (p.lse != nullptr && tq == 0)
-          p.lse[int64_t(h) * p.total_q + srow] = row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
       }
-      t_epi += clock64() - t3;
-      n_tiles += 1;
+      if (iq >= cur.q_hi) continue;
+      const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
+      const int64_t srow = int64_t(cur.q0) + iq;
+      const int64_t orow = srow * p.o_tok + h * p.o_head;
+#pragma unroll
+      for (int n8 = 0; n8 < D / 8; ++n8) {
+        const float o0 = acc(n8, 2 * r) * inv, o1 = acc(n8, 2 * r + 1) * inv;
+        const int col = n8 * 8 + 2 * tq;
+        if (p.out_f32)
+          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + orow + col) = make_float2(o0, o1);
+        else
+          *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + orow + col) = E::pack(o0, o1);
+      }
+      if (p.lse != nullptr && tq == 0)
+        p.lse[int64_t(h) * p.total_q + srow] = row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
     }
-  }
-  if ((mode & 4) && (tid % 128) == 0) {
-    unsigned long long* g = g_bandwg_prof;
-    atomicAdd(g + 0, 1ull);
-    atomicAdd(g + 1, (unsigned long long)n_tiles);
-    atomicAdd(g + 2, (unsigned long long)(clock64() - t_all));
-    atomicAdd(g + 3, (unsigned long long)t_wait);
-    atomicAdd(g + 4, (unsigned long long)t_s);
-    atomicAdd(g + 5, (unsigned long long)t_soft);
-    atomicAdd(g + 6, (unsigned long long)t_pv);
-    atomicAdd(g + 7, (unsigned long long)t_epi);
   }
 }
 
@@ -593,24 +568,7 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
                             CU_TENSOR_MAP_SWIZZLE_32B);
     if (err != cudaSuccess) return err;
   }
-  const char* dbg = std::getenv("ARIADNE_BANDWG_MODE");
-  const int mode = dbg != nullptr ? std::atoi(dbg) : 0;
-  kernel<<<dim3(unsigned(runs), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p, run | (mode << 24), maps);
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  cudaStreamIsCapturing(stream, &cap);
-  static int calls = 0;
-  if ((mode & 4) && cap == cudaStreamCaptureStatusNone && ++calls % 50 == 0) {
-    unsigned long long h[12];
-    cudaStreamSynchronize(stream);
-    cudaMemcpyFromSymbol(h, g_bandwg_prof, sizeof h);
-    const double n = double(h[1]);
-    fprintf(stderr, "bandwg prof: consumers %llu tiles %llu per consumer: all %.0f cyc; per tile: wait %.0f S(incl wait) %.0f soft %.0f pv %.0f epi+rel %.0f\n",
-            h[0], h[1], double(h[2]) / h[0], h[3] / n, h[4] / n, h[5] / n, h[6] / n, h[7] / n);
-    fprintf(stderr, "bandwg prof: producers %llu: all %.0f cyc, waiting q_empty %.0f, empty %.0f (per producer)\n", h[11],
-            double(h[8]) / h[11], double(h[9]) / h[11], double(h[10]) / h[11]);
-    unsigned long long z[12] = {};
-    cudaMemcpyToSymbol(g_bandwg_prof, z, sizeof z);
-  }
+  kernel<<<dim3(unsigned(runs), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p, run, maps);
   return cudaGetLastError();
 }
 
