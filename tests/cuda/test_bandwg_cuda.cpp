@@ -71,7 +71,11 @@ void check_wg(const Case& c, bool f32_out = false) {
 }
 
 std::string wname(const Pattern& p) {
-  return "w" + std::to_string(p.window_left) + "_" + std::to_string(p.window_right);
+  std::string s = "w";  // appended, not "w" + ...: g++ 12 reports a false -Wrestrict on that form
+  s += std::to_string(p.window_left);
+  s += '_';
+  s += std::to_string(p.window_right);
+  return s;
 }
 
 TEST_F(CudaBandWg, WindowsAndLengths) {
