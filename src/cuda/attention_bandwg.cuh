@@ -43,7 +43,7 @@
 // and LSE are handled as in the other kernels. Rows past a sequence's end are copied from the
 // tensor's next rows (zeros past the tensor's end) and get probability exactly 0.
 //
-// Status (bench/cuda-notes.md, v11): 1.06-1.18x the per-warp band kernel on ViT windows (the
+// Status (bench/cuda-notes.md, v11): 1.10-1.22x the per-warp band kernel on ViT windows (the
 // default route for them); consumer-bound: ~2 warps per scheduler, the softmax, masks and epilogue
 // are latency-bound integer and float work that the two consumers do not fully hide.
 #pragma once
