@@ -15,6 +15,19 @@ namespace ariadne::cuda::wg {
 __device__ __forceinline__ uint64_t desc(uint32_t smem_byte_addr, uint32_t lbo, uint32_t sbo) {
   return uint64_t((smem_byte_addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32);
 }
+// The same with a swizzled layout of span W bytes (32, 64 or 128; the descriptor's bits 62-63:
+// 1 = 128B, 2 = 64B, 3 = 32B). Rows of W bytes whose 16-byte chunks are XOR-permuted by the row's
+// position in an 8-row atom, the pattern the TMA unit writes for CU_TENSOR_MAP_SWIZZLE_<W>B. For a
+// K-major operand sbo is the 8-row step and lbo is unused (the k-step lies inside one row); for an
+// MN-major one lbo is the step between W-byte atoms along M/N and sbo the 8-row step along K. The
+// atom must start on a 1024-byte boundary (base offset 0); start addresses may move by k · 32 bytes
+// inside a row, since the swizzle reads only the address bits above the row.
+template <int W>
+__device__ __forceinline__ uint64_t desc_swizzled(uint32_t smem_byte_addr, uint32_t lbo, uint32_t sbo) {
+  static_assert(W == 32 || W == 64 || W == 128, "swizzle span");
+  constexpr uint64_t mode = W == 128 ? 1 : W == 64 ? 2 : 3;
+  return desc(smem_byte_addr, lbo, sbo) | (mode << 62);
+}
 
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -42,6 +55,20 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // Arrives once this thread's earlier cp.async copies have landed (the count was set for it).
 __device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrives and raises the phase's expected transaction bytes (the TMA copies that complete on it).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// TMA: copies the box of `map` at element coordinates (c0, c1, c2) into shared memory at dst,
+// completing `bytes` of transactions on mbarrier bar. `map` is the address of a __grid_constant__
+// kernel parameter (a CUtensorMap) in the generic space.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(

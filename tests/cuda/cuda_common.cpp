@@ -62,7 +62,7 @@ std::vector<uint8_t> bytes_of(const Buffer& b) {
   return std::vector<uint8_t>(p, p + b.numel() * dtype_size(b.dtype()));
 }
 
-void check_case(Case c, bool f32_out, bool require_wgmma) {
+void check_case(Case c, bool f32_out, bool require_wgmma, int require_tma) {
   c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
   SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
   const testing::Inputs in = testing::make_inputs(c);
@@ -79,6 +79,7 @@ void check_case(Case c, bool f32_out, bool require_wgmma) {
     d.p.out = out.view();
     d.p.lse = lse.view();
     if (require_wgmma) ASSERT_TRUE(cuda_uses_wgmma(d.p)) << "not routed to the wgmma kernel";
+    if (require_tma >= 0) ASSERT_EQ(cuda_wgmma_uses_tma(d.p), require_tma == 1) << "not on the expected copy path";
     attention(d.p, Backend::cuda);
     cuda_synchronize();
     const Buffer out_h = out.to_host(), lse_h = lse.to_host();

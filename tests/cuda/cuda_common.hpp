@@ -30,6 +30,7 @@ std::vector<uint8_t> bytes_of(const Buffer& b);
 
 // Runs one case on the device twice and checks it against the reference. f32_out: the output in
 // f32 instead of q's dtype. require_wgmma: fail unless the call is routed to the wgmma kernel.
-void check_case(Case c, bool f32_out = false, bool require_wgmma = false);
+// require_tma: -1 any copy path; 1 / 0: fail unless that kernel does / does not copy with TMA.
+void check_case(Case c, bool f32_out = false, bool require_wgmma = false, int require_tma = -1);
 
 }  // namespace ariadne::cuda_testing
