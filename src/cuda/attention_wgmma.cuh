@@ -15,6 +15,8 @@
 //     memory). Inside a consumer, S of tile j and P·V of tile j - 1 are in flight together
 //     (FlashAttention-3's intra-warpgroup pipelining); a stage is released on its "empty" mbarrier
 //     once P·V of its tile has completed.
+// With ping-pong (d 64 and 80 by default) the two consumers take turns issuing their products
+// (named barriers), so one consumer's softmax runs under the other's tensor-core work.
 // setmaxnreg moves registers from the producer (40) to the consumers (232): a consumer holds the
 // S and O accumulators (64 + D/2 floats) and P (32 words).
 //
@@ -70,9 +72,11 @@ struct WgShape {
 // Tensor maps of q, k, v for the TMA copies: dims (head dim, tokens, heads), box (W/2, 128, 1),
 // swizzle W; `enabled` = 0: none (the producer copies with cp.async). Built by the dispatcher
 // (attention_cuda.cu); passed as a __grid_constant__ parameter so the maps stay in parameter space.
+// pingpong != 0: the consumers take turns issuing their products (ARIADNE_WG_PINGPONG, v12).
 struct WgMaps {
   CUtensorMap q, k, v;
   int enabled;
+  int pingpong;
 };
 
 // The key tiles one CTA visits, in increasing key order, with the tile at step `it` computable by
@@ -372,18 +376,34 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   };
 
   const int n = tiles.n;
+  // Ping-pong between the two consumers (maps.pingpong): each takes turns issuing its products,
+  // through named barriers 1 (consumer 0's turn) and 2 (consumer 1's), so the tensor cores run
+  // one consumer's products while the other computes its softmax. Both consumers pass the same
+  // n + 1 issue points; consumer 1 opens with consumer 0's turn and does not pass its last.
+  const bool pp = maps.pingpong != 0 && n > 0;
+  auto my_turn = [&]() {
+    if (pp) wg::named_bar_sync(1 + cw, 256);
+  };
+  auto pass_turn = [&](bool last) {
+    if (pp && !(last && cw == 1)) wg::named_bar_arrive(2 - cw, 256);
+  };
+  if (pp && cw == 1) wg::named_bar_arrive(1, 256);
   // Software pipelining inside the warpgroup (FlashAttention-3's): S(it) and P·V(it - 1) are in
   // flight together, and the softmax of tile it runs while P·V(it - 1) finishes.
   if (n > 0) {
+    my_turn();
     issue_s(0);
+    pass_turn(false);
     wg::wait<0>();
     wg::pin(sc);
     softmax(tiles.k_lo(0));
     rescale_and_pack();
     for (int it = 1; it < n; ++it) {
       const int k_cur = tiles.k_lo(it);  // issued before the wait, so its latency hides under S
+      my_turn();
       issue_s(it);
       issue_pv(it - 1);
+      pass_turn(false);
       wg::wait<1>();  // groups complete in order: S(it) is done, P·V(it - 1) may still run
       wg::pin(sc);
       softmax(k_cur);
@@ -392,7 +412,9 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
       wg::mbar_arrive(empty((it - 1) % STAGES));  // this thread's reads of that stage are complete
       rescale_and_pack();
     }
+    my_turn();
     issue_pv(n - 1);
+    pass_turn(true);
     wg::wait<0>();
     wg::pin(acc);
     wg::mbar_arrive(empty((n - 1) % STAGES));

@@ -7,7 +7,8 @@
 // twice. Otherwise as test_attention_wgmma.cpp: fresh random inputs (ARIADNE_TEST_SEED pins them),
 // outputs poisoned with NaN, the CPU reference with the tolerance rule, two runs bit-identical.
 // Lengths mix whole 128-row tiles (TMA) with partial last tiles (cp.async on both settings) and
-// rings that wrap many times (1500 keys: 12 tiles through 3 or 4 stages).
+// rings that wrap many times (1500 keys: 12 tiles through 3 or 4 stages). One test forces the
+// consumers' ping-pong (ARIADNE_WG_PINGPONG) each way.
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -126,6 +127,21 @@ TEST_F(WgmmaTma, BlockSparseRows) {
       b.block_density = density;
       both_paths(b);
     }
+}
+
+TEST_F(WgmmaTma, ConsumerPingPongBothWays) {
+  // The consumers' turn-taking (default on for d 64 and 80, off for d 128) forced each way on
+  // every head dim: whole tiles, a partial last tile, a single tile (n = 1 issue pair), empty rows.
+  EnvGuard pingpong("ARIADNE_WG_PINGPONG");
+  for (const char* pp : {"1", "0"}) {
+    setenv("ARIADNE_WG_PINGPONG", pp, 1);
+    for (int dim : {64, 80, 128})
+      for (const auto& [pname, pat] : {std::pair{"full", Pattern::full()}, std::pair{"causal", Pattern::causal()}}) {
+        Case c = make_case(std::string("tma_pingpong") + pp + "_" + pname + "_d" + std::to_string(dim),
+                           {1100, 128, 0, 1}, dim, DType::bf16, pat);
+        check_case(c, /*f32_out=*/false, /*require_wgmma=*/true, /*require_tma=*/1);
+      }
+  }
 }
 
 TEST_F(WgmmaTma, SwitchRoutes) {
