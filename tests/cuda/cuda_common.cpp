@@ -79,7 +79,9 @@ void check_case(Case c, bool f32_out, bool require_wgmma, int require_tma) {
     d.p.out = out.view();
     d.p.lse = lse.view();
     if (require_wgmma) ASSERT_TRUE(cuda_uses_wgmma(d.p)) << "not routed to the wgmma kernel";
-    if (require_tma >= 0) ASSERT_EQ(cuda_wgmma_uses_tma(d.p), require_tma == 1) << "not on the expected copy path";
+    if (require_tma >= 0) {
+      ASSERT_EQ(cuda_wgmma_uses_tma(d.p), require_tma == 1) << "not on the expected copy path";
+    }
     attention(d.p, Backend::cuda);
     cuda_synchronize();
     const Buffer out_h = out.to_host(), lse_h = lse.to_host();
