@@ -149,6 +149,19 @@ if runs and args.pooled:
         print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} | {both}/{dok} | {fmt(both / dok if dok else None, 3)} "
               f"| {ok}/{len(rs)} | " + " / ".join(dens) + " |")
     print()
+    cols = sorted({(r["task"], target(r["tokens"])) for r in runs})
+    print("Right where dense was right / dense right, per task and length:")
+    print()
+    print("| method | RR offset | τ | S | " + " | ".join(f"{t} {n // 1024}K" for t, n in cols) + " |")
+    print("| --- " * (4 + len(cols)) + "|")
+    for key in sorted(groups, key=lambda k: (k[0] != "rr", k[0], k[1] != "released", k[2], k[3], k[4])):
+        cells = []
+        for t, n in cols:
+            rs = [r for r in groups[key] if r["task"] == t and target(r["tokens"]) == n]
+            dk = [r for r in rs if dense.get((r["task"], r["tokens"], r["seed"], r["depth"]), False)]
+            cells.append(f"{sum(r['correct'] for r in dk)}/{len(dk)}")
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(cells) + " |")
+    print()
 if probe and args.pooled:
     pooled = {}
     for case, a in probe.items():

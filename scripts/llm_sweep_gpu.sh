@@ -7,7 +7,7 @@
 # short by SWEEP_SECONDS (no job starts after it) still covers every length, task and depth.
 #
 #   scripts/llm_sweep_gpu.sh DIR [extra ariadne llm options...]
-#   env: ARIADNE_BIN (build/ariadne), JOBS_PARALLEL (8), SWEEP_SECONDS (unlimited),
+#   env: ARIADNE_BIN (build/ariadne), JOBS_PARALLEL (8), SWEEP_SECONDS (unlimited), HARD_SECONDS (unlimited),
 #        SEEDS_1K/2K/4K/8K (seed counts, 12/10/8/6), DEPTHS ("0.1 0.3 0.5 0.7 0.9"),
 #        TAU (0.9,0.95), STRIDE (8,16), PROTECT (probe protections: published,sink+diagonal)
 set -euo pipefail
@@ -29,15 +29,18 @@ for ((s = 1; s <= max; ++s)); do
   done
 done
 deadline=$(($(date +%s) + ${SWEEP_SECONDS:-1000000}))
+# Running jobs are stopped at HARD_SECONDS (their prompt is lost; finished files stay).
+hard=$(($(date +%s) + ${HARD_SECONDS:-1000000}))
 run_job() {
   local task=$1 len=$2 seed=$3 depth=$4
   local out=$dir/$task-$len-s$seed-d$depth.json
   [ -s "$out" ] && return 0
   (($(date +%s) < deadline)) || return 0
+  local left=$((hard - $(date +%s)))
   # The answer's digits are one token each, after a space: 5 (passkey) or 7 (niah), and a spare.
   local new=7
   [ "$task" = niah ] && new=9
-  "$bin" llm --backend cuda --task "$task" --tokens "$len" --seed "$seed" --seeds 1 \
+  timeout "$left" "$bin" llm --backend cuda --task "$task" --tokens "$len" --seed "$seed" --seeds 1 \
     --depths "$depth" --method dense,rr,xattn,oracle --offset paper,released \
     --tau "${TAU:-0.9,0.95}" --stride "${STRIDE:-8,16}" --probe --probe-protect "${PROTECT:-published,sink+diagonal}" \
     --new "$new" --json "${extra[@]}" >"$out.tmp" 2>"$out.err" && mv "$out.tmp" "$out"

@@ -38,16 +38,19 @@ std::vector<uint8_t> tiny_llama(uint64_t seed) {
     for (float& x : v) x = bf16_round(shift + scale * nd(rng));
     ts.push_back({name, dims, GgmlType::f32, ggml_quantize(GgmlType::f32, v.data(), int64_t(v.size()))});
   };
-  // Scales keep the residual stream O(1) and the attention logits O(1)–O(10), so the softmax is
-  // neither flat nor one-hot.
+  // Scales keep the residual stream O(1) and the scaled attention logits of standard deviation
+  // about 1.3 (q, k entries ~ N(0, 128·0.1²)), so the softmax is neither flat nor one-hot. With
+  // q/k weights of scale 0.25 (logits of standard deviation ~8) the near-one-hot rows amplify the
+  // bf16 rounding of q and k to relative logit errors of 0.7–4 %: that measures the test's
+  // conditioning, not the GPU path.
   add("token_embd.weight", {kDim, kVocab}, 1.f, 0.f);
   add("output_norm.weight", {kDim}, 0.1f, 1.f);
   const int Q = kHeads * kHd, KV = kKv * kHd;
   for (int l = 0; l < kLayers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     add(p + "attn_norm.weight", {kDim}, 0.1f, 1.f);
-    add(p + "attn_q.weight", {kDim, Q}, 0.25f, 0.f);
-    add(p + "attn_k.weight", {kDim, KV}, 0.25f, 0.f);
+    add(p + "attn_q.weight", {kDim, Q}, 0.1f, 0.f);
+    add(p + "attn_k.weight", {kDim, KV}, 0.1f, 0.f);
     add(p + "attn_v.weight", {kDim, KV}, 0.1f, 0.f);
     add(p + "attn_output.weight", {Q, kDim}, 0.1f, 0.f);
     add(p + "ffn_norm.weight", {kDim}, 0.1f, 1.f);
