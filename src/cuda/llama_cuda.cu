@@ -7,7 +7,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "ariadne/error.hpp"
 #include "cuda/nn_cuda.cuh"
