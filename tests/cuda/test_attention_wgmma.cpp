@@ -127,14 +127,10 @@ TEST_F(Wgmma, RoutesOnlyWhatItSupports) {
   // The switch on: supported calls go to wgmma, the rest stay on the mma.sync kernel.
   Case c = make_case("wgmma_route", {64}, 80, DType::bf16, Pattern::full());
   const testing::Inputs in = testing::make_inputs(c);
-  const DeviceBuffer q = DeviceBuffer::from_host(in.q), k = DeviceBuffer::from_host(in.k),
-                     v = DeviceBuffer::from_host(in.v);
-  AttentionParams p = in.params;
-  p.q = on_device(in.params.q, in.q, q);
-  p.k = on_device(in.params.k, in.k, k);
-  p.v = on_device(in.params.v, in.v, v);
+  DeviceCase d = upload(in);
   DeviceBuffer out(DType::bf16, {in.total_q, c.heads_q, c.dim});
-  p.out = out.view();
+  d.p.out = out.view();
+  const AttentionParams& p = d.p;
   EXPECT_TRUE(cuda_uses_wgmma(p));
   EXPECT_EQ(cuda_query_tile_rows(p), 128);
   AttentionParams w = p;

@@ -113,14 +113,10 @@ TEST_F(WgmmaTma, ConsumerPingPongBothWays) {
 TEST_F(WgmmaTma, SwitchRoutes) {
   Case c = make_case("tma_route", {256}, 80, DType::bf16, Pattern::full());
   const testing::Inputs in = testing::make_inputs(c);
-  const DeviceBuffer q = DeviceBuffer::from_host(in.q), k = DeviceBuffer::from_host(in.k),
-                     v = DeviceBuffer::from_host(in.v);
-  AttentionParams p = in.params;
-  p.q = on_device(in.params.q, in.q, q);
-  p.k = on_device(in.params.k, in.k, k);
-  p.v = on_device(in.params.v, in.v, v);
+  DeviceCase d = upload(in);
   DeviceBuffer out(DType::bf16, {in.total_q, c.heads_q, c.dim});
-  p.out = out.view();
+  d.p.out = out.view();
+  const AttentionParams& p = d.p;
   unsetenv("ARIADNE_TMA");
   EXPECT_TRUE(cuda_wgmma_uses_tma(p));
   setenv("ARIADNE_TMA", "0", 1);
