@@ -16,6 +16,9 @@ Tables:
   per layer  (--per-layer REGEX, searched in the case names): mass recall, F1, density per layer.
   per head   (--per-head REGEX): F1 and density of each query head, mean over layers, with the
              query RR samples in each stride (paper: S − 1 − h mod S, released: h mod S).
+  pooled     (--pooled): accuracy per method, offset, τ and S pooled over tasks and lengths (right
+             where dense was right, and its share of dense's right answers; density per length),
+             and the probe metrics per configuration and length pooled over tasks.
 The length of a case is the target of the prompt (the prompt is up to one filler group shorter).
 """
 import argparse
@@ -38,6 +41,8 @@ ap.add_argument("--no-masks", action="store_true")
 ap.add_argument("--cases", help="regular expression: only these cases in the masks table")
 ap.add_argument("--grid", action="store_true",
                 help="a compact table: per task, length, τ and S, density / mass recall / F1 of each estimator variant")
+ap.add_argument("--pooled", action="store_true",
+                help="accuracy and mask metrics pooled over tasks (and lengths), one row per method configuration")
 ap.add_argument("--compact", help="also write the pooled results here as JSON: every generation run (no per-layer "
                 "data) and per probe case the pooled means, breakdown and per-layer mass recall / F1 / density / error")
 args = ap.parse_args()
@@ -116,6 +121,67 @@ if runs and not args.no_accuracy:
             ratio = fmt(ok / dok, 2) if dok else ""
             print(f"| {task} | {tok} | {key[2]} | {key[3]} | {key[4]} | {key[5]} | {key[6]} | {ok}/{len(rs)} | {dok}/{len(rs)} | "
                   f"{ratio} | {dens:.3f} |")
+    print()
+
+# ---- pooled over tasks and lengths ----
+if runs and args.pooled:
+    dense = {(r["task"], r["tokens"], r["seed"], r["depth"]): r["correct"] for r in runs if r["method"] == "dense"}
+    groups = defaultdict(list)
+    for r in runs:
+        if r["method"] != "dense":
+            groups[(r["method"], r.get("offset", ""), r["tau"], r["stride"], r.get("protect", "published"))].append(r)
+    lengths = sorted({target(r["tokens"]) for r in runs})
+    nd = sum(dense.values())
+    print(f"Accuracy pooled over tasks and lengths ({len(dense)} prompts, dense right on {nd}):")
+    print()
+    print("| method | RR offset | τ | S | protections | right where dense was right | vs dense | right overall | "
+          "density " + " / ".join(f"{t // 1024}K" for t in lengths) + " |")
+    print("| --- " * 9 + "|")
+    for key in sorted(groups, key=lambda k: (k[0] != "rr", k[0], k[1] != "released", k[2], k[3], k[4])):
+        rs = groups[key]
+        both = sum(r["correct"] and dense.get((r["task"], r["tokens"], r["seed"], r["depth"]), False) for r in rs)
+        dok = sum(dense.get((r["task"], r["tokens"], r["seed"], r["depth"]), False) for r in rs)
+        ok = sum(r["correct"] for r in rs)
+        dens = []
+        for t in lengths:
+            d = [r["density"] for r in rs if target(r["tokens"]) == t]
+            dens.append(f"{sum(d) / len(d):.2f}" if d else "")
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} | {both}/{dok} | {fmt(both / dok if dok else None, 3)} "
+              f"| {ok}/{len(rs)} | " + " / ".join(dens) + " |")
+    print()
+    cols = sorted({(r["task"], target(r["tokens"])) for r in runs})
+    print("Right where dense was right / dense right, per task and length:")
+    print()
+    print("| method | RR offset | τ | S | " + " | ".join(f"{t} {n // 1024}K" for t, n in cols) + " |")
+    print("| --- " * (4 + len(cols)) + "|")
+    for key in sorted(groups, key=lambda k: (k[0] != "rr", k[0], k[1] != "released", k[2], k[3], k[4])):
+        cells = []
+        for t, n in cols:
+            rs = [r for r in groups[key] if r["task"] == t and target(r["tokens"]) == n]
+            dk = [r for r in rs if dense.get((r["task"], r["tokens"], r["seed"], r["depth"]), False)]
+            cells.append(f"{sum(r['correct'] for r in dk)}/{len(dk)}")
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(cells) + " |")
+    print()
+if probe and args.pooled:
+    pooled = {}
+    for case, a in probe.items():
+        task, tok, label = case.split("/", 2)
+        acc = pooled.setdefault((label, int(tok)), {"n": 0, "density": 0, "mass_recall": 0, "f1": 0})
+        for k in ("n", "density", "mass_recall", "f1"):
+            acc[k] += a[k]
+    lengths = sorted({t for _, t in pooled})
+    print("Masks on the dense runs' real q/k against the oracle at the same τ and B, pooled over tasks "
+          "(mean over layers and prompts): density / mass recall / block F1")
+    print()
+    print("| configuration | " + " | ".join(f"{t // 1024}K" for t in lengths) + " |")
+    print("| --- " * (1 + len(lengths)) + "|")
+    for label in sorted({l for l, _ in pooled}):
+        cells = []
+        for t in lengths:
+            a = pooled.get((label, t))
+            cells.append(f"{a['density'] / a['n']:.3f} / {a['mass_recall'] / a['n']:.4f} / {a['f1'] / a['n']:.3f}"
+                         if a else "")
+        print(f"| {label} | " + " | ".join(cells) + " |")
     print()
 
 # ---- masks on real heads ----

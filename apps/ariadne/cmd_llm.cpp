@@ -24,7 +24,9 @@
 // sparse generation runs: mask metrics only), --layers (per-layer and per-head rows in the JSON),
 // --dump DIR (q/k .npy of the first task's dense run: q_LL.npy [heads, tokens, head_dim] and
 // k_LL.npy, v_LL.npy [kv_heads, tokens, head_dim] per layer LL, f32, q/k after RoPE; --qk reads them),
-// --backend cpu|reference, --threads N. Without --gguf the model is looked up as llm_model_path()
+// --backend cpu|reference|cuda (cuda: the whole model on the GPU, bf16 weights and activations,
+// the CUDA attention and estimators; cpu/reference: the CPU model with that attention backend),
+// --threads N. Without --gguf the model is looked up as llm_model_path()
 // says (llm.hpp).
 // Every run of a task instance under dense is the anchor of its accuracy ratio.
 #include <algorithm>
@@ -359,9 +361,11 @@ int run_llm(const cli::Args& args) {
   const int n_new = int(args.integer("new", 8));
   const int32_t block = int32_t(args.integer("block", 128));
   const Backend backend = args.has("backend") ? parse_backend(args.str("backend", "auto")) : Backend::automatic;
+  if (backend == Backend::cuda) model.set_backend(Backend::cuda);
   const json model_json = {{"file", path}, {"layers", c.layers}, {"dim", c.dim}, {"heads", c.heads},
                            {"kv_heads", c.kv_heads}, {"head_dim", c.head_dim}, {"vocab", c.vocab},
-                           {"context", c.context}, {"rope_base", c.rope_base}, {"tied", c.tied}};
+                           {"context", c.context}, {"rope_base", c.rope_base}, {"tied", c.tied},
+                           {"backend", backend_name(model.backend())}};
 
   if (args.has("prompt")) {
     const std::vector<int32_t> ids = tok.encode(args.str("prompt", ""));
@@ -394,11 +398,13 @@ int run_llm(const cli::Args& args) {
     estimators.push_back(m);
     for (const RROffset o : offsets) {
       for (const std::string& t : taus)
-        for (const std::string& s : strides)
+        for (const std::string& s : strides) {
           for (const std::string& pr : args.list("run-protect", "published")) {
             parse_protect(pr);  // validates
             methods.push_back({m, std::stod(t), std::stoi(s), o, pr});
           }
+          if (m == "oracle") break;  // the oracle samples nothing: one stride is enough
+        }
       if (m != "rr") break;  // the offset is RR's alone
     }
   }

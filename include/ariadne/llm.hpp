@@ -21,9 +21,14 @@
 // Weights are dequantized to f32 once at load (F32, F16, Q8_0, Q4_0, Q4_1); GEMMs run on the CPU
 // through OpenBLAS. Attention runs on the backend the method names (host tensors: cpu or reference).
 // Decoding keeps a KV cache and runs dense attention for each new token.
+// set_backend(Backend::cuda) moves the forward pass to the GPU: the f32 weights rounded to bf16
+// and uploaded once, bf16 activations into every GEMM (cuBLASLt) and into the attention (the
+// CUDA attention kernels and CUDA estimators, the same methods, probes and comparisons), an fp32
+// residual stream, a bf16 KV cache. Its logits differ from the CPU path's by bf16 rounding.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +38,7 @@
 namespace ariadne {
 
 class GgufFile;
+class LlamaCuda;  // src/cuda/llama_cuda.hpp
 
 struct LlamaConfig {
   int layers = 0, dim = 0, ffn = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0;
@@ -102,6 +108,10 @@ class LlamaModel {
   // and key/tensor when something is missing or of the wrong shape.
   static LlamaModel from_gguf(const GgufFile& file);
   const LlamaConfig& config() const { return cfg_; }
+  // Where the forward pass runs: Backend::cpu (the default) or Backend::cuda (see above; throws
+  // ariadne::Error without a CUDA build or device). Switching empties the KV cache.
+  void set_backend(Backend b);
+  Backend backend() const;
 
   // Runs the prompt (fills the KV cache, replacing any earlier one) and returns the logits of its
   // last position [vocab]. trace (optional) receives the per-layer measurements.
@@ -128,6 +138,7 @@ class LlamaModel {
   std::vector<float> inv_freq_;                // [rope_dims / 2]
   std::vector<std::vector<float>> kcache_, vcache_;  // per layer [cached, kv_heads, head_dim]
   int64_t cached_ = 0;
+  std::shared_ptr<LlamaCuda> cuda_;  // set: the GPU path (weights, activations, KV cache on the device)
 };
 
 // Where SmolLM2-135M is looked for: $ARIADNE_SMOLLM2_GGUF when set, else

@@ -185,7 +185,6 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
   // 32-byte swizzle (2 KB). Each copy is then two boxes of 128- and 32-byte rows, instead of ten of
   // 16-byte rows in the no-swizzle layout (whose small rows held the copy engine to ~2 TB/s).
   constexpr uint32_t kLoBytes = 64 * 128;
-  constexpr uint32_t kSw128 = 1, kSw32 = 3;  // descriptor swizzle modes
   using S = BandWgShape<D>;
   constexpr int BM = S::BM, CK = S::CK, NSLOT = S::NSLOT, QSLOT = S::QSLOT, MAXC = S::MAXC;
   using T = typename E::type;
@@ -233,7 +232,7 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
     // Rows past the tensor's end are zero-filled; rows past a sequence's end hold that tensor's next
     // rows, which no allowed (query, key) pair reads (masked scores are exactly 0 after the softmax).
     auto load = [&](T* dst, const CUtensorMap& lo, const CUtensorMap& hi, int head, int row0, uint32_t bar) {
-      wg::mbar_expect_tx(bar, S::tile_elems * 2);
+      wg::mbar_arrive_expect_tx(bar, S::tile_elems * 2);
       const uint32_t d = smem_addr(dst);
       wg::tma_load_3d(d, &lo, 0, head, row0, bar);
       wg::tma_load_3d(d + kLoBytes, &hi, 64, head, row0, bar);
@@ -338,11 +337,11 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks)
           if (ks < 4)  // k-step ks: bytes [32·ks, 32·ks + 32) of each 128-byte row
-            wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled(q_base + ks * 32, 16, 1024, kSw128),
-                               wg::desc_swizzled(ks_addr + slot[c] + ks * 32, 16, 1024, kSw128), ks > 0);
+            wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled<128>(q_base + ks * 32, 16, 1024),
+                               wg::desc_swizzled<128>(ks_addr + slot[c] + ks * 32, 16, 1024), ks > 0);
           else
-            wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled(q_base + kLoBytes, 16, 256, kSw32),
-                               wg::desc_swizzled(ks_addr + slot[c] + kLoBytes, 16, 256, kSw32), 1);
+            wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled<32>(q_base + kLoBytes, 16, 256),
+                               wg::desc_swizzled<32>(ks_addr + slot[c] + kLoBytes, 16, 256), 1);
       wg::commit();
 #pragma unroll
       for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
@@ -427,8 +426,8 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       for (int c = 0; c < NCH; ++c)
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {  // keys 16·kk.. : two 8-row groups of each region
-          wg::Mma<E, 64>::rs(acc_lo, pa[c][kk], wg::desc_swizzled(vs_addr + slot[c] + kk * 2048, kLoBytes, 1024, kSw128));
-          wg::Mma<E, 16>::rs(acc_hi, pa[c][kk], wg::desc_swizzled(vs_addr + slot[c] + kLoBytes + kk * 512, kLoBytes, 256, kSw32));
+          wg::Mma<E, 64>::rs(acc_lo, pa[c][kk], wg::desc_swizzled<128>(vs_addr + slot[c] + kk * 2048, kLoBytes, 1024));
+          wg::Mma<E, 16>::rs(acc_hi, pa[c][kk], wg::desc_swizzled<32>(vs_addr + slot[c] + kLoBytes + kk * 512, kLoBytes, 256));
         }
       wg::commit();
       wg::pin(acc_lo);

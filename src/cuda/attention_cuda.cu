@@ -1,4 +1,5 @@
 // The CUDA backend's entry points: what it supports, and the choice of kernel instantiation.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -147,9 +148,66 @@ cudaError_t launch_band_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_t
   return dtype == DType::bf16 ? cuda::launch_band<D, cuda::Bf16>(fp, run, st) : cuda::launch_band<D, cuda::F16>(fp, run, st);
 }
 
+// cuTensorMapEncodeTiled, reached through the runtime's driver entry point so that nothing links
+// libcuda (CI builds without a driver); null when the driver lacks it.
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return EncodeTiled(nullptr);
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// The tensor map of one of q, k, v [tokens, heads, D] for the wgmma kernel's TMA copies: dims
+// (D, tokens, heads), box (W/2 columns, 128 rows, 1 head), swizzle W (WgShape). TMA needs a 16-byte
+// aligned base and token/head strides that are multiples of 16 bytes (rows_aligned, which
+// attention_cuda_supports requires, already guarantees both), strides below 2^40 bytes and at most
+// 2^32 rows; the driver checks the rest. False when it cannot be built.
 template <int D>
-cudaError_t launch_wgmma_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
-  return dtype == DType::bf16 ? cuda::launch_wgmma<D, cuda::Bf16>(fp, st) : cuda::launch_wgmma<D, cuda::F16>(fp, st);
+bool encode_map(CUtensorMap* map, const TensorView& t) {
+  constexpr int W = cuda::WgShape<D>::W;
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr || !rows_aligned(t, 8) || t.shape[0] == 0 || t.shape[0] > (int64_t(1) << 31)) return false;
+  const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(t.shape[0]), cuuint64_t(t.shape[1])};
+  const cuuint64_t strides[2] = {cuuint64_t(t.stride[0]) * 2, cuuint64_t(t.stride[1]) * 2};
+  const cuuint32_t box[3] = {W / 2, cuuint32_t(cuda::WgShape<D>::BN), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(map, t.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                            3, t.data, dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            W == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_32B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
+
+// The wgmma kernel copies K/V (and Q) with TMA unless ARIADNE_TMA=0 is set (read per call: the
+// cp.async producer stays testable and comparable in one binary) or a map cannot be built.
+template <int D>
+cuda::WgMaps wgmma_maps(const AttentionParams& p) {
+  cuda::WgMaps m{};
+  const char* env = std::getenv("ARIADNE_TMA");
+  if (env != nullptr && std::string(env) == "0") return m;
+  m.enabled = encode_map<D>(&m.q, p.q) && encode_map<D>(&m.k, p.k) && encode_map<D>(&m.v, p.v);
+  return m;
+}
+
+template <int D>
+cudaError_t launch_wgmma_dim(const cuda::FwdParams& fp, const AttentionParams& p, cudaStream_t st) {
+  cuda::WgMaps maps = wgmma_maps<D>(p);
+  // Consumer ping-pong (attention_wgmma.cuh): on for d 64 and 80, where the softmax is a larger
+  // share of a tile's work (v12: full N 4096 d 80 1.12x faster; causal 128K d 128 2% slower with it).
+  // ARIADNE_WG_PINGPONG=1/0 in the environment (read per call) forces it on/off.
+  const char* pp = std::getenv("ARIADNE_WG_PINGPONG");
+  maps.pingpong = pp != nullptr ? std::string(pp) == "1" : D <= 80;
+  return p.q.dtype == DType::bf16 ? cuda::launch_wgmma<D, cuda::Bf16>(fp, maps, st)
+                                  : cuda::launch_wgmma<D, cuda::F16>(fp, maps, st);
 }
 
 }  // namespace
@@ -157,6 +215,14 @@ cudaError_t launch_wgmma_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_
 // A token order (AttentionParams::order) runs on the mma.sync kernel: its gathers are in that
 // kernel's loads only.
 bool cuda_uses_wgmma(const AttentionParams& p) { return p.order == nullptr && wgmma_eligible(p); }
+bool cuda_wgmma_uses_tma(const AttentionParams& p) {
+  if (!cuda_uses_wgmma(p)) return false;
+  switch (p.head_dim()) {
+    case 64: return wgmma_maps<64>(p).enabled != 0;
+    case 80: return wgmma_maps<80>(p).enabled != 0;
+    default: return wgmma_maps<128>(p).enabled != 0;
+  }
+}
 bool cuda_uses_bandwg(const AttentionParams& p) { return p.order == nullptr && bandwg_eligible(p); }
 bool cuda_uses_band(const AttentionParams& p) { return band_eligible(p) && !cuda_uses_bandwg(p); }
 
@@ -282,9 +348,9 @@ void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
     }
   } else if (order == nullptr && wgmma_eligible(p)) {
     switch (p.head_dim()) {
-      case 64: err = launch_wgmma_dim<64>(fp, p.q.dtype, st); break;
-      case 80: err = launch_wgmma_dim<80>(fp, p.q.dtype, st); break;
-      default: err = launch_wgmma_dim<128>(fp, p.q.dtype, st); break;
+      case 64: err = launch_wgmma_dim<64>(fp, p, st); break;
+      case 80: err = launch_wgmma_dim<80>(fp, p, st); break;
+      default: err = launch_wgmma_dim<128>(fp, p, st); break;
     }
   } else {
     switch (p.head_dim()) {

@@ -3,24 +3,32 @@
 //
 // A CTA of 3 warpgroups owns one (sequence, query head, 128-row query tile):
 //   - warpgroup 0, the producer, copies Q once and then K and V tiles of BN = 128 keys into a
-//     3-stage ring of shared buffers with cp.async; each copy batch completes on an mbarrier
-//     (cp.async.mbarrier.arrive.noinc), K and V on separate ones so S can start while V lands;
+//     ring of STAGES shared buffers: one thread issues TMA box copies (cp.async.bulk.tensor, tensor
+//     maps built on the host) that complete on an mbarrier with expected transaction bytes; tiles
+//     with rows past the sequence's end, and calls without tensor maps (ARIADNE_TMA=0, or maps the
+//     driver refused), are copied by all 128 threads with cp.async (zero-filled past the end),
+//     completing through cp.async.mbarrier.arrive.noinc. K and V complete on separate barriers so
+//     S can start while V lands;
 //   - warpgroups 1 and 2, the consumers, own 64 query rows each: S = Q·Kᵀ by wgmma m64n128k16
 //     with both operands in shared memory, the online softmax in registers, P packed to 16 bits in
 //     registers as the A operand of O += P·V (wgmma m64nDk16, V read transposed from shared
 //     memory). Inside a consumer, S of tile j and P·V of tile j - 1 are in flight together
 //     (FlashAttention-3's intra-warpgroup pipelining); a stage is released on its "empty" mbarrier
 //     once P·V of its tile has completed.
+// With ping-pong (d 64 and 80 by default) the two consumers take turns issuing their products
+// (named barriers), so one consumer's softmax runs under the other's tensor-core work.
 // setmaxnreg moves registers from the producer (40) to the consumers (232): a consumer holds the
 // S and O accumulators (64 + D/2 floats) and P (32 words).
 //
-// Measured on the H200 (bench/cuda-notes.md, v6): 1.24-1.48x the mma.sync kernel on full and
-// causal rows; the K/V copies through L2 are the limit (a variant without them ran 1.26-1.70x faster).
+// Measured on the H200 (bench/cuda-notes.md, v6 and v12): the cp.async version ran 1.24-1.48x the
+// mma.sync kernel on full and causal rows, limited by the K/V copies (a variant without them ran
+// 1.26-1.70x faster); v12 moved the copies to TMA.
 //
-// Shared tiles use wgmma's no-swizzle canonical layout: 8 rows x 8 elements (16 bytes per row) form
-// a 128-byte core matrix; core matrices run along the head dim first, then along rows. The same
-// tile serves as a K-major operand (Q, K: k = head dim) and as an MN-major one (V: n = head dim),
-// and D = 80 is simply 10 core matrices per row group: five k-steps of 16 and a legal n of 80.
+// Shared tiles use wgmma's swizzled layouts, the ones TMA writes: a 128-row tile is D·2/W regions
+// of 128 rows x W bytes (W = 128 for D = 64 and 128, one TMA box of 64 columns per region; W = 32
+// for D = 80, five boxes of 16 columns, so 80 runs natively: five k-steps of 16 and a legal n of
+// 80). The same tile serves as a K-major operand (Q, K: k = head dim) and as an MN-major one (V:
+// n = head dim, the W-byte atoms along n one region apart).
 //
 // Semantics are those of attention_fwd.cuh (Pattern::key_range per row, sinks, GQA, varlen,
 // f32 out, LSE, block-sparse CSR rows). Block-sparse rows need a block that is a multiple of the
@@ -32,6 +40,7 @@
 // mma.sync kernel.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (a type only: the driver's encoder is reached at run time)
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -44,13 +53,30 @@ namespace ariadne::cuda {
 
 template <int D>
 struct WgShape {
-  static constexpr int BM = 128, BN = 128, STAGES = 3;
+  static constexpr int BM = 128, BN = 128;
+  // Stages of the K/V ring: as many as fit next to Q in 227 KB (d 128: 3 x 64 KB).
+  static constexpr int STAGES = D <= 80 ? 4 : 3;
   static constexpr int threads = 384;
-  static constexpr int C = D / 8;  // 16-byte chunks (core-matrix columns) per row
+  static constexpr int C = D / 8;                   // 16-byte chunks per row
+  static constexpr int W = D % 64 == 0 ? 128 : 32;  // swizzle span in bytes (one TMA box row)
+  static constexpr int R = 2 * D / W;               // regions (TMA boxes) per tile
   static constexpr int q_elems = BM * D, kv_elems = BN * D;
   // Q, then STAGES x (K, V), then the mbarriers (8 bytes each): q_full, k_full[S], v_full[S], empty[S].
+  // Every tile starts 1024-byte aligned (the swizzle atom): 1024 bytes of slack align the base.
   static constexpr size_t bar_offset = size_t(q_elems + 2 * STAGES * kv_elems) * 2;
-  static constexpr size_t smem_bytes = bar_offset + 8 * (1 + 3 * STAGES);
+  static constexpr size_t smem_bytes = 1024 + bar_offset + 8 * (1 + 3 * STAGES);
+  static_assert(BM == BN, "one tile geometry (128 rows) for Q, K and V");
+  static_assert((BN * W) % 1024 == 0, "regions keep the 1024-byte alignment");
+};
+
+// Tensor maps of q, k, v for the TMA copies: dims (head dim, tokens, heads), box (W/2, 128, 1),
+// swizzle W; `enabled` = 0: none (the producer copies with cp.async). Built by the dispatcher
+// (attention_cuda.cu); passed as a __grid_constant__ parameter so the maps stay in parameter space.
+// pingpong != 0: the consumers take turns issuing their products (ARIADNE_WG_PINGPONG, v12).
+struct WgMaps {
+  CUtensorMap q, k, v;
+  int enabled;
+  int pingpong;
 };
 
 // The key tiles one CTA visits, in increasing key order, with the tile at step `it` computable by
@@ -83,21 +109,26 @@ __device__ __forceinline__ int lower_bound_i32(const int32_t* cols, int n, int v
   return lo;
 }
 
-// Element offset of the 16-byte chunk (row r, chunk ch) in a tile with C chunks per row.
-template <int C>
-__device__ __forceinline__ int tile_off(int r, int ch) {
-  return ((r >> 3) * C + ch) * 64 + (r & 7) * 8;
+// Element offset of the 16-byte chunk ch (0 .. D/8 - 1) of row r in a 128-row tile swizzled with
+// span W: region ch / (W/16), row r of it, the chunk XOR-ed with the row's place in its 8-row atom
+// (CU_TENSOR_MAP_SWIZZLE_<W>B: address bits 4.. XOR bits 7..).
+template <int W>
+__device__ __forceinline__ int swz_off(int r, int ch) {
+  constexpr int cpr = W / 16;  // chunks per region row
+  const int c = ch % cpr;
+  return (ch / cpr) * 128 * (W / 2) + r * (W / 2) + ((c ^ ((r * W >> 7) & (cpr - 1))) * 8);
 }
 
 template <int D, class E>
-__global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams p) {
+__global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams p, const __grid_constant__ WgMaps maps) {
   using S = WgShape<D>;
-  constexpr int BM = S::BM, BN = S::BN, STAGES = S::STAGES, C = S::C;
+  constexpr int BM = S::BM, BN = S::BN, STAGES = S::STAGES, C = S::C, W = S::W, R = S::R;
   constexpr int NS = BN / 2;  // score accumulators per thread (m64n128)
   constexpr int NO = D / 2;   // output accumulators per thread (m64nD)
   using T = typename E::type;
 
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_dyn[];
+  unsigned char* smem_raw = smem_dyn + ((1024 - (smem_addr(smem_dyn) & 1023)) & 1023);
   T* Qs = reinterpret_cast<T*>(smem_raw);
   T* Ks = Qs + S::q_elems;                // STAGES buffers of kv_elems
   T* Vs = Ks + STAGES * S::kv_elems;      // STAGES buffers of kv_elems
@@ -159,9 +190,11 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   }
 
   if (tid == 0) {
+    // Full barriers: one arrival per producer thread (cp.async completion, or thread 0's
+    // arrive.expect_tx and the others' plain arrivals) plus, for TMA tiles, the transaction bytes.
     wg::mbar_init(q_full, 128);
     for (int i = 0; i < STAGES; ++i) {
-      wg::mbar_init(k_full(i), 128);  // one cp.async-completion arrival per producer thread
+      wg::mbar_init(k_full(i), 128);
       wg::mbar_init(v_full(i), 128);
       wg::mbar_init(empty(i), 256);   // one arrival per consumer thread
     }
@@ -171,33 +204,45 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   if (tid < 128) {
     // ================= producer warpgroup =================
     wg::setmaxnreg_dec<40>();
-    // Rows first_row .. first_row + BM/BN of one head, `valid` of them real (the rest zero-filled,
-    // so padding rows hold zeros, never stale NaNs). Consecutive threads take consecutive rows of
-    // one core matrix, so each 8-thread phase writes 128 contiguous shared bytes.
-    auto load = [&](T* dst, const T* head, int64_t stride, int64_t first_row, int rows, int64_t valid) {
-      const T* src = head + first_row * stride;
-#pragma unroll 4
-      for (int i = tid; i < rows * C; i += 128) {
-        const int r8 = i & 7, ch = (i >> 3) % C, rb = (i >> 3) / C;
-        const int r = rb * 8 + r8;
-        const bool ok = r < valid;
-        cp_async16(smem_addr(dst + tile_off<C>(r, ch)), src + (ok ? r * int(stride) + ch * 8 : 0), ok);
+    // One 128-row tile (rows first_row.. of one head) into dst, completing on `bar`. A full tile
+    // with tensor maps: thread 0 expects its bytes and issues R TMA boxes, the others arrive. A
+    // tile with rows past the sequence's end (or no maps): cp.async by all threads, those rows
+    // zero-filled. TMA would fill them with the next sequence's rows (or zeros past the tensor):
+    // masked scores either way, but a non-finite V there would turn P = 0 into NaN.
+    auto load = [&](T* dst, const CUtensorMap* map, const T* head, int64_t stride, int64_t first_row, int head_idx,
+                    int64_t valid, uint32_t bar) {
+      if (maps.enabled && valid >= 128) {
+        if (tid == 0) {
+          wg::mbar_arrive_expect_tx(bar, uint32_t(128 * D * sizeof(T)));
+#pragma unroll
+          for (int j = 0; j < R; ++j)
+            wg::tma_load_3d(smem_addr(dst + j * 128 * (W / 2)), map, j * (W / 2), int(first_row), head_idx, bar);
+        } else {
+          wg::mbar_arrive(bar);
+        }
+        return;
       }
+      const T* src = head + first_row * stride;
+      // Consecutive threads take consecutive chunks of a row: coalesced global reads.
+#pragma unroll 4
+      for (int i = tid; i < 128 * C; i += 128) {
+        const int r = i / C, ch = i % C;
+        const bool ok = r < valid;
+        cp_async16(smem_addr(dst + swz_off<W>(r, ch)), src + (ok ? r * int(stride) + ch * 8 : 0), ok);
+      }
+      wg::mbar_arrive_cp_async(bar);
     };
     const T* qg = static_cast<const T*>(p.q) + h * p.q_head;
     const T* kg = static_cast<const T*>(p.k) + kvh * p.k_head;
     const T* vg = static_cast<const T*>(p.v) + kvh * p.v_head;
-    load(Qs, qg, p.q_tok, e.q0 + q_lo, BM, q_hi - q_lo);
-    wg::mbar_arrive_cp_async(q_full);
+    load(Qs, &maps.q, qg, p.q_tok, e.q0 + q_lo, h, q_hi - q_lo, q_full);
     for (int it = 0; it < tiles.n; ++it) {
       const int st = it % STAGES;
       const int k_lo = tiles.k_lo(it);  // read before the wait: a CSR entry, off the critical path
       // The stage's previous tile (it - STAGES) must be released by both consumers.
       if (it >= STAGES) wg::mbar_wait(empty(st), ((it / STAGES) - 1) & 1);
-      load(Ks + st * S::kv_elems, kg, p.k_tok, e.k0 + k_lo, BN, e.lk - k_lo);
-      wg::mbar_arrive_cp_async(k_full(st));
-      load(Vs + st * S::kv_elems, vg, p.v_tok, e.k0 + k_lo, BN, e.lk - k_lo);
-      wg::mbar_arrive_cp_async(v_full(st));
+      load(Ks + st * S::kv_elems, &maps.k, kg, p.k_tok, e.k0 + k_lo, kvh, e.lk - k_lo, k_full(st));
+      load(Vs + st * S::kv_elems, &maps.v, vg, p.v_tok, e.k0 + k_lo, kvh, e.lk - k_lo, v_full(st));
     }
     wg::cp_async_wait_all();
     return;
@@ -229,9 +274,9 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   for (int i = 0; i < NO; ++i) acc[i] = 0.f;
   float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.f, 0.f};
 
-  // Descriptor strides (bytes): along k (the head dim for Q/K, keys for V) and along m/n.
-  constexpr uint32_t kCore = 128, kRowGroup = C * 128;
-  const uint32_t q_base = smem_addr(Qs) + uint32_t(cw) * 8 * kRowGroup;
+  // Descriptor steps (bytes): 8 rows of W bytes (kAtom8), one region of 128 rows (kRegion).
+  constexpr uint32_t kAtom8 = 8 * W, kRegion = 128 * W;
+  const uint32_t q_base = smem_addr(Qs) + uint32_t(cw) * 64 * W;
   wg::mbar_wait(q_full, 0);
 
   float sc[NS];              // scores, then probabilities, of the current key tile
@@ -242,14 +287,17 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   auto issue_s = [&](int it) {
     const int st = it % STAGES;
     wg::mbar_wait(k_full(st), uint32_t(it / STAGES) & 1);
-    wg::fence_proxy_async();  // Q and K arrived through the generic proxy; wgmma reads async
+    wg::fence_proxy_async();  // cp.async tiles arrived through the generic proxy; wgmma reads async
     const uint32_t k_base = smem_addr(Ks + st * S::kv_elems);
     wg::pin(sc);
     wg::fence();
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
-      wg::Mma<E, BN>::ss(sc, wg::desc(q_base + ks * 2 * kCore, kCore, kRowGroup),
-                         wg::desc(k_base + ks * 2 * kCore, kCore, kRowGroup), ks > 0);
+    for (int ks = 0; ks < D / 16; ++ks) {
+      // k-step ks: 32 bytes of each row, in region ks·32 / W at byte ks·32 % W of the row.
+      const uint32_t off = (ks * 32 / W) * kRegion + (ks * 32) % W;
+      wg::Mma<E, BN>::ss(sc, wg::desc_swizzled<W>(q_base + off, 16, kAtom8),
+                         wg::desc_swizzled<W>(k_base + off, 16, kAtom8), ks > 0);
+    }
     wg::commit();
     wg::pin(sc);
   };
@@ -264,7 +312,7 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
     wg::fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
-      wg::Mma<E, D>::rs(acc, pa[kk], wg::desc(v_base + kk * 2 * kRowGroup, kRowGroup, kCore));
+      wg::Mma<E, D>::rs(acc, pa[kk], wg::desc_swizzled<W>(v_base + kk * 16 * W, kRegion, kAtom8));
     wg::commit();
     wg::pin(acc);
   };
@@ -328,18 +376,34 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   };
 
   const int n = tiles.n;
+  // Ping-pong between the two consumers (maps.pingpong): each takes turns issuing its products,
+  // through named barriers 1 (consumer 0's turn) and 2 (consumer 1's), so the tensor cores run
+  // one consumer's products while the other computes its softmax. Both consumers pass the same
+  // n + 1 issue points; consumer 1 opens with consumer 0's turn and does not pass its last.
+  const bool pp = maps.pingpong != 0 && n > 0;
+  auto my_turn = [&]() {
+    if (pp) wg::named_bar_sync(1 + cw, 256);
+  };
+  auto pass_turn = [&](bool last) {
+    if (pp && !(last && cw == 1)) wg::named_bar_arrive(2 - cw, 256);
+  };
+  if (pp && cw == 1) wg::named_bar_arrive(1, 256);
   // Software pipelining inside the warpgroup (FlashAttention-3's): S(it) and P·V(it - 1) are in
   // flight together, and the softmax of tile it runs while P·V(it - 1) finishes.
   if (n > 0) {
+    my_turn();
     issue_s(0);
+    pass_turn(false);
     wg::wait<0>();
     wg::pin(sc);
     softmax(tiles.k_lo(0));
     rescale_and_pack();
     for (int it = 1; it < n; ++it) {
       const int k_cur = tiles.k_lo(it);  // issued before the wait, so its latency hides under S
+      my_turn();
       issue_s(it);
       issue_pv(it - 1);
+      pass_turn(false);
       wg::wait<1>();  // groups complete in order: S(it) is done, P·V(it - 1) may still run
       wg::pin(sc);
       softmax(k_cur);
@@ -348,7 +412,9 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
       wg::mbar_arrive(empty((it - 1) % STAGES));  // this thread's reads of that stage are complete
       rescale_and_pack();
     }
+    my_turn();
     issue_pv(n - 1);
+    pass_turn(true);
     wg::wait<0>();
     wg::pin(acc);
     wg::mbar_arrive(empty((n - 1) % STAGES));
@@ -390,7 +456,7 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
 
 // Grid: (query tiles, heads_q), the varlen cover of attention_fwd_kernel. Returns the launch error.
 template <int D, class E>
-cudaError_t launch_wgmma(const FwdParams& p, cudaStream_t stream) {
+cudaError_t launch_wgmma(const FwdParams& p, const WgMaps& maps, cudaStream_t stream) {
   using S = WgShape<D>;
   const auto kernel = attention_wgmma_kernel<D, E>;
   static const cudaError_t configured =
@@ -398,14 +464,18 @@ cudaError_t launch_wgmma(const FwdParams& p, cudaStream_t stream) {
   if (configured != cudaSuccess) return configured;
   const int64_t tiles = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_q / S::BM + 1
                                                           : (p.total_q + S::BM - 1) / S::BM;
-  kernel<<<dim3(unsigned(tiles), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p);
+  kernel<<<dim3(unsigned(tiles), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p, maps);
   return cudaGetLastError();
 }
 
 #define ARIADNE_WGMMA_KERNELS(X, D) X(launch_wgmma<D, Bf16>) X(launch_wgmma<D, F16>)
-#define ARIADNE_INSTANTIATE_WGMMA(D) ARIADNE_WGMMA_KERNELS(ARIADNE_FWD_INSTANTIATE_ONE, D)
-ARIADNE_WGMMA_KERNELS(ARIADNE_FWD_DECLARE_ONE, 64)
-ARIADNE_WGMMA_KERNELS(ARIADNE_FWD_DECLARE_ONE, 80)
-ARIADNE_WGMMA_KERNELS(ARIADNE_FWD_DECLARE_ONE, 128)
+#define ARIADNE_WGMMA_INSTANTIATE_ONE(...) \
+  template cudaError_t __VA_ARGS__(const FwdParams&, const WgMaps&, cudaStream_t);
+#define ARIADNE_WGMMA_DECLARE_ONE(...) \
+  extern template cudaError_t __VA_ARGS__(const FwdParams&, const WgMaps&, cudaStream_t);
+#define ARIADNE_INSTANTIATE_WGMMA(D) ARIADNE_WGMMA_KERNELS(ARIADNE_WGMMA_INSTANTIATE_ONE, D)
+ARIADNE_WGMMA_KERNELS(ARIADNE_WGMMA_DECLARE_ONE, 64)
+ARIADNE_WGMMA_KERNELS(ARIADNE_WGMMA_DECLARE_ONE, 80)
+ARIADNE_WGMMA_KERNELS(ARIADNE_WGMMA_DECLARE_ONE, 128)
 
 }  // namespace ariadne::cuda

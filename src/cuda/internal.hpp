@@ -19,6 +19,11 @@ int cuda_key_tile_rows(const AttentionParams& p);    // 64 (128 on the wgmma ker
 // rows: no left window bound, no chunk, no block mask, no entropy/distance; head dim 64, 80, 128).
 bool cuda_uses_wgmma(const AttentionParams& p);
 
+// Whether that kernel copies q, k, v with TMA (bench/cuda-notes.md v12): it runs on wgmma, the
+// driver built the three tensor maps, and ARIADNE_TMA=0 is not set in the environment. Otherwise
+// its producer copies with cp.async (as it always does for tiles with rows past a sequence's end).
+bool cuda_wgmma_uses_tma(const AttentionParams& p);
+
 // Whether attention_cuda runs this call on the band-walking kernel (src/cuda/attention_band.cuh):
 // no block mask, no entropy/distance, head dim 64/80/96, and a narrow local pattern (window left +
 // right <= 129, or chunk <= 65); by default only sliding windows (bench/cuda-notes.md v9),

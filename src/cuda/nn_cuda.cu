@@ -76,6 +76,25 @@ __global__ void rope_kernel(bf16* qkv, int64_t n, int64_t row_stride, int64_t k_
   }
 }
 
+// One thread per (row, pair): one sincos, then that pair of every head of the row.
+__global__ void rope_pairs_kernel(bf16* x, int64_t n, int64_t row_stride, int heads, int head_dim, int pairs,
+                                  const float* inv_freq, int64_t pos0) {
+  const int64_t total = n * pairs;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = t / pairs;
+    const int i = int(t - r * pairs);
+    float s, c;
+    sincosf(float(pos0 + r) * inv_freq[i], &s, &c);
+    bf16* row = x + r * row_stride + 2 * i;
+    for (int h = 0; h < heads; ++h) {
+      bf16* v = row + h * head_dim;
+      const float x0 = f32(v[0]), x1 = f32(v[1]);
+      v[0] = b16(x0 * c - x1 * s);
+      v[1] = b16(x0 * s + x1 * c);
+    }
+  }
+}
+
 // Rows over blocks, columns over threads: no 64-bit division per element.
 __global__ void swiglu_kernel(const bf16* gu, int64_t n, int64_t inter, bf16* out, int64_t out_stride) {
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
@@ -231,6 +250,15 @@ void rope_2d(bf16* qkv, int64_t n, int64_t row_stride, int64_t k_offset, int hea
   if (total == 0) return;
   rope_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(qkv, n, row_stride, k_offset, heads, head_dim, pos,
                                                                     inv_freq);
+  check(cudaGetLastError(), "rope launch");
+}
+
+void rope_pairs(bf16* x, int64_t n, int64_t row_stride, int heads, int head_dim, int pairs, const float* inv_freq,
+                int64_t pos0, cudaStream_t stream) {
+  const int64_t total = n * pairs;
+  if (total == 0) return;
+  rope_pairs_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(x, n, row_stride, heads, head_dim, pairs,
+                                                                          inv_freq, pos0);
   check(cudaGetLastError(), "rope launch");
 }
 

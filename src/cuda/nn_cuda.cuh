@@ -69,6 +69,13 @@ void rmsnorm(const float* x, int64_t n, int64_t d, const bf16* w, float eps, bf1
 void rope_2d(bf16* qkv, int64_t n, int64_t row_stride, int64_t k_offset, int heads, int head_dim, const int2* pos,
              const float* inv_freq, cudaStream_t stream);
 
+// 1D rotary embedding in place, llama.cpp's layout (Llama GGUF files): rows [n] of `row_stride`
+// values holding `heads` heads of head_dim values; row r sits at position pos0 + r and, for
+// i < pairs (rope dims / 2), rotates the adjacent pair (x[2i], x[2i+1]) of every head by angle
+// (pos0 + r) · inv_freq[i] (fp32: the position rounded to fp32 first, as HF), stored as bf16.
+void rope_pairs(bf16* x, int64_t n, int64_t row_stride, int heads, int head_dim, int pairs, const float* inv_freq,
+                int64_t pos0, cudaStream_t stream);
+
 // SwiGLU on the output of one GEMM with [gate | up] weights: gu [n, 2·inter] (gate in columns
 // [0, inter), up in [inter, 2·inter)) → out [n, out_stride], columns [0, inter) = bf16(bf16(silu(gate))
 // · up) as HF's act_fn(gate_proj(x)) * up_proj(x) on bf16 tensors, columns [inter, out_stride) = 0

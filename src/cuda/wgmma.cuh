@@ -15,12 +15,18 @@ namespace ariadne::cuda::wg {
 __device__ __forceinline__ uint64_t desc(uint32_t smem_byte_addr, uint32_t lbo, uint32_t sbo) {
   return uint64_t((smem_byte_addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32);
 }
-
-// The same with a swizzle mode (matrix descriptor bits 62-63: 1 = 128-byte, 2 = 64-byte, 3 = 32-byte
-// swizzle). K-major swizzled operands: sbo = byte step between 8-row groups (lbo unused); MN-major:
-// lbo = step between swizzle atoms along M/N, sbo = step between 8-row groups along K.
-__device__ __forceinline__ uint64_t desc_swizzled(uint32_t smem_byte_addr, uint32_t lbo, uint32_t sbo, uint32_t mode) {
-  return desc(smem_byte_addr, lbo, sbo) | (uint64_t(mode) << 62);
+// The same with a swizzled layout of span W bytes (32, 64 or 128; the descriptor's bits 62-63:
+// 1 = 128B, 2 = 64B, 3 = 32B). Rows of W bytes whose 16-byte chunks are XOR-permuted by the row's
+// position in an 8-row atom, the pattern the TMA unit writes for CU_TENSOR_MAP_SWIZZLE_<W>B. For a
+// K-major operand sbo is the 8-row step and lbo is unused (the k-step lies inside one row); for an
+// MN-major one lbo is the step between W-byte atoms along M/N and sbo the 8-row step along K. The
+// atom must start on a 1024-byte boundary (base offset 0); start addresses may move by k · 32 bytes
+// inside a row, since the swizzle reads only the address bits above the row.
+template <int W>
+__device__ __forceinline__ uint64_t desc_swizzled(uint32_t smem_byte_addr, uint32_t lbo, uint32_t sbo) {
+  static_assert(W == 32 || W == 64 || W == 128, "swizzle span");
+  constexpr uint64_t mode = W == 128 ? 1 : W == 64 ? 2 : 3;
+  return desc(smem_byte_addr, lbo, sbo) | (mode << 62);
 }
 
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -50,6 +56,20 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 __device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+// Arrives and raises the phase's expected transaction bytes (the TMA copies that complete on it).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// TMA: copies the box of `map` at element coordinates (c0, c1, c2) into shared memory at dst,
+// completing `bytes` of transactions on mbarrier bar. `map` is the address of a __grid_constant__
+// kernel parameter (a CUtensorMap) in the generic space.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n"
@@ -61,20 +81,16 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
-// Arrives (count 1) and adds `bytes` to the transactions the current phase waits for.
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-// One box of a 3-D tensor map (coordinates innermost first) into shared memory by the copy engine,
-// completing its bytes on `bar`. `map` must live in parameter space (a __grid_constant__ kernel
-// parameter).
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c0, int c1, int c2, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// Named barriers (ids 1..15; 0 is __syncthreads'): sync waits until `count` threads arrived
+// (itself included), arrive counts this thread's warp without waiting.
+__device__ __forceinline__ void named_bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
 
 template <int R>
 __device__ __forceinline__ void setmaxnreg_inc() {

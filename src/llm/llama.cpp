@@ -6,11 +6,15 @@
 #include <deque>
 #include <filesystem>
 
+#include "ariadne/device.hpp"
 #include "ariadne/error.hpp"
 #include "ariadne/gguf.hpp"
 #include "ariadne/llm.hpp"
 #include "ariadne/npy.hpp"
 #include "nn/dense.hpp"
+#if defined(ARIADNE_WITH_CUDA)
+#include "cuda/llama_cuda.hpp"
+#endif
 
 namespace ariadne {
 
@@ -66,11 +70,46 @@ double f1_of(const MaskBreakdown& b) {
   return p + r > 0 ? 2 * p * r / (p + r) : 0;
 }
 
-// The CPU backend when it is built and takes the case, else the reference (always available).
-Backend host_backend(Backend wanted, const AttentionParams& p) {
+// The CPU backend when it is built and takes the case, else the reference (always available);
+// device tensors: the CUDA backend.
+Backend pick_backend(Backend wanted, const AttentionParams& p) {
   if (wanted != Backend::automatic) return wanted;
+  if (p.q.device == Device::cuda) return Backend::cuda;
   return backend_supports(Backend::cpu, p) ? Backend::cpu : Backend::reference;
 }
+
+// f32 host copy of a contiguous [rows, heads, dim] tensor: host f32, or device bf16 (GPU path).
+std::vector<float> host_values(const TensorView& t) {
+  const int64_t count = t.shape[0] * t.shape[1] * t.shape[2];
+  if (t.device == Device::cpu) {
+    ARIADNE_CHECK(t.dtype == DType::f32, "llm: host activations must be f32");
+    const float* p = static_cast<const float*>(t.data);
+    return std::vector<float>(p, p + count);
+  }
+#if defined(ARIADNE_WITH_CUDA)
+  ARIADNE_CHECK(t.dtype == DType::bf16, "llm: device activations must be bf16");
+  return cuda_bf16_to_host(t.data, count);
+#else
+  ARIADNE_CHECK(false, "llm: device tensor in a build without CUDA");
+  return {};
+#endif
+}
+
+// An output tensor shaped like `like` [rows, heads, dim], in its memory: host f32 or device bf16.
+struct OutTensor {
+  std::vector<float> host;
+  DeviceBuffer device;
+  TensorView view;
+  explicit OutTensor(const TensorView& like) {
+    if (like.device == Device::cpu) {
+      host.resize(size_t(like.shape[0] * like.shape[1] * like.shape[2]));
+      view = make_view(host.data(), DType::f32, {like.shape[0], like.shape[1], like.shape[2]});
+    } else {
+      device = DeviceBuffer(DType::bf16, {like.shape[0], like.shape[1], like.shape[2]});
+      view = device.view();
+    }
+  }
+};
 
 double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
   double num = 0, den = 0;
@@ -108,12 +147,136 @@ PrefillResult run_prefill(const AttentionParams& p, const PrefillConfig& method,
   mk.col_idx = std::move(cols);
   r.stats.ms_estimate = ms_since(t0);
   AttentionParams pa = p;
-  pa.pattern = p.pattern.with_blocks(mk.view());
+  if (p.q.device == Device::cuda) {  // the CUDA attention reads the mask from device memory
+    DeviceEstimate& de = r.estimate.device;
+    de.row_ptr = DeviceBuffer::from_ints(mk.row_ptr);
+    de.col_idx = DeviceBuffer::from_ints(mk.col_idx);
+    de.seq_block_base = DeviceBuffer::from_ints(mk.seq_block_base);
+    pa.pattern = p.pattern.with_blocks(de.view());
+  } else {
+    pa.pattern = p.pattern.with_blocks(mk.view());
+  }
   const auto t1 = Clock::now();
   attention(pa, method.attention_backend);
+  if (p.q.device == Device::cuda) cuda_synchronize();  // kernels return before they finish
   r.stats.ms_attention = ms_since(t1);
   r.stats.ms_total = ms_since(t0);
   return r;
+}
+
+// One layer's attention with the run's method (the params' tensors on the host or the device),
+// and what PrefillOptions asks to measure on it: dumps, the oracle comparison, probes.
+void attend(const AttentionParams& p, int l, const PrefillOptions& opt, LayerTrace& lt) {
+  const int64_t n = p.q.shape[0], total = p.k.shape[0];
+  const int heads = int(p.q.shape[1]), kv_heads = int(p.k.shape[1]), hd = int(p.q.shape[2]);
+  if (!opt.dump_dir.empty()) {
+    // [heads, tokens, head_dim]: one head's rows contiguous, as the prefill benchmarks read them.
+    const auto head_major = [](const std::vector<float>& src, int64_t rows, int hs, int d) {
+      std::vector<float> t(src.size());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int hh = 0; hh < hs; ++hh)
+          std::copy_n(src.data() + (r * hs + hh) * d, d, t.data() + (hh * rows + r) * d);
+      return t;
+    };
+    char name[32];
+    std::snprintf(name, sizeof name, "%02d.npy", l);
+    write_npy(opt.dump_dir + "/q_" + name, head_major(host_values(p.q), n, heads, hd).data(), {heads, n, hd});
+    write_npy(opt.dump_dir + "/k_" + name, head_major(host_values(p.k), total, kv_heads, hd).data(),
+              {kv_heads, total, hd});
+    write_npy(opt.dump_dir + "/v_" + name, head_major(host_values(p.v), total, kv_heads, hd).data(),
+              {kv_heads, total, hd});
+  }
+  PrefillConfig method = opt.method;
+  method.attention_backend = pick_backend(method.attention_backend, p);
+  std::vector<float> dense_out;
+  // The dense output on this layer's q/k/v: the run's own when it is dense.
+  const bool need_dense = opt.compare || (opt.probe_outputs && !opt.probes.empty());
+  if (need_dense && !method.dense) {
+    PrefillConfig dc = method;
+    dc.dense = true;
+    AttentionParams pd = p;
+    OutTensor o(p.out);
+    pd.out = o.view;
+    ariadne::prefill(pd, dc);
+    dense_out = host_values(o.view);
+  }
+  // Oracles by (τ, block), shared by the run's own comparison and the probes.
+  std::deque<std::pair<EstimateConfig, EstimateResult>> oracles;  // deque: references stay valid
+  const auto oracle_for = [&](const EstimateConfig& ec) -> const EstimateResult& {
+    for (const auto& [cfg, res] : oracles)
+      if (cfg.tau == ec.tau && cfg.block == ec.block && cfg.tau_per_head == ec.tau_per_head) return res;
+    EstimateConfig oc = ec;
+    oc.method = Estimator::oracle;
+    oc.protect.reset();
+    // The oracle's block masses do not depend on τ: another τ at the same block only selects anew.
+    for (const auto& [cfg, res] : oracles)
+      if (cfg.block == ec.block && cfg.tau_per_head.empty() && ec.tau_per_head.empty()) {
+        EstimateResult o;  // not copyable (device buffers): the host fields only
+        o.score_ptr = res.score_ptr;
+        o.scores = res.scores;
+        o.row_queries = res.row_queries;
+        o.heads = res.heads;
+        BlockMask& mk = o.mask;
+        mk = res.mask;
+        mk.col_idx.clear();
+        for (int64_t r = 0; r < o.rows(); ++r) {
+          const std::vector<int32_t> keep =
+              select_blocks(o.scores.data() + o.score_ptr[size_t(r)], o.visible(r), ec.tau, {}, false);
+          mk.col_idx.insert(mk.col_idx.end(), keep.begin(), keep.end());
+          mk.row_ptr[size_t(r) + 1] = int32_t(mk.col_idx.size());
+        }
+        oracles.emplace_back(oc, std::move(o));
+        return oracles.back().second;
+      }
+    oracles.emplace_back(oc, estimate(p.q, p.k, p.pattern, oc, method.estimate_backend));
+    return oracles.back().second;
+  };
+  // Fills the mask metrics of `t` for an estimate against its oracle.
+  const auto score = [&](LayerTrace& t, const EstimateResult& est, const EstimateConfig& ec) {
+    const EstimateResult& oracle = oracle_for(ec);
+    const MaskMetrics mm = compare_to_oracle(est.mask, oracle);
+    t.mass_recall = mm.mass_recall;
+    t.precision = mm.precision;
+    t.recall = mm.recall;
+    t.f1 = mm.f1;
+    t.mass_recall_per_head = mm.mass_recall_per_head;
+    t.breakdown_per_head = mask_breakdown(est.mask, oracle);
+    t.f1_per_head.clear();
+    for (const MaskBreakdown& b : t.breakdown_per_head) t.f1_per_head.push_back(f1_of(b));
+  };
+  const PrefillResult r = run_prefill(p, method, opt.keep_previous);
+  lt.density = r.stats.density;
+  lt.ms_estimate = r.stats.ms_estimate;
+  lt.ms_attention = r.stats.ms_attention;
+  if (need_dense && method.dense) dense_out = host_values(p.out);
+  if (opt.compare) {
+    lt.out_rel_err = rel_l2(host_values(p.out), dense_out);
+    if (!method.dense) score(lt, r.estimate, method.estimate);
+    else lt.mass_recall = lt.precision = lt.recall = lt.f1 = 1;
+  }
+  for (const EstimateConfig& ec : opt.probes) {
+    LayerTrace pt;
+    PrefillConfig pc = method;
+    pc.dense = false;
+    pc.estimate = ec;
+    if (opt.probe_outputs) {
+      OutTensor po(p.out);
+      AttentionParams pp = p;
+      pp.out = po.view;
+      const PrefillResult pr = ariadne::prefill(pp, pc);
+      pt.out_rel_err = rel_l2(host_values(po.view), dense_out);
+      pt.density = pr.stats.density;
+      pt.ms_estimate = pr.stats.ms_estimate;
+      pt.ms_attention = pr.stats.ms_attention;
+      score(pt, pr.estimate, ec);
+    } else {
+      const EstimateResult est = estimate(p.q, p.k, p.pattern, ec, method.estimate_backend);
+      pt.density = est.stats.density;
+      pt.ms_estimate = est.stats.ms_total;
+      score(pt, est, ec);
+    }
+    lt.probes.push_back(std::move(pt));
+  }
 }
 
 }  // namespace
@@ -252,151 +415,82 @@ LlamaModel LlamaModel::from_gguf(const GgufFile& f) {
   return m;
 }
 
+void LlamaModel::set_backend(Backend b) {
+  ARIADNE_CHECK(b == Backend::cpu || b == Backend::cuda, "llm: backend '", backend_name(b),
+                "' cannot run the model, expected cpu or cuda (the attention backend is PrefillOptions::method's)");
+  if (b == Backend::cpu) {
+    cuda_.reset();
+    cached_ = 0;
+    return;
+  }
+#if defined(ARIADNE_WITH_CUDA)
+  ARIADNE_CHECK(cuda_available(), "llm: --backend cuda, but no CUDA device is available");
+  if (cuda_) return;
+  std::vector<LlamaHostLayer> hl;
+  for (const Layer& L : layers_)
+    hl.push_back({&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.wg, &L.wu, &L.wd});
+  cuda_ = std::make_shared<LlamaCuda>(cfg_, out_norm_, cfg_.tied ? embed_ : out_, hl, inv_freq_);
+  cached_ = 0;  // the device cache starts empty
+#else
+  ARIADNE_CHECK(false, "llm: backend cuda, but this build has no CUDA backend");
+#endif
+}
+
+Backend LlamaModel::backend() const { return cuda_ ? Backend::cuda : Backend::cpu; }
+
 void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, PrefillTrace* trace) {
   const LlamaConfig& c = cfg_;
   const int64_t D = c.dim, Q = int64_t(c.heads) * c.head_dim, KV = int64_t(c.kv_heads) * c.head_dim, F = c.ffn;
   const int64_t pos0 = cached_, total = cached_ + n;
-  std::vector<float> x(size_t(n * D)), q(size_t(n * Q)), att(size_t(n * Q)), g(size_t(n * F)), u(size_t(n * F));
+#if defined(ARIADNE_WITH_CUDA)
+  if (cuda_) cuda_->begin(h, n, pos0);
+#endif
+  std::vector<float> x, q, att, g, u;
+  if (!cuda_) x.resize(size_t(n * D)), q.resize(size_t(n * Q)), att.resize(size_t(n * Q)), g.resize(size_t(n * F)),
+      u.resize(size_t(n * F));
   const int32_t cu_q[2] = {0, int32_t(n)}, cu_k[2] = {0, int32_t(total)};
   for (int l = 0; l < c.layers; ++l) {
     const Layer& L = layers_[size_t(l)];
-    nn::rmsnorm(h, n, D, L.attn_norm.data(), c.eps, x.data());
-    std::vector<float>& kc = kcache_[size_t(l)];
-    std::vector<float>& vc = vcache_[size_t(l)];
-    kc.resize(size_t(total * KV));
-    vc.resize(size_t(total * KV));
-    float* k = kc.data() + pos0 * KV;
-    float* v = vc.data() + pos0 * KV;
-    nn::linear(x.data(), n, D, L.wq.data(), nullptr, Q, q.data(), false);
-    nn::linear(x.data(), n, D, L.wk.data(), nullptr, KV, k, false);
-    nn::linear(x.data(), n, D, L.wv.data(), nullptr, KV, v, false);
-    rope(q.data(), n, c.heads, c.head_dim, inv_freq_, pos0);
-    rope(k, n, c.kv_heads, c.head_dim, inv_freq_, pos0);
-
     AttentionParams p;
-    p.q = view3(q.data(), n, c.heads, c.head_dim);
-    p.k = view3(kc.data(), total, c.kv_heads, c.head_dim);
-    p.v = view3(vc.data(), total, c.kv_heads, c.head_dim);
-    p.out = view3(att.data(), n, c.heads, c.head_dim);
-    p.pattern = pos0 == 0 ? Pattern::causal() : Pattern::causal().with_varlen(1, cu_q, cu_k);
+#if defined(ARIADNE_WITH_CUDA)
+    if (cuda_) p = cuda_->attention_inputs(l);
+#endif
+    if (!cuda_) {
+      nn::rmsnorm(h, n, D, L.attn_norm.data(), c.eps, x.data());
+      std::vector<float>& kc = kcache_[size_t(l)];
+      std::vector<float>& vc = vcache_[size_t(l)];
+      kc.resize(size_t(total * KV));
+      vc.resize(size_t(total * KV));
+      float* k = kc.data() + pos0 * KV;
+      float* v = vc.data() + pos0 * KV;
+      nn::linear(x.data(), n, D, L.wq.data(), nullptr, Q, q.data(), false);
+      nn::linear(x.data(), n, D, L.wk.data(), nullptr, KV, k, false);
+      nn::linear(x.data(), n, D, L.wv.data(), nullptr, KV, v, false);
+      rope(q.data(), n, c.heads, c.head_dim, inv_freq_, pos0);
+      rope(k, n, c.kv_heads, c.head_dim, inv_freq_, pos0);
+      p.q = view3(q.data(), n, c.heads, c.head_dim);
+      p.k = view3(kc.data(), total, c.kv_heads, c.head_dim);
+      p.v = view3(vc.data(), total, c.kv_heads, c.head_dim);
+      p.out = view3(att.data(), n, c.heads, c.head_dim);
+      p.pattern = pos0 == 0 ? Pattern::causal() : Pattern::causal().with_varlen(1, cu_q, cu_k);
+    }
     if (opt == nullptr) {
-      attention(p, host_backend(Backend::automatic, p));  // decoding: dense
+      attention(p, pick_backend(Backend::automatic, p));  // decoding: dense
     } else {
       LayerTrace lt;
-      if (!opt->dump_dir.empty()) {
-        // [heads, tokens, head_dim]: one head's rows contiguous, as the prefill benchmarks read them.
-        const auto head_major = [](const float* src, int64_t rows, int heads, int hd) {
-          std::vector<float> t(size_t(rows * heads * hd));
-          for (int64_t r = 0; r < rows; ++r)
-            for (int hh = 0; hh < heads; ++hh)
-              std::copy_n(src + (r * heads + hh) * hd, hd, t.data() + (hh * rows + r) * hd);
-          return t;
-        };
-        char name[32];
-        std::snprintf(name, sizeof name, "%02d.npy", l);
-        write_npy(opt->dump_dir + "/q_" + name, head_major(q.data(), n, c.heads, c.head_dim).data(),
-                  {c.heads, n, c.head_dim});
-        write_npy(opt->dump_dir + "/k_" + name, head_major(kc.data(), total, c.kv_heads, c.head_dim).data(),
-                  {c.kv_heads, total, c.head_dim});
-        write_npy(opt->dump_dir + "/v_" + name, head_major(vc.data(), total, c.kv_heads, c.head_dim).data(),
-                  {c.kv_heads, total, c.head_dim});
-      }
-      PrefillConfig method = opt->method;
-      method.attention_backend = host_backend(method.attention_backend, p);
-      std::vector<float> dense_out;
-      // The dense output on this layer's q/k/v: the run's own when it is dense.
-      const bool need_dense = opt->compare || (opt->probe_outputs && !opt->probes.empty());
-      if (need_dense && !method.dense) {
-        PrefillConfig dc = method;
-        dc.dense = true;
-        AttentionParams pd = p;
-        dense_out.resize(att.size());
-        pd.out = view3(dense_out.data(), n, c.heads, c.head_dim);
-        ariadne::prefill(pd, dc);
-      }
-      // Oracles by (τ, block), shared by the run's own comparison and the probes.
-      std::deque<std::pair<EstimateConfig, EstimateResult>> oracles;  // deque: references stay valid
-      const auto oracle_for = [&](const EstimateConfig& ec) -> const EstimateResult& {
-        for (const auto& [cfg, res] : oracles)
-          if (cfg.tau == ec.tau && cfg.block == ec.block && cfg.tau_per_head == ec.tau_per_head) return res;
-        EstimateConfig oc = ec;
-        oc.method = Estimator::oracle;
-        oc.protect.reset();
-        // The oracle's block masses do not depend on τ: another τ at the same block only selects anew.
-        for (const auto& [cfg, res] : oracles)
-          if (cfg.block == ec.block && cfg.tau_per_head.empty() && ec.tau_per_head.empty()) {
-            EstimateResult o;  // not copyable (device buffers): the host fields only
-            o.score_ptr = res.score_ptr;
-            o.scores = res.scores;
-            o.row_queries = res.row_queries;
-            o.heads = res.heads;
-            BlockMask& mk = o.mask;
-            mk = res.mask;
-            mk.col_idx.clear();
-            for (int64_t r = 0; r < o.rows(); ++r) {
-              const std::vector<int32_t> keep =
-                  select_blocks(o.scores.data() + o.score_ptr[size_t(r)], o.visible(r), ec.tau, {}, false);
-              mk.col_idx.insert(mk.col_idx.end(), keep.begin(), keep.end());
-              mk.row_ptr[size_t(r) + 1] = int32_t(mk.col_idx.size());
-            }
-            oracles.emplace_back(oc, std::move(o));
-            return oracles.back().second;
-          }
-        oracles.emplace_back(oc, estimate(p.q, p.k, p.pattern, oc, method.estimate_backend));
-        return oracles.back().second;
-      };
-      // Fills the mask metrics of `t` for an estimate against its oracle.
-      const auto score = [&](LayerTrace& t, const EstimateResult& est, const EstimateConfig& ec) {
-        const EstimateResult& oracle = oracle_for(ec);
-        const MaskMetrics mm = compare_to_oracle(est.mask, oracle);
-        t.mass_recall = mm.mass_recall;
-        t.precision = mm.precision;
-        t.recall = mm.recall;
-        t.f1 = mm.f1;
-        t.mass_recall_per_head = mm.mass_recall_per_head;
-        t.breakdown_per_head = mask_breakdown(est.mask, oracle);
-        t.f1_per_head.clear();
-        for (const MaskBreakdown& b : t.breakdown_per_head) t.f1_per_head.push_back(f1_of(b));
-      };
-      const PrefillResult r = run_prefill(p, method, opt->keep_previous);
-      lt.density = r.stats.density;
-      lt.ms_estimate = r.stats.ms_estimate;
-      lt.ms_attention = r.stats.ms_attention;
-      if (need_dense && method.dense) dense_out = att;
-      if (opt->compare) {
-        lt.out_rel_err = rel_l2(att, dense_out);
-        if (!method.dense) score(lt, r.estimate, method.estimate);
-        else lt.mass_recall = lt.precision = lt.recall = lt.f1 = 1;
-      }
-      for (const EstimateConfig& ec : opt->probes) {
-        LayerTrace pt;
-        PrefillConfig pc = method;
-        pc.dense = false;
-        pc.estimate = ec;
-        if (opt->probe_outputs) {
-          std::vector<float> po(att.size());
-          AttentionParams pp = p;
-          pp.out = view3(po.data(), n, c.heads, c.head_dim);
-          const PrefillResult pr = ariadne::prefill(pp, pc);
-          pt.out_rel_err = rel_l2(po, dense_out);
-          pt.density = pr.stats.density;
-          pt.ms_estimate = pr.stats.ms_estimate;
-          pt.ms_attention = pr.stats.ms_attention;
-          score(pt, pr.estimate, ec);
-        } else {
-          const EstimateResult est = estimate(p.q, p.k, p.pattern, ec, method.estimate_backend);
-          pt.density = est.stats.density;
-          pt.ms_estimate = est.stats.ms_total;
-          score(pt, est, ec);
-        }
-        lt.probes.push_back(std::move(pt));
-      }
+      attend(p, l, *opt, lt);
       if (trace != nullptr) {
         trace->ms_attention += lt.ms_attention;
         trace->ms_estimate += lt.ms_estimate;
         trace->layers.push_back(std::move(lt));
       }
     }
+#if defined(ARIADNE_WITH_CUDA)
+    if (cuda_) {
+      cuda_->finish_layer(l);
+      continue;
+    }
+#endif
     nn::linear(att.data(), n, Q, L.wo.data(), nullptr, D, h, true);
 
     nn::rmsnorm(h, n, D, L.ffn_norm.data(), c.eps, x.data());
@@ -413,6 +507,9 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
 }
 
 std::vector<float> LlamaModel::logits_of(const float* h_last) {
+#if defined(ARIADNE_WITH_CUDA)
+  if (cuda_) return cuda_->logits();  // the residual stream lives on the device
+#endif
   std::vector<float> x(size_t(cfg_.dim)), out(size_t(cfg_.vocab));
   nn::rmsnorm(h_last, 1, cfg_.dim, out_norm_.data(), cfg_.eps, x.data());
   nn::linear(x.data(), 1, cfg_.dim, cfg_.tied ? embed_.data() : out_.data(), nullptr, cfg_.vocab, out.data(), false);
@@ -436,13 +533,14 @@ std::vector<float> LlamaModel::prefill(const std::vector<int32_t>& tokens, const
   cached_ = 0;
   if (trace != nullptr) *trace = PrefillTrace{};
   run_layers(h.data(), n, &options, trace);
+  std::vector<float> logits = logits_of(h.data() + (n - 1) * D);  // waits for the GPU on its path
   if (trace != nullptr) {
     trace->ms_total = ms_since(t0);
     double d = 0;
     for (const LayerTrace& lt : trace->layers) d += lt.density;
     trace->density = trace->layers.empty() ? 1 : d / double(trace->layers.size());
   }
-  return logits_of(h.data() + (n - 1) * D);
+  return logits;
 }
 
 std::vector<float> LlamaModel::decode(int32_t token) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -17,6 +18,32 @@ uint64_t base_seed() {
     return uint64_t(std::random_device{}());
   }();
   return seed;
+}
+
+Case make_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat, int heads_q,
+               int heads_kv) {
+  Case c;
+  c.name = name;
+  c.seq_q = std::move(seq_q);
+  c.dim = dim;
+  c.dtype = dt;
+  c.pattern = pat;
+  c.heads_q = heads_q;
+  c.heads_kv = heads_kv;
+  return c;
+}
+
+EnvGuard::EnvGuard(const char* name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name)) {
+    saved_ = old;
+    had_ = true;
+  }
+  if (value != nullptr) setenv(name, value, 1);
+}
+
+EnvGuard::~EnvGuard() {
+  if (had_) setenv(name_.c_str(), saved_.c_str(), 1);
+  else unsetenv(name_.c_str());
 }
 
 TensorView on_device(const TensorView& host_view, const Buffer& host, const DeviceBuffer& dev) {
@@ -62,7 +89,7 @@ std::vector<uint8_t> bytes_of(const Buffer& b) {
   return std::vector<uint8_t>(p, p + b.numel() * dtype_size(b.dtype()));
 }
 
-void check_case(Case c, bool f32_out, bool require_wgmma) {
+void check_case(Case c, bool f32_out, bool require_wgmma, int require_tma) {
   c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
   SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
   const testing::Inputs in = testing::make_inputs(c);
@@ -79,6 +106,9 @@ void check_case(Case c, bool f32_out, bool require_wgmma) {
     d.p.out = out.view();
     d.p.lse = lse.view();
     if (require_wgmma) ASSERT_TRUE(cuda_uses_wgmma(d.p)) << "not routed to the wgmma kernel";
+    if (require_tma >= 0) {
+      ASSERT_EQ(cuda_wgmma_uses_tma(d.p), require_tma == 1) << "not on the expected copy path";
+    }
     attention(d.p, Backend::cuda);
     cuda_synchronize();
     const Buffer out_h = out.to_host(), lse_h = lse.to_host();
