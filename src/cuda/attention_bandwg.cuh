@@ -78,6 +78,10 @@ struct BandWgShape {
   static constexpr size_t bar_offset = size_t(QSLOT + 2 * NSLOT) * tile_elems * 2;
   static constexpr size_t desc_offset = bar_offset + 8 * (3 * NSLOT + 2 * QSLOT);
   static constexpr size_t smem_bytes = desc_offset + 64 * QSLOT;  // + one BandWgDesc per Q buffer
+  // Variant 2 (ARIADNE_BANDWG_V=2) adds one output staging tile per consumer (the epilogue's TMA
+  // store reads it), 1024-byte aligned for the 128-byte swizzle: ~221 KB in all, under the 227 KB limit.
+  static constexpr size_t stage_offset = (smem_bytes + 1023) / 1024 * 1024;
+  static constexpr size_t smem_bytes_v2 = stage_offset + 2 * size_t(tile_elems) * 2;
 };
 
 // One query tile of the walk and the ring numbers of its chunks. Every thread of the CTA walks the
@@ -173,10 +177,33 @@ struct BandWgWalk {
 
 // The copy engine's tensor maps (encode_tile_map): per tensor, columns 0-63 (128-byte swizzle) and
 // 64-79 (32-byte swizzle) of 64 rows of one head.
+// Variant 2 adds the output's two maps (same boxes and swizzles) and out_tma: whether they were
+// built (16-bit out whose rows the copy engine can address; otherwise every tile stores per thread).
 struct BandWgMaps {
-  CUtensorMap q_lo, q_hi, k_lo, k_hi, v_lo, v_hi;
+  CUtensorMap q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, o_lo, o_hi;
+  int out_tma;
 };
-template <int D, class E>
+
+namespace bandwg {
+// The copy engine's tensor store of one box from shared memory (bulk-group completion), and the
+// waits on this thread's committed stores: .read = the copy engine has finished reading shared
+// memory (the buffer may be rewritten); the plain form = the writes are done.
+__device__ __forceinline__ void tma_store_3d(const void* map, uint32_t src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(map),
+               "r"(c0), "r"(c1), "r"(c2), "r"(src)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+}  // namespace bandwg
+
+
+// V2 (bench/cuda-notes.md, v11e): the exponentials, masks and maxima of 16-key column pairs that
+// none of a warp's 16 rows sees are skipped (their probabilities are exactly 0, as before), and
+// full tiles (and a tensor's last, partial tile) leave through a shared-memory staging tile and
+// two TMA stores instead of 20 scattered stores per thread. Same arithmetic, same results.
+template <int D, class E, bool V2>
 __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParams p, const int run,
                                                                   const __grid_constant__ BandWgMaps maps) {
   static_assert(D == 80, "the tile layout splits the head dim as 64 + 16");
@@ -298,7 +325,11 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
     const int qs = i % QSLOT;
     wg::mbar_wait(q_full(qs), uint32_t(i / QSLOT) & 1);
     const BandWgDesc cur = descs[qs];  // read before q_empty releases the slot
-    if (!cur.valid) break;
+    if (!cur.valid) {
+      // V2: the CTA's shared memory must outlive the copy engine's last store from it.
+      if (V2 && tid % 128 == 0) bandwg::bulk_wait_all();
+      break;
+    }
     wait_chunks(cur.n_lo + cur.nc);
     rule.off = cur.off;
     rule.lk = cur.lk;
@@ -308,6 +339,13 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       // Rows past the tile's end take its last row's bounds: computed, never stored.
       const int iq = cur.q_lo + 16 * warp + g + 8 * r;
       rule.bounds(iq < cur.q_hi ? iq : cur.q_hi - 1, row_lo[r], row_hi[r]);
+    }
+    // V2: keys [w_lo, w_hi) hold all this warp's rows see: lo of its first row (lane 0, r 0), hi of
+    // its last (lane 28, r 1). The shuffles also make them warp-uniform for the compiler.
+    int w_lo = 0, w_hi = 0;
+    if constexpr (V2) {
+      w_lo = __shfl_sync(0xffffffffu, row_lo[0], 0);
+      w_hi = __shfl_sync(0xffffffffu, row_hi[1], 28);
     }
     // Chunks inside [lo of the last row, hi of the first row) need no element mask.
     int full_lo, full_hi, unused;
@@ -350,71 +388,151 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
       wg::mbar_arrive(q_empty(qs));  // this thread's reads of the Q buffer are complete
 
-      // Masks: chunks past nc entirely; edge chunks (and key 0's chunk under a key-0 sink) per
-      // element, a column's test one unsigned compare: col - lo < hi - lo.
+      uint32_t pa[NCH][4][4];  // P packed to 16 bits: the A fragments of P·V, per 16-key k-step
+      if constexpr (V2) {
+        // 16-key pairs of 8-column blocks (one k-step of P·V) that no row of this warp sees are
+        // skipped: no mask, no max, no exponential, P = 0 exactly (what the masked exponentials
+        // gave). [w_lo, w_hi) holds every key the warp's rows see (the bounds grow with the row: no
+        // chunk here), and chunks past nc hold none. Live pairs get the masks, maxima and sums of
+        // the v11 path in the same order, so the results are the same.
+        const int live_hi = w_hi - kb0 < nc * CK ? w_hi - kb0 : nc * CK, live_lo = w_lo - kb0 - 16;
+        bool edge[NCH];
+        float mx2[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
 #pragma unroll
-      for (int c = 0; c < NCH; ++c) {
-        const int kb = kb0 + c * CK;
-        if (c >= nc) {
+        for (int c = 0; c < NCH; ++c) {
+          const int kb = kb0 + c * CK;
+          edge[c] = kb < full_lo || kb + CK > full_hi || (key0 && kb == 0);
 #pragma unroll
-          for (int x = 0; x < 32; ++x) sc[c][x] = -INFINITY;
-        } else if (kb < full_lo || kb + CK > full_hi || (key0 && kb == 0)) {
+          for (int kk = 0; kk < 4; ++kk) {
+            if (c * CK + 16 * kk >= live_hi || c * CK + 16 * kk <= live_lo) continue;
+            if (edge[c]) {  // per element, as in v11: col - lo < hi - lo
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int rel = row_lo[r] - kb - 2 * tq;
-            const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
+              for (int r = 0; r < 2; ++r) {
+                const int rel = row_lo[r] - kb - 2 * tq;
+                const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
 #pragma unroll
-            for (int n8 = 0; n8 < 8; ++n8)
+                for (int n8 = 2 * kk; n8 < 2 * kk + 2; ++n8)
 #pragma unroll
-              for (int x = 0; x < 2; ++x)
-                if (unsigned(n8 * 8 + x - rel) >= width) sc[c][4 * n8 + 2 * r + x] = -INFINITY;
-          }
-          if (key0 && kb == 0 && tq == 0) {  // column 0: n8 0, x 0 of lane tq 0
+                  for (int x = 0; x < 2; ++x)
+                    if (unsigned(n8 * 8 + x - rel) >= width) sc[c][4 * n8 + 2 * r + x] = -INFINITY;
+              }
+              if (kk == 0 && key0 && kb == 0 && tq == 0) {  // column 0: n8 0, x 0 of lane tq 0
 #pragma unroll
-            for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
-              if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][2 * r] += sink_raw;
+                for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
+                  if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][2 * r] += sink_raw;
+              }
+            }
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+#pragma unroll
+              for (int n8 = 2 * kk; n8 < 2 * kk + 2; ++n8)
+                mx2[r][n8 & 1] = fmax_nan(mx2[r][n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
           }
         }
-      }
-      // One-pass softmax: the hull is the whole row.
+        float base[2];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx2[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int c = 0; c < NCH; ++c)
-#pragma unroll
-          for (int n8 = 0; n8 < 8; ++n8)
-            mx2[n8 & 1] = fmax_nan(mx2[n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
-        float mx = fmax_nan(mx2[0], mx2[1]);
-        mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx *= p.scale_log2;
-        // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
-        const float base = mx == -INFINITY ? 0.f : mx;
-        float sum2[2] = {0.f, 0.f};
+        for (int r = 0; r < 2; ++r) {
+          float mx = fmax_nan(mx2[r][0], mx2[r][1]);
+          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          mx *= p.scale_log2;
+          base[r] = mx == -INFINITY ? 0.f : mx;  // no allowed key: exp2(−inf − 0) = 0, not NaN
+          m_row[r] = mx;
+        }
+        float sum2[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
         for (int c = 0; c < NCH; ++c)
 #pragma unroll
-          for (int n8 = 0; n8 < 8; ++n8) {
+          for (int kk = 0; kk < 4; ++kk) {
+            if (c * CK + 16 * kk >= live_hi || c * CK + 16 * kk <= live_lo) {
 #pragma unroll
-            for (int x = 0; x < 2; ++x) {
-              float& v = sc[c][4 * n8 + 2 * r + x];
-              v = ex2(fmaf(v, p.scale_log2, -base));
+              for (int j = 0; j < 4; ++j) pa[c][kk][j] = 0u;  // E::pack(0, 0)
+              continue;
             }
-            sum2[n8 & 1] += sc[c][4 * n8 + 2 * r] + sc[c][4 * n8 + 2 * r + 1];
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+#pragma unroll
+              for (int n8 = 2 * kk; n8 < 2 * kk + 2; ++n8) {
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                  float& v = sc[c][4 * n8 + 2 * r + x];
+                  v = ex2(fmaf(v, p.scale_log2, -base[r]));
+                }
+                sum2[r][n8 & 1] += sc[c][4 * n8 + 2 * r] + sc[c][4 * n8 + 2 * r + 1];
+              }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
           }
-        m_row[r] = mx;
-        l_row[r] = sum2[0] + sum2[1];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) l_row[r] = sum2[r][0] + sum2[r][1];
+      } else {  // v11
+        // Masks: chunks past nc entirely; edge chunks (and key 0's chunk under a key-0 sink) per
+        // element, a column's test one unsigned compare: col - lo < hi - lo.
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) {
+          const int kb = kb0 + c * CK;
+          if (c >= nc) {
+#pragma unroll
+            for (int x = 0; x < 32; ++x) sc[c][x] = -INFINITY;
+          } else if (kb < full_lo || kb + CK > full_hi || (key0 && kb == 0)) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int rel = row_lo[r] - kb - 2 * tq;
+              const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
+#pragma unroll
+              for (int n8 = 0; n8 < 8; ++n8)
+#pragma unroll
+                for (int x = 0; x < 2; ++x)
+                  if (unsigned(n8 * 8 + x - rel) >= width) sc[c][4 * n8 + 2 * r + x] = -INFINITY;
+            }
+            if (key0 && kb == 0 && tq == 0) {  // column 0: n8 0, x 0 of lane tq 0
+#pragma unroll
+              for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
+                if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][2 * r] += sink_raw;
+            }
+          }
+        }
+        // One-pass softmax: the hull is the whole row.
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx2[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+          for (int c = 0; c < NCH; ++c)
+#pragma unroll
+            for (int n8 = 0; n8 < 8; ++n8)
+              mx2[n8 & 1] = fmax_nan(mx2[n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
+          float mx = fmax_nan(mx2[0], mx2[1]);
+          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          mx *= p.scale_log2;
+          // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
+          const float base = mx == -INFINITY ? 0.f : mx;
+          float sum2[2] = {0.f, 0.f};
+#pragma unroll
+          for (int c = 0; c < NCH; ++c)
+#pragma unroll
+            for (int n8 = 0; n8 < 8; ++n8) {
+#pragma unroll
+              for (int x = 0; x < 2; ++x) {
+                float& v = sc[c][4 * n8 + 2 * r + x];
+                v = ex2(fmaf(v, p.scale_log2, -base));
+              }
+              sum2[n8 & 1] += sc[c][4 * n8 + 2 * r] + sc[c][4 * n8 + 2 * r + 1];
+            }
+          m_row[r] = mx;
+          l_row[r] = sum2[0] + sum2[1];
+        }
+
+        // P packed (accumulator layout = A fragment layout).
+#pragma unroll
+        for (int c = 0; c < NCH; ++c)
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
       }
 
-      // O = P·V: P from registers (accumulator layout = A fragment layout), V read transposed.
-      uint32_t pa[NCH][4][4];
-#pragma unroll
-      for (int c = 0; c < NCH; ++c)
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
+      // O = P·V: P from registers, V read transposed.
 #pragma unroll
       for (int x = 0; x < 32; ++x) acc_lo[x] = 0.f;
 #pragma unroll
@@ -455,38 +573,92 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       for (; released < cur.next_n_lo; ++released) wg::mbar_arrive(empty(released % NSLOT));
     }
 
-    // ---- epilogue: normalize, sink, LSE; straight to global memory ----
+    // V2: a tile whose 64 rows are all its sequence's, or whose rows past the end are past the
+    // tensor's end too (the map's bounds clip them: they belong to nobody), leaves through this
+    // consumer's staging tile (the tile layout of Q) and two TMA stores. Other tiles (a varlen
+    // sequence's partial last tile, f32 out, or no map) store per thread as in v11.
+    bool tma_tile = false;
+    if constexpr (V2)
+      tma_tile = maps.out_tma != 0 &&
+                 (cur.q_hi - cur.q_lo == BM || int64_t(cur.q0) + cur.q_hi == p.total_q);
+    if (tma_tile) {
+      // ---- epilogue (V2): normalize, sink, LSE; O through shared memory and the copy engine ----
+      const uint32_t stage = smem_addr(bandwg_smem + S::stage_offset) + uint32_t(cw) * kTileBytes;
+      // The previous TMA store from this staging tile must have finished reading it.
+      if (tid % 128 == 0) bandwg::bulk_wait_read_all();
+      wg::named_bar_sync(1 + cw, 128);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = l_row[r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      float m = m_row[r];
-      const int iq = cur.q_lo + 16 * warp + g + 8 * r;
-      if (p.sink_kind == kSinkDenominator) {
-        // Z = exp(sink) + Σ exp(s): the sink is one more key with no value.
-        const float rescale = fold_sink(m, l, sink_log2);
+      for (int r = 0; r < 2; ++r) {
+        float l = l_row[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        float m = m_row[r];
+        const int row = 16 * warp + g + 8 * r, iq = cur.q_lo + row;
+        if (p.sink_kind == kSinkDenominator) {
+          const float rescale = fold_sink(m, l, sink_log2);
+#pragma unroll
+          for (int n8 = 0; n8 < D / 8; ++n8) {
+            acc(n8, 2 * r) *= rescale;
+            acc(n8, 2 * r + 1) *= rescale;
+          }
+        }
+        const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
+        // Rows past the tile's end are written to the staging tile too; the store clips them.
+        // Swizzles as the copy engine applies them: 16-byte piece j of a 128-byte row at j ^ (row
+        // mod 8); of a 32-byte row at j ^ (bit 2 of the row). Each warp's 32 stores hit 32 banks.
 #pragma unroll
         for (int n8 = 0; n8 < D / 8; ++n8) {
-          acc(n8, 2 * r) *= rescale;
-          acc(n8, 2 * r + 1) *= rescale;
+          const uint32_t val = E::pack(acc(n8, 2 * r) * inv, acc(n8, 2 * r + 1) * inv);
+          const uint32_t at = n8 < 8 ? uint32_t(row * 128 + ((n8 ^ (row & 7)) << 4) + 4 * tq)
+                                     : uint32_t(kLoBytes + row * 32 + (((n8 - 8) ^ ((row >> 2) & 1)) << 4) + 4 * tq);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(stage + at), "r"(val) : "memory");
         }
+        if (p.lse != nullptr && tq == 0 && iq < cur.q_hi)
+          p.lse[int64_t(h) * p.total_q + int64_t(cur.q0) + iq] =
+              row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
       }
-      if (iq >= cur.q_hi) continue;
-      const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
-      const int64_t srow = int64_t(cur.q0) + iq;
-      const int64_t orow = srow * p.o_tok + h * p.o_head;
+      wg::fence_proxy_async();  // this thread's writes, before the copy engine (async proxy) reads them
+      wg::named_bar_sync(1 + cw, 128);
+      if (tid % 128 == 0) {
+        const int row0 = cur.q0 + cur.q_lo;
+        bandwg::tma_store_3d(&maps.o_lo, stage, 0, h, row0);
+        bandwg::tma_store_3d(&maps.o_hi, stage + kLoBytes, 64, h, row0);
+        bandwg::bulk_commit();
+      }
+    } else {
+      // ---- epilogue: normalize, sink, LSE; straight to global memory ----
 #pragma unroll
-      for (int n8 = 0; n8 < D / 8; ++n8) {
-        const float o0 = acc(n8, 2 * r) * inv, o1 = acc(n8, 2 * r + 1) * inv;
-        const int col = n8 * 8 + 2 * tq;
-        if (p.out_f32)
-          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + orow + col) = make_float2(o0, o1);
-        else
-          *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + orow + col) = E::pack(o0, o1);
+      for (int r = 0; r < 2; ++r) {
+        float l = l_row[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        float m = m_row[r];
+        const int iq = cur.q_lo + 16 * warp + g + 8 * r;
+        if (p.sink_kind == kSinkDenominator) {
+          // Z = exp(sink) + Σ exp(s): the sink is one more key with no value.
+          const float rescale = fold_sink(m, l, sink_log2);
+#pragma unroll
+          for (int n8 = 0; n8 < D / 8; ++n8) {
+            acc(n8, 2 * r) *= rescale;
+            acc(n8, 2 * r + 1) *= rescale;
+          }
+        }
+        if (iq >= cur.q_hi) continue;
+        const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
+        const int64_t srow = int64_t(cur.q0) + iq;
+        const int64_t orow = srow * p.o_tok + h * p.o_head;
+#pragma unroll
+        for (int n8 = 0; n8 < D / 8; ++n8) {
+          const float o0 = acc(n8, 2 * r) * inv, o1 = acc(n8, 2 * r + 1) * inv;
+          const int col = n8 * 8 + 2 * tq;
+          if (p.out_f32)
+            *reinterpret_cast<float2*>(static_cast<float*>(p.out) + orow + col) = make_float2(o0, o1);
+          else
+            *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + orow + col) = E::pack(o0, o1);
+        }
+        if (p.lse != nullptr && tq == 0)
+          p.lse[int64_t(h) * p.total_q + srow] = row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
       }
-      if (p.lse != nullptr && tq == 0)
-        p.lse[int64_t(h) * p.total_q + srow] = row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
     }
   }
 }
@@ -524,19 +696,20 @@ inline cudaError_t encode_tile_map(CUtensorMap* map, const void* base, bool bf16
 
 // Virtual tiles (the tile kernel's varlen cover) cut into runs; grid (runs, heads_q), one CTA per
 // SM (~200 KB of shared memory). `run` <= 0 picks the length: the longest runs that still give
-// every SM work in one wave.
-template <int D, class E>
+// every SM work in one wave. V2: the variant of v11e (ARIADNE_BANDWG_V=2, attention_cuda.cu).
+template <int D, class E, bool V2>
 cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
   using S = BandWgShape<D>;
-  const auto kernel = attention_bandwg_kernel<D, E>;
+  const auto kernel = attention_bandwg_kernel<D, E, V2>;
+  constexpr size_t smem = V2 ? S::smem_bytes_v2 : S::smem_bytes;
   static const cudaError_t configured =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes));
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (configured != cudaSuccess) return configured;
   static const int slots = [&] {
     int dev = 0, sms = 0, per_sm = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, S::threads, S::smem_bytes) != cudaSuccess)
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, S::threads, smem) != cudaSuccess)
       return 0;
     return sms * per_sm;
   }();
@@ -550,7 +723,7 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
   const int64_t runs = (n_virtual + run - 1) / run;
   const bool bf16 = std::is_same_v<E, Bf16>;
   const int heads_kv = p.heads_q / p.group;
-  BandWgMaps maps;
+  BandWgMaps maps{};
   struct Src {
     CUtensorMap *lo, *hi;
     const void* base;
@@ -567,11 +740,28 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
                             CU_TENSOR_MAP_SWIZZLE_32B);
     if (err != cudaSuccess) return err;
   }
-  kernel<<<dim3(unsigned(runs), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p, run, maps);
+  if constexpr (V2) {
+    // The output's maps, for 16-bit out whose layout the copy engine can address (16-byte aligned
+    // base and strides, strides increasing from head dim to heads to rows, as for q/k/v); else (or
+    // if the encoder refuses) every tile stores per thread. Rows = total_q: the store clips the rest.
+    const int64_t o_head = p.o_head, o_tok = p.o_tok;
+    if (!p.out_f32 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && o_head % 8 == 0 && o_tok % 8 == 0 &&
+        o_head >= D && o_tok >= o_head * p.heads_q) {
+      cudaError_t err = encode_tile_map(&maps.o_lo, p.out, bf16, D, p.heads_q, p.total_q, o_head, o_tok, 64,
+                                        CU_TENSOR_MAP_SWIZZLE_128B);
+      if (err == cudaSuccess)
+        err = encode_tile_map(&maps.o_hi, p.out, bf16, D, p.heads_q, p.total_q, o_head, o_tok, 16,
+                              CU_TENSOR_MAP_SWIZZLE_32B);
+      maps.out_tma = err == cudaSuccess ? 1 : 0;
+    }
+  }
+  kernel<<<dim3(unsigned(runs), unsigned(p.heads_q)), S::threads, smem, stream>>>(p, run, maps);
   return cudaGetLastError();
 }
 
-#define ARIADNE_BANDWG_KERNELS(X, D) X(launch_bandwg<D, Bf16>) X(launch_bandwg<D, F16>)
+#define ARIADNE_BANDWG_KERNELS(X, D)                                                                       \
+  X(launch_bandwg<D, Bf16, false>) X(launch_bandwg<D, F16, false>) X(launch_bandwg<D, Bf16, true>) \
+  X(launch_bandwg<D, F16, true>)
 #define ARIADNE_INSTANTIATE_BANDWG(D) ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_INSTANTIATE_ONE, D)
 ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_DECLARE_ONE, 80)
 

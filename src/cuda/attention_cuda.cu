@@ -137,8 +137,11 @@ bool bandwg_eligible(const AttentionParams& p) {
 cudaError_t launch_bandwg_d80(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
   const char* env = std::getenv("ARIADNE_BAND_RUN");
   const int run = env != nullptr ? std::atoi(env) : 0;
-  return dtype == DType::bf16 ? cuda::launch_bandwg<80, cuda::Bf16>(fp, run, st)
-                              : cuda::launch_bandwg<80, cuda::F16>(fp, run, st);
+  if (cuda_bandwg_variant() == 2)
+    return dtype == DType::bf16 ? cuda::launch_bandwg<80, cuda::Bf16, true>(fp, run, st)
+                                : cuda::launch_bandwg<80, cuda::F16, true>(fp, run, st);
+  return dtype == DType::bf16 ? cuda::launch_bandwg<80, cuda::Bf16, false>(fp, run, st)
+                              : cuda::launch_bandwg<80, cuda::F16, false>(fp, run, st);
 }
 
 template <int D>
@@ -224,6 +227,11 @@ bool cuda_wgmma_uses_tma(const AttentionParams& p) {
   }
 }
 bool cuda_uses_bandwg(const AttentionParams& p) { return p.order == nullptr && bandwg_eligible(p); }
+// ARIADNE_BANDWG_V=2 (read per call) selects the kernel's variant 2 (bench/cuda-notes.md, v11e).
+int cuda_bandwg_variant() {
+  const char* env = std::getenv("ARIADNE_BANDWG_V");
+  return env != nullptr && std::string(env) == "2" ? 2 : 1;
+}
 bool cuda_uses_band(const AttentionParams& p) { return band_eligible(p) && !cuda_uses_bandwg(p); }
 
 int cuda_query_tile_rows(const AttentionParams& p) {

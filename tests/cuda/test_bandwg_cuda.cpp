@@ -5,10 +5,14 @@
 // start, end or restart the ring inside a varlen batch, both sinks, GQA and f32 out. Token orders
 // are not routed here (Routing checks that they stay on the band kernel). Each case first checks that the call is routed to this kernel under the default
 // routing (no environment override), so a change of eligibility cannot turn these tests into
-// tests of another kernel. Run lengths are forced through ARIADNE_BAND_RUN. The checks are the
-// common ones: fresh random inputs, outputs poisoned first, the tolerance rule, and a second run
-// that must be bit-identical.
+// tests of another kernel. Run lengths are forced through ARIADNE_BAND_RUN. Every case runs under
+// both variants of the kernel: v11 (ARIADNE_BANDWG_V unset) and variant 2 (ARIADNE_BANDWG_V=2: dead
+// 16-key pairs skipped, TMA-store epilogue; bench/cuda-notes.md, v11e), the latter under the name
+// suffixed "_v2" (so on other random inputs). The checks are the common ones: fresh random inputs,
+// outputs poisoned first, the tolerance rule, and a second run that must be bit-identical.
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -49,6 +53,7 @@ class CudaBandWg : public ::testing::Test {
     unsetenv("ARIADNE_BAND_RUN");
   }
   void TearDown() override { unsetenv("ARIADNE_BANDWG"); }
+  // ARIADNE_BANDWG_V is set per case by check_wg and restored after it by an EnvGuard.
 };
 
 Case wg_case(const std::string& name, std::vector<int64_t> seq_q, DType dt, Pattern pat) {
@@ -63,11 +68,21 @@ Case wg_case(const std::string& name, std::vector<int64_t> seq_q, DType dt, Patt
   return c;
 }
 
+// Runs the case under each variant of the kernel (see the header comment), the routing to the
+// kernel and to the variant asserted first.
 void check_wg(const Case& c, bool f32_out = false) {
-  const testing::Inputs in = testing::make_inputs(c);
-  ASSERT_TRUE(cuda_uses_bandwg(in.params)) << c.name << ": not routed to the wgmma band kernel";
-  ASSERT_FALSE(cuda_uses_band(in.params)) << c.name;
-  check_case(c, f32_out);
+  for (int variant : {1, 2}) {
+    const EnvGuard restore("ARIADNE_BANDWG_V");
+    if (variant == 2) setenv("ARIADNE_BANDWG_V", "2", 1);
+    else unsetenv("ARIADNE_BANDWG_V");
+    Case cv = c;
+    if (variant == 2) cv.name += "_v2";
+    const testing::Inputs in = testing::make_inputs(cv);
+    ASSERT_TRUE(cuda_uses_bandwg(in.params)) << cv.name << ": not routed to the wgmma band kernel";
+    ASSERT_FALSE(cuda_uses_band(in.params)) << cv.name;
+    ASSERT_EQ(cuda_bandwg_variant(), variant) << cv.name;
+    check_case(cv, f32_out);
+  }
 }
 
 std::string wname(const Pattern& p) {
@@ -175,6 +190,52 @@ TEST_F(CudaBandWg, SmallCasesForSanitizers) {
     }
 }
 
+TEST_F(CudaBandWg, V2StoresStayInsideTheOutputView) {
+  // Variant 2 stores whole tiles with the copy engine, clipped by the output's map at the view's
+  // rows and head dim: out is here a view inside a larger buffer (88 columns per head, 70 rows
+  // more), whose bytes outside the view must keep their poison. Lengths: whole tiles only (256),
+  // a partial last tile clipped at the view's end (300), varlen partial tiles that must fall back
+  // to per-thread stores (130 | 70 | 64), with LSE absent (null) this time.
+  const EnvGuard restore("ARIADNE_BANDWG_V", "2");
+  constexpr int64_t kCols = 88, kExtraRows = 70;
+  for (const std::vector<int64_t>& seqs : {std::vector<int64_t>{256}, {300}, {130, 70, 64}})
+    for (DType dt : {DType::bf16, DType::f16}) {
+      Case c = wg_case("bandwg_v2_view_n" + std::to_string(seqs.size()) + "_" + std::to_string(seqs[0]) + "_" +
+                           dtype_name(dt),
+                       seqs, dt, Pattern::window(64, 64));
+      c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
+      SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+      const testing::Inputs in = testing::make_inputs(c);
+      const testing::Result ref = testing::run_reference(in);
+      DeviceCase d = upload(in);
+      const int64_t rows = in.total_q + kExtraRows;
+      DeviceBuffer big(dt, {rows, c.heads_q, kCols});
+      big.fill_bytes(0xFF);
+      TensorView ov = big.view();
+      ov.shape = {in.total_q, c.heads_q, c.dim, 0};  // strides stay the buffer's: [88·heads, 88, 1]
+      d.p.out = ov;
+      ASSERT_TRUE(cuda_uses_bandwg(d.p)) << c.name;
+      ASSERT_EQ(cuda_bandwg_variant(), 2);
+      attention(d.p, Backend::cuda);
+      cuda_synchronize();
+      const Buffer h = big.to_host();
+      TensorView hv = h.view();
+      hv.shape = ov.shape;
+      EXPECT_TRUE(testing::close_enough("out", testing::compare(hv, ref.out.view()),
+                                        testing::tolerance(dt, testing::max_abs_logit(in))));
+      const std::vector<uint8_t> bytes = bytes_of(h);
+      int64_t touched = 0;  // 16-bit elements outside the view that are no longer 0xFFFF
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t hh = 0; hh < c.heads_q; ++hh)
+          for (int64_t col = 0; col < kCols; ++col) {
+            if (r < in.total_q && col < c.dim) continue;
+            const size_t at = size_t(((r * c.heads_q + hh) * kCols + col) * 2);
+            if (bytes[at] != 0xFF || bytes[at + 1] != 0xFF) ++touched;
+          }
+      EXPECT_EQ(touched, 0) << "elements outside the output view were written";
+    }
+}
+
 TEST_F(CudaBandWg, Routing) {
   // Head dim 80 sliding windows up to left + right = 129 take it by default; other head dims,
   // wider windows, chunks, one-sided unbounded windows do not; ARIADNE_BANDWG=0 hands the call
@@ -183,6 +244,15 @@ TEST_F(CudaBandWg, Routing) {
   const AttentionParams pn = testing::make_inputs(narrow).params;
   EXPECT_TRUE(cuda_uses_bandwg(pn));
   EXPECT_FALSE(cuda_uses_band(pn));
+  {
+    const EnvGuard restore("ARIADNE_BANDWG_V");
+    unsetenv("ARIADNE_BANDWG_V");
+    EXPECT_EQ(cuda_bandwg_variant(), 1);  // v11 unless ARIADNE_BANDWG_V=2
+    setenv("ARIADNE_BANDWG_V", "2", 1);
+    EXPECT_EQ(cuda_bandwg_variant(), 2);
+    setenv("ARIADNE_BANDWG_V", "1", 1);
+    EXPECT_EQ(cuda_bandwg_variant(), 1);
+  }
   Case d64 = narrow;
   d64.dim = 64;
   EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(d64).params));
