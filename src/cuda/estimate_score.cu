@@ -228,21 +228,24 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
           if (i < p.qterms) qa[(i * kScoreRows + r) * bp + t] = parts[i];
       }
     };
+    // rr: issues the 16-byte asynchronous copies of K̄'s terms for key strides j0 … j0+63 (one
+    // commit group; contiguous [3][dpad] per key stride), zero-filled past the sequence's end.
+    auto issue_k_rr = [&](int64_t j0) {
+      const int v8 = p.dpad / 8;  // 16-byte vectors per term row
+      const __nv_bfloat16* src0 =
+          static_cast<const __nv_bfloat16*>(p.ksplit) + (int64_t(kvh) * p.total_ks + e.ks_base) * 3 * p.dpad;
+      for (int idx = tid; idx < kMmaCols * 3 * v8; idx += kScoreThreads) {
+        const int c = idx / (3 * v8), rem = idx % (3 * v8), i = rem / v8, u = rem % v8;
+        const int64_t j = j0 + c;
+        const bool ok = j < e.nks;
+        const __nv_bfloat16* src = src0 + (ok ? j : 0) * 3 * p.dpad + i * p.dpad + u * 8;
+        cp_async16(smem_addr(kb + (i * kMmaCols + c) * bp + u * 8), src, ok);
+      }
+      cp_async_commit();
+    };
     auto load_k_mma = [&](int64_t j0, int seg) {
       if (p.rr) {
-        // K̄'s terms are contiguous per key stride ([3][dpad]): 16-byte asynchronous copies,
-        // zero-filled past the sequence's last key stride.
-        const int v8 = p.dpad / 8;  // 16-byte vectors per term row
-        const __nv_bfloat16* src0 =
-            static_cast<const __nv_bfloat16*>(p.ksplit) + (int64_t(kvh) * p.total_ks + e.ks_base) * 3 * p.dpad;
-        for (int idx = tid; idx < kMmaCols * 3 * v8; idx += kScoreThreads) {
-          const int c = idx / (3 * v8), rem = idx % (3 * v8), i = rem / v8, u = rem % v8;
-          const int64_t j = j0 + c;
-          const bool ok = j < e.nks;
-          const __nv_bfloat16* src = src0 + (ok ? j : 0) * 3 * p.dpad + i * p.dpad + u * 8;
-          cp_async16(smem_addr(kb + (i * kMmaCols + c) * bp + u * 8), src, ok);
-        }
-        cp_async_commit();
+        issue_k_rr(j0);
         cp_async_wait<0>();
       } else {
         for (int idx = tid; idx < kMmaCols * p.dpad; idx += kScoreThreads) {
@@ -256,10 +259,53 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
       }
     };
 
+    // ---- tensor-core logits. Warp w: rows 32·(w & 1) … +31 (two m16 tiles) × key strides
+    // 16·(w >> 1) … +15 of the chunk (two n8 tiles). Accumulator layout of m16n8: c0, c1 at row
+    // lane/4, columns 2·(lane%4) + 0, 1; c2, c3 the same 8 rows further down. ----
+    const int wm = warp & 1, wn = warp >> 1;
+    // acc += the tiles in shared memory, all d in steps of 16, every term pair (i, j), i + j <= 2.
+    auto mma_tile = [&](float (&acc)[2][2][4]) {
+      for (int k0 = 0; k0 < p.dpad; k0 += 16) {
+        uint32_t a[3][2][4];
+#pragma unroll
+        for (int i = 0; i < 3; ++i)
+          if (i < p.qterms)
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+              ldmatrix_x4(a[i][mt],
+                          smem_addr(qa + (i * kScoreRows + wm * 32 + mt * 16 + (lane & 15)) * bp + k0 + (lane >> 4) * 8));
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+          if (j >= p.kterms) continue;
+          uint32_t b[4];  // n8 tile 0: b[0], b[1]; tile 1: b[2], b[3]
+          ldmatrix_x4(b, smem_addr(kb + (j * kMmaCols + wn * 16 + (lane >> 4) * 8 + (lane & 7)) * bp + k0 +
+                                   ((lane >> 3) & 1) * 8));
+#pragma unroll
+          for (int i = 0; i < 3; ++i)
+            if (i < p.qterms && i + j <= 2)
+#pragma unroll
+              for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt) Bf16::mma(acc[mt][nt], a[i][mt], b[2 * nt], b[2 * nt + 1]);
+        }
+      }
+    };
+    // The chunk's logits (unscaled) over all segments, loading the tiles synchronously.
+    auto mma_chunk = [&](int64_t j0, float (&acc)[2][2][4]) {
+      const int segs = p.rr ? 1 : S;
+      for (int seg = 0; seg < segs; ++seg) {
+        if (!p.rr) load_q_mma(seg);
+        load_k_mma(j0, seg);
+        __syncthreads();
+        mma_tile(acc);
+        __syncthreads();  // the tiles are overwritten by the next segment or chunk
+      }
+    };
+
     // Writes the chunk's logits of key strides j0 … j0+kCols−1 into ps (−inf where not visible).
     auto fill_logits = [&](int64_t j0) {
-      const int segs = p.rr ? 1 : S;
       if constexpr (!kMma) {
+        const int segs = p.rr ? 1 : S;
         // Rows 8·warp … 8·warp+7 against key stride j0 + lane.
         float acc[8];
         for (int e8 = 0; e8 < 8; ++e8) acc[e8] = 0.f;
@@ -290,42 +336,8 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
           ps[r * kPPitch + lane] = j0 + lane <= lim[r] ? acc[e8] : -INFINITY;
         }
       } else {
-        // Warp w: rows 32·(w & 1) … +31 (two m16 tiles) × key strides 16·(w >> 1) … +15 (two n8
-        // tiles), all d in steps of 16, every term pair (i, j) with i + j <= 2.
-        const int wm = warp & 1, wn = warp >> 1;
         float acc[2][2][4] = {};
-        for (int seg = 0; seg < segs; ++seg) {
-          if (!p.rr) load_q_mma(seg);
-          load_k_mma(j0, seg);
-          __syncthreads();
-          for (int k0 = 0; k0 < p.dpad; k0 += 16) {
-            uint32_t a[3][2][4];
-#pragma unroll
-            for (int i = 0; i < 3; ++i)
-              if (i < p.qterms)
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
-                  ldmatrix_x4(a[i][mt], smem_addr(qa + (i * kScoreRows + wm * 32 + mt * 16 + (lane & 15)) * bp + k0 +
-                                                  (lane >> 4) * 8));
-#pragma unroll
-            for (int j = 0; j < 3; ++j) {
-              if (j >= p.kterms) continue;
-              uint32_t b[4];  // n8 tile 0: b[0], b[1]; tile 1: b[2], b[3]
-              ldmatrix_x4(b, smem_addr(kb + (j * kMmaCols + wn * 16 + (lane >> 4) * 8 + (lane & 7)) * bp + k0 +
-                                       ((lane >> 3) & 1) * 8));
-#pragma unroll
-              for (int i = 0; i < 3; ++i)
-                if (i < p.qterms && i + j <= 2)
-#pragma unroll
-                  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                    for (int nt = 0; nt < 2; ++nt) Bf16::mma(acc[mt][nt], a[i][mt], b[2 * nt], b[2 * nt + 1]);
-            }
-          }
-          __syncthreads();  // the tiles are overwritten by the next segment or chunk
-        }
-        // Accumulator layout of m16n8: c0, c1 at row lane/4, columns 2·(lane%4) + 0, 1; c2, c3
-        // the same 8 rows further down.
+        mma_chunk(j0, acc);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -334,7 +346,7 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
             for (int v = 0; v < 4; ++v) {
               const int r = wm * 32 + mt * 16 + (lane >> 2) + (v >> 1) * 8;
               const int c = wn * 16 + nt * 8 + 2 * (lane & 3) + (v & 1);
-              ps[r * kPPitch + c] = j0 + c <= lim[r] ? acc[mt][nt][v] * p.qmul : -INFINITY;
+              ps[r * kPPitch + c] = j0 + c <= lim[r] ? __fmul_rn(acc[mt][nt][v], p.qmul) : -INFINITY;
             }
       }
     };
@@ -351,6 +363,74 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
     const int64_t nblk_cta = last >= 0 ? last / nr + 1 : 0;  // key blocks any row of the CTA sees
     // This CTA's partials: part[r · nvis + n] = (max, Σexp(x − max)) of row r over block n.
     float2* part = p.scratch + p.scratch_base[gb] + (int64_t(kvh) * gridDim.z + blockIdx.z) * kScoreRows * nvis;
+    // Tensor-core kernel with blocks of 8 or 16 key strides (B 128 at S 16 / 8): every block of the
+    // chunk lies in one warp's 16 columns, so its (max, Σexp) comes straight from the
+    // accumulators, the quad's 4 lanes combined by shuffles; the Σexp runs over the columns in
+    // the f32 kernel's order (the terms gathered by shuffles), so equal logits give bit-identical
+    // partials (the scaled logit is a separately rounded product, __fmul_rn, never fused into the
+    // subtraction of the max). rr also prefetches the next chunk's K̄ tile while the partials are
+    // formed.
+    if (kMma && (nr == 8 || nr == 16)) {
+      // Partials of the blocks in this warp's columns from its accumulators.
+      auto block_partials = [&](int64_t j0, const float (&acc)[2][2][4]) {
+        const int cc = lane & 3;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int h2 = 0; h2 < 2; ++h2) {
+            const int r = wm * 32 + mt * 16 + (lane >> 2) + h2 * 8;
+            const int lr = lim[r];
+            float x[2][2];
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+              for (int v = 0; v < 2; ++v)
+                x[nt][v] = j0 + wn * 16 + nt * 8 + 2 * cc + v <= lr ? __fmul_rn(acc[mt][nt][h2 * 2 + v], p.qmul)
+                                                                    : -INFINITY;
+#pragma unroll
+            for (int nb = 0; nb < 2; ++nb) {
+              if (nb * nr >= 16) continue;  // nr 16: one block per warp
+              const int64_t n = (j0 + wn * 16 + nb * nr) / nr;
+              if (n * nr > last) continue;  // past every row's last key stride (warp-uniform)
+              const int nt0 = nr == 16 ? 0 : nb, nt1 = nr == 16 ? 1 : nb;
+              float cm = -INFINITY;
+#pragma unroll
+              for (int nt = 0; nt < 2; ++nt)
+                if (nt >= nt0 && nt <= nt1) cm = fmaxf(fmaxf(cm, x[nt][0]), x[nt][1]);
+              cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 1));
+              cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 2));
+              float cs = 0.f;
+#pragma unroll
+              for (int nt = 0; nt < 2; ++nt) {
+                if (nt < nt0 || nt > nt1) continue;
+                const float e0 = expf(x[nt][0] - cm), e1 = expf(x[nt][1] - cm);
+#pragma unroll
+                for (int src = 0; src < 4; ++src) {  // columns 2·src, 2·src + 1 of this n8 tile
+                  const float w0 = __shfl_sync(0xffffffffu, e0, (lane & ~3) | src);
+                  const float w1 = __shfl_sync(0xffffffffu, e1, (lane & ~3) | src);
+                  if (cm != -INFINITY) cs = cs + w0 + w1;
+                }
+              }
+              if (cc == 0) part[r * nvis + n] = make_float2(cm, cs);
+            }
+          }
+      };
+      if (p.rr && last >= 0) issue_k_rr(0);
+      for (int64_t j0 = 0; j0 <= last; j0 += kCols) {
+        float acc[2][2][4] = {};
+        if (p.rr) {
+          cp_async_wait<0>();
+          __syncthreads();  // the K̄ tile of j0 is in shared memory
+          mma_tile(acc);
+          __syncthreads();  // every warp is done with it
+          if (j0 + kCols <= last) issue_k_rr(j0 + kCols);
+        } else {
+          mma_chunk(j0, acc);
+        }
+        block_partials(j0, acc);
+      }
+      __syncthreads();  // the partials are read by other threads below
+    } else
     for (int64_t j0 = 0; j0 <= last; j0 += kCols) {
       fill_logits(j0);
       __syncthreads();
