@@ -9,6 +9,7 @@
 #include "backends.hpp"
 #include "cuda/internal.hpp"
 #include "cuda/attention_band.cuh"
+#include "cuda/attention_bandwg.cuh"
 #include "cuda/attention_fwd.cuh"
 #include "cuda/attention_wgmma.cuh"
 
@@ -106,6 +107,40 @@ bool band_eligible(const AttentionParams& p) {
   return forced || pat.chunk == 0;  // by default sliding windows only
 }
 
+// The wgmma band kernel (attention_bandwg.cuh) takes the band kernel's sliding windows at head dim
+// 80 (ViT's) on compute capability 9.0: no chunk, window left + right <= 129 (a 64-row tile's hull
+// then meets at most 4 chunks of 64 keys). Default route for those calls (bench/cuda-notes.md, v11);
+// ARIADNE_BANDWG=0 in the environment (read per call) keeps them on the per-warp band kernel, and
+// ARIADNE_BAND=0 keeps them on the tile kernel as before. ARIADNE_BAND_RUN fixes its run length too.
+// Its copies are the copy engine's tiles (TMA), so a token order (a gather per row) stays on the band
+// kernel; so do q/k/v views whose strides do not increase from head dim to heads to rows.
+bool bandwg_eligible(const AttentionParams& p) {
+  const char* env = std::getenv("ARIADNE_BANDWG");
+  if (env != nullptr && std::string(env) == "0") return false;
+  if (!band_eligible(p) || p.head_dim() != 80) return false;
+  const Pattern& pat = p.pattern;
+  if (pat.chunk != 0 || pat.window_left == kUnbounded || pat.window_right == kUnbounded ||
+      pat.window_left + pat.window_right > cuda::BandWgShape<80>::kMaxSpan)
+    return false;
+  // The copy engine's tensor maps (encode_tile_map) need strides increasing from the head dim to
+  // the heads to the rows.
+  for (const TensorView* t : {&p.q, &p.k, &p.v})
+    if (t->stride[2] != 1 || t->stride[1] < t->shape[2] || t->stride[0] < t->stride[1] * t->shape[1]) return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;  // wgmma and setmaxnreg are sm_90a instructions
+}
+
+cudaError_t launch_bandwg_d80(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
+  const char* env = std::getenv("ARIADNE_BAND_RUN");
+  const int run = env != nullptr ? std::atoi(env) : 0;
+  return dtype == DType::bf16 ? cuda::launch_bandwg<80, cuda::Bf16>(fp, run, st)
+                              : cuda::launch_bandwg<80, cuda::F16>(fp, run, st);
+}
+
 template <int D>
 cudaError_t launch_band_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
   const char* env = std::getenv("ARIADNE_BAND_RUN");
@@ -188,14 +223,17 @@ bool cuda_wgmma_uses_tma(const AttentionParams& p) {
     default: return wgmma_maps<128>(p).enabled != 0;
   }
 }
-bool cuda_uses_band(const AttentionParams& p) { return band_eligible(p); }
+bool cuda_uses_bandwg(const AttentionParams& p) { return p.order == nullptr && bandwg_eligible(p); }
+bool cuda_uses_band(const AttentionParams& p) { return band_eligible(p) && !cuda_uses_bandwg(p); }
 
 int cuda_query_tile_rows(const AttentionParams& p) {
+  if (cuda_uses_bandwg(p)) return cuda::BandWgShape<80>::BM;
   if (band_eligible(p)) return 16;  // each warp computes its own 16 rows' 16-key chunks
   if (cuda_uses_wgmma(p)) return cuda::WgShape<64>::BM;
   return choose_wide(p) ? cuda::WideConfig::BM : cuda::BandConfig::BM;
 }
 int cuda_key_tile_rows(const AttentionParams& p) {
+  if (cuda_uses_bandwg(p)) return cuda::BandWgShape<80>::CK;
   if (band_eligible(p)) return cuda::BandShape<64>::CK;
   if (cuda_uses_wgmma(p)) return cuda::WgShape<64>::BN;
   return choose_wide(p) ? cuda::WideConfig::BN : cuda::BandConfig::BN;
@@ -300,7 +338,9 @@ void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
     fp.lse = scratch;
   }
   cudaError_t err = cudaSuccess;
-  if (band_eligible(p)) {
+  if (order == nullptr && bandwg_eligible(p)) {
+    err = launch_bandwg_d80(fp, p.q.dtype, st);
+  } else if (band_eligible(p)) {
     switch (p.head_dim()) {
       case 64: err = launch_band_dim<64>(fp, p.q.dtype, st); break;
       case 80: err = launch_band_dim<80>(fp, p.q.dtype, st); break;

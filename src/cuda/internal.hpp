@@ -11,7 +11,8 @@ namespace ariadne {
 // The tile shape the backend picks for a call, for cost models and benchmarks that report the
 // useful-work fraction of the tiles next to the time.
 int cuda_query_tile_rows(const AttentionParams& p);  // 64 or 128 (16 on the band kernel: rows per warp)
-int cuda_key_tile_rows(const AttentionParams& p);    // 64 (128 on the wgmma kernel, 16 on the band kernel)
+int cuda_key_tile_rows(const AttentionParams& p);    // 64 (128 on the wgmma kernel, 16 on the band kernel,
+                                                     // 64 on the wgmma band kernel)
 
 // Whether attention_cuda runs this call on the Hopper wgmma kernel (src/cuda/attention_wgmma.cuh):
 // ARIADNE_WGMMA=0 is not set, the GPU is compute capability 9.0, and the call is one it handles (dense
@@ -27,7 +28,14 @@ bool cuda_wgmma_uses_tma(const AttentionParams& p);
 // no block mask, no entropy/distance, head dim 64/80/96, and a narrow local pattern (window left +
 // right <= 129, or chunk <= 65); by default only sliding windows (bench/cuda-notes.md v9),
 // ARIADNE_BAND=1 adds chunks, ARIADNE_BAND=0 turns it off. Token orders are handled there too.
+// False for the calls the wgmma band kernel takes (cuda_uses_bandwg).
 bool cuda_uses_band(const AttentionParams& p);
+
+// Whether attention_cuda runs this call on the wgmma band kernel (src/cuda/attention_bandwg.cuh):
+// a call the band kernel could take that is a sliding window (no chunk) at head dim 80 on compute
+// capability 9.0, with no token order (AttentionParams::order) and q/k/v strides increasing from head
+// dim to heads to rows, unless ARIADNE_BANDWG=0. Such a call is then not cuda_uses_band.
+bool cuda_uses_bandwg(const AttentionParams& p);
 
 // attention_cuda with a fused token order: `order` [total] int32 (device memory) is a permutation
 // of the packed rows, total_q == total_k; logical row i of the pattern is stored at packed row

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -17,6 +18,32 @@ uint64_t base_seed() {
     return uint64_t(std::random_device{}());
   }();
   return seed;
+}
+
+Case make_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat, int heads_q,
+               int heads_kv) {
+  Case c;
+  c.name = name;
+  c.seq_q = std::move(seq_q);
+  c.dim = dim;
+  c.dtype = dt;
+  c.pattern = pat;
+  c.heads_q = heads_q;
+  c.heads_kv = heads_kv;
+  return c;
+}
+
+EnvGuard::EnvGuard(const char* name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name)) {
+    saved_ = old;
+    had_ = true;
+  }
+  if (value != nullptr) setenv(name, value, 1);
+}
+
+EnvGuard::~EnvGuard() {
+  if (had_) setenv(name_.c_str(), saved_.c_str(), 1);
+  else unsetenv(name_.c_str());
 }
 
 TensorView on_device(const TensorView& host_view, const Buffer& host, const DeviceBuffer& dev) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ariadne/attention.hpp"
@@ -27,6 +28,26 @@ struct DeviceCase {
 DeviceCase upload(const testing::Inputs& in);
 
 std::vector<uint8_t> bytes_of(const Buffer& b);
+
+// A case of one dtype, head dim and pattern over sequences `seq_q` (keys = queries), with GQA 4:1
+// unless the caller passes other head counts.
+Case make_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat, int heads_q = 8,
+               int heads_kv = 2);
+
+// Sets an environment variable for one scope (value null: leaves it as it is) and restores the
+// previous value, or its absence, at the end. Routing switches (ARIADNE_WGMMA, ARIADNE_TMA, ...)
+// must not leak from one test into the next: device-check runs the whole binary under each setting.
+class EnvGuard {
+ public:
+  explicit EnvGuard(const char* name, const char* value = nullptr);
+  ~EnvGuard();
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+
+ private:
+  std::string name_, saved_;
+  bool had_ = false;
+};
 
 // Runs one case on the device twice and checks it against the reference. f32_out: the output in
 // f32 instead of q's dtype. require_wgmma: fail unless the call is routed to the wgmma kernel.

@@ -33,14 +33,9 @@ namespace {
 using testing::Case;
 using namespace cuda_testing;
 
-Case make_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat) {
-  Case c;
-  c.name = name;
-  c.seq_q = std::move(seq_q);
-  c.dim = dim;
-  c.dtype = dt;
-  c.pattern = pat;
-  return c;
+// Four query and four KV heads unless a case sets GQA.
+Case mha_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat) {
+  return make_case(name, std::move(seq_q), dim, dt, pat, 4, 4);
 }
 
 // ---- the sweep: pattern x head dim x dtype x length ----
@@ -67,7 +62,7 @@ std::vector<Case> sweep() {
     for (int dim : {64, 80, 96, 128})
       for (DType dt : {DType::bf16, DType::f16})
         for (int64_t n : {1, 77, 300}) {
-          Case c = make_case(std::string(np.name) + "_d" + std::to_string(dim) + "_" + dtype_name(dt) + "_n" +
+          Case c = mha_case(std::string(np.name) + "_d" + std::to_string(dim) + "_" + dtype_name(dt) + "_n" +
                                  std::to_string(n),
                              {n}, dim, dt, np.pattern);
           c.block_density = np.density;
@@ -94,7 +89,7 @@ TEST(CudaAttention, SinksBothFormsPlusMinus10) {
       for (const auto& [name, pat] : {std::pair{"full", Pattern::full()}, std::pair{"window", Pattern::window(32, 32)},
                                       std::pair{"causal", Pattern::causal()}})
         for (int dim : {80, 128}) {
-          Case c = make_case(std::string("sink_") + sink_mode_name(mode) + "_" + std::to_string(sink) + "_" + name +
+          Case c = mha_case(std::string("sink_") + sink_mode_name(mode) + "_" + std::to_string(sink) + "_" + name +
                                  "_d" + std::to_string(dim),
                              {190}, dim, DType::bf16, pat);
           c.sink_mode = mode;
@@ -109,18 +104,18 @@ TEST(CudaAttention, VarlenWithOneTokenAndEmptySequences) {
   for (const auto& [name, pat] : {std::pair{"full", Pattern::full()}, std::pair{"causal", Pattern::causal()},
                                   std::pair{"window", Pattern::window(20, 3)}, std::pair{"chunk", Pattern::chunked(40)}})
     for (DType dt : {DType::bf16, DType::f16}) {
-      Case c = make_case(std::string("varlen_") + name + "_" + dtype_name(dt), {1, 0, 130, 64, 5, 200, 1}, 80, dt, pat);
+      Case c = mha_case(std::string("varlen_") + name + "_" + dtype_name(dt), {1, 0, 130, 64, 5, 200, 1}, 80, dt, pat);
       c.heads_q = 8;
       c.heads_kv = 2;
       check_case(c);
     }
   // Block-sparse over a packed batch: CSR rows per (sequence, head, query block).
-  Case c = make_case("varlen_causal_blocks", {1, 0, 130, 64, 200}, 64, DType::bf16, Pattern::causal());
+  Case c = mha_case("varlen_causal_blocks", {1, 0, 130, 64, 200}, 64, DType::bf16, Pattern::causal());
   c.block_density = 0.6;
   check_case(c);
   // Sinks in a packed batch: key 0 is each sequence's own first key.
   for (SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias}) {
-    Case s = make_case(std::string("varlen_sink_") + sink_mode_name(mode), {1, 0, 70, 129}, 96, DType::f16,
+    Case s = mha_case(std::string("varlen_sink_") + sink_mode_name(mode), {1, 0, 70, 129}, 96, DType::f16,
                        Pattern::window(16, 16));
     s.sink_mode = mode;
     s.sink_value = std::numeric_limits<float>::quiet_NaN();
@@ -132,14 +127,14 @@ TEST(CudaAttention, ChunkedPrefillAndQueriesWithoutKeys) {
   // lq < lk: queries are bottom-right aligned; a sequence with queries and no keys gives
   // out = 0, lse = -inf (or the sink with a denominator sink).
   for (SinkMode mode : {SinkMode::none, SinkMode::denominator}) {
-    Case c = make_case(std::string("prefill_") + sink_mode_name(mode), {50, 7, 33}, 128, DType::bf16,
+    Case c = mha_case(std::string("prefill_") + sink_mode_name(mode), {50, 7, 33}, 128, DType::bf16,
                        Pattern::causal());
     c.seq_k = {300, 0, 33};
     c.sink_mode = mode;
     c.sink_value = 1.5f;
     check_case(c);
   }
-  Case w = make_case("prefill_window", {70}, 64, DType::f16, Pattern::window(40, 0));
+  Case w = mha_case("prefill_window", {70}, 64, DType::f16, Pattern::window(40, 0));
   w.seq_k = {451};
   check_case(w);
 }
@@ -147,23 +142,23 @@ TEST(CudaAttention, ChunkedPrefillAndQueriesWithoutKeys) {
 TEST(CudaAttention, StridedViewsAndF32Out) {
   for (int64_t pad : {8, 24})
     for (int dim : {80, 96}) {
-      Case c = make_case("strided_pad" + std::to_string(pad) + "_d" + std::to_string(dim), {257}, dim, DType::bf16,
+      Case c = mha_case("strided_pad" + std::to_string(pad) + "_d" + std::to_string(dim), {257}, dim, DType::bf16,
                          Pattern::window(64, 64));
       c.token_pad = pad;
       c.heads_q = 8;
       c.heads_kv = 2;
       check_case(c);
     }
-  check_case(make_case("f32_out_causal", {150}, 64, DType::f16, Pattern::causal()), /*f32_out=*/true);
+  check_case(mha_case("f32_out_causal", {150}, 64, DType::f16, Pattern::causal()), /*f32_out=*/true);
 }
 
 TEST(CudaAttention, LongRowsAndLargeLogits) {
   // Many key tiles through the double-buffered pipeline; logits up to ~±60 stress the online max.
-  Case c = make_case("long_full_d80", {1500}, 80, DType::bf16, Pattern::full());
+  Case c = mha_case("long_full_d80", {1500}, 80, DType::bf16, Pattern::full());
   c.heads_q = 2;
   c.heads_kv = 2;
   check_case(c);
-  Case big = make_case("large_logits_causal_d128", {400}, 128, DType::f16, Pattern::causal());
+  Case big = mha_case("large_logits_causal_d128", {400}, 128, DType::f16, Pattern::causal());
   big.input_scale = 2.f;
   check_case(big);
 }
@@ -190,7 +185,7 @@ TEST(CudaAttention, FusedTokenOrder) {
     for (const auto& [pname, pat] : {std::pair{"window", Pattern::window(8, 8)}, std::pair{"chunk", Pattern::chunked(24)},
                                      std::pair{"causal", Pattern::causal()}})
       for (int dim : {64, 80}) {
-        Case c = make_case(std::string("order_") + oname + "_" + pname + "_d" + std::to_string(dim), {total}, dim,
+        Case c = mha_case(std::string("order_") + oname + "_" + pname + "_d" + std::to_string(dim), {total}, dim,
                            DType::bf16, pat);
         c.heads_q = 8;
         c.heads_kv = 2;
@@ -252,7 +247,7 @@ TEST(CudaAttention, DiagnosticsMatchReference) {
   };
   for (const Diag& dg : diags)
     for (DType dt : {DType::bf16, DType::f16}) {
-      Case c = make_case(std::string("diag_") + dg.name + "_" + dtype_name(dt), {1, 0, 130, 75, 200}, dg.dim, dt,
+      Case c = mha_case(std::string("diag_") + dg.name + "_" + dtype_name(dt), {1, 0, 130, 75, 200}, dg.dim, dt,
                          dg.pattern);
       c.heads_q = 8;
       c.heads_kv = 2;
@@ -305,7 +300,7 @@ TEST(CudaAttention, DiagnosticsMatchReference) {
 }
 
 TEST(CudaAttention, RejectsWhatItCannotRun) {
-  Case c = make_case("reject", {64}, 64, DType::bf16, Pattern::full());
+  Case c = mha_case("reject", {64}, 64, DType::bf16, Pattern::full());
   c.token_pad = 4;  // rows no longer start on 16-byte boundaries
   const testing::Inputs in = testing::make_inputs(c);
   DeviceCase d = upload(in);

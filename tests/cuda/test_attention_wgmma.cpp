@@ -29,38 +29,12 @@ namespace {
 using testing::Case;
 using namespace cuda_testing;
 
-// Sets ARIADNE_WGMMA=1 for one test and restores the previous value after it: the wgmma kernel is
-// the default for dense rows, but device-check also runs the whole binary with ARIADNE_WGMMA=0.
+// ARIADNE_WGMMA=1 for one test, the previous value restored after it: the wgmma kernel is the
+// default for dense rows, but device-check also runs the whole binary with ARIADNE_WGMMA=0.
 class Wgmma : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (const char* old = std::getenv("ARIADNE_WGMMA")) {
-      saved_ = old;
-      had_ = true;
-    }
-    setenv("ARIADNE_WGMMA", "1", 1);
-  }
-  void TearDown() override {
-    if (had_) setenv("ARIADNE_WGMMA", saved_.c_str(), 1);
-    else unsetenv("ARIADNE_WGMMA");
-  }
-
- private:
-  std::string saved_;
-  bool had_ = false;
+  EnvGuard wgmma_{"ARIADNE_WGMMA", "1"};
 };
-
-Case make_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat) {
-  Case c;
-  c.name = name;
-  c.seq_q = std::move(seq_q);
-  c.dim = dim;
-  c.dtype = dt;
-  c.pattern = pat;
-  c.heads_q = 8;  // GQA 4:1 unless a case says otherwise
-  c.heads_kv = 2;
-  return c;
-}
 
 void check_wgmma(Case c, bool f32_out = false) { check_case(std::move(c), f32_out, /*require_wgmma=*/true); }
 
@@ -153,14 +127,10 @@ TEST_F(Wgmma, RoutesOnlyWhatItSupports) {
   // The switch on: supported calls go to wgmma, the rest stay on the mma.sync kernel.
   Case c = make_case("wgmma_route", {64}, 80, DType::bf16, Pattern::full());
   const testing::Inputs in = testing::make_inputs(c);
-  const DeviceBuffer q = DeviceBuffer::from_host(in.q), k = DeviceBuffer::from_host(in.k),
-                     v = DeviceBuffer::from_host(in.v);
-  AttentionParams p = in.params;
-  p.q = on_device(in.params.q, in.q, q);
-  p.k = on_device(in.params.k, in.k, k);
-  p.v = on_device(in.params.v, in.v, v);
+  DeviceCase d = upload(in);
   DeviceBuffer out(DType::bf16, {in.total_q, c.heads_q, c.dim});
-  p.out = out.view();
+  d.p.out = out.view();
+  const AttentionParams& p = d.p;
   EXPECT_TRUE(cuda_uses_wgmma(p));
   EXPECT_EQ(cuda_query_tile_rows(p), 128);
   AttentionParams w = p;

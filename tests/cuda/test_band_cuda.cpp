@@ -42,11 +42,18 @@ class RunLength {
   RunLength& operator=(const RunLength&) = delete;
 };
 
-// Every test here runs with the band kernel switched on.
+// Every test here runs with the band kernel switched on, and the wgmma band kernel (which takes
+// head dim 80 windows by default; tests/cuda/test_bandwg_cuda.cpp) switched off.
 class CudaBand : public ::testing::Test {
  protected:
-  void SetUp() override { setenv("ARIADNE_BAND", "1", 1); }
-  void TearDown() override { unsetenv("ARIADNE_BAND"); }
+  void SetUp() override {
+    setenv("ARIADNE_BAND", "1", 1);
+    setenv("ARIADNE_BANDWG", "0", 1);
+  }
+  void TearDown() override {
+    unsetenv("ARIADNE_BAND");
+    unsetenv("ARIADNE_BANDWG");
+  }
 };
 
 Case band_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat) {

@@ -31,37 +31,9 @@ namespace {
 using testing::Case;
 using namespace cuda_testing;
 
-// Sets ARIADNE_WGMMA for one scope and restores the previous value.
-class ScopedWgmma {
- public:
-  explicit ScopedWgmma(bool on) {
-    if (const char* old = std::getenv("ARIADNE_WGMMA")) {
-      saved_ = old;
-      had_ = true;
-    }
-    setenv("ARIADNE_WGMMA", on ? "1" : "0", 1);
-  }
-  ~ScopedWgmma() {
-    if (had_) setenv("ARIADNE_WGMMA", saved_.c_str(), 1);
-    else unsetenv("ARIADNE_WGMMA");
-  }
-  ScopedWgmma(const ScopedWgmma&) = delete;
-  ScopedWgmma& operator=(const ScopedWgmma&) = delete;
-
- private:
-  std::string saved_;
-  bool had_ = false;
-};
-
-Case make_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat) {
-  Case c;
-  c.name = name;
-  c.seq_q = std::move(seq_q);
-  c.dim = dim;
-  c.dtype = dt;
-  c.pattern = pat;
-  c.heads_q = 8;  // GQA 4:1 unless a case says otherwise
-  c.heads_kv = 2;
+// GQA 4:1 with blocks of 128 (the wgmma kernel's tile) unless a case says otherwise.
+Case block_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat) {
+  Case c = make_case(name, std::move(seq_q), dim, dt, pat);
   c.block = 128;
   return c;
 }
@@ -103,7 +75,7 @@ void check_on(const std::string& name, const testing::Inputs& in, const testing:
               int heads_q, int dim, bool wgmma) {
   SCOPED_TRACE(name + (wgmma ? " [wgmma]" : " [mma.sync]") + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) +
                ")");
-  const ScopedWgmma sw(wgmma);
+  const EnvGuard sw("ARIADNE_WGMMA", wgmma ? "1" : "0");
   DeviceCase d = upload(in);
   ASSERT_EQ(cuda_uses_wgmma(d.p), wgmma) << "routed to the wrong kernel";
   std::vector<uint8_t> first_out, first_lse;
@@ -158,7 +130,7 @@ TEST(BlockSparseWgmma, RandomMasksEveryDimDtypeLength) {
     for (int dim : {64, 80, 128})
       for (int64_t n : {1, 77, 128, 300, 700}) {
         const DType dt = (dim / 16 + n) % 2 == 0 ? DType::bf16 : DType::f16;  // both dtypes at every dim
-        Case c = make_case("causal_blocks" + std::to_string(int(density * 100)) + "_d" + std::to_string(dim) + "_" +
+        Case c = block_case("causal_blocks" + std::to_string(int(density * 100)) + "_d" + std::to_string(dim) + "_" +
                                dtype_name(dt) + "_n" + std::to_string(n),
                            {n}, dim, dt, Pattern::causal());
         check_both(c, random_rows(density, base_seed() + uint64_t(n) * 131 + uint64_t(dim)));
@@ -168,10 +140,10 @@ TEST(BlockSparseWgmma, RandomMasksEveryDimDtypeLength) {
 TEST(BlockSparseWgmma, FullPatternAndRightWindow) {
   // Non-causal rows: every listed block is inside the key range.
   for (int dim : {80, 128}) {
-    Case c = make_case("full_blocks40_d" + std::to_string(dim), {450}, dim, DType::bf16, Pattern::full());
+    Case c = block_case("full_blocks40_d" + std::to_string(dim), {450}, dim, DType::bf16, Pattern::full());
     check_both(c, random_rows(0.4, base_seed() + 7));
   }
-  Case r = make_case("causal_right9_blocks50", {500}, 64, DType::f16, Pattern::window(kUnbounded, 9));
+  Case r = block_case("causal_right9_blocks50", {500}, 64, DType::f16, Pattern::window(kUnbounded, 9));
   check_both(r, random_rows(0.5, base_seed() + 8));
 }
 
@@ -181,14 +153,14 @@ TEST(BlockSparseWgmma, EmptyRowsAndAllEmpty) {
     if ((h + m) % 3 == 0) return std::vector<int32_t>{};
     return random_rows(0.5, base_seed() + 11)(s, h, m, visible, nkb);
   };
-  for (int dim : {64, 128}) check_both(make_case("empty_rows_d" + std::to_string(dim), {650}, dim, DType::bf16,
+  for (int dim : {64, 128}) check_both(block_case("empty_rows_d" + std::to_string(dim), {650}, dim, DType::bf16,
                                                  Pattern::causal()), holes);
   const RowRule none = [](int32_t, int, int64_t, const std::vector<int32_t>&, int64_t) {
     return std::vector<int32_t>{};
   };
-  check_both(make_case("all_empty_d80", {300}, 80, DType::f16, Pattern::causal()), none);
+  check_both(block_case("all_empty_d80", {300}, 80, DType::f16, Pattern::causal()), none);
   // With a denominator sink an empty row is the sink alone (out 0, lse = sink).
-  Case s = make_case("empty_rows_sink_denominator", {400}, 128, DType::bf16, Pattern::causal());
+  Case s = block_case("empty_rows_sink_denominator", {400}, 128, DType::bf16, Pattern::causal());
   s.sink_mode = SinkMode::denominator;
   s.sink_value = std::numeric_limits<float>::quiet_NaN();
   check_both(s, holes);
@@ -201,11 +173,11 @@ TEST(BlockSparseWgmma, DiagonalOnlyRows) {
   };
   for (int dim : {64, 80, 128})
     for (int64_t n : {77, 128, 500})
-      check_both(make_case("diagonal_only_d" + std::to_string(dim) + "_n" + std::to_string(n), {n}, dim,
+      check_both(block_case("diagonal_only_d" + std::to_string(dim) + "_n" + std::to_string(n), {n}, dim,
                            DType::bf16, Pattern::causal()),
                  diag);
   // Chunked prefill: the diagonal block of a query block is offset by lk - lq.
-  Case c = make_case("diagonal_only_prefill", {200}, 128, DType::f16, Pattern::causal());
+  Case c = block_case("diagonal_only_prefill", {200}, 128, DType::f16, Pattern::causal());
   c.seq_k = {777};
   check_both(c, diag);
 }
@@ -218,24 +190,24 @@ TEST(BlockSparseWgmma, BlocksOutsideTheCausalRangeAreSkipped) {
     for (int32_t kb = 0; kb < nkb; ++kb) r.push_back(kb);
     return r;
   };
-  check_both(make_case("every_key_block_causal", {600}, 128, DType::bf16, Pattern::causal()), every);
+  check_both(block_case("every_key_block_causal", {600}, 128, DType::bf16, Pattern::causal()), every);
   const RowRule half = [&](int32_t s, int h, int64_t m, const std::vector<int32_t>&, int64_t nkb) {
     std::vector<int32_t> all;
     for (int32_t kb = 0; kb < nkb; ++kb) all.push_back(kb);
     return random_rows(0.5, base_seed() + 13)(s, h, m, all, nkb);
   };
-  check_both(make_case("random_any_block_causal", {600}, 64, DType::f16, Pattern::causal()), half);
+  check_both(block_case("random_any_block_causal", {600}, 64, DType::f16, Pattern::causal()), half);
 }
 
 TEST(BlockSparseWgmma, Block256TwoTilesPerBlock) {
   // A block of 256 is two 128-key tiles: the causal range clips a listed block's second tile on the
   // diagonal (and lq < lk shifts where), so the kernel must count only the tiles inside the range.
   for (int64_t n : {200, 700, 1000}) {
-    Case c = make_case("block256_n" + std::to_string(n), {n}, 128, DType::bf16, Pattern::causal());
+    Case c = block_case("block256_n" + std::to_string(n), {n}, 128, DType::bf16, Pattern::causal());
     c.block = 256;
     check_both(c, random_rows(0.6, base_seed() + 17 + uint64_t(n)));
   }
-  Case p = make_case("block256_prefill", {300}, 64, DType::f16, Pattern::causal());
+  Case p = block_case("block256_prefill", {300}, 64, DType::f16, Pattern::causal());
   p.block = 256;
   p.seq_k = {650};
   check_both(p, random_rows(0.6, base_seed() + 19));
@@ -244,7 +216,7 @@ TEST(BlockSparseWgmma, Block256TwoTilesPerBlock) {
 TEST(BlockSparseWgmma, GqaMaskPerQueryHead) {
   // 8 query heads over 2 KV heads and 16 over 4: the heads of one KV group list different blocks.
   for (const auto& [hq, hkv] : {std::pair{8, 2}, std::pair{16, 4}, std::pair{4, 4}}) {
-    Case c = make_case("gqa_" + std::to_string(hq) + "_" + std::to_string(hkv), {520}, 128, DType::bf16,
+    Case c = block_case("gqa_" + std::to_string(hq) + "_" + std::to_string(hkv), {520}, 128, DType::bf16,
                        Pattern::causal());
     c.heads_q = hq;
     c.heads_kv = hkv;
@@ -256,26 +228,26 @@ TEST(BlockSparseWgmma, GqaMaskPerQueryHead) {
 
 TEST(BlockSparseWgmma, VarlenAndChunkedPrefill) {
   for (DType dt : {DType::bf16, DType::f16}) {
-    Case c = make_case(std::string("varlen_blocks_") + dtype_name(dt), {1, 0, 130, 64, 300, 129, 5}, 80, dt,
+    Case c = block_case(std::string("varlen_blocks_") + dtype_name(dt), {1, 0, 130, 64, 300, 129, 5}, 80, dt,
                        Pattern::causal());
     check_both(c, random_rows(0.5, base_seed() + 29));
   }
   // lq < lk per sequence, one sequence with queries and no keys.
-  Case p = make_case("varlen_prefill_blocks", {50, 7, 33, 260}, 128, DType::bf16, Pattern::causal());
+  Case p = block_case("varlen_prefill_blocks", {50, 7, 33, 260}, 128, DType::bf16, Pattern::causal());
   p.seq_k = {300, 0, 33, 600};
   check_both(p, random_rows(0.4, base_seed() + 31));
   // A key0 sink whose block 0 is listed on some rows and not on others.
-  Case s = make_case("varlen_blocks_key0_sink", {1, 300, 129}, 64, DType::f16, Pattern::causal());
+  Case s = block_case("varlen_blocks_key0_sink", {1, 300, 129}, 64, DType::f16, Pattern::causal());
   s.sink_mode = SinkMode::key0_bias;
   s.sink_value = std::numeric_limits<float>::quiet_NaN();
   check_both(s, random_rows(0.5, base_seed() + 37));
 }
 
 TEST(BlockSparseWgmma, RoutesBlocksOfMultiplesOf128Only) {
-  const ScopedWgmma on(true);
+  const EnvGuard on("ARIADNE_WGMMA", "1");
   for (const auto& [block, want] : {std::pair{64, false}, std::pair{128, true}, std::pair{192, false},
                                     std::pair{256, true}}) {
-    Case c = make_case("route_block" + std::to_string(block), {300}, 128, DType::bf16, Pattern::causal());
+    Case c = block_case("route_block" + std::to_string(block), {300}, 128, DType::bf16, Pattern::causal());
     c.block = block;
     c.block_density = 0.5;
     const testing::Inputs in = testing::make_inputs(c);

@@ -27,28 +27,6 @@ namespace {
 using testing::Case;
 using namespace cuda_testing;
 
-// Restores an environment variable when the test ends.
-class EnvGuard {
- public:
-  explicit EnvGuard(const char* name) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      saved_ = old;
-      had_ = true;
-    }
-  }
-  ~EnvGuard() {
-    if (had_) setenv(name_, saved_.c_str(), 1);
-    else unsetenv(name_);
-  }
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-
- private:
-  const char* name_;
-  std::string saved_;
-  bool had_ = false;
-};
-
 class WgmmaTma : public ::testing::Test {
  protected:
   EnvGuard wgmma_{"ARIADNE_WGMMA"}, tma_{"ARIADNE_TMA"};
@@ -65,18 +43,6 @@ class WgmmaTma : public ::testing::Test {
     }
   }
 };
-
-Case make_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat) {
-  Case c;
-  c.name = name;
-  c.seq_q = std::move(seq_q);
-  c.dim = dim;
-  c.dtype = dt;
-  c.pattern = pat;
-  c.heads_q = 8;  // GQA 4:1
-  c.heads_kv = 2;
-  return c;
-}
 
 TEST_F(WgmmaTma, FullAndCausalEveryDimDtype) {
   for (const auto& [pname, pat] : {std::pair{"full", Pattern::full()}, std::pair{"causal", Pattern::causal()}})
@@ -147,14 +113,10 @@ TEST_F(WgmmaTma, ConsumerPingPongBothWays) {
 TEST_F(WgmmaTma, SwitchRoutes) {
   Case c = make_case("tma_route", {256}, 80, DType::bf16, Pattern::full());
   const testing::Inputs in = testing::make_inputs(c);
-  const DeviceBuffer q = DeviceBuffer::from_host(in.q), k = DeviceBuffer::from_host(in.k),
-                     v = DeviceBuffer::from_host(in.v);
-  AttentionParams p = in.params;
-  p.q = on_device(in.params.q, in.q, q);
-  p.k = on_device(in.params.k, in.k, k);
-  p.v = on_device(in.params.v, in.v, v);
+  DeviceCase d = upload(in);
   DeviceBuffer out(DType::bf16, {in.total_q, c.heads_q, c.dim});
-  p.out = out.view();
+  d.p.out = out.view();
+  const AttentionParams& p = d.p;
   unsetenv("ARIADNE_TMA");
   EXPECT_TRUE(cuda_wgmma_uses_tma(p));
   setenv("ARIADNE_TMA", "0", 1);

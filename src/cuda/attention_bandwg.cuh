@@ -1,0 +1,578 @@
+// Internal: the Hopper (sm_90a) band kernel for sliding windows: wgmma products over a shared-memory
+// ring of 64-key chunks, fed by a producer warpgroup (the band walk of attention_band.cuh on the
+// warp-specialized structure of attention_wgmma.cuh).
+//
+// Why: the per-warp band kernel (attention_band.cuh) computes only the 16-key chunks each 16-row
+// warp sees (useful fraction 0.90 on a ±64 window) but issues ~180 mma.sync per warp-tile and stays
+// instruction-issue bound at 8 warps per SM (bench/cuda-notes.md, v9-v10). Here a consumer
+// warpgroup takes a whole 64-row query tile and its key hull (±64 aligned: 192 keys, useful
+// fraction 0.67) with ~30 asynchronous wgmma instructions, and two consumers take alternate tiles
+// so that one's softmax runs under the other's products.
+//
+// A CTA of 3 warpgroups (one per SM: ~200 KB of shared memory) walks a run of consecutive 64-row
+// query tiles of one query head (the varlen cover of the tile kernel, crossing sequence ends):
+//   - warpgroup 0, the producer: one thread walks the tiles, writes each tile's descriptor
+//     (BandWgDesc) next to its Q buffer, and has the copy engine (TMA tensor copies completing on
+//     mbarriers) bring the tile's Q into a ring of QSLOT buffers and the 64-key chunks of K and V
+//     the tile adds into a ring of NSLOT chunks, K and V on separate barriers so that S can start
+//     while V lands;
+//   - warpgroups 1 and 2 take the walk's tiles alternately: S = Q·Kᵀ by wgmma m64n64k16 per chunk
+//     (both from shared memory), masks and a one-pass softmax in registers (the whole key hull is
+//     in one S, so no running max), P packed to 16 bits as the register A operand of O = P·V
+//     (wgmma m64n64k16 + m64n16k16 over V's two layout regions), then the epilogue straight to
+//     global memory.
+// Tile layout in shared memory (Q, K and V alike): columns 0-63 of the 64 rows as 128-byte rows
+// under the 128-byte swizzle, then columns 64-79 as 32-byte rows under the 32-byte swizzle; each
+// region is one copy-engine box and a canonical wgmma operand (K-major for Q and K, MN-major for V).
+// Ring protocol. Chunks get ring numbers in walk order (chunk n in slot n mod NSLOT); a tile that
+// continues its sequence reuses the resident chunks and appends the new ones, a tile of a new
+// sequence (or one whose keys jump) appends fresh numbers. Ring numbers where a tile's chunks
+// start never decrease along the walk, so once a consumer has finished a tile, every chunk
+// numbered below the next tile's first is dead for it: it releases those (each of its 128 threads
+// arrives once per chunk on the chunk's "empty" barrier, count 256 for both consumers), having
+// waited on their "full" barriers first, so that no barrier is ever two phases ahead of a waiter.
+// The producer refills a slot after both consumers released its previous chunk. With NSLOT >= 2 x
+// MAXC the walk cannot deadlock: the chunks of two consecutive tiles always fit. After the last
+// tile the producer publishes one end marker (valid = 0) per consumer.
+//
+// Eligible (bandwg_eligible in attention_cuda.cu): sliding windows with left + right <= 129 (a
+// 64-row tile's hull of <= 193 keys meets at most MAXC = 4 chunks), no chunk, no block mask, no
+// diagnostics, no token order (the copy engine copies tiles, not gathered rows), head dim 80,
+// compute capability 9.0, rows and keys below 2^30, q/k/v strides increasing from head dim to heads
+// to rows. Sinks (both forms), GQA, varlen with lq != lk (bottom-right aligned), f32 / 16-bit out
+// and LSE are handled as in the other kernels. Rows past a sequence's end are copied from the
+// tensor's next rows (zeros past the tensor's end) and get probability exactly 0.
+//
+// Status (bench/cuda-notes.md, v11): 1.10-1.22x the per-warp band kernel on ViT windows (the
+// default route for them); consumer-bound: ~2 warps per scheduler, the softmax, masks and epilogue
+// are latency-bound integer and float work that the two consumers do not fully hide.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/attention_band.cuh"
+#include "cuda/attention_fwd.cuh"
+#include "cuda/attention_wgmma.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace ariadne::cuda {
+
+template <int D>
+struct BandWgShape {
+  static constexpr int BM = 64;      // query rows per tile (one consumer warpgroup)
+  static constexpr int CK = 64;      // keys per ring chunk
+  static constexpr int NSLOT = 8;    // K/V ring chunks (>= 2 x MAXC, see the ring protocol)
+  static constexpr int QSLOT = 4;    // Q tile buffers (two ahead per consumer)
+  static constexpr int MAXC = 4;     // chunks a tile's hull of <= 64 + 129 keys may meet
+  static constexpr int kMaxSpan = 129;  // window left + right the kernel accepts
+  static constexpr int threads = 384;
+  static constexpr int C = D / 8;    // 16-byte pieces (core-matrix columns) per row
+  static constexpr int tile_elems = 64 * D;
+  // QSLOT Q tiles, NSLOT K chunks, NSLOT V chunks, then the mbarriers (8 bytes each):
+  // k_full[NSLOT], v_full[NSLOT], empty[NSLOT], q_full[QSLOT], q_empty[QSLOT].
+  static constexpr size_t bar_offset = size_t(QSLOT + 2 * NSLOT) * tile_elems * 2;
+  static constexpr size_t desc_offset = bar_offset + 8 * (3 * NSLOT + 2 * QSLOT);
+  static constexpr size_t smem_bytes = desc_offset + 64 * QSLOT;  // + one BandWgDesc per Q buffer
+};
+
+// One query tile of the walk and the ring numbers of its chunks. Every thread of the CTA walks the
+// same tiles (BandWgWalk::next is deterministic), so producer and consumers agree on the numbers.
+struct BandWgTile {
+  SeqExtent e;
+  int q_lo = 0, q_hi = 0;    // local query rows
+  int c_lo = 0, nc = 0;      // the hull's key chunks [c_lo, c_lo + nc) of the sequence
+  int n_lo = 0;              // ring number of chunk c_lo (when nc == 0: the next free number)
+  int ld_lo = 0, ld_hi = 0;  // chunks [ld_lo, ld_hi) this tile appends to the ring
+  int k_lo = 0, k_hi = 0;    // the hull in keys: [lo of the first row, hi of the last row)
+  bool valid = false;
+};
+
+// What a consumer needs of a tile, written by the producer next to the tile's Q buffer (so the walk
+// runs once per CTA, in one thread, not in every consumer thread). valid == 0 ends the consumer's loop.
+struct BandWgDesc {
+  int q0, q_lo, q_hi;  // first packed query row of the sequence; local query rows of the tile
+  int off, lk;         // the sequence's key offset lk - lq and key count (BandRule)
+  int c_lo, nc, n_lo;  // the hull's chunks and the ring number of the first
+  int next_n_lo;       // the next tile's first ring number (-1: no next tile)
+  int valid;
+};
+
+template <int BM, int CK>
+struct BandWgWalk {
+  const Pattern* pat;
+  int64_t t, t_end, total_q, total_k;
+  bool varlen;
+  int s_hint = 0;
+  int cur_s = -1;      // sequence of the resident chunks
+  int have_hi = 0;     // resident chunks end here (sequence chunk index)
+  int prev_c_lo = 0;
+  int shift = 0;       // ring number = chunk index + shift
+  int n_next = 0;      // next free ring number
+
+  __device__ BandWgWalk(const Pattern& p, int64_t first, int64_t end, int64_t tq, int64_t tk)
+      : pat(&p), t(first), t_end(end), total_q(tq), total_k(tk), varlen(p.cu_seqlens_q != nullptr) {
+    if (varlen) {  // the run's first sequence; later tiles only move forward from it
+      int lo = 0, hi = p.num_seqs - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (mid + p.cu_seqlens_q[mid] / BM <= first) lo = mid; else hi = mid - 1;
+      }
+      s_hint = lo;
+    }
+  }
+
+  // The next virtual tile that holds query rows (virtual tiles past a sequence's end are empty).
+  __device__ BandWgTile next() {
+    BandWgTile b;
+    while (t < t_end) {
+      const int64_t v = t++;
+      int64_t tile = v;
+      if (varlen) {
+        while (s_hint + 1 < pat->num_seqs && s_hint + 1 + pat->cu_seqlens_q[s_hint + 1] / BM <= v) ++s_hint;
+        tile = v - (s_hint + pat->cu_seqlens_q[s_hint] / BM);
+      }
+      b.e = pat->seq(s_hint, total_q, total_k);
+      if (tile * BM >= b.e.lq) continue;
+      b.q_lo = int(tile * BM);
+      b.q_hi = b.q_lo + BM < b.e.lq ? b.q_lo + BM : int(b.e.lq);
+      const BandRule rule(*pat, b.e);
+      int lo_last, hi_first;
+      rule.bounds(b.q_lo, b.k_lo, hi_first);
+      rule.bounds(b.q_hi - 1, lo_last, b.k_hi);
+      b.valid = true;
+      if (b.k_hi <= b.k_lo) {  // no row of the tile sees a key
+        b.n_lo = n_next;
+        return b;
+      }
+      const int c_lo = b.k_lo / CK, c_hi = (b.k_hi + CK - 1) / CK;
+      if (s_hint == cur_s && c_lo >= prev_c_lo && c_lo <= have_hi) {
+        b.ld_lo = have_hi;  // continues the resident chunks: only those past have_hi are new
+        b.ld_hi = c_hi > have_hi ? c_hi : have_hi;
+      } else {
+        cur_s = s_hint;  // a new sequence or a jump: fresh ring numbers
+        shift = n_next - c_lo;
+        b.ld_lo = c_lo;
+        b.ld_hi = c_hi;
+      }
+      have_hi = b.ld_hi;
+      n_next = have_hi + shift;
+      prev_c_lo = c_lo;
+      b.c_lo = c_lo;
+      b.nc = c_hi - c_lo;
+      b.n_lo = c_lo + shift;
+      return b;
+    }
+    return b;
+  }
+};
+
+// The copy engine's tensor maps (encode_tile_map): per tensor, columns 0-63 (128-byte swizzle) and
+// 64-79 (32-byte swizzle) of 64 rows of one head.
+struct BandWgMaps {
+  CUtensorMap q_lo, q_hi, k_lo, k_hi, v_lo, v_hi;
+};
+template <int D, class E>
+__global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParams p, const int run,
+                                                                  const __grid_constant__ BandWgMaps maps) {
+  static_assert(D == 80, "the tile layout splits the head dim as 64 + 16");
+  // The tile layout: columns 0-63 of the 64 rows in 128-byte rows with the 128-byte swizzle (8 KB,
+  // as the copy engine writes it and wgmma reads it), then columns 64-79 in 32-byte rows with the
+  // 32-byte swizzle (2 KB). Each copy is then two boxes of 128- and 32-byte rows, instead of ten of
+  // 16-byte rows in the no-swizzle layout (whose small rows held the copy engine to ~2 TB/s).
+  constexpr uint32_t kLoBytes = 64 * 128;
+  using S = BandWgShape<D>;
+  constexpr int BM = S::BM, CK = S::CK, NSLOT = S::NSLOT, QSLOT = S::QSLOT, MAXC = S::MAXC;
+  using T = typename E::type;
+
+  extern __shared__ __align__(1024) unsigned char bandwg_smem[];  // the copy engine's boxes: 128-byte aligned
+  T* Qs = reinterpret_cast<T*>(bandwg_smem);  // QSLOT tiles
+  T* Ks = Qs + QSLOT * S::tile_elems;       // NSLOT chunks
+  T* Vs = Ks + NSLOT * S::tile_elems;       // NSLOT chunks
+  const uint32_t bars = smem_addr(bandwg_smem + S::bar_offset);
+  auto k_full = [&](int s) { return bars + 8 * s; };
+  auto v_full = [&](int s) { return bars + 8 * (NSLOT + s); };
+  auto empty = [&](int s) { return bars + 8 * (2 * NSLOT + s); };
+  auto q_full = [&](int s) { return bars + 8 * (3 * NSLOT + s); };
+  auto q_empty = [&](int s) { return bars + 8 * (3 * NSLOT + QSLOT + s); };
+
+  const Pattern& pat = p.pattern;
+  const int tid = threadIdx.x;
+  const int h = blockIdx.y, kvh = h / p.group;
+
+  const bool varlen = pat.cu_seqlens_q != nullptr;
+  const int64_t n_virtual = varlen ? pat.num_seqs + p.total_q / BM + 1 : (p.total_q + BM - 1) / BM;
+  const int64_t first = int64_t(blockIdx.x) * run;
+  const int64_t last = first + run < n_virtual ? first + run : n_virtual;
+  BandWgDesc* descs = reinterpret_cast<BandWgDesc*>(bandwg_smem + S::desc_offset);
+
+  if (tid == 0) {
+    for (int i = 0; i < NSLOT; ++i) {
+      wg::mbar_init(k_full(i), 1);  // the producer's arrival with the expected bytes
+      wg::mbar_init(v_full(i), 1);
+      wg::mbar_init(empty(i), 256);   // one arrival per consumer thread
+    }
+    for (int i = 0; i < QSLOT; ++i) {
+      wg::mbar_init(q_full(i), 1);
+      wg::mbar_init(q_empty(i), 128);  // the tile's own consumer
+    }
+    wg::fence_proxy_async();  // the initialized barriers before the copy engine's first use
+  }
+  __syncthreads();
+
+  if (tid < 128) {
+    // ================= producer warpgroup =================
+    wg::setmaxnreg_dec<56>();
+    if (tid != 0) return;  // one thread issues every copy: the copy engine does the rest
+    // 64 rows from packed row `row0` of one head into the tile layout (see kLoBytes): two boxes.
+    // Rows past the tensor's end are zero-filled; rows past a sequence's end hold that tensor's next
+    // rows, which no allowed (query, key) pair reads (masked scores are exactly 0 after the softmax).
+    auto load = [&](T* dst, const CUtensorMap& lo, const CUtensorMap& hi, int head, int row0, uint32_t bar) {
+      wg::mbar_arrive_expect_tx(bar, S::tile_elems * 2);
+      const uint32_t d = smem_addr(dst);
+      wg::tma_load_3d(d, &lo, 0, head, row0, bar);
+      wg::tma_load_3d(d + kLoBytes, &hi, 64, head, row0, bar);
+    };
+    BandWgWalk<BM, CK> walk(pat, first, last, p.total_q, p.total_k);
+    int i = 0;
+    BandWgTile b = walk.next();
+    for (; b.valid; ++i) {
+      const BandWgTile nb = walk.next();  // one ahead: its first ring number bounds b's releases
+      const int qs = i % QSLOT;
+      if (i >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((i / QSLOT) - 1) & 1);
+      // Written before the arrival on q_full(qs) (in load), which releases it to the consumer.
+      descs[qs] = BandWgDesc{int(b.e.q0), b.q_lo, b.q_hi, int(b.e.lk - b.e.lq), int(b.e.lk), b.c_lo, b.nc, b.n_lo,
+                             nb.valid ? nb.n_lo : -1, 1};
+      load(Qs + qs * S::tile_elems, maps.q_lo, maps.q_hi, h, int(b.e.q0) + b.q_lo, q_full(qs));
+      for (int x = b.ld_lo; x < b.ld_hi; ++x) {
+        const int n = b.n_lo + (x - b.c_lo), st = n % NSLOT;  // walk.ring(x) may have moved on
+        if (n >= NSLOT) wg::mbar_wait(empty(st), uint32_t((n / NSLOT) - 1) & 1);
+        load(Ks + st * S::tile_elems, maps.k_lo, maps.k_hi, kvh, int(b.e.k0) + x * CK, k_full(st));
+        load(Vs + st * S::tile_elems, maps.v_lo, maps.v_hi, kvh, int(b.e.k0) + x * CK, v_full(st));
+      }
+      b = nb;
+    }
+    // One end marker per consumer, in the next two Q slots.
+    for (int j = i; j < i + 2; ++j) {
+      const int qs = j % QSLOT;
+      if (j >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((j / QSLOT) - 1) & 1);
+      descs[qs].valid = 0;
+      wg::mbar_arrive(q_full(qs));
+    }
+    return;
+  }
+
+  // ================= consumer warpgroups =================
+  wg::setmaxnreg_inc<224>();
+  // This consumer takes the walk's tiles i with i % 2 == cw. The shuffle makes cw warp-uniform in
+  // the compiler's eyes, so the loops it steers are no divergent path for the wgmma instructions.
+  const int cw = __shfl_sync(0xffffffffu, tid / 128, 0) - 1;
+  const int lane = tid % 32, warp = (tid % 128) / 32;
+  const int g = lane / 4, tq = lane % 4;  // accumulator row group and column pair
+  const float sink_log2 = p.sink_kind != kSinkNone ? p.sink[h] * 1.4426950408889634f : 0.f;
+  const float sink_raw = sink_log2 / p.scale_log2;  // the key0 bias in unscaled score units
+  const bool key0 = p.sink_kind == kSinkKey0;
+
+  constexpr uint32_t kTileBytes = S::tile_elems * 2;
+  const uint32_t qs_addr = smem_addr(Qs), ks_addr = smem_addr(Ks), vs_addr = smem_addr(Vs);
+
+  int waited = 0;    // chunks [0, waited) have been waited on (K and V)
+  int released = 0;  // chunks [0, released) have been released by this consumer
+  // Waits on the full barriers of chunks [waited, n) in ring order (see the ring protocol).
+  auto wait_chunks = [&](int n) {
+    for (; waited < n; ++waited) {
+      const int st = waited % NSLOT;
+      const uint32_t par = uint32_t(waited / NSLOT) & 1;
+      wg::mbar_wait(k_full(st), par);
+      wg::mbar_wait(v_full(st), par);
+    }
+  };
+
+  BandRule rule(pat, SeqExtent{});  // the window; each tile sets its sequence's offset and length
+  for (int i = cw;; i += 2) {
+    // ---- tile i of the walk: rows 16·warp + g + 8r of the tile ----
+    const int qs = i % QSLOT;
+    wg::mbar_wait(q_full(qs), uint32_t(i / QSLOT) & 1);
+    const BandWgDesc cur = descs[qs];  // read before q_empty releases the slot
+    if (!cur.valid) break;
+    wait_chunks(cur.n_lo + cur.nc);
+    rule.off = cur.off;
+    rule.lk = cur.lk;
+    int row_lo[2], row_hi[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // Rows past the tile's end take its last row's bounds: computed, never stored.
+      const int iq = cur.q_lo + 16 * warp + g + 8 * r;
+      rule.bounds(iq < cur.q_hi ? iq : cur.q_hi - 1, row_lo[r], row_hi[r]);
+    }
+    // Chunks inside [lo of the last row, hi of the first row) need no element mask.
+    int full_lo, full_hi, unused;
+    rule.bounds(cur.q_hi - 1, full_lo, unused);
+    rule.bounds(cur.q_lo, unused, full_hi);
+    const uint32_t q_base = qs_addr + qs * kTileBytes;
+    const int nc = cur.nc, kb0 = cur.c_lo * CK, n_lo = cur.n_lo;
+
+    float acc_lo[32], acc_hi[8];  // O columns 0-63 and 64-79 (V's two layout regions)
+    auto acc = [&](int n8, int k) -> float& { return n8 < 8 ? acc_lo[4 * n8 + k] : acc_hi[4 * (n8 - 8) + k]; };
+    float m_row[2], l_row[2];
+    // S, masks, softmax and O = P·V over NCH chunks, each wgmma unconditional (a wgmma under a
+    // run-time condition is serialized by ptxas). Chunks past nc (NCH = 3 or 4 > nc) recompute
+    // chunk 0 and are masked to probability 0.
+    auto compute = [&](auto nch_tag) {
+      constexpr int NCH = decltype(nch_tag)::value;
+      uint32_t slot[NCH];
+#pragma unroll
+      for (int c = 0; c < NCH; ++c) slot[c] = uint32_t((n_lo + (c < nc ? c : 0)) % NSLOT) * kTileBytes;
+      float sc[NCH][32];
+      // S = Q·Kᵀ per chunk (64 x 64, D/16 k-steps), all chunks in one commit group.
+#pragma unroll
+      for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+      wg::fence();
+#pragma unroll
+      for (int c = 0; c < NCH; ++c)
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks)
+          if (ks < 4)  // k-step ks: bytes [32·ks, 32·ks + 32) of each 128-byte row
+            wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled<128>(q_base + ks * 32, 16, 1024),
+                               wg::desc_swizzled<128>(ks_addr + slot[c] + ks * 32, 16, 1024), ks > 0);
+          else
+            wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled<32>(q_base + kLoBytes, 16, 256),
+                               wg::desc_swizzled<32>(ks_addr + slot[c] + kLoBytes, 16, 256), 1);
+      wg::commit();
+#pragma unroll
+      for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+      wg::wait<0>();
+#pragma unroll
+      for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+      wg::mbar_arrive(q_empty(qs));  // this thread's reads of the Q buffer are complete
+
+      // Masks: chunks past nc entirely; edge chunks (and key 0's chunk under a key-0 sink) per
+      // element, a column's test one unsigned compare: col - lo < hi - lo.
+#pragma unroll
+      for (int c = 0; c < NCH; ++c) {
+        const int kb = kb0 + c * CK;
+        if (c >= nc) {
+#pragma unroll
+          for (int x = 0; x < 32; ++x) sc[c][x] = -INFINITY;
+        } else if (kb < full_lo || kb + CK > full_hi || (key0 && kb == 0)) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int rel = row_lo[r] - kb - 2 * tq;
+            const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
+#pragma unroll
+            for (int n8 = 0; n8 < 8; ++n8)
+#pragma unroll
+              for (int x = 0; x < 2; ++x)
+                if (unsigned(n8 * 8 + x - rel) >= width) sc[c][4 * n8 + 2 * r + x] = -INFINITY;
+          }
+          if (key0 && kb == 0 && tq == 0) {  // column 0: n8 0, x 0 of lane tq 0
+#pragma unroll
+            for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
+              if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][2 * r] += sink_raw;
+          }
+        }
+      }
+      // One-pass softmax: the hull is the whole row.
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx2[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int c = 0; c < NCH; ++c)
+#pragma unroll
+          for (int n8 = 0; n8 < 8; ++n8)
+            mx2[n8 & 1] = fmax_nan(mx2[n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
+        float mx = fmax_nan(mx2[0], mx2[1]);
+        mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx *= p.scale_log2;
+        // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
+        const float base = mx == -INFINITY ? 0.f : mx;
+        float sum2[2] = {0.f, 0.f};
+#pragma unroll
+        for (int c = 0; c < NCH; ++c)
+#pragma unroll
+          for (int n8 = 0; n8 < 8; ++n8) {
+#pragma unroll
+            for (int x = 0; x < 2; ++x) {
+              float& v = sc[c][4 * n8 + 2 * r + x];
+              v = ex2(fmaf(v, p.scale_log2, -base));
+            }
+            sum2[n8 & 1] += sc[c][4 * n8 + 2 * r] + sc[c][4 * n8 + 2 * r + 1];
+          }
+        m_row[r] = mx;
+        l_row[r] = sum2[0] + sum2[1];
+      }
+
+      // O = P·V: P from registers (accumulator layout = A fragment layout), V read transposed.
+      uint32_t pa[NCH][4][4];
+#pragma unroll
+      for (int c = 0; c < NCH; ++c)
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
+#pragma unroll
+      for (int x = 0; x < 32; ++x) acc_lo[x] = 0.f;
+#pragma unroll
+      for (int x = 0; x < 8; ++x) acc_hi[x] = 0.f;
+      wg::pin(acc_lo);
+      wg::pin(acc_hi);
+      wg::fence();
+#pragma unroll
+      for (int c = 0; c < NCH; ++c)
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {  // keys 16·kk.. : two 8-row groups of each region
+          wg::Mma<E, 64>::rs(acc_lo, pa[c][kk], wg::desc_swizzled<128>(vs_addr + slot[c] + kk * 2048, kLoBytes, 1024));
+          wg::Mma<E, 16>::rs(acc_hi, pa[c][kk], wg::desc_swizzled<32>(vs_addr + slot[c] + kLoBytes + kk * 512, kLoBytes, 256));
+        }
+      wg::commit();
+      wg::pin(acc_lo);
+      wg::pin(acc_hi);
+      wg::wait<0>();
+      wg::pin(acc_lo);
+      wg::pin(acc_hi);
+    };
+    if (nc == 0) {  // no row of the tile sees a key: nothing to multiply (the ring holds none)
+#pragma unroll
+      for (int x = 0; x < 32; ++x) acc_lo[x] = 0.f;
+#pragma unroll
+      for (int x = 0; x < 8; ++x) acc_hi[x] = 0.f;
+      m_row[0] = m_row[1] = -INFINITY;
+      l_row[0] = l_row[1] = 0.f;
+      wg::mbar_arrive(q_empty(qs));
+    } else if (nc <= 3) {
+      compute(IntTag<3>{});  // a 64-row tile of an aligned ±64 window: 192 keys
+    } else {
+      compute(IntTag<MAXC>{});
+    }
+    // The next tile's first ring number bounds the chunks no later tile uses: release them.
+    if (cur.next_n_lo >= 0) {
+      wait_chunks(cur.next_n_lo);
+      for (; released < cur.next_n_lo; ++released) wg::mbar_arrive(empty(released % NSLOT));
+    }
+
+    // ---- epilogue: normalize, sink, LSE; straight to global memory ----
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_row[r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      float m = m_row[r];
+      const int iq = cur.q_lo + 16 * warp + g + 8 * r;
+      if (p.sink_kind == kSinkDenominator) {
+        // Z = exp(sink) + Σ exp(s): the sink is one more key with no value.
+        const float rescale = fold_sink(m, l, sink_log2);
+#pragma unroll
+        for (int n8 = 0; n8 < D / 8; ++n8) {
+          acc(n8, 2 * r) *= rescale;
+          acc(n8, 2 * r + 1) *= rescale;
+        }
+      }
+      if (iq >= cur.q_hi) continue;
+      const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
+      const int64_t srow = int64_t(cur.q0) + iq;
+      const int64_t orow = srow * p.o_tok + h * p.o_head;
+#pragma unroll
+      for (int n8 = 0; n8 < D / 8; ++n8) {
+        const float o0 = acc(n8, 2 * r) * inv, o1 = acc(n8, 2 * r + 1) * inv;
+        const int col = n8 * 8 + 2 * tq;
+        if (p.out_f32)
+          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + orow + col) = make_float2(o0, o1);
+        else
+          *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + orow + col) = E::pack(o0, o1);
+      }
+      if (p.lse != nullptr && tq == 0)
+        p.lse[int64_t(h) * p.total_q + srow] = row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+    }
+  }
+}
+
+// A tensor map over rows x heads x head dim (strides in elements, head dim contiguous) whose
+// box is box_cols columns x 1 head x 64 rows (64 with the 128-byte swizzle, 16 with the 32-byte one:
+// the two regions of a tile, as the producer copies them). The
+// encoder is the driver's cuTensorMapEncodeTiled, reached through the runtime (no link against the
+// driver library). bandwg_eligible (attention_cuda.cu) admits only layouts it accepts: 16-byte
+// aligned rows, strides increasing from head dim to heads to rows.
+inline cudaError_t encode_tile_map(CUtensorMap* map, const void* base, bool bf16, int d, int heads, int64_t rows,
+                                   int64_t head_stride, int64_t tok_stride, int box_cols, CUtensorMapSwizzle swizzle) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return Encode(nullptr);
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(heads), cuuint64_t(rows)};
+  const cuuint64_t strides[2] = {cuuint64_t(head_stride) * 2, cuuint64_t(tok_stride) * 2};  // bytes
+  const cuuint32_t box[3] = {cuuint32_t(box_cols), 1, 64}, unit[3] = {1, 1, 1};
+  const CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+                            const_cast<void*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// Virtual tiles (the tile kernel's varlen cover) cut into runs; grid (runs, heads_q), one CTA per
+// SM (~200 KB of shared memory). `run` <= 0 picks the length: the longest runs that still give
+// every SM work in one wave.
+template <int D, class E>
+cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
+  using S = BandWgShape<D>;
+  const auto kernel = attention_bandwg_kernel<D, E>;
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes));
+  if (configured != cudaSuccess) return configured;
+  static const int slots = [&] {
+    int dev = 0, sms = 0, per_sm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, S::threads, S::smem_bytes) != cudaSuccess)
+      return 0;
+    return sms * per_sm;
+  }();
+  if (slots <= 0) return cudaErrorInvalidConfiguration;
+  const int64_t n_virtual = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_q / S::BM + 1
+                                                              : (p.total_q + S::BM - 1) / S::BM;
+  if (run <= 0) {
+    const int64_t per_head = slots / p.heads_q > 0 ? slots / p.heads_q : 1;  // CTAs per head in one wave
+    run = int((n_virtual + per_head - 1) / per_head);
+  }
+  const int64_t runs = (n_virtual + run - 1) / run;
+  const bool bf16 = std::is_same_v<E, Bf16>;
+  const int heads_kv = p.heads_q / p.group;
+  BandWgMaps maps;
+  struct Src {
+    CUtensorMap *lo, *hi;
+    const void* base;
+    int heads;
+    int64_t rows, head_stride, tok_stride;
+  };
+  for (const Src& t : {Src{&maps.q_lo, &maps.q_hi, p.q, p.heads_q, p.total_q, p.q_head, p.q_tok},
+                       Src{&maps.k_lo, &maps.k_hi, p.k, heads_kv, p.total_k, p.k_head, p.k_tok},
+                       Src{&maps.v_lo, &maps.v_hi, p.v, heads_kv, p.total_k, p.v_head, p.v_tok}}) {
+    cudaError_t err = encode_tile_map(t.lo, t.base, bf16, D, t.heads, t.rows, t.head_stride, t.tok_stride, 64,
+                                      CU_TENSOR_MAP_SWIZZLE_128B);
+    if (err == cudaSuccess)
+      err = encode_tile_map(t.hi, t.base, bf16, D, t.heads, t.rows, t.head_stride, t.tok_stride, 16,
+                            CU_TENSOR_MAP_SWIZZLE_32B);
+    if (err != cudaSuccess) return err;
+  }
+  kernel<<<dim3(unsigned(runs), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p, run, maps);
+  return cudaGetLastError();
+}
+
+#define ARIADNE_BANDWG_KERNELS(X, D) X(launch_bandwg<D, Bf16>) X(launch_bandwg<D, F16>)
+#define ARIADNE_INSTANTIATE_BANDWG(D) ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_INSTANTIATE_ONE, D)
+ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_DECLARE_ONE, 80)
+
+}  // namespace ariadne::cuda

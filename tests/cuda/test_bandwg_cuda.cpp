@@ -1,0 +1,227 @@
+// The wgmma band kernel (src/cuda/attention_bandwg.cuh) against the CPU reference, on the edges
+// that are its own: lengths that are not multiples of the 64-row tiles or 64-key ring chunks (1,
+// 63, 65, 77, 300, 1500 + 70 keys), key hulls of 1 to 4 chunks (aligned ±64 sees 3, unaligned
+// windows and key offsets lk - lq that are not multiples of 64 see 4), runs of query tiles that
+// start, end or restart the ring inside a varlen batch, both sinks, GQA and f32 out. Token orders
+// are not routed here (Routing checks that they stay on the band kernel). Each case first checks that the call is routed to this kernel under the default
+// routing (no environment override), so a change of eligibility cannot turn these tests into
+// tests of another kernel. Run lengths are forced through ARIADNE_BAND_RUN. The checks are the
+// common ones: fresh random inputs, outputs poisoned first, the tolerance rule, and a second run
+// that must be bit-identical.
+#include <cstdlib>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ariadne/attention.hpp"
+#include "ariadne/device.hpp"
+#include "common.hpp"
+#include "cuda/cuda_common.hpp"
+#include "cuda/internal.hpp"
+
+namespace ariadne {
+namespace {
+
+using testing::Case;
+using namespace cuda_testing;
+
+// Sets ARIADNE_BAND_RUN for the scope (0: the launcher's own choice).
+class RunLength {
+ public:
+  explicit RunLength(int run) {
+    if (run > 0) setenv("ARIADNE_BAND_RUN", std::to_string(run).c_str(), 1);
+    else unsetenv("ARIADNE_BAND_RUN");
+  }
+  ~RunLength() { unsetenv("ARIADNE_BAND_RUN"); }
+  RunLength(const RunLength&) = delete;
+  RunLength& operator=(const RunLength&) = delete;
+};
+
+// Every test here starts from the default routing.
+class CudaBandWg : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    unsetenv("ARIADNE_BAND");
+    unsetenv("ARIADNE_BANDWG");
+    unsetenv("ARIADNE_BAND_RUN");
+  }
+  void TearDown() override { unsetenv("ARIADNE_BANDWG"); }
+};
+
+Case wg_case(const std::string& name, std::vector<int64_t> seq_q, DType dt, Pattern pat) {
+  Case c;
+  c.name = name;
+  c.seq_q = std::move(seq_q);
+  c.dim = 80;
+  c.dtype = dt;
+  c.pattern = pat;
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  return c;
+}
+
+void check_wg(const Case& c, bool f32_out = false) {
+  const testing::Inputs in = testing::make_inputs(c);
+  ASSERT_TRUE(cuda_uses_bandwg(in.params)) << c.name << ": not routed to the wgmma band kernel";
+  ASSERT_FALSE(cuda_uses_band(in.params)) << c.name;
+  check_case(c, f32_out);
+}
+
+std::string wname(const Pattern& p) {
+  std::string s = "w";  // appended, not "w" + ...: g++ 12 reports a false -Wrestrict on that form
+  s += std::to_string(p.window_left);
+  s += '_';
+  s += std::to_string(p.window_right);
+  return s;
+}
+
+TEST_F(CudaBandWg, WindowsAndLengths) {
+  // Aligned (3-chunk hulls) and unaligned windows (4-chunk hulls), at the eligibility limit
+  // (left + right = 129), one-sided and zero-width, over lengths around the 64-row tile.
+  const std::vector<Pattern> windows = {Pattern::window(64, 64), Pattern::window(48, 80), Pattern::window(0, 128),
+                                        Pattern::window(128, 0),  Pattern::window(63, 65), Pattern::window(64, 65),
+                                        Pattern::window(3, 100),  Pattern::window(0, 0),   Pattern::window(17, 5)};
+  int i = 0;
+  for (const Pattern& w : windows)
+    for (int64_t n : {1, 63, 65, 77, 300}) {
+      const DType dt = (i++ % 2) ? DType::f16 : DType::bf16;
+      Case c = wg_case("bandwg_" + wname(w) + "_" + dtype_name(dt) + "_n" + std::to_string(n), {n}, dt, w);
+      if (n == 77) c.heads_q = c.heads_kv = 3;  // no GQA
+      check_wg(c);
+    }
+}
+
+TEST_F(CudaBandWg, KeyOffsetsAndSinks) {
+  // lk != lq (bottom-right aligned): offsets that keep the hull 64-aligned (0, 64, -128) and that
+  // do not (5, 16, -32); both sinks, the key-0 bias on key 0's chunk at the first tile.
+  const std::vector<Pattern> windows = {Pattern::window(64, 64), Pattern::window(48, 80), Pattern::window(64, 65)};
+  for (const Pattern& w : windows)
+    for (int64_t shift : {0, 64, -128, 5, 16, -32})
+      for (SinkMode mode : {SinkMode::none, SinkMode::denominator, SinkMode::key0_bias}) {
+        Case c = wg_case("bandwg_off_" + wname(w) + "_shift" + std::to_string(shift) + "_" + sink_mode_name(mode),
+                         {333, 260}, DType::bf16, w);
+        c.seq_k = {333 + shift, 260 + shift};
+        c.sink_mode = mode;
+        c.sink_value = std::numeric_limits<float>::quiet_NaN();  // random per head
+        check_wg(c);
+      }
+}
+
+TEST_F(CudaBandWg, LongSequenceRuns) {
+  // 1500 queries over 1570 keys: runs of 1, 3, 40 tiles and the launcher's choice, so the ring
+  // wraps many times, runs start mid-sequence and a run holds one tile (each consumer's share
+  // differs), in both dtypes, with a denominator sink.
+  for (int run : {0, 1, 3, 40}) {
+    const RunLength scope(run);
+    for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(63, 65)}) {
+      Case c = wg_case("bandwg_long_" + wname(w) + "_run" + std::to_string(run), {1500}, run == 3 ? DType::f16 : DType::bf16, w);
+      c.seq_k = {1570};
+      c.heads_q = 4;
+      c.heads_kv = 1;
+      c.sink_mode = SinkMode::denominator;
+      c.sink_value = std::numeric_limits<float>::quiet_NaN();
+      check_wg(c);
+    }
+  }
+}
+
+TEST_F(CudaBandWg, RunBoundariesInVarlenBatches) {
+  // Empty and one-token sequences, key lengths shorter and longer than the query lengths (some
+  // tiles see no key at all), runs crossing sequence ends (the ring restarts).
+  for (int run : {0, 1, 2, 3, 5}) {
+    const RunLength scope(run);
+    for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(7, 40)}) {
+      Case c = wg_case("bandwg_varlen_" + wname(w) + "_run" + std::to_string(run), {1, 0, 130, 64, 5, 200, 1}, DType::bf16, w);
+      c.seq_k = {3, 4, 100, 64, 0, 260, 1};
+      check_wg(c);
+      Case same = wg_case("bandwg_varlen_same_" + wname(w) + "_run" + std::to_string(run), {65, 1, 128, 0, 191, 7},
+                          DType::f16, w);
+      check_wg(same);
+    }
+  }
+}
+
+TEST_F(CudaBandWg, SinksAndF32Out) {
+  for (SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias})
+    for (float sink : {10.f, -10.f, std::numeric_limits<float>::quiet_NaN()})
+      for (bool f32 : {false, true}) {
+        Case c = wg_case(std::string("bandwg_sink_") + sink_mode_name(mode) + "_" + std::to_string(sink) +
+                             (f32 ? "_f32out" : ""),
+                         {70, 200}, DType::bf16, Pattern::window(64, 64));
+        c.seq_k = {90, 150};
+        c.sink_mode = mode;
+        c.sink_value = sink;
+        check_wg(c, f32);
+      }
+}
+
+TEST_F(CudaBandWg, SmallCasesForSanitizers) {
+  // Small enough for compute-sanitizer: a two-sequence batch with lk != lq, run length 1 (the ring
+  // restarts on every tile) and the launcher's choice, 3- and 4-chunk hulls, both sinks.
+  for (int run : {0, 1})
+    for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(64, 65)}) {
+      const RunLength scope(run);
+      for (SinkMode mode : {SinkMode::none, SinkMode::denominator, SinkMode::key0_bias}) {
+        Case c = wg_case("bandwg_small_run" + std::to_string(run) + "_" + wname(w) + "_" + sink_mode_name(mode),
+                         {150, 33}, DType::bf16, w);
+        c.seq_k = {155, 40};
+        c.sink_mode = mode;
+        c.sink_value = std::numeric_limits<float>::quiet_NaN();
+        check_wg(c);
+      }
+    }
+}
+
+TEST_F(CudaBandWg, Routing) {
+  // Head dim 80 sliding windows up to left + right = 129 take it by default; other head dims,
+  // wider windows, chunks, one-sided unbounded windows do not; ARIADNE_BANDWG=0 hands the call
+  // back to the per-warp band kernel and ARIADNE_BAND=0 to the tile kernel.
+  Case narrow = wg_case("bandwg_route_w64", {300}, DType::bf16, Pattern::window(64, 64));
+  const AttentionParams pn = testing::make_inputs(narrow).params;
+  EXPECT_TRUE(cuda_uses_bandwg(pn));
+  EXPECT_FALSE(cuda_uses_band(pn));
+  Case d64 = narrow;
+  d64.dim = 64;
+  EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(d64).params));
+  EXPECT_TRUE(cuda_uses_band(testing::make_inputs(d64).params));
+  Case wide = wg_case("bandwg_route_w65_65", {300}, DType::bf16, Pattern::window(65, 65));
+  EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(wide).params));
+  Case chunk = wg_case("bandwg_route_chunk64", {300}, DType::bf16, Pattern::chunked(64));
+  EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
+  Case causal = wg_case("bandwg_route_causal", {300}, DType::bf16, Pattern::causal());
+  EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(causal).params));
+  // A token order (a gather per row, which the copy engine's tiles cannot do) stays on the band
+  // kernel: CudaBand.FusedTokenOrder tests it there.
+  AttentionParams ordered = pn;
+  const std::vector<int32_t> identity = [] {
+    std::vector<int32_t> v(300);
+    std::iota(v.begin(), v.end(), 0);
+    return v;
+  }();
+  ordered.order = identity.data();
+  EXPECT_FALSE(cuda_uses_bandwg(ordered));
+  EXPECT_TRUE(cuda_uses_band(ordered));
+  // A view whose rows are closer together than its heads (heads outermost) has no tensor map.
+  AttentionParams heads_outer = pn;
+  heads_outer.q.stride[0] = 80;
+  heads_outer.q.stride[1] = 300 * 80;
+  EXPECT_FALSE(cuda_uses_bandwg(heads_outer));
+  setenv("ARIADNE_BAND", "1", 1);  // chunks forced onto the band kernel stay off this one
+  EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
+  unsetenv("ARIADNE_BAND");
+  setenv("ARIADNE_BANDWG", "0", 1);
+  EXPECT_FALSE(cuda_uses_bandwg(pn));
+  EXPECT_TRUE(cuda_uses_band(pn));
+  check_case(narrow);
+  unsetenv("ARIADNE_BANDWG");
+  setenv("ARIADNE_BAND", "0", 1);
+  EXPECT_FALSE(cuda_uses_bandwg(pn));
+  EXPECT_FALSE(cuda_uses_band(pn));
+  unsetenv("ARIADNE_BAND");
+}
+
+}  // namespace
+}  // namespace ariadne
