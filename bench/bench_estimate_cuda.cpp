@@ -30,9 +30,13 @@
 // measured in the same device-check step by bench/anchors.py and joined there (speedup columns).
 //
 //   bench_estimate_cuda [tokens ...] [--recall-max N] [--methods rr,xattn] [--xattn-max N] [--strides 8,16]
-//                       [--mix M]
+//                       [--mix M] [--scoring mma,f32]
 //   default tokens 8192 32768 65536 131072; --xattn-max: XAttention only up to N tokens (its
-//   estimate takes seconds at 128K); --mix: the synthetic head mix (default SyntheticConfig's)
+//   estimate takes seconds at 128K); --mix: the synthetic head mix (default SyntheticConfig's);
+//   --scoring: the scoring kernels to time (default mma, the tensor-core one; f32 the CUDA-core
+//   one). The first gives the case's row (attention, recall); each further one adds a row
+//   "<id>-<kernel>" with its estimate times and its largest score difference and count of rows
+//   whose block list differs from the first's (vs_<first>_max_score_diff, vs_<first>_rows_differ)
 #if defined(ARIADNE_WITH_CUDA)
 
 #include <cuda_runtime.h>
@@ -116,12 +120,25 @@ int main(int argc, char** argv) {
     std::vector<Estimator> methods = {Estimator::rr, Estimator::xattn};
     std::vector<int> strides = {8, 16};
     std::string mix = SyntheticConfig{}.mix;
+    std::vector<std::string> scorings = {"mma"};
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--recall-max" && i + 1 < argc) recall_max = std::atoll(argv[++i]);
       else if (a == "--xattn-max" && i + 1 < argc) xattn_max = std::atoll(argv[++i]);
       else if (a == "--strides" && i + 1 < argc) strides = int_list(argv[++i]);
       else if (a == "--mix" && i + 1 < argc) mix = argv[++i];
+      else if (a == "--scoring" && i + 1 < argc) {
+        const std::string m = argv[++i];
+        scorings.clear();
+        size_t pos = 0;
+        while (pos <= m.size()) {
+          const size_t comma = std::min(m.find(',', pos), m.size());
+          scorings.push_back(m.substr(pos, comma - pos));
+          ARIADNE_CHECK(scorings.back() == "mma" || scorings.back() == "f32", "bench_estimate_cuda: --scoring '", m,
+                        "', expected mma, f32 or both comma-separated");
+          pos = comma + 1;
+        }
+      }
       else if (a == "--methods" && i + 1 < argc) {
         const std::string m = argv[++i];
         methods.clear();
@@ -177,29 +194,42 @@ int main(int argc, char** argv) {
           c.stride = stride;
           c.tau = 0.95;
           c.host_copy = false;
-          const auto ms_since = [](std::chrono::steady_clock::time_point t) {
-            return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+          // Timings of one scoring kernel (the first of --scoring; the others follow the case).
+          struct Timed {
+            EstimateResult r;
+            double first = 0;
+            std::vector<double> wall, samp, score, sel, stages, overhead, frees;
           };
-          const auto tw = std::chrono::steady_clock::now();
-          EstimateResult r = estimate(q.view(), k.view(), Pattern::causal(), c, Backend::cuda);  // warm-up
-          const double ms_first = ms_since(tw);
-          const int reps = n >= 65536 ? 3 : 5;
-          std::vector<double> wall, samp, score, sel, stages, overhead, frees;
-          for (int i = 0; i < reps; ++i) {
-            const auto t0 = std::chrono::steady_clock::now();
-            EstimateResult next = estimate(q.view(), k.view(), Pattern::causal(), c, Backend::cuda);
-            const double w = ms_since(t0);
-            const auto tf = std::chrono::steady_clock::now();
-            r = std::move(next);  // frees the previous result's device arrays
-            frees.push_back(ms_since(tf));
-            const double stage = r.stats.ms_sampling + r.stats.ms_scoring + r.stats.ms_selection;
-            wall.push_back(w);
-            samp.push_back(r.stats.ms_sampling);
-            score.push_back(r.stats.ms_scoring);
-            sel.push_back(r.stats.ms_selection);
-            stages.push_back(stage);
-            overhead.push_back(w - stage);
-          }
+          const auto time_estimate = [&](const EstimateConfig& cfg) {
+            const auto ms_since = [](std::chrono::steady_clock::time_point t) {
+              return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+            };
+            Timed t;
+            const auto tw = std::chrono::steady_clock::now();
+            t.r = estimate(q.view(), k.view(), Pattern::causal(), cfg, Backend::cuda);  // warm-up
+            t.first = ms_since(tw);
+            const int reps = n >= 65536 ? 3 : 5;
+            for (int i = 0; i < reps; ++i) {
+              const auto t0 = std::chrono::steady_clock::now();
+              EstimateResult next = estimate(q.view(), k.view(), Pattern::causal(), cfg, Backend::cuda);
+              const double w = ms_since(t0);
+              const auto tf = std::chrono::steady_clock::now();
+              t.r = std::move(next);  // frees the previous result's device arrays
+              t.frees.push_back(ms_since(tf));
+              const double stage = t.r.stats.ms_sampling + t.r.stats.ms_scoring + t.r.stats.ms_selection;
+              t.wall.push_back(w);
+              t.samp.push_back(t.r.stats.ms_sampling);
+              t.score.push_back(t.r.stats.ms_scoring);
+              t.sel.push_back(t.r.stats.ms_selection);
+              t.stages.push_back(stage);
+              t.overhead.push_back(w - stage);
+            }
+            return t;
+          };
+          c.cuda_f32_scoring = scorings[0] == "f32";
+          Timed main_t = time_estimate(c);
+          const EstimateResult& r = main_t.r;
+          const std::vector<double>& wall = main_t.wall;
           AttentionParams ps = p;
           ps.pattern = Pattern::causal().with_blocks(r.device.view());
           const double ms_attn = time_attention(ps, 5);
@@ -219,14 +249,18 @@ int main(int argc, char** argv) {
           j["block"] = c.block;
           j["stride"] = stride;
           j["tau"] = c.tau;
-          j["ms_estimate"] = median(wall);
-          j["ms_sampling"] = median(samp);
-          j["ms_scoring"] = median(score);
-          j["ms_selection"] = median(sel);
-          j["ms_stage_sum"] = median(stages);
-          j["ms_host_overhead"] = median(overhead);
-          j["ms_estimate_first"] = ms_first;
-          j["ms_result_free"] = median(frees);
+          const auto put_times = [&](nlohmann::json& o, const Timed& t) {
+            o["ms_estimate"] = median(t.wall);
+            o["ms_sampling"] = median(t.samp);
+            o["ms_scoring"] = median(t.score);
+            o["ms_selection"] = median(t.sel);
+            o["ms_stage_sum"] = median(t.stages);
+            o["ms_host_overhead"] = median(t.overhead);
+            o["ms_estimate_first"] = t.first;
+            o["ms_result_free"] = median(t.frees);
+            o["scoring"] = t.r.stats.tensor_core_scoring ? "mma" : "f32";
+          };
+          put_times(j, main_t);
           j["ms_attention"] = ms_attn;
           j["attention_kernel"] = on_wgmma ? "wgmma" : "mma.sync";
           j["ms_attention_mma_sync"] = ms_attn_mma;
@@ -257,6 +291,41 @@ int main(int argc, char** argv) {
           }
           std::cerr << j.dump() << "\n";
           out.push_back(j);
+
+          // The other scoring kernels on the same case: their times, and how far their scores and
+          // masks are from the first kernel's (host copies of both, τ 0.95).
+          for (size_t v = 1; v < scorings.size(); ++v) {
+            EstimateConfig cv = c;
+            cv.cuda_f32_scoring = scorings[v] == "f32";
+            const Timed tv = time_estimate(cv);
+            nlohmann::json jv;
+            jv["id"] = j["id"].get<std::string>() + "-" + scorings[v];
+            jv["kind"] = "estimate-scoring";
+            jv["method"] = j["method"];
+            jv["tokens"] = n;
+            jv["stride"] = stride;
+            put_times(jv, tv);
+            jv["density"] = tv.r.stats.density;
+            EstimateConfig ha = c, hb = cv;
+            ha.host_copy = hb.host_copy = true;
+            const EstimateResult a = estimate(q.view(), k.view(), Pattern::causal(), ha, Backend::cuda);
+            const EstimateResult b = estimate(q.view(), k.view(), Pattern::causal(), hb, Backend::cuda);
+            double worst = 0;
+            for (size_t i = 0; i < a.scores.size(); ++i)
+              worst = std::max(worst, double(std::abs(a.scores[i] - b.scores[i])));
+            int64_t rows_differ = 0;
+            for (int64_t row = 0; row < a.rows(); ++row) {
+              const auto b0 = size_t(a.mask.row_ptr[size_t(row)]), b1 = size_t(a.mask.row_ptr[size_t(row) + 1]);
+              const auto c0 = size_t(b.mask.row_ptr[size_t(row)]), c1 = size_t(b.mask.row_ptr[size_t(row) + 1]);
+              rows_differ += !std::equal(a.mask.col_idx.begin() + long(b0), a.mask.col_idx.begin() + long(b1),
+                                         b.mask.col_idx.begin() + long(c0), b.mask.col_idx.begin() + long(c1));
+            }
+            jv["vs_" + scorings[0] + "_max_score_diff"] = worst;
+            jv["vs_" + scorings[0] + "_rows_differ"] = rows_differ;
+            jv["rows"] = a.rows();
+            std::cerr << jv.dump() << "\n";
+            out.push_back(jv);
+          }
         }
     }
     std::cout << out.dump(1) << "\n";

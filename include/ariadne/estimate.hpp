@@ -86,6 +86,10 @@ struct EstimateConfig {
   // returns, giving the memory back (the next call allocates it again). See estimate() for who
   // owns it.
   bool keep_workspace = true;
+  // CUDA backend: compute the stride logits with the f32 CUDA-core kernel instead of the tensor-
+  // core one (bf16 mma.sync on exact bf16 splits of the operands; docs/numerics.md gives the
+  // difference). The environment variable ARIADNE_EST_F32=1 sets it for every call.
+  bool cuda_f32_scoring = false;
 
   Protections protections() const { return protect ? *protect : Protections::published(method); }
   double tau_of(int head) const { return tau_per_head.empty() ? tau : tau_per_head[size_t(head)]; }
@@ -105,6 +109,7 @@ struct EstimateStats {
   double density = 0;          // kept / visible
   std::vector<double> density_per_head;  // [heads_q]: kept / visible of each query head
   double mac = 0;              // multiply-adds spent on scoring (the cost model of SPEC C.5)
+  bool tensor_core_scoring = false;  // CUDA: the logits ran on the tensor-core kernel
 };
 
 // The CUDA backend's output, in device memory (empty for the CPU backend). The same CSR and score

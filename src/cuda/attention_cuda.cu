@@ -59,6 +59,17 @@ bool choose_wide(const AttentionParams& p) {
   return ctas >= 2 * 132;
 }
 
+// Whether the current device is compute capability 9.0: wgmma and setmaxnreg are sm_90a
+// instructions, which the Hopper kernels (wgmma, bandwg) are built for.
+bool current_device_is_sm90() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+}
+
 // The wgmma kernel (attention_wgmma.cuh) runs dense rows (full, causal, any window_right without a
 // left bound, varlen, GQA, sinks) at head dims 64, 80 and 128 on compute capability 9.0, and
 // block-sparse rows on those patterns when the block is a multiple of its 128-row tiles (128,
@@ -74,12 +85,7 @@ bool wgmma_eligible(const AttentionParams& p) {
   if (pat.window_left != kUnbounded || pat.chunk > 0) return false;
   if (pat.blocks.defined() && pat.blocks.block % cuda::WgShape<64>::BM != 0) return false;
   if (p.entropy.defined() || p.distance.defined()) return false;  // diagnostics: mma.sync kernel
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-    return false;
-  return major == 9 && minor == 0;  // wgmma and setmaxnreg are sm_90a instructions
+  return current_device_is_sm90();
 }
 
 // The band-walking kernel (attention_band.cuh) can take narrow local patterns: no block mask, no
@@ -126,12 +132,7 @@ bool bandwg_eligible(const AttentionParams& p) {
   // the heads to the rows.
   for (const TensorView* t : {&p.q, &p.k, &p.v})
     if (t->stride[2] != 1 || t->stride[1] < t->shape[2] || t->stride[0] < t->stride[1] * t->shape[1]) return false;
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-    return false;
-  return major == 9 && minor == 0;  // wgmma and setmaxnreg are sm_90a instructions
+  return current_device_is_sm90();
 }
 
 cudaError_t launch_bandwg_d80(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {

@@ -23,7 +23,10 @@ struct ScoreParams {
   const void* k;
   int dtype;  // 0 f32, 1 bf16, 2 f16 (ariadne::DType order)
   int64_t q_tok, q_head, k_tok, k_head;
-  float* ksum;                  // rr: [heads_kv, total_ks, d] f32, Σ of each key stride
+  float* ksum;                  // rr, f32 scoring: [heads_kv, total_ks, d] f32, Σ of each key stride
+  // rr, tensor-core scoring: the same sums split exactly into three bf16 terms (hi, mid, lo,
+  // Σ = K̄ for finite sums), [heads_kv, total_ks, 3, dpad] bf16, zero-padded past d.
+  void* ksplit;
   int64_t total_ks;             // key-stride rows of all sequences
   const EstSeq* seqs;
   int num_seqs;
@@ -41,7 +44,12 @@ struct ScoreParams {
   int row_split;                // rounds of 64 rows per head (> 1 when B/S > 64; then
                                 // heads_per_cta = 1)
   bool rr, paper;               // rr (else xattn); rr sampling offset
-  float qmul;                   // scale / S, folded into the queries as on the CPU
+  float qmul;                   // scale / S, folded into the queries as on the CPU (f32
+                                // scoring) or into the logits (tensor-core scoring)
+  // Tensor-core scoring (mma.sync bf16, estimate_score.cu): on when true, else the f32 kernel.
+  bool mma;
+  int dpad;                     // d rounded up to 16 (the mma k step)
+  int qterms, kterms;           // bf16 terms of each operand: 1 bf16, 2 f16, 3 f32 (rr k: 3)
 };
 
 // Selection and CSR assembly.
@@ -67,6 +75,11 @@ constexpr int kMaxSortBlocks = 4096;
 constexpr int kScoreRows = 64;
 constexpr int kScoreCols = 32;
 constexpr int kScoreThreads = 256;
+// Key strides per chunk of the tensor-core scoring kernel.
+constexpr int kMmaCols = 64;
+
+// Dynamic shared memory of the scoring kernel for these parameters (p.mma picks the kernel).
+size_t scores_smem_bytes(const ScoreParams& p);
 
 // Kernel launches on `stream`; each returns the launch error.
 cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream);

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -47,6 +48,12 @@ std::vector<int32_t> read_ints(const int32_t* p, int64_t n) {
   std::vector<int32_t> v(size_t(n), 0);
   check(cudaMemcpy(v.data(), p, size_t(n) * sizeof(int32_t), cudaMemcpyDefault), "reading cu_seqlens");
   return v;
+}
+
+// ARIADNE_EST_F32=1 (read per call): the f32 scoring kernel, as EstimateConfig::cuda_f32_scoring.
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string(v) == "1";
 }
 
 int64_t last_key_stride(const EstimateConfig& c, int64_t stride, const Seq& e, int64_t i, int h) {
@@ -308,7 +315,27 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   char* tables = static_cast<char*>(ws.tables.get(tables_end + kept_bytes));
   int64_t* d_kept = reinterpret_cast<int64_t*>(tables + tables_end);
   void* d_scratch = ws.scratch.get(size_t(scratch_pairs) * 2 * sizeof(float));
-  void* d_ksum = rr ? ws.ksum.get(size_t(g.heads_kv) * size_t(g.total_ks) * size_t(g.dim) * sizeof(float)) : nullptr;
+  // Tensor-core scoring unless asked for f32 (config or ARIADNE_EST_F32=1) or its tiles would not
+  // fit in a CTA's shared memory (d 256 with f32 inputs on a part with less than ~220 KB).
+  const int qterms = q.dtype == DType::bf16 ? 1 : q.dtype == DType::f16 ? 2 : 3;
+  const int dpad = int((g.dim + 15) / 16 * 16);
+  bool use_mma = !config.cuda_f32_scoring && !env_flag("ARIADNE_EST_F32");
+  if (use_mma) {
+    cuda::ScoreParams probe{};
+    probe.mma = true;
+    probe.d = int(g.dim);
+    probe.dpad = dpad;
+    probe.qterms = qterms;
+    probe.kterms = rr ? 3 : qterms;
+    int dev_id = 0, optin = 0;
+    check(cudaGetDevice(&dev_id), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_id), "shared memory limit");
+    use_mma = cuda::scores_smem_bytes(probe) <= size_t(optin);
+  }
+  // rr: K̄ as f32 [heads_kv, total_ks, d] or as three bf16 terms [heads_kv, total_ks, 3, dpad].
+  const size_t ksum_bytes = size_t(g.heads_kv) * size_t(g.total_ks) *
+                            (use_mma ? size_t(3) * size_t(dpad) * 2 : size_t(g.dim) * sizeof(float));
+  void* d_ksum = rr ? ws.ksum.get(ksum_bytes) : nullptr;
   void* d_keep = ws.keep.get(size_t(nvis_total));
   void* d_counts = ws.counts.get(size_t(g.rows + 1) * sizeof(int32_t));
   void* d_scan = ws.scan.get(scan_bytes);
@@ -363,6 +390,12 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sp.rr = rr;
   sp.paper = config.offset == RROffset::paper;
   sp.qmul = scale / float(stride);
+  sp.mma = use_mma;
+  sp.dpad = dpad;
+  sp.qterms = qterms;
+  sp.kterms = rr ? 3 : qterms;
+  sp.ksplit = use_mma ? d_ksum : nullptr;
+  if (use_mma) sp.ksum = nullptr;
 
   const Protections prot = config.protections();
   cuda::SelectParams sel{};
@@ -418,6 +451,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   drain.armed = false;
   s.ms_sampling = ev.ms(0, 1);
   s.ms_scoring = ev.ms(1, 2);
+  s.tensor_core_scoring = use_mma;
   s.ms_selection = ev.ms(2, 3);
 
   std::vector<int64_t> kept(size_t(g.heads_q), 0);

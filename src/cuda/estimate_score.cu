@@ -14,12 +14,24 @@
 // multiply-adds that would cost as much as the first); the row's max and sum then combine the
 // pairs, and each block's mass is its pair rescaled. Every sum runs in a fixed order (no
 // atomics), so the scores are bit-identical run to run.
+//
+// The logits come from one of two variants of the kernel (a template flag, the rest is shared):
+// the f32 kernel (CUDA-core FMAs, each lane one key stride, the CPU's products) and the tensor-
+// core kernel (mma.sync m16n8k16 bf16 → f32, 64 key strides per chunk). The tensor-core kernel
+// keeps f32 accuracy by splitting each operand exactly into bf16 terms: a bf16 input is one
+// term, an f16 input two (11 significant bits), an f32 value three (8 + 8 + 8 bits = 24, so
+// hi + mid + lo is the value itself); K̄ (f32 sums) is always three. Every bf16 product is exact
+// in f32, and the products of terms (i, j) with i + j <= 2 are all accumulated (the dropped ones
+// are below 2^-24 of the product): the logits then differ from the f32 kernel's only by the order
+// and rounding of the f32 sums (docs/numerics.md). The scale is applied to the finished logit,
+// not folded into q (q·scale is not a bf16 number).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
 
 #include "cuda/estimate.cuh"
+#include "cuda/mma.cuh"
 
 namespace ariadne::cuda {
 namespace {
@@ -41,33 +53,81 @@ __device__ int seq_of_key_stride(const EstSeq* seqs, int n, int64_t x) {
   return lo;
 }
 
+// x = hi + mid + lo exactly in bf16 terms (x − hi and its remainder are exact in f32; each term
+// takes the next 8 significant bits). A non-finite x is all in hi (inf − inf would make NaN).
+__device__ __forceinline__ void split_bf16(float x, __nv_bfloat16 (&t)[3]) {
+  t[0] = __float2bfloat16_rn(x);
+  const float r1 = x - __bfloat162float(t[0]);
+  const bool finite = isfinite(x);
+  t[1] = __float2bfloat16_rn(finite ? r1 : 0.f);
+  const float r2 = r1 - __bfloat162float(t[1]);
+  t[2] = __float2bfloat16_rn(finite ? r2 : 0.f);
+}
+
 // RR sampling, part 1: K̄_j = Σ_{t<S} k_{jS+t} per KV head, f32, summed in t order as the CPU does
-// (so the sums are bit-identical to the CPU estimator's). Grid (total_ks, heads_kv).
+// (so the sums are bit-identical to the CPU estimator's). Written as f32 (f32 scoring) or as its
+// three bf16 terms, zero-padded to dpad (tensor-core scoring). Grid (total_ks, heads_kv).
 __global__ void key_stride_sums_kernel(ScoreParams p) {
   const int64_t x = blockIdx.x;
   const int kvh = blockIdx.y;
   const EstSeq e = p.seqs[seq_of_key_stride(p.seqs, p.num_seqs, x)];
   const int64_t j = x - e.ks_base;
-  float* dst = p.ksum + (int64_t(kvh) * p.total_ks + x) * p.d;
-  for (int u = threadIdx.x; u < p.d; u += blockDim.x) {
+  const int width = p.mma ? p.dpad : p.d;
+  for (int u = threadIdx.x; u < width; u += blockDim.x) {
     float acc = 0.f;
-    for (int t = 0; t < p.stride && j * p.stride + t < e.lk; ++t)
-      acc += load_elem(p.k, (e.k0 + j * p.stride + t) * p.k_tok + kvh * p.k_head + u, p.dtype);
-    dst[u] = acc;
+    if (u < p.d)
+      for (int t = 0; t < p.stride && j * p.stride + t < e.lk; ++t)
+        acc += load_elem(p.k, (e.k0 + j * p.stride + t) * p.k_tok + kvh * p.k_head + u, p.dtype);
+    if (p.mma) {
+      __nv_bfloat16 parts[3];
+      split_bf16(acc, parts);
+      __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.ksplit) + (int64_t(kvh) * p.total_ks + x) * 3 * p.dpad;
+#pragma unroll
+      for (int i = 0; i < 3; ++i) dst[i * p.dpad + u] = parts[i];
+    } else {
+      p.ksum[(int64_t(kvh) * p.total_ks + x) * p.d + u] = acc;
+    }
   }
 }
 
 constexpr int kQPitch = kScoreRows + 4;  // q tile [d][68]: float4-aligned, 4-way store conflicts at most
-constexpr int kPPitch = kScoreCols + 1;
+
+// Shared-memory plan of the scoring kernel (bytes from the dynamic base).
+//   f32: logits [64][33] f32 | q tile [d][kQPitch] f32 | key tile [32][d+1] f32
+//   mma: logits [64][65] f32 | q tile [qterms][64][dpad+8] bf16 | key tile [kterms][64][dpad+8] bf16
+// The bf16 rows are padded by 8 elements (16 bytes): the 8 row addresses of an ldmatrix then fall
+// in 8 different 4-bank groups, and every row start stays 16-byte aligned.
+template <bool kMma>
+struct ScoreSmem {
+  static constexpr int cols = kMma ? kMmaCols : kScoreCols;  // key strides per chunk
+  static constexpr int ppitch = cols + 1;
+  static __host__ __device__ size_t logits_bytes() { return sizeof(float) * size_t(kScoreRows) * ppitch; }
+  static __host__ __device__ int bpitch(const ScoreParams& p) { return p.dpad + 8; }
+  static __host__ __device__ size_t q_bytes(const ScoreParams& p) {
+    return kMma ? size_t(2) * p.qterms * kScoreRows * bpitch(p) : sizeof(float) * size_t(p.d) * kQPitch;
+  }
+  static __host__ __device__ size_t k_bytes(const ScoreParams& p) {
+    return kMma ? size_t(2) * p.kterms * kMmaCols * bpitch(p) : sizeof(float) * size_t(kScoreCols) * (p.d + 1);
+  }
+  static __host__ __device__ size_t total(const ScoreParams& p) { return logits_bytes() + q_bytes(p) + k_bytes(p); }
+};
 
 // Grid (total query blocks, heads_kv, ceil(group / heads_per_cta)), kScoreThreads threads.
-// Shared: q tile [d][kQPitch], key tile [32][d+1], one chunk's logits [64][33].
+template <bool kMma>
 __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
-  extern __shared__ float smem[];
+  using Sm = ScoreSmem<kMma>;
+  constexpr int kCols = Sm::cols, kPPitch = Sm::ppitch;
+  extern __shared__ float4 smem4[];
+  char* smem = reinterpret_cast<char*>(smem4);
   const int d = p.d;
-  float* qs = smem;
-  float* ks = qs + d * kQPitch;
-  float* ps = ks + kScoreCols * (d + 1);
+  float* ps = reinterpret_cast<float*>(smem);
+  // f32 tiles
+  float* qs = reinterpret_cast<float*>(smem + Sm::logits_bytes());
+  float* ks = reinterpret_cast<float*>(smem + Sm::logits_bytes() + Sm::q_bytes(p));
+  // bf16 tiles (same addresses, the other variant)
+  __nv_bfloat16* qa = reinterpret_cast<__nv_bfloat16*>(qs);
+  __nv_bfloat16* kb = reinterpret_cast<__nv_bfloat16*>(ks);
+  const int bp = Sm::bpitch(p);
   __shared__ int lim[kScoreRows];      // last visible key stride of each row (−1: no row)
   __shared__ int qpos[kScoreRows];     // rr: the sampled query's local index
   __shared__ int rhead[kScoreRows];    // the row's query head, relative to head0
@@ -117,17 +177,29 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
     }
     __syncthreads();
 
-    // Loads the q tile of segment `seg` (rr: the sampled query; xattn: q_{iS+S−1−seg}), scaled.
+    // q element t of row r in segment `seg` (rr: the sampled query; xattn: q_{iS+S−1−seg}),
+    // unscaled; 0 for rows without a query.
+    auto q_elem = [&](int r, int t, int seg) {
+      float v = 0.f;
+      if (lim[r] >= 0) {
+        const int h = head0 + rhead[r];
+        const int64_t iq = p.rr ? int64_t(qpos[r]) : (i0 + ril[r]) * S + S - 1 - seg;
+        if (iq < e.lq) v = load_elem(p.q, (e.q0 + iq) * p.q_tok + int64_t(h) * p.q_head + t, p.dtype);
+      }
+      return v;
+    };
+    // xattn: k element t of key stride j in segment `seg` (k_{jS+seg}); 0 past the sequence.
+    auto k_elem = [&](int64_t j, int t, int seg) {
+      const int64_t tok = j * S + seg;
+      return j < e.nks && tok < e.lk ? load_elem(p.k, (e.k0 + tok) * p.k_tok + int64_t(kvh) * p.k_head + t, p.dtype)
+                                     : 0.f;
+    };
+
+    // ---- f32 tiles: q scaled by qmul (as the CPU folds it), fp32 FMAs ----
     auto load_q = [&](int seg) {
       for (int idx = tid; idx < kScoreRows * d; idx += kScoreThreads) {
         const int r = idx / d, t = idx % d;
-        float v = 0.f;
-        if (lim[r] >= 0) {
-          const int h = head0 + rhead[r];
-          const int64_t iq = p.rr ? int64_t(qpos[r]) : (i0 + ril[r]) * S + S - 1 - seg;
-          if (iq < e.lq) v = load_elem(p.q, (e.q0 + iq) * p.q_tok + int64_t(h) * p.q_head + t, p.dtype) * p.qmul;
-        }
-        qs[t * kQPitch + r] = v;
+        qs[t * kQPitch + r] = q_elem(r, t, seg) * p.qmul;
       }
     };
     // Loads key strides j0 … j0+31 of segment `seg` (rr: K̄_j; xattn: k_{jS+seg}).
@@ -139,41 +211,149 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
         if (p.rr) {
           if (j < e.nks) v = p.ksum[(int64_t(kvh) * p.total_ks + e.ks_base + j) * d + t];
         } else {
-          const int64_t tok = j * S + seg;
-          if (j < e.nks && tok < e.lk) v = load_elem(p.k, (e.k0 + tok) * p.k_tok + int64_t(kvh) * p.k_head + t, p.dtype);
+          v = k_elem(j, t, seg);
         }
         ks[c * (d + 1) + t] = v;
       }
     };
-    // Logits of rows 8·warp … 8·warp+7 against key stride j0 + lane.
-    auto logits = [&](int64_t j0, float acc[8]) {
-      for (int e8 = 0; e8 < 8; ++e8) acc[e8] = 0.f;
+
+    // ---- bf16 tiles: each value as qterms / kterms exact bf16 terms, rows padded with zeros ----
+    auto load_q_mma = [&](int seg) {
+      for (int idx = tid; idx < kScoreRows * p.dpad; idx += kScoreThreads) {
+        const int r = idx / p.dpad, t = idx % p.dpad;
+        __nv_bfloat16 parts[3];
+        split_bf16(t < d ? q_elem(r, t, seg) : 0.f, parts);
+#pragma unroll
+        for (int i = 0; i < 3; ++i)
+          if (i < p.qterms) qa[(i * kScoreRows + r) * bp + t] = parts[i];
+      }
+    };
+    // rr: issues the 16-byte asynchronous copies of K̄'s terms for key strides j0 … j0+63 (one
+    // commit group; contiguous [3][dpad] per key stride), zero-filled past the sequence's end.
+    auto issue_k_rr = [&](int64_t j0) {
+      const int v8 = p.dpad / 8;  // 16-byte vectors per term row
+      const __nv_bfloat16* src0 =
+          static_cast<const __nv_bfloat16*>(p.ksplit) + (int64_t(kvh) * p.total_ks + e.ks_base) * 3 * p.dpad;
+      for (int idx = tid; idx < kMmaCols * 3 * v8; idx += kScoreThreads) {
+        const int c = idx / (3 * v8), rem = idx % (3 * v8), i = rem / v8, u = rem % v8;
+        const int64_t j = j0 + c;
+        const bool ok = j < e.nks;
+        const __nv_bfloat16* src = src0 + (ok ? j : 0) * 3 * p.dpad + i * p.dpad + u * 8;
+        cp_async16(smem_addr(kb + (i * kMmaCols + c) * bp + u * 8), src, ok);
+      }
+      cp_async_commit();
+    };
+    auto load_k_mma = [&](int64_t j0, int seg) {
+      if (p.rr) {
+        issue_k_rr(j0);
+        cp_async_wait<0>();
+      } else {
+        for (int idx = tid; idx < kMmaCols * p.dpad; idx += kScoreThreads) {
+          const int c = idx / p.dpad, t = idx % p.dpad;
+          __nv_bfloat16 parts[3];
+          split_bf16(t < d ? k_elem(j0 + c, t, seg) : 0.f, parts);
+#pragma unroll
+          for (int i = 0; i < 3; ++i)
+            if (i < p.kterms) kb[(i * kMmaCols + c) * bp + t] = parts[i];
+        }
+      }
+    };
+
+    // ---- tensor-core logits. Warp w: rows 32·(w & 1) … +31 (two m16 tiles) × key strides
+    // 16·(w >> 1) … +15 of the chunk (two n8 tiles). Accumulator layout of m16n8: c0, c1 at row
+    // lane/4, columns 2·(lane%4) + 0, 1; c2, c3 the same 8 rows further down. ----
+    const int wm = warp & 1, wn = warp >> 1;
+    // acc += the tiles in shared memory, all d in steps of 16, every term pair (i, j), i + j <= 2.
+    auto mma_tile = [&](float (&acc)[2][2][4]) {
+      for (int k0 = 0; k0 < p.dpad; k0 += 16) {
+        uint32_t a[3][2][4];
+#pragma unroll
+        for (int i = 0; i < 3; ++i)
+          if (i < p.qterms)
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+              ldmatrix_x4(a[i][mt],
+                          smem_addr(qa + (i * kScoreRows + wm * 32 + mt * 16 + (lane & 15)) * bp + k0 + (lane >> 4) * 8));
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+          if (j >= p.kterms) continue;
+          uint32_t b[4];  // n8 tile 0: b[0], b[1]; tile 1: b[2], b[3]
+          ldmatrix_x4(b, smem_addr(kb + (j * kMmaCols + wn * 16 + (lane >> 4) * 8 + (lane & 7)) * bp + k0 +
+                                   ((lane >> 3) & 1) * 8));
+#pragma unroll
+          for (int i = 0; i < 3; ++i)
+            if (i < p.qterms && i + j <= 2)
+#pragma unroll
+              for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt) Bf16::mma(acc[mt][nt], a[i][mt], b[2 * nt], b[2 * nt + 1]);
+        }
+      }
+    };
+    // The chunk's logits (unscaled) over all segments, loading the tiles synchronously.
+    auto mma_chunk = [&](int64_t j0, float (&acc)[2][2][4]) {
       const int segs = p.rr ? 1 : S;
       for (int seg = 0; seg < segs; ++seg) {
-        if (!p.rr) load_q(seg);
-        load_k(j0, seg);
+        if (!p.rr) load_q_mma(seg);
+        load_k_mma(j0, seg);
         __syncthreads();
-        const float* kr = ks + lane * (d + 1);
-        const float* qr = qs + warp * 8;
-  #pragma unroll 4
-        for (int t = 0; t < d; ++t) {
-          const float kv = kr[t];
-          const float4 a = *reinterpret_cast<const float4*>(qr + t * kQPitch);
-          const float4 b = *reinterpret_cast<const float4*>(qr + t * kQPitch + 4);
-          acc[0] = fmaf(a.x, kv, acc[0]);
-          acc[1] = fmaf(a.y, kv, acc[1]);
-          acc[2] = fmaf(a.z, kv, acc[2]);
-          acc[3] = fmaf(a.w, kv, acc[3]);
-          acc[4] = fmaf(b.x, kv, acc[4]);
-          acc[5] = fmaf(b.y, kv, acc[5]);
-          acc[6] = fmaf(b.z, kv, acc[6]);
-          acc[7] = fmaf(b.w, kv, acc[7]);
-        }
+        mma_tile(acc);
         __syncthreads();  // the tiles are overwritten by the next segment or chunk
       }
     };
 
-    if (p.rr) load_q(0);  // one sampled query per row: loaded once
+    // Writes the chunk's logits of key strides j0 … j0+kCols−1 into ps (−inf where not visible).
+    auto fill_logits = [&](int64_t j0) {
+      if constexpr (!kMma) {
+        const int segs = p.rr ? 1 : S;
+        // Rows 8·warp … 8·warp+7 against key stride j0 + lane.
+        float acc[8];
+        for (int e8 = 0; e8 < 8; ++e8) acc[e8] = 0.f;
+        for (int seg = 0; seg < segs; ++seg) {
+          if (!p.rr) load_q(seg);
+          load_k(j0, seg);
+          __syncthreads();
+          const float* kr = ks + lane * (d + 1);
+          const float* qr = qs + warp * 8;
+#pragma unroll 4
+          for (int t = 0; t < d; ++t) {
+            const float kv = kr[t];
+            const float4 a = *reinterpret_cast<const float4*>(qr + t * kQPitch);
+            const float4 b = *reinterpret_cast<const float4*>(qr + t * kQPitch + 4);
+            acc[0] = fmaf(a.x, kv, acc[0]);
+            acc[1] = fmaf(a.y, kv, acc[1]);
+            acc[2] = fmaf(a.z, kv, acc[2]);
+            acc[3] = fmaf(a.w, kv, acc[3]);
+            acc[4] = fmaf(b.x, kv, acc[4]);
+            acc[5] = fmaf(b.y, kv, acc[5]);
+            acc[6] = fmaf(b.z, kv, acc[6]);
+            acc[7] = fmaf(b.w, kv, acc[7]);
+          }
+          __syncthreads();  // the tiles are overwritten by the next segment or chunk
+        }
+        for (int e8 = 0; e8 < 8; ++e8) {
+          const int r = warp * 8 + e8;
+          ps[r * kPPitch + lane] = j0 + lane <= lim[r] ? acc[e8] : -INFINITY;
+        }
+      } else {
+        float acc[2][2][4] = {};
+        mma_chunk(j0, acc);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+              const int r = wm * 32 + mt * 16 + (lane >> 2) + (v >> 1) * 8;
+              const int c = wn * 16 + nt * 8 + 2 * (lane & 3) + (v & 1);
+              ps[r * kPPitch + c] = j0 + c <= lim[r] ? __fmul_rn(acc[mt][nt][v], p.qmul) : -INFINITY;
+            }
+      }
+    };
+
+    if (p.rr) {  // one sampled query per row: loaded once
+      if constexpr (kMma) load_q_mma(0); else load_q(0);
+    }
     __syncthreads();
     const int last = jmax;
 
@@ -183,15 +363,78 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
     const int64_t nblk_cta = last >= 0 ? last / nr + 1 : 0;  // key blocks any row of the CTA sees
     // This CTA's partials: part[r · nvis + n] = (max, Σexp(x − max)) of row r over block n.
     float2* part = p.scratch + p.scratch_base[gb] + (int64_t(kvh) * gridDim.z + blockIdx.z) * kScoreRows * nvis;
-    for (int64_t j0 = 0; j0 <= last; j0 += kScoreCols) {
-      float acc[8];
-      logits(j0, acc);
-      for (int e8 = 0; e8 < 8; ++e8) {
-        const int r = warp * 8 + e8;
-        ps[r * kPPitch + lane] = j0 + lane <= lim[r] ? acc[e8] : -INFINITY;
+    // Tensor-core kernel with blocks of 8 or 16 key strides (B 128 at S 16 / 8): every block of the
+    // chunk lies in one warp's 16 columns, so its (max, Σexp) comes straight from the
+    // accumulators, the quad's 4 lanes combined by shuffles; the Σexp runs over the columns in
+    // the f32 kernel's order (the terms gathered by shuffles), so equal logits give bit-identical
+    // partials (the scaled logit is a separately rounded product, __fmul_rn, never fused into the
+    // subtraction of the max). rr also prefetches the next chunk's K̄ tile while the partials are
+    // formed.
+    if (kMma && (nr == 8 || nr == 16)) {
+      // Partials of the blocks in this warp's columns from its accumulators.
+      auto block_partials = [&](int64_t j0, const float (&acc)[2][2][4]) {
+        const int cc = lane & 3;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int h2 = 0; h2 < 2; ++h2) {
+            const int r = wm * 32 + mt * 16 + (lane >> 2) + h2 * 8;
+            const int lr = lim[r];
+            float x[2][2];
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+              for (int v = 0; v < 2; ++v)
+                x[nt][v] = j0 + wn * 16 + nt * 8 + 2 * cc + v <= lr ? __fmul_rn(acc[mt][nt][h2 * 2 + v], p.qmul)
+                                                                    : -INFINITY;
+#pragma unroll
+            for (int nb = 0; nb < 2; ++nb) {
+              if (nb * nr >= 16) continue;  // nr 16: one block per warp
+              const int64_t n = (j0 + wn * 16 + nb * nr) / nr;
+              if (n * nr > last) continue;  // past every row's last key stride (warp-uniform)
+              const int nt0 = nr == 16 ? 0 : nb, nt1 = nr == 16 ? 1 : nb;
+              float cm = -INFINITY;
+#pragma unroll
+              for (int nt = 0; nt < 2; ++nt)
+                if (nt >= nt0 && nt <= nt1) cm = fmaxf(fmaxf(cm, x[nt][0]), x[nt][1]);
+              cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 1));
+              cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 2));
+              float cs = 0.f;
+#pragma unroll
+              for (int nt = 0; nt < 2; ++nt) {
+                if (nt < nt0 || nt > nt1) continue;
+                const float e0 = expf(x[nt][0] - cm), e1 = expf(x[nt][1] - cm);
+#pragma unroll
+                for (int src = 0; src < 4; ++src) {  // columns 2·src, 2·src + 1 of this n8 tile
+                  const float w0 = __shfl_sync(0xffffffffu, e0, (lane & ~3) | src);
+                  const float w1 = __shfl_sync(0xffffffffu, e1, (lane & ~3) | src);
+                  if (cm != -INFINITY) cs = cs + w0 + w1;
+                }
+              }
+              if (cc == 0) part[r * nvis + n] = make_float2(cm, cs);
+            }
+          }
+      };
+      if (p.rr && last >= 0) issue_k_rr(0);
+      for (int64_t j0 = 0; j0 <= last; j0 += kCols) {
+        float acc[2][2][4] = {};
+        if (p.rr) {
+          cp_async_wait<0>();
+          __syncthreads();  // the K̄ tile of j0 is in shared memory
+          mma_tile(acc);
+          __syncthreads();  // every warp is done with it
+          if (j0 + kCols <= last) issue_k_rr(j0 + kCols);
+        } else {
+          mma_chunk(j0, acc);
+        }
+        block_partials(j0, acc);
       }
+      __syncthreads();  // the partials are read by other threads below
+    } else
+    for (int64_t j0 = 0; j0 <= last; j0 += kCols) {
+      fill_logits(j0);
       __syncthreads();
-      const int64_t jend = min(j0 + kScoreCols - 1, int64_t(last));
+      const int64_t jend = min(j0 + kCols - 1, int64_t(last));
       const int64_t nb0 = j0 / nr, nblk = jend / nr - nb0 + 1;  // key blocks touched by this chunk
       // One thread per (row, block): the chunk's columns of key block nb0 + b, merged with the
       // block's partial from the previous chunk when the block started there.
@@ -199,7 +442,7 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
         const int r = idx / int(nblk), b = idx % int(nblk);
         const int64_t n = nb0 + b;
         const int64_t c0 = max(n * nr - j0, int64_t(0));
-        const int64_t c1 = min((n + 1) * nr - j0, int64_t(kScoreCols));
+        const int64_t c1 = min((n + 1) * nr - j0, int64_t(kCols));
         float cm = -INFINITY, cs = 0.f;
         for (int64_t c = c0; c < c1; ++c) cm = fmaxf(cm, ps[r * kPPitch + c]);
         if (cm != -INFINITY)
@@ -267,20 +510,18 @@ cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-namespace {
-size_t scores_smem_bytes(int d) {
-  return sizeof(float) * (size_t(d) * kQPitch + size_t(kScoreCols) * (d + 1) + size_t(kScoreRows) * kPPitch);
+size_t scores_smem_bytes(const ScoreParams& p) {
+  return p.mma ? ScoreSmem<true>::total(p) : ScoreSmem<false>::total(p);
 }
-
-}  // namespace
 
 cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStream_t stream) {
   if (total_qblocks == 0) return cudaSuccess;
-  const size_t smem = scores_smem_bytes(p.d);
-  cudaError_t err = cudaFuncSetAttribute(scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  const size_t smem = scores_smem_bytes(p);
+  const auto kernel = p.mma ? scores_kernel<true> : scores_kernel<false>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (err != cudaSuccess) return err;
   const unsigned zc = unsigned((p.group + p.heads_per_cta - 1) / p.heads_per_cta);
-  scores_kernel<<<dim3(unsigned(total_qblocks), unsigned(p.heads_kv), zc), kScoreThreads, smem, stream>>>(p);
+  kernel<<<dim3(unsigned(total_qblocks), unsigned(p.heads_kv), zc), kScoreThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 

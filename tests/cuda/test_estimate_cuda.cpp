@@ -6,8 +6,11 @@
 // scores; the rule of tests/cpu/test_estimate.cpp), and such rows must be >= 80% of all.
 // The first mismatch is printed with its row, scores and both lists. Each case also runs twice
 // (bit-identical scores and masks: the kernels use no float atomics) and once device-only.
+// The cases run on the default tensor-core scoring; F32Scoring* repeat some on the f32 kernel,
+// and TensorCoreScoring* compare the two kernels directly (docs/numerics.md, "Estimator scores").
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <numeric>
 #include <random>
@@ -169,6 +172,10 @@ void check_config(const Inputs& in, const OnDevice& d, const EstimateConfig& c, 
   }
   EXPECT_EQ(mismatches, 0) << "rows whose block lists differ, of " << compared << " compared";
   EXPECT_GE(compared * 10, want.rows() * 8) << "too few rows compared exactly (" << compared << " of " << want.rows() << ")";
+  // The rows left out (a decision within 1e-4 of τ or a near-tie at the cut), for the log.
+  std::printf("[ %s ] %s: scores within %.2e of the cpu, %lld of %lld rows compared exactly (%lld near the cut)\n",
+              got.stats.tensor_core_scoring ? "mma" : "f32", what.c_str(), worst, (long long)compared,
+              (long long)want.rows(), (long long)(want.rows() - compared));
   EXPECT_EQ(got.stats.kept_blocks, int64_t(got.mask.col_idx.size()));
   EXPECT_EQ(got.stats.visible_blocks, want.stats.visible_blocks);
   EXPECT_DOUBLE_EQ(got.stats.mac, want.stats.mac);
@@ -434,6 +441,133 @@ TEST_F(CudaEstimate, PrefillMatchesReferenceOnItsMask) {
     const double tol = testing::tolerance(cs.dtype, testing::max_abs_logit(in));
     EXPECT_TRUE(testing::close_enough("out", testing::compare(out_h.view(), ref_out.view()), tol));
     EXPECT_TRUE(testing::lse_close(lse_h.view(), ref_lse.view(), tol));
+  }
+}
+
+// The f32 scoring kernel (EstimateConfig::cuda_f32_scoring, or ARIADNE_EST_F32=1) stays tested:
+// the benchmark shape, XAttention on f16 and the f32 varlen case.
+TEST_F(CudaEstimate, F32ScoringMatchesCpu) {
+  const Inputs llama = testing::make_inputs(make_case("f32-llama", {2100}, {}, 32, 8, 128, DType::bf16));
+  const Inputs varlen = testing::make_inputs(make_case("f32-varlen", {300, 77, 513}, {300, 200, 700}, 6, 3, 32, DType::f32));
+  const OnDevice dl = upload(llama), dv = upload(varlen);
+  for (Estimator e : {Estimator::rr, Estimator::xattn}) {
+    EstimateConfig c;
+    c.method = e;
+    c.cuda_f32_scoring = true;
+    const EstimateResult r = estimate(dl.qv, dl.kv, dl.layout, c, Backend::cuda);
+    EXPECT_FALSE(r.stats.tensor_core_scoring);
+    check_config(llama, dl, c, std::string("f32 scoring, llama ") + estimator_name(e));
+    c.block = 64;
+    c.tau = 0.9;
+    check_config(varlen, dv, c, std::string("f32 scoring, varlen f32 ") + estimator_name(e));
+  }
+}
+
+// Replaces q and k by integers in [−r, r] (exact in every dtype).
+void integer_inputs(Inputs& in, int r, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<int> u(-r, r);
+  for (Buffer* b : {&in.q, &in.k}) {
+    const int64_t n = b->numel();
+    if (b->dtype() == DType::bf16) {
+      uint16_t* p = b->as<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) p[i] = float_to_bf16(float(u(g)));
+    } else {
+      ASSERT_EQ(b->dtype(), DType::f32);
+      float* p = b->as<float>();
+      for (int64_t i = 0; i < n; ++i) p[i] = float(u(g));
+    }
+  }
+}
+
+// Rule (1) of docs/numerics.md: on inputs whose products and sums are exact in f32 (integers in
+// [−3, 3]: |q·K̄| <= 128 · 3 · 48 < 2^24, and a scale with scale / S a power of two), the
+// tensor-core logits equal the f32 kernel's bit for bit, so the scores and masks of the two
+// kernels must be identical, and both match the CPU under the usual rule.
+TEST_F(CudaEstimate, TensorCoreScoringExactOnIntegers) {
+  for (DType dt : {DType::bf16, DType::f32}) {
+    Inputs in = testing::make_inputs(make_case(std::string("int-") + dtype_name(dt), {1900, 700}, {1900, 900}, 8, 2,
+                                               128, dt));
+    integer_inputs(in, 3, seed_base() ^ 0x5eedu);
+    const OnDevice d = upload(in);
+    for (Estimator e : {Estimator::rr, Estimator::xattn})
+      for (int stride : {8, 16}) {
+        EstimateConfig c;
+        c.method = e;
+        c.stride = stride;
+        c.scale = float(stride) / 128.f;  // scale / S = 2^-7: logits of standard deviation ~1
+        const std::string what = std::string(dtype_name(dt)) + " " + estimator_name(e) + " S " + std::to_string(stride);
+        SCOPED_TRACE(what);
+        const EstimateResult tc = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
+        EstimateConfig cf = c;
+        cf.cuda_f32_scoring = true;
+        const EstimateResult f32 = estimate(d.qv, d.kv, d.layout, cf, Backend::cuda);
+        ASSERT_TRUE(tc.stats.tensor_core_scoring);
+        ASSERT_FALSE(f32.stats.tensor_core_scoring);
+        size_t differ = 0;
+        for (size_t i = 0; i < tc.scores.size(); ++i) differ += tc.scores[i] != f32.scores[i];
+        EXPECT_EQ(differ, size_t(0)) << "scores not bit-identical between the two kernels";
+        EXPECT_TRUE(tc.mask.row_ptr == f32.mask.row_ptr && tc.mask.col_idx == f32.mask.col_idx)
+            << "masks differ between the two kernels";
+        check_config(in, d, c, "integers, " + what);
+      }
+  }
+}
+
+// Rule (2): on fresh random inputs (bf16, f16 and f32, so the 1-, 2- and 3-term splits all run)
+// the two kernels' scores agree within 1e-5 (half the CPU comparison's bound), and the masks
+// agree exactly on every row whose decision margin (from the f32 kernel's scores: the distance of
+// the cumulative mass from τ at each decision, or a near-tie at the cut) exceeds 1e-4; rows
+// within it are counted and printed, and must stay below 20%.
+TEST_F(CudaEstimate, TensorCoreScoringMatchesF32Kernel) {
+  for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+    const Inputs in = testing::make_inputs(make_case(std::string("tc-") + dtype_name(dt), {2300}, {}, 16, 4, 128, dt));
+    const OnDevice d = upload(in);
+    for (Estimator e : {Estimator::rr, Estimator::xattn})
+      for (int stride : {8, 16}) {
+        EstimateConfig c;
+        c.method = e;
+        c.stride = stride;
+        c.block = 64;
+        c.tau = 0.9;
+        const std::string what = std::string(dtype_name(dt)) + " " + estimator_name(e) + " S " + std::to_string(stride);
+        SCOPED_TRACE(what);
+        const EstimateResult tc = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
+        EstimateConfig cf = c;
+        cf.cuda_f32_scoring = true;
+        const EstimateResult f32 = estimate(d.qv, d.kv, d.layout, cf, Backend::cuda);
+        ASSERT_EQ(tc.scores.size(), f32.scores.size());
+        double worst = 0;
+        for (size_t i = 0; i < tc.scores.size(); ++i)
+          worst = std::max(worst, std::abs(double(tc.scores[i]) - double(f32.scores[i])));
+        EXPECT_LE(worst, 1e-5);
+        const Protections prot = c.protections();
+        int64_t near = 0, mismatches = 0;
+        for (int64_t row = 0; row < f32.rows(); ++row) {
+          const int64_t n = f32.visible(row);
+          std::vector<int32_t> forced;
+          if (prot.sink) forced.push_back(0);
+          if (prot.diagonal && n > 1) forced.push_back(int32_t(n - 1));
+          const int64_t nqb = f32.mask.seq_block_base[1];
+          const bool whole = prot.last_row && row % nqb == nqb - 1;
+          const double margin = whole ? 1.0
+                                      : decision_margin(f32.scores.data() + f32.score_ptr[size_t(row)], n, c.tau,
+                                                        forced, e == Estimator::xattn);
+          if (margin <= 1e-4) {
+            ++near;
+            continue;
+          }
+          const auto list = [&](const EstimateResult& r) {
+            return std::vector<int32_t>(r.mask.col_idx.begin() + r.mask.row_ptr[size_t(row)],
+                                        r.mask.col_idx.begin() + r.mask.row_ptr[size_t(row) + 1]);
+          };
+          mismatches += list(tc) != list(f32);
+        }
+        EXPECT_EQ(mismatches, 0) << "rows whose block lists differ between the kernels";
+        EXPECT_LE(near * 5, f32.rows()) << near << " of " << f32.rows() << " rows within 1e-4 of the cut";
+        std::printf("[ mma vs f32 ] %s: scores within %.2e, %lld of %lld rows near the cut\n", what.c_str(), worst,
+                    (long long)near, (long long)f32.rows());
+      }
   }
 }
 
