@@ -228,10 +228,12 @@ bool cuda_wgmma_uses_tma(const AttentionParams& p) {
   }
 }
 bool cuda_uses_bandwg(const AttentionParams& p) { return p.order == nullptr && bandwg_eligible(p); }
-// ARIADNE_BANDWG_V=2 (read per call) selects the kernel's variant 2 (bench/cuda-notes.md, v11e).
+// Variant 2 (bench/cuda-notes.md, v11e: dead key pairs skipped, TMA-store epilogue) is the default,
+// measured faster on every window case of the 2026-11-30 04:29 UTC device-check; ARIADNE_BANDWG_V=1
+// (read per call) selects v11.
 int cuda_bandwg_variant() {
   const char* env = std::getenv("ARIADNE_BANDWG_V");
-  return env != nullptr && std::string(env) == "2" ? 2 : 1;
+  return env != nullptr && std::string(env) == "1" ? 1 : 2;
 }
 bool cuda_uses_band(const AttentionParams& p) { return band_eligible(p) && !cuda_uses_bandwg(p); }
 

@@ -37,8 +37,8 @@ bool cuda_uses_band(const AttentionParams& p);
 // dim to heads to rows, unless ARIADNE_BANDWG=0. Such a call is then not cuda_uses_band.
 bool cuda_uses_bandwg(const AttentionParams& p);
 
-// Which variant of the wgmma band kernel such a call runs: 2 under ARIADNE_BANDWG_V=2 (read per
-// call; bench/cuda-notes.md, v11e), else 1 (v11).
+// Which variant of the wgmma band kernel such a call runs: 1 (v11) under ARIADNE_BANDWG_V=1 (read
+// per call), else 2 (bench/cuda-notes.md, v11e).
 int cuda_bandwg_variant();
 
 // attention_cuda with a fused token order: `order` [total] int32 (device memory) is a permutation
