@@ -46,6 +46,11 @@ EnvGuard::~EnvGuard() {
   else unsetenv(name_.c_str());
 }
 
+RunLength::RunLength(int run) {
+  if (run > 0) setenv("ARIADNE_BAND_RUN", std::to_string(run).c_str(), 1);
+  else unsetenv("ARIADNE_BAND_RUN");
+}
+
 TensorView on_device(const TensorView& host_view, const Buffer& host, const DeviceBuffer& dev) {
   TensorView t = host_view;
   t.data = static_cast<char*>(dev.data()) + (static_cast<char*>(host_view.data) - static_cast<char*>(host.data()));

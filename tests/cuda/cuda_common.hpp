@@ -49,6 +49,16 @@ class EnvGuard {
   bool had_ = false;
 };
 
+// ARIADNE_BAND_RUN (the band kernels' run length) for one scope, run <= 0 meaning unset (the
+// launcher's own choice); the previous value is restored after it.
+class RunLength {
+ public:
+  explicit RunLength(int run);
+
+ private:
+  EnvGuard guard_{"ARIADNE_BAND_RUN"};
+};
+
 // Runs one case on the device twice and checks it against the reference. f32_out: the output in
 // f32 instead of q's dtype. require_wgmma: fail unless the call is routed to the wgmma kernel.
 // require_tma: -1 any copy path; 1 / 0: fail unless that kernel does / does not copy with TMA.

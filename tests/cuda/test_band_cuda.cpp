@@ -30,18 +30,6 @@ namespace {
 using testing::Case;
 using namespace cuda_testing;
 
-// Sets ARIADNE_BAND_RUN for the scope (0: the launcher's own choice).
-class RunLength {
- public:
-  explicit RunLength(int run) {
-    if (run > 0) setenv("ARIADNE_BAND_RUN", std::to_string(run).c_str(), 1);
-    else unsetenv("ARIADNE_BAND_RUN");
-  }
-  ~RunLength() { unsetenv("ARIADNE_BAND_RUN"); }
-  RunLength(const RunLength&) = delete;
-  RunLength& operator=(const RunLength&) = delete;
-};
-
 // Every test here runs with the band kernel switched on, and the wgmma band kernel (which takes
 // head dim 80 windows by default; tests/cuda/test_bandwg_cuda.cpp) switched off.
 class CudaBand : public ::testing::Test {
@@ -57,15 +45,7 @@ class CudaBand : public ::testing::Test {
 };
 
 Case band_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat) {
-  Case c;
-  c.name = name;
-  c.seq_q = std::move(seq_q);
-  c.dim = dim;
-  c.dtype = dt;
-  c.pattern = pat;
-  c.heads_q = 8;
-  c.heads_kv = 2;
-  return c;
+  return make_case(name, std::move(seq_q), dim, dt, pat);  // GQA 4:1
 }
 
 // Routed to the band kernel, then the common check (fresh inputs, poisoned outputs, tolerance

@@ -31,18 +31,6 @@ namespace {
 using testing::Case;
 using namespace cuda_testing;
 
-// Sets ARIADNE_BAND_RUN for the scope (0: the launcher's own choice).
-class RunLength {
- public:
-  explicit RunLength(int run) {
-    if (run > 0) setenv("ARIADNE_BAND_RUN", std::to_string(run).c_str(), 1);
-    else unsetenv("ARIADNE_BAND_RUN");
-  }
-  ~RunLength() { unsetenv("ARIADNE_BAND_RUN"); }
-  RunLength(const RunLength&) = delete;
-  RunLength& operator=(const RunLength&) = delete;
-};
-
 // Every test here starts from the default routing.
 class CudaBandWg : public ::testing::Test {
  protected:
@@ -56,15 +44,7 @@ class CudaBandWg : public ::testing::Test {
 };
 
 Case wg_case(const std::string& name, std::vector<int64_t> seq_q, DType dt, Pattern pat) {
-  Case c;
-  c.name = name;
-  c.seq_q = std::move(seq_q);
-  c.dim = 80;
-  c.dtype = dt;
-  c.pattern = pat;
-  c.heads_q = 8;
-  c.heads_kv = 2;
-  return c;
+  return make_case(name, std::move(seq_q), 80, dt, pat);  // head dim 80, GQA 4:1
 }
 
 // Runs the case under each variant of the kernel (see the header comment), the routing to the
