@@ -1,7 +1,10 @@
 // Helpers shared by the CUDA tests (see cuda_common.hpp).
 #include "cuda/cuda_common.hpp"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <utility>
@@ -49,6 +52,47 @@ EnvGuard::~EnvGuard() {
 RunLength::RunLength(int run) {
   if (run > 0) setenv("ARIADNE_BAND_RUN", std::to_string(run).c_str(), 1);
   else unsetenv("ARIADNE_BAND_RUN");
+}
+
+GridOrders grid_orders(int rows, int cols) {
+  const int total = rows * cols;
+  GridOrders o{std::vector<int32_t>(total), std::vector<int32_t>(total)};
+  for (int i = 0; i < total; ++i) o.column_major[i] = (i % rows) * cols + i / rows;
+  std::iota(o.shuffled.begin(), o.shuffled.end(), 0);
+  std::shuffle(o.shuffled.begin(), o.shuffled.end(), std::mt19937(uint32_t(base_seed())));
+  return o;
+}
+
+namespace {
+// Rows of a contiguous [total, ...] buffer taken in `order`: result row i = source row order[i].
+Buffer gather_rows(const Buffer& src, const std::vector<int32_t>& order) {
+  Buffer dst(src.dtype(), src.shape());
+  const size_t row = size_t(src.numel() / src.shape()[0]) * dtype_size(src.dtype());
+  for (size_t i = 0; i < order.size(); ++i)
+    std::memcpy(static_cast<char*>(dst.data()) + i * row, static_cast<const char*>(src.data()) + order[i] * row, row);
+  return dst;
+}
+}  // namespace
+
+OrderedReference ordered_reference(const Case& c, const testing::Inputs& in, const std::vector<int32_t>& order) {
+  const int64_t total = in.total_q;
+  testing::Inputs logical;
+  logical.q = gather_rows(in.q, order);
+  logical.k = gather_rows(in.k, order);
+  logical.v = gather_rows(in.v, order);
+  logical.params = in.params;
+  logical.params.q = make_view(logical.q.data(), c.dtype, {total, c.heads_q, c.dim});
+  logical.params.k = make_view(logical.k.data(), c.dtype, {total, c.heads_kv, c.dim});
+  logical.params.v = make_view(logical.v.data(), c.dtype, {total, c.heads_kv, c.dim});
+  logical.total_q = logical.total_k = total;
+  const testing::Result ref = testing::run_reference(logical);
+  OrderedReference want{Buffer(DType::f32, {total, c.heads_q, c.dim}), Buffer(DType::f32, {c.heads_q, total})};
+  for (int64_t i = 0; i < total; ++i)
+    for (int h = 0; h < c.heads_q; ++h) {
+      want.lse.view().set({h, order[i]}, ref.lse.view().get({h, i}));
+      for (int x = 0; x < c.dim; ++x) want.out.view().set({order[i], h, x}, ref.out.view().get({i, h, x}));
+    }
+  return want;
 }
 
 TensorView on_device(const TensorView& host_view, const Buffer& host, const DeviceBuffer& dev) {

@@ -59,6 +59,21 @@ class RunLength {
   EnvGuard guard_{"ARIADNE_BAND_RUN"};
 };
 
+// Two permutations of a rows x cols token grid stored row-major, for the fused-order tests: its
+// column-major traversal (Ariadne's alternate layers) and a random shuffle (seeded by base_seed()).
+struct GridOrders {
+  std::vector<int32_t> column_major, shuffled;
+};
+GridOrders grid_orders(int rows, int cols);
+
+// The expected out [total, heads_q, dim] (f32) and lse [heads_q, total] of a one-sequence case whose
+// pattern runs over a token order (logical row i stored at packed row order[i] of q, k, v, out and
+// lse): the reference on explicitly gathered inputs, its rows scattered back to storage order.
+struct OrderedReference {
+  Buffer out, lse;
+};
+OrderedReference ordered_reference(const Case& c, const testing::Inputs& in, const std::vector<int32_t>& order);
+
 // Runs one case on the device twice and checks it against the reference. f32_out: the output in
 // f32 instead of q's dtype. require_wgmma: fail unless the call is routed to the wgmma kernel.
 // require_tma: -1 any copy path; 1 / 0: fail unless that kernel does / does not copy with TMA.

@@ -163,25 +163,13 @@ TEST(CudaAttention, LongRowsAndLargeLogits) {
   check_case(big);
 }
 
-// Rows of a contiguous [total, heads·dim] buffer taken in `order`: result row i = source row order[i].
-Buffer gather_rows(const Buffer& src, const std::vector<int32_t>& order) {
-  Buffer dst(src.dtype(), src.shape());
-  const size_t row = size_t(src.numel() / src.shape()[0]) * dtype_size(src.dtype());
-  for (size_t i = 0; i < order.size(); ++i)
-    std::memcpy(static_cast<char*>(dst.data()) + i * row, static_cast<const char*>(src.data()) + order[i] * row, row);
-  return dst;
-}
-
 TEST(CudaAttention, FusedTokenOrder) {
   // A 24 x 20 token grid stored row-major; the pattern runs over its column-major traversal
   // (Ariadne's alternate layers), or over a random permutation. Expected: the reference on
   // explicitly gathered inputs, its rows scattered back to storage order.
   const int rows = 24, cols = 20, total = rows * cols;
-  std::vector<int32_t> column_major(total), shuffled(total);
-  for (int i = 0; i < total; ++i) column_major[i] = (i % rows) * cols + i / rows;
-  std::iota(shuffled.begin(), shuffled.end(), 0);
-  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(uint32_t(base_seed())));
-  for (const auto& [oname, order] : {std::pair{"colmajor", column_major}, std::pair{"shuffled", shuffled}})
+  const GridOrders orders = grid_orders(rows, cols);
+  for (const auto& [oname, order] : {std::pair{"colmajor", orders.column_major}, std::pair{"shuffled", orders.shuffled}})
     for (const auto& [pname, pat] : {std::pair{"window", Pattern::window(8, 8)}, std::pair{"chunk", Pattern::chunked(24)},
                                      std::pair{"causal", Pattern::causal()}})
       for (int dim : {64, 80}) {
@@ -193,23 +181,7 @@ TEST(CudaAttention, FusedTokenOrder) {
         SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
         const testing::Inputs in = testing::make_inputs(c);
 
-        // Reference in logical order.
-        testing::Inputs logical;
-        logical.q = gather_rows(in.q, order);
-        logical.k = gather_rows(in.k, order);
-        logical.v = gather_rows(in.v, order);
-        logical.params = in.params;
-        logical.params.q = make_view(logical.q.data(), c.dtype, {total, c.heads_q, dim});
-        logical.params.k = make_view(logical.k.data(), c.dtype, {total, c.heads_kv, dim});
-        logical.params.v = make_view(logical.v.data(), c.dtype, {total, c.heads_kv, dim});
-        logical.total_q = logical.total_k = total;
-        const testing::Result ref = testing::run_reference(logical);
-        Buffer want_out(DType::f32, {total, c.heads_q, dim}), want_lse(DType::f32, {c.heads_q, total});
-        for (int i = 0; i < total; ++i)
-          for (int h = 0; h < c.heads_q; ++h) {
-            want_lse.view().set({h, order[i]}, ref.lse.view().get({h, i}));
-            for (int x = 0; x < dim; ++x) want_out.view().set({order[i], h, x}, ref.out.view().get({i, h, x}));
-          }
+        const OrderedReference want = ordered_reference(c, in, order);
 
         DeviceCase d = upload(in);
         const DeviceBuffer d_order = DeviceBuffer::from_ints(order);
@@ -222,8 +194,8 @@ TEST(CudaAttention, FusedTokenOrder) {
         attention(d.p, Backend::cuda);
         cuda_synchronize();
         const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
-        EXPECT_TRUE(testing::close_enough("out", testing::compare(out.to_host().view(), want_out.view()), tol));
-        EXPECT_TRUE(testing::lse_close(lse.to_host().view(), want_lse.view(), tol));
+        EXPECT_TRUE(testing::close_enough("out", testing::compare(out.to_host().view(), want.out.view()), tol));
+        EXPECT_TRUE(testing::lse_close(lse.to_host().view(), want.lse.view(), tol));
       }
 }
 

@@ -171,24 +171,13 @@ TEST_F(CudaBand, SmallCasesForSanitizers) {
   }
 }
 
-Buffer gather_rows(const Buffer& src, const std::vector<int32_t>& order) {
-  Buffer dst(src.dtype(), src.shape());
-  const size_t row = size_t(src.numel() / src.shape()[0]) * dtype_size(src.dtype());
-  for (size_t i = 0; i < order.size(); ++i)
-    std::memcpy(static_cast<char*>(dst.data()) + i * row, static_cast<const char*>(src.data()) + order[i] * row, row);
-  return dst;
-}
-
 TEST_F(CudaBand, FusedTokenOrder) {
   // A 24 x 20 grid's column-major traversal and a random permutation, over the band kernel with
   // two run lengths. Expected: the reference on gathered inputs, scattered back to storage order.
   const int rows = 24, cols = 20, total = rows * cols;
-  std::vector<int32_t> column_major(total), shuffled(total);
-  for (int i = 0; i < total; ++i) column_major[i] = (i % rows) * cols + i / rows;
-  std::iota(shuffled.begin(), shuffled.end(), 0);
-  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(uint32_t(base_seed())));
+  const GridOrders orders = grid_orders(rows, cols);
   for (int run : {0, 2})
-    for (const auto& [oname, order] : {std::pair{"colmajor", column_major}, std::pair{"shuffled", shuffled}})
+    for (const auto& [oname, order] : {std::pair{"colmajor", orders.column_major}, std::pair{"shuffled", orders.shuffled}})
       for (const auto& [pname, pat] : {std::pair{"w64", Pattern::window(64, 64)}, std::pair{"chunk64", Pattern::chunked(64)}})
         for (SinkMode mode : {SinkMode::none, SinkMode::denominator}) {
           const RunLength scope(run);
@@ -202,22 +191,7 @@ TEST_F(CudaBand, FusedTokenOrder) {
           const testing::Inputs in = testing::make_inputs(c);
           ASSERT_TRUE(cuda_uses_band(in.params));
 
-          testing::Inputs logical;
-          logical.q = gather_rows(in.q, order);
-          logical.k = gather_rows(in.k, order);
-          logical.v = gather_rows(in.v, order);
-          logical.params = in.params;
-          logical.params.q = make_view(logical.q.data(), c.dtype, {total, c.heads_q, c.dim});
-          logical.params.k = make_view(logical.k.data(), c.dtype, {total, c.heads_kv, c.dim});
-          logical.params.v = make_view(logical.v.data(), c.dtype, {total, c.heads_kv, c.dim});
-          logical.total_q = logical.total_k = total;
-          const testing::Result ref = testing::run_reference(logical);
-          Buffer want_out(DType::f32, {total, c.heads_q, c.dim}), want_lse(DType::f32, {c.heads_q, total});
-          for (int i = 0; i < total; ++i)
-            for (int h = 0; h < c.heads_q; ++h) {
-              want_lse.view().set({h, order[i]}, ref.lse.view().get({h, i}));
-              for (int x = 0; x < c.dim; ++x) want_out.view().set({order[i], h, x}, ref.out.view().get({i, h, x}));
-            }
+          const OrderedReference want = ordered_reference(c, in, order);
 
           DeviceCase d = upload(in);
           const DeviceBuffer d_order = DeviceBuffer::from_ints(order);
@@ -230,8 +204,8 @@ TEST_F(CudaBand, FusedTokenOrder) {
           attention_cuda_ordered(d.p, static_cast<const int32_t*>(d_order.data()));
           cuda_synchronize();
           const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
-          EXPECT_TRUE(testing::close_enough("out", testing::compare(out.to_host().view(), want_out.view()), tol));
-          EXPECT_TRUE(testing::lse_close(lse.to_host().view(), want_lse.view(), tol));
+          EXPECT_TRUE(testing::close_enough("out", testing::compare(out.to_host().view(), want.out.view()), tol));
+          EXPECT_TRUE(testing::lse_close(lse.to_host().view(), want.lse.view(), tol));
         }
 }
 
