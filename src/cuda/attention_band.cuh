@@ -468,10 +468,33 @@ __global__ void __launch_bounds__(128, 2) attention_band_kernel(const FwdParams 
   cp_async_wait<0>();  // nothing may stay in flight when the CTA exits
 }
 
-// Virtual tiles (the tile kernel's varlen cover: sequence s owns [s + cu_q[s]/BM, s + 1 +
-// cu_q[s+1]/BM)) cut into runs; grid (runs, heads_q). `run` <= 0 picks the length: the longest runs
-// (fewest re-loaded keys at run starts) that still give every resident CTA slot of the GPU work
-// in one wave.
+// CTA slots of the whole GPU for `kernel` (SMs x resident CTAs per SM at this shared memory); 0 when
+// the runtime cannot say. Callers keep the result in a static of their own instantiation.
+template <class Kernel>
+int resident_cta_slots(Kernel kernel, int threads, size_t smem) {
+  int dev = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess)
+    return 0;
+  return sms * per_sm;
+}
+
+// The run cut of the band kernels: virtual tiles of `bm` rows (the tile kernel's varlen cover:
+// sequence s owns [s + cu_q[s]/bm, s + 1 + cu_q[s+1]/bm)) in runs of `run` tiles; `run` <= 0 picks
+// the longest runs (fewest re-loaded keys at run starts) that still give each of `slots` resident
+// CTA slots work in one wave. Returns the number of runs (the grid's x) and sets `run`.
+inline int64_t band_runs(const FwdParams& p, int bm, int slots, int& run) {
+  const int64_t n_virtual = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_q / bm + 1
+                                                              : (p.total_q + bm - 1) / bm;
+  if (run <= 0) {
+    const int64_t per_head = slots / p.heads_q > 0 ? slots / p.heads_q : 1;  // CTAs per head in one wave
+    run = int((n_virtual + per_head - 1) / per_head);
+  }
+  return (n_virtual + run - 1) / run;
+}
+
+// Grid (runs of virtual tiles, band_runs; heads_q). `run` <= 0: band_runs picks the length.
 template <int D, class E>
 cudaError_t launch_band(const FwdParams& p, int run, cudaStream_t stream) {
   using S = BandShape<D>;
@@ -479,22 +502,9 @@ cudaError_t launch_band(const FwdParams& p, int run, cudaStream_t stream) {
   static const cudaError_t configured = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes));
   if (configured != cudaSuccess) return configured;
-  static const int slots = [&] {
-    int dev = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, S::threads, S::smem_bytes) != cudaSuccess)
-      return 0;
-    return sms * per_sm;
-  }();
+  static const int slots = resident_cta_slots(kernel, S::threads, S::smem_bytes);
   if (slots <= 0) return cudaErrorInvalidConfiguration;
-  const int64_t n_virtual = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_q / S::BM + 1
-                                                              : (p.total_q + S::BM - 1) / S::BM;
-  if (run <= 0) {
-    const int64_t per_head = slots / p.heads_q > 0 ? slots / p.heads_q : 1;  // CTAs per head in one wave
-    run = int((n_virtual + per_head - 1) / per_head);
-  }
-  const int64_t runs = (n_virtual + run - 1) / run;
+  const int64_t runs = band_runs(p, S::BM, slots, run);
   kernel<<<dim3(unsigned(runs), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p, run);
   return cudaGetLastError();
 }

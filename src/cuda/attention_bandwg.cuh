@@ -705,22 +705,9 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (configured != cudaSuccess) return configured;
-  static const int slots = [&] {
-    int dev = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, S::threads, smem) != cudaSuccess)
-      return 0;
-    return sms * per_sm;
-  }();
+  static const int slots = resident_cta_slots(kernel, S::threads, smem);
   if (slots <= 0) return cudaErrorInvalidConfiguration;
-  const int64_t n_virtual = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_q / S::BM + 1
-                                                              : (p.total_q + S::BM - 1) / S::BM;
-  if (run <= 0) {
-    const int64_t per_head = slots / p.heads_q > 0 ? slots / p.heads_q : 1;  // CTAs per head in one wave
-    run = int((n_virtual + per_head - 1) / per_head);
-  }
-  const int64_t runs = (n_virtual + run - 1) / run;
+  const int64_t runs = band_runs(p, S::BM, slots, run);
   const bool bf16 = std::is_same_v<E, Bf16>;
   const int heads_kv = p.heads_q / p.group;
   BandWgMaps maps{};
