@@ -37,7 +37,8 @@
 //
 // Eligible (bandwg_eligible in attention_cuda.cu): sliding windows with left + right <= 129 (a
 // 64-row tile's hull of <= 193 keys meets at most MAXC = 4 chunks), no chunk, no block mask, no
-// diagnostics, no token order (the copy engine copies tiles, not gathered rows), head dim 80,
+// diagnostics, no token order unless ARIADNE_BANDWG_ORDER=1 (v13: the producer warpgroup then
+// gathers the rows with cp.async, bandwg_gather_producer, and O leaves per thread), head dim 80,
 // compute capability 9.0, rows and keys below 2^30, q/k/v strides increasing from head dim to heads
 // to rows. Sinks (both forms), GQA, varlen with lq != lk (bottom-right aligned), f32 / 16-bit out
 // and LSE are handled as in the other kernels. Rows past a sequence's end are copied from the
@@ -199,6 +200,93 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 }  // namespace bandwg
 
 
+// v13: the producer warpgroup of a call with a token order (FwdParams::order: logical row i lives
+// at packed row order[i] of q, k, v, out and lse). The copy engine copies boxes of consecutive
+// rows, not gathered ones, so all 128 producer threads fill the same rings with cp.async: thread t
+// copies row t / 2 of each 64-row tile, 16-byte pieces 2j + t % 2 (j < 5), so that a thread pair
+// reads one 32-byte sector per copy and a warp's 32 pieces fill 4 shared-memory wavefronts. Each
+// piece goes where the TMA box would have put it (the swizzled tile layout above); the copies
+// complete through cp.async.mbarrier.arrive.noinc on the tile's full barrier (count 128; q_full
+// 129: thread 0 also arrives plainly after writing the descriptor, which that arrival releases).
+// Every thread walks the same tiles and waits on the same empty barriers before refilling a slot,
+// so no thread's arrival can land in a barrier phase the consumers have not finished. Rows past a
+// sequence's keys (queries) are zero-filled. One order[] load per thread and tile (K and V of a
+// chunk share it), issued before the wait on the slot.
+template <int D, class E>
+__device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64_t first, int64_t last,
+                                                       BandWgDesc* descs, typename E::type* Qs,
+                                                       typename E::type* Ks, typename E::type* Vs,
+                                                       uint32_t bars) {
+  using S = BandWgShape<D>;
+  using T = typename E::type;
+  constexpr int BM = S::BM, CK = S::CK, NSLOT = S::NSLOT, QSLOT = S::QSLOT;
+  static_assert(S::C == 10, "two threads per row, 5 pieces each");
+  constexpr uint32_t kLoBytes = 64 * 128;
+  auto k_full = [&](int s) { return bars + 8 * s; };
+  auto v_full = [&](int s) { return bars + 8 * (NSLOT + s); };
+  auto empty = [&](int s) { return bars + 8 * (2 * NSLOT + s); };
+  auto q_full = [&](int s) { return bars + 8 * (3 * NSLOT + s); };
+  auto q_empty = [&](int s) { return bars + 8 * (3 * NSLOT + QSLOT + s); };
+  const int tid = threadIdx.x;  // 0..127
+  const int row = tid >> 1, half = tid & 1;
+  const int h = blockIdx.y, kvh = h / p.group;
+  const T* qg = static_cast<const T*>(p.q) + int64_t(h) * p.q_head + 8 * half;
+  const T* kg = static_cast<const T*>(p.k) + int64_t(kvh) * p.k_head + 8 * half;
+  const T* vg = static_cast<const T*>(p.v) + int64_t(kvh) * p.v_head + 8 * half;
+  // Piece 2j + half of the row: 128-byte swizzle (j < 4: piece c of a 128-byte row at c ^ (row mod
+  // 8)), then the 32-byte swizzle (piece c - 8 of a 32-byte row at (c - 8) ^ bit 2 of the row), as
+  // the epilogue's staging writes.
+  auto at = [&](int j) {
+    return j < 4 ? uint32_t(row * 128 + (((2 * j + half) ^ (row & 7)) << 4))
+                 : uint32_t(kLoBytes + row * 32 + ((half ^ ((row >> 2) & 1)) << 4));
+  };
+  // The packed row of this thread's row of a tile whose row 0 is logical row row0 (valid rows
+  // belong to the sequence; -1: zero-fill).
+  auto packed = [&](int64_t row0, int valid) { return row < valid ? __ldg(p.order + row0 + row) : -1; };
+  auto copy = [&](T* dst, const T* head, int64_t stride, int src, uint32_t bar) {
+    const uint32_t d = smem_addr(dst);
+    const bool ok = src >= 0;
+    const T* g = head + (ok ? int64_t(src) * stride : 0);
+#pragma unroll
+    for (int j = 0; j < 5; ++j) cp_async16(d + at(j), g + 16 * j, ok);
+    wg::mbar_arrive_cp_async(bar);
+  };
+  BandWgWalk<BM, CK> walk(p.pattern, first, last, p.total_q, p.total_k);
+  int i = 0;
+  BandWgTile b = walk.next();
+  for (; b.valid; ++i) {
+    const BandWgTile nb = walk.next();  // one ahead: its first ring number bounds b's releases
+    const int qs = i % QSLOT;
+    if (i >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((i / QSLOT) - 1) & 1);
+    copy(Qs + qs * S::tile_elems, qg, p.q_tok, packed(b.e.q0 + b.q_lo, b.q_hi - b.q_lo), q_full(qs));
+    if (tid == 0) {
+      descs[qs] = BandWgDesc{int(b.e.q0), b.q_lo, b.q_hi, int(b.e.lk - b.e.lq), int(b.e.lk), b.c_lo, b.nc, b.n_lo,
+                             nb.valid ? nb.n_lo : -1, 1};
+      wg::mbar_arrive(q_full(qs));  // releases the descriptor (the 129th arrival)
+    }
+    for (int x = b.ld_lo; x < b.ld_hi; ++x) {
+      const int n = b.n_lo + (x - b.c_lo), st = n % NSLOT;
+      const int src = packed(b.e.k0 + int64_t(x) * CK, int(b.e.lk) - x * CK);  // before the wait
+      if (n >= NSLOT) wg::mbar_wait(empty(st), uint32_t((n / NSLOT) - 1) & 1);
+      copy(Ks + st * S::tile_elems, kg, p.k_tok, src, k_full(st));
+      copy(Vs + st * S::tile_elems, vg, p.v_tok, src, v_full(st));
+    }
+    b = nb;
+  }
+  // One end marker per consumer, in the next two Q slots: every thread arrives (plainly), thread 0
+  // twice, after writing the marker.
+  for (int j = i; j < i + 2; ++j) {
+    const int qs = j % QSLOT;
+    if (j >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((j / QSLOT) - 1) & 1);
+    if (tid == 0) {
+      descs[qs].valid = 0;
+      wg::mbar_arrive(q_full(qs));
+    }
+    wg::mbar_arrive(q_full(qs));
+  }
+  wg::cp_async_wait_all();  // no thread leaves with copies in flight
+}
+
 // V2 (bench/cuda-notes.md, v11e): the exponentials, masks and maxima of 16-key column pairs that
 // none of a warp's 16 rows sees are skipped (their probabilities are exactly 0, as before), and
 // full tiles (and a tensor's last, partial tile) leave through a shared-memory staging tile and
@@ -237,14 +325,20 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
   const int64_t last = first + run < n_virtual ? first + run : n_virtual;
   BandWgDesc* descs = reinterpret_cast<BandWgDesc*>(bandwg_smem + S::desc_offset);
 
+  // v13: with a token order the producer warpgroup gathers rows with cp.async (see the ordered
+  // producer below), and every one of its 128 threads arrives on the full barriers.
+  const bool ordered = p.order != nullptr;
   if (tid == 0) {
+    // The producer's arrival with the expected bytes (TMA), or one cp.async arrival per producer
+    // thread (ordered); q_full also takes thread 0's plain arrival after the tile's descriptor.
+    const uint32_t fills = ordered ? 128u : 1u;
     for (int i = 0; i < NSLOT; ++i) {
-      wg::mbar_init(k_full(i), 1);  // the producer's arrival with the expected bytes
-      wg::mbar_init(v_full(i), 1);
+      wg::mbar_init(k_full(i), fills);
+      wg::mbar_init(v_full(i), fills);
       wg::mbar_init(empty(i), 256);   // one arrival per consumer thread
     }
     for (int i = 0; i < QSLOT; ++i) {
-      wg::mbar_init(q_full(i), 1);
+      wg::mbar_init(q_full(i), ordered ? fills + 1 : fills);
       wg::mbar_init(q_empty(i), 128);  // the tile's own consumer
     }
     wg::fence_proxy_async();  // the initialized barriers before the copy engine's first use
@@ -254,6 +348,10 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
   if (tid < 128) {
     // ================= producer warpgroup =================
     wg::setmaxnreg_dec<56>();
+    if (ordered) {
+      bandwg_gather_producer<D, E>(p, first, last, descs, Qs, Ks, Vs, bars);
+      return;
+    }
     if (tid != 0) return;  // one thread issues every copy: the copy engine does the rest
     // 64 rows from packed row `row0` of one head into the tile layout (see kLoBytes): two boxes.
     // Rows past the tensor's end are zero-filled; rows past a sequence's end hold that tensor's next
@@ -331,6 +429,9 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       break;
     }
     wait_chunks(cur.n_lo + cur.nc);
+    // v13: gathered tiles were written by cp.async (the generic proxy); wgmma reads through the
+    // async proxy (as the wgmma kernel's cp.async tiles, attention_wgmma.cuh).
+    if (ordered) wg::fence_proxy_async();
     rule.off = cur.off;
     rule.lk = cur.lk;
     int row_lo[2], row_hi[2];
@@ -579,7 +680,7 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
     // sequence's partial last tile, f32 out, or no map) store per thread as in v11.
     bool tma_tile = false;
     if constexpr (V2)
-      tma_tile = maps.out_tma != 0 &&
+      tma_tile = maps.out_tma != 0 && !ordered &&  // v13: an order scatters rows: per thread
                  (cur.q_hi - cur.q_lo == BM || int64_t(cur.q0) + cur.q_hi == p.total_q);
     if (tma_tile) {
       // ---- epilogue (V2): normalize, sink, LSE; O through shared memory and the copy engine ----
@@ -645,7 +746,8 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
         }
         if (iq >= cur.q_hi) continue;
         const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
-        const int64_t srow = int64_t(cur.q0) + iq;
+        // v13: logical row q0 + iq is stored at packed row order[q0 + iq] (out and LSE).
+        const int64_t srow = ordered ? int64_t(p.order[int64_t(cur.q0) + iq]) : int64_t(cur.q0) + iq;
         const int64_t orow = srow * p.o_tok + h * p.o_head;
 #pragma unroll
         for (int n8 = 0; n8 < D / 8; ++n8) {
@@ -745,7 +847,7 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
     // base and strides, strides increasing from head dim to heads to rows, as for q/k/v); else (or
     // if the encoder refuses) every tile stores per thread. Rows = total_q: the store clips the rest.
     const int64_t o_head = p.o_head, o_tok = p.o_tok;
-    if (!p.out_f32 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && o_head % 8 == 0 && o_tok % 8 == 0 &&
+    if (p.order == nullptr && !p.out_f32 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && o_head % 8 == 0 && o_tok % 8 == 0 &&
         o_head >= D && o_tok >= o_head * p.heads_q) {
       cudaError_t err = encode_tile_map(&maps.o_lo, p.out, bf16, D, p.heads_q, p.total_q, o_head, o_tok, 64,
                                         CU_TENSOR_MAP_SWIZZLE_128B);

@@ -119,7 +119,8 @@ bool band_eligible(const AttentionParams& p) {
 // ARIADNE_BANDWG=0 in the environment (read per call) keeps them on the per-warp band kernel, and
 // ARIADNE_BAND=0 keeps them on the tile kernel as before. ARIADNE_BAND_RUN fixes its run length too.
 // Its copies are the copy engine's tiles (TMA), so a token order (a gather per row) stays on the band
-// kernel; so do q/k/v views whose strides do not increase from head dim to heads to rows.
+// kernel unless ARIADNE_BANDWG_ORDER=1 (bandwg_routes); q/k/v views whose strides do not increase
+// from head dim to heads to rows stay there too.
 bool bandwg_eligible(const AttentionParams& p) {
   const char* env = std::getenv("ARIADNE_BANDWG");
   if (env != nullptr && std::string(env) == "0") return false;
@@ -133,6 +134,18 @@ bool bandwg_eligible(const AttentionParams& p) {
   for (const TensorView* t : {&p.q, &p.k, &p.v})
     if (t->stride[2] != 1 || t->stride[1] < t->shape[2] || t->stride[0] < t->stride[1] * t->shape[1]) return false;
   return current_device_is_sm90();
+}
+
+// Whether a call with this token order (nullptr: none) runs on the wgmma band kernel. An order
+// needs ARIADNE_BANDWG_ORDER=1 in the environment (read per call): the producer warpgroup then
+// gathers the rows with cp.async instead of TMA (bench/cuda-notes.md, v13; off by default until
+// measured on the device, where the band kernel with the fused order is the measured route).
+bool bandwg_routes(const AttentionParams& p, const int32_t* order) {
+  if (order != nullptr) {
+    const char* env = std::getenv("ARIADNE_BANDWG_ORDER");
+    if (env == nullptr || std::string(env) != "1") return false;
+  }
+  return bandwg_eligible(p);
 }
 
 cudaError_t launch_bandwg_d80(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
@@ -227,7 +240,7 @@ bool cuda_wgmma_uses_tma(const AttentionParams& p) {
     default: return wgmma_maps<128>(p).enabled != 0;
   }
 }
-bool cuda_uses_bandwg(const AttentionParams& p) { return p.order == nullptr && bandwg_eligible(p); }
+bool cuda_uses_bandwg(const AttentionParams& p) { return bandwg_routes(p, p.order); }
 // Variant 2 (bench/cuda-notes.md, v11e: dead key pairs skipped, TMA-store epilogue) is the default,
 // measured faster on every window case of the 2026-11-30 04:29 UTC device-check; ARIADNE_BANDWG_V=1
 // (read per call) selects v11.
@@ -349,7 +362,7 @@ void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
     fp.lse = scratch;
   }
   cudaError_t err = cudaSuccess;
-  if (order == nullptr && bandwg_eligible(p)) {
+  if (bandwg_routes(p, order)) {
     err = launch_bandwg_d80(fp, p.q.dtype, st);
   } else if (band_eligible(p)) {
     switch (p.head_dim()) {

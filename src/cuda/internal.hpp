@@ -33,8 +33,10 @@ bool cuda_uses_band(const AttentionParams& p);
 
 // Whether attention_cuda runs this call on the wgmma band kernel (src/cuda/attention_bandwg.cuh):
 // a call the band kernel could take that is a sliding window (no chunk) at head dim 80 on compute
-// capability 9.0, with no token order (AttentionParams::order) and q/k/v strides increasing from head
-// dim to heads to rows, unless ARIADNE_BANDWG=0. Such a call is then not cuda_uses_band.
+// capability 9.0, with no token order (AttentionParams::order; with ARIADNE_BANDWG_ORDER=1 in the
+// environment, read per call, ordered calls too: bench/cuda-notes.md, v13) and q/k/v strides
+// increasing from head dim to heads to rows, unless ARIADNE_BANDWG=0. Such a call is then not
+// cuda_uses_band.
 bool cuda_uses_bandwg(const AttentionParams& p);
 
 // Which variant of the wgmma band kernel such a call runs: 1 (v11) under ARIADNE_BANDWG_V=1 (read
