@@ -151,6 +151,9 @@ bool bandwg_routes(const AttentionParams& p, const int32_t* order) {
 cudaError_t launch_bandwg_d80(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
   const char* env = std::getenv("ARIADNE_BAND_RUN");
   const int run = env != nullptr ? std::atoi(env) : 0;
+  if (cuda_bandwg_pipelined())
+    return dtype == DType::bf16 ? cuda::launch_bandwg<80, cuda::Bf16, true, true>(fp, run, st)
+                                : cuda::launch_bandwg<80, cuda::F16, true, true>(fp, run, st);
   if (cuda_bandwg_variant() == 2)
     return dtype == DType::bf16 ? cuda::launch_bandwg<80, cuda::Bf16, true>(fp, run, st)
                                 : cuda::launch_bandwg<80, cuda::F16, true>(fp, run, st);
@@ -247,6 +250,12 @@ bool cuda_uses_bandwg(const AttentionParams& p) { return bandwg_routes(p, p.orde
 int cuda_bandwg_variant() {
   const char* env = std::getenv("ARIADNE_BANDWG_V");
   return env != nullptr && std::string(env) == "1" ? 1 : 2;
+}
+// v13 step (1) of v11 (the next tile's S issued before the current tile's epilogue): opt-in under
+// ARIADNE_BANDWG_PIPE=1 (read per call) until measured on the device; built on variant 2 only.
+bool cuda_bandwg_pipelined() {
+  const char* env = std::getenv("ARIADNE_BANDWG_PIPE");
+  return env != nullptr && std::string(env) == "1" && cuda_bandwg_variant() == 2;
 }
 bool cuda_uses_band(const AttentionParams& p) { return band_eligible(p) && !cuda_uses_bandwg(p); }
 

@@ -43,6 +43,11 @@ bool cuda_uses_bandwg(const AttentionParams& p);
 // per call), else 2 (bench/cuda-notes.md, v11e).
 int cuda_bandwg_variant();
 
+// Whether such a call runs variant 2 with the next tile's S issued before the current tile's
+// epilogue (bench/cuda-notes.md, v13): ARIADNE_BANDWG_PIPE=1 in the environment (read per call) and
+// variant 2. Off by default.
+bool cuda_bandwg_pipelined();
+
 // attention_cuda with a fused token order: `order` [total] int32 (device memory) is a permutation
 // of the packed rows, total_q == total_k; logical row i of the pattern is stored at packed row
 // order[i] of q, k, v, out and lse. So a pattern in one token order (say a window over the column-

@@ -8,9 +8,10 @@
 // Each case first checks that the call is routed to this kernel under the default routing (no
 // environment override but the one named), so a change of eligibility cannot turn these tests
 // into tests of another kernel. Run lengths are forced through ARIADNE_BAND_RUN. Every case runs under
-// both variants of the kernel: v11 (ARIADNE_BANDWG_V=1) and variant 2 (the default: dead 16-key
-// pairs skipped, TMA-store epilogue; bench/cuda-notes.md, v11e), the latter under the name suffixed
-// "_v2" (so on other random inputs). The checks are the common ones: fresh random inputs,
+// three variants of the kernel: v11 (ARIADNE_BANDWG_V=1), variant 2 (the default: dead 16-key
+// pairs skipped, TMA-store epilogue; bench/cuda-notes.md, v11e), under the name suffixed "_v2" (so
+// on other random inputs), and variant 2 with the next tile's S issued before the current tile's
+// epilogue (ARIADNE_BANDWG_PIPE=1, v13), suffixed "_v2pipe". The checks are the common ones: fresh random inputs,
 // outputs poisoned first, the tolerance rule, and a second run that must be bit-identical.
 #include <algorithm>
 #include <cstdlib>
@@ -56,17 +57,30 @@ Case wg_case(const std::string& name, std::vector<int64_t> seq_q, DType dt, Patt
   return make_case(name, std::move(seq_q), 80, dt, pat);  // head dim 80, GQA 4:1
 }
 
+// The kernel's variants every case runs under: v11 (ARIADNE_BANDWG_V=1), variant 2 (the default)
+// and variant 2 with the next tile's S issued before the current tile's epilogue
+// (ARIADNE_BANDWG_PIPE=1, v13). Each sets its switches for one scope (EnvGuards) and suffixes the
+// case name (so the inputs differ too).
+struct Variant {
+  int v;
+  bool pipe;
+  const char* suffix;
+};
+constexpr Variant kVariants[] = {{1, false, ""}, {2, false, "_v2"}, {2, true, "_v2pipe"}};
+
 // Runs the case under each variant of the kernel (see the header comment), the routing to the
 // kernel and to the variant asserted first.
 void check_wg(const Case& c, bool f32_out = false) {
-  for (int variant : {1, 2}) {
-    const EnvGuard restore("ARIADNE_BANDWG_V", variant == 2 ? "2" : "1");
+  for (const Variant& var : kVariants) {
+    const EnvGuard restore("ARIADNE_BANDWG_V", var.v == 2 ? "2" : "1");
+    const EnvGuard pipe("ARIADNE_BANDWG_PIPE", var.pipe ? "1" : "0");
     Case cv = c;
-    if (variant == 2) cv.name += "_v2";
+    cv.name += var.suffix;
     const testing::Inputs in = testing::make_inputs(cv);
     ASSERT_TRUE(cuda_uses_bandwg(in.params)) << cv.name << ": not routed to the wgmma band kernel";
     ASSERT_FALSE(cuda_uses_band(in.params)) << cv.name;
-    ASSERT_EQ(cuda_bandwg_variant(), variant) << cv.name;
+    ASSERT_EQ(cuda_bandwg_variant(), var.v) << cv.name;
+    ASSERT_EQ(cuda_bandwg_pipelined(), var.pipe) << cv.name;
     check_case(cv, f32_out);
   }
 }
@@ -247,14 +261,15 @@ std::vector<int32_t> column_major(int64_t total) {
 }
 
 // A case with a fused token order on the wgmma band kernel (ARIADNE_BANDWG_ORDER=1), under each
-// variant: the routing asserted, outputs poisoned, the reference run on explicitly gathered inputs
+// variant (kVariants): the routing asserted, outputs poisoned, the reference run on explicitly gathered inputs
 // and scattered back to storage order (out and LSE), and a second run that must be bit-identical.
 void check_ordered(const Case& base, const std::vector<int32_t>& order, bool f32_out = false) {
   const EnvGuard on("ARIADNE_BANDWG_ORDER", "1");
-  for (int variant : {1, 2}) {
-    const EnvGuard restore("ARIADNE_BANDWG_V", variant == 2 ? "2" : "1");
+  for (const Variant& var : kVariants) {
+    const EnvGuard restore("ARIADNE_BANDWG_V", var.v == 2 ? "2" : "1");
+    const EnvGuard pipe("ARIADNE_BANDWG_PIPE", var.pipe ? "1" : "0");
     Case c = base;
-    if (variant == 2) c.name += "_v2";
+    c.name += var.suffix;
     c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
     SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
     const testing::Inputs in = testing::make_inputs(c);
@@ -284,7 +299,8 @@ void check_ordered(const Case& base, const std::vector<int32_t>& order, bool f32
     d.p.order = static_cast<const int32_t*>(d_order.data());  // the public route (AttentionParams::order)
     ASSERT_TRUE(cuda_uses_bandwg(d.p)) << c.name << ": not routed to the wgmma band kernel";
     ASSERT_FALSE(cuda_uses_band(d.p)) << c.name;
-    ASSERT_EQ(cuda_bandwg_variant(), variant) << c.name;
+    ASSERT_EQ(cuda_bandwg_variant(), var.v) << c.name;
+    ASSERT_EQ(cuda_bandwg_pipelined(), var.pipe) << c.name;
     std::vector<uint8_t> first_out, first_lse;
     for (int run = 0; run < 2; ++run) {
       DeviceBuffer out(f32_out ? DType::f32 : c.dtype, {total, c.heads_q, c.dim}), lse(DType::f32, {c.heads_q, total});
@@ -381,6 +397,15 @@ TEST_F(CudaBandWg, Routing) {
     EXPECT_EQ(cuda_bandwg_variant(), 2);
     setenv("ARIADNE_BANDWG_V", "1", 1);
     EXPECT_EQ(cuda_bandwg_variant(), 1);
+    // The pipelined consumer (v13): only under ARIADNE_BANDWG_PIPE=1, and only on variant 2.
+    const EnvGuard restore_pipe("ARIADNE_BANDWG_PIPE");
+    unsetenv("ARIADNE_BANDWG_PIPE");
+    unsetenv("ARIADNE_BANDWG_V");
+    EXPECT_FALSE(cuda_bandwg_pipelined());
+    setenv("ARIADNE_BANDWG_PIPE", "1", 1);
+    EXPECT_TRUE(cuda_bandwg_pipelined());
+    setenv("ARIADNE_BANDWG_V", "1", 1);
+    EXPECT_FALSE(cuda_bandwg_pipelined());
   }
   Case d64 = narrow;
   d64.dim = 64;
