@@ -298,8 +298,9 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
   for (; b.valid; ++i) {
     const BandWgTile nb = walk.next();  // one ahead: its first ring number bounds b's releases
     const int qs = i % QSLOT;
+    const int qsrc = packed(b.e.q0 + b.q_lo, b.q_hi - b.q_lo);  // before the wait
     if (i >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((i / QSLOT) - 1) & 1);
-    copy(Qs + qs * S::tile_elems, qg, p.q_tok, packed(b.e.q0 + b.q_lo, b.q_hi - b.q_lo), q_full(qs));
+    copy(Qs + qs * S::tile_elems, qg, p.q_tok, qsrc, q_full(qs));
     if (tid == 0) {
       descs[qs] = BandWgDesc{int(b.e.q0), b.q_lo, b.q_hi, int(b.e.lk - b.e.lq), int(b.e.lk), b.c_lo, b.nc, b.n_lo,
                              nb.valid ? nb.n_lo : -1, 1};
