@@ -46,7 +46,9 @@
 //
 // Status (bench/cuda-notes.md, v11): 1.10-1.22x the per-warp band kernel on ViT windows (the
 // default route for them); consumer-bound: ~2 warps per scheduler, the softmax, masks and epilogue
-// are latency-bound integer and float work that the two consumers do not fully hide.
+// are latency-bound integer and float work that the two consumers do not fully hide. v13 (not yet
+// measured, off by default): ordered calls (ARIADNE_BANDWG_ORDER=1, bandwg_gather_producer) and the
+// next tile's S issued before the current tile's epilogue (ARIADNE_BANDWG_PIPE=1, template PIPE).
 #pragma once
 
 #include <cuda.h>
