@@ -3,17 +3,23 @@
 // 63, 65, 77, 300, 1500 + 70 keys), key hulls of 1 to 4 chunks (aligned ±64 sees 3, unaligned
 // windows and key offsets lk - lq that are not multiples of 64 see 4), runs of query tiles that
 // start, end or restart the ring inside a varlen batch, both sinks, GQA and f32 out. Token orders
-// are not routed here (Routing checks that they stay on the band kernel). Each case first checks that the call is routed to this kernel under the default
-// routing (no environment override), so a change of eligibility cannot turn these tests into
-// tests of another kernel. Run lengths are forced through ARIADNE_BAND_RUN. Every case runs under
-// both variants of the kernel: v11 (ARIADNE_BANDWG_V=1) and variant 2 (the default: dead 16-key
-// pairs skipped, TMA-store epilogue; bench/cuda-notes.md, v11e), the latter under the name suffixed
-// "_v2" (so on other random inputs). The checks are the common ones: fresh random inputs,
+// are routed here only under ARIADNE_BANDWG_ORDER=1 (v13: the producer gathers rows with
+// cp.async; FusedTokenOrder forces it, Routing checks that they stay on the band kernel without it).
+// Each case first checks that the call is routed to this kernel under the default routing (no
+// environment override but the one named), so a change of eligibility cannot turn these tests
+// into tests of another kernel. Run lengths are forced through ARIADNE_BAND_RUN. Every case runs under
+// three variants of the kernel: v11 (ARIADNE_BANDWG_V=1), variant 2 (the default: dead 16-key
+// pairs skipped, TMA-store epilogue; bench/cuda-notes.md, v11e), under the name suffixed "_v2" (so
+// on other random inputs), and variant 2 with the next tile's S issued before the current tile's
+// epilogue (ARIADNE_BANDWG_PIPE=1, v13), suffixed "_v2pipe". The checks are the common ones: fresh random inputs,
 // outputs poisoned first, the tolerance rule, and a second run that must be bit-identical.
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -38,8 +44,12 @@ class CudaBandWg : public ::testing::Test {
     unsetenv("ARIADNE_BAND");
     unsetenv("ARIADNE_BANDWG");
     unsetenv("ARIADNE_BAND_RUN");
+    unsetenv("ARIADNE_BANDWG_ORDER");
   }
-  void TearDown() override { unsetenv("ARIADNE_BANDWG"); }
+  void TearDown() override {
+    unsetenv("ARIADNE_BANDWG");
+    unsetenv("ARIADNE_BANDWG_ORDER");
+  }
   // ARIADNE_BANDWG_V is set per case by check_wg and restored after it by an EnvGuard.
 };
 
@@ -47,17 +57,30 @@ Case wg_case(const std::string& name, std::vector<int64_t> seq_q, DType dt, Patt
   return make_case(name, std::move(seq_q), 80, dt, pat);  // head dim 80, GQA 4:1
 }
 
+// The kernel's variants every case runs under: v11 (ARIADNE_BANDWG_V=1), variant 2 (the default)
+// and variant 2 with the next tile's S issued before the current tile's epilogue
+// (ARIADNE_BANDWG_PIPE=1, v13). Each sets its switches for one scope (EnvGuards) and suffixes the
+// case name (so the inputs differ too).
+struct Variant {
+  int v;
+  bool pipe;
+  const char* suffix;
+};
+constexpr Variant kVariants[] = {{1, false, ""}, {2, false, "_v2"}, {2, true, "_v2pipe"}};
+
 // Runs the case under each variant of the kernel (see the header comment), the routing to the
 // kernel and to the variant asserted first.
 void check_wg(const Case& c, bool f32_out = false) {
-  for (int variant : {1, 2}) {
-    const EnvGuard restore("ARIADNE_BANDWG_V", variant == 2 ? "2" : "1");
+  for (const Variant& var : kVariants) {
+    const EnvGuard restore("ARIADNE_BANDWG_V", var.v == 2 ? "2" : "1");
+    const EnvGuard pipe("ARIADNE_BANDWG_PIPE", var.pipe ? "1" : "0");
     Case cv = c;
-    if (variant == 2) cv.name += "_v2";
+    cv.name += var.suffix;
     const testing::Inputs in = testing::make_inputs(cv);
     ASSERT_TRUE(cuda_uses_bandwg(in.params)) << cv.name << ": not routed to the wgmma band kernel";
     ASSERT_FALSE(cuda_uses_band(in.params)) << cv.name;
-    ASSERT_EQ(cuda_bandwg_variant(), variant) << cv.name;
+    ASSERT_EQ(cuda_bandwg_variant(), var.v) << cv.name;
+    ASSERT_EQ(cuda_bandwg_pipelined(), var.pipe) << cv.name;
     check_case(cv, f32_out);
   }
 }
@@ -215,6 +238,149 @@ TEST_F(CudaBandWg, V2StoresStayInsideTheOutputView) {
     }
 }
 
+// Rows of a packed [total, heads, dim] host tensor in the order `order` (row i = src row order[i]).
+Buffer gather_rows(const Buffer& src, const std::vector<int32_t>& order) {
+  Buffer dst(src.dtype(), src.shape());
+  const size_t row = size_t(src.numel() / src.shape()[0]) * dtype_size(src.dtype());
+  for (size_t i = 0; i < order.size(); ++i)
+    std::memcpy(static_cast<char*>(dst.data()) + i * row, static_cast<const char*>(src.data()) + order[i] * row, row);
+  return dst;
+}
+
+// The column-major traversal of a grid of ceil(sqrt(total)) columns stored row-major, its last row
+// partial (cells past `total` skipped): Ariadne's column order, for any total.
+std::vector<int32_t> column_major(int64_t total) {
+  int64_t cols = 1;
+  while (cols * cols < total) ++cols;
+  const int64_t rows = (total + cols - 1) / cols;
+  std::vector<int32_t> order;
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t r = 0; r < rows; ++r)
+      if (r * cols + c < total) order.push_back(int32_t(r * cols + c));
+  return order;
+}
+
+// A case with a fused token order on the wgmma band kernel (ARIADNE_BANDWG_ORDER=1), under each
+// variant (kVariants): the routing asserted, outputs poisoned, the reference run on explicitly gathered inputs
+// and scattered back to storage order (out and LSE), and a second run that must be bit-identical.
+void check_ordered(const Case& base, const std::vector<int32_t>& order, bool f32_out = false) {
+  const EnvGuard on("ARIADNE_BANDWG_ORDER", "1");
+  for (const Variant& var : kVariants) {
+    const EnvGuard restore("ARIADNE_BANDWG_V", var.v == 2 ? "2" : "1");
+    const EnvGuard pipe("ARIADNE_BANDWG_PIPE", var.pipe ? "1" : "0");
+    Case c = base;
+    c.name += var.suffix;
+    c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
+    SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+    const testing::Inputs in = testing::make_inputs(c);
+    const int64_t total = in.total_q;
+    ASSERT_EQ(int64_t(order.size()), total);
+    ASSERT_EQ(in.total_k, total);
+
+    testing::Inputs logical;
+    logical.q = gather_rows(in.q, order);
+    logical.k = gather_rows(in.k, order);
+    logical.v = gather_rows(in.v, order);
+    logical.params = in.params;  // pattern arrays and sinks stay in `in`
+    logical.params.q = make_view(logical.q.data(), c.dtype, {total, c.heads_q, c.dim});
+    logical.params.k = make_view(logical.k.data(), c.dtype, {total, c.heads_kv, c.dim});
+    logical.params.v = make_view(logical.v.data(), c.dtype, {total, c.heads_kv, c.dim});
+    logical.total_q = logical.total_k = total;
+    const testing::Result ref = testing::run_reference(logical);
+    Buffer want_out(DType::f32, {total, c.heads_q, c.dim}), want_lse(DType::f32, {c.heads_q, total});
+    for (int64_t i = 0; i < total; ++i)
+      for (int h = 0; h < c.heads_q; ++h) {
+        want_lse.view().set({h, order[size_t(i)]}, ref.lse.view().get({h, i}));
+        for (int x = 0; x < c.dim; ++x) want_out.view().set({order[size_t(i)], h, x}, ref.out.view().get({i, h, x}));
+      }
+
+    DeviceCase d = upload(in);
+    const DeviceBuffer d_order = DeviceBuffer::from_ints(order);
+    d.p.order = static_cast<const int32_t*>(d_order.data());  // the public route (AttentionParams::order)
+    ASSERT_TRUE(cuda_uses_bandwg(d.p)) << c.name << ": not routed to the wgmma band kernel";
+    ASSERT_FALSE(cuda_uses_band(d.p)) << c.name;
+    ASSERT_EQ(cuda_bandwg_variant(), var.v) << c.name;
+    ASSERT_EQ(cuda_bandwg_pipelined(), var.pipe) << c.name;
+    std::vector<uint8_t> first_out, first_lse;
+    for (int run = 0; run < 2; ++run) {
+      DeviceBuffer out(f32_out ? DType::f32 : c.dtype, {total, c.heads_q, c.dim}), lse(DType::f32, {c.heads_q, total});
+      out.fill_bytes(0xFF);  // NaN: an unwritten element fails the comparison
+      lse.fill_bytes(0xFF);
+      d.p.out = out.view();
+      d.p.lse = lse.view();
+      attention(d.p, Backend::cuda);
+      cuda_synchronize();
+      const Buffer out_h = out.to_host(), lse_h = lse.to_host();
+      if (run == 0) {
+        const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
+        EXPECT_TRUE(testing::close_enough("out", testing::compare(out_h.view(), want_out.view()), tol));
+        EXPECT_TRUE(testing::lse_close(lse_h.view(), want_lse.view(), tol));
+        first_out = bytes_of(out_h);
+        first_lse = bytes_of(lse_h);
+      } else {
+        EXPECT_TRUE(first_out == bytes_of(out_h)) << "out differs between two identical runs";
+        EXPECT_TRUE(first_lse == bytes_of(lse_h)) << "lse differs between two identical runs";
+      }
+    }
+  }
+}
+
+TEST_F(CudaBandWg, FusedTokenOrder) {
+  // v13 (ARIADNE_BANDWG_ORDER=1): column-major and random orders over the whole packed tensor, on
+  // lengths 77 and 300 (3- and 4-chunk hulls), 1500 queries over 1570 keys followed by a
+  // 70-query sequence with no key (totals equal, as an order needs), and a varlen batch with empty
+  // and one-token sequences and per-sequence key counts that differ from the query counts; runs of
+  // 1 and 3 tiles and the launcher's choice; both sinks; both dtypes; f32 out once.
+  struct Shape {
+    const char* name;
+    std::vector<int64_t> seq_q, seq_k;
+  };
+  const std::vector<Shape> shapes = {{"n77", {77}, {}},
+                                     {"n300", {300}, {}},
+                                     {"n1500k1570", {1500, 70}, {1570, 0}},
+                                     {"varlen", {1, 0, 130, 64, 5, 200, 1}, {3, 4, 100, 64, 0, 226, 4}}};
+  int i = 0;
+  for (const Shape& sh : shapes) {
+    int64_t total = 0;
+    for (int64_t n : sh.seq_q) total += n;
+    std::vector<int32_t> shuffled(size_t(total), 0);
+    std::iota(shuffled.begin(), shuffled.end(), 0);
+    std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(uint32_t(base_seed()) + uint32_t(total)));
+    for (const auto& [oname, order] : {std::pair{"colmajor", column_major(total)}, std::pair{"shuffled", shuffled}})
+      for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(63, 65)})
+        for (SinkMode mode : {SinkMode::none, SinkMode::denominator, SinkMode::key0_bias}) {
+          const int run = i % 3 == 0 ? 0 : i % 3 == 1 ? 1 : 3;
+          const RunLength scope(run);
+          const DType dt = (i++ % 2) ? DType::f16 : DType::bf16;
+          Case c = wg_case(std::string("bandwg_order_") + sh.name + "_" + oname + "_" + wname(w) + "_" +
+                               sink_mode_name(mode) + "_run" + std::to_string(run) + "_" + dtype_name(dt),
+                           sh.seq_q, dt, w);
+          c.seq_k = sh.seq_k;
+          c.sink_mode = mode;
+          c.sink_value = std::numeric_limits<float>::quiet_NaN();  // random per head
+          check_ordered(c, order);
+        }
+  }
+  Case f32 = wg_case("bandwg_order_n300_f32out", {300}, DType::bf16, Pattern::window(64, 64));
+  f32.sink_mode = SinkMode::denominator;
+  f32.sink_value = std::numeric_limits<float>::quiet_NaN();
+  check_ordered(f32, column_major(300), true);
+}
+
+TEST_F(CudaBandWg, OrderedSmallCasesForSanitizers) {
+  // Small enough for compute-sanitizer: the gathering producer (v13) with run length 1 and the
+  // launcher's choice, a 3- and a 4-chunk hull, a two-sequence batch.
+  for (int run : {0, 1})
+    for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(64, 65)}) {
+      const RunLength scope(run);
+      Case c = wg_case("bandwg_order_small_run" + std::to_string(run) + "_" + wname(w), {150, 33}, DType::bf16, w);
+      c.seq_k = {143, 40};
+      c.sink_mode = SinkMode::key0_bias;
+      c.sink_value = std::numeric_limits<float>::quiet_NaN();
+      check_ordered(c, column_major(183));
+    }
+}
+
 TEST_F(CudaBandWg, Routing) {
   // Head dim 80 sliding windows up to left + right = 129 take it by default; other head dims,
   // wider windows, chunks, one-sided unbounded windows do not; ARIADNE_BANDWG=0 hands the call
@@ -231,6 +397,15 @@ TEST_F(CudaBandWg, Routing) {
     EXPECT_EQ(cuda_bandwg_variant(), 2);
     setenv("ARIADNE_BANDWG_V", "1", 1);
     EXPECT_EQ(cuda_bandwg_variant(), 1);
+    // The pipelined consumer (v13): only under ARIADNE_BANDWG_PIPE=1, and only on variant 2.
+    const EnvGuard restore_pipe("ARIADNE_BANDWG_PIPE");
+    unsetenv("ARIADNE_BANDWG_PIPE");
+    unsetenv("ARIADNE_BANDWG_V");
+    EXPECT_FALSE(cuda_bandwg_pipelined());
+    setenv("ARIADNE_BANDWG_PIPE", "1", 1);
+    EXPECT_TRUE(cuda_bandwg_pipelined());
+    setenv("ARIADNE_BANDWG_V", "1", 1);
+    EXPECT_FALSE(cuda_bandwg_pipelined());
   }
   Case d64 = narrow;
   d64.dim = 64;
@@ -243,7 +418,8 @@ TEST_F(CudaBandWg, Routing) {
   Case causal = wg_case("bandwg_route_causal", {300}, DType::bf16, Pattern::causal());
   EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(causal).params));
   // A token order (a gather per row, which the copy engine's tiles cannot do) stays on the band
-  // kernel: CudaBand.FusedTokenOrder tests it there.
+  // kernel by default (CudaBand.FusedTokenOrder tests it there); ARIADNE_BANDWG_ORDER=1 (v13)
+  // routes it here (FusedTokenOrder above), any other value does not.
   AttentionParams ordered = pn;
   const std::vector<int32_t> identity = [] {
     std::vector<int32_t> v(300);
@@ -253,6 +429,20 @@ TEST_F(CudaBandWg, Routing) {
   ordered.order = identity.data();
   EXPECT_FALSE(cuda_uses_bandwg(ordered));
   EXPECT_TRUE(cuda_uses_band(ordered));
+  {
+    const EnvGuard restore("ARIADNE_BANDWG_ORDER", "1");
+    EXPECT_TRUE(cuda_uses_bandwg(ordered));
+    EXPECT_FALSE(cuda_uses_band(ordered));
+    EXPECT_TRUE(cuda_uses_bandwg(pn));  // no order: unchanged
+    setenv("ARIADNE_BANDWG_ORDER", "0", 1);
+    EXPECT_FALSE(cuda_uses_bandwg(ordered));
+    EXPECT_TRUE(cuda_uses_band(ordered));
+    setenv("ARIADNE_BANDWG_ORDER", "1", 1);
+    setenv("ARIADNE_BANDWG", "0", 1);  // the kernel switched off takes no ordered call either
+    EXPECT_FALSE(cuda_uses_bandwg(ordered));
+    EXPECT_TRUE(cuda_uses_band(ordered));
+    unsetenv("ARIADNE_BANDWG");
+  }
   // A view whose rows are closer together than its heads (heads outermost) has no tensor map.
   AttentionParams heads_outer = pn;
   heads_outer.q.stride[0] = 80;
