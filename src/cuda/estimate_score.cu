@@ -371,13 +371,6 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
     const int64_t nblk_cta = last >= 0 ? last / nr + 1 : 0;  // key blocks any row of the CTA sees
     // This CTA's partials: part[r · nvis + n] = (max, Σexp(x − max)) of row r over block n.
     float2* part = p.scratch + p.scratch_base[gb] + (int64_t(kvh) * gridDim.z + blockIdx.z) * kScoreRows * nvis;
-    // Tensor-core kernel with blocks of 8 or 16 key strides (B 128 at S 16 / 8): every block of the
-    // chunk lies in one warp's 16 columns, so its (max, Σexp) comes straight from the
-    // accumulators, the quad's 4 lanes combined by shuffles; the Σexp runs over the columns in
-    // the f32 kernel's order (the terms gathered by shuffles), so equal logits give bit-identical
-    // partials (the scaled logit is a separately rounded product, __fmul_rn, never fused into the
-    // subtraction of the max). rr also prefetches the next chunk's K̄ tile while the partials are
-    // formed.
     if constexpr (kV2) {
       // ---- v2: rr, blocks of 8 or 16 key strides, one row round (the host guarantees it). Same
       // logits and the same (max, Σexp) partials, bit for bit, as the loop below; what differs is
@@ -570,6 +563,13 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
       }
       __syncthreads();  // the partials are read by other threads below
     } else
+    // Tensor-core kernel with blocks of 8 or 16 key strides (B 128 at S 16 / 8): every block of the
+    // chunk lies in one warp's 16 columns, so its (max, Σexp) comes straight from the
+    // accumulators, the quad's 4 lanes combined by shuffles; the Σexp runs over the columns in
+    // the f32 kernel's order (the terms gathered by shuffles), so equal logits give bit-identical
+    // partials (the scaled logit is a separately rounded product, __fmul_rn, never fused into the
+    // subtraction of the max). rr also prefetches the next chunk's K̄ tile while the partials are
+    // formed.
     if (kMma && (nr == 8 || nr == 16)) {
       // Partials of the blocks in this warp's columns from its accumulators.
       auto block_partials = [&](int64_t j0, const float (&acc)[2][2][4]) {
