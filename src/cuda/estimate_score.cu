@@ -726,6 +726,12 @@ cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStrea
   const auto kernel = p.v2 ? scores_kernel<true, true> : p.mma ? scores_kernel<true> : scores_kernel<false>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (err != cudaSuccess) return err;
+  if (p.v2) {
+    // v2 is sized for 3 CTAs per SM (70 KB each at bf16 q): ask for the largest shared-memory
+    // carveout so that the L1 split does not cap that (its loads bypass L1: cp.async.cg).
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    if (err != cudaSuccess) return err;
+  }
   const unsigned zc = unsigned((p.group + p.heads_per_cta - 1) / p.heads_per_cta);
   kernel<<<dim3(unsigned(total_qblocks), unsigned(p.heads_kv), zc), kScoreThreads, smem, stream>>>(p);
   return cudaGetLastError();
