@@ -30,11 +30,12 @@
 // measured in the same device-check step by bench/anchors.py and joined there (speedup columns).
 //
 //   bench_estimate_cuda [tokens ...] [--recall-max N] [--methods rr,xattn] [--xattn-max N] [--strides 8,16]
-//                       [--mix M] [--scoring mma,f32]
+//                       [--mix M] [--scoring mma,mma2,f32]
 //   default tokens 8192 32768 65536 131072; --xattn-max: XAttention only up to N tokens (its
 //   estimate takes seconds at 128K); --mix: the synthetic head mix (default SyntheticConfig's);
-//   --scoring: the scoring kernels to time (default mma, the tensor-core one; f32 the CUDA-core
-//   one). The first gives the case's row (attention, recall); each further one adds a row
+//   --scoring: the scoring kernels to time (default mma, the tensor-core one; mma2 its v2 variant,
+//   EstimateConfig::cuda_scoring_v2, which covers RR with B / S = 8 or 16 and is v1 elsewhere; f32
+//   the CUDA-core one). The first gives the case's row (attention, recall); each further one adds a row
 //   "<id>-<kernel>" with its estimate times and its largest score difference and count of rows
 //   whose block list differs from the first's (vs_<first>_max_score_diff, vs_<first>_rows_differ)
 #if defined(ARIADNE_WITH_CUDA)
@@ -134,8 +135,8 @@ int main(int argc, char** argv) {
         while (pos <= m.size()) {
           const size_t comma = std::min(m.find(',', pos), m.size());
           scorings.push_back(m.substr(pos, comma - pos));
-          ARIADNE_CHECK(scorings.back() == "mma" || scorings.back() == "f32", "bench_estimate_cuda: --scoring '", m,
-                        "', expected mma, f32 or both comma-separated");
+          ARIADNE_CHECK(scorings.back() == "mma" || scorings.back() == "mma2" || scorings.back() == "f32",
+                        "bench_estimate_cuda: --scoring '", m, "', expected mma, mma2, f32, comma-separated");
           pos = comma + 1;
         }
       }
@@ -227,6 +228,7 @@ int main(int argc, char** argv) {
             return t;
           };
           c.cuda_f32_scoring = scorings[0] == "f32";
+          c.cuda_scoring_v2 = scorings[0] == "mma2";
           Timed main_t = time_estimate(c);
           const EstimateResult& r = main_t.r;
           const std::vector<double>& wall = main_t.wall;
@@ -258,7 +260,8 @@ int main(int argc, char** argv) {
             o["ms_host_overhead"] = median(t.overhead);
             o["ms_estimate_first"] = t.first;
             o["ms_result_free"] = median(t.frees);
-            o["scoring"] = t.r.stats.tensor_core_scoring ? "mma" : "f32";
+            // The kernel that ran: mma2 only where v2 covers the case (else the v1 kernel ran).
+            o["scoring"] = !t.r.stats.tensor_core_scoring ? "f32" : t.r.stats.scoring_v2 ? "mma2" : "mma";
           };
           put_times(j, main_t);
           j["ms_attention"] = ms_attn;
@@ -297,6 +300,7 @@ int main(int argc, char** argv) {
           for (size_t v = 1; v < scorings.size(); ++v) {
             EstimateConfig cv = c;
             cv.cuda_f32_scoring = scorings[v] == "f32";
+            cv.cuda_scoring_v2 = scorings[v] == "mma2";
             const Timed tv = time_estimate(cv);
             nlohmann::json jv;
             jv["id"] = j["id"].get<std::string>() + "-" + scorings[v];

@@ -90,6 +90,10 @@ struct EstimateConfig {
   // core one (bf16 mma.sync on exact bf16 splits of the operands; docs/numerics.md gives the
   // difference). The environment variable ARIADNE_EST_F32=1 sets it for every call.
   bool cuda_f32_scoring = false;
+  // CUDA backend, tensor-core scoring: the restructured v2 kernel (docs/rrattention.md, "Scoring
+  // kernel v2"; same scores bit for bit) where it applies: RR with B / S = 8 or 16. Elsewhere,
+  // and when false, the v1 kernel runs. ARIADNE_EST_V2=1 sets it for every call.
+  bool cuda_scoring_v2 = false;
 
   Protections protections() const { return protect ? *protect : Protections::published(method); }
   double tau_of(int head) const { return tau_per_head.empty() ? tau : tau_per_head[size_t(head)]; }
@@ -110,6 +114,7 @@ struct EstimateStats {
   std::vector<double> density_per_head;  // [heads_q]: kept / visible of each query head
   double mac = 0;              // multiply-adds spent on scoring (the cost model of SPEC C.5)
   bool tensor_core_scoring = false;  // CUDA: the logits ran on the tensor-core kernel
+  bool scoring_v2 = false;           // CUDA: ... on its v2 variant (EstimateConfig::cuda_scoring_v2)
 };
 
 // The CUDA backend's output, in device memory (empty for the CPU backend). The same CSR and score

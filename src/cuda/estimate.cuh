@@ -50,6 +50,9 @@ struct ScoreParams {
   bool mma;
   int dpad;                     // d rounded up to 16 (the mma k step)
   int qterms, kterms;           // bf16 terms of each operand: 1 bf16, 2 f16, 3 f32 (rr k: 3)
+  // The v2 tensor-core kernel (docs/rrattention.md, "Scoring kernel v2"): only where
+  // scores_v2_applies(); ksplit is then read as the same [heads_kv, total_ks, 3, dpad] array.
+  bool v2;
 };
 
 // Selection and CSR assembly.
@@ -78,8 +81,11 @@ constexpr int kScoreThreads = 256;
 // Key strides per chunk of the tensor-core scoring kernel.
 constexpr int kMmaCols = 64;
 
-// Dynamic shared memory of the scoring kernel for these parameters (p.mma picks the kernel).
+// Dynamic shared memory of the scoring kernel for these parameters (p.mma, p.v2 pick the kernel).
 size_t scores_smem_bytes(const ScoreParams& p);
+// Whether the v2 tensor-core kernel covers these parameters: tensor-core rr with blocks of 8 or
+// 16 key strides (B 64 / 128 at S 8, B 128 at S 16) and one row round; otherwise v1 runs.
+bool scores_v2_applies(const ScoreParams& p);
 
 // Kernel launches on `stream`; each returns the launch error.
 cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream);

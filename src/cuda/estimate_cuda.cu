@@ -50,7 +50,8 @@ std::vector<int32_t> read_ints(const int32_t* p, int64_t n) {
   return v;
 }
 
-// ARIADNE_EST_F32=1 (read per call): the f32 scoring kernel, as EstimateConfig::cuda_f32_scoring.
+// ARIADNE_EST_F32=1 (read per call): the f32 scoring kernel, as EstimateConfig::cuda_f32_scoring;
+// ARIADNE_EST_V2=1: the v2 tensor-core kernel, as EstimateConfig::cuda_scoring_v2.
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && std::string(v) == "1";
@@ -396,6 +397,8 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sp.kterms = rr ? 3 : qterms;
   sp.ksplit = use_mma ? d_ksum : nullptr;
   if (use_mma) sp.ksum = nullptr;
+  // The v2 tensor-core kernel where asked for (config or ARIADNE_EST_V2=1) and it covers the case.
+  sp.v2 = (config.cuda_scoring_v2 || env_flag("ARIADNE_EST_V2")) && cuda::scores_v2_applies(sp);
 
   const Protections prot = config.protections();
   cuda::SelectParams sel{};
@@ -452,6 +455,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   s.ms_sampling = ev.ms(0, 1);
   s.ms_scoring = ev.ms(1, 2);
   s.tensor_core_scoring = use_mma;
+  s.scoring_v2 = sp.v2;
   s.ms_selection = ev.ms(2, 3);
 
   std::vector<int64_t> kept(size_t(g.heads_q), 0);

@@ -29,6 +29,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "cuda/estimate.cuh"
 #include "cuda/mma.cuh"
@@ -97,11 +98,15 @@ constexpr int kQPitch = kScoreRows + 4;  // q tile [d][68]: float4-aligned, 4-wa
 //   mma: logits [64][65] f32 | q tile [qterms][64][dpad+8] bf16 | key tile [kterms][64][dpad+8] bf16
 // The bf16 rows are padded by 8 elements (16 bytes): the 8 row addresses of an ldmatrix then fall
 // in 8 different 4-bank groups, and every row start stays 16-byte aligned.
-template <bool kMma>
+//   v2 (rr, blocks of 8 or 16 key strides): no logits | q tile as mma | key tile [64 · 3][dpad+8] bf16,
+//   row 3c + i holding term i of key stride c (the global layout of K̄'s terms, so a chunk's copy
+//   is one contiguous stream). The row pitch is 3 · (2 · dpad + 16) bytes between key strides, an
+//   odd multiple of 16 modulo 128: an ldmatrix's 8 rows still fall in 8 different 4-bank groups.
+template <bool kMma, bool kV2 = false>
 struct ScoreSmem {
   static constexpr int cols = kMma ? kMmaCols : kScoreCols;  // key strides per chunk
   static constexpr int ppitch = cols + 1;
-  static __host__ __device__ size_t logits_bytes() { return sizeof(float) * size_t(kScoreRows) * ppitch; }
+  static __host__ __device__ size_t logits_bytes() { return kV2 ? 0 : sizeof(float) * size_t(kScoreRows) * ppitch; }
   static __host__ __device__ int bpitch(const ScoreParams& p) { return p.dpad + 8; }
   static __host__ __device__ size_t q_bytes(const ScoreParams& p) {
     return kMma ? size_t(2) * p.qterms * kScoreRows * bpitch(p) : sizeof(float) * size_t(p.d) * kQPitch;
@@ -113,9 +118,12 @@ struct ScoreSmem {
 };
 
 // Grid (total query blocks, heads_kv, ceil(group / heads_per_cta)), kScoreThreads threads.
-template <bool kMma>
+// kV2 (only with kMma; the host sets it only for rr with blocks of 8 or 16 key strides and one
+// row round): the restructured chunk loop of "Scoring kernel v2" in docs/rrattention.md.
+template <bool kMma, bool kV2 = false>
 __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
-  using Sm = ScoreSmem<kMma>;
+  static_assert(kMma || !kV2, "v2 is a tensor-core variant");
+  using Sm = ScoreSmem<kMma, kV2>;
   constexpr int kCols = Sm::cols, kPPitch = Sm::ppitch;
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
@@ -363,6 +371,198 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
     const int64_t nblk_cta = last >= 0 ? last / nr + 1 : 0;  // key blocks any row of the CTA sees
     // This CTA's partials: part[r · nvis + n] = (max, Σexp(x − max)) of row r over block n.
     float2* part = p.scratch + p.scratch_base[gb] + (int64_t(kvh) * gridDim.z + blockIdx.z) * kScoreRows * nvis;
+    if constexpr (kV2) {
+      // ---- v2: rr, blocks of 8 or 16 key strides, one row round (the host guarantees it). Same
+      // logits and the same (max, Σexp) partials, bit for bit, as the loop below; what differs is
+      // the work per 64-stride chunk (docs/rrattention.md, "Scoring kernel v2"):
+      //  * K̄'s copy: the chunk is one contiguous run of 16-byte vectors in global memory and in
+      //    the key-stride-major tile, so a thread's vectors follow from its first one by a fixed
+      //    step (int32, no division per vector);
+      //  * the mma loop has the q terms as a compile-time count and per-lane addresses plus the k
+      //    offset, and a warp whose 32 rows all end before the chunk skips it (at S 16 a CTA's
+      //    rows 32 … 63 are empty: 4 heads × 8 strides);
+      //  * the partials: a 4 × 4 transpose inside each quad (16 shuffles) gives every lane the 16
+      //    columns of one row, whose max and in-order Σexp then need no shuffle at all.
+      const int v8 = p.dpad / 8;  // 16-byte vectors per term row
+      const int nvec = kMmaCols * 3 * v8;
+      const int vstep_row = kScoreThreads / v8, vstep_col = kScoreThreads % v8;
+      const int vrow0 = tid / v8, vcol0 = tid % v8;
+      const uint32_t dst_step = uint32_t(vstep_row * bp + vstep_col * 8) * 2u;  // bytes per vector step
+      const __nv_bfloat16* kseq =
+          static_cast<const __nv_bfloat16*>(p.ksplit) + (int64_t(kvh) * p.total_ks + e.ks_base) * 3 * p.dpad;
+      const uint32_t kb_s = smem_addr(kb);
+      const uint32_t dst0 = kb_s + uint32_t(vrow0 * bp + vcol0 * 8) * 2u;  // this thread's first vector
+      const int nks = e.nks;
+      // Copies key strides j0 … j0+63 (all terms) into the tile, one commit group; term rows past
+      // the sequence's key strides are zero-filled (their source address stays inside the chunk).
+      auto issue_k_v2 = [&](int j0) {
+        const __nv_bfloat16* src = kseq + int64_t(j0) * 3 * p.dpad;
+        int col = vcol0;
+        uint32_t dst = dst0;
+        if (j0 + kMmaCols <= nks) {  // every chunk but a sequence's last: no zero fill
+          const __nv_bfloat16* g = src + tid * 8;
+          for (int idx = tid; idx < nvec; idx += kScoreThreads, g += kScoreThreads * 8) {
+            cp_async16(dst, g, true);
+            col += vstep_col;
+            dst += dst_step;
+            if (col >= v8) {  // into the next term row: it starts 16 pad bytes past this row's end
+              col -= v8;
+              dst += 16u;
+            }
+          }
+        } else {
+          const int rows_ok = 3 * (nks - j0);
+          int row = vrow0;
+          for (int idx = tid; idx < nvec; idx += kScoreThreads) {
+            const bool ok = row < rows_ok;
+            cp_async16(dst, src + (ok ? idx * 8 : 0), ok);
+            row += vstep_row;
+            col += vstep_col;
+            dst += dst_step;
+            if (col >= v8) {
+              col -= v8;
+              ++row;
+              dst += 16u;
+            }
+          }
+        }
+        cp_async_commit();
+      };
+      // Warp w: rows 32·(w & 1) … +31 (two m16 tiles) × key strides 16·(w >> 1) … +15, as above.
+      const int wm = warp & 1, wn = warp >> 1;
+      // ldmatrix row addresses (bytes): q term i, tile mt: row i·64 + wm·32 + mt·16 + lane % 16,
+      // column (lane / 16)·8; K̄ term j of key stride c = wn·16 + (lane / 16)·8 + lane % 8: row
+      // 3c + j, column ((lane / 8) % 2)·8. The k step adds 32 bytes to both.
+      const uint32_t a_s = smem_addr(qa) + uint32_t(((wm * 32 + (lane & 15)) * bp + (lane >> 4) * 8) * 2);
+      const uint32_t a_term = uint32_t(kScoreRows * bp * 2), a_tile = uint32_t(16 * bp * 2);
+      const uint32_t b_s = kb_s + uint32_t((3 * (wn * 16 + (lane >> 4) * 8 + (lane & 7)) * bp + ((lane >> 3) & 1) * 8) * 2);
+      const uint32_t b_term = uint32_t(bp * 2);
+      // The last key stride any row of this warp sees: a chunk past it leaves the warp's logits all
+      // masked, so its mma work is skipped (the empty rows at S 16: 4 heads × 8 strides of 64).
+      const int warp_last = __reduce_max_sync(0xffffffffu, lim[wm * 32 + lane]);
+      // acc += q · K̄ᵀ for the chunk in shared memory with Q q terms, the term pairs in mma_tile's
+      // order (j outer, i inner, then mt, nt: each accumulator sums the same products in the same
+      // order, so the logits are bit-identical to v1's).
+      auto mma_tile_v2 = [&](auto q_terms, float (&acc)[2][2][4]) {
+        constexpr int Q = decltype(q_terms)::value;
+        uint32_t a_k = a_s, b_k = b_s;
+#pragma unroll 2
+        for (int k0 = 0; k0 < p.dpad; k0 += 16, a_k += 32u, b_k += 32u) {
+          uint32_t a[Q][2][4];
+#pragma unroll
+          for (int i = 0; i < Q; ++i) {
+            ldmatrix_x4(a[i][0], a_k + i * a_term);
+            ldmatrix_x4(a[i][1], a_k + i * a_term + a_tile);
+          }
+#pragma unroll
+          for (int j = 0; j < 3; ++j) {
+            uint32_t b[4];  // n8 tile 0: b[0], b[1]; tile 1: b[2], b[3]
+            ldmatrix_x4(b, b_k + j * b_term);
+#pragma unroll
+            for (int i = 0; i < Q; ++i)
+              if (i + j <= 2)
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                  for (int nt = 0; nt < 2; ++nt) Bf16::mma(acc[mt][nt], a[i][mt], b[2 * nt], b[2 * nt + 1]);
+          }
+        }
+      };
+      const int nr_log2 = nr == 16 ? 4 : 3;
+      const int cc = lane & 3;
+      const bool b0 = (cc & 1) != 0, b1 = (cc & 2) != 0;
+      // After the transpose this lane holds row-combination q = cc (m16 tile q / 2, rows +8 if q odd).
+      const int my_row = wm * 32 + (cc >> 1) * 16 + (lane >> 2) + (cc & 1) * 8;
+      float2* my_part = part + my_row * nvis;
+      // The partials of this chunk's blocks in the warp's 16 columns, from the accumulators.
+      auto block_partials_v2 = [&](int j0, const float (&acc)[2][2][4]) {
+        // x[q][k]: the scaled logit (−inf where not visible) of row-combination q = 2·mt + h2
+        // (row wm·32 + mt·16 + lane/4 + 8·h2) at column 8·(k/2) + 2·cc + k%2 of the warp's 16.
+        float x[4][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int h2 = 0; h2 < 2; ++h2) {
+            const int lr = lim[wm * 32 + mt * 16 + (lane >> 2) + h2 * 8];
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+              for (int v = 0; v < 2; ++v)
+                x[2 * mt + h2][2 * nt + v] = j0 + wn * 16 + nt * 8 + 2 * cc + v <= lr
+                                                 ? __fmul_rn(acc[mt][nt][h2 * 2 + v], p.qmul)
+                                                 : -INFINITY;
+          }
+        // Quad transpose, stage 1 (lanes cc, cc ^ 1): f[p2][s0] = row-combination 2·p2 + (cc & 1)
+        // from the quad lane whose bit 0 is s0.
+        float f[2][2][4];
+#pragma unroll
+        for (int p2 = 0; p2 < 2; ++p2)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const float own = b0 ? x[2 * p2 + 1][k] : x[2 * p2][k];
+            const float send = b0 ? x[2 * p2][k] : x[2 * p2 + 1][k];
+            const float recv = __shfl_xor_sync(0xffffffffu, send, 1);
+            f[p2][0][k] = b0 ? recv : own;
+            f[p2][1][k] = b0 ? own : recv;
+          }
+        // Stage 2 (lanes cc, cc ^ 2): y[s][k] = row-combination cc from quad lane s, i.e. the
+        // logit of column 8·(k/2) + 2·s + k%2.
+        float y[4][4];
+#pragma unroll
+        for (int s0 = 0; s0 < 2; ++s0)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const float own = b1 ? f[1][s0][k] : f[0][s0][k];
+            const float send = b1 ? f[0][s0][k] : f[1][s0][k];
+            const float recv = __shfl_xor_sync(0xffffffffu, send, 2);
+            y[s0][k] = b1 ? recv : own;
+            y[2 + s0][k] = b1 ? own : recv;
+          }
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb) {
+          if (nb * nr >= 16) continue;  // nr 16: one block per warp
+          const int n = (j0 + wn * 16 + nb * nr) >> nr_log2;
+          if (n * nr > last) continue;  // past every row's last key stride (warp-uniform)
+          const int nt0 = nr == 16 ? 0 : nb, nt1 = nr == 16 ? 1 : nb;
+          float cm = -INFINITY;
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+            if (nt >= nt0 && nt <= nt1)
+#pragma unroll
+              for (int s = 0; s < 4; ++s) cm = fmaxf(fmaxf(cm, y[s][2 * nt]), y[s][2 * nt + 1]);
+          // Σexp in the f32 kernel's column order, cs + e(2s) + e(2s + 1) for s = 0 … 3. The adds
+          // are __fadd_rn: a plain + would let the compiler fuse expf's final multiply into them
+          // (an FFMA rounds once where v1, whose terms arrive by shuffle, rounds twice).
+          float cs = 0.f;
+          if (cm != -INFINITY)
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+              if (nt >= nt0 && nt <= nt1)
+#pragma unroll
+                for (int s = 0; s < 4; ++s)
+                  cs = __fadd_rn(__fadd_rn(cs, expf(y[s][2 * nt] - cm)), expf(y[s][2 * nt + 1] - cm));
+          my_part[n] = make_float2(cm, cs);
+        }
+      };
+      if (last >= 0) issue_k_v2(0);
+      for (int j0 = 0; j0 <= last; j0 += kMmaCols) {
+        float acc[2][2][4] = {};
+        cp_async_wait<0>();
+        __syncthreads();  // the K̄ tile of j0 is in shared memory
+        if (warp_last >= j0) {
+          if (p.qterms == 1)
+            mma_tile_v2(std::integral_constant<int, 1>{}, acc);
+          else if (p.qterms == 2)
+            mma_tile_v2(std::integral_constant<int, 2>{}, acc);
+          else
+            mma_tile_v2(std::integral_constant<int, 3>{}, acc);
+        }
+        __syncthreads();  // every warp is done with it
+        if (j0 + kMmaCols <= last) issue_k_v2(j0 + kMmaCols);
+        block_partials_v2(j0, acc);
+      }
+      __syncthreads();  // the partials are read by other threads below
+    } else
     // Tensor-core kernel with blocks of 8 or 16 key strides (B 128 at S 16 / 8): every block of the
     // chunk lies in one warp's 16 columns, so its (max, Σexp) comes straight from the
     // accumulators, the quad's 4 lanes combined by shuffles; the Σexp runs over the columns in
@@ -511,15 +711,27 @@ cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream) {
 }
 
 size_t scores_smem_bytes(const ScoreParams& p) {
+  if (p.v2) return ScoreSmem<true, true>::total(p);
   return p.mma ? ScoreSmem<true>::total(p) : ScoreSmem<false>::total(p);
+}
+
+bool scores_v2_applies(const ScoreParams& p) {
+  return p.mma && p.rr && p.kterms == 3 && (p.spb == 8 || p.spb == 16) && p.row_split == 1;
 }
 
 cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStream_t stream) {
   if (total_qblocks == 0) return cudaSuccess;
   const size_t smem = scores_smem_bytes(p);
-  const auto kernel = p.mma ? scores_kernel<true> : scores_kernel<false>;
+  if (p.v2 && !scores_v2_applies(p)) return cudaErrorInvalidValue;  // the host checks first
+  const auto kernel = p.v2 ? scores_kernel<true, true> : p.mma ? scores_kernel<true> : scores_kernel<false>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (err != cudaSuccess) return err;
+  if (p.v2) {
+    // v2 is sized for 3 CTAs per SM (70 KB each at bf16 q): ask for the largest shared-memory
+    // carveout so that the L1 split does not cap that (its loads bypass L1: cp.async.cg).
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    if (err != cudaSuccess) return err;
+  }
   const unsigned zc = unsigned((p.group + p.heads_per_cta - 1) / p.heads_per_cta);
   kernel<<<dim3(unsigned(total_qblocks), unsigned(p.heads_kv), zc), kScoreThreads, smem, stream>>>(p);
   return cudaGetLastError();

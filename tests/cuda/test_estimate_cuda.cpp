@@ -7,11 +7,13 @@
 // The first mismatch is printed with its row, scores and both lists. Each case also runs twice
 // (bit-identical scores and masks: the kernels use no float atomics) and once device-only.
 // The cases run on the default tensor-core scoring; F32Scoring* repeat some on the f32 kernel,
-// and TensorCoreScoring* compare the two kernels directly (docs/numerics.md, "Estimator scores").
+// and TensorCoreScoring* compare the two kernels directly (docs/numerics.md, "Estimator scores");
+// TensorCoreScoringV2* repeat those on the v2 tensor-core kernel and compare it with v1 bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -484,7 +486,9 @@ void integer_inputs(Inputs& in, int r, uint64_t seed) {
 // [−3, 3]: |q·K̄| <= 128 · 3 · 48 < 2^24, and a scale with scale / S a power of two), the
 // tensor-core logits equal the f32 kernel's bit for bit, so the scores and masks of the two
 // kernels must be identical, and both match the CPU under the usual rule.
-TEST_F(CudaEstimate, TensorCoreScoringExactOnIntegers) {
+// v2: the same on the v2 tensor-core kernel (EstimateConfig::cuda_scoring_v2), which must then
+// have run on every RR case (B / S = 16 and 8 here) and on no XAttention one.
+void exact_on_integers(bool v2) {
   for (DType dt : {DType::bf16, DType::f32}) {
     Inputs in = testing::make_inputs(make_case(std::string("int-") + dtype_name(dt), {1900, 700}, {1900, 900}, 8, 2,
                                                128, dt));
@@ -496,13 +500,16 @@ TEST_F(CudaEstimate, TensorCoreScoringExactOnIntegers) {
         c.method = e;
         c.stride = stride;
         c.scale = float(stride) / 128.f;  // scale / S = 2^-7: logits of standard deviation ~1
-        const std::string what = std::string(dtype_name(dt)) + " " + estimator_name(e) + " S " + std::to_string(stride);
+        c.cuda_scoring_v2 = v2;
+        const std::string what = std::string(v2 ? "v2 " : "") + dtype_name(dt) + " " + estimator_name(e) + " S " +
+                                 std::to_string(stride);
         SCOPED_TRACE(what);
         const EstimateResult tc = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
         EstimateConfig cf = c;
         cf.cuda_f32_scoring = true;
         const EstimateResult f32 = estimate(d.qv, d.kv, d.layout, cf, Backend::cuda);
         ASSERT_TRUE(tc.stats.tensor_core_scoring);
+        ASSERT_EQ(tc.stats.scoring_v2, v2 && e == Estimator::rr);
         ASSERT_FALSE(f32.stats.tensor_core_scoring);
         size_t differ = 0;
         for (size_t i = 0; i < tc.scores.size(); ++i) differ += tc.scores[i] != f32.scores[i];
@@ -514,60 +521,138 @@ TEST_F(CudaEstimate, TensorCoreScoringExactOnIntegers) {
   }
 }
 
+TEST_F(CudaEstimate, TensorCoreScoringExactOnIntegers) { exact_on_integers(false); }
+TEST_F(CudaEstimate, TensorCoreScoringV2ExactOnIntegers) { exact_on_integers(true); }
+
 // Rule (2): on fresh random inputs (bf16, f16 and f32, so the 1-, 2- and 3-term splits all run)
 // the two kernels' scores agree within 1e-5 (half the CPU comparison's bound), and the masks
 // agree exactly on every row whose decision margin (from the f32 kernel's scores: the distance of
 // the cumulative mass from τ at each decision, or a near-tie at the cut) exceeds 1e-4; rows
 // within it are counted and printed, and must stay below 20%.
-TEST_F(CudaEstimate, TensorCoreScoringMatchesF32Kernel) {
+// v2: the same on the v2 kernel, with B 128 added so that both of its block widths run (B / S =
+// 8 and 16); it must have run exactly on the RR cases with B / S 8 or 16.
+void matches_f32_kernel(bool v2) {
   for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
     const Inputs in = testing::make_inputs(make_case(std::string("tc-") + dtype_name(dt), {2300}, {}, 16, 4, 128, dt));
     const OnDevice d = upload(in);
     for (Estimator e : {Estimator::rr, Estimator::xattn})
-      for (int stride : {8, 16}) {
-        EstimateConfig c;
-        c.method = e;
-        c.stride = stride;
-        c.block = 64;
-        c.tau = 0.9;
-        const std::string what = std::string(dtype_name(dt)) + " " + estimator_name(e) + " S " + std::to_string(stride);
-        SCOPED_TRACE(what);
-        const EstimateResult tc = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
-        EstimateConfig cf = c;
-        cf.cuda_f32_scoring = true;
-        const EstimateResult f32 = estimate(d.qv, d.kv, d.layout, cf, Backend::cuda);
-        ASSERT_EQ(tc.scores.size(), f32.scores.size());
-        double worst = 0;
-        for (size_t i = 0; i < tc.scores.size(); ++i)
-          worst = std::max(worst, std::abs(double(tc.scores[i]) - double(f32.scores[i])));
-        EXPECT_LE(worst, 1e-5);
-        const Protections prot = c.protections();
-        int64_t near = 0, mismatches = 0;
-        for (int64_t row = 0; row < f32.rows(); ++row) {
-          const int64_t n = f32.visible(row);
-          std::vector<int32_t> forced;
-          if (prot.sink) forced.push_back(0);
-          if (prot.diagonal && n > 1) forced.push_back(int32_t(n - 1));
-          const int64_t nqb = f32.mask.seq_block_base[1];
-          const bool whole = prot.last_row && row % nqb == nqb - 1;
-          const double margin = whole ? 1.0
-                                      : decision_margin(f32.scores.data() + f32.score_ptr[size_t(row)], n, c.tau,
-                                                        forced, e == Estimator::xattn);
-          if (margin <= 1e-4) {
-            ++near;
-            continue;
+      for (int stride : {8, 16})
+        for (int block : {64, 128}) {
+          if (block == 128 && !v2) continue;
+          EstimateConfig c;
+          c.method = e;
+          c.stride = stride;
+          c.block = block;
+          c.tau = 0.9;
+          c.cuda_scoring_v2 = v2;
+          const std::string what = std::string(v2 ? "v2 " : "") + dtype_name(dt) + " " + estimator_name(e) + " S " +
+                                   std::to_string(stride) + " B " + std::to_string(block);
+          SCOPED_TRACE(what);
+          const EstimateResult tc = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
+          const int spb = block / stride;
+          ASSERT_EQ(tc.stats.scoring_v2, v2 && e == Estimator::rr && (spb == 8 || spb == 16));
+          EstimateConfig cf = c;
+          cf.cuda_f32_scoring = true;
+          const EstimateResult f32 = estimate(d.qv, d.kv, d.layout, cf, Backend::cuda);
+          ASSERT_EQ(tc.scores.size(), f32.scores.size());
+          double worst = 0;
+          for (size_t i = 0; i < tc.scores.size(); ++i)
+            worst = std::max(worst, std::abs(double(tc.scores[i]) - double(f32.scores[i])));
+          EXPECT_LE(worst, 1e-5);
+          const Protections prot = c.protections();
+          int64_t near = 0, mismatches = 0;
+          for (int64_t row = 0; row < f32.rows(); ++row) {
+            const int64_t n = f32.visible(row);
+            std::vector<int32_t> forced;
+            if (prot.sink) forced.push_back(0);
+            if (prot.diagonal && n > 1) forced.push_back(int32_t(n - 1));
+            const int64_t nqb = f32.mask.seq_block_base[1];
+            const bool whole = prot.last_row && row % nqb == nqb - 1;
+            const double margin = whole ? 1.0
+                                        : decision_margin(f32.scores.data() + f32.score_ptr[size_t(row)], n, c.tau,
+                                                          forced, e == Estimator::xattn);
+            if (margin <= 1e-4) {
+              ++near;
+              continue;
+            }
+            const auto list = [&](const EstimateResult& r) {
+              return std::vector<int32_t>(r.mask.col_idx.begin() + r.mask.row_ptr[size_t(row)],
+                                          r.mask.col_idx.begin() + r.mask.row_ptr[size_t(row) + 1]);
+            };
+            mismatches += list(tc) != list(f32);
           }
-          const auto list = [&](const EstimateResult& r) {
-            return std::vector<int32_t>(r.mask.col_idx.begin() + r.mask.row_ptr[size_t(row)],
-                                        r.mask.col_idx.begin() + r.mask.row_ptr[size_t(row) + 1]);
-          };
-          mismatches += list(tc) != list(f32);
+          EXPECT_EQ(mismatches, 0) << "rows whose block lists differ between the kernels";
+          EXPECT_LE(near * 5, f32.rows()) << near << " of " << f32.rows() << " rows within 1e-4 of the cut";
+          std::printf("[ mma vs f32 ] %s: scores within %.2e, %lld of %lld rows near the cut\n", what.c_str(), worst,
+                      (long long)near, (long long)f32.rows());
         }
-        EXPECT_EQ(mismatches, 0) << "rows whose block lists differ between the kernels";
-        EXPECT_LE(near * 5, f32.rows()) << near << " of " << f32.rows() << " rows within 1e-4 of the cut";
-        std::printf("[ mma vs f32 ] %s: scores within %.2e, %lld of %lld rows near the cut\n", what.c_str(), worst,
-                    (long long)near, (long long)f32.rows());
-      }
+  }
+}
+
+TEST_F(CudaEstimate, TensorCoreScoringMatchesF32Kernel) { matches_f32_kernel(false); }
+TEST_F(CudaEstimate, TensorCoreScoringV2MatchesF32Kernel) { matches_f32_kernel(true); }
+
+// The v2 kernel computes the same logits (same products, same accumulation order) and the same
+// partials (the same expf terms summed in the same column order) as v1, so its scores must equal
+// v1's bit for bit and its masks exactly, on random inputs of every dtype (1, 2 and 3 q terms),
+// head_dim 128, 80 (a tile row of 10 vectors: a thread's copy steps wrap between term rows) and
+// 32, full GQA groups (64 rows per CTA) and half-empty ones (S 16 with 4 heads: warps without
+// rows), both offsets, and varlen sequences with lq < lk whose last chunk is partly past the
+// sequence (zero-filled key strides). It must also match the CPU (rule 3) on the benchmark shape.
+TEST_F(CudaEstimate, TensorCoreScoringV2BitIdenticalToV1) {
+  struct Shape {
+    const char* name;
+    std::vector<int64_t> sq, sk;
+    int hq, hkv, dim;
+  };
+  const std::vector<Shape> shapes = {{"v2-gqa8", {1500}, {}, 16, 2, 128},
+                                     {"v2-d80-varlen", {700, 77, 1100}, {700, 300, 1333}, 8, 2, 80},
+                                     {"v2-d32", {999}, {}, 4, 1, 32}};
+  for (const Shape& sh : shapes)
+    for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+      const Inputs in = testing::make_inputs(make_case(std::string(sh.name) + "-" + dtype_name(dt), sh.sq, sh.sk, sh.hq,
+                                                       sh.hkv, sh.dim, dt));
+      const OnDevice d = upload(in);
+      for (int stride : {8, 16})
+        for (int block : {64, 128}) {
+          if (block / stride != 8 && block / stride != 16) continue;
+          for (RROffset off : {RROffset::paper, RROffset::released}) {
+            EstimateConfig c;
+            c.stride = stride;
+            c.block = block;
+            c.offset = off;
+            c.tau = 0.9;
+            const std::string what = std::string(sh.name) + " " + dtype_name(dt) + " S " + std::to_string(stride) +
+                                     " B " + std::to_string(block) + " " + rr_offset_name(off);
+            SCOPED_TRACE(what + " (ARIADNE_TEST_SEED=" + std::to_string(seed_base()) + ")");
+            const EstimateResult v1 = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
+            EstimateConfig c2 = c;
+            c2.cuda_scoring_v2 = true;
+            const EstimateResult v2 = estimate(d.qv, d.kv, d.layout, c2, Backend::cuda);
+            ASSERT_TRUE(v1.stats.tensor_core_scoring);
+            ASSERT_FALSE(v1.stats.scoring_v2);
+            ASSERT_TRUE(v2.stats.scoring_v2);
+            ASSERT_EQ(v1.scores.size(), v2.scores.size());
+            size_t differ = 0, first = 0;
+            for (size_t i = 0; i < v1.scores.size(); ++i)
+              if (std::memcmp(&v1.scores[i], &v2.scores[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+            EXPECT_EQ(differ, size_t(0)) << "scores not bit-identical, first at " << first << ": v1 "
+                                         << v1.scores[first] << " v2 " << v2.scores[first];
+            EXPECT_TRUE(v1.mask.row_ptr == v2.mask.row_ptr && v1.mask.col_idx == v2.mask.col_idx)
+                << "masks differ between v1 and v2";
+            // Run to run: the same call again gives the same bits.
+            const EstimateResult again = estimate(d.qv, d.kv, d.layout, c2, Backend::cuda);
+            EXPECT_TRUE(again.scores == v2.scores);
+          }
+        }
+    }
+  const Inputs llama = testing::make_inputs(make_case("v2-llama", {2100}, {}, 32, 8, 128, DType::bf16));
+  const OnDevice dl = upload(llama);
+  for (int stride : {8, 16}) {
+    EstimateConfig c;
+    c.stride = stride;
+    c.cuda_scoring_v2 = true;
+    check_config(llama, dl, c, "v2 llama rr stride " + std::to_string(stride));
   }
 }
 
