@@ -238,15 +238,6 @@ TEST_F(CudaBandWg, V2StoresStayInsideTheOutputView) {
     }
 }
 
-// Rows of a packed [total, heads, dim] host tensor in the order `order` (row i = src row order[i]).
-Buffer gather_rows(const Buffer& src, const std::vector<int32_t>& order) {
-  Buffer dst(src.dtype(), src.shape());
-  const size_t row = size_t(src.numel() / src.shape()[0]) * dtype_size(src.dtype());
-  for (size_t i = 0; i < order.size(); ++i)
-    std::memcpy(static_cast<char*>(dst.data()) + i * row, static_cast<const char*>(src.data()) + order[i] * row, row);
-  return dst;
-}
-
 // The column-major traversal of a grid of ceil(sqrt(total)) columns stored row-major, its last row
 // partial (cells past `total` skipped): Ariadne's column order, for any total.
 std::vector<int32_t> column_major(int64_t total) {
@@ -277,22 +268,7 @@ void check_ordered(const Case& base, const std::vector<int32_t>& order, bool f32
     ASSERT_EQ(int64_t(order.size()), total);
     ASSERT_EQ(in.total_k, total);
 
-    testing::Inputs logical;
-    logical.q = gather_rows(in.q, order);
-    logical.k = gather_rows(in.k, order);
-    logical.v = gather_rows(in.v, order);
-    logical.params = in.params;  // pattern arrays and sinks stay in `in`
-    logical.params.q = make_view(logical.q.data(), c.dtype, {total, c.heads_q, c.dim});
-    logical.params.k = make_view(logical.k.data(), c.dtype, {total, c.heads_kv, c.dim});
-    logical.params.v = make_view(logical.v.data(), c.dtype, {total, c.heads_kv, c.dim});
-    logical.total_q = logical.total_k = total;
-    const testing::Result ref = testing::run_reference(logical);
-    Buffer want_out(DType::f32, {total, c.heads_q, c.dim}), want_lse(DType::f32, {c.heads_q, total});
-    for (int64_t i = 0; i < total; ++i)
-      for (int h = 0; h < c.heads_q; ++h) {
-        want_lse.view().set({h, order[size_t(i)]}, ref.lse.view().get({h, i}));
-        for (int x = 0; x < c.dim; ++x) want_out.view().set({order[size_t(i)], h, x}, ref.out.view().get({i, h, x}));
-      }
+    const OrderedReference want = ordered_reference(c, in, order);  // gathered, scattered back
 
     DeviceCase d = upload(in);
     const DeviceBuffer d_order = DeviceBuffer::from_ints(order);
@@ -313,8 +289,8 @@ void check_ordered(const Case& base, const std::vector<int32_t>& order, bool f32
       const Buffer out_h = out.to_host(), lse_h = lse.to_host();
       if (run == 0) {
         const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
-        EXPECT_TRUE(testing::close_enough("out", testing::compare(out_h.view(), want_out.view()), tol));
-        EXPECT_TRUE(testing::lse_close(lse_h.view(), want_lse.view(), tol));
+        EXPECT_TRUE(testing::close_enough("out", testing::compare(out_h.view(), want.out.view()), tol));
+        EXPECT_TRUE(testing::lse_close(lse_h.view(), want.lse.view(), tol));
         first_out = bytes_of(out_h);
         first_lse = bytes_of(lse_h);
       } else {
