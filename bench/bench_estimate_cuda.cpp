@@ -33,9 +33,9 @@
 //                       [--mix M] [--scoring mma,mma2,f32]
 //   default tokens 8192 32768 65536 131072; --xattn-max: XAttention only up to N tokens (its
 //   estimate takes seconds at 128K); --mix: the synthetic head mix (default SyntheticConfig's);
-//   --scoring: the scoring kernels to time (default mma, the tensor-core one; mma2 its v2 variant,
-//   EstimateConfig::cuda_scoring_v2, which covers RR with B / S = 8 or 16 and is v1 elsewhere; f32
-//   the CUDA-core one). The first gives the case's row (attention, recall); each further one adds a row
+//   --scoring: the scoring kernels to time (default mma2, the library's default: the v2 tensor-core
+//   kernel, EstimateConfig::cuda_scoring_v2, which covers RR with B / S = 8 or 16 and is v1
+//   elsewhere; mma the v1 tensor-core kernel; f32 the CUDA-core one). The first gives the case's row (attention, recall); each further one adds a row
 //   "<id>-<kernel>" with its estimate times and its largest score difference and count of rows
 //   whose block list differs from the first's (vs_<first>_max_score_diff, vs_<first>_rows_differ)
 #if defined(ARIADNE_WITH_CUDA)
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
     std::vector<Estimator> methods = {Estimator::rr, Estimator::xattn};
     std::vector<int> strides = {8, 16};
     std::string mix = SyntheticConfig{}.mix;
-    std::vector<std::string> scorings = {"mma"};
+    std::vector<std::string> scorings = {"mma2"};
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--recall-max" && i + 1 < argc) recall_max = std::atoll(argv[++i]);

@@ -37,8 +37,8 @@
 //
 // Eligible (bandwg_eligible in attention_cuda.cu): sliding windows with left + right <= 129 (a
 // 64-row tile's hull of <= 193 keys meets at most MAXC = 4 chunks), no chunk, no block mask, no
-// diagnostics, no token order unless ARIADNE_BANDWG_ORDER=1 (v13: the producer warpgroup then
-// gathers the rows with cp.async, bandwg_gather_producer, and O leaves per thread), head dim 80,
+// diagnostics (a token order is taken unless ARIADNE_BANDWG_ORDER=0; v13: the producer warpgroup
+// then gathers the rows with cp.async, bandwg_gather_producer, and O leaves per thread), head dim 80,
 // compute capability 9.0, rows and keys below 2^30, q/k/v strides increasing from head dim to heads
 // to rows. Sinks (both forms), GQA, varlen with lq != lk (bottom-right aligned), f32 / 16-bit out
 // and LSE are handled as in the other kernels. Rows past a sequence's end are copied from the
@@ -46,9 +46,10 @@
 //
 // Status (bench/cuda-notes.md, v11): 1.10-1.22x the per-warp band kernel on ViT windows (the
 // default route for them); consumer-bound: ~2 warps per scheduler, the softmax, masks and epilogue
-// are latency-bound integer and float work that the two consumers do not fully hide. v13 (not yet
-// measured, off by default): ordered calls (ARIADNE_BANDWG_ORDER=1, bandwg_gather_producer) and the
-// next tile's S issued before the current tile's epilogue (ARIADNE_BANDWG_PIPE=1, template PIPE).
+// are latency-bound integer and float work that the two consumers do not fully hide. v13: ordered
+// calls (bandwg_gather_producer; the default since session 4: 0.0279 ms for the column order at
+// N 4096 against the band kernel's 0.0330). Issuing the next tile's S before the current tile's
+// epilogue was measured 14% slower at N 4096 and 16384 (v13 "PIPE") and removed.
 #pragma once
 
 #include <cuda.h>
@@ -199,47 +200,6 @@ __device__ __forceinline__ void tma_store_3d(const void* map, uint32_t src, int 
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// The first k-step of a 64 x 64 S (scale-d 0: d = A·B), with d as outputs only, so that d's old
-// values are not live into the instruction (Mma::ss reads them: its scale-d is a run-time operand).
-// The pipelined consumer (PIPE) needs that: its S registers cross loop iterations, and a read of
-// them here would keep them live through the paths that never use them (the 4-chunk path).
-#define ARIADNE_BANDWG_SS_FIRST(TYPE)                                                                         \
-  asm volatile(                                                                                              \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                           \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " "                                      \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"                               \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                    \
-      "%32, %33, p, 1, 1, 0, 0;\n}\n"                                                                        \
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),        \
-        "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),  \
-        "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),\
-        "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])\
-      : "l"(a), "l"(b), "r"(0))
-template <class E>
-__device__ __forceinline__ void ss_first(float (&d)[32], uint64_t a, uint64_t b) {
-  if constexpr (std::is_same_v<E, Bf16>)
-    ARIADNE_BANDWG_SS_FIRST("bf16");
-  else
-    ARIADNE_BANDWG_SS_FIRST("f16");
-}
-#undef ARIADNE_BANDWG_SS_FIRST
-// The 4 chunks of S of the pipelined consumer's 4-chunk path: chunks 0-2 in its prefetched S
-// registers, chunk 3 in its own (indices are compile-time constants wherever it is used).
-struct SplitS {
-  float (&a)[3][32];
-  float (&b)[32];
-  __device__ __forceinline__ auto operator[](int c) -> float (&)[32] { return c < 3 ? a[c] : b; }
-};
-// The S registers of an NCH-chunk tile: the tile's own array, or (PIPE) sn, or sn and s4.
-template <bool PIPE, int NCH, class Own>
-__device__ __forceinline__ decltype(auto) s_regs(Own& own, float (&sn)[3][32], float (&s4)[32]) {
-  if constexpr (!PIPE)
-    return (own);
-  else if constexpr (NCH == 3)
-    return (sn);
-  else
-    return SplitS{sn, s4};
-}
 }  // namespace bandwg
 
 
@@ -335,14 +295,10 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
 // none of a warp's 16 rows sees are skipped (their probabilities are exactly 0, as before), and
 // full tiles (and a tensor's last, partial tile) leave through a shared-memory staging tile and
 // two TMA stores instead of 20 scattered stores per thread. Same arithmetic, same results.
-// PIPE (v13, ARIADNE_BANDWG_PIPE=1 with variant 2): step (1) of v11, S of the consumer's next tile
-// issued before the current tile's epilogue when that next tile takes the 3-chunk path (see
-// the consumer loop).
-template <int D, class E, bool V2, bool PIPE>
+template <int D, class E, bool V2>
 __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParams p, const int run,
                                                                   const __grid_constant__ BandWgMaps maps) {
   static_assert(D == 80, "the tile layout splits the head dim as 64 + 16");
-  static_assert(!PIPE || V2, "the pipelined consumer is built on variant 2 only");
   // The tile layout: columns 0-63 of the 64 rows in 128-byte rows with the 128-byte swizzle (8 KB,
   // as the copy engine writes it and wgmma reads it), then columns 64-79 in 32-byte rows with the
   // 32-byte swizzle (2 KB). Each copy is then two boxes of 128- and 32-byte rows, instead of ten of
@@ -465,59 +421,6 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
     }
   };
 
-  // PIPE: once a tile's P·V is done and its chunks released, the consumer waits for its next tile
-  // (i + 2) and issues S of its first 3 chunks into sn before this tile's epilogue, so that the
-  // tensor cores work under the epilogue (prefetch, below). The next iteration then finds its Q
-  // slot and chunks already waited (waiting again returns at once: neither barrier can complete
-  // another phase before this consumer's arrivals) and waits for the group; a 4-chunk tile adds
-  // its chunk 3 first (s4 in compute). sn's first k-step is a write-only wgmma (bandwg::ss_first),
-  // so its old values are dead from the softmax's last read of them to the next prefetch.
-  [[maybe_unused]] float sn[3][32];
-  // S = Q·Kᵀ of a tile with ncnt <= 3 chunks from ring number nlo into sn, its Q buffer at qb:
-  // issued and committed, not waited.
-  [[maybe_unused]] auto issue_s3 = [&](uint32_t qb, int nlo, int ncnt) {
-    uint32_t ks_slot[3];
-#pragma unroll
-    for (int c = 0; c < 3; ++c) ks_slot[c] = uint32_t((nlo + (c < ncnt ? c : 0)) % NSLOT) * kTileBytes;
-    wg::fence();
-#pragma unroll
-    for (int c = 0; c < 3; ++c)
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks)
-        if (ks == 0)
-          bandwg::ss_first<E>(sn[c], wg::desc_swizzled<128>(qb, 16, 1024),
-                              wg::desc_swizzled<128>(ks_addr + ks_slot[c], 16, 1024));
-        else if (ks < 4)
-          wg::Mma<E, 64>::ss(sn[c], wg::desc_swizzled<128>(qb + ks * 32, 16, 1024),
-                             wg::desc_swizzled<128>(ks_addr + ks_slot[c] + ks * 32, 16, 1024), 1);
-        else
-          wg::Mma<E, 64>::ss(sn[c], wg::desc_swizzled<32>(qb + kLoBytes, 16, 256),
-                             wg::desc_swizzled<32>(ks_addr + ks_slot[c] + kLoBytes, 16, 256), 1);
-    wg::commit();
-#pragma unroll
-    for (int c = 0; c < 3; ++c) wg::pin(sn[c]);
-  };
-
-  // PIPE: waits for tile i's descriptor and chunks and issues S of its first 3 chunks into sn
-  // (here before the loop for the first tile, else in the iteration before). A tile with no chunk,
-  // and the end marker, get the same instructions on ring slot 0, whose results nobody reads: so
-  // every path into the loop carries sn from a wgmma (ptxas keeps one register set for it, with
-  // no moves; a path without would keep sn's old values live through the 4-chunk path, where
-  // ptxas spills and serializes the wgmma, C7512/C7515), at the cost of one unused S per consumer
-  // and run (and per tile that sees no key). Each branch of the loop waits for the group first.
-  [[maybe_unused]] auto prefetch = [&](int i) {
-    const int qs = i % QSLOT;
-    wg::mbar_wait(q_full(qs), uint32_t(i / QSLOT) & 1);
-    const BandWgDesc nd = descs[qs];
-    const bool live = nd.valid && nd.nc >= 1;
-    if (live) {
-      wait_chunks(nd.n_lo + nd.nc);
-      if (ordered) wg::fence_proxy_async();
-    }
-    issue_s3(qs_addr + qs * kTileBytes, live ? nd.n_lo : 0, live ? nd.nc : 1);
-  };
-  if constexpr (PIPE) prefetch(cw);
-
   BandRule rule(pat, SeqExtent{});  // the window; each tile sets its sequence's offset and length
   for (int i = cw;; i += 2) {
     // ---- tile i of the walk: rows 16·warp + g + 8r of the tile ----
@@ -525,7 +428,6 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
     wg::mbar_wait(q_full(qs), uint32_t(i / QSLOT) & 1);
     const BandWgDesc cur = descs[qs];  // read before q_empty releases the slot
     if (!cur.valid) {
-      if constexpr (PIPE) wg::wait<0>();  // the end marker's unused S (see prefetch)
       // V2: the CTA's shared memory must outlive the copy engine's last store from it.
       if (V2 && tid % 128 == 0) bandwg::bulk_wait_all();
       break;
@@ -568,41 +470,22 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       uint32_t slot[NCH];
 #pragma unroll
       for (int c = 0; c < NCH; ++c) slot[c] = uint32_t((n_lo + (c < nc ? c : 0)) % NSLOT) * kTileBytes;
-      // S: PIPE keeps chunks 0-2 in sn (issued by prefetch) and chunk 3 of a 4-chunk tile in s4.
-      float sc_own[PIPE ? 1 : NCH][32], s4[32];
-      auto&& sc = bandwg::s_regs<PIPE, NCH>(sc_own, sn, s4);
-      if constexpr (PIPE && NCH == 4) {
-        // Chunk 3 (ring slot slot[3]), in a second group; the wait below takes both.
-        wg::fence();
+      float sc[NCH][32];
+      // S = Q·Kᵀ per chunk (64 x 64, D/16 k-steps), all chunks in one commit group.
+#pragma unroll
+      for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+      wg::fence();
+#pragma unroll
+      for (int c = 0; c < NCH; ++c)
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks)
-          if (ks == 0)
-            bandwg::ss_first<E>(s4, wg::desc_swizzled<128>(q_base, 16, 1024),
-                                wg::desc_swizzled<128>(ks_addr + slot[3], 16, 1024));
-          else if (ks < 4)
-            wg::Mma<E, 64>::ss(s4, wg::desc_swizzled<128>(q_base + ks * 32, 16, 1024),
-                               wg::desc_swizzled<128>(ks_addr + slot[3] + ks * 32, 16, 1024), 1);
+          if (ks < 4)  // k-step ks: bytes [32·ks, 32·ks + 32) of each 128-byte row
+            wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled<128>(q_base + ks * 32, 16, 1024),
+                               wg::desc_swizzled<128>(ks_addr + slot[c] + ks * 32, 16, 1024), ks > 0);
           else
-            wg::Mma<E, 64>::ss(s4, wg::desc_swizzled<32>(q_base + kLoBytes, 16, 256),
-                               wg::desc_swizzled<32>(ks_addr + slot[3] + kLoBytes, 16, 256), 1);
-        wg::commit();
-      } else if constexpr (!PIPE) {
-        // S = Q·Kᵀ per chunk (64 x 64, D/16 k-steps), all chunks in one commit group.
-#pragma unroll
-        for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
-        wg::fence();
-#pragma unroll
-        for (int c = 0; c < NCH; ++c)
-#pragma unroll
-          for (int ks = 0; ks < D / 16; ++ks)
-            if (ks < 4)  // k-step ks: bytes [32·ks, 32·ks + 32) of each 128-byte row
-              wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled<128>(q_base + ks * 32, 16, 1024),
-                                 wg::desc_swizzled<128>(ks_addr + slot[c] + ks * 32, 16, 1024), ks > 0);
-            else
-              wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled<32>(q_base + kLoBytes, 16, 256),
-                                 wg::desc_swizzled<32>(ks_addr + slot[c] + kLoBytes, 16, 256), 1);
-        wg::commit();
-      }
+            wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled<32>(q_base + kLoBytes, 16, 256),
+                               wg::desc_swizzled<32>(ks_addr + slot[c] + kLoBytes, 16, 256), 1);
+      wg::commit();
 #pragma unroll
       for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
       wg::wait<0>();
@@ -777,7 +660,6 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       wg::pin(acc_hi);
     };
     if (nc == 0) {  // no row of the tile sees a key: nothing to multiply (the ring holds none)
-      if constexpr (PIPE) wg::wait<0>();  // the tile's unused S (see prefetch)
 #pragma unroll
       for (int x = 0; x < 32; ++x) acc_lo[x] = 0.f;
 #pragma unroll
@@ -795,9 +677,6 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       wait_chunks(cur.next_n_lo);
       for (; released < cur.next_n_lo; ++released) wg::mbar_arrive(empty(released % NSLOT));
     }
-    // PIPE: the next tile's S, after the release (the waits are the ones the next iteration
-    // would make, in the same order: the ring protocol is unchanged), before the epilogue.
-    if constexpr (PIPE) prefetch(i + 2);
 
     // V2: a tile whose 64 rows are all its sequence's, or whose rows past the end are past the
     // tensor's end too (the map's bounds clip them: they belong to nobody), leaves through this
@@ -924,10 +803,10 @@ inline cudaError_t encode_tile_map(CUtensorMap* map, const void* base, bool bf16
 // Virtual tiles (the tile kernel's varlen cover) cut into runs; grid (runs, heads_q), one CTA per
 // SM (~200 KB of shared memory). `run` <= 0 picks the length: the longest runs that still give
 // every SM work in one wave. V2: the variant of v11e (ARIADNE_BANDWG_V=2, attention_cuda.cu).
-template <int D, class E, bool V2, bool PIPE = false>
+template <int D, class E, bool V2>
 cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
   using S = BandWgShape<D>;
-  const auto kernel = attention_bandwg_kernel<D, E, V2, PIPE>;
+  const auto kernel = attention_bandwg_kernel<D, E, V2>;
   constexpr size_t smem = V2 ? S::smem_bytes_v2 : S::smem_bytes;
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -975,7 +854,7 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
 
 #define ARIADNE_BANDWG_KERNELS(X, D)                                                                       \
   X(launch_bandwg<D, Bf16, false>) X(launch_bandwg<D, F16, false>) X(launch_bandwg<D, Bf16, true>) \
-  X(launch_bandwg<D, F16, true>) X(launch_bandwg<D, Bf16, true, true>) X(launch_bandwg<D, F16, true, true>)
+  X(launch_bandwg<D, F16, true>)
 #define ARIADNE_INSTANTIATE_BANDWG(D) ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_INSTANTIATE_ONE, D)
 ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_DECLARE_ONE, 80)
 

@@ -118,8 +118,9 @@ bool band_eligible(const AttentionParams& p) {
 // then meets at most 4 chunks of 64 keys). Default route for those calls (bench/cuda-notes.md, v11);
 // ARIADNE_BANDWG=0 in the environment (read per call) keeps them on the per-warp band kernel, and
 // ARIADNE_BAND=0 keeps them on the tile kernel as before. ARIADNE_BAND_RUN fixes its run length too.
-// Its copies are the copy engine's tiles (TMA), so a token order (a gather per row) stays on the band
-// kernel unless ARIADNE_BANDWG_ORDER=1 (bandwg_routes); q/k/v views whose strides do not increase
+// Its copies are the copy engine's tiles (TMA); a token order (a gather per row) switches the
+// producer to cp.async gathers (bandwg_routes; ARIADNE_BANDWG_ORDER=0 keeps ordered calls on the
+// band kernel); q/k/v views whose strides do not increase
 // from head dim to heads to rows stay there too.
 bool bandwg_eligible(const AttentionParams& p) {
   const char* env = std::getenv("ARIADNE_BANDWG");
@@ -136,14 +137,14 @@ bool bandwg_eligible(const AttentionParams& p) {
   return current_device_is_sm90();
 }
 
-// Whether a call with this token order (nullptr: none) runs on the wgmma band kernel. An order
-// needs ARIADNE_BANDWG_ORDER=1 in the environment (read per call): the producer warpgroup then
-// gathers the rows with cp.async instead of TMA (bench/cuda-notes.md, v13; off by default until
-// measured on the device, where the band kernel with the fused order is the measured route).
+// Whether a call with this token order (nullptr: none) runs on the wgmma band kernel. An ordered
+// call does unless ARIADNE_BANDWG_ORDER=0 in the environment (read per call): the producer
+// warpgroup then gathers the rows with cp.async instead of TMA (bench/cuda-notes.md, v13: column
+// order at N 4096 0.0279 ms there against 0.0330 on the band kernel, which =0 keeps).
 bool bandwg_routes(const AttentionParams& p, const int32_t* order) {
   if (order != nullptr) {
     const char* env = std::getenv("ARIADNE_BANDWG_ORDER");
-    if (env == nullptr || std::string(env) != "1") return false;
+    if (env != nullptr && std::string(env) == "0") return false;
   }
   return bandwg_eligible(p);
 }
@@ -151,9 +152,6 @@ bool bandwg_routes(const AttentionParams& p, const int32_t* order) {
 cudaError_t launch_bandwg_d80(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
   const char* env = std::getenv("ARIADNE_BAND_RUN");
   const int run = env != nullptr ? std::atoi(env) : 0;
-  if (cuda_bandwg_pipelined())
-    return dtype == DType::bf16 ? cuda::launch_bandwg<80, cuda::Bf16, true, true>(fp, run, st)
-                                : cuda::launch_bandwg<80, cuda::F16, true, true>(fp, run, st);
   if (cuda_bandwg_variant() == 2)
     return dtype == DType::bf16 ? cuda::launch_bandwg<80, cuda::Bf16, true>(fp, run, st)
                                 : cuda::launch_bandwg<80, cuda::F16, true>(fp, run, st);
@@ -250,12 +248,6 @@ bool cuda_uses_bandwg(const AttentionParams& p) { return bandwg_routes(p, p.orde
 int cuda_bandwg_variant() {
   const char* env = std::getenv("ARIADNE_BANDWG_V");
   return env != nullptr && std::string(env) == "1" ? 1 : 2;
-}
-// v13 step (1) of v11 (the next tile's S issued before the current tile's epilogue): opt-in under
-// ARIADNE_BANDWG_PIPE=1 (read per call) until measured on the device; built on variant 2 only.
-bool cuda_bandwg_pipelined() {
-  const char* env = std::getenv("ARIADNE_BANDWG_PIPE");
-  return env != nullptr && std::string(env) == "1" && cuda_bandwg_variant() == 2;
 }
 bool cuda_uses_band(const AttentionParams& p) { return band_eligible(p) && !cuda_uses_bandwg(p); }
 

@@ -50,11 +50,18 @@ std::vector<int32_t> read_ints(const int32_t* p, int64_t n) {
   return v;
 }
 
-// ARIADNE_EST_F32=1 (read per call): the f32 scoring kernel, as EstimateConfig::cuda_f32_scoring;
-// ARIADNE_EST_V2=1: the v2 tensor-core kernel, as EstimateConfig::cuda_scoring_v2.
+// ARIADNE_EST_F32=1 (read per call): the f32 scoring kernel, as EstimateConfig::cuda_f32_scoring.
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && std::string(v) == "1";
+}
+
+// EstimateConfig::cuda_scoring_v2 unless ARIADNE_EST_V2 (read per call) says 0 or 1.
+bool scoring_v2_wanted(const EstimateConfig& config) {
+  const char* v = std::getenv("ARIADNE_EST_V2");
+  if (v != nullptr && std::string(v) == "0") return false;
+  if (v != nullptr && std::string(v) == "1") return true;
+  return config.cuda_scoring_v2;
 }
 
 int64_t last_key_stride(const EstimateConfig& c, int64_t stride, const Seq& e, int64_t i, int h) {
@@ -397,8 +404,8 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sp.kterms = rr ? 3 : qterms;
   sp.ksplit = use_mma ? d_ksum : nullptr;
   if (use_mma) sp.ksum = nullptr;
-  // The v2 tensor-core kernel where asked for (config or ARIADNE_EST_V2=1) and it covers the case.
-  sp.v2 = (config.cuda_scoring_v2 || env_flag("ARIADNE_EST_V2")) && cuda::scores_v2_applies(sp);
+  // The v2 tensor-core kernel where asked for (config, or ARIADNE_EST_V2) and it covers the case.
+  sp.v2 = scoring_v2_wanted(config) && cuda::scores_v2_applies(sp);
 
   const Protections prot = config.protections();
   cuda::SelectParams sel{};

@@ -33,8 +33,8 @@ bool cuda_uses_band(const AttentionParams& p);
 
 // Whether attention_cuda runs this call on the wgmma band kernel (src/cuda/attention_bandwg.cuh):
 // a call the band kernel could take that is a sliding window (no chunk) at head dim 80 on compute
-// capability 9.0, with no token order (AttentionParams::order; with ARIADNE_BANDWG_ORDER=1 in the
-// environment, read per call, ordered calls too: bench/cuda-notes.md, v13) and q/k/v strides
+// capability 9.0, with or without a token order (AttentionParams::order; ARIADNE_BANDWG_ORDER=0 in
+// the environment, read per call, keeps ordered calls off it: bench/cuda-notes.md, v13) and q/k/v strides
 // increasing from head dim to heads to rows, unless ARIADNE_BANDWG=0. Such a call is then not
 // cuda_uses_band.
 bool cuda_uses_bandwg(const AttentionParams& p);
@@ -42,11 +42,6 @@ bool cuda_uses_bandwg(const AttentionParams& p);
 // Which variant of the wgmma band kernel such a call runs: 1 (v11) under ARIADNE_BANDWG_V=1 (read
 // per call), else 2 (bench/cuda-notes.md, v11e).
 int cuda_bandwg_variant();
-
-// Whether such a call runs variant 2 with the next tile's S issued before the current tile's
-// epilogue (bench/cuda-notes.md, v13): ARIADNE_BANDWG_PIPE=1 in the environment (read per call) and
-// variant 2. Off by default.
-bool cuda_bandwg_pipelined();
 
 // attention_cuda with a fused token order: `order` [total] int32 (device memory) is a permutation
 // of the packed rows, total_q == total_k; logical row i of the pattern is stored at packed row

@@ -3,15 +3,14 @@
 // 63, 65, 77, 300, 1500 + 70 keys), key hulls of 1 to 4 chunks (aligned ±64 sees 3, unaligned
 // windows and key offsets lk - lq that are not multiples of 64 see 4), runs of query tiles that
 // start, end or restart the ring inside a varlen batch, both sinks, GQA and f32 out. Token orders
-// are routed here only under ARIADNE_BANDWG_ORDER=1 (v13: the producer gathers rows with
-// cp.async; FusedTokenOrder forces it, Routing checks that they stay on the band kernel without it).
+// are routed here by default (v13: the producer gathers rows with cp.async; FusedTokenOrder, and
+// Routing checks that ARIADNE_BANDWG_ORDER=0 keeps them on the band kernel).
 // Each case first checks that the call is routed to this kernel under the default routing (no
 // environment override but the one named), so a change of eligibility cannot turn these tests
 // into tests of another kernel. Run lengths are forced through ARIADNE_BAND_RUN. Every case runs under
-// three variants of the kernel: v11 (ARIADNE_BANDWG_V=1), variant 2 (the default: dead 16-key
-// pairs skipped, TMA-store epilogue; bench/cuda-notes.md, v11e), under the name suffixed "_v2" (so
-// on other random inputs), and variant 2 with the next tile's S issued before the current tile's
-// epilogue (ARIADNE_BANDWG_PIPE=1, v13), suffixed "_v2pipe". The checks are the common ones: fresh random inputs,
+// both variants of the kernel: v11 (ARIADNE_BANDWG_V=1) and variant 2 (the default: dead 16-key
+// pairs skipped, TMA-store epilogue; bench/cuda-notes.md, v11e), the latter under the name suffixed
+// "_v2" (so on other random inputs). The checks are the common ones: fresh random inputs,
 // outputs poisoned first, the tolerance rule, and a second run that must be bit-identical.
 #include <algorithm>
 #include <cstdlib>
@@ -57,30 +56,17 @@ Case wg_case(const std::string& name, std::vector<int64_t> seq_q, DType dt, Patt
   return make_case(name, std::move(seq_q), 80, dt, pat);  // head dim 80, GQA 4:1
 }
 
-// The kernel's variants every case runs under: v11 (ARIADNE_BANDWG_V=1), variant 2 (the default)
-// and variant 2 with the next tile's S issued before the current tile's epilogue
-// (ARIADNE_BANDWG_PIPE=1, v13). Each sets its switches for one scope (EnvGuards) and suffixes the
-// case name (so the inputs differ too).
-struct Variant {
-  int v;
-  bool pipe;
-  const char* suffix;
-};
-constexpr Variant kVariants[] = {{1, false, ""}, {2, false, "_v2"}, {2, true, "_v2pipe"}};
-
 // Runs the case under each variant of the kernel (see the header comment), the routing to the
 // kernel and to the variant asserted first.
 void check_wg(const Case& c, bool f32_out = false) {
-  for (const Variant& var : kVariants) {
-    const EnvGuard restore("ARIADNE_BANDWG_V", var.v == 2 ? "2" : "1");
-    const EnvGuard pipe("ARIADNE_BANDWG_PIPE", var.pipe ? "1" : "0");
+  for (int variant : {1, 2}) {
+    const EnvGuard restore("ARIADNE_BANDWG_V", variant == 2 ? "2" : "1");
     Case cv = c;
-    cv.name += var.suffix;
+    if (variant == 2) cv.name += "_v2";
     const testing::Inputs in = testing::make_inputs(cv);
     ASSERT_TRUE(cuda_uses_bandwg(in.params)) << cv.name << ": not routed to the wgmma band kernel";
     ASSERT_FALSE(cuda_uses_band(in.params)) << cv.name;
-    ASSERT_EQ(cuda_bandwg_variant(), var.v) << cv.name;
-    ASSERT_EQ(cuda_bandwg_pipelined(), var.pipe) << cv.name;
+    ASSERT_EQ(cuda_bandwg_variant(), variant) << cv.name;
     check_case(cv, f32_out);
   }
 }
@@ -251,16 +237,14 @@ std::vector<int32_t> column_major(int64_t total) {
   return order;
 }
 
-// A case with a fused token order on the wgmma band kernel (ARIADNE_BANDWG_ORDER=1), under each
-// variant (kVariants): the routing asserted, outputs poisoned, the reference run on explicitly gathered inputs
+// A case with a fused token order on the wgmma band kernel (the default route since v13), under each
+// variant: the routing asserted, outputs poisoned, the reference run on explicitly gathered inputs
 // and scattered back to storage order (out and LSE), and a second run that must be bit-identical.
 void check_ordered(const Case& base, const std::vector<int32_t>& order, bool f32_out = false) {
-  const EnvGuard on("ARIADNE_BANDWG_ORDER", "1");
-  for (const Variant& var : kVariants) {
-    const EnvGuard restore("ARIADNE_BANDWG_V", var.v == 2 ? "2" : "1");
-    const EnvGuard pipe("ARIADNE_BANDWG_PIPE", var.pipe ? "1" : "0");
+  for (int variant : {1, 2}) {
+    const EnvGuard restore("ARIADNE_BANDWG_V", variant == 2 ? "2" : "1");
     Case c = base;
-    c.name += var.suffix;
+    if (variant == 2) c.name += "_v2";
     c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
     SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
     const testing::Inputs in = testing::make_inputs(c);
@@ -275,8 +259,7 @@ void check_ordered(const Case& base, const std::vector<int32_t>& order, bool f32
     d.p.order = static_cast<const int32_t*>(d_order.data());  // the public route (AttentionParams::order)
     ASSERT_TRUE(cuda_uses_bandwg(d.p)) << c.name << ": not routed to the wgmma band kernel";
     ASSERT_FALSE(cuda_uses_band(d.p)) << c.name;
-    ASSERT_EQ(cuda_bandwg_variant(), var.v) << c.name;
-    ASSERT_EQ(cuda_bandwg_pipelined(), var.pipe) << c.name;
+    ASSERT_EQ(cuda_bandwg_variant(), variant) << c.name;
     std::vector<uint8_t> first_out, first_lse;
     for (int run = 0; run < 2; ++run) {
       DeviceBuffer out(f32_out ? DType::f32 : c.dtype, {total, c.heads_q, c.dim}), lse(DType::f32, {c.heads_q, total});
@@ -302,7 +285,7 @@ void check_ordered(const Case& base, const std::vector<int32_t>& order, bool f32
 }
 
 TEST_F(CudaBandWg, FusedTokenOrder) {
-  // v13 (ARIADNE_BANDWG_ORDER=1): column-major and random orders over the whole packed tensor, on
+  // v13 (the gathering producer): column-major and random orders over the whole packed tensor, on
   // lengths 77 and 300 (3- and 4-chunk hulls), 1500 queries over 1570 keys followed by a
   // 70-query sequence with no key (totals equal, as an order needs), and a varlen batch with empty
   // and one-token sequences and per-sequence key counts that differ from the query counts; runs of
@@ -373,15 +356,6 @@ TEST_F(CudaBandWg, Routing) {
     EXPECT_EQ(cuda_bandwg_variant(), 2);
     setenv("ARIADNE_BANDWG_V", "1", 1);
     EXPECT_EQ(cuda_bandwg_variant(), 1);
-    // The pipelined consumer (v13): only under ARIADNE_BANDWG_PIPE=1, and only on variant 2.
-    const EnvGuard restore_pipe("ARIADNE_BANDWG_PIPE");
-    unsetenv("ARIADNE_BANDWG_PIPE");
-    unsetenv("ARIADNE_BANDWG_V");
-    EXPECT_FALSE(cuda_bandwg_pipelined());
-    setenv("ARIADNE_BANDWG_PIPE", "1", 1);
-    EXPECT_TRUE(cuda_bandwg_pipelined());
-    setenv("ARIADNE_BANDWG_V", "1", 1);
-    EXPECT_FALSE(cuda_bandwg_pipelined());
   }
   Case d64 = narrow;
   d64.dim = 64;
@@ -393,9 +367,9 @@ TEST_F(CudaBandWg, Routing) {
   EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
   Case causal = wg_case("bandwg_route_causal", {300}, DType::bf16, Pattern::causal());
   EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(causal).params));
-  // A token order (a gather per row, which the copy engine's tiles cannot do) stays on the band
-  // kernel by default (CudaBand.FusedTokenOrder tests it there); ARIADNE_BANDWG_ORDER=1 (v13)
-  // routes it here (FusedTokenOrder above), any other value does not.
+  // A token order (a gather per row, which the copy engine's tiles cannot do; the producer gathers
+  // with cp.async instead, v13) comes here by default and under ARIADNE_BANDWG_ORDER=1
+  // (FusedTokenOrder above); =0 keeps it on the band kernel (CudaBand.FusedTokenOrder tests it there).
   AttentionParams ordered = pn;
   const std::vector<int32_t> identity = [] {
     std::vector<int32_t> v(300);
@@ -403,8 +377,8 @@ TEST_F(CudaBandWg, Routing) {
     return v;
   }();
   ordered.order = identity.data();
-  EXPECT_FALSE(cuda_uses_bandwg(ordered));
-  EXPECT_TRUE(cuda_uses_band(ordered));
+  EXPECT_TRUE(cuda_uses_bandwg(ordered));
+  EXPECT_FALSE(cuda_uses_band(ordered));
   {
     const EnvGuard restore("ARIADNE_BANDWG_ORDER", "1");
     EXPECT_TRUE(cuda_uses_bandwg(ordered));

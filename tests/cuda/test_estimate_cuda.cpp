@@ -625,6 +625,7 @@ TEST_F(CudaEstimate, TensorCoreScoringV2BitIdenticalToV1) {
             const std::string what = std::string(sh.name) + " " + dtype_name(dt) + " S " + std::to_string(stride) +
                                      " B " + std::to_string(block) + " " + rr_offset_name(off);
             SCOPED_TRACE(what + " (ARIADNE_TEST_SEED=" + std::to_string(seed_base()) + ")");
+            c.cuda_scoring_v2 = false;
             const EstimateResult v1 = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
             EstimateConfig c2 = c;
             c2.cuda_scoring_v2 = true;
