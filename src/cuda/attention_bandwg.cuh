@@ -321,11 +321,12 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
 // V = 1 (v11), 2 (v11e) or 3 (v14: variant 2 with three consumer warpgroups; a 4-chunk tile's S
 // in two passes of 2 chunks with a rescale, so that it fits the consumers' 152 registers).
 template <int D, class E, int V>
-__global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
+__global__ void __launch_bounds__(BandWgShape<D, V >= 3 ? 3 : 2>::threads, 1)
     attention_bandwg_kernel(const FwdParams p, const int run, const __grid_constant__ BandWgMaps maps) {
   static_assert(D == 80, "the tile layout splits the head dim as 64 + 16");
   constexpr bool V2 = V >= 2;
-  constexpr int NCONS = V == 3 ? 3 : 2;
+  constexpr int NCONS = V >= 3 ? 3 : 2;
+  constexpr bool OVL = V == 4;
   // The tile layout: columns 0-63 of the 64 rows in 128-byte rows with the 128-byte swizzle (8 KB,
   // as the copy engine writes it and wgmma reads it), then columns 64-79 in 32-byte rows with the
   // 32-byte swizzle (2 KB). Each copy is then two boxes of 128- and 32-byte rows, instead of ten of
@@ -510,12 +511,10 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
 #pragma unroll
       for (int c = 0; c < NCH; ++c) slot[c] = uint32_t((n_lo + (C0 + c < nc ? C0 + c : 0)) % NSLOT) * kTileBytes;
       float sc[NCH][32];
-      // S = Q·Kᵀ per chunk (64 x 64, D/16 k-steps), all chunks in one commit group.
-#pragma unroll
-      for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
-      wg::fence();
-#pragma unroll
-      for (int c = 0; c < NCH; ++c)
+      uint32_t pa[NCH][4][4];  // P packed to 16 bits: the A fragments of P·V, per 16-key k-step
+      float alpha[2] = {1.f, 1.f};  // C0 > 0: the factor of the earlier pass's O and sums, per row
+      // S of chunk c = Q·Kᵀ (64 x 64, D/16 k-steps).
+      auto issue_s = [&](int c) {
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks)
           if (ks < 4)  // k-step ks: bytes [32·ks, 32·ks + 32) of each 128-byte row
@@ -524,57 +523,76 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
           else
             wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled<32>(q_base + kLoBytes, 16, 256),
                                wg::desc_swizzled<32>(ks_addr + slot[c] + kLoBytes, 16, 256), 1);
-      wg::commit();
+      };
+      // O += P·V of chunk c: P from registers, V read transposed.
+      auto issue_pv = [&](int c) {
 #pragma unroll
-      for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
-      wg::wait<0>();
+        for (int kk = 0; kk < 4; ++kk) {  // keys 16·kk.. : two 8-row groups of each region
+          wg::Mma<E, 64>::rs(acc_lo, pa[c][kk], wg::desc_swizzled<128>(vs_addr + slot[c] + kk * 2048, kLoBytes, 1024));
+          wg::Mma<E, 16>::rs(acc_hi, pa[c][kk], wg::desc_swizzled<32>(vs_addr + slot[c] + kLoBytes + kk * 512, kLoBytes, 256));
+        }
+      };
+      // Before the first P·V: O zeroed, or (a later pass) the earlier pass's O rescaled.
+      auto init_acc = [&]() {
+        if constexpr (C0 == 0) {
 #pragma unroll
-      for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
-      if constexpr (LAST) wg::mbar_arrive(q_empty(qs));  // this thread's reads of the Q buffer are complete
+          for (int x = 0; x < 32; ++x) acc_lo[x] = 0.f;
+#pragma unroll
+          for (int x = 0; x < 8; ++x) acc_hi[x] = 0.f;
+        } else {
+#pragma unroll
+          for (int n8 = 0; n8 < D / 8; ++n8)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) acc(n8, k) *= alpha[k / 2];
+        }
+      };
 
-      uint32_t pa[NCH][4][4];  // P packed to 16 bits: the A fragments of P·V, per 16-key k-step
-      float alpha[2] = {1.f, 1.f};  // C0 > 0: the factor of the earlier pass's O and sums, per row
-      if constexpr (V2) {
-        // 16-key pairs of 8-column blocks (one k-step of P·V) that no row of this warp sees are
-        // skipped: no mask, no max, no exponential, P = 0 exactly (what the masked exponentials
-        // gave). [w_lo, w_hi) holds every key the warp's rows see (the bounds grow with the row: no
-        // chunk here), and chunks past nc hold none. Live pairs get the masks, maxima and sums of
-        // the v11 path in the same order, so the results are the same.
-        const int live_hi = w_hi - kb0 < nc * CK ? w_hi - kb0 : nc * CK, live_lo = w_lo - kb0 - 16;
-        bool edge[NCH];
-        float mx2[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
+      // V2: 16-key pairs of 8-column blocks (one k-step of P·V) that no row of this warp sees are
+      // skipped: no mask, no max, no exponential, P = 0 exactly (what the masked exponentials
+      // gave). [w_lo, w_hi) holds every key the warp's rows see (the bounds grow with the row: no
+      // chunk here), and chunks past nc hold none. Live pairs get the masks, maxima and sums of
+      // the v11 path in the same order, so the results are the same.
+      const int live_hi = w_hi - kb0 < nc * CK ? w_hi - kb0 : nc * CK, live_lo = w_lo - kb0 - 16;
+      auto live = [&](int c, int kk) {
+        const int at = (C0 + c) * CK + 16 * kk;
+        return at < live_hi && at > live_lo;
+      };
+      float mx2[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
+      float sum2[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+      float base[2];
+      // V2: masks and maxima of chunk c's live pairs.
+      auto mask_max = [&](int c) {
+        const int kb = kb0 + (C0 + c) * CK;
+        const bool edge = kb < full_lo || kb + CK > full_hi || (key0 && kb == 0);
 #pragma unroll
-        for (int c = 0; c < NCH; ++c) {
-          const int kb = kb0 + (C0 + c) * CK;
-          edge[c] = kb < full_lo || kb + CK > full_hi || (key0 && kb == 0);
+        for (int kk = 0; kk < 4; ++kk) {
+          if (!live(c, kk)) continue;
+          if (edge) {  // per element, as in v11: col - lo < hi - lo
 #pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            if ((C0 + c) * CK + 16 * kk >= live_hi || (C0 + c) * CK + 16 * kk <= live_lo) continue;
-            if (edge[c]) {  // per element, as in v11: col - lo < hi - lo
-#pragma unroll
-              for (int r = 0; r < 2; ++r) {
-                const int rel = row_lo[r] - kb - 2 * tq;
-                const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
-#pragma unroll
-                for (int n8 = 2 * kk; n8 < 2 * kk + 2; ++n8)
-#pragma unroll
-                  for (int x = 0; x < 2; ++x)
-                    if (unsigned(n8 * 8 + x - rel) >= width) sc[c][4 * n8 + 2 * r + x] = -INFINITY;
-              }
-              if (kk == 0 && key0 && kb == 0 && tq == 0) {  // column 0: n8 0, x 0 of lane tq 0
-#pragma unroll
-                for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
-                  if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][2 * r] += sink_raw;
-              }
-            }
-#pragma unroll
-            for (int r = 0; r < 2; ++r)
+            for (int r = 0; r < 2; ++r) {
+              const int rel = row_lo[r] - kb - 2 * tq;
+              const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
 #pragma unroll
               for (int n8 = 2 * kk; n8 < 2 * kk + 2; ++n8)
-                mx2[r][n8 & 1] = fmax_nan(mx2[r][n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
+#pragma unroll
+                for (int x = 0; x < 2; ++x)
+                  if (unsigned(n8 * 8 + x - rel) >= width) sc[c][4 * n8 + 2 * r + x] = -INFINITY;
+            }
+            if (kk == 0 && key0 && kb == 0 && tq == 0) {  // column 0: n8 0, x 0 of lane tq 0
+#pragma unroll
+              for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
+                if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][2 * r] += sink_raw;
+            }
           }
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int n8 = 2 * kk; n8 < 2 * kk + 2; ++n8)
+              mx2[r][n8 & 1] = fmax_nan(mx2[r][n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
         }
-        float base[2];
+      };
+      // V2: the rows' maxima over the quad (and, C0 > 0, over the earlier pass).
+      auto row_max = [&]() {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           float mx = fmax_nan(mx2[r][0], mx2[r][1]);
@@ -588,30 +606,32 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
           base[r] = mx == -INFINITY ? 0.f : mx;  // no allowed key: exp2(−inf − 0) = 0, not NaN
           m_row[r] = mx;
         }
-        float sum2[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+      };
+      // V2: exponentials, sums and packed P of chunk c.
+      auto exp_pack = [&](int c) {
 #pragma unroll
-        for (int c = 0; c < NCH; ++c)
+        for (int kk = 0; kk < 4; ++kk) {
+          if (!live(c, kk)) {
 #pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            if ((C0 + c) * CK + 16 * kk >= live_hi || (C0 + c) * CK + 16 * kk <= live_lo) {
+            for (int j = 0; j < 4; ++j) pa[c][kk][j] = 0u;  // E::pack(0, 0)
+            continue;
+          }
 #pragma unroll
-              for (int j = 0; j < 4; ++j) pa[c][kk][j] = 0u;  // E::pack(0, 0)
-              continue;
+          for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int n8 = 2 * kk; n8 < 2 * kk + 2; ++n8) {
+#pragma unroll
+              for (int x = 0; x < 2; ++x) {
+                float& v = sc[c][4 * n8 + 2 * r + x];
+                v = ex2(fmaf(v, p.scale_log2, -base[r]));
+              }
+              sum2[r][n8 & 1] += sc[c][4 * n8 + 2 * r] + sc[c][4 * n8 + 2 * r + 1];
             }
 #pragma unroll
-            for (int r = 0; r < 2; ++r)
-#pragma unroll
-              for (int n8 = 2 * kk; n8 < 2 * kk + 2; ++n8) {
-#pragma unroll
-                for (int x = 0; x < 2; ++x) {
-                  float& v = sc[c][4 * n8 + 2 * r + x];
-                  v = ex2(fmaf(v, p.scale_log2, -base[r]));
-                }
-                sum2[r][n8 & 1] += sc[c][4 * n8 + 2 * r] + sc[c][4 * n8 + 2 * r + 1];
-              }
-#pragma unroll
-            for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
-          }
+          for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
+        }
+      };
+      auto row_sum = [&]() {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           if constexpr (C0 > 0)
@@ -619,95 +639,144 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
           else
             l_row[r] = sum2[r][0] + sum2[r][1];
         }
-      } else {  // v11
-        // Masks: chunks past nc entirely; edge chunks (and key 0's chunk under a key-0 sink) per
-        // element, a column's test one unsigned compare: col - lo < hi - lo.
+      };
+
+      if constexpr (OVL) {
+        // Each chunk's S in its own commit group; its masks and maxima run while the later
+        // chunks' S are in flight. Then each chunk's P·V is issued as soon as its P is packed,
+        // so the tensor cores work on chunk c while the exponentials of chunk c + 1 run. Only
+        // registers of completed groups are touched (the pins), so nothing is serialized.
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+        wg::fence();
 #pragma unroll
         for (int c = 0; c < NCH; ++c) {
-          const int kb = kb0 + c * CK;
-          if (c >= nc) {
+          issue_s(c);
+          wg::commit();
+        }
 #pragma unroll
-            for (int x = 0; x < 32; ++x) sc[c][x] = -INFINITY;
-          } else if (kb < full_lo || kb + CK > full_hi || (key0 && kb == 0)) {
+        for (int c = 0; c < NCH; ++c) {
+          static_assert(NCH <= 3, "wait depths 0-2");
+          if (c == NCH - 1)
+            wg::wait<0>();
+          else if (c == NCH - 2)
+            wg::wait<1>();
+          else
+            wg::wait<2>();
+          wg::pin(sc[c]);
+          mask_max(c);
+        }
+        if constexpr (LAST) wg::mbar_arrive(q_empty(qs));  // this thread's reads of the Q buffer are complete
+        row_max();
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int rel = row_lo[r] - kb - 2 * tq;
-              const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
+        for (int c = 0; c < NCH - 1; ++c) exp_pack(c);
+        init_acc();
+        wg::pin(acc_lo);
+        wg::pin(acc_hi);
+        wg::fence();
 #pragma unroll
-              for (int n8 = 0; n8 < 8; ++n8)
+        for (int c = 0; c < NCH - 1; ++c) issue_pv(c);
+        exp_pack(NCH - 1);
+        row_sum();
+        wg::fence();  // the last chunk's P registers, written above, before the wgmma reads them
+        issue_pv(NCH - 1);
+      } else {
+        // S of all chunks in one commit group.
 #pragma unroll
-                for (int x = 0; x < 2; ++x)
-                  if (unsigned(n8 * 8 + x - rel) >= width) sc[c][4 * n8 + 2 * r + x] = -INFINITY;
-            }
-            if (key0 && kb == 0 && tq == 0) {  // column 0: n8 0, x 0 of lane tq 0
+        for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+        wg::fence();
 #pragma unroll
-              for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
-                if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][2 * r] += sink_raw;
+        for (int c = 0; c < NCH; ++c) issue_s(c);
+        wg::commit();
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+        wg::wait<0>();
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+        if constexpr (LAST) wg::mbar_arrive(q_empty(qs));  // this thread's reads of the Q buffer are complete
+
+        if constexpr (V2) {
+#pragma unroll
+          for (int c = 0; c < NCH; ++c) mask_max(c);
+          row_max();
+#pragma unroll
+          for (int c = 0; c < NCH; ++c) exp_pack(c);
+          row_sum();
+        } else {  // v11
+          // Masks: chunks past nc entirely; edge chunks (and key 0's chunk under a key-0 sink) per
+          // element, a column's test one unsigned compare: col - lo < hi - lo.
+#pragma unroll
+          for (int c = 0; c < NCH; ++c) {
+            const int kb = kb0 + c * CK;
+            if (c >= nc) {
+#pragma unroll
+              for (int x = 0; x < 32; ++x) sc[c][x] = -INFINITY;
+            } else if (kb < full_lo || kb + CK > full_hi || (key0 && kb == 0)) {
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                const int rel = row_lo[r] - kb - 2 * tq;
+                const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
+#pragma unroll
+                for (int n8 = 0; n8 < 8; ++n8)
+#pragma unroll
+                  for (int x = 0; x < 2; ++x)
+                    if (unsigned(n8 * 8 + x - rel) >= width) sc[c][4 * n8 + 2 * r + x] = -INFINITY;
+              }
+              if (key0 && kb == 0 && tq == 0) {  // column 0: n8 0, x 0 of lane tq 0
+#pragma unroll
+                for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
+                  if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][2 * r] += sink_raw;
+              }
             }
           }
-        }
-        // One-pass softmax: the hull is the whole row.
+          // One-pass softmax: the hull is the whole row.
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float mx2[2] = {-INFINITY, -INFINITY};
+          for (int r = 0; r < 2; ++r) {
+            float mxh[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-          for (int c = 0; c < NCH; ++c)
+            for (int c = 0; c < NCH; ++c)
 #pragma unroll
-            for (int n8 = 0; n8 < 8; ++n8)
-              mx2[n8 & 1] = fmax_nan(mx2[n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
-          float mx = fmax_nan(mx2[0], mx2[1]);
-          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          mx *= p.scale_log2;
-          // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
-          const float base = mx == -INFINITY ? 0.f : mx;
-          float sum2[2] = {0.f, 0.f};
+              for (int n8 = 0; n8 < 8; ++n8)
+                mxh[n8 & 1] = fmax_nan(mxh[n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
+            float mx = fmax_nan(mxh[0], mxh[1]);
+            mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            mx *= p.scale_log2;
+            // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
+            const float b = mx == -INFINITY ? 0.f : mx;
+            float sumh[2] = {0.f, 0.f};
 #pragma unroll
-          for (int c = 0; c < NCH; ++c)
+            for (int c = 0; c < NCH; ++c)
 #pragma unroll
-            for (int n8 = 0; n8 < 8; ++n8) {
+              for (int n8 = 0; n8 < 8; ++n8) {
 #pragma unroll
-              for (int x = 0; x < 2; ++x) {
-                float& v = sc[c][4 * n8 + 2 * r + x];
-                v = ex2(fmaf(v, p.scale_log2, -base));
+                for (int x = 0; x < 2; ++x) {
+                  float& v = sc[c][4 * n8 + 2 * r + x];
+                  v = ex2(fmaf(v, p.scale_log2, -b));
+                }
+                sumh[n8 & 1] += sc[c][4 * n8 + 2 * r] + sc[c][4 * n8 + 2 * r + 1];
               }
-              sum2[n8 & 1] += sc[c][4 * n8 + 2 * r] + sc[c][4 * n8 + 2 * r + 1];
-            }
-          m_row[r] = mx;
-          l_row[r] = sum2[0] + sum2[1];
+            m_row[r] = mx;
+            l_row[r] = sumh[0] + sumh[1];
+          }
+
+          // P packed (accumulator layout = A fragment layout).
+#pragma unroll
+          for (int c = 0; c < NCH; ++c)
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+              for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
         }
 
-        // P packed (accumulator layout = A fragment layout).
+        // O = P·V (accumulated onto the rescaled earlier pass).
+        init_acc();
+        wg::pin(acc_lo);
+        wg::pin(acc_hi);
+        wg::fence();
 #pragma unroll
-        for (int c = 0; c < NCH; ++c)
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
+        for (int c = 0; c < NCH; ++c) issue_pv(c);
       }
-
-      // O = P·V: P from registers, V read transposed (accumulated onto the rescaled earlier pass).
-      if constexpr (C0 == 0) {
-#pragma unroll
-        for (int x = 0; x < 32; ++x) acc_lo[x] = 0.f;
-#pragma unroll
-        for (int x = 0; x < 8; ++x) acc_hi[x] = 0.f;
-      } else {
-#pragma unroll
-        for (int n8 = 0; n8 < D / 8; ++n8)
-#pragma unroll
-          for (int k = 0; k < 4; ++k) acc(n8, k) *= alpha[k / 2];
-      }
-      wg::pin(acc_lo);
-      wg::pin(acc_hi);
-      wg::fence();
-#pragma unroll
-      for (int c = 0; c < NCH; ++c)
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {  // keys 16·kk.. : two 8-row groups of each region
-          wg::Mma<E, 64>::rs(acc_lo, pa[c][kk], wg::desc_swizzled<128>(vs_addr + slot[c] + kk * 2048, kLoBytes, 1024));
-          wg::Mma<E, 16>::rs(acc_hi, pa[c][kk], wg::desc_swizzled<32>(vs_addr + slot[c] + kLoBytes + kk * 512, kLoBytes, 256));
-        }
       wg::commit();
       wg::pin(acc_lo);
       wg::pin(acc_hi);
@@ -867,7 +936,7 @@ inline cudaError_t encode_tile_map(CUtensorMap* map, const void* base, bool bf16
 template <int D, class E, int V>
 cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
   constexpr bool V2 = V >= 2;
-  using S = BandWgShape<D, V == 3 ? 3 : 2>;
+  using S = BandWgShape<D, V >= 3 ? 3 : 2>;
   const auto kernel = attention_bandwg_kernel<D, E, V>;
   constexpr size_t smem = V2 ? S::smem_bytes_v2 : S::smem_bytes;
   static const cudaError_t configured =
@@ -916,7 +985,8 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
 
 #define ARIADNE_BANDWG_KERNELS(X, D)                                                                 \
   X(launch_bandwg<D, Bf16, 1>) X(launch_bandwg<D, F16, 1>) X(launch_bandwg<D, Bf16, 2>)              \
-  X(launch_bandwg<D, F16, 2>) X(launch_bandwg<D, Bf16, 3>) X(launch_bandwg<D, F16, 3>)
+  X(launch_bandwg<D, F16, 2>) X(launch_bandwg<D, Bf16, 3>) X(launch_bandwg<D, F16, 3>)              \
+  X(launch_bandwg<D, Bf16, 4>) X(launch_bandwg<D, F16, 4>)
 #define ARIADNE_INSTANTIATE_BANDWG(D) ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_INSTANTIATE_ONE, D)
 ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_DECLARE_ONE, 80)
 
