@@ -24,7 +24,9 @@
 // Variant 3 (v14, ARIADNE_BANDWG_V=3) has three consumer warpgroups (4 warpgroups, 512 threads)
 // taking tiles i % 3, so that more warps per scheduler hide the softmax's latency: registers 40
 // (producer) / 152 (consumers), Q buffers 3 (one per consumer) to make room for the third staging
-// tile, and a 4-chunk hull computed in two passes of 2 chunks (online rescale) to fit 152.
+// tile, and a 4-chunk hull computed in two passes of 2 chunks (online rescale) to fit 152. Inside
+// a consumer, each chunk's S is its own wgmma group (its masks and maxima run while the later
+// chunks' S compute) and P·V of the first chunks runs under the last chunk's exponentials.
 // Tile layout in shared memory (Q, K and V alike): columns 0-63 of the 64 rows as 128-byte rows
 // under the 128-byte swizzle, then columns 64-79 as 32-byte rows under the 32-byte swizzle; each
 // region is one copy-engine box and a canonical wgmma operand (K-major for Q and K, MN-major for V).
@@ -60,7 +62,8 @@
 // are latency-bound integer and float work that the two consumers do not fully hide. v13: ordered
 // calls (bandwg_gather_producer; the default since session 4: 0.0279 ms for the column order at
 // N 4096 against the band kernel's 0.0330). Issuing the next tile's S before the current tile's
-// epilogue was measured 14% slower at N 4096 and 16384 (v13 "PIPE") and removed.
+// epilogue was measured 14% slower at N 4096 and 16384 (v13 "PIPE") and removed. v14 (variant 3):
+// 0.0211 ms at N 4096 (variant 2: 0.0235), 0.0632 at N 16384 (0.0768), 0.120 at batch 8 (0.151).
 #pragma once
 
 #include <cuda.h>
@@ -319,14 +322,15 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
 // full tiles (and a tensor's last, partial tile) leave through a shared-memory staging tile and
 // two TMA stores instead of 20 scattered stores per thread. Same arithmetic, same results.
 // V = 1 (v11), 2 (v11e) or 3 (v14: variant 2 with three consumer warpgroups; a 4-chunk tile's S
-// in two passes of 2 chunks with a rescale, so that it fits the consumers' 152 registers).
+// in two passes of 2 chunks with a rescale, so that it fits the consumers' 152 registers; S and
+// P·V latencies overlapped inside the consumer, OVL).
 template <int D, class E, int V>
-__global__ void __launch_bounds__(BandWgShape<D, V >= 3 ? 3 : 2>::threads, 1)
+__global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     attention_bandwg_kernel(const FwdParams p, const int run, const __grid_constant__ BandWgMaps maps) {
   static_assert(D == 80, "the tile layout splits the head dim as 64 + 16");
   constexpr bool V2 = V >= 2;
-  constexpr int NCONS = V >= 3 ? 3 : 2;
-  constexpr bool OVL = V == 4;
+  constexpr int NCONS = V == 3 ? 3 : 2;
+  constexpr bool OVL = V == 3;  // S and P·V latencies overlapped inside the consumer (v14; compute below)
   // The tile layout: columns 0-63 of the 64 rows in 128-byte rows with the 128-byte swizzle (8 KB,
   // as the copy engine writes it and wgmma reads it), then columns 64-79 in 32-byte rows with the
   // 32-byte swizzle (2 KB). Each copy is then two boxes of 128- and 32-byte rows, instead of ten of
@@ -642,10 +646,12 @@ __global__ void __launch_bounds__(BandWgShape<D, V >= 3 ? 3 : 2>::threads, 1)
       };
 
       if constexpr (OVL) {
-        // Each chunk's S in its own commit group; its masks and maxima run while the later
-        // chunks' S are in flight. Then each chunk's P·V is issued as soon as its P is packed,
-        // so the tensor cores work on chunk c while the exponentials of chunk c + 1 run. Only
-        // registers of completed groups are touched (the pins), so nothing is serialized.
+        // Variant 3: each chunk's S in its own commit group; its masks and maxima run while the
+        // later chunks' S are in flight. Then P·V of all chunks but the last is issued once their
+        // P is packed and runs under the last chunk's exponentials. (Issuing each chunk's P·V
+        // right after its own exponentials would keep O, that P and the other chunks' S live at
+        // once: ptxas serializes the wgmma for want of registers at 152, C7512.) Only registers of
+        // completed groups are touched (the pins), and each P is fenced before its wgmma.
 #pragma unroll
         for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
         wg::fence();
@@ -936,7 +942,7 @@ inline cudaError_t encode_tile_map(CUtensorMap* map, const void* base, bool bf16
 template <int D, class E, int V>
 cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
   constexpr bool V2 = V >= 2;
-  using S = BandWgShape<D, V >= 3 ? 3 : 2>;
+  using S = BandWgShape<D, V == 3 ? 3 : 2>;
   const auto kernel = attention_bandwg_kernel<D, E, V>;
   constexpr size_t smem = V2 ? S::smem_bytes_v2 : S::smem_bytes;
   static const cudaError_t configured =
@@ -985,8 +991,7 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
 
 #define ARIADNE_BANDWG_KERNELS(X, D)                                                                 \
   X(launch_bandwg<D, Bf16, 1>) X(launch_bandwg<D, F16, 1>) X(launch_bandwg<D, Bf16, 2>)              \
-  X(launch_bandwg<D, F16, 2>) X(launch_bandwg<D, Bf16, 3>) X(launch_bandwg<D, F16, 3>)              \
-  X(launch_bandwg<D, Bf16, 4>) X(launch_bandwg<D, F16, 4>)
+  X(launch_bandwg<D, F16, 2>) X(launch_bandwg<D, Bf16, 3>) X(launch_bandwg<D, F16, 3>)
 #define ARIADNE_INSTANTIATE_BANDWG(D) ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_INSTANTIATE_ONE, D)
 ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_DECLARE_ONE, 80)
 

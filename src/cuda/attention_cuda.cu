@@ -156,7 +156,6 @@ cudaError_t launch_bandwg_d80(const cuda::FwdParams& fp, DType dtype, cudaStream
   switch (cuda_bandwg_variant()) {
     case 1: return bf16 ? cuda::launch_bandwg<80, cuda::Bf16, 1>(fp, run, st) : cuda::launch_bandwg<80, cuda::F16, 1>(fp, run, st);
     case 3: return bf16 ? cuda::launch_bandwg<80, cuda::Bf16, 3>(fp, run, st) : cuda::launch_bandwg<80, cuda::F16, 3>(fp, run, st);
-    case 4: return bf16 ? cuda::launch_bandwg<80, cuda::Bf16, 4>(fp, run, st) : cuda::launch_bandwg<80, cuda::F16, 4>(fp, run, st);
     default: return bf16 ? cuda::launch_bandwg<80, cuda::Bf16, 2>(fp, run, st) : cuda::launch_bandwg<80, cuda::F16, 2>(fp, run, st);
   }
 }
@@ -251,7 +250,7 @@ int cuda_bandwg_variant() {
   const char* env = std::getenv("ARIADNE_BANDWG_V");
   if (env == nullptr) return 2;
   const std::string v(env);
-  return v == "1" ? 1 : v == "3" ? 3 : v == "4" ? 4 : 2;
+  return v == "1" ? 1 : v == "3" ? 3 : 2;
 }
 bool cuda_uses_band(const AttentionParams& p) { return band_eligible(p) && !cuda_uses_bandwg(p); }
 
