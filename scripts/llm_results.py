@@ -4,7 +4,9 @@
     python3 scripts/llm_results.py [--per-layer CASE ...] [--per-head CASE ...] run1.json [run2.json ...]
 
 Files from several invocations (scripts/llm_sweep.sh writes one per task, length and seed) are
-pooled: accuracy counts add up, probe metrics are means weighted by the instances behind them.
+pooled: accuracy counts add up, probe metrics are means weighted by the instances behind them. A
+--compact file of an earlier pooling can be an input too (its runs, and its probe means per case
+and layer; it has no per-head data, so per-head columns then leave that case out).
 
 Tables:
   accuracy   per (task, length, method, RR offset, τ, S): exact-match answers, dense answers on the
@@ -61,13 +63,30 @@ for path in args.files:
     with open(path) as fh:
         d = json.load(fh)
     runs += d["runs"]
+    if "probes" in d:  # a --compact file of an earlier pooling: its probe means, per layer only
+        for case, p in d["probes"].items():
+            n = p["instances"]
+            acc = probe.setdefault(case, {"n": 0, "density": 0, "mass_recall": 0, "f1": 0, "out_rel_err": 0,
+                                          "breakdown": defaultdict(int), "layers": None, "heads": None})
+            acc["n"] += n
+            for k in ("density", "mass_recall", "f1", "out_rel_err"):
+                acc[k] += p[k] * n
+            for k, v in p["breakdown"].items():
+                acc["breakdown"][k] += v
+            if acc["layers"] is None:
+                acc["layers"] = [defaultdict(float) for _ in p["per_layer"]]
+            acc["heads"] = None  # no per-head sums in a compact file: per-head columns skip the case
+            for l, e in enumerate(p["per_layer"]):
+                for k in ("density", "mass_recall", "f1", "out_rel_err"):
+                    acc["layers"][l][k] += e[k] * n
+        continue
     for s in d["summary"]:
         p = s.get("probe")
         if not p:
             continue
         n = p["instances"]
         acc = probe.setdefault(s["case"], {"n": 0, "density": 0, "mass_recall": 0, "f1": 0, "out_rel_err": 0,
-                                           "breakdown": defaultdict(int), "layers": None})
+                                           "breakdown": defaultdict(int), "layers": None, "heads": None})
         acc["n"] += n
         for k in ("density", "mass_recall", "f1", "out_rel_err"):
             acc[k] += p[k] * n
@@ -82,7 +101,8 @@ for path in args.files:
             for k in ("density", "mass_recall", "f1", "out_rel_err"):
                 L[k] += e[k] * n
             L["min_head_recall"] += min(e.get("mass_recall_per_head", [0])) * n
-            for h, f in enumerate(e.get("f1_per_head", [])):
+            L["min_head_n"] += n
+            for h, f in enumerate(e.get("f1_per_head", []) if acc["heads"] is not None else []):
                 H = acc["heads"][l][h]
                 H["f1"] += f * n
                 H["mass_recall"] += e["mass_recall_per_head"][h] * n
@@ -228,7 +248,7 @@ if args.grid and probe:
     print()
 
 for want in args.per_layer:
-    cases = sorted(c for c in probe if re.search(want, c))
+    cases = sorted(c for c in probe if re.search(want, c) and probe[c]["heads"] is not None)
     if not cases:
         continue
     print(f"Per layer, cases matching '{want}': mass recall (worst head's mean) / block F1 / density"
@@ -241,7 +261,8 @@ for want in args.per_layer:
         for c in cases:
             L, n = probe[c]["layers"][l], probe[c]["n"]
             err = L["out_rel_err"] / n
-            cells.append(f"{L['mass_recall'] / n:.3f} ({L['min_head_recall'] / n:.3f}) / {L['f1'] / n:.2f} / "
+            mh = L["min_head_recall"] / L["min_head_n"] if L["min_head_n"] else float("nan")
+            cells.append(f"{L['mass_recall'] / n:.3f} ({mh:.3f}) / {L['f1'] / n:.2f} / "
                          f"{L['density'] / n:.2f}" + (f" / {err:.3f}" if err else ""))
         print(f"| {l} | " + " | ".join(cells) + " |")
     print()
@@ -289,9 +310,13 @@ if pairs and not args.no_masks:
         L = len(r["layers"])
         lr = sum(r["layers"][l]["mass_recall"] / r["n"] >= x["layers"][l]["mass_recall"] / x["n"] for l in range(L))
         lf = sum(r["layers"][l]["f1"] / r["n"] >= x["layers"][l]["f1"] / x["n"] for l in range(L))
-        nh = len(r["heads"][0])
-        hf = sum(r["heads"][l][h]["f1"] / r["n"] >= x["heads"][l][h]["f1"] / x["n"] for l in range(L) for h in range(nh))
-        print(f"| {rc} | {lr}/{L} | {lf}/{L} | {hf}/{L * nh} |")
+        if r["heads"] is not None and x["heads"] is not None:
+            nh = len(r["heads"][0])
+            hf = sum(r["heads"][l][h]["f1"] / r["n"] >= x["heads"][l][h]["f1"] / x["n"] for l in range(L) for h in range(nh))
+            heads = f"{hf}/{L * nh}"
+        else:
+            heads = "(compact input: no heads)"
+        print(f"| {rc} | {lr}/{L} | {lf}/{L} | {heads} |")
 
 if args.compact:
     out = {"runs": [{k: v for k, v in r.items() if k != "layers"} for r in runs], "probes": {}}
