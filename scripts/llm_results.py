@@ -59,57 +59,56 @@ def target(tokens):
 # ---- pool the files ----
 runs = []
 probe = {}  # case -> pooled sums
+KEYS = ("density", "mass_recall", "f1", "out_rel_err")
+
+
+def add_probe(case, p, compact):
+    """Adds one file's probe of a case: a run's summary entry, or a --compact file's pooled means
+    (per layer only: its case then has no per-head sums, and per-head columns leave it out)."""
+    n = p["instances"]
+    acc = probe.setdefault(case, {"n": 0, **{k: 0 for k in KEYS}, "breakdown": defaultdict(int), "layers": None,
+                                  "heads": None})
+    acc["n"] += n
+    for k in KEYS:
+        acc[k] += p[k] * n
+    for k, v in p["breakdown"].items():
+        acc["breakdown"][k] += v
+    pl = p["per_layer"]
+    if acc["layers"] is None:
+        acc["layers"] = [defaultdict(float) for _ in pl]
+        if not compact:
+            acc["heads"] = [[defaultdict(float) for _ in e.get("f1_per_head", [])] for e in pl]
+    if compact:
+        acc["heads"] = None
+    for l, e in enumerate(pl):
+        L = acc["layers"][l]
+        for k in KEYS:
+            L[k] += e[k] * n
+        if compact:
+            continue
+        L["min_head_recall"] += min(e.get("mass_recall_per_head", [0])) * n
+        L["min_head_n"] += n
+        for h, f in enumerate(e.get("f1_per_head", []) if acc["heads"] is not None else []):
+            H = acc["heads"][l][h]
+            H["f1"] += f * n
+            H["mass_recall"] += e["mass_recall_per_head"][h] * n
+            b = e["breakdown_per_head"][h]
+            H["density"] += b["kept"] / b["visible"] * n if b["visible"] else 0
+        for k, v in e.get("breakdown", {}).items():
+            L["b_" + k] += v
+
+
 for path in args.files:
     with open(path) as fh:
         d = json.load(fh)
     runs += d["runs"]
-    if "probes" in d:  # a --compact file of an earlier pooling: its probe means, per layer only
+    if "probes" in d:  # a --compact file of an earlier pooling
         for case, p in d["probes"].items():
-            n = p["instances"]
-            acc = probe.setdefault(case, {"n": 0, "density": 0, "mass_recall": 0, "f1": 0, "out_rel_err": 0,
-                                          "breakdown": defaultdict(int), "layers": None, "heads": None})
-            acc["n"] += n
-            for k in ("density", "mass_recall", "f1", "out_rel_err"):
-                acc[k] += p[k] * n
-            for k, v in p["breakdown"].items():
-                acc["breakdown"][k] += v
-            if acc["layers"] is None:
-                acc["layers"] = [defaultdict(float) for _ in p["per_layer"]]
-            acc["heads"] = None  # no per-head sums in a compact file: per-head columns skip the case
-            for l, e in enumerate(p["per_layer"]):
-                for k in ("density", "mass_recall", "f1", "out_rel_err"):
-                    acc["layers"][l][k] += e[k] * n
+            add_probe(case, p, True)
         continue
     for s in d["summary"]:
-        p = s.get("probe")
-        if not p:
-            continue
-        n = p["instances"]
-        acc = probe.setdefault(s["case"], {"n": 0, "density": 0, "mass_recall": 0, "f1": 0, "out_rel_err": 0,
-                                           "breakdown": defaultdict(int), "layers": None, "heads": None})
-        acc["n"] += n
-        for k in ("density", "mass_recall", "f1", "out_rel_err"):
-            acc[k] += p[k] * n
-        for k, v in p["breakdown"].items():
-            acc["breakdown"][k] += v
-        pl = p["per_layer"]
-        if acc["layers"] is None:
-            acc["layers"] = [defaultdict(float) for _ in pl]
-            acc["heads"] = [[defaultdict(float) for _ in e.get("f1_per_head", [])] for e in pl]
-        for l, e in enumerate(pl):
-            L = acc["layers"][l]
-            for k in ("density", "mass_recall", "f1", "out_rel_err"):
-                L[k] += e[k] * n
-            L["min_head_recall"] += min(e.get("mass_recall_per_head", [0])) * n
-            L["min_head_n"] += n
-            for h, f in enumerate(e.get("f1_per_head", []) if acc["heads"] is not None else []):
-                H = acc["heads"][l][h]
-                H["f1"] += f * n
-                H["mass_recall"] += e["mass_recall_per_head"][h] * n
-                b = e["breakdown_per_head"][h]
-                H["density"] += b["kept"] / b["visible"] * n if b["visible"] else 0
-            for k, v in e.get("breakdown", {}).items():
-                L["b_" + k] += v
+        if s.get("probe"):
+            add_probe(s["case"], s["probe"], False)
 
 # ---- accuracy ----
 if runs and not args.no_accuracy:
@@ -248,7 +247,7 @@ if args.grid and probe:
     print()
 
 for want in args.per_layer:
-    cases = sorted(c for c in probe if re.search(want, c) and probe[c]["heads"] is not None)
+    cases = sorted(c for c in probe if re.search(want, c))
     if not cases:
         continue
     print(f"Per layer, cases matching '{want}': mass recall (worst head's mean) / block F1 / density"
@@ -268,7 +267,7 @@ for want in args.per_layer:
     print()
 
 for want in args.per_head:
-    cases = sorted(c for c in probe if re.search(want, c))
+    cases = sorted(c for c in probe if re.search(want, c) and probe[c]["heads"] is not None)
     if not cases:
         continue
     print(f"Per query head, cases matching '{want}' (mean over layers): block F1 / density / mass recall; "
