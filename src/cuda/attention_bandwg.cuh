@@ -63,7 +63,8 @@
 // calls (bandwg_gather_producer; the default since session 4: 0.0279 ms for the column order at
 // N 4096 against the band kernel's 0.0330). Issuing the next tile's S before the current tile's
 // epilogue was measured 14% slower at N 4096 and 16384 (v13 "PIPE") and removed. v14 (variant 3):
-// 0.0211 ms at N 4096 (variant 2: 0.0235), 0.0632 at N 16384 (0.0768), 0.120 at batch 8 (0.151).
+// 0.0211 ms at N 4096 (variant 2: 0.0235), 0.0632 at N 16384 (0.0768), 0.120 at batch 8 (0.151);
+// the default since session 4 (cuda_bandwg_variant).
 #pragma once
 
 #include <cuda.h>

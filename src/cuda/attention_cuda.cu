@@ -243,14 +243,15 @@ bool cuda_wgmma_uses_tma(const AttentionParams& p) {
   }
 }
 bool cuda_uses_bandwg(const AttentionParams& p) { return bandwg_routes(p, p.order); }
-// Variant 2 (bench/cuda-notes.md, v11e: dead key pairs skipped, TMA-store epilogue) is the default,
-// measured faster on every window case of the 2026-11-30 04:29 UTC device-check; ARIADNE_BANDWG_V=1
-// (read per call) selects v11, ARIADNE_BANDWG_V=3 variant 3 (v14: three consumer warpgroups).
+// Variant 3 (bench/cuda-notes.md, v14: three consumer warpgroups on variant 2's dead-pair skip and
+// TMA-store epilogue) is the default since session 4, measured faster or equal on every window
+// case (N 4096 0.0211 ms against 0.0235, N 16384 0.0632 against 0.0768). ARIADNE_BANDWG_V (read
+// per call) selects 1 (v11) or 2 (v11e: two consumers); any other value, or none, is variant 3.
 int cuda_bandwg_variant() {
   const char* env = std::getenv("ARIADNE_BANDWG_V");
-  if (env == nullptr) return 2;
+  if (env == nullptr) return 3;
   const std::string v(env);
-  return v == "1" ? 1 : v == "3" ? 3 : 2;
+  return v == "1" ? 1 : v == "2" ? 2 : 3;
 }
 bool cuda_uses_band(const AttentionParams& p) { return band_eligible(p) && !cuda_uses_bandwg(p); }
 
