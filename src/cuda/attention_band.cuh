@@ -128,14 +128,7 @@ __global__ void __launch_bounds__(128, 2) attention_band_kernel(const FwdParams 
   int64_t t = int64_t(blockIdx.x) * run;
   const int64_t t_end = t + run < n_virtual ? t + run : n_virtual;
   int s_hint = 0;
-  if (varlen) {  // first sequence of the run; later tiles only move forward from it
-    int lo = 0, hi = pat.num_seqs - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (mid + pat.cu_seqlens_q[mid] / BM <= t) lo = mid; else hi = mid - 1;
-    }
-    s_hint = lo;
-  }
+  if (varlen) s_hint = virtual_tile_seq<BM>(pat, t);  // first sequence of the run; later tiles only move forward
   // The next virtual tile that holds query rows (virtual tiles past a sequence's end are empty).
   auto next_tile = [&]() {
     BandTile b;

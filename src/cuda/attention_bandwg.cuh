@@ -151,14 +151,8 @@ struct BandWgWalk {
 
   __device__ BandWgWalk(const Pattern& p, int64_t first, int64_t end, int64_t tq, int64_t tk)
       : pat(&p), t(first), t_end(end), total_q(tq), total_k(tk), varlen(p.cu_seqlens_q != nullptr) {
-    if (varlen) {  // the run's first sequence; later tiles only move forward from it
-      int lo = 0, hi = p.num_seqs - 1;
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (mid + p.cu_seqlens_q[mid] / BM <= first) lo = mid; else hi = mid - 1;
-      }
-      s_hint = lo;
-    }
+    // The run's first sequence; later tiles only move forward from it.
+    if (varlen) s_hint = virtual_tile_seq<BM>(p, first);
   }
 
   // The next virtual tile that holds query rows (virtual tiles past a sequence's end are empty).

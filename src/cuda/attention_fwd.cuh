@@ -82,6 +82,39 @@ struct FwdShape {
   static constexpr size_t smem_bytes = size_t(BM + 4 * BN) * RS * 2;
 };
 
+// Varlen grids cover "virtual" query tiles: sequence s owns virtual tiles
+// [s + cu_q[s]/BM, s+1 + cu_q[s+1]/BM), at least ceil(lq/BM) of them, so a grid of
+// num_seqs + total_q/BM + 1 tiles covers every sequence without a prefix pass over the
+// device-resident lengths; at most one tile per sequence is idle. The sequence owning virtual tile
+// t, by binary search over cu_seqlens_q (pattern.cu_seqlens_q must be set).
+template <int BM>
+__device__ __forceinline__ int virtual_tile_seq(const Pattern& pat, int64_t t) {
+  int lo = 0, hi = pat.num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (mid + pat.cu_seqlens_q[mid] / BM <= t) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+// The (sequence, query tile within it) of a one-tile-per-CTA kernel: the grid's last tiles, the
+// heaviest, launch first. The tile may lie past the sequence's end (an idle CTA).
+struct CtaTile {
+  int s;
+  int64_t tile;
+};
+template <int BM>
+__device__ __forceinline__ CtaTile cta_tile(const Pattern& pat) {
+  const int64_t t = int64_t(gridDim.x) - 1 - blockIdx.x;
+  // A default overridden for varlen, not an early return: the kernels' SASS stays as before.
+  CtaTile c{0, t};
+  if (pat.cu_seqlens_q != nullptr) {
+    c.s = virtual_tile_seq<BM>(pat, t);
+    c.tile = t - (c.s + pat.cu_seqlens_q[c.s] / BM);
+  }
+  return c;
+}
+
 // The key tiles one query tile visits, in increasing order. Dense patterns: every BN-tile that
 // meets Pattern::key_range. Block-sparse: the listed key blocks of this query block, each cut into
 // block/BN tiles, those outside key_range skipped. Uniform across the CTA (no divergence).
@@ -128,21 +161,7 @@ __global__ void __launch_bounds__(32 * Cfg::NW, Cfg::MIN_CTAS) attention_fwd_ker
   const int kvh = h / p.group;
 
   // ---- which (sequence, query tile) this CTA owns; heaviest (last) tiles launch first ----
-  const int64_t t = int64_t(gridDim.x) - 1 - blockIdx.x;
-  int s = 0;
-  int64_t tile = t;
-  if (pat.cu_seqlens_q != nullptr) {
-    // Sequence s owns virtual tiles [s + cu_q[s]/BM, s+1 + cu_q[s+1]/BM): at least ceil(lq/BM)
-    // of them, so the grid (num_seqs + total_q/BM + 1) covers every sequence without a prefix
-    // pass over the device-resident lengths; at most one CTA per sequence exits idle.
-    int lo = 0, hi = pat.num_seqs - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (mid + pat.cu_seqlens_q[mid] / BM <= t) lo = mid; else hi = mid - 1;
-    }
-    s = lo;
-    tile = t - (s + pat.cu_seqlens_q[s] / BM);
-  }
+  const auto [s, tile] = cta_tile<BM>(pat);
   const SeqExtent e = pat.seq(s, p.total_q, p.total_k);
   const int64_t q_lo = tile * BM;
   if (q_lo >= e.lq) return;

@@ -143,18 +143,7 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   const int h = blockIdx.y, kvh = h / p.group;
 
   // ---- which (sequence, query tile) this CTA owns: as attention_fwd_kernel, heaviest first ----
-  const int64_t t = int64_t(gridDim.x) - 1 - blockIdx.x;
-  int s = 0;
-  int64_t tile = t;
-  if (pat.cu_seqlens_q != nullptr) {
-    int lo = 0, hi = pat.num_seqs - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (mid + pat.cu_seqlens_q[mid] / BM <= t) lo = mid; else hi = mid - 1;
-    }
-    s = lo;
-    tile = t - (s + pat.cu_seqlens_q[s] / BM);
-  }
+  const auto [s, tile] = cta_tile<BM>(pat);
   const SeqExtent e = pat.seq(s, p.total_q, p.total_k);
   const int64_t q_lo = tile * BM;
   if (q_lo >= e.lq) return;  // uniform over the CTA, before any barrier exists
