@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -138,33 +139,25 @@ std::vector<uint8_t> bytes_of(const Buffer& b) {
   return std::vector<uint8_t>(p, p + b.numel() * dtype_size(b.dtype()));
 }
 
-void check_case(Case c, bool f32_out, bool require_wgmma, int require_tma) {
-  c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
-  SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
-  const testing::Inputs in = testing::make_inputs(c);
-  const testing::Result ref = testing::run_reference(in);
-  DeviceCase d = upload(in);
-  const DType out_dtype = f32_out ? DType::f32 : c.dtype;
-
+void check_runs(DeviceCase& d, DType out_dtype, const Buffer& want_out, const Buffer& want_lse, double tol,
+                const std::function<void(const AttentionParams&)>& before_launch) {
   std::vector<uint8_t> first_out, first_lse;
   for (int run = 0; run < 2; ++run) {
-    DeviceBuffer out(out_dtype, {in.total_q, c.heads_q, c.dim});
-    DeviceBuffer lse(DType::f32, {c.heads_q, in.total_q});
+    DeviceBuffer out(out_dtype, want_out.shape());
+    DeviceBuffer lse(DType::f32, want_lse.shape());
     out.fill_bytes(0xFF);  // NaN in bf16, f16 and f32: an unwritten element fails the comparison
     lse.fill_bytes(0xFF);
     d.p.out = out.view();
     d.p.lse = lse.view();
-    if (require_wgmma) ASSERT_TRUE(cuda_uses_wgmma(d.p)) << "not routed to the wgmma kernel";
-    if (require_tma >= 0) {
-      ASSERT_EQ(cuda_wgmma_uses_tma(d.p), require_tma == 1) << "not on the expected copy path";
+    if (before_launch) {
+      ASSERT_NO_FATAL_FAILURE(before_launch(d.p));
     }
     attention(d.p, Backend::cuda);
     cuda_synchronize();
     const Buffer out_h = out.to_host(), lse_h = lse.to_host();
     if (run == 0) {
-      const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
-      EXPECT_TRUE(testing::close_enough("out", testing::compare(out_h.view(), ref.out.view()), tol));
-      EXPECT_TRUE(testing::lse_close(lse_h.view(), ref.lse.view(), tol));
+      EXPECT_TRUE(testing::close_enough("out", testing::compare(out_h.view(), want_out.view()), tol));
+      EXPECT_TRUE(testing::lse_close(lse_h.view(), want_lse.view(), tol));
       first_out = bytes_of(out_h);
       first_lse = bytes_of(lse_h);
     } else {
@@ -172,6 +165,25 @@ void check_case(Case c, bool f32_out, bool require_wgmma, int require_tma) {
       EXPECT_TRUE(first_lse == bytes_of(lse_h)) << "lse differs between two identical runs";
     }
   }
+}
+
+void check_case(Case c, bool f32_out, bool require_wgmma, int require_tma) {
+  c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
+  SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+  const testing::Inputs in = testing::make_inputs(c);
+  const testing::Result ref = testing::run_reference(in);
+  DeviceCase d = upload(in);
+  // The routing asserts run with the outputs in place: the route may depend on the output dtype.
+  const auto routed = [&](const AttentionParams& p) {
+    if (require_wgmma) {
+      ASSERT_TRUE(cuda_uses_wgmma(p)) << "not routed to the wgmma kernel";
+    }
+    if (require_tma >= 0) {
+      ASSERT_EQ(cuda_wgmma_uses_tma(p), require_tma == 1) << "not on the expected copy path";
+    }
+  };
+  check_runs(d, f32_out ? DType::f32 : c.dtype, ref.out, ref.lse,
+             testing::tolerance(c.dtype, testing::max_abs_logit(in)), routed);
 }
 
 }  // namespace ariadne::cuda_testing

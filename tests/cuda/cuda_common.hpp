@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,15 @@ struct OrderedReference {
   Buffer out, lse;
 };
 OrderedReference ordered_reference(const Case& c, const testing::Inputs& in, const std::vector<int32_t>& order);
+
+// The end of every kernel check: launches d.p (attention on the CUDA backend) twice, each time into
+// fresh out (out_dtype, want_out's shape) and lse (f32, want_lse's shape) buffers poisoned with 0xFF
+// (NaN in bf16, f16 and f32: an element the kernel does not write fails the comparison); run 0 must
+// match want_out / want_lse within `tol` (the tolerance rule), run 1 must equal run 0 bit for bit.
+// before_launch, when set, runs before each launch on d.p with those outputs in place (routing
+// asserts that depend on them); a fatal failure inside it ends the check.
+void check_runs(DeviceCase& d, DType out_dtype, const Buffer& want_out, const Buffer& want_lse, double tol,
+                const std::function<void(const AttentionParams&)>& before_launch = {});
 
 // Runs one case on the device twice and checks it against the reference. f32_out: the output in
 // f32 instead of q's dtype. require_wgmma: fail unless the call is routed to the wgmma kernel.

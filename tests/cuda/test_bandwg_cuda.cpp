@@ -266,27 +266,8 @@ void check_ordered(const Case& base, const std::vector<int32_t>& order, bool f32
     ASSERT_TRUE(cuda_uses_bandwg(d.p)) << c.name << ": not routed to the wgmma band kernel";
     ASSERT_FALSE(cuda_uses_band(d.p)) << c.name;
     ASSERT_EQ(cuda_bandwg_variant(), variant) << c.name;
-    std::vector<uint8_t> first_out, first_lse;
-    for (int run = 0; run < 2; ++run) {
-      DeviceBuffer out(f32_out ? DType::f32 : c.dtype, {total, c.heads_q, c.dim}), lse(DType::f32, {c.heads_q, total});
-      out.fill_bytes(0xFF);  // NaN: an unwritten element fails the comparison
-      lse.fill_bytes(0xFF);
-      d.p.out = out.view();
-      d.p.lse = lse.view();
-      attention(d.p, Backend::cuda);
-      cuda_synchronize();
-      const Buffer out_h = out.to_host(), lse_h = lse.to_host();
-      if (run == 0) {
-        const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
-        EXPECT_TRUE(testing::close_enough("out", testing::compare(out_h.view(), want.out.view()), tol));
-        EXPECT_TRUE(testing::lse_close(lse_h.view(), want.lse.view(), tol));
-        first_out = bytes_of(out_h);
-        first_lse = bytes_of(lse_h);
-      } else {
-        EXPECT_TRUE(first_out == bytes_of(out_h)) << "out differs between two identical runs";
-        EXPECT_TRUE(first_lse == bytes_of(lse_h)) << "lse differs between two identical runs";
-      }
-    }
+    check_runs(d, f32_out ? DType::f32 : c.dtype, want.out, want.lse,
+               testing::tolerance(c.dtype, testing::max_abs_logit(in)));
   }
 }
 
