@@ -356,9 +356,7 @@ __global__ void __launch_bounds__(128, 2) attention_band_kernel(const FwdParams 
               mx2[c & 1] = fmax_nan(mx2[c & 1], fmax_nan(fmax_nan(sc[c][0][2 * r], sc[c][0][2 * r + 1]),
                                                          fmax_nan(sc[c][1][2 * r], sc[c][1][2 * r + 1])));
           }
-          float mx = fmax_nan(mx2[0], mx2[1]);
-          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          float mx = quad_max(fmax_nan(mx2[0], mx2[1]));
           mx *= p.scale_log2;
           // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
           const float base = mx == -INFINITY ? 0.f : mx;
@@ -414,9 +412,7 @@ __global__ void __launch_bounds__(128, 2) attention_band_kernel(const FwdParams 
       __syncwarp();
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float l = l_row[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        float l = quad_sum(l_row[r]);
         float m = m_row[r];
         const int iq = r0 + g + 8 * r;
         if (p.sink_kind == kSinkDenominator) {

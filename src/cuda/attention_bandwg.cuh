@@ -594,9 +594,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       auto row_max = [&]() {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          float mx = fmax_nan(mx2[r][0], mx2[r][1]);
-          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          float mx = quad_max(fmax_nan(mx2[r][0], mx2[r][1]));
           mx *= p.scale_log2;
           if constexpr (C0 > 0) {
             mx = fmax_nan(m_row[r], mx);
@@ -739,9 +737,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
 #pragma unroll
               for (int n8 = 0; n8 < 8; ++n8)
                 mxh[n8 & 1] = fmax_nan(mxh[n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
-            float mx = fmax_nan(mxh[0], mxh[1]);
-            mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float mx = quad_max(fmax_nan(mxh[0], mxh[1]));
             mx *= p.scale_log2;
             // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
             const float b = mx == -INFINITY ? 0.f : mx;
@@ -824,9 +820,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       wg::named_bar_sync(1 + cw, 128);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float l = l_row[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        float l = quad_sum(l_row[r]);
         float m = m_row[r];
         const int row = 16 * warp + g + 8 * r, iq = cur.q_lo + row;
         if (p.sink_kind == kSinkDenominator) {
@@ -864,9 +858,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       // ---- epilogue: normalize, sink, LSE; straight to global memory ----
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float l = l_row[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        float l = quad_sum(l_row[r]);
         float m = m_row[r];
         const int iq = cur.q_lo + 16 * warp + g + 8 * r;
         if (p.sink_kind == kSinkDenominator) {

@@ -334,8 +334,7 @@ __global__ void __launch_bounds__(32 * Cfg::NW, Cfg::MIN_CTAS) attention_fwd_ker
         float mx = -INFINITY;
 #pragma unroll
         for (int j = 0; j < NT; ++j) mx = fmax_nan(mx, fmax_nan(sc[mt][j][2 * r], sc[mt][j][2 * r + 1]));
-        mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = quad_max(mx);
         mx = fmax_nan(m_row[mt][r], mx * p.scale_log2);  // scale > 0: max commutes with it
         // A row with nothing allowed so far keeps max −inf; subtracting 0 instead keeps
         // exp2(−inf − base) = 0 rather than NaN.
@@ -422,19 +421,13 @@ __global__ void __launch_bounds__(32 * Cfg::NW, Cfg::MIN_CTAS) attention_fwd_ker
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float l = l_row[mt][r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      float l = quad_sum(l_row[mt][r]);
       float m = m_row[mt][r];
       const int row = warp_row + mt * 16 + g + 8 * r;
       const int64_t iq = q_lo + row;
       if constexpr (DIAG) {
         // Over the keys only (the sink's mass left out): H = ln Z_k − Σ â·s, distance = Σ â·dist.
-        float u = u_row[mt][r], w = w_row[mt][r];
-        u += __shfl_xor_sync(0xffffffffu, u, 1);
-        u += __shfl_xor_sync(0xffffffffu, u, 2);
-        w += __shfl_xor_sync(0xffffffffu, w, 1);
-        w += __shfl_xor_sync(0xffffffffu, w, 2);
+        const float u = quad_sum(u_row[mt][r]), w = quad_sum(w_row[mt][r]);
         if (tq == 0 && iq < e.lq) {
           const int64_t at = int64_t(h) * p.total_q + stored(e.q0 + iq);
           const float scale = p.scale_log2 * 0.6931471805599453f;
@@ -582,9 +575,7 @@ __global__ void __launch_bounds__(128) attention_received_kernel(const FwdParams
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float v = recv[r];
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    float v = quad_sum(recv[r]);
     const int64_t ik = k_lo + warp * 16 + g + 8 * r;
     if (tq == 0 && ik < e.lk) p.received[int64_t(h) * p.total_k + stored(e.k0 + ik)] = v;
   }

@@ -329,8 +329,7 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
       float mx = -INFINITY;
 #pragma unroll
       for (int n8 = 0; n8 < BN / 8; ++n8) mx = fmax_nan(mx, fmax_nan(sc[4 * n8 + 2 * r], sc[4 * n8 + 2 * r + 1]));
-      mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = quad_max(mx);
       mx = fmax_nan(m_row[r], mx * p.scale_log2);
       const float base = mx == -INFINITY ? 0.f : mx;  // a row with no key yet: exp2(-inf) = 0, no NaN
       alpha[r] = ex2(m_row[r] - base);
@@ -412,9 +411,7 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   // ---- epilogue: normalize, sink, LSE; straight to global memory ----
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = l_row[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    float l = quad_sum(l_row[r]);
     float m = m_row[r];
     const int64_t iq = q_lo + row0 + g + 8 * r;
     if (p.sink_kind == kSinkDenominator) {

@@ -18,6 +18,18 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
   return d;
 }
 
+// Reductions over a quad, the 4 lanes that hold one row of an mma accumulator fragment: the row's
+// sum and (NaN-propagating) max, known to all 4 lanes.
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  return v;
+}
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmax_nan(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmax_nan(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -45,6 +57,17 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(addr));
 }
 
+// mma.sync m16n8k16 with f32 accumulators for the PTX input type T: the same asm for both element types.
+#define ARIADNE_MMA_M16N8K16(T)                                                                               \
+  static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,              \
+                                             uint32_t b1) {                                                   \
+    asm volatile(                                                                                             \
+        "mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "                \
+        "{%8,%9}, {%0,%1,%2,%3};\n"                                                                           \
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                                      \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                                      \
+  }
+
 // Element traits: the 16-bit input type, its mma opcode and its float-pair packing.
 struct Bf16 {
   using type = __nv_bfloat16;
@@ -52,14 +75,7 @@ struct Bf16 {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
   }
-  static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                             uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
+  ARIADNE_MMA_M16N8K16("bf16")
 };
 struct F16 {
   using type = __half;
@@ -67,15 +83,9 @@ struct F16 {
     __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
   }
-  static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                             uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
+  ARIADNE_MMA_M16N8K16("f16")
 };
+#undef ARIADNE_MMA_M16N8K16
 
 // 2^x with the hardware approximation (rel. error ~2^-22, far below bf16/fp16 rounding);
 // ex2(-inf) = +0, which the online softmax relies on for masked scores.
