@@ -804,6 +804,21 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       for (; released < cur.next_n_lo; ++released) wg::mbar_arrive(empty(released % NSLOT));
     }
 
+    // Row r's final max m and sum l (summed over the quad), for both epilogues. A denominator sink
+    // is one more key with no value, Z = exp(sink) + Σ exp(s): folded into m, l and the row's O.
+    auto finish_row = [&](int r, float& m, float& l) {
+      l = quad_sum(l_row[r]);
+      m = m_row[r];
+      if (p.sink_kind == kSinkDenominator) {
+        const float rescale = fold_sink(m, l, sink_log2);
+#pragma unroll
+        for (int n8 = 0; n8 < D / 8; ++n8) {
+          acc(n8, 2 * r) *= rescale;
+          acc(n8, 2 * r + 1) *= rescale;
+        }
+      }
+    };
+
     // V2: a tile whose 64 rows are all its sequence's, or whose rows past the end are past the
     // tensor's end too (the map's bounds clip them: they belong to nobody), leaves through this
     // consumer's staging tile (the tile layout of Q) and two TMA stores. Other tiles (a varlen
@@ -820,17 +835,9 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       wg::named_bar_sync(1 + cw, 128);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float l = quad_sum(l_row[r]);
-        float m = m_row[r];
+        float m, l;
+        finish_row(r, m, l);
         const int row = 16 * warp + g + 8 * r, iq = cur.q_lo + row;
-        if (p.sink_kind == kSinkDenominator) {
-          const float rescale = fold_sink(m, l, sink_log2);
-#pragma unroll
-          for (int n8 = 0; n8 < D / 8; ++n8) {
-            acc(n8, 2 * r) *= rescale;
-            acc(n8, 2 * r + 1) *= rescale;
-          }
-        }
         const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
         // Rows past the tile's end are written to the staging tile too; the store clips them.
         // Swizzles as the copy engine applies them: 16-byte piece j of a 128-byte row at j ^ (row
@@ -858,18 +865,9 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       // ---- epilogue: normalize, sink, LSE; straight to global memory ----
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float l = quad_sum(l_row[r]);
-        float m = m_row[r];
+        float m, l;
+        finish_row(r, m, l);
         const int iq = cur.q_lo + 16 * warp + g + 8 * r;
-        if (p.sink_kind == kSinkDenominator) {
-          // Z = exp(sink) + Σ exp(s): the sink is one more key with no value.
-          const float rescale = fold_sink(m, l, sink_log2);
-#pragma unroll
-          for (int n8 = 0; n8 < D / 8; ++n8) {
-            acc(n8, 2 * r) *= rescale;
-            acc(n8, 2 * r + 1) *= rescale;
-          }
-        }
         if (iq >= cur.q_hi) continue;
         const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
         // v13: logical row q0 + iq is stored at packed row order[q0 + iq] (out and LSE).
