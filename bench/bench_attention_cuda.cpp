@@ -109,6 +109,18 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// Milliseconds the work that `enqueue` puts on `stream` takes, between events e0 and e1.
+template <class F>
+double timed_ms(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, F&& enqueue) {
+  check(cudaEventRecord(e0, stream), "record");
+  enqueue();
+  check(cudaEventRecord(e1, stream), "record");
+  check(cudaEventSynchronize(e1), "sync");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+  return ms;
+}
+
 nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   const std::string id = jc.at("id");
   const int64_t batch = jc.at("batch"), tokens = jc.at("tokens");
@@ -187,13 +199,10 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   check(cudaEventCreate(&e0), "event");
   check(cudaEventCreate(&e1), "event");
   auto time_launches = [&](int n, int start) {
-    check(cudaEventRecord(e0, stream), "record");
-    for (int i = 0; i < n; ++i) attention(params[(start + i) % sets], Backend::cuda);
-    check(cudaEventRecord(e1, stream), "record");
-    check(cudaEventSynchronize(e1), "sync");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-    return double(ms) / n;
+    const auto launches = [&] {
+      for (int i = 0; i < n; ++i) attention(params[(start + i) % sets], Backend::cuda);
+    };
+    return timed_ms(stream, e0, e1, launches) / n;
   };
   time_launches(3, 0);  // warm-up: module load, shared-memory opt-in
   const double rough = time_launches(5, 0);
@@ -215,15 +224,8 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
     check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
     check(cudaGraphLaunch(exec, stream), "graph warm-up");
     std::vector<double> ms_per_launch;
-    for (int b = 0; b < n_graph; ++b) {
-      check(cudaEventRecord(e0, stream), "record");
-      check(cudaGraphLaunch(exec, stream), "graph launch");
-      check(cudaEventRecord(e1, stream), "record");
-      check(cudaEventSynchronize(e1), "sync");
-      float ms = 0;
-      check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-      ms_per_launch.push_back(double(ms) / per_batch);
-    }
+    const auto launch = [&] { check(cudaGraphLaunch(exec, stream), "graph launch"); };
+    for (int b = 0; b < n_graph; ++b) ms_per_launch.push_back(timed_ms(stream, e0, e1, launch) / per_batch);
     check(cudaGraphExecDestroy(exec), "graph");
     check(cudaGraphDestroy(graph), "graph");
     return median(ms_per_launch);
@@ -357,15 +359,8 @@ nlohmann::json run_stack(const nlohmann::json& jc, std::mt19937_64& rng) {
   check(cudaEventCreate(&e0), "event");
   check(cudaEventCreate(&e1), "event");
   std::vector<double> ms_runs;
-  for (int r = 0; r < 30; ++r) {
-    check(cudaEventRecord(e0, stream), "record");
-    check(cudaGraphLaunch(exec, stream), "graph launch");
-    check(cudaEventRecord(e1, stream), "record");
-    check(cudaEventSynchronize(e1), "sync");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-    ms_runs.push_back(ms);
-  }
+  const auto launch = [&] { check(cudaGraphLaunch(exec, stream), "graph launch"); };
+  for (int r = 0; r < 30; ++r) ms_runs.push_back(timed_ms(stream, e0, e1, launch));
   check(cudaGraphExecDestroy(exec), "graph");
   check(cudaGraphDestroy(graph), "graph");
   check(cudaEventDestroy(e0), "event");
