@@ -30,12 +30,14 @@
 // measured in the same device-check step by bench/anchors.py and joined there (speedup columns).
 //
 //   bench_estimate_cuda [tokens ...] [--recall-max N] [--methods rr,xattn] [--xattn-max N] [--strides 8,16]
-//                       [--mix M] [--scoring mma,mma2,f32]
+//                       [--mix M] [--scoring mma,mma2,mma3,mma3w,f32]
 //   default tokens 8192 32768 65536 131072; --xattn-max: XAttention only up to N tokens (its
 //   estimate takes seconds at 128K); --mix: the synthetic head mix (default SyntheticConfig's);
 //   --scoring: the scoring kernels to time (default mma2, the library's default: the v2 tensor-core
 //   kernel, EstimateConfig::cuda_scoring_v2, which covers RR with B / S = 8 or 16 and is v1
-//   elsewhere; mma the v1 tensor-core kernel; f32 the CUDA-core one). The first gives the case's row (attention, recall); each further one adds a row
+//   elsewhere; mma3 the v3 kernel, EstimateConfig::cuda_scoring_v3, v2's cases with bf16 inputs,
+//   v2 or v1 elsewhere, and mma3w its 256-row variant (ARIADNE_EST_V3_WIDE=1, set around its
+//   calls); mma the v1 tensor-core kernel; f32 the CUDA-core one). The first gives the case's row (attention, recall); each further one adds a row
 //   "<id>-<kernel>" with its estimate times and its largest score difference and count of rows
 //   whose block list differs from the first's (vs_<first>_max_score_diff, vs_<first>_rows_differ)
 #if defined(ARIADNE_WITH_CUDA)
@@ -135,8 +137,9 @@ int main(int argc, char** argv) {
         while (pos <= m.size()) {
           const size_t comma = std::min(m.find(',', pos), m.size());
           scorings.push_back(m.substr(pos, comma - pos));
-          ARIADNE_CHECK(scorings.back() == "mma" || scorings.back() == "mma2" || scorings.back() == "f32",
-                        "bench_estimate_cuda: --scoring '", m, "', expected mma, mma2, f32, comma-separated");
+          ARIADNE_CHECK(scorings.back() == "mma" || scorings.back() == "mma2" || scorings.back() == "mma3" ||
+                            scorings.back() == "mma3w" || scorings.back() == "f32",
+                        "bench_estimate_cuda: --scoring '", m, "', expected mma, mma2, mma3, mma3w, f32, comma-separated");
           pos = comma + 1;
         }
       }
@@ -228,7 +231,15 @@ int main(int argc, char** argv) {
             return t;
           };
           c.cuda_f32_scoring = scorings[0] == "f32";
-          c.cuda_scoring_v2 = scorings[0] == "mma2";
+          c.cuda_scoring_v2 = scorings[0] != "mma" && scorings[0] != "f32";
+          c.cuda_scoring_v3 = scorings[0] == "mma3" || scorings[0] == "mma3w";
+          // ARIADNE_EST_V3_WIDE is read per call by the library: the 256-row v3 for the calls of a
+          // kernel named mma3w, and for no other.
+          const auto wide = [&](const std::string& name) {
+            if (name == "mma3w") setenv("ARIADNE_EST_V3_WIDE", "1", 1);
+            else unsetenv("ARIADNE_EST_V3_WIDE");
+          };
+          wide(scorings[0]);
           Timed main_t = time_estimate(c);
           const EstimateResult& r = main_t.r;
           const std::vector<double>& wall = main_t.wall;
@@ -260,8 +271,12 @@ int main(int argc, char** argv) {
             o["ms_host_overhead"] = median(t.overhead);
             o["ms_estimate_first"] = t.first;
             o["ms_result_free"] = median(t.frees);
-            // The kernel that ran: mma2 only where v2 covers the case (else the v1 kernel ran).
-            o["scoring"] = !t.r.stats.tensor_core_scoring ? "f32" : t.r.stats.scoring_v2 ? "mma2" : "mma";
+            // The kernel that ran: mma3 / mma2 only where v3 / v2 covers the case (else the next
+            // older kernel ran).
+            o["scoring"] = !t.r.stats.tensor_core_scoring ? "f32"
+                           : t.r.stats.scoring_v3         ? (std::getenv("ARIADNE_EST_V3_WIDE") ? "mma3w" : "mma3")
+                           : t.r.stats.scoring_v2         ? "mma2"
+                                                          : "mma";
           };
           put_times(j, main_t);
           j["ms_attention"] = ms_attn;
@@ -300,7 +315,13 @@ int main(int argc, char** argv) {
           for (size_t v = 1; v < scorings.size(); ++v) {
             EstimateConfig cv = c;
             cv.cuda_f32_scoring = scorings[v] == "f32";
-            cv.cuda_scoring_v2 = scorings[v] == "mma2";
+            cv.cuda_scoring_v2 = scorings[v] != "mma" && scorings[v] != "f32";
+            cv.cuda_scoring_v3 = scorings[v] == "mma3" || scorings[v] == "mma3w";
+            wide(scorings[0]);
+            EstimateConfig ha = c;
+            ha.host_copy = true;
+            const EstimateResult a = estimate(q.view(), k.view(), Pattern::causal(), ha, Backend::cuda);
+            wide(scorings[v]);
             const Timed tv = time_estimate(cv);
             nlohmann::json jv;
             jv["id"] = j["id"].get<std::string>() + "-" + scorings[v];
@@ -310,9 +331,8 @@ int main(int argc, char** argv) {
             jv["stride"] = stride;
             put_times(jv, tv);
             jv["density"] = tv.r.stats.density;
-            EstimateConfig ha = c, hb = cv;
-            ha.host_copy = hb.host_copy = true;
-            const EstimateResult a = estimate(q.view(), k.view(), Pattern::causal(), ha, Backend::cuda);
+            EstimateConfig hb = cv;
+            hb.host_copy = true;
             const EstimateResult b = estimate(q.view(), k.view(), Pattern::causal(), hb, Backend::cuda);
             double worst = 0;
             for (size_t i = 0; i < a.scores.size(); ++i)
@@ -330,6 +350,7 @@ int main(int argc, char** argv) {
             std::cerr << jv.dump() << "\n";
             out.push_back(jv);
           }
+          wide("");
         }
     }
     std::cout << out.dump(1) << "\n";

@@ -95,6 +95,11 @@ struct EstimateConfig {
   // B / S = 8 or 16. Elsewhere, and when false, the v1 kernel runs. ARIADNE_EST_V2=0 or =1 in the
   // environment (read per call) overrides it for every call.
   bool cuda_scoring_v2 = true;
+  // CUDA backend, tensor-core scoring: the v3 kernel (docs/rrattention.md, "Scoring kernel v3";
+  // 128 rows per CTA, adjacent query blocks sharing each K̄ tile; same scores bit for bit) where
+  // it applies: v2's cases with bf16 inputs. It takes precedence over cuda_scoring_v2 there.
+  // ARIADNE_EST_V3=0 or =1 in the environment (read per call) overrides it for every call.
+  bool cuda_scoring_v3 = false;
 
   Protections protections() const { return protect ? *protect : Protections::published(method); }
   double tau_of(int head) const { return tau_per_head.empty() ? tau : tau_per_head[size_t(head)]; }
@@ -116,6 +121,7 @@ struct EstimateStats {
   double mac = 0;              // multiply-adds spent on scoring (the cost model of SPEC C.5)
   bool tensor_core_scoring = false;  // CUDA: the logits ran on the tensor-core kernel
   bool scoring_v2 = false;           // CUDA: ... on its v2 variant (EstimateConfig::cuda_scoring_v2)
+  bool scoring_v3 = false;           // CUDA: ... on its v3 variant (EstimateConfig::cuda_scoring_v3)
 };
 
 // The CUDA backend's output, in device memory (empty for the CPU backend). The same CSR and score
