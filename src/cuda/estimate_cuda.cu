@@ -64,8 +64,7 @@ bool scoring_v2_wanted(const EstimateConfig& config) {
   return config.cuda_scoring_v2;
 }
 
-// EstimateConfig::cuda_scoring_v3 unless ARIADNE_EST_V3 (read per call) says 0 or 1. Its 256-row
-// variant runs when ARIADNE_EST_V3_WIDE=1 (read per call; docs/rrattention.md, "Scoring kernel v3").
+// EstimateConfig::cuda_scoring_v3 unless ARIADNE_EST_V3 (read per call) says 0 or 1.
 // The largest dynamic shared memory a CTA of the current device may ask for.
 size_t smem_optin() {
   int dev_id = 0, optin = 0;
@@ -79,6 +78,15 @@ bool scoring_v3_wanted(const EstimateConfig& config) {
   if (v != nullptr && std::string(v) == "0") return false;
   if (v != nullptr && std::string(v) == "1") return true;
   return config.cuda_scoring_v3;
+}
+
+// The v3 variant (ScoreParams::v3_kind) named by ARIADNE_EST_V3_KIND (read per call): "wide" the
+// 256-row one, "wg" / "wg3" the wgmma one at 4 / 3 CTAs per SM, else the 128-row one
+// (docs/rrattention.md, "Scoring kernel v3").
+int scoring_v3_kind() {
+  const char* v = std::getenv("ARIADNE_EST_V3_KIND");
+  const std::string k = v != nullptr ? v : "";
+  return k == "wide" ? 1 : k == "wg" ? 2 : k == "wg3" ? 3 : 0;
 }
 
 int64_t last_key_stride(const EstimateConfig& c, int64_t stride, const Seq& e, int64_t i, int h) {
@@ -327,7 +335,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   kind.row_split = spb > cuda::kScoreRows ? spb / cuda::kScoreRows : 1;
   kind.dpad = dpad;
   kind.v3 = true;
-  kind.v3_wide = env_flag("ARIADNE_EST_V3_WIDE");
+  kind.v3_kind = scoring_v3_kind();
   // (8 KB left for the kernel's static shared memory: the row and group tables.)
   const bool use_v3 = scoring_v3_wanted(config) && cuda::scores_v3_applies(kind) &&
                       cuda::scores_smem_bytes(kind) + 8192 <= smem_optin();
@@ -463,7 +471,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   if (use_mma) sp.ksum = nullptr;
   // The v2 tensor-core kernel where asked for (config, or ARIADNE_EST_V2) and it covers the case.
   sp.v3 = use_v3;
-  sp.v3_wide = use_v3 && kind.v3_wide;
+  sp.v3_kind = kind.v3_kind;
   sp.v3_ctas = use_v3 ? reinterpret_cast<const int32_t*>(tables + off_v3) : nullptr;
   sp.v3_num_ctas = int(v3_ctas.size() / 2);
   sp.v2 = !use_v3 && scoring_v2_wanted(config) && cuda::scores_v2_applies(sp);

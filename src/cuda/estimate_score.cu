@@ -33,6 +33,7 @@
 
 #include "cuda/estimate.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/wgmma.cuh"
 
 namespace ariadne::cuda {
 namespace {
@@ -962,6 +963,237 @@ __global__ void __launch_bounds__(128 * kSlabs, 2 / (kSlabs / 2)) scores_v3_kern
   }
 }
 
+// ---- v3, wgmma variant (ARIADNE_EST_V3_KIND=wg; docs/rrattention.md, "Scoring kernel v3"): d
+// 128 only. One warpgroup of 64 rows (G = 64 / R query blocks, the v3 grouping) per CTA and 32 key
+// strides per chunk. The logits run on wgmma m64n32k16 (q as the register operand, loaded once;
+// K̄'s three terms from shared memory, K-major with the 128-byte swizzle) asynchronously: chunk c's
+// wgmma run while the warps form chunk c − 1's partials from the other accumulator set, so the
+// tensor work leaves the warps' instruction stream and overlaps the partials. K̄ tiles: two stages
+// of 24 KB, four or three CTAs (16 or 12 warps) per SM (kMinBlocks). Per accumulator the products are summed in v1's order
+// (k step outer, then K̄ term), each k-16 group by the tensor core; the partials, row sums and
+// block scores are v3's.
+constexpr int kWgCols = 32;          // key strides per chunk
+constexpr int kWgRows = 64, kWgThreads = 128, kWgMaxGroups = kWgRows / 8;
+constexpr int kWgRegion = kWgCols * 128;  // bytes of one 64-element column region of a term tile
+constexpr int kWgTerm = 2 * kWgRegion;    // one K̄ term of the chunk (d 128: two regions)
+constexpr int kWgStage = 3 * kWgTerm;
+// Dynamic shared memory: 1024 bytes of alignment slack (the swizzle atoms sit on 1 KB
+// boundaries), then two stages; the q tile [64][136] bf16 is staged in them before the first copy.
+constexpr size_t kWgSmem = 1024 + 2 * kWgStage;
+static_assert(2 * kWgStage >= 2 * kWgRows * 136, "the q staging fits in the K̄ stages");
+
+// kMinBlocks: CTAs per SM the registers must allow (4: at most 128 a thread, 3: 168; the kernel
+// wants ~158, so 4 trades rematerialized values for a fourth warp per scheduler).
+template <int kMinBlocks>
+__global__ void __launch_bounds__(kWgThreads, kMinBlocks) scores_wg_kernel(ScoreParams p) {
+  extern __shared__ float4 smem4[];
+  const uint32_t base = (smem_addr(smem4) + 1023u) & ~1023u;
+  char* const base_ptr = reinterpret_cast<char*>(smem4) + (base - smem_addr(smem4));
+  __shared__ int lim[kWgRows], qpos[kWgRows], rhead[kWgRows];
+  __shared__ float rmax[kWgRows], rmul[kWgRows];
+  __shared__ int glast[kWgMaxGroups], gnract[kWgMaxGroups], gnvis[kWgMaxGroups];
+  __shared__ float2* gpart[kWgMaxGroups];
+
+  const int gb0 = p.v3_ctas[2 * blockIdx.x], ngroups = p.v3_ctas[2 * blockIdx.x + 1];
+  const int kvh = blockIdx.y;
+  const EstSeq e = p.seqs[p.qblock_seq[gb0]];
+  const int64_t m0 = p.qblock_m[gb0];
+  const int S = p.stride, nr = p.spb, R = p.heads_per_cta * nr;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int head0 = kvh * p.group + int(blockIdx.z) * p.heads_per_cta;
+  const int heads_here = min(p.heads_per_cta, p.group - int(blockIdx.z) * p.heads_per_cta);
+
+  if (tid < kWgMaxGroups) {
+    glast[tid] = -1;
+    if (tid < ngroups) {
+      const int64_t m = m0 + tid;
+      const int64_t qlast = min((m + 1) * p.block, e.lq) - 1;
+      const int64_t nvis = (qlast + e.off) / p.block + 1;
+      gnract[tid] = int(min(int64_t(nr), e.nqs - m * nr));
+      gnvis[tid] = int(nvis);
+      gpart[tid] =
+          p.scratch + p.scratch_base[gb0 + tid] + (int64_t(kvh) * gridDim.z + blockIdx.z) * kScoreRows * nvis;
+    }
+  }
+  __syncthreads();
+  if (tid < kWgRows) {
+    const int g = tid / R, rl = tid % R, hl = rl / nr, il = rl % nr;
+    int l = -1, pos = 0;
+    if (g < ngroups && hl < heads_here && il < gnract[g]) {
+      const int64_t i = (m0 + g) * nr + il;
+      const int hm = (head0 + hl) % S;
+      const int64_t rep = min(i * S + (p.paper ? S - 1 - hm : hm), e.lq - 1);
+      pos = int(rep);
+      l = int((rep + e.off) / S);
+    }
+    lim[tid] = l;
+    qpos[tid] = pos;
+    rhead[tid] = hl;
+    if (g < ngroups) atomicMax(&glast[g], l);
+  }
+  __syncthreads();
+  // q staged as [64][136] bf16, then each warp's A fragments (rows 16·warp … +15, 8 k steps) into
+  // registers for the whole CTA.
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(base_ptr);
+  constexpr int kQp = 136;
+  for (int idx = tid; idx < kWgRows * 128; idx += kWgThreads) {
+    const int r = idx >> 7, t = idx & 127;
+    float v = 0.f;
+    if (t < p.d && lim[r] >= 0)
+      v = load_elem(p.q, (e.q0 + qpos[r]) * p.q_tok + int64_t(head0 + rhead[r]) * p.q_head + t, p.dtype);
+    qs[r * kQp + t] = __float2bfloat16_rn(v);
+  }
+  __syncthreads();
+  uint32_t a[8][4];
+  {
+    const uint32_t a0 = base + uint32_t(((warp * 16 + (lane & 15)) * kQp + (lane >> 4) * 8) * 2);
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) ldmatrix_x4(a[ks], a0 + ks * 32);
+  }
+  int last = -1;
+  for (int g = 0; g < ngroups; ++g) last = max(last, glast[g]);
+  __syncthreads();  // the staging area becomes the K̄ stages
+
+  // K̄ copy: chunk j0 … j0+31, 32 · 3 term rows of 16 vectors, 12 per thread. A thread's vector
+  // column u = tid % 16 is fixed (128 threads = 8 term rows of 16 vectors); its term row 3n + j
+  // advances by 8 per step. Row n of term j, 16-byte piece u: region u / 8, piece (u % 8) ^ (n % 8)
+  // of the row's 128 bytes (the 128-byte swizzle the descriptors below read).
+  const __nv_bfloat16* kseq =
+      static_cast<const __nv_bfloat16*>(p.ksplit) + (int64_t(kvh) * p.total_ks + e.ks_base) * 3 * 128;
+  const int cu = tid & 15, row30 = tid >> 4;
+  const uint32_t cu_region = uint32_t((cu >> 3) * kWgRegion);
+  const int nks = int(e.nks);
+  auto issue = [&](int j0, int stage) {
+    const __nv_bfloat16* src = kseq + (int64_t(j0) * 3 + row30) * 128 + cu * 8;
+    int n = row30 / 3, j = row30 % 3;
+    const uint32_t sb = base + uint32_t(stage * kWgStage) + cu_region;
+#pragma unroll
+    for (int i = 0; i < 12; ++i) {
+      const bool ok = j0 + n < nks;
+      cp_async16(sb + uint32_t(j * kWgTerm + n * 128 + (((cu & 7) ^ (n & 7)) << 4)), ok ? src : kseq, ok);
+      src += 8 * 128;
+      n += 2;
+      j += 2;
+      if (j >= 3) {
+        j -= 3;
+        ++n;
+      }
+    }
+    cp_async_commit();
+  };
+  // B descriptor of term j, k step ks, stage st: region ks / 4, 32 bytes per k step inside it.
+  auto bdesc = [&](int st, int j, int ks) {
+    return wg::desc_swizzled<128>(base + uint32_t(st * kWgStage + j * kWgTerm + (ks >> 2) * kWgRegion + (ks & 3) * 32),
+                                  16, 1024);
+  };
+  const int nr_log2 = nr == 16 ? 4 : 3;
+  const int cc = lane & 3;
+  // After the transpose this lane holds one row (16·warp + lane/4 + 8·(cc & 1)) and 16-column
+  // group cc / 2 of the chunk.
+  const int my_row = warp * 16 + (lane >> 2) + (cc & 1) * 8;
+  const int my_g = my_row / R;
+  float2* const my_part = my_g < ngroups ? gpart[my_g] + (my_row - my_g * R) * gnvis[my_g] : nullptr;
+  const int my_last = my_g < ngroups ? glast[my_g] : -1;
+  // Partials of chunk c from its accumulators (m64n32: this warp's 16 rows; acc[4t + 2h + v] at
+  // row lane/4 + 8h, column 8t + 2·cc + v).
+  auto partials = [&](int c, const float (&acc)[16]) {
+    const int j0 = c * kWgCols;
+    float x[4][4];
+#pragma unroll
+    for (int gl = 0; gl < 2; ++gl)
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int lr = lim[warp * 16 + (lane >> 2) + h2 * 8];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int v = 0; v < 2; ++v)
+            x[2 * gl + h2][2 * nt + v] = j0 + gl * 16 + nt * 8 + 2 * cc + v <= lr
+                                             ? __fmul_rn(acc[4 * (2 * gl + nt) + 2 * h2 + v], p.qmul)
+                                             : -INFINITY;
+      }
+    float y[4][4];
+    quad_transpose(x, y, cc);
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb) {
+      if (nb * nr >= 16) continue;  // nr 16: one block per 16 columns
+      const int n = (j0 + (cc >> 1) * 16 + nb * nr) >> nr_log2;
+      if (n * nr > my_last) continue;
+      my_part[n] = block_pair(y, nr, nb);
+    }
+  };
+  const int nch = last >= 0 ? last / kWgCols + 1 : 0;
+  // Chunk c: its wgmma run into cur while the warps reduce chunk c − 1 (prev); then cur is waited
+  // for and becomes prev. Nothing is in flight across the loop's back edge (no register copy of an
+  // accumulator a wgmma still writes), and the top barrier also frees the stage of chunk c − 1
+  // (every warp waited for its wgmma) for the copy of chunk c + 1.
+  float cur[16], prev[16];
+  if (nch > 0) issue(0, 0);
+  for (int c = 0; c < nch; ++c) {
+    cp_async_wait<0>();
+    wg::fence_proxy_async();  // the cp.async tile (generic proxy) before wgmma's reads (async proxy)
+    __syncthreads();          // tile c is in shared memory for every warp; stage (c + 1) % 2 is free
+    if (c + 1 < nch) issue((c + 1) * kWgCols, (c + 1) & 1);
+    const int st = c & 1;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) cur[i] = 0.f;
+    wg::pin(cur);
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks)
+#pragma unroll
+      for (int j = 0; j < 3; ++j) wg::mma_m64n32k16_rs_kmajor(cur, a[ks], bdesc(st, j, ks));
+    wg::commit();
+    if (c >= 1) partials(c - 1, prev);
+    wg::wait<0>();
+    wg::pin(cur);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) prev[i] = cur[i];
+  }
+  if (nch > 0) partials(nch - 1, prev);
+  __syncthreads();  // the partials are read by other threads below
+
+  for (int r16 = 0; r16 < 16; ++r16) {
+    const int r = warp * 16 + r16, g = r / R;
+    if (g >= ngroups) continue;  // warp-uniform
+    const int64_t nblk = glast[g] >= 0 ? glast[g] / nr + 1 : 0;
+    const float2* part = gpart[g] + (r - g * R) * gnvis[g];
+    float m1 = -INFINITY, s1 = 0.f;
+    for (int64_t n = lane; n < nblk; n += 32) {
+      const float2 v = part[n];
+      const float mm = fmaxf(m1, v.x);
+      s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + v.y * expf(v.x - mm);
+      m1 = mm;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m1, o), s2 = __shfl_xor_sync(0xffffffffu, s1, o);
+      const float mm = fmaxf(m1, m2);
+      s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + s2 * expf(m2 - mm);
+      m1 = mm;
+    }
+    if (lane == 0) {
+      rmax[r] = m1;
+      rmul[r] = s1 > 0.f ? 1.f / (s1 * float(gnract[g])) : 0.f;
+    }
+  }
+  __syncthreads();
+  for (int g = 0; g < ngroups; ++g) {
+    const int64_t nblk = glast[g] >= 0 ? glast[g] / nr + 1 : 0;
+    const int64_t row0 = e.row_base + m0 + g;
+    for (int64_t idx = tid; idx < heads_here * nblk; idx += kWgThreads) {
+      const int hl = int(idx / nblk);
+      const int64_t n = idx % nblk;
+      float v = 0.f;
+      for (int il = 0; il < nr; ++il) {
+        const int rl = hl * nr + il, r = g * R + rl;
+        const float2 pv = gpart[g][int64_t(rl) * gnvis[g] + n];
+        if (pv.y > 0.f) v += pv.y * expf(pv.x - rmax[r]) * rmul[r];
+      }
+      p.scores[p.score_ptr[row0 + int64_t(head0 + hl) * e.nqb] + n] += v;
+    }
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream) {
@@ -972,7 +1204,7 @@ cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream) {
 }
 
 size_t scores_smem_bytes(const ScoreParams& p) {
-  if (p.v3) return p.v3_wide ? V3Wide::total(p) : V3Narrow::total(p);
+  if (p.v3) return p.v3_kind >= 2 ? kWgSmem : p.v3_kind == 1 ? V3Wide::total(p) : V3Narrow::total(p);
   if (p.v2) return ScoreSmem<true, true>::total(p);
   return p.mma ? ScoreSmem<true>::total(p) : ScoreSmem<false>::total(p);
 }
@@ -981,10 +1213,12 @@ bool scores_v2_applies(const ScoreParams& p) {
   return p.mma && p.rr && p.kterms == 3 && (p.spb == 8 || p.spb == 16) && p.row_split == 1;
 }
 
-bool scores_v3_applies(const ScoreParams& p) { return scores_v2_applies(p) && p.qterms == 1; }
+bool scores_v3_applies(const ScoreParams& p) {
+  return scores_v2_applies(p) && p.qterms == 1 && (p.v3_kind < 2 || p.dpad == 128);
+}
 
 int scores_v3_blocks_per_cta(const ScoreParams& p) {
-  return (p.v3_wide ? V3Wide::rows : V3Narrow::rows) / (p.heads_per_cta * p.spb);
+  return (p.v3_kind >= 2 ? kWgRows : p.v3_kind == 1 ? V3Wide::rows : V3Narrow::rows) / (p.heads_per_cta * p.spb);
 }
 
 cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStream_t stream) {
@@ -993,8 +1227,11 @@ cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStrea
   const unsigned zc = unsigned((p.group + p.heads_per_cta - 1) / p.heads_per_cta);
   if (p.v3) {
     if (!scores_v3_applies(p) || p.v3_ctas == nullptr || p.v3_num_ctas <= 0) return cudaErrorInvalidValue;
-    const auto kernel = p.v3_wide ? scores_v3_kernel<4, 2> : scores_v3_kernel<2, 1>;
-    const int threads = p.v3_wide ? V3Wide::threads : V3Narrow::threads;
+    const auto kernel = p.v3_kind == 3   ? scores_wg_kernel<3>
+                        : p.v3_kind == 2 ? scores_wg_kernel<4>
+                        : p.v3_kind == 1 ? scores_v3_kernel<4, 2>
+                                         : scores_v3_kernel<2, 1>;
+    const int threads = p.v3_kind >= 2 ? kWgThreads : p.v3_kind == 1 ? V3Wide::threads : V3Narrow::threads;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     if (err != cudaSuccess) return err;
