@@ -639,6 +639,7 @@ TEST_F(CudaEstimate, TensorCoreScoringV2BitIdenticalToV1) {
                                      " B " + std::to_string(block) + " " + rr_offset_name(off);
             SCOPED_TRACE(what + " (ARIADNE_TEST_SEED=" + std::to_string(seed_base()) + ")");
             c.cuda_scoring_v2 = false;
+            c.cuda_scoring_v3 = false;  // whatever the default: v1 against v2
             const EstimateResult v1 = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
             EstimateConfig c2 = c;
             c2.cuda_scoring_v2 = true;
@@ -666,6 +667,7 @@ TEST_F(CudaEstimate, TensorCoreScoringV2BitIdenticalToV1) {
     EstimateConfig c;
     c.stride = stride;
     c.cuda_scoring_v2 = true;
+    c.cuda_scoring_v3 = false;
     check_config(llama, dl, c, "v2 llama rr stride " + std::to_string(stride));
   }
 }
