@@ -30,15 +30,15 @@
 // measured in the same device-check step by bench/anchors.py and joined there (speedup columns).
 //
 //   bench_estimate_cuda [tokens ...] [--recall-max N] [--methods rr,xattn] [--xattn-max N] [--strides 8,16]
-//                       [--mix M] [--scoring mma,mma2,mma3,mma3w,mma3g,mma3g3,f32]
+//                       [--mix M] [--scoring mma,mma2,mma3,mma3n,f32]
 //   default tokens 8192 32768 65536 131072; --xattn-max: XAttention only up to N tokens (its
 //   estimate takes seconds at 128K); --mix: the synthetic head mix (default SyntheticConfig's);
 //   --scoring: the scoring kernels to time (default mma2, the library's default: the v2 tensor-core
 //   kernel, EstimateConfig::cuda_scoring_v2, which covers RR with B / S = 8 or 16 and is v1
-//   elsewhere; mma3 the v3 kernel, EstimateConfig::cuda_scoring_v3, v2's cases with bf16 inputs,
-//   v2 or v1 elsewhere, mma3w its 256-row variant, mma3g / mma3g3 its wgmma one at 4 / 3 CTAs per
-//   SM (ARIADNE_EST_V3_KIND=wide, wg, wg3, set around their calls); mma the v1 tensor-core kernel;
-//   f32 the CUDA-core one). The first gives the case's row (attention, recall); each further one adds a row
+//   elsewhere; mma3 the v3 kernel, EstimateConfig::cuda_scoring_v3, v2's cases with bf16 inputs
+//   (its wgmma variant at head_dim 128, as the library picks), v2 or v1 elsewhere; mma3n v3's
+//   128-row mma.sync variant at every head_dim (ARIADNE_EST_V3_KIND=narrow, set around its calls);
+//   mma the v1 tensor-core kernel; f32 the CUDA-core one). The first gives the case's row (attention, recall); each further one adds a row
 //   "<id>-<kernel>" with its estimate times and its largest score difference and count of rows
 //   whose block list differs from the first's (vs_<first>_max_score_diff, vs_<first>_rows_differ)
 #if defined(ARIADNE_WITH_CUDA)
@@ -139,10 +139,8 @@ int main(int argc, char** argv) {
           const size_t comma = std::min(m.find(',', pos), m.size());
           scorings.push_back(m.substr(pos, comma - pos));
           ARIADNE_CHECK(scorings.back() == "mma" || scorings.back() == "mma2" || scorings.back() == "mma3" ||
-                            scorings.back() == "mma3w" || scorings.back() == "mma3g" || scorings.back() == "mma3g3" ||
-                            scorings.back() == "f32",
-                        "bench_estimate_cuda: --scoring '", m,
-                        "', expected mma, mma2, mma3, mma3w, mma3g, mma3g3, f32, comma-separated");
+                            scorings.back() == "mma3n" || scorings.back() == "f32",
+                        "bench_estimate_cuda: --scoring '", m, "', expected mma, mma2, mma3, mma3n, f32, comma-separated");
           pos = comma + 1;
         }
       }
@@ -236,15 +234,13 @@ int main(int argc, char** argv) {
           c.cuda_f32_scoring = scorings[0] == "f32";
           c.cuda_scoring_v2 = scorings[0] != "mma" && scorings[0] != "f32";
           c.cuda_scoring_v3 = scorings[0].rfind("mma3", 0) == 0;
-          // ARIADNE_EST_V3_KIND is read per call by the library: the v3 variant of the calls of a
-          // kernel named mma3w (wide) or mma3g (wg), unset for every other.
-          const auto wide = [&](const std::string& name) {
-            if (name == "mma3w") setenv("ARIADNE_EST_V3_KIND", "wide", 1);
-            else if (name == "mma3g") setenv("ARIADNE_EST_V3_KIND", "wg", 1);
-            else if (name == "mma3g3") setenv("ARIADNE_EST_V3_KIND", "wg3", 1);
+          // ARIADNE_EST_V3_KIND is read per call by the library: narrow for the calls of mma3n,
+          // unset for every other kernel.
+          const auto variant = [&](const std::string& name) {
+            if (name == "mma3n") setenv("ARIADNE_EST_V3_KIND", "narrow", 1);
             else unsetenv("ARIADNE_EST_V3_KIND");
           };
-          wide(scorings[0]);
+          variant(scorings[0]);
           Timed main_t = time_estimate(c);
           const EstimateResult& r = main_t.r;
           const std::vector<double>& wall = main_t.wall;
@@ -269,8 +265,7 @@ int main(int argc, char** argv) {
           j["tau"] = c.tau;
           const auto v3_name = [] {
             const char* k = std::getenv("ARIADNE_EST_V3_KIND");
-            const std::string kind = k ? k : "";
-            return kind == "wide" ? "mma3w" : kind == "wg" ? "mma3g" : kind == "wg3" ? "mma3g3" : "mma3";
+            return k != nullptr && std::string(k) == "narrow" ? "mma3n" : "mma3";
           };
           const auto put_times = [&](nlohmann::json& o, const Timed& t) {
             o["ms_estimate"] = median(t.wall);
@@ -327,11 +322,11 @@ int main(int argc, char** argv) {
             cv.cuda_f32_scoring = scorings[v] == "f32";
             cv.cuda_scoring_v2 = scorings[v] != "mma" && scorings[v] != "f32";
             cv.cuda_scoring_v3 = scorings[v].rfind("mma3", 0) == 0;
-            wide(scorings[0]);
+            variant(scorings[0]);
             EstimateConfig ha = c;
             ha.host_copy = true;
             const EstimateResult a = estimate(q.view(), k.view(), Pattern::causal(), ha, Backend::cuda);
-            wide(scorings[v]);
+            variant(scorings[v]);
             const Timed tv = time_estimate(cv);
             nlohmann::json jv;
             jv["id"] = j["id"].get<std::string>() + "-" + scorings[v];
@@ -360,7 +355,7 @@ int main(int argc, char** argv) {
             std::cerr << jv.dump() << "\n";
             out.push_back(jv);
           }
-          wide("");
+          variant("");
         }
     }
     std::cout << out.dump(1) << "\n";

@@ -96,9 +96,11 @@ struct EstimateConfig {
   // environment (read per call) overrides it for every call.
   bool cuda_scoring_v2 = true;
   // CUDA backend, tensor-core scoring: the v3 kernel (docs/rrattention.md, "Scoring kernel v3";
-  // 128 rows per CTA, adjacent query blocks sharing each K̄ tile; same scores bit for bit) where
-  // it applies: v2's cases with bf16 inputs. It takes precedence over cuda_scoring_v2 there.
-  // ARIADNE_EST_V3=0 or =1 in the environment (read per call) overrides it for every call.
+  // adjacent query blocks share each K̄ tile, and at head_dim 128 the logits run on asynchronous
+  // wgmma overlapping the softmax partials; same scores bit for bit; 1.4x v2 at 128K S 8, 2.0x at
+  // S 16) where it applies: v2's cases with bf16 inputs. It takes precedence over cuda_scoring_v2
+  // there. ARIADNE_EST_V3=0 or =1 in the environment (read per call) overrides it for every call;
+  // ARIADNE_EST_V3_KIND=narrow keeps v3's mma.sync variant at head_dim 128 too.
   bool cuda_scoring_v3 = false;
 
   Protections protections() const { return protect ? *protect : Protections::published(method); }

@@ -80,13 +80,13 @@ bool scoring_v3_wanted(const EstimateConfig& config) {
   return config.cuda_scoring_v3;
 }
 
-// The v3 variant (ScoreParams::v3_kind) named by ARIADNE_EST_V3_KIND (read per call): "wide" the
-// 256-row one, "wg" / "wg3" the wgmma one at 4 / 3 CTAs per SM, else the 128-row one
-// (docs/rrattention.md, "Scoring kernel v3").
-int scoring_v3_kind() {
+// The v3 kernel (ScoreParams::v3_kind) for head dims padded to dpad: the wgmma one where it
+// applies (dpad 128), the 128-row mma.sync one elsewhere or when ARIADNE_EST_V3_KIND=narrow (read
+// per call; docs/rrattention.md, "Scoring kernel v3").
+int scoring_v3_kind(int dpad) {
   const char* v = std::getenv("ARIADNE_EST_V3_KIND");
-  const std::string k = v != nullptr ? v : "";
-  return k == "wide" ? 1 : k == "wg" ? 2 : k == "wg3" ? 3 : 0;
+  if (v != nullptr && std::string(v) == "narrow") return 0;
+  return dpad == 128 ? 1 : 0;
 }
 
 int64_t last_key_stride(const EstimateConfig& c, int64_t stride, const Seq& e, int64_t i, int h) {
@@ -335,7 +335,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   kind.row_split = spb > cuda::kScoreRows ? spb / cuda::kScoreRows : 1;
   kind.dpad = dpad;
   kind.v3 = true;
-  kind.v3_kind = scoring_v3_kind();
+  kind.v3_kind = scoring_v3_kind(dpad);
   // (8 KB left for the kernel's static shared memory: the row and group tables.)
   const bool use_v3 = scoring_v3_wanted(config) && cuda::scores_v3_applies(kind) &&
                       cuda::scores_smem_bytes(kind) + 8192 <= smem_optin();

@@ -118,11 +118,10 @@ struct KbarTileCopy {
         dst0(kb_s + uint32_t((t / (p.dpad / 8)) * bp + (t % (p.dpad / 8)) * 8) * 2u),
         dst_step(uint32_t((kThreads / (p.dpad / 8)) * bp + (kThreads % (p.dpad / 8)) * 8) * 2u) {}
 
-  // Into the tile at byte offset `tile` from the one the copy was made for (a second stage).
-  __device__ __forceinline__ void issue(int j0, uint32_t tile = 0) const {
+  __device__ __forceinline__ void issue(int j0) const {
     const __nv_bfloat16* src = kseq + int64_t(j0) * 3 * dpad;
     int col = vcol0;
-    uint32_t dst = dst0 + tile;
+    uint32_t dst = dst0;
     if (j0 + kMmaCols <= nks) {  // every chunk but a sequence's last: no zero fill
       const __nv_bfloat16* g = src + tid * 8;
       for (int idx = tid; idx < nvec; idx += kThreads, g += kThreads * 8) {
@@ -735,42 +734,34 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
 }
 
 // ---- Scoring kernel v3 (docs/rrattention.md, "Scoring kernel v3"): rr, bf16 q (one term), blocks
-// of 8 or 16 key strides, one row round. A CTA owns 64 · kSlabs rows: G = rows / R adjacent query
-// blocks of one sequence, R = heads_per_cta · B/S rows each (the rows of one v2 CTA), so every
-// K̄ tile copied from L2 serves G·R rows instead of R (kSlabs 2, S 8: 2 × 64; S 16: 4 × 32, where
-// v2 has 32 live rows of 64), and each B fragment feeds 8 mma instead of 4. Warps: kSlabs × 4,
-// each 64 rows × 16 key strides. kStages 2 double-buffers the K̄ tile (one barrier per chunk, the
-// next tile's copy in flight during the whole chunk); kStages 1 is v2's single tile (two
-// barriers, the copy overlapping the partials only). The variants: 128 rows, one tile, two CTAs
-// per SM (87 KB each at d 128) and 256 rows, two tiles, one CTA per SM (174 KB); the host picks
-// (ARIADNE_EST_V3_WIDE). CTA x of the grid (CTAs, heads_kv, z) owns the query blocks
-// p.v3_ctas[2x] … + p.v3_ctas[2x + 1] − 1 (host-built, the longest CTAs first). Each group's
-// logits, partials, row sums and block scores are v2's bit for bit: the same products per
-// accumulator in the same order, the same expf terms in the same order, and the same scratch
-// rows (a group writes the partials of the v2 CTA of its query block).
-template <int kSlabs, int kStages>
-struct V3Shape {
-  static constexpr int rows = 64 * kSlabs, threads = 128 * kSlabs, max_groups = rows / 8;  // R >= 8
-  // Dynamic shared memory: q tile [rows][dpad+8] bf16 | kStages × K̄ tile [64 · 3][dpad+8] bf16.
+// of 8 or 16 key strides, one row round. A CTA owns 128 rows: G = 128 / R adjacent query blocks of
+// one sequence, R = heads_per_cta · B/S rows each (the rows of one v2 CTA), so every K̄ tile
+// copied from L2 serves G·R rows instead of R (S 8: 2 × 64; S 16: 4 × 32, where v2 has 32 live
+// rows of 64), and each B fragment feeds 8 mma instead of 4. 8 warps, each 64 rows × 16 key
+// strides; v2's single K̄ tile and two barriers per chunk; two CTAs per SM (87 KB each at d 128).
+// CTA x of the grid (CTAs, heads_kv, z) owns the query blocks p.v3_ctas[2x] … + p.v3_ctas[2x + 1]
+// − 1 (host-built, the longest CTAs first). Each group's logits, partials, row sums and block
+// scores are v2's bit for bit: the same products per accumulator in the same order, the same
+// expf terms in the same order, and the same scratch rows (a group writes the partials of the v2
+// CTA of its query block). With head_dim 128 the host runs the wgmma variant below instead.
+constexpr int kV3Rows = 128, kV3Threads = 256, kV3MaxGroups = kV3Rows / 8;  // R >= 8
+// Dynamic shared memory: q tile [128][dpad+8] bf16 | K̄ tile [64 · 3][dpad+8] bf16 (v2's).
+struct V3Smem {
   static __host__ __device__ int bpitch(const ScoreParams& p) { return p.dpad + 8; }
-  static __host__ __device__ size_t q_bytes(const ScoreParams& p) { return size_t(2) * rows * bpitch(p); }
-  static __host__ __device__ size_t k_bytes(const ScoreParams& p) { return size_t(2) * 3 * kMmaCols * bpitch(p); }
-  static __host__ __device__ size_t total(const ScoreParams& p) { return q_bytes(p) + kStages * k_bytes(p); }
+  static __host__ __device__ size_t q_bytes(const ScoreParams& p) { return size_t(2) * kV3Rows * bpitch(p); }
+  static __host__ __device__ size_t total(const ScoreParams& p) {
+    return q_bytes(p) + size_t(2) * 3 * kMmaCols * bpitch(p);
+  }
 };
-using V3Narrow = V3Shape<2, 1>;
-using V3Wide = V3Shape<4, 2>;
 
-// At most 128 registers a thread: two CTAs of 256 threads or one of 512 per SM.
-template <int kSlabs, int kStages>
-__global__ void __launch_bounds__(128 * kSlabs, 2 / (kSlabs / 2)) scores_v3_kernel(ScoreParams p) {
-  using Sh = V3Shape<kSlabs, kStages>;
-  constexpr int kRows = Sh::rows, kThreads = Sh::threads, kMaxGroups = Sh::max_groups;
+// At most 128 registers a thread: two CTAs per SM.
+__global__ void __launch_bounds__(kV3Threads, 2) scores_v3_kernel(ScoreParams p) {
+  constexpr int kRows = kV3Rows, kThreads = kV3Threads, kMaxGroups = kV3MaxGroups;
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
   __nv_bfloat16* qa = reinterpret_cast<__nv_bfloat16*>(smem);
-  const int bp = Sh::bpitch(p);
-  const uint32_t kb_s = smem_addr(smem + Sh::q_bytes(p));
-  const uint32_t k_tile = uint32_t(Sh::k_bytes(p));
+  const int bp = V3Smem::bpitch(p);
+  const uint32_t kb_s = smem_addr(smem + V3Smem::q_bytes(p));
   __shared__ int lim[kRows];    // last visible key stride of each row (−1: no row)
   __shared__ int qpos[kRows];   // the sampled query's local index
   __shared__ int rhead[kRows];  // the row's query head, relative to head0
@@ -832,10 +823,10 @@ __global__ void __launch_bounds__(128 * kSlabs, 2 / (kSlabs / 2)) scores_v3_kern
   for (int g = 0; g < ngroups; ++g) last = max(last, glast[g]);
 
   const KbarTileCopy<kThreads> kcopy(p, e, kvh, kb_s, bp, tid);
-  // Warp w: rows 64·(w % kSlabs) … +63 (four m16 tiles) × key strides 16·(w / kSlabs) … +15 (two
-  // n8 tiles) of each 64-stride chunk. ldmatrix row addresses (bytes): q tile mt: row wm·64 +
-  // mt·16 + lane % 16, column (lane / 16)·8; K̄ as v2. The k step adds 32 bytes to both.
-  const int wm = warp % kSlabs, wn = warp / kSlabs;
+  // Warp w: rows 64·(w % 2) … +63 (four m16 tiles) × key strides 16·(w / 2) … +15 (two n8 tiles)
+  // of each 64-stride chunk. ldmatrix row addresses (bytes): q tile mt: row wm·64 + mt·16 +
+  // lane % 16, column (lane / 16)·8; K̄ as v2. The k step adds 32 bytes to both.
+  const int wm = warp % 2, wn = warp / 2;
   const uint32_t a_s = smem_addr(qa) + uint32_t(((wm * 64 + (lane & 15)) * bp + (lane >> 4) * 8) * 2);
   const uint32_t a_tile = uint32_t(16 * bp * 2);
   const uint32_t b_s =
@@ -858,16 +849,13 @@ __global__ void __launch_bounds__(128 * kSlabs, 2 / (kSlabs / 2)) scores_v3_kern
   }
 
   if (last >= 0) kcopy.issue(0);
-  for (int j0 = 0, stage = 0; j0 <= last; j0 += kMmaCols, stage = kStages == 2 ? stage ^ 1 : 0) {
+  for (int j0 = 0; j0 <= last; j0 += kMmaCols) {
     float acc[4][2][4] = {};
-    cp_async_wait<0>();  // this thread's copies of tile j0 (the only ones in flight)
-    // The tile of j0 is in shared memory; with two stages every warp is also done with the other
-    // tile (chunk j0 − 64), so the next copy may overwrite it while this chunk runs.
-    __syncthreads();
-    if (kStages == 2 && j0 + kMmaCols <= last) kcopy.issue(j0 + kMmaCols, (stage ^ 1) * k_tile);
+    cp_async_wait<0>();
+    __syncthreads();  // the K̄ tile of j0 is in shared memory
     if (warp_last >= j0) {
       // acc += q · K̄ᵀ, per accumulator k step outer, then term j of K̄: v1's product order.
-      uint32_t a_k = a_s, b_k = b_s + stage * k_tile;
+      uint32_t a_k = a_s, b_k = b_s;
 #pragma unroll 2
       for (int k0 = 0; k0 < p.dpad; k0 += 16, a_k += 32u, b_k += 32u) {
         uint32_t a[4][4];
@@ -884,10 +872,8 @@ __global__ void __launch_bounds__(128 * kSlabs, 2 / (kSlabs / 2)) scores_v3_kern
         }
       }
     }
-    if (kStages == 1) {
-      __syncthreads();  // every warp is done with the tile
-      if (j0 + kMmaCols <= last) kcopy.issue(j0 + kMmaCols);
-    }
+    __syncthreads();  // every warp is done with the tile
+    if (j0 + kMmaCols <= last) kcopy.issue(j0 + kMmaCols);
     // The partials of this chunk's blocks in the warp's 16 columns (v2's, per half).
 #pragma unroll
     for (int hp = 0; hp < 2; ++hp) {
@@ -963,15 +949,16 @@ __global__ void __launch_bounds__(128 * kSlabs, 2 / (kSlabs / 2)) scores_v3_kern
   }
 }
 
-// ---- v3, wgmma variant (ARIADNE_EST_V3_KIND=wg; docs/rrattention.md, "Scoring kernel v3"): d
-// 128 only. One warpgroup of 64 rows (G = 64 / R query blocks, the v3 grouping) per CTA and 32 key
+// ---- v3, wgmma variant (docs/rrattention.md, "Scoring kernel v3"): head_dim 128 (dpad 128) only,
+// where the host runs it instead of the 128-row kernel above (ARIADNE_EST_V3_KIND=narrow keeps
+// that one). One warpgroup of 64 rows (G = 64 / R query blocks, the v3 grouping) per CTA and 32 key
 // strides per chunk. The logits run on wgmma m64n32k16 (q as the register operand, loaded once;
 // K̄'s three terms from shared memory, K-major with the 128-byte swizzle) asynchronously: chunk c's
 // wgmma run while the warps form chunk c − 1's partials from the other accumulator set, so the
 // tensor work leaves the warps' instruction stream and overlaps the partials. K̄ tiles: two stages
-// of 24 KB, four or three CTAs (16 or 12 warps) per SM (kMinBlocks). Per accumulator the products are summed in v1's order
-// (k step outer, then K̄ term), each k-16 group by the tensor core; the partials, row sums and
-// block scores are v3's.
+// of 24 KB, four CTAs (16 warps) per SM. Per accumulator the products are summed in v1's order
+// (k step outer, then K̄ term), each k-16 group by the tensor core (the same bits as mma.sync's
+// on every case measured: docs/numerics.md); the partials, row sums and block scores are v3's.
 constexpr int kWgCols = 32;          // key strides per chunk
 constexpr int kWgRows = 64, kWgThreads = 128, kWgMaxGroups = kWgRows / 8;
 constexpr int kWgRegion = kWgCols * 128;  // bytes of one 64-element column region of a term tile
@@ -982,10 +969,9 @@ constexpr int kWgStage = 3 * kWgTerm;
 constexpr size_t kWgSmem = 1024 + 2 * kWgStage;
 static_assert(2 * kWgStage >= 2 * kWgRows * 136, "the q staging fits in the K̄ stages");
 
-// kMinBlocks: CTAs per SM the registers must allow (4: at most 128 a thread, 3: 168; the kernel
-// wants ~158, so 4 trades rematerialized values for a fourth warp per scheduler).
-template <int kMinBlocks>
-__global__ void __launch_bounds__(kWgThreads, kMinBlocks) scores_wg_kernel(ScoreParams p) {
+// Four CTAs per SM: at most 128 registers a thread (uncapped it takes 158 and fits 3 CTAs; capped
+// it measured 11.03 ms against 11.94 at 128K S 8, session 4).
+__global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p) {
   extern __shared__ float4 smem4[];
   const uint32_t base = (smem_addr(smem4) + 1023u) & ~1023u;
   char* const base_ptr = reinterpret_cast<char*>(smem4) + (base - smem_addr(smem4));
@@ -1204,7 +1190,7 @@ cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream) {
 }
 
 size_t scores_smem_bytes(const ScoreParams& p) {
-  if (p.v3) return p.v3_kind >= 2 ? kWgSmem : p.v3_kind == 1 ? V3Wide::total(p) : V3Narrow::total(p);
+  if (p.v3) return p.v3_kind == 1 ? kWgSmem : V3Smem::total(p);
   if (p.v2) return ScoreSmem<true, true>::total(p);
   return p.mma ? ScoreSmem<true>::total(p) : ScoreSmem<false>::total(p);
 }
@@ -1214,11 +1200,11 @@ bool scores_v2_applies(const ScoreParams& p) {
 }
 
 bool scores_v3_applies(const ScoreParams& p) {
-  return scores_v2_applies(p) && p.qterms == 1 && (p.v3_kind < 2 || p.dpad == 128);
+  return scores_v2_applies(p) && p.qterms == 1 && (p.v3_kind == 0 || p.dpad == 128);
 }
 
 int scores_v3_blocks_per_cta(const ScoreParams& p) {
-  return (p.v3_kind >= 2 ? kWgRows : p.v3_kind == 1 ? V3Wide::rows : V3Narrow::rows) / (p.heads_per_cta * p.spb);
+  return (p.v3_kind == 1 ? kWgRows : kV3Rows) / (p.heads_per_cta * p.spb);
 }
 
 cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStream_t stream) {
@@ -1227,11 +1213,8 @@ cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStrea
   const unsigned zc = unsigned((p.group + p.heads_per_cta - 1) / p.heads_per_cta);
   if (p.v3) {
     if (!scores_v3_applies(p) || p.v3_ctas == nullptr || p.v3_num_ctas <= 0) return cudaErrorInvalidValue;
-    const auto kernel = p.v3_kind == 3   ? scores_wg_kernel<3>
-                        : p.v3_kind == 2 ? scores_wg_kernel<4>
-                        : p.v3_kind == 1 ? scores_v3_kernel<4, 2>
-                                         : scores_v3_kernel<2, 1>;
-    const int threads = p.v3_kind >= 2 ? kWgThreads : p.v3_kind == 1 ? V3Wide::threads : V3Narrow::threads;
+    const auto kernel = p.v3_kind == 1 ? scores_wg_kernel : scores_v3_kernel;
+    const int threads = p.v3_kind == 1 ? kWgThreads : kV3Threads;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     if (err != cudaSuccess) return err;

@@ -672,26 +672,17 @@ TEST_F(CudaEstimate, TensorCoreScoringV2BitIdenticalToV1) {
   }
 }
 
-// The v3 variant under test: ARIADNE_EST_V3_KIND (read per call by the library) as the tests
-// were started with ("wide", "wg", "wg3", else the 128-row one).
-std::string v3_kind() {
-  const char* k = std::getenv("ARIADNE_EST_V3_KIND");
-  return k ? k : "";
-}
-
-// The v3 kernel (G = rows / R adjacent query blocks of R = heads_per_cta · B/S rows each per CTA)
-// computes every group's logits, partials, row sums and block scores as v2 does, so its scores
-// must equal v1's bit for bit and its masks exactly, on bf16 inputs (the only ones it takes; f16
-// must fall back to v2): GQA groups of 8 (two CTAs in z), 4 (S 16: R 32), 3 (R 48 or 24: rows
-// past G·R empty) and 1 (B 64: R 8, the most groups a CTA holds), head_dim 128, 80 (the copy's
-// carry path), 64 and 32, odd block counts (a last CTA with fewer groups), both offsets, and
-// varlen sequences with lq < lk, one shorter than a block. It must also match the CPU (rule 3)
-// on the benchmark shape. The wgmma variant (ARIADNE_EST_V3_KIND=wg or wg3, head_dim 128 only) sums each
-// k-16 group of products in the tensor core's wgmma path: its difference from v1 is counted and
-// printed, and it must meet rule 2 against v1 (scores within 1e-5, masks identical on rows whose
-// margin, from v1's scores, exceeds 1e-4).
+// The v3 kernel (G = rows / R adjacent query blocks of R = heads_per_cta · B/S rows each per CTA;
+// at head_dim 128 the wgmma variant, elsewhere, or under ARIADNE_EST_V3_KIND=narrow, the 128-row
+// mma.sync one) computes every group's logits, partials, row sums and block scores as v2 does, so
+// its scores must equal v1's bit for bit and its masks exactly, on bf16 inputs (the only ones it
+// takes; f16 must fall back to v2): GQA groups of 8 (two CTAs in z), 4 (S 16: R 32), 3 (R 48 or
+// 24: rows past G·R empty) and 1 (B 64: R 8, the most groups a CTA holds), head_dim 128 (the
+// wgmma variant), 80 (the copy's carry path), 64 and 32, odd block counts (a last CTA with fewer
+// groups), both offsets, and varlen sequences with lq < lk, one shorter than a block. It must
+// also match the CPU (rule 3) on the benchmark shape. (That the wgmma path sums each k-16 group
+// to the same bits as mma.sync is measured here, not documented by the ISA: docs/numerics.md.)
 TEST_F(CudaEstimate, TensorCoreScoringV3BitIdenticalToV1) {
-  const bool wg = v3_kind() == "wg" || v3_kind() == "wg3";
   struct Shape {
     const char* name;
     std::vector<int64_t> sq, sk;
@@ -728,39 +719,15 @@ TEST_F(CudaEstimate, TensorCoreScoringV3BitIdenticalToV1) {
             const EstimateResult v3 = estimate(d.qv, d.kv, d.layout, c3, Backend::cuda);
             ASSERT_TRUE(v1.stats.tensor_core_scoring);
             ASSERT_FALSE(v1.stats.scoring_v2 || v1.stats.scoring_v3);
-            ASSERT_EQ(v3.stats.scoring_v3, dt == DType::bf16 && (!wg || sh.dim == 128));
+            ASSERT_EQ(v3.stats.scoring_v3, dt == DType::bf16);
             ASSERT_EQ(v1.scores.size(), v3.scores.size());
             size_t differ = 0, first = 0;
-            double worst = 0;
-            for (size_t i = 0; i < v1.scores.size(); ++i) {
-              worst = std::max(worst, std::abs(double(v1.scores[i]) - double(v3.scores[i])));
+            for (size_t i = 0; i < v1.scores.size(); ++i)
               if (std::memcmp(&v1.scores[i], &v3.scores[i], sizeof(float)) != 0 && differ++ == 0) first = i;
-            }
-            if (!wg) {
-              EXPECT_EQ(differ, size_t(0)) << "scores not bit-identical, first at " << first << ": v1 "
-                                           << v1.scores[first] << " v3 " << v3.scores[first];
-              EXPECT_TRUE(v1.mask.row_ptr == v3.mask.row_ptr && v1.mask.col_idx == v3.mask.col_idx)
-                  << "masks differ between v1 and v3";
-            } else {
-              EXPECT_LE(worst, 1e-5);
-              int64_t mismatches = 0;
-              for (int64_t row = 0; row < v1.rows(); ++row) {
-                const int64_t n = v1.visible(row);
-                std::vector<int32_t> forced{0};
-                if (n > 1) forced.push_back(int32_t(n - 1));
-                const double margin =
-                    decision_margin(v1.scores.data() + v1.score_ptr[size_t(row)], n, c.tau, forced, false);
-                if (margin <= 1e-4) continue;
-                const auto list = [&](const EstimateResult& r) {
-                  return std::vector<int32_t>(r.mask.col_idx.begin() + r.mask.row_ptr[size_t(row)],
-                                              r.mask.col_idx.begin() + r.mask.row_ptr[size_t(row) + 1]);
-                };
-                mismatches += list(v1) != list(v3);
-              }
-              EXPECT_EQ(mismatches, 0) << "rows whose block lists differ between v1 and v3 (wg)";
-              std::printf("[ v3 wg vs v1 ] %s: %zu of %zu scores differ, largest %.2e\n", what.c_str(), differ,
-                          v1.scores.size(), worst);
-            }
+            EXPECT_EQ(differ, size_t(0)) << "scores not bit-identical, first at " << first << ": v1 "
+                                         << v1.scores[first] << " v3 " << v3.scores[first];
+            EXPECT_TRUE(v1.mask.row_ptr == v3.mask.row_ptr && v1.mask.col_idx == v3.mask.col_idx)
+                << "masks differ between v1 and v3";
             const EstimateResult again = estimate(d.qv, d.kv, d.layout, c3, Backend::cuda);
             EXPECT_TRUE(again.scores == v3.scores);
           }
