@@ -4,7 +4,9 @@
     python3 scripts/llm_results.py [--per-layer CASE ...] [--per-head CASE ...] run1.json [run2.json ...]
 
 Files from several invocations (scripts/llm_sweep.sh writes one per task, length and seed) are
-pooled: accuracy counts add up, probe metrics are means weighted by the instances behind them.
+pooled: accuracy counts add up, probe metrics are means weighted by the instances behind them. A
+--compact file of an earlier pooling can be an input too (its runs, and its probe means per case
+and layer; it has no per-head data, so per-head columns then leave that case out).
 
 Tables:
   accuracy   per (task, length, method, RR offset, τ, S): exact-match answers, dense answers on the
@@ -57,39 +59,56 @@ def target(tokens):
 # ---- pool the files ----
 runs = []
 probe = {}  # case -> pooled sums
+KEYS = ("density", "mass_recall", "f1", "out_rel_err")
+
+
+def add_probe(case, p, compact):
+    """Adds one file's probe of a case: a run's summary entry, or a --compact file's pooled means
+    (per layer only: its case then has no per-head sums, and per-head columns leave it out)."""
+    n = p["instances"]
+    acc = probe.setdefault(case, {"n": 0, **{k: 0 for k in KEYS}, "breakdown": defaultdict(int), "layers": None,
+                                  "heads": None})
+    acc["n"] += n
+    for k in KEYS:
+        acc[k] += p[k] * n
+    for k, v in p["breakdown"].items():
+        acc["breakdown"][k] += v
+    pl = p["per_layer"]
+    if acc["layers"] is None:
+        acc["layers"] = [defaultdict(float) for _ in pl]
+        if not compact:
+            acc["heads"] = [[defaultdict(float) for _ in e.get("f1_per_head", [])] for e in pl]
+    if compact:
+        acc["heads"] = None
+    for l, e in enumerate(pl):
+        L = acc["layers"][l]
+        for k in KEYS:
+            L[k] += e[k] * n
+        if compact:
+            continue
+        L["min_head_recall"] += min(e.get("mass_recall_per_head", [0])) * n
+        L["min_head_n"] += n
+        for h, f in enumerate(e.get("f1_per_head", []) if acc["heads"] is not None else []):
+            H = acc["heads"][l][h]
+            H["f1"] += f * n
+            H["mass_recall"] += e["mass_recall_per_head"][h] * n
+            b = e["breakdown_per_head"][h]
+            H["density"] += b["kept"] / b["visible"] * n if b["visible"] else 0
+        for k, v in e.get("breakdown", {}).items():
+            L["b_" + k] += v
+
+
 for path in args.files:
     with open(path) as fh:
         d = json.load(fh)
     runs += d["runs"]
+    if "probes" in d:  # a --compact file of an earlier pooling
+        for case, p in d["probes"].items():
+            add_probe(case, p, True)
+        continue
     for s in d["summary"]:
-        p = s.get("probe")
-        if not p:
-            continue
-        n = p["instances"]
-        acc = probe.setdefault(s["case"], {"n": 0, "density": 0, "mass_recall": 0, "f1": 0, "out_rel_err": 0,
-                                           "breakdown": defaultdict(int), "layers": None})
-        acc["n"] += n
-        for k in ("density", "mass_recall", "f1", "out_rel_err"):
-            acc[k] += p[k] * n
-        for k, v in p["breakdown"].items():
-            acc["breakdown"][k] += v
-        pl = p["per_layer"]
-        if acc["layers"] is None:
-            acc["layers"] = [defaultdict(float) for _ in pl]
-            acc["heads"] = [[defaultdict(float) for _ in e.get("f1_per_head", [])] for e in pl]
-        for l, e in enumerate(pl):
-            L = acc["layers"][l]
-            for k in ("density", "mass_recall", "f1", "out_rel_err"):
-                L[k] += e[k] * n
-            L["min_head_recall"] += min(e.get("mass_recall_per_head", [0])) * n
-            for h, f in enumerate(e.get("f1_per_head", [])):
-                H = acc["heads"][l][h]
-                H["f1"] += f * n
-                H["mass_recall"] += e["mass_recall_per_head"][h] * n
-                b = e["breakdown_per_head"][h]
-                H["density"] += b["kept"] / b["visible"] * n if b["visible"] else 0
-            for k, v in e.get("breakdown", {}).items():
-                L["b_" + k] += v
+        if s.get("probe"):
+            add_probe(s["case"], s["probe"], False)
 
 # ---- accuracy ----
 if runs and not args.no_accuracy:
@@ -241,13 +260,14 @@ for want in args.per_layer:
         for c in cases:
             L, n = probe[c]["layers"][l], probe[c]["n"]
             err = L["out_rel_err"] / n
-            cells.append(f"{L['mass_recall'] / n:.3f} ({L['min_head_recall'] / n:.3f}) / {L['f1'] / n:.2f} / "
+            mh = L["min_head_recall"] / L["min_head_n"] if L["min_head_n"] else float("nan")
+            cells.append(f"{L['mass_recall'] / n:.3f} ({mh:.3f}) / {L['f1'] / n:.2f} / "
                          f"{L['density'] / n:.2f}" + (f" / {err:.3f}" if err else ""))
         print(f"| {l} | " + " | ".join(cells) + " |")
     print()
 
 for want in args.per_head:
-    cases = sorted(c for c in probe if re.search(want, c))
+    cases = sorted(c for c in probe if re.search(want, c) and probe[c]["heads"] is not None)
     if not cases:
         continue
     print(f"Per query head, cases matching '{want}' (mean over layers): block F1 / density / mass recall; "
@@ -289,9 +309,13 @@ if pairs and not args.no_masks:
         L = len(r["layers"])
         lr = sum(r["layers"][l]["mass_recall"] / r["n"] >= x["layers"][l]["mass_recall"] / x["n"] for l in range(L))
         lf = sum(r["layers"][l]["f1"] / r["n"] >= x["layers"][l]["f1"] / x["n"] for l in range(L))
-        nh = len(r["heads"][0])
-        hf = sum(r["heads"][l][h]["f1"] / r["n"] >= x["heads"][l][h]["f1"] / x["n"] for l in range(L) for h in range(nh))
-        print(f"| {rc} | {lr}/{L} | {lf}/{L} | {hf}/{L * nh} |")
+        if r["heads"] is not None and x["heads"] is not None:
+            nh = len(r["heads"][0])
+            hf = sum(r["heads"][l][h]["f1"] / r["n"] >= x["heads"][l][h]["f1"] / x["n"] for l in range(L) for h in range(nh))
+            heads = f"{hf}/{L * nh}"
+        else:
+            heads = "(compact input: no heads)"
+        print(f"| {rc} | {lr}/{L} | {lf}/{L} | {heads} |")
 
 if args.compact:
     out = {"runs": [{k: v for k, v in r.items() if k != "layers"} for r in runs], "probes": {}}

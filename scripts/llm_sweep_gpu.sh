@@ -8,7 +8,8 @@
 #
 #   scripts/llm_sweep_gpu.sh DIR [extra ariadne llm options...]
 #   env: ARIADNE_BIN (build/ariadne), JOBS_PARALLEL (8), SWEEP_SECONDS (unlimited), HARD_SECONDS (unlimited),
-#        SEEDS_1K/2K/4K/8K (seed counts, 12/10/8/6), DEPTHS ("0.1 0.3 0.5 0.7 0.9"),
+#        SEEDS_1K/2K/4K/8K (last seed per length, 12/10/8/6), SEED_FIRST (1: a later sweep that
+#        continues an earlier one into a new DIR starts past its seeds), DEPTHS ("0.1 0.3 0.5 0.7 0.9"),
 #        TAU (0.9,0.95), STRIDE (8,16), PROTECT (probe protections: published,sink+diagonal)
 set -euo pipefail
 dir=$1
@@ -20,7 +21,7 @@ declare -A seeds=([1024]=${SEEDS_1K:-12} [2048]=${SEEDS_2K:-10} [4096]=${SEEDS_4
 max=0
 for n in "${seeds[@]}"; do ((n > max)) && max=$n; done
 jobs=()
-for ((s = 1; s <= max; ++s)); do
+for ((s = ${SEED_FIRST:-1}; s <= max; ++s)); do
   for len in 1024 2048 4096 8192; do
     ((s <= seeds[$len])) || continue
     for task in passkey niah; do

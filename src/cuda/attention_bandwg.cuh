@@ -21,6 +21,12 @@
 //     in one S, so no running max), P packed to 16 bits as the register A operand of O = P·V
 //     (wgmma m64n64k16 + m64n16k16 over V's two layout regions), then the epilogue straight to
 //     global memory.
+// Variant 3 (v14, ARIADNE_BANDWG_V=3) has three consumer warpgroups (4 warpgroups, 512 threads)
+// taking tiles i % 3, so that more warps per scheduler hide the softmax's latency: registers 40
+// (producer) / 152 (consumers), Q buffers 3 (one per consumer) to make room for the third staging
+// tile, and a 4-chunk hull computed in two passes of 2 chunks (online rescale) to fit 152. Inside
+// a consumer, each chunk's S is its own wgmma group (its masks and maxima run while the later
+// chunks' S compute) and P·V of the first chunks runs under the last chunk's exponentials.
 // Tile layout in shared memory (Q, K and V alike): columns 0-63 of the 64 rows as 128-byte rows
 // under the 128-byte swizzle, then columns 64-79 as 32-byte rows under the 32-byte swizzle; each
 // region is one copy-engine box and a canonical wgmma operand (K-major for Q and K, MN-major for V).
@@ -29,11 +35,18 @@
 // sequence (or one whose keys jump) appends fresh numbers. Ring numbers where a tile's chunks
 // start never decrease along the walk, so once a consumer has finished a tile, every chunk
 // numbered below the next tile's first is dead for it: it releases those (each of its 128 threads
-// arrives once per chunk on the chunk's "empty" barrier, count 256 for both consumers), having
+// arrives once per chunk on the chunk's "empty" barrier, count 128 per consumer), having
 // waited on their "full" barriers first, so that no barrier is ever two phases ahead of a waiter.
-// The producer refills a slot after both consumers released its previous chunk. With NSLOT >= 2 x
-// MAXC the walk cannot deadlock: the chunks of two consecutive tiles always fit. After the last
-// tile the producer publishes one end marker (valid = 0) per consumer.
+// The producer refills a slot after every consumer released its previous chunk. With NSLOT >= 2 x
+// MAXC the walk cannot deadlock: the chunks of two consecutive tiles always fit. (Say the producer
+// waits to load a chunk of tile T; every tile before T is loaded. Two consumers: the owner of T-1
+// finishes it and releases below T's first chunk, the owner of T-2 below T-1's first, so all is
+// released below T-1's first, and T-1 and T need <= 2 x MAXC slots. Three consumers (variant 3):
+// the owner of T, whose last tile was T-3, would hold from T-2's first on, three tiles' chunks;
+// so variant 3 also releases at a tile's start every chunk below that tile's first, which the
+// owner of T can do (Q and the descriptor of T precede its chunks in the producer's order, and
+// Q(T) waits only for S of T-QSLOT), bringing the bound back to T-1's first: NSLOT 8 holds.)
+// After the last tile the producer publishes one end marker (valid = 0) per consumer.
 //
 // Eligible (bandwg_eligible in attention_cuda.cu): sliding windows with left + right <= 129 (a
 // 64-row tile's hull of <= 193 keys meets at most MAXC = 4 chunks), no chunk, no block mask, no
@@ -49,7 +62,9 @@
 // are latency-bound integer and float work that the two consumers do not fully hide. v13: ordered
 // calls (bandwg_gather_producer; the default since session 4: 0.0279 ms for the column order at
 // N 4096 against the band kernel's 0.0330). Issuing the next tile's S before the current tile's
-// epilogue was measured 14% slower at N 4096 and 16384 (v13 "PIPE") and removed.
+// epilogue was measured 14% slower at N 4096 and 16384 (v13 "PIPE") and removed. v14 (variant 3):
+// 0.0211 ms at N 4096 (variant 2: 0.0235), 0.0632 at N 16384 (0.0768), 0.120 at batch 8 (0.151);
+// the default since session 4 (cuda_bandwg_variant).
 #pragma once
 
 #include <cuda.h>
@@ -66,15 +81,25 @@
 
 namespace ariadne::cuda {
 
-template <int D>
+// NCONS consumer warpgroups: 2 (variants 1 and 2), 3 (variant 3, v14: one more consumer to hide
+// the softmax latency; its shared memory and registers are cut to fit, see below).
+template <int D, int NCONS = 2>
 struct BandWgShape {
   static constexpr int BM = 64;      // query rows per tile (one consumer warpgroup)
   static constexpr int CK = 64;      // keys per ring chunk
   static constexpr int NSLOT = 8;    // K/V ring chunks (>= 2 x MAXC, see the ring protocol)
-  static constexpr int QSLOT = 4;    // Q tile buffers (two ahead per consumer)
+  // Q tile buffers: two per consumer with 2 consumers; one per consumer with 3 (the third
+  // consumer's staging tile takes the room of the fourth buffer).
+  static constexpr int QSLOT = NCONS == 3 ? 3 : 4;
   static constexpr int MAXC = 4;     // chunks a tile's hull of <= 64 + 129 keys may meet
   static constexpr int kMaxSpan = 129;  // window left + right the kernel accepts
-  static constexpr int threads = 384;
+  static constexpr int threads = 128 * (1 + NCONS);
+  // setmaxnreg per warpgroup: 128 x (producer + NCONS x consumer) registers <= 65536, the SM's file.
+  // With 3 consumers the producer gets 40 (the gather producer's code uses 34) and the consumers
+  // 152, which the 3-chunk path fits and the 4-chunk path fits as two passes of 2 chunks (v14).
+  static constexpr int kProducerRegs = NCONS == 3 ? 40 : 56;
+  static constexpr int kConsumerRegs = NCONS == 3 ? 152 : 224;
+  static_assert(128 * (kProducerRegs + NCONS * kConsumerRegs) <= 65536, "register file");
   static constexpr int C = D / 8;    // 16-byte pieces (core-matrix columns) per row
   static constexpr int tile_elems = 64 * D;
   // QSLOT Q tiles, NSLOT K chunks, NSLOT V chunks, then the mbarriers (8 bytes each):
@@ -82,10 +107,12 @@ struct BandWgShape {
   static constexpr size_t bar_offset = size_t(QSLOT + 2 * NSLOT) * tile_elems * 2;
   static constexpr size_t desc_offset = bar_offset + 8 * (3 * NSLOT + 2 * QSLOT);
   static constexpr size_t smem_bytes = desc_offset + 64 * QSLOT;  // + one BandWgDesc per Q buffer
-  // Variant 2 (ARIADNE_BANDWG_V=2) adds one output staging tile per consumer (the epilogue's TMA
-  // store reads it), 1024-byte aligned for the 128-byte swizzle: ~221 KB in all, under the 227 KB limit.
+  // Variants 2 and 3 (ARIADNE_BANDWG_V) add one output staging tile per consumer (the epilogue's
+  // TMA store reads it), 1024-byte aligned for the 128-byte swizzle: ~221 KB in all with 2
+  // consumers and 4 Q buffers, ~221 KB with 3 and 3, under the 227 KB limit.
   static constexpr size_t stage_offset = (smem_bytes + 1023) / 1024 * 1024;
-  static constexpr size_t smem_bytes_v2 = stage_offset + 2 * size_t(tile_elems) * 2;
+  static constexpr size_t smem_bytes_v2 = stage_offset + NCONS * size_t(tile_elems) * 2;
+  static_assert(smem_bytes_v2 <= 227 * 1024, "shared memory per block");
 };
 
 // One query tile of the walk and the ring numbers of its chunks. Every thread of the CTA walks the
@@ -215,12 +242,12 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 // so no thread's arrival can land in a barrier phase the consumers have not finished. Rows past a
 // sequence's keys (queries) are zero-filled. One order[] load per thread and tile (K and V of a
 // chunk share it), issued before the wait on the slot.
-template <int D, class E>
+template <int D, class E, int NCONS>
 __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64_t first, int64_t last,
                                                        BandWgDesc* descs, typename E::type* Qs,
                                                        typename E::type* Ks, typename E::type* Vs,
                                                        uint32_t bars) {
-  using S = BandWgShape<D>;
+  using S = BandWgShape<D, NCONS>;
   using T = typename E::type;
   constexpr int BM = S::BM, CK = S::CK, NSLOT = S::NSLOT, QSLOT = S::QSLOT;
   static_assert(S::C == 10, "two threads per row, 5 pieces each");
@@ -277,9 +304,9 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
     }
     b = nb;
   }
-  // One end marker per consumer, in the next two Q slots: every thread arrives (plainly), thread 0
+  // One end marker per consumer, in the next NCONS Q slots: every thread arrives (plainly), thread 0
   // twice, after writing the marker.
-  for (int j = i; j < i + 2; ++j) {
+  for (int j = i; j < i + NCONS; ++j) {
     const int qs = j % QSLOT;
     if (j >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((j / QSLOT) - 1) & 1);
     if (tid == 0) {
@@ -295,16 +322,22 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
 // none of a warp's 16 rows sees are skipped (their probabilities are exactly 0, as before), and
 // full tiles (and a tensor's last, partial tile) leave through a shared-memory staging tile and
 // two TMA stores instead of 20 scattered stores per thread. Same arithmetic, same results.
-template <int D, class E, bool V2>
-__global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParams p, const int run,
-                                                                  const __grid_constant__ BandWgMaps maps) {
+// V = 1 (v11), 2 (v11e) or 3 (v14: variant 2 with three consumer warpgroups; a 4-chunk tile's S
+// in two passes of 2 chunks with a rescale, so that it fits the consumers' 152 registers; S and
+// P·V latencies overlapped inside the consumer, OVL).
+template <int D, class E, int V>
+__global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
+    attention_bandwg_kernel(const FwdParams p, const int run, const __grid_constant__ BandWgMaps maps) {
   static_assert(D == 80, "the tile layout splits the head dim as 64 + 16");
+  constexpr bool V2 = V >= 2;
+  constexpr int NCONS = V == 3 ? 3 : 2;
+  constexpr bool OVL = V == 3;  // S and P·V latencies overlapped inside the consumer (v14; compute below)
   // The tile layout: columns 0-63 of the 64 rows in 128-byte rows with the 128-byte swizzle (8 KB,
   // as the copy engine writes it and wgmma reads it), then columns 64-79 in 32-byte rows with the
   // 32-byte swizzle (2 KB). Each copy is then two boxes of 128- and 32-byte rows, instead of ten of
   // 16-byte rows in the no-swizzle layout (whose small rows held the copy engine to ~2 TB/s).
   constexpr uint32_t kLoBytes = 64 * 128;
-  using S = BandWgShape<D>;
+  using S = BandWgShape<D, NCONS>;
   constexpr int BM = S::BM, CK = S::CK, NSLOT = S::NSLOT, QSLOT = S::QSLOT, MAXC = S::MAXC;
   using T = typename E::type;
 
@@ -339,7 +372,7 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
     for (int i = 0; i < NSLOT; ++i) {
       wg::mbar_init(k_full(i), fills);
       wg::mbar_init(v_full(i), fills);
-      wg::mbar_init(empty(i), 256);   // one arrival per consumer thread
+      wg::mbar_init(empty(i), 128 * NCONS);  // one arrival per consumer thread
     }
     for (int i = 0; i < QSLOT; ++i) {
       wg::mbar_init(q_full(i), ordered ? fills + 1 : fills);
@@ -351,9 +384,9 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
 
   if (tid < 128) {
     // ================= producer warpgroup =================
-    wg::setmaxnreg_dec<56>();
+    wg::setmaxnreg_dec<S::kProducerRegs>();
     if (ordered) {
-      bandwg_gather_producer<D, E>(p, first, last, descs, Qs, Ks, Vs, bars);
+      bandwg_gather_producer<D, E, NCONS>(p, first, last, descs, Qs, Ks, Vs, bars);
       return;
     }
     if (tid != 0) return;  // one thread issues every copy: the copy engine does the rest
@@ -385,8 +418,8 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       }
       b = nb;
     }
-    // One end marker per consumer, in the next two Q slots.
-    for (int j = i; j < i + 2; ++j) {
+    // One end marker per consumer, in the next NCONS Q slots.
+    for (int j = i; j < i + NCONS; ++j) {
       const int qs = j % QSLOT;
       if (j >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((j / QSLOT) - 1) & 1);
       descs[qs].valid = 0;
@@ -396,8 +429,8 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
   }
 
   // ================= consumer warpgroups =================
-  wg::setmaxnreg_inc<224>();
-  // This consumer takes the walk's tiles i with i % 2 == cw. The shuffle makes cw warp-uniform in
+  wg::setmaxnreg_inc<S::kConsumerRegs>();
+  // This consumer takes the walk's tiles i with i % NCONS == cw. The shuffle makes cw warp-uniform in
   // the compiler's eyes, so the loops it steers are no divergent path for the wgmma instructions.
   const int cw = __shfl_sync(0xffffffffu, tid / 128, 0) - 1;
   const int lane = tid % 32, warp = (tid % 128) / 32;
@@ -422,7 +455,7 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
   };
 
   BandRule rule(pat, SeqExtent{});  // the window; each tile sets its sequence's offset and length
-  for (int i = cw;; i += 2) {
+  for (int i = cw;; i += NCONS) {
     // ---- tile i of the walk: rows 16·warp + g + 8r of the tile ----
     const int qs = i % QSLOT;
     wg::mbar_wait(q_full(qs), uint32_t(i / QSLOT) & 1);
@@ -431,6 +464,13 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       // V2: the CTA's shared memory must outlive the copy engine's last store from it.
       if (V2 && tid % 128 == 0) bandwg::bulk_wait_all();
       break;
+    }
+    if constexpr (NCONS == 3) {
+      // v14: every chunk below this tile's first is dead for this consumer (its later tiles start
+      // at or above it): release those now, not only after the tile (see the ring protocol), and
+      // before waiting for this tile's chunks, whose loads may wait for these releases.
+      wait_chunks(cur.n_lo);
+      for (; released < cur.n_lo; ++released) wg::mbar_arrive(empty(released % NSLOT));
     }
     wait_chunks(cur.n_lo + cur.nc);
     // v13: gathered tiles were written by cp.async (the generic proxy); wgmma reads through the
@@ -462,21 +502,24 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
     float acc_lo[32], acc_hi[8];  // O columns 0-63 and 64-79 (V's two layout regions)
     auto acc = [&](int n8, int k) -> float& { return n8 < 8 ? acc_lo[4 * n8 + k] : acc_hi[4 * (n8 - 8) + k]; };
     float m_row[2], l_row[2];
-    // S, masks, softmax and O = P·V over NCH chunks, each wgmma unconditional (a wgmma under a
-    // run-time condition is serialized by ptxas). Chunks past nc (NCH = 3 or 4 > nc) recompute
-    // chunk 0 and are masked to probability 0.
-    auto compute = [&](auto nch_tag) {
-      constexpr int NCH = decltype(nch_tag)::value;
+    // S, masks, softmax and O = P·V over NCH chunks of the hull from chunk C0 on, each wgmma
+    // unconditional (a wgmma under a run-time condition is serialized by ptxas). Chunks past nc
+    // (NCH = 3 or 4 > nc) recompute chunk 0 and are masked to probability 0. A pass with C0 > 0
+    // (variant 3's second pass over a 4-chunk hull) continues the first as an online softmax: the
+    // row maxima grow, the first pass's sums and O are rescaled. LAST: the pass that ends the
+    // tile's reads of Q.
+    auto compute = [&](auto nch_tag, auto c0_tag, auto last_tag) {
+      constexpr int NCH = decltype(nch_tag)::value, C0 = decltype(c0_tag)::value;
+      constexpr bool LAST = decltype(last_tag)::value != 0;
+      static_assert(C0 == 0 || V2, "v11 computes the hull in one pass");
       uint32_t slot[NCH];
 #pragma unroll
-      for (int c = 0; c < NCH; ++c) slot[c] = uint32_t((n_lo + (c < nc ? c : 0)) % NSLOT) * kTileBytes;
+      for (int c = 0; c < NCH; ++c) slot[c] = uint32_t((n_lo + (C0 + c < nc ? C0 + c : 0)) % NSLOT) * kTileBytes;
       float sc[NCH][32];
-      // S = Q·Kᵀ per chunk (64 x 64, D/16 k-steps), all chunks in one commit group.
-#pragma unroll
-      for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
-      wg::fence();
-#pragma unroll
-      for (int c = 0; c < NCH; ++c)
+      uint32_t pa[NCH][4][4];  // P packed to 16 bits: the A fragments of P·V, per 16-key k-step
+      float alpha[2] = {1.f, 1.f};  // C0 > 0: the factor of the earlier pass's O and sums, per row
+      // S of chunk c = Q·Kᵀ (64 x 64, D/16 k-steps).
+      auto issue_s = [&](int c) {
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks)
           if (ks < 4)  // k-step ks: bytes [32·ks, 32·ks + 32) of each 128-byte row
@@ -485,173 +528,262 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
           else
             wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled<32>(q_base + kLoBytes, 16, 256),
                                wg::desc_swizzled<32>(ks_addr + slot[c] + kLoBytes, 16, 256), 1);
-      wg::commit();
+      };
+      // O += P·V of chunk c: P from registers, V read transposed.
+      auto issue_pv = [&](int c) {
 #pragma unroll
-      for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
-      wg::wait<0>();
+        for (int kk = 0; kk < 4; ++kk) {  // keys 16·kk.. : two 8-row groups of each region
+          wg::Mma<E, 64>::rs(acc_lo, pa[c][kk], wg::desc_swizzled<128>(vs_addr + slot[c] + kk * 2048, kLoBytes, 1024));
+          wg::Mma<E, 16>::rs(acc_hi, pa[c][kk], wg::desc_swizzled<32>(vs_addr + slot[c] + kLoBytes + kk * 512, kLoBytes, 256));
+        }
+      };
+      // Before the first P·V: O zeroed, or (a later pass) the earlier pass's O rescaled.
+      auto init_acc = [&]() {
+        if constexpr (C0 == 0) {
 #pragma unroll
-      for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
-      wg::mbar_arrive(q_empty(qs));  // this thread's reads of the Q buffer are complete
+          for (int x = 0; x < 32; ++x) acc_lo[x] = 0.f;
+#pragma unroll
+          for (int x = 0; x < 8; ++x) acc_hi[x] = 0.f;
+        } else {
+#pragma unroll
+          for (int n8 = 0; n8 < D / 8; ++n8)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) acc(n8, k) *= alpha[k / 2];
+        }
+      };
 
-      uint32_t pa[NCH][4][4];  // P packed to 16 bits: the A fragments of P·V, per 16-key k-step
-      if constexpr (V2) {
-        // 16-key pairs of 8-column blocks (one k-step of P·V) that no row of this warp sees are
-        // skipped: no mask, no max, no exponential, P = 0 exactly (what the masked exponentials
-        // gave). [w_lo, w_hi) holds every key the warp's rows see (the bounds grow with the row: no
-        // chunk here), and chunks past nc hold none. Live pairs get the masks, maxima and sums of
-        // the v11 path in the same order, so the results are the same.
-        const int live_hi = w_hi - kb0 < nc * CK ? w_hi - kb0 : nc * CK, live_lo = w_lo - kb0 - 16;
-        bool edge[NCH];
-        float mx2[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
+      // V2: 16-key pairs of 8-column blocks (one k-step of P·V) that no row of this warp sees are
+      // skipped: no mask, no max, no exponential, P = 0 exactly (what the masked exponentials
+      // gave). [w_lo, w_hi) holds every key the warp's rows see (the bounds grow with the row: no
+      // chunk here), and chunks past nc hold none. Live pairs get the masks, maxima and sums of
+      // the v11 path in the same order, so the results are the same.
+      const int live_hi = w_hi - kb0 < nc * CK ? w_hi - kb0 : nc * CK, live_lo = w_lo - kb0 - 16;
+      auto live = [&](int c, int kk) {
+        const int at = (C0 + c) * CK + 16 * kk;
+        return at < live_hi && at > live_lo;
+      };
+      float mx2[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
+      float sum2[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+      float base[2];
+      // V2: masks and maxima of chunk c's live pairs.
+      auto mask_max = [&](int c) {
+        const int kb = kb0 + (C0 + c) * CK;
+        const bool edge = kb < full_lo || kb + CK > full_hi || (key0 && kb == 0);
 #pragma unroll
-        for (int c = 0; c < NCH; ++c) {
-          const int kb = kb0 + c * CK;
-          edge[c] = kb < full_lo || kb + CK > full_hi || (key0 && kb == 0);
+        for (int kk = 0; kk < 4; ++kk) {
+          if (!live(c, kk)) continue;
+          if (edge) {  // per element, as in v11: col - lo < hi - lo
 #pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            if (c * CK + 16 * kk >= live_hi || c * CK + 16 * kk <= live_lo) continue;
-            if (edge[c]) {  // per element, as in v11: col - lo < hi - lo
-#pragma unroll
-              for (int r = 0; r < 2; ++r) {
-                const int rel = row_lo[r] - kb - 2 * tq;
-                const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
-#pragma unroll
-                for (int n8 = 2 * kk; n8 < 2 * kk + 2; ++n8)
-#pragma unroll
-                  for (int x = 0; x < 2; ++x)
-                    if (unsigned(n8 * 8 + x - rel) >= width) sc[c][4 * n8 + 2 * r + x] = -INFINITY;
-              }
-              if (kk == 0 && key0 && kb == 0 && tq == 0) {  // column 0: n8 0, x 0 of lane tq 0
-#pragma unroll
-                for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
-                  if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][2 * r] += sink_raw;
-              }
-            }
-#pragma unroll
-            for (int r = 0; r < 2; ++r)
+            for (int r = 0; r < 2; ++r) {
+              const int rel = row_lo[r] - kb - 2 * tq;
+              const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
 #pragma unroll
               for (int n8 = 2 * kk; n8 < 2 * kk + 2; ++n8)
-                mx2[r][n8 & 1] = fmax_nan(mx2[r][n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
+#pragma unroll
+                for (int x = 0; x < 2; ++x)
+                  if (unsigned(n8 * 8 + x - rel) >= width) sc[c][4 * n8 + 2 * r + x] = -INFINITY;
+            }
+            if (kk == 0 && key0 && kb == 0 && tq == 0) {  // column 0: n8 0, x 0 of lane tq 0
+#pragma unroll
+              for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
+                if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][2 * r] += sink_raw;
+            }
           }
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int n8 = 2 * kk; n8 < 2 * kk + 2; ++n8)
+              mx2[r][n8 & 1] = fmax_nan(mx2[r][n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
         }
-        float base[2];
+      };
+      // V2: the rows' maxima over the quad (and, C0 > 0, over the earlier pass).
+      auto row_max = [&]() {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           float mx = fmax_nan(mx2[r][0], mx2[r][1]);
           mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
           mx *= p.scale_log2;
+          if constexpr (C0 > 0) {
+            mx = fmax_nan(m_row[r], mx);
+            alpha[r] = ex2(m_row[r] - (mx == -INFINITY ? 0.f : mx));  // 1 if the max stays, 0 from −inf
+          }
           base[r] = mx == -INFINITY ? 0.f : mx;  // no allowed key: exp2(−inf − 0) = 0, not NaN
           m_row[r] = mx;
         }
-        float sum2[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+      };
+      // V2: exponentials, sums and packed P of chunk c.
+      auto exp_pack = [&](int c) {
 #pragma unroll
-        for (int c = 0; c < NCH; ++c)
+        for (int kk = 0; kk < 4; ++kk) {
+          if (!live(c, kk)) {
 #pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            if (c * CK + 16 * kk >= live_hi || c * CK + 16 * kk <= live_lo) {
-#pragma unroll
-              for (int j = 0; j < 4; ++j) pa[c][kk][j] = 0u;  // E::pack(0, 0)
-              continue;
-            }
-#pragma unroll
-            for (int r = 0; r < 2; ++r)
-#pragma unroll
-              for (int n8 = 2 * kk; n8 < 2 * kk + 2; ++n8) {
-#pragma unroll
-                for (int x = 0; x < 2; ++x) {
-                  float& v = sc[c][4 * n8 + 2 * r + x];
-                  v = ex2(fmaf(v, p.scale_log2, -base[r]));
-                }
-                sum2[r][n8 & 1] += sc[c][4 * n8 + 2 * r] + sc[c][4 * n8 + 2 * r + 1];
-              }
-#pragma unroll
-            for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
+            for (int j = 0; j < 4; ++j) pa[c][kk][j] = 0u;  // E::pack(0, 0)
+            continue;
           }
 #pragma unroll
-        for (int r = 0; r < 2; ++r) l_row[r] = sum2[r][0] + sum2[r][1];
-      } else {  // v11
-        // Masks: chunks past nc entirely; edge chunks (and key 0's chunk under a key-0 sink) per
-        // element, a column's test one unsigned compare: col - lo < hi - lo.
+          for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int c = 0; c < NCH; ++c) {
-          const int kb = kb0 + c * CK;
-          if (c >= nc) {
-#pragma unroll
-            for (int x = 0; x < 32; ++x) sc[c][x] = -INFINITY;
-          } else if (kb < full_lo || kb + CK > full_hi || (key0 && kb == 0)) {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int rel = row_lo[r] - kb - 2 * tq;
-              const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
-#pragma unroll
-              for (int n8 = 0; n8 < 8; ++n8)
-#pragma unroll
-                for (int x = 0; x < 2; ++x)
-                  if (unsigned(n8 * 8 + x - rel) >= width) sc[c][4 * n8 + 2 * r + x] = -INFINITY;
-            }
-            if (key0 && kb == 0 && tq == 0) {  // column 0: n8 0, x 0 of lane tq 0
-#pragma unroll
-              for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
-                if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][2 * r] += sink_raw;
-            }
-          }
-        }
-        // One-pass softmax: the hull is the whole row.
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float mx2[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-          for (int c = 0; c < NCH; ++c)
-#pragma unroll
-            for (int n8 = 0; n8 < 8; ++n8)
-              mx2[n8 & 1] = fmax_nan(mx2[n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
-          float mx = fmax_nan(mx2[0], mx2[1]);
-          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          mx *= p.scale_log2;
-          // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
-          const float base = mx == -INFINITY ? 0.f : mx;
-          float sum2[2] = {0.f, 0.f};
-#pragma unroll
-          for (int c = 0; c < NCH; ++c)
-#pragma unroll
-            for (int n8 = 0; n8 < 8; ++n8) {
+            for (int n8 = 2 * kk; n8 < 2 * kk + 2; ++n8) {
 #pragma unroll
               for (int x = 0; x < 2; ++x) {
                 float& v = sc[c][4 * n8 + 2 * r + x];
-                v = ex2(fmaf(v, p.scale_log2, -base));
+                v = ex2(fmaf(v, p.scale_log2, -base[r]));
               }
-              sum2[n8 & 1] += sc[c][4 * n8 + 2 * r] + sc[c][4 * n8 + 2 * r + 1];
+              sum2[r][n8 & 1] += sc[c][4 * n8 + 2 * r] + sc[c][4 * n8 + 2 * r + 1];
             }
-          m_row[r] = mx;
-          l_row[r] = sum2[0] + sum2[1];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
+        }
+      };
+      auto row_sum = [&]() {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if constexpr (C0 > 0)
+            l_row[r] = l_row[r] * alpha[r] + (sum2[r][0] + sum2[r][1]);
+          else
+            l_row[r] = sum2[r][0] + sum2[r][1];
+        }
+      };
+
+      if constexpr (OVL) {
+        // Variant 3: each chunk's S in its own commit group; its masks and maxima run while the
+        // later chunks' S are in flight. Then P·V of all chunks but the last is issued once their
+        // P is packed and runs under the last chunk's exponentials. (Issuing each chunk's P·V
+        // right after its own exponentials would keep O, that P and the other chunks' S live at
+        // once: ptxas serializes the wgmma for want of registers at 152, C7512.) Only registers of
+        // completed groups are touched (the pins), and each P is fenced before its wgmma.
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+        wg::fence();
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) {
+          issue_s(c);
+          wg::commit();
+        }
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) {
+          static_assert(NCH <= 3, "wait depths 0-2");
+          if (c == NCH - 1)
+            wg::wait<0>();
+          else if (c == NCH - 2)
+            wg::wait<1>();
+          else
+            wg::wait<2>();
+          wg::pin(sc[c]);
+          mask_max(c);
+        }
+        if constexpr (LAST) wg::mbar_arrive(q_empty(qs));  // this thread's reads of the Q buffer are complete
+        row_max();
+#pragma unroll
+        for (int c = 0; c < NCH - 1; ++c) exp_pack(c);
+        init_acc();
+        wg::pin(acc_lo);
+        wg::pin(acc_hi);
+        wg::fence();
+#pragma unroll
+        for (int c = 0; c < NCH - 1; ++c) issue_pv(c);
+        exp_pack(NCH - 1);
+        row_sum();
+        wg::fence();  // the last chunk's P registers, written above, before the wgmma reads them
+        issue_pv(NCH - 1);
+      } else {
+        // S of all chunks in one commit group.
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+        wg::fence();
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) issue_s(c);
+        wg::commit();
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+        wg::wait<0>();
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) wg::pin(sc[c]);
+        if constexpr (LAST) wg::mbar_arrive(q_empty(qs));  // this thread's reads of the Q buffer are complete
+
+        if constexpr (V2) {
+#pragma unroll
+          for (int c = 0; c < NCH; ++c) mask_max(c);
+          row_max();
+#pragma unroll
+          for (int c = 0; c < NCH; ++c) exp_pack(c);
+          row_sum();
+        } else {  // v11
+          // Masks: chunks past nc entirely; edge chunks (and key 0's chunk under a key-0 sink) per
+          // element, a column's test one unsigned compare: col - lo < hi - lo.
+#pragma unroll
+          for (int c = 0; c < NCH; ++c) {
+            const int kb = kb0 + c * CK;
+            if (c >= nc) {
+#pragma unroll
+              for (int x = 0; x < 32; ++x) sc[c][x] = -INFINITY;
+            } else if (kb < full_lo || kb + CK > full_hi || (key0 && kb == 0)) {
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                const int rel = row_lo[r] - kb - 2 * tq;
+                const unsigned width = row_hi[r] > row_lo[r] ? unsigned(row_hi[r] - row_lo[r]) : 0u;
+#pragma unroll
+                for (int n8 = 0; n8 < 8; ++n8)
+#pragma unroll
+                  for (int x = 0; x < 2; ++x)
+                    if (unsigned(n8 * 8 + x - rel) >= width) sc[c][4 * n8 + 2 * r + x] = -INFINITY;
+              }
+              if (key0 && kb == 0 && tq == 0) {  // column 0: n8 0, x 0 of lane tq 0
+#pragma unroll
+                for (int r = 0; r < 2; ++r)  // only where allowed: a NaN bias must not reach a masked key
+                  if (row_lo[r] == 0 && row_hi[r] > 0) sc[c][2 * r] += sink_raw;
+              }
+            }
+          }
+          // One-pass softmax: the hull is the whole row.
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            float mxh[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int c = 0; c < NCH; ++c)
+#pragma unroll
+              for (int n8 = 0; n8 < 8; ++n8)
+                mxh[n8 & 1] = fmax_nan(mxh[n8 & 1], fmax_nan(sc[c][4 * n8 + 2 * r], sc[c][4 * n8 + 2 * r + 1]));
+            float mx = fmax_nan(mxh[0], mxh[1]);
+            mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            mx *= p.scale_log2;
+            // A row with no allowed key keeps max −inf; subtracting 0 keeps exp2(−inf) = 0, not NaN.
+            const float b = mx == -INFINITY ? 0.f : mx;
+            float sumh[2] = {0.f, 0.f};
+#pragma unroll
+            for (int c = 0; c < NCH; ++c)
+#pragma unroll
+              for (int n8 = 0; n8 < 8; ++n8) {
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                  float& v = sc[c][4 * n8 + 2 * r + x];
+                  v = ex2(fmaf(v, p.scale_log2, -b));
+                }
+                sumh[n8 & 1] += sc[c][4 * n8 + 2 * r] + sc[c][4 * n8 + 2 * r + 1];
+              }
+            m_row[r] = mx;
+            l_row[r] = sumh[0] + sumh[1];
+          }
+
+          // P packed (accumulator layout = A fragment layout).
+#pragma unroll
+          for (int c = 0; c < NCH; ++c)
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+              for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
         }
 
-        // P packed (accumulator layout = A fragment layout).
+        // O = P·V (accumulated onto the rescaled earlier pass).
+        init_acc();
+        wg::pin(acc_lo);
+        wg::pin(acc_hi);
+        wg::fence();
 #pragma unroll
-        for (int c = 0; c < NCH; ++c)
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) pa[c][kk][j] = E::pack(sc[c][8 * kk + 2 * j], sc[c][8 * kk + 2 * j + 1]);
+        for (int c = 0; c < NCH; ++c) issue_pv(c);
       }
-
-      // O = P·V: P from registers, V read transposed.
-#pragma unroll
-      for (int x = 0; x < 32; ++x) acc_lo[x] = 0.f;
-#pragma unroll
-      for (int x = 0; x < 8; ++x) acc_hi[x] = 0.f;
-      wg::pin(acc_lo);
-      wg::pin(acc_hi);
-      wg::fence();
-#pragma unroll
-      for (int c = 0; c < NCH; ++c)
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {  // keys 16·kk.. : two 8-row groups of each region
-          wg::Mma<E, 64>::rs(acc_lo, pa[c][kk], wg::desc_swizzled<128>(vs_addr + slot[c] + kk * 2048, kLoBytes, 1024));
-          wg::Mma<E, 16>::rs(acc_hi, pa[c][kk], wg::desc_swizzled<32>(vs_addr + slot[c] + kLoBytes + kk * 512, kLoBytes, 256));
-        }
       wg::commit();
       wg::pin(acc_lo);
       wg::pin(acc_hi);
@@ -668,9 +800,13 @@ __global__ void __launch_bounds__(384, 1) attention_bandwg_kernel(const FwdParam
       l_row[0] = l_row[1] = 0.f;
       wg::mbar_arrive(q_empty(qs));
     } else if (nc <= 3) {
-      compute(IntTag<3>{});  // a 64-row tile of an aligned ±64 window: 192 keys
+      compute(IntTag<3>{}, IntTag<0>{}, IntTag<1>{});  // a 64-row tile of an aligned ±64 window: 192 keys
+    } else if constexpr (NCONS == 3) {
+      // v14: S of 4 chunks (128 registers) does not fit 152 next to the rest: two passes of 2.
+      compute(IntTag<2>{}, IntTag<0>{}, IntTag<0>{});
+      compute(IntTag<2>{}, IntTag<2>{}, IntTag<1>{});
     } else {
-      compute(IntTag<MAXC>{});
+      compute(IntTag<MAXC>{}, IntTag<0>{}, IntTag<1>{});
     }
     // The next tile's first ring number bounds the chunks no later tile uses: release them.
     if (cur.next_n_lo >= 0) {
@@ -802,11 +938,13 @@ inline cudaError_t encode_tile_map(CUtensorMap* map, const void* base, bool bf16
 
 // Virtual tiles (the tile kernel's varlen cover) cut into runs; grid (runs, heads_q), one CTA per
 // SM (~200 KB of shared memory). `run` <= 0 picks the length: the longest runs that still give
-// every SM work in one wave. V2: the variant of v11e (ARIADNE_BANDWG_V=2, attention_cuda.cu).
-template <int D, class E, bool V2>
+// every SM work in one wave. V: the variant (ARIADNE_BANDWG_V, attention_cuda.cu): 1 (v11), 2
+// (v11e), 3 (v14: three consumer warpgroups).
+template <int D, class E, int V>
 cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
-  using S = BandWgShape<D>;
-  const auto kernel = attention_bandwg_kernel<D, E, V2>;
+  constexpr bool V2 = V >= 2;
+  using S = BandWgShape<D, V == 3 ? 3 : 2>;
+  const auto kernel = attention_bandwg_kernel<D, E, V>;
   constexpr size_t smem = V2 ? S::smem_bytes_v2 : S::smem_bytes;
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -852,9 +990,9 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-#define ARIADNE_BANDWG_KERNELS(X, D)                                                                       \
-  X(launch_bandwg<D, Bf16, false>) X(launch_bandwg<D, F16, false>) X(launch_bandwg<D, Bf16, true>) \
-  X(launch_bandwg<D, F16, true>)
+#define ARIADNE_BANDWG_KERNELS(X, D)                                                                 \
+  X(launch_bandwg<D, Bf16, 1>) X(launch_bandwg<D, F16, 1>) X(launch_bandwg<D, Bf16, 2>)              \
+  X(launch_bandwg<D, F16, 2>) X(launch_bandwg<D, Bf16, 3>) X(launch_bandwg<D, F16, 3>)
 #define ARIADNE_INSTANTIATE_BANDWG(D) ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_INSTANTIATE_ONE, D)
 ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_DECLARE_ONE, 80)
 

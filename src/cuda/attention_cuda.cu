@@ -152,11 +152,12 @@ bool bandwg_routes(const AttentionParams& p, const int32_t* order) {
 cudaError_t launch_bandwg_d80(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
   const char* env = std::getenv("ARIADNE_BAND_RUN");
   const int run = env != nullptr ? std::atoi(env) : 0;
-  if (cuda_bandwg_variant() == 2)
-    return dtype == DType::bf16 ? cuda::launch_bandwg<80, cuda::Bf16, true>(fp, run, st)
-                                : cuda::launch_bandwg<80, cuda::F16, true>(fp, run, st);
-  return dtype == DType::bf16 ? cuda::launch_bandwg<80, cuda::Bf16, false>(fp, run, st)
-                              : cuda::launch_bandwg<80, cuda::F16, false>(fp, run, st);
+  const bool bf16 = dtype == DType::bf16;
+  switch (cuda_bandwg_variant()) {
+    case 1: return bf16 ? cuda::launch_bandwg<80, cuda::Bf16, 1>(fp, run, st) : cuda::launch_bandwg<80, cuda::F16, 1>(fp, run, st);
+    case 3: return bf16 ? cuda::launch_bandwg<80, cuda::Bf16, 3>(fp, run, st) : cuda::launch_bandwg<80, cuda::F16, 3>(fp, run, st);
+    default: return bf16 ? cuda::launch_bandwg<80, cuda::Bf16, 2>(fp, run, st) : cuda::launch_bandwg<80, cuda::F16, 2>(fp, run, st);
+  }
 }
 
 template <int D>
@@ -242,12 +243,15 @@ bool cuda_wgmma_uses_tma(const AttentionParams& p) {
   }
 }
 bool cuda_uses_bandwg(const AttentionParams& p) { return bandwg_routes(p, p.order); }
-// Variant 2 (bench/cuda-notes.md, v11e: dead key pairs skipped, TMA-store epilogue) is the default,
-// measured faster on every window case of the 2026-11-30 04:29 UTC device-check; ARIADNE_BANDWG_V=1
-// (read per call) selects v11.
+// Variant 3 (bench/cuda-notes.md, v14: three consumer warpgroups on variant 2's dead-pair skip and
+// TMA-store epilogue) is the default since session 4, measured faster or equal on every window
+// case (N 4096 0.0211 ms against 0.0235, N 16384 0.0632 against 0.0768). ARIADNE_BANDWG_V (read
+// per call) selects 1 (v11) or 2 (v11e: two consumers); any other value, or none, is variant 3.
 int cuda_bandwg_variant() {
   const char* env = std::getenv("ARIADNE_BANDWG_V");
-  return env != nullptr && std::string(env) == "1" ? 1 : 2;
+  if (env == nullptr) return 3;
+  const std::string v(env);
+  return v == "1" ? 1 : v == "2" ? 2 : 3;
 }
 bool cuda_uses_band(const AttentionParams& p) { return band_eligible(p) && !cuda_uses_bandwg(p); }
 

@@ -40,7 +40,8 @@ bool cuda_uses_band(const AttentionParams& p);
 bool cuda_uses_bandwg(const AttentionParams& p);
 
 // Which variant of the wgmma band kernel such a call runs: 1 (v11) under ARIADNE_BANDWG_V=1 (read
-// per call), else 2 (bench/cuda-notes.md, v11e).
+// per call), 2 (v11e: two consumers) under ARIADNE_BANDWG_V=2, else 3 (bench/cuda-notes.md, v14:
+// three consumer warpgroups; the default).
 int cuda_bandwg_variant();
 
 // attention_cuda with a fused token order: `order` [total] int32 (device memory) is a permutation

@@ -8,9 +8,10 @@
 // Each case first checks that the call is routed to this kernel under the default routing (no
 // environment override but the one named), so a change of eligibility cannot turn these tests
 // into tests of another kernel. Run lengths are forced through ARIADNE_BAND_RUN. Every case runs under
-// both variants of the kernel: v11 (ARIADNE_BANDWG_V=1) and variant 2 (the default: dead 16-key
-// pairs skipped, TMA-store epilogue; bench/cuda-notes.md, v11e), the latter under the name suffixed
-// "_v2" (so on other random inputs). The checks are the common ones: fresh random inputs,
+// each variant of the kernel: v11 (ARIADNE_BANDWG_V=1), variant 2 (ARIADNE_BANDWG_V=2: dead 16-key
+// pairs skipped, TMA-store epilogue; bench/cuda-notes.md, v11e) and variant 3 (the default: v14,
+// three consumer warpgroups, 4-chunk hulls in two passes), the latter two under the name
+// suffixed "_v2" / "_v3" (so on other random inputs). The checks are the common ones: fresh random inputs,
 // outputs poisoned first, the tolerance rule, and a second run that must be bit-identical.
 #include <algorithm>
 #include <cstdlib>
@@ -56,13 +57,17 @@ Case wg_case(const std::string& name, std::vector<int64_t> seq_q, DType dt, Patt
   return make_case(name, std::move(seq_q), 80, dt, pat);  // head dim 80, GQA 4:1
 }
 
+constexpr int kVariants[] = {1, 2, 3};
+const char* variant_env(int variant) { return variant == 1 ? "1" : variant == 2 ? "2" : "3"; }
+const char* variant_suffix(int variant) { return variant == 1 ? "" : variant == 2 ? "_v2" : "_v3"; }
+
 // Runs the case under each variant of the kernel (see the header comment), the routing to the
 // kernel and to the variant asserted first.
 void check_wg(const Case& c, bool f32_out = false) {
-  for (int variant : {1, 2}) {
-    const EnvGuard restore("ARIADNE_BANDWG_V", variant == 2 ? "2" : "1");
+  for (int variant : kVariants) {
+    const EnvGuard restore("ARIADNE_BANDWG_V", variant_env(variant));
     Case cv = c;
-    if (variant == 2) cv.name += "_v2";
+    cv.name += variant_suffix(variant);
     const testing::Inputs in = testing::make_inputs(cv);
     ASSERT_TRUE(cuda_uses_bandwg(in.params)) << cv.name << ": not routed to the wgmma band kernel";
     ASSERT_FALSE(cuda_uses_band(in.params)) << cv.name;
@@ -177,51 +182,52 @@ TEST_F(CudaBandWg, SmallCasesForSanitizers) {
 }
 
 TEST_F(CudaBandWg, V2StoresStayInsideTheOutputView) {
-  // Variant 2 stores whole tiles with the copy engine, clipped by the output's map at the view's
+  // Variants 2 and 3 store whole tiles with the copy engine, clipped by the output's map at the view's
   // rows and head dim: out is here a view inside a larger buffer (88 columns per head, 70 rows
   // more), whose bytes outside the view must keep their poison. Lengths: whole tiles only (256),
   // a partial last tile clipped at the view's end (300), varlen partial tiles that must fall back
   // to per-thread stores (130 | 70 | 64), with LSE absent (null) this time. (Every output layout
   // the backend accepts, 16-byte aligned rows, can be mapped; strides that cannot are rejected
   // before any kernel, which CudaAttention.RejectsWhatItCannotRun checks.)
-  const EnvGuard restore("ARIADNE_BANDWG_V", "2");
   constexpr int64_t kExtraRows = 70, kCols = 88;  // 8 columns of padding per head
-  for (const std::vector<int64_t>& seqs : {std::vector<int64_t>{256}, {300}, {130, 70, 64}})
-    for (DType dt : {DType::bf16, DType::f16}) {
-      Case c = wg_case("bandwg_v2_view" + std::to_string(kCols) + "_n" + std::to_string(seqs.size()) + "_" +
-                           std::to_string(seqs[0]) + "_" + dtype_name(dt),
-                       seqs, dt, Pattern::window(64, 64));
-      c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
-      SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
-      const testing::Inputs in = testing::make_inputs(c);
-      const testing::Result ref = testing::run_reference(in);
-      DeviceCase d = upload(in);
-      const int64_t rows = in.total_q + kExtraRows;
-      DeviceBuffer big(dt, {rows, c.heads_q, kCols});
-      big.fill_bytes(0xFF);
-      TensorView ov = big.view();
-      ov.shape = {in.total_q, c.heads_q, c.dim, 0};  // strides stay the buffer's: [kCols·heads, kCols, 1]
-      d.p.out = ov;
-      ASSERT_TRUE(cuda_uses_bandwg(d.p)) << c.name;
-      ASSERT_EQ(cuda_bandwg_variant(), 2);
-      attention(d.p, Backend::cuda);
-      cuda_synchronize();
-      const Buffer h = big.to_host();
-      TensorView hv = h.view();
-      hv.shape = ov.shape;
-      EXPECT_TRUE(testing::close_enough("out", testing::compare(hv, ref.out.view()),
-                                        testing::tolerance(dt, testing::max_abs_logit(in))));
-      const std::vector<uint8_t> bytes = bytes_of(h);
-      int64_t touched = 0;  // 16-bit elements outside the view that are no longer 0xFFFF
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t hh = 0; hh < c.heads_q; ++hh)
-          for (int64_t col = 0; col < kCols; ++col) {
-            if (r < in.total_q && col < c.dim) continue;
-            const size_t at = size_t(((r * c.heads_q + hh) * kCols + col) * 2);
-            if (bytes[at] != 0xFF || bytes[at + 1] != 0xFF) ++touched;
-          }
-      EXPECT_EQ(touched, 0) << "elements outside the output view were written";
-    }
+  for (int variant : {2, 3})
+    for (const std::vector<int64_t>& seqs : {std::vector<int64_t>{256}, {300}, {130, 70, 64}})
+      for (DType dt : {DType::bf16, DType::f16}) {
+        const EnvGuard restore("ARIADNE_BANDWG_V", variant_env(variant));
+        Case c = wg_case("bandwg_v" + std::to_string(variant) + "_view" + std::to_string(kCols) + "_n" +
+                             std::to_string(seqs.size()) + "_" + std::to_string(seqs[0]) + "_" + dtype_name(dt),
+                         seqs, dt, Pattern::window(64, 64));
+        c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
+        SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+        const testing::Inputs in = testing::make_inputs(c);
+        const testing::Result ref = testing::run_reference(in);
+        DeviceCase d = upload(in);
+        const int64_t rows = in.total_q + kExtraRows;
+        DeviceBuffer big(dt, {rows, c.heads_q, kCols});
+        big.fill_bytes(0xFF);
+        TensorView ov = big.view();
+        ov.shape = {in.total_q, c.heads_q, c.dim, 0};  // strides stay the buffer's: [kCols·heads, kCols, 1]
+        d.p.out = ov;
+        ASSERT_TRUE(cuda_uses_bandwg(d.p)) << c.name;
+        ASSERT_EQ(cuda_bandwg_variant(), variant);
+        attention(d.p, Backend::cuda);
+        cuda_synchronize();
+        const Buffer h = big.to_host();
+        TensorView hv = h.view();
+        hv.shape = ov.shape;
+        EXPECT_TRUE(testing::close_enough("out", testing::compare(hv, ref.out.view()),
+                                          testing::tolerance(dt, testing::max_abs_logit(in))));
+        const std::vector<uint8_t> bytes = bytes_of(h);
+        int64_t touched = 0;  // 16-bit elements outside the view that are no longer 0xFFFF
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t hh = 0; hh < c.heads_q; ++hh)
+            for (int64_t col = 0; col < kCols; ++col) {
+              if (r < in.total_q && col < c.dim) continue;
+              const size_t at = size_t(((r * c.heads_q + hh) * kCols + col) * 2);
+              if (bytes[at] != 0xFF || bytes[at + 1] != 0xFF) ++touched;
+            }
+        EXPECT_EQ(touched, 0) << "elements outside the output view were written";
+      }
 }
 
 // The column-major traversal of a grid of ceil(sqrt(total)) columns stored row-major, its last row
@@ -241,10 +247,10 @@ std::vector<int32_t> column_major(int64_t total) {
 // variant: the routing asserted, outputs poisoned, the reference run on explicitly gathered inputs
 // and scattered back to storage order (out and LSE), and a second run that must be bit-identical.
 void check_ordered(const Case& base, const std::vector<int32_t>& order, bool f32_out = false) {
-  for (int variant : {1, 2}) {
-    const EnvGuard restore("ARIADNE_BANDWG_V", variant == 2 ? "2" : "1");
+  for (int variant : kVariants) {
+    const EnvGuard restore("ARIADNE_BANDWG_V", variant_env(variant));
     Case c = base;
-    if (variant == 2) c.name += "_v2";
+    c.name += variant_suffix(variant);
     c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
     SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
     const testing::Inputs in = testing::make_inputs(c);
@@ -351,11 +357,15 @@ TEST_F(CudaBandWg, Routing) {
   {
     const EnvGuard restore("ARIADNE_BANDWG_V");
     unsetenv("ARIADNE_BANDWG_V");
-    EXPECT_EQ(cuda_bandwg_variant(), 2);  // variant 2 unless ARIADNE_BANDWG_V=1
+    EXPECT_EQ(cuda_bandwg_variant(), 3);  // variant 3 unless ARIADNE_BANDWG_V=1 or 2
+    setenv("ARIADNE_BANDWG_V", "x", 1);
+    EXPECT_EQ(cuda_bandwg_variant(), 3);
     setenv("ARIADNE_BANDWG_V", "2", 1);
     EXPECT_EQ(cuda_bandwg_variant(), 2);
     setenv("ARIADNE_BANDWG_V", "1", 1);
     EXPECT_EQ(cuda_bandwg_variant(), 1);
+    setenv("ARIADNE_BANDWG_V", "3", 1);
+    EXPECT_EQ(cuda_bandwg_variant(), 3);
   }
   Case d64 = narrow;
   d64.dim = 64;
