@@ -33,10 +33,10 @@
 //                       [--mix M] [--scoring mma,mma2,mma3,mma3n,f32]
 //   default tokens 8192 32768 65536 131072; --xattn-max: XAttention only up to N tokens (its
 //   estimate takes seconds at 128K); --mix: the synthetic head mix (default SyntheticConfig's);
-//   --scoring: the scoring kernels to time (default mma2, the library's default: the v2 tensor-core
-//   kernel, EstimateConfig::cuda_scoring_v2, which covers RR with B / S = 8 or 16 and is v1
-//   elsewhere; mma3 the v3 kernel, EstimateConfig::cuda_scoring_v3, v2's cases with bf16 inputs
-//   (its wgmma variant at head_dim 128, as the library picks), v2 or v1 elsewhere; mma3n v3's
+//   --scoring: the scoring kernels to time (default mma3, the library's default: the v3 kernel,
+//   EstimateConfig::cuda_scoring_v3, on v2's cases with bf16 inputs (its wgmma variant at
+//   head_dim 128, as the library picks), v2 or v1 elsewhere; mma2 the v2 tensor-core kernel,
+//   EstimateConfig::cuda_scoring_v2, which covers RR with B / S = 8 or 16 and is v1 elsewhere; mma3n v3's
 //   128-row mma.sync variant at every head_dim (ARIADNE_EST_V3_KIND=narrow, set around its calls);
 //   mma the v1 tensor-core kernel; f32 the CUDA-core one). The first gives the case's row (attention, recall); each further one adds a row
 //   "<id>-<kernel>" with its estimate times and its largest score difference and count of rows
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     std::vector<Estimator> methods = {Estimator::rr, Estimator::xattn};
     std::vector<int> strides = {8, 16};
     std::string mix = SyntheticConfig{}.mix;
-    std::vector<std::string> scorings = {"mma2"};
+    std::vector<std::string> scorings = {"mma3"};
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--recall-max" && i + 1 < argc) recall_max = std::atoll(argv[++i]);

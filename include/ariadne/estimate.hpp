@@ -99,9 +99,10 @@ struct EstimateConfig {
   // adjacent query blocks share each K̄ tile, and at head_dim 128 the logits run on asynchronous
   // wgmma overlapping the softmax partials; same scores bit for bit; 1.4x v2 at 128K S 8, 2.0x at
   // S 16) where it applies: v2's cases with bf16 inputs. It takes precedence over cuda_scoring_v2
-  // there. ARIADNE_EST_V3=0 or =1 in the environment (read per call) overrides it for every call;
-  // ARIADNE_EST_V3_KIND=narrow keeps v3's mma.sync variant at head_dim 128 too.
-  bool cuda_scoring_v3 = false;
+  // there; the default since session 4. ARIADNE_EST_V3=0 or =1 in the environment (read per call)
+  // overrides it for every call; ARIADNE_EST_V3_KIND=narrow keeps v3's mma.sync variant at
+  // head_dim 128 too.
+  bool cuda_scoring_v3 = true;
 
   Protections protections() const { return protect ? *protect : Protections::published(method); }
   double tau_of(int head) const { return tau_per_head.empty() ? tau : tau_per_head[size_t(head)]; }
