@@ -30,12 +30,15 @@
 // measured in the same device-check step by bench/anchors.py and joined there (speedup columns).
 //
 //   bench_estimate_cuda [tokens ...] [--recall-max N] [--methods rr,xattn] [--xattn-max N] [--strides 8,16]
-//                       [--mix M] [--scoring mma,mma2,f32]
+//                       [--mix M] [--scoring mma,mma2,mma3,mma3n,f32]
 //   default tokens 8192 32768 65536 131072; --xattn-max: XAttention only up to N tokens (its
 //   estimate takes seconds at 128K); --mix: the synthetic head mix (default SyntheticConfig's);
-//   --scoring: the scoring kernels to time (default mma2, the library's default: the v2 tensor-core
-//   kernel, EstimateConfig::cuda_scoring_v2, which covers RR with B / S = 8 or 16 and is v1
-//   elsewhere; mma the v1 tensor-core kernel; f32 the CUDA-core one). The first gives the case's row (attention, recall); each further one adds a row
+//   --scoring: the scoring kernels to time (default mma3, the library's default: the v3 kernel,
+//   EstimateConfig::cuda_scoring_v3, on v2's cases with bf16 inputs (its wgmma variant at
+//   head_dim 128, as the library picks), v2 or v1 elsewhere; mma2 the v2 tensor-core kernel,
+//   EstimateConfig::cuda_scoring_v2, which covers RR with B / S = 8 or 16 and is v1 elsewhere; mma3n v3's
+//   128-row mma.sync variant at every head_dim (ARIADNE_EST_V3_KIND=narrow, set around its calls);
+//   mma the v1 tensor-core kernel; f32 the CUDA-core one). The first gives the case's row (attention, recall); each further one adds a row
 //   "<id>-<kernel>" with its estimate times and its largest score difference and count of rows
 //   whose block list differs from the first's (vs_<first>_max_score_diff, vs_<first>_rows_differ)
 #if defined(ARIADNE_WITH_CUDA)
@@ -121,7 +124,7 @@ int main(int argc, char** argv) {
     std::vector<Estimator> methods = {Estimator::rr, Estimator::xattn};
     std::vector<int> strides = {8, 16};
     std::string mix = SyntheticConfig{}.mix;
-    std::vector<std::string> scorings = {"mma2"};
+    std::vector<std::string> scorings = {"mma3"};
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--recall-max" && i + 1 < argc) recall_max = std::atoll(argv[++i]);
@@ -135,8 +138,9 @@ int main(int argc, char** argv) {
         while (pos <= m.size()) {
           const size_t comma = std::min(m.find(',', pos), m.size());
           scorings.push_back(m.substr(pos, comma - pos));
-          ARIADNE_CHECK(scorings.back() == "mma" || scorings.back() == "mma2" || scorings.back() == "f32",
-                        "bench_estimate_cuda: --scoring '", m, "', expected mma, mma2, f32, comma-separated");
+          ARIADNE_CHECK(scorings.back() == "mma" || scorings.back() == "mma2" || scorings.back() == "mma3" ||
+                            scorings.back() == "mma3n" || scorings.back() == "f32",
+                        "bench_estimate_cuda: --scoring '", m, "', expected mma, mma2, mma3, mma3n, f32, comma-separated");
           pos = comma + 1;
         }
       }
@@ -228,7 +232,15 @@ int main(int argc, char** argv) {
             return t;
           };
           c.cuda_f32_scoring = scorings[0] == "f32";
-          c.cuda_scoring_v2 = scorings[0] == "mma2";
+          c.cuda_scoring_v2 = scorings[0] != "mma" && scorings[0] != "f32";
+          c.cuda_scoring_v3 = scorings[0].rfind("mma3", 0) == 0;
+          // ARIADNE_EST_V3_KIND is read per call by the library: narrow for the calls of mma3n,
+          // unset for every other kernel.
+          const auto variant = [&](const std::string& name) {
+            if (name == "mma3n") setenv("ARIADNE_EST_V3_KIND", "narrow", 1);
+            else unsetenv("ARIADNE_EST_V3_KIND");
+          };
+          variant(scorings[0]);
           Timed main_t = time_estimate(c);
           const EstimateResult& r = main_t.r;
           const std::vector<double>& wall = main_t.wall;
@@ -251,6 +263,10 @@ int main(int argc, char** argv) {
           j["block"] = c.block;
           j["stride"] = stride;
           j["tau"] = c.tau;
+          const auto v3_name = [] {
+            const char* k = std::getenv("ARIADNE_EST_V3_KIND");
+            return k != nullptr && std::string(k) == "narrow" ? "mma3n" : "mma3";
+          };
           const auto put_times = [&](nlohmann::json& o, const Timed& t) {
             o["ms_estimate"] = median(t.wall);
             o["ms_sampling"] = median(t.samp);
@@ -260,8 +276,12 @@ int main(int argc, char** argv) {
             o["ms_host_overhead"] = median(t.overhead);
             o["ms_estimate_first"] = t.first;
             o["ms_result_free"] = median(t.frees);
-            // The kernel that ran: mma2 only where v2 covers the case (else the v1 kernel ran).
-            o["scoring"] = !t.r.stats.tensor_core_scoring ? "f32" : t.r.stats.scoring_v2 ? "mma2" : "mma";
+            // The kernel that ran: mma3 / mma2 only where v3 / v2 covers the case (else the next
+            // older kernel ran).
+            o["scoring"] = !t.r.stats.tensor_core_scoring ? "f32"
+                           : t.r.stats.scoring_v3         ? v3_name()
+                           : t.r.stats.scoring_v2         ? "mma2"
+                                                          : "mma";
           };
           put_times(j, main_t);
           j["ms_attention"] = ms_attn;
@@ -300,7 +320,13 @@ int main(int argc, char** argv) {
           for (size_t v = 1; v < scorings.size(); ++v) {
             EstimateConfig cv = c;
             cv.cuda_f32_scoring = scorings[v] == "f32";
-            cv.cuda_scoring_v2 = scorings[v] == "mma2";
+            cv.cuda_scoring_v2 = scorings[v] != "mma" && scorings[v] != "f32";
+            cv.cuda_scoring_v3 = scorings[v].rfind("mma3", 0) == 0;
+            variant(scorings[0]);
+            EstimateConfig ha = c;
+            ha.host_copy = true;
+            const EstimateResult a = estimate(q.view(), k.view(), Pattern::causal(), ha, Backend::cuda);
+            variant(scorings[v]);
             const Timed tv = time_estimate(cv);
             nlohmann::json jv;
             jv["id"] = j["id"].get<std::string>() + "-" + scorings[v];
@@ -310,9 +336,8 @@ int main(int argc, char** argv) {
             jv["stride"] = stride;
             put_times(jv, tv);
             jv["density"] = tv.r.stats.density;
-            EstimateConfig ha = c, hb = cv;
-            ha.host_copy = hb.host_copy = true;
-            const EstimateResult a = estimate(q.view(), k.view(), Pattern::causal(), ha, Backend::cuda);
+            EstimateConfig hb = cv;
+            hb.host_copy = true;
             const EstimateResult b = estimate(q.view(), k.view(), Pattern::causal(), hb, Backend::cuda);
             double worst = 0;
             for (size_t i = 0; i < a.scores.size(); ++i)
@@ -330,6 +355,7 @@ int main(int argc, char** argv) {
             std::cerr << jv.dump() << "\n";
             out.push_back(jv);
           }
+          variant("");
         }
     }
     std::cout << out.dump(1) << "\n";

@@ -95,6 +95,14 @@ struct EstimateConfig {
   // B / S = 8 or 16. Elsewhere, and when false, the v1 kernel runs. ARIADNE_EST_V2=0 or =1 in the
   // environment (read per call) overrides it for every call.
   bool cuda_scoring_v2 = true;
+  // CUDA backend, tensor-core scoring: the v3 kernel (docs/rrattention.md, "Scoring kernel v3";
+  // adjacent query blocks share each K̄ tile, and at head_dim 128 the logits run on asynchronous
+  // wgmma overlapping the softmax partials; same scores bit for bit; 1.4x v2 at 128K S 8, 2.0x at
+  // S 16) where it applies: v2's cases with bf16 inputs. It takes precedence over cuda_scoring_v2
+  // there; the default since session 4. ARIADNE_EST_V3=0 or =1 in the environment (read per call)
+  // overrides it for every call; ARIADNE_EST_V3_KIND=narrow keeps v3's mma.sync variant at
+  // head_dim 128 too.
+  bool cuda_scoring_v3 = true;
 
   Protections protections() const { return protect ? *protect : Protections::published(method); }
   double tau_of(int head) const { return tau_per_head.empty() ? tau : tau_per_head[size_t(head)]; }
@@ -116,6 +124,7 @@ struct EstimateStats {
   double mac = 0;              // multiply-adds spent on scoring (the cost model of SPEC C.5)
   bool tensor_core_scoring = false;  // CUDA: the logits ran on the tensor-core kernel
   bool scoring_v2 = false;           // CUDA: ... on its v2 variant (EstimateConfig::cuda_scoring_v2)
+  bool scoring_v3 = false;           // CUDA: ... on its v3 variant (EstimateConfig::cuda_scoring_v3)
 };
 
 // The CUDA backend's output, in device memory (empty for the CPU backend). The same CSR and score

@@ -53,6 +53,14 @@ struct ScoreParams {
   // The v2 tensor-core kernel (docs/rrattention.md, "Scoring kernel v2"): only where
   // scores_v2_applies(); ksplit is then read as the same [heads_kv, total_ks, 3, dpad] array.
   bool v2;
+  // The v3 kernel (docs/rrattention.md, "Scoring kernel v3"): only where scores_v3_applies(); then
+  // v3_ctas holds v3_num_ctas pairs (first global query block, query blocks) of one sequence, one
+  // per CTA, at most scores_v3_blocks_per_cta() blocks each (v2 is then off). v3_kind: 0 the
+  // 128-row mma.sync kernel, 1 the wgmma one (64 rows, dpad 128 only).
+  bool v3;
+  int v3_kind;
+  const int32_t* v3_ctas;
+  int v3_num_ctas;
 };
 
 // Selection and CSR assembly.
@@ -86,6 +94,10 @@ size_t scores_smem_bytes(const ScoreParams& p);
 // Whether the v2 tensor-core kernel covers these parameters: tensor-core rr with blocks of 8 or
 // 16 key strides (B 64 / 128 at S 8, B 128 at S 16) and one row round; otherwise v1 runs.
 bool scores_v2_applies(const ScoreParams& p);
+// Whether the v3 kernel covers them: v2's cases with bf16 q (one term), and how many adjacent
+// query blocks one of its CTAs owns (128 or 64 rows by v3_kind / (heads_per_cta · B/S)).
+bool scores_v3_applies(const ScoreParams& p);
+int scores_v3_blocks_per_cta(const ScoreParams& p);
 
 // Kernel launches on `stream`; each returns the launch error.
 cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream);

@@ -64,6 +64,31 @@ bool scoring_v2_wanted(const EstimateConfig& config) {
   return config.cuda_scoring_v2;
 }
 
+// EstimateConfig::cuda_scoring_v3 unless ARIADNE_EST_V3 (read per call) says 0 or 1.
+// The largest dynamic shared memory a CTA of the current device may ask for.
+size_t smem_optin() {
+  int dev_id = 0, optin = 0;
+  check(cudaGetDevice(&dev_id), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_id), "shared memory limit");
+  return size_t(optin);
+}
+
+bool scoring_v3_wanted(const EstimateConfig& config) {
+  const char* v = std::getenv("ARIADNE_EST_V3");
+  if (v != nullptr && std::string(v) == "0") return false;
+  if (v != nullptr && std::string(v) == "1") return true;
+  return config.cuda_scoring_v3;
+}
+
+// The v3 kernel (ScoreParams::v3_kind) for head dims padded to dpad: the wgmma one where it
+// applies (dpad 128), the 128-row mma.sync one elsewhere or when ARIADNE_EST_V3_KIND=narrow (read
+// per call; docs/rrattention.md, "Scoring kernel v3").
+int scoring_v3_kind(int dpad) {
+  const char* v = std::getenv("ARIADNE_EST_V3_KIND");
+  if (v != nullptr && std::string(v) == "narrow") return 0;
+  return dpad == 128 ? 1 : 0;
+}
+
 int64_t last_key_stride(const EstimateConfig& c, int64_t stride, const Seq& e, int64_t i, int h) {
   const int64_t q = c.method == Estimator::rr ? rr_sample_position(c.offset, int32_t(stride), i, h, e.lq)
                                               : std::min(i * stride + stride - 1, e.lq - 1);
@@ -282,6 +307,61 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
     scratch_pairs += (g.diag(g.seqs[size_t(qb_seq[size_t(gb)])], qb_m[size_t(gb)]) + 1) * g.heads_kv * zc * cuda::kScoreRows;
   }
 
+  // Tensor-core scoring unless asked for f32 (config or ARIADNE_EST_F32=1) or its tiles would not
+  // fit in a CTA's shared memory (d 256 with f32 inputs on a part with less than ~220 KB).
+  const int qterms = q.dtype == DType::bf16 ? 1 : q.dtype == DType::f16 ? 2 : 3;
+  const int dpad = int((g.dim + 15) / 16 * 16);
+  bool use_mma = !config.cuda_f32_scoring && !env_flag("ARIADNE_EST_F32");
+  if (use_mma) {
+    cuda::ScoreParams probe{};
+    probe.mma = true;
+    probe.d = int(g.dim);
+    probe.dpad = dpad;
+    probe.qterms = qterms;
+    probe.kterms = rr ? 3 : qterms;
+    use_mma = cuda::scores_smem_bytes(probe) <= smem_optin();
+  }
+  // The v3 scoring kernel where asked for (config, or ARIADNE_EST_V3) and it covers the case: its
+  // CTAs own up to blocks_per_cta adjacent query blocks of one sequence, listed (first global
+  // block, blocks) with the longest first (work grows with the block index: the last CTAs to start
+  // are then short ones, not whole diagonal sweeps).
+  cuda::ScoreParams kind{};
+  kind.mma = use_mma;
+  kind.rr = rr;
+  kind.qterms = qterms;
+  kind.kterms = rr ? 3 : qterms;
+  kind.spb = spb;
+  kind.heads_per_cta = hpc;
+  kind.row_split = spb > cuda::kScoreRows ? spb / cuda::kScoreRows : 1;
+  kind.dpad = dpad;
+  kind.v3 = true;
+  kind.v3_kind = scoring_v3_kind(dpad);
+  // (8 KB left for the kernel's static shared memory: the row and group tables.)
+  const bool use_v3 = scoring_v3_wanted(config) && cuda::scores_v3_applies(kind) &&
+                      cuda::scores_smem_bytes(kind) + 8192 <= smem_optin();
+  std::vector<int32_t> v3_ctas;
+  if (use_v3) {
+    const int per_cta = cuda::scores_v3_blocks_per_cta(kind);
+    std::vector<std::pair<int64_t, int64_t>> order;  // (last block's visible key blocks, CTA)
+    for (size_t s = 0; s < g.seqs.size(); ++s) {
+      const Seq& e = g.seqs[s];
+      for (int64_t m = 0; m < e.nqb; m += per_cta) {
+        const int64_t n = std::min<int64_t>(per_cta, e.nqb - m);
+        order.emplace_back(g.diag(e, m + n - 1) + 1, int64_t(v3_ctas.size() / 2));
+        v3_ctas.push_back(int32_t(sbb[s] + m));
+        v3_ctas.push_back(int32_t(n));
+      }
+    }
+    std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+    std::vector<int32_t> sorted;
+    sorted.reserve(v3_ctas.size());
+    for (const auto& o : order) {
+      sorted.push_back(v3_ctas[size_t(2 * o.second)]);
+      sorted.push_back(v3_ctas[size_t(2 * o.second + 1)]);
+    }
+    v3_ctas.swap(sorted);
+  }
+
   // Staging layout (bytes): the device tables [0, tables_end) mirrored one to one, then the
   // result's score_ptr and seq_block_base (copied into their own buffers), then the per-head
   // kept counts coming back.
@@ -290,7 +370,8 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   const size_t off_qb_m = align_up(off_qb_seq + qb_seq.size() * sizeof(int32_t));
   const size_t off_sbase = align_up(off_qb_m + qb_m.size() * sizeof(int32_t));
   const size_t off_tau = align_up(off_sbase + scratch_base.size() * sizeof(int64_t));
-  const size_t tables_end = align_up(off_tau + tau.size() * sizeof(double));
+  const size_t off_v3 = align_up(off_tau + tau.size() * sizeof(double));
+  const size_t tables_end = align_up(off_v3 + v3_ctas.size() * sizeof(int32_t));
   const size_t kept_bytes = size_t(g.heads_q) * sizeof(int64_t);
   const size_t off_score_ptr = tables_end;
   const size_t score_ptr_bytes = r.score_ptr.size() * sizeof(int64_t);
@@ -323,23 +404,6 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   char* tables = static_cast<char*>(ws.tables.get(tables_end + kept_bytes));
   int64_t* d_kept = reinterpret_cast<int64_t*>(tables + tables_end);
   void* d_scratch = ws.scratch.get(size_t(scratch_pairs) * 2 * sizeof(float));
-  // Tensor-core scoring unless asked for f32 (config or ARIADNE_EST_F32=1) or its tiles would not
-  // fit in a CTA's shared memory (d 256 with f32 inputs on a part with less than ~220 KB).
-  const int qterms = q.dtype == DType::bf16 ? 1 : q.dtype == DType::f16 ? 2 : 3;
-  const int dpad = int((g.dim + 15) / 16 * 16);
-  bool use_mma = !config.cuda_f32_scoring && !env_flag("ARIADNE_EST_F32");
-  if (use_mma) {
-    cuda::ScoreParams probe{};
-    probe.mma = true;
-    probe.d = int(g.dim);
-    probe.dpad = dpad;
-    probe.qterms = qterms;
-    probe.kterms = rr ? 3 : qterms;
-    int dev_id = 0, optin = 0;
-    check(cudaGetDevice(&dev_id), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_id), "shared memory limit");
-    use_mma = cuda::scores_smem_bytes(probe) <= size_t(optin);
-  }
   // rr: K̄ as f32 [heads_kv, total_ks, d] or as three bf16 terms [heads_kv, total_ks, 3, dpad].
   const size_t ksum_bytes = size_t(g.heads_kv) * size_t(g.total_ks) *
                             (use_mma ? size_t(3) * size_t(dpad) * 2 : size_t(g.dim) * sizeof(float));
@@ -359,6 +423,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   put(off_qb_m, qb_m.data(), qb_m.size() * sizeof(int32_t));
   put(off_sbase, scratch_base.data(), scratch_base.size() * sizeof(int64_t));
   put(off_tau, tau.data(), tau.size() * sizeof(double));
+  put(off_v3, v3_ctas.data(), v3_ctas.size() * sizeof(int32_t));
   put(off_score_ptr, r.score_ptr.data(), score_ptr_bytes);
   put(off_sbb, sbb.data(), sbb_bytes);
   const cudaStream_t st = nullptr;
@@ -394,7 +459,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sp.heads_per_cta = hpc;
   sp.scratch = static_cast<float2*>(d_scratch);
   sp.scratch_base = reinterpret_cast<const int64_t*>(tables + off_sbase);
-  sp.row_split = spb > cuda::kScoreRows ? spb / cuda::kScoreRows : 1;
+  sp.row_split = kind.row_split;
   sp.rr = rr;
   sp.paper = config.offset == RROffset::paper;
   sp.qmul = scale / float(stride);
@@ -405,7 +470,11 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sp.ksplit = use_mma ? d_ksum : nullptr;
   if (use_mma) sp.ksum = nullptr;
   // The v2 tensor-core kernel where asked for (config, or ARIADNE_EST_V2) and it covers the case.
-  sp.v2 = scoring_v2_wanted(config) && cuda::scores_v2_applies(sp);
+  sp.v3 = use_v3;
+  sp.v3_kind = kind.v3_kind;
+  sp.v3_ctas = use_v3 ? reinterpret_cast<const int32_t*>(tables + off_v3) : nullptr;
+  sp.v3_num_ctas = int(v3_ctas.size() / 2);
+  sp.v2 = !use_v3 && scoring_v2_wanted(config) && cuda::scores_v2_applies(sp);
 
   const Protections prot = config.protections();
   cuda::SelectParams sel{};
@@ -463,6 +532,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   s.ms_scoring = ev.ms(1, 2);
   s.tensor_core_scoring = use_mma;
   s.scoring_v2 = sp.v2;
+  s.scoring_v3 = sp.v3;
   s.ms_selection = ev.ms(2, 3);
 
   std::vector<int64_t> kept(size_t(g.heads_q), 0);

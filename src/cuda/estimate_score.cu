@@ -33,6 +33,7 @@
 
 #include "cuda/estimate.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/wgmma.cuh"
 
 namespace ariadne::cuda {
 namespace {
@@ -89,6 +90,123 @@ __global__ void key_stride_sums_kernel(ScoreParams p) {
       p.ksum[(int64_t(kvh) * p.total_ks + x) * p.d + u] = acc;
     }
   }
+}
+
+// The K̄ tile copy of the v2 and v3 kernels: key strides j0 … j0+63 of one sequence and KV head,
+// all three terms, into a key-stride-major tile (row 3c + i = term i of key stride c, rows of bp
+// elements), one commit group. A chunk is one contiguous run of 16-byte vectors in global memory
+// and in the tile, so a thread's vectors follow from its first one by a fixed step (int32, one
+// carry test per vector, no division); term rows past the sequence's key strides are zero-filled
+// (their source address stays inside the chunk).
+template <int kThreads>
+struct KbarTileCopy {
+  const __nv_bfloat16* kseq;  // K̄ terms of the sequence's first key stride (this KV head)
+  int dpad, v8, nvec, vstep_row, vstep_col, vrow0, vcol0, nks, tid;
+  uint32_t dst0, dst_step;  // shared address of this thread's first vector; bytes per step
+
+  __device__ KbarTileCopy(const ScoreParams& p, const EstSeq& e, int kvh, uint32_t kb_s, int bp, int t)
+      : kseq(static_cast<const __nv_bfloat16*>(p.ksplit) + (int64_t(kvh) * p.total_ks + e.ks_base) * 3 * p.dpad),
+        dpad(p.dpad),
+        v8(p.dpad / 8),
+        nvec(kMmaCols * 3 * (p.dpad / 8)),
+        vstep_row(kThreads / (p.dpad / 8)),
+        vstep_col(kThreads % (p.dpad / 8)),
+        vrow0(t / (p.dpad / 8)),
+        vcol0(t % (p.dpad / 8)),
+        nks(int(e.nks)),
+        tid(t),
+        dst0(kb_s + uint32_t((t / (p.dpad / 8)) * bp + (t % (p.dpad / 8)) * 8) * 2u),
+        dst_step(uint32_t((kThreads / (p.dpad / 8)) * bp + (kThreads % (p.dpad / 8)) * 8) * 2u) {}
+
+  __device__ __forceinline__ void issue(int j0) const {
+    const __nv_bfloat16* src = kseq + int64_t(j0) * 3 * dpad;
+    int col = vcol0;
+    uint32_t dst = dst0;
+    if (j0 + kMmaCols <= nks) {  // every chunk but a sequence's last: no zero fill
+      const __nv_bfloat16* g = src + tid * 8;
+      for (int idx = tid; idx < nvec; idx += kThreads, g += kThreads * 8) {
+        cp_async16(dst, g, true);
+        col += vstep_col;
+        dst += dst_step;
+        if (col >= v8) {  // into the next term row: it starts 16 pad bytes past this row's end
+          col -= v8;
+          dst += 16u;
+        }
+      }
+    } else {
+      const int rows_ok = 3 * (nks - j0);
+      int row = vrow0;
+      for (int idx = tid; idx < nvec; idx += kThreads) {
+        const bool ok = row < rows_ok;
+        cp_async16(dst, src + (ok ? idx * 8 : 0), ok);
+        row += vstep_row;
+        col += vstep_col;
+        dst += dst_step;
+        if (col >= v8) {
+          col -= v8;
+          ++row;
+          dst += 16u;
+        }
+      }
+    }
+    cp_async_commit();
+  }
+};
+
+// The partials' quad transpose (v2, v3). x[q][k]: a warp's accumulator values of row-combination
+// q = 2·mt + h2 (m16 tile mt, rows +8 if h2) at column 8·(k/2) + 2·cc + k%2 of an n8 pair (cc =
+// lane % 4). Afterwards y[s][k] holds row-combination cc at column 8·(k/2) + 2·s + k%2: the 16
+// columns of one row in one lane, in two xor stages of 8 shuffles.
+__device__ __forceinline__ void quad_transpose(const float (&x)[4][4], float (&y)[4][4], int cc) {
+  const bool b0 = (cc & 1) != 0, b1 = (cc & 2) != 0;
+  // Stage 1 (lanes cc, cc ^ 1): f[p2][s0] = row-combination 2·p2 + (cc & 1) from the quad lane
+  // whose bit 0 is s0.
+  float f[2][2][4];
+#pragma unroll
+  for (int p2 = 0; p2 < 2; ++p2)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float own = b0 ? x[2 * p2 + 1][k] : x[2 * p2][k];
+      const float send = b0 ? x[2 * p2][k] : x[2 * p2 + 1][k];
+      const float recv = __shfl_xor_sync(0xffffffffu, send, 1);
+      f[p2][0][k] = b0 ? recv : own;
+      f[p2][1][k] = b0 ? own : recv;
+    }
+  // Stage 2 (lanes cc, cc ^ 2): y[s][k] = row-combination cc from quad lane s.
+#pragma unroll
+  for (int s0 = 0; s0 < 2; ++s0)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float own = b1 ? f[1][s0][k] : f[0][s0][k];
+      const float send = b1 ? f[0][s0][k] : f[1][s0][k];
+      const float recv = __shfl_xor_sync(0xffffffffu, send, 2);
+      y[s0][k] = b1 ? recv : own;
+      y[2 + s0][k] = b1 ? own : recv;
+    }
+}
+
+// (max, Σexp(x − max)) of key block nb of a lane's 16 transposed columns y (nr 8: block nb is n8
+// tile nb; nr 16: one block, both tiles). The Σexp runs in the f32 kernel's column order, cs +
+// e(2s) + e(2s + 1) for s = 0 … 3 per n8 tile, with __fadd_rn: a plain + would let the compiler
+// fuse expf's final multiply into the sum (an FFMA rounds once where v1, whose terms arrive by
+// shuffle, rounds twice).
+__device__ __forceinline__ float2 block_pair(const float (&y)[4][4], int nr, int nb) {
+  const int nt0 = nr == 16 ? 0 : nb, nt1 = nr == 16 ? 1 : nb;
+  float cm = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+    if (nt >= nt0 && nt <= nt1)
+#pragma unroll
+      for (int s = 0; s < 4; ++s) cm = fmaxf(fmaxf(cm, y[s][2 * nt]), y[s][2 * nt + 1]);
+  float cs = 0.f;
+  if (cm != -INFINITY)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+      if (nt >= nt0 && nt <= nt1)
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+          cs = __fadd_rn(__fadd_rn(cs, expf(y[s][2 * nt] - cm)), expf(y[s][2 * nt + 1] - cm));
+  return make_float2(cm, cs);
 }
 
 constexpr int kQPitch = kScoreRows + 4;  // q tile [d][68]: float4-aligned, 4-way store conflicts at most
@@ -383,51 +501,8 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
       //    rows 32 … 63 are empty: 4 heads × 8 strides);
       //  * the partials: a 4 × 4 transpose inside each quad (16 shuffles) gives every lane the 16
       //    columns of one row, whose max and in-order Σexp then need no shuffle at all.
-      const int v8 = p.dpad / 8;  // 16-byte vectors per term row
-      const int nvec = kMmaCols * 3 * v8;
-      const int vstep_row = kScoreThreads / v8, vstep_col = kScoreThreads % v8;
-      const int vrow0 = tid / v8, vcol0 = tid % v8;
-      const uint32_t dst_step = uint32_t(vstep_row * bp + vstep_col * 8) * 2u;  // bytes per vector step
-      const __nv_bfloat16* kseq =
-          static_cast<const __nv_bfloat16*>(p.ksplit) + (int64_t(kvh) * p.total_ks + e.ks_base) * 3 * p.dpad;
       const uint32_t kb_s = smem_addr(kb);
-      const uint32_t dst0 = kb_s + uint32_t(vrow0 * bp + vcol0 * 8) * 2u;  // this thread's first vector
-      const int nks = e.nks;
-      // Copies key strides j0 … j0+63 (all terms) into the tile, one commit group; term rows past
-      // the sequence's key strides are zero-filled (their source address stays inside the chunk).
-      auto issue_k_v2 = [&](int j0) {
-        const __nv_bfloat16* src = kseq + int64_t(j0) * 3 * p.dpad;
-        int col = vcol0;
-        uint32_t dst = dst0;
-        if (j0 + kMmaCols <= nks) {  // every chunk but a sequence's last: no zero fill
-          const __nv_bfloat16* g = src + tid * 8;
-          for (int idx = tid; idx < nvec; idx += kScoreThreads, g += kScoreThreads * 8) {
-            cp_async16(dst, g, true);
-            col += vstep_col;
-            dst += dst_step;
-            if (col >= v8) {  // into the next term row: it starts 16 pad bytes past this row's end
-              col -= v8;
-              dst += 16u;
-            }
-          }
-        } else {
-          const int rows_ok = 3 * (nks - j0);
-          int row = vrow0;
-          for (int idx = tid; idx < nvec; idx += kScoreThreads) {
-            const bool ok = row < rows_ok;
-            cp_async16(dst, src + (ok ? idx * 8 : 0), ok);
-            row += vstep_row;
-            col += vstep_col;
-            dst += dst_step;
-            if (col >= v8) {
-              col -= v8;
-              ++row;
-              dst += 16u;
-            }
-          }
-        }
-        cp_async_commit();
-      };
+      const KbarTileCopy<kScoreThreads> kcopy(p, e, kvh, kb_s, bp, tid);
       // Warp w: rows 32·(w & 1) … +31 (two m16 tiles) × key strides 16·(w >> 1) … +15, as above.
       const int wm = warp & 1, wn = warp >> 1;
       // ldmatrix row addresses (bytes): q term i, tile mt: row i·64 + wm·32 + mt·16 + lane % 16,
@@ -470,7 +545,6 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
       };
       const int nr_log2 = nr == 16 ? 4 : 3;
       const int cc = lane & 3;
-      const bool b0 = (cc & 1) != 0, b1 = (cc & 2) != 0;
       // After the transpose this lane holds row-combination q = cc (m16 tile q / 2, rows +8 if q odd).
       const int my_row = wm * 32 + (cc >> 1) * 16 + (lane >> 2) + (cc & 1) * 8;
       float2* my_part = part + my_row * nvis;
@@ -492,59 +566,17 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
                                                  ? __fmul_rn(acc[mt][nt][h2 * 2 + v], p.qmul)
                                                  : -INFINITY;
           }
-        // Quad transpose, stage 1 (lanes cc, cc ^ 1): f[p2][s0] = row-combination 2·p2 + (cc & 1)
-        // from the quad lane whose bit 0 is s0.
-        float f[2][2][4];
-#pragma unroll
-        for (int p2 = 0; p2 < 2; ++p2)
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const float own = b0 ? x[2 * p2 + 1][k] : x[2 * p2][k];
-            const float send = b0 ? x[2 * p2][k] : x[2 * p2 + 1][k];
-            const float recv = __shfl_xor_sync(0xffffffffu, send, 1);
-            f[p2][0][k] = b0 ? recv : own;
-            f[p2][1][k] = b0 ? own : recv;
-          }
-        // Stage 2 (lanes cc, cc ^ 2): y[s][k] = row-combination cc from quad lane s, i.e. the
-        // logit of column 8·(k/2) + 2·s + k%2.
         float y[4][4];
-#pragma unroll
-        for (int s0 = 0; s0 < 2; ++s0)
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const float own = b1 ? f[1][s0][k] : f[0][s0][k];
-            const float send = b1 ? f[0][s0][k] : f[1][s0][k];
-            const float recv = __shfl_xor_sync(0xffffffffu, send, 2);
-            y[s0][k] = b1 ? recv : own;
-            y[2 + s0][k] = b1 ? own : recv;
-          }
+        quad_transpose(x, y, cc);
 #pragma unroll
         for (int nb = 0; nb < 2; ++nb) {
           if (nb * nr >= 16) continue;  // nr 16: one block per warp
           const int n = (j0 + wn * 16 + nb * nr) >> nr_log2;
           if (n * nr > last) continue;  // past every row's last key stride (warp-uniform)
-          const int nt0 = nr == 16 ? 0 : nb, nt1 = nr == 16 ? 1 : nb;
-          float cm = -INFINITY;
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt)
-            if (nt >= nt0 && nt <= nt1)
-#pragma unroll
-              for (int s = 0; s < 4; ++s) cm = fmaxf(fmaxf(cm, y[s][2 * nt]), y[s][2 * nt + 1]);
-          // Σexp in the f32 kernel's column order, cs + e(2s) + e(2s + 1) for s = 0 … 3. The adds
-          // are __fadd_rn: a plain + would let the compiler fuse expf's final multiply into them
-          // (an FFMA rounds once where v1, whose terms arrive by shuffle, rounds twice).
-          float cs = 0.f;
-          if (cm != -INFINITY)
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-              if (nt >= nt0 && nt <= nt1)
-#pragma unroll
-                for (int s = 0; s < 4; ++s)
-                  cs = __fadd_rn(__fadd_rn(cs, expf(y[s][2 * nt] - cm)), expf(y[s][2 * nt + 1] - cm));
-          my_part[n] = make_float2(cm, cs);
+          my_part[n] = block_pair(y, nr, nb);
         }
       };
-      if (last >= 0) issue_k_v2(0);
+      if (last >= 0) kcopy.issue(0);
       for (int j0 = 0; j0 <= last; j0 += kMmaCols) {
         float acc[2][2][4] = {};
         cp_async_wait<0>();
@@ -558,7 +590,7 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
             mma_tile_v2(std::integral_constant<int, 3>{}, acc);
         }
         __syncthreads();  // every warp is done with it
-        if (j0 + kMmaCols <= last) issue_k_v2(j0 + kMmaCols);
+        if (j0 + kMmaCols <= last) kcopy.issue(j0 + kMmaCols);
         block_partials_v2(j0, acc);
       }
       __syncthreads();  // the partials are read by other threads below
@@ -701,6 +733,453 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(ScoreParams p) {
   }  // row rounds
 }
 
+// ---- Scoring kernel v3 (docs/rrattention.md, "Scoring kernel v3"): rr, bf16 q (one term), blocks
+// of 8 or 16 key strides, one row round. A CTA owns 128 rows: G = 128 / R adjacent query blocks of
+// one sequence, R = heads_per_cta · B/S rows each (the rows of one v2 CTA), so every K̄ tile
+// copied from L2 serves G·R rows instead of R (S 8: 2 × 64; S 16: 4 × 32, where v2 has 32 live
+// rows of 64), and each B fragment feeds 8 mma instead of 4. 8 warps, each 64 rows × 16 key
+// strides; v2's single K̄ tile and two barriers per chunk; two CTAs per SM (87 KB each at d 128).
+// CTA x of the grid (CTAs, heads_kv, z) owns the query blocks p.v3_ctas[2x] … + p.v3_ctas[2x + 1]
+// − 1 (host-built, the longest CTAs first). Each group's logits, partials, row sums and block
+// scores are v2's bit for bit: the same products per accumulator in the same order, the same
+// expf terms in the same order, and the same scratch rows (a group writes the partials of the v2
+// CTA of its query block). With head_dim 128 the host runs the wgmma variant below instead.
+constexpr int kV3Rows = 128, kV3Threads = 256, kV3MaxGroups = kV3Rows / 8;  // R >= 8
+// Dynamic shared memory: q tile [128][dpad+8] bf16 | K̄ tile [64 · 3][dpad+8] bf16 (v2's).
+struct V3Smem {
+  static __host__ __device__ int bpitch(const ScoreParams& p) { return p.dpad + 8; }
+  static __host__ __device__ size_t q_bytes(const ScoreParams& p) { return size_t(2) * kV3Rows * bpitch(p); }
+  static __host__ __device__ size_t total(const ScoreParams& p) {
+    return q_bytes(p) + size_t(2) * 3 * kMmaCols * bpitch(p);
+  }
+};
+
+// At most 128 registers a thread: two CTAs per SM.
+__global__ void __launch_bounds__(kV3Threads, 2) scores_v3_kernel(ScoreParams p) {
+  constexpr int kRows = kV3Rows, kThreads = kV3Threads, kMaxGroups = kV3MaxGroups;
+  extern __shared__ float4 smem4[];
+  char* smem = reinterpret_cast<char*>(smem4);
+  __nv_bfloat16* qa = reinterpret_cast<__nv_bfloat16*>(smem);
+  const int bp = V3Smem::bpitch(p);
+  const uint32_t kb_s = smem_addr(smem + V3Smem::q_bytes(p));
+  __shared__ int lim[kRows];    // last visible key stride of each row (−1: no row)
+  __shared__ int qpos[kRows];   // the sampled query's local index
+  __shared__ int rhead[kRows];  // the row's query head, relative to head0
+  __shared__ float rmax[kRows], rmul[kRows];
+  // Per group (query block m0 + g): last key stride of its rows, sampled strides, visible key
+  // blocks, and its partials (the v2 CTA's scratch rows).
+  __shared__ int glast[kMaxGroups], gnract[kMaxGroups], gnvis[kMaxGroups];
+  __shared__ float2* gpart[kMaxGroups];
+
+  const int gb0 = p.v3_ctas[2 * blockIdx.x], ngroups = p.v3_ctas[2 * blockIdx.x + 1];
+  const int kvh = blockIdx.y;
+  const EstSeq e = p.seqs[p.qblock_seq[gb0]];
+  const int64_t m0 = p.qblock_m[gb0];
+  const int S = p.stride, nr = p.spb, R = p.heads_per_cta * nr;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int head0 = kvh * p.group + int(blockIdx.z) * p.heads_per_cta;
+  const int heads_here = min(p.heads_per_cta, p.group - int(blockIdx.z) * p.heads_per_cta);
+
+  if (tid < kMaxGroups) {
+    glast[tid] = -1;
+    if (tid < ngroups) {
+      const int64_t m = m0 + tid;
+      const int64_t qlast = min((m + 1) * p.block, e.lq) - 1;
+      const int64_t nvis = (qlast + e.off) / p.block + 1;  // visible key blocks: 0 … diag(m)
+      gnract[tid] = int(min(int64_t(nr), e.nqs - m * nr));
+      gnvis[tid] = int(nvis);
+      gpart[tid] =
+          p.scratch + p.scratch_base[gb0 + tid] + (int64_t(kvh) * gridDim.z + blockIdx.z) * kScoreRows * nvis;
+    }
+  }
+  __syncthreads();
+  // Row r: group r / R, then v2's order inside the group (head-major, nr strides per head).
+  if (tid < kRows) {
+    const int g = tid / R, rl = tid % R, hl = rl / nr, il = rl % nr;
+    int l = -1, pos = 0;
+    if (g < ngroups && hl < heads_here && il < gnract[g]) {
+      const int64_t i = (m0 + g) * nr + il;
+      const int hm = (head0 + hl) % S;
+      const int64_t rep = min(i * S + (p.paper ? S - 1 - hm : hm), e.lq - 1);
+      pos = int(rep);
+      l = int((rep + e.off) / S);
+    }
+    lim[tid] = l;
+    qpos[tid] = pos;
+    rhead[tid] = hl;
+    if (g < ngroups) atomicMax(&glast[g], l);
+  }
+  __syncthreads();
+  // The q tile: the sampled queries as bf16 (the input itself: one exact term), zero rows past
+  // the CTA's rows and zero columns past d.
+  for (int idx = tid; idx < kRows * p.dpad; idx += kThreads) {
+    const int r = idx / p.dpad, t = idx % p.dpad;
+    float v = 0.f;
+    if (t < p.d && lim[r] >= 0)
+      v = load_elem(p.q, (e.q0 + qpos[r]) * p.q_tok + int64_t(head0 + rhead[r]) * p.q_head + t, p.dtype);
+    qa[r * bp + t] = __float2bfloat16_rn(v);
+  }
+  int last = -1;  // the last key stride any row of the CTA sees
+  for (int g = 0; g < ngroups; ++g) last = max(last, glast[g]);
+
+  const KbarTileCopy<kThreads> kcopy(p, e, kvh, kb_s, bp, tid);
+  // Warp w: rows 64·(w % 2) … +63 (four m16 tiles) × key strides 16·(w / 2) … +15 (two n8 tiles)
+  // of each 64-stride chunk. ldmatrix row addresses (bytes): q tile mt: row wm·64 + mt·16 +
+  // lane % 16, column (lane / 16)·8; K̄ as v2. The k step adds 32 bytes to both.
+  const int wm = warp % 2, wn = warp / 2;
+  const uint32_t a_s = smem_addr(qa) + uint32_t(((wm * 64 + (lane & 15)) * bp + (lane >> 4) * 8) * 2);
+  const uint32_t a_tile = uint32_t(16 * bp * 2);
+  const uint32_t b_s =
+      kb_s + uint32_t((3 * (wn * 16 + (lane >> 4) * 8 + (lane & 7)) * bp + ((lane >> 3) & 1) * 8) * 2);
+  const uint32_t b_term = uint32_t(bp * 2);
+  // A chunk past every row of this warp leaves its logits all masked: its mma work is skipped.
+  const int warp_last = __reduce_max_sync(0xffffffffu, max(lim[wm * 64 + lane], lim[wm * 64 + 32 + lane]));
+  const int nr_log2 = nr == 16 ? 4 : 3;
+  const int cc = lane & 3;
+  // After the transpose of half hp (m16 tiles 2·hp, 2·hp + 1) this lane holds one row: its
+  // partials and its group's last key stride (−1 for rows outside every group: nothing written).
+  float2* my_part[2];
+  int my_last[2];
+#pragma unroll
+  for (int hp = 0; hp < 2; ++hp) {
+    const int row = wm * 64 + hp * 32 + (cc >> 1) * 16 + (lane >> 2) + (cc & 1) * 8;
+    const int g = row / R;
+    my_part[hp] = g < ngroups ? gpart[g] + (row - g * R) * gnvis[g] : nullptr;
+    my_last[hp] = g < ngroups ? glast[g] : -1;
+  }
+
+  if (last >= 0) kcopy.issue(0);
+  for (int j0 = 0; j0 <= last; j0 += kMmaCols) {
+    float acc[4][2][4] = {};
+    cp_async_wait<0>();
+    __syncthreads();  // the K̄ tile of j0 is in shared memory
+    if (warp_last >= j0) {
+      // acc += q · K̄ᵀ, per accumulator k step outer, then term j of K̄: v1's product order.
+      uint32_t a_k = a_s, b_k = b_s;
+#pragma unroll 2
+      for (int k0 = 0; k0 < p.dpad; k0 += 16, a_k += 32u, b_k += 32u) {
+        uint32_t a[4][4];
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) ldmatrix_x4(a[mt], a_k + mt * a_tile);
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+          uint32_t b[4];  // n8 tile 0: b[0], b[1]; tile 1: b[2], b[3]
+          ldmatrix_x4(b, b_k + j * b_term);
+#pragma unroll
+          for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) Bf16::mma(acc[mt][nt], a[mt], b[2 * nt], b[2 * nt + 1]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with the tile
+    if (j0 + kMmaCols <= last) kcopy.issue(j0 + kMmaCols);
+    // The partials of this chunk's blocks in the warp's 16 columns (v2's, per half).
+#pragma unroll
+    for (int hp = 0; hp < 2; ++hp) {
+      float x[4][4];
+#pragma unroll
+      for (int mtl = 0; mtl < 2; ++mtl)
+#pragma unroll
+        for (int h2 = 0; h2 < 2; ++h2) {
+          const int mt = 2 * hp + mtl;
+          const int lr = lim[wm * 64 + mt * 16 + (lane >> 2) + h2 * 8];
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int v = 0; v < 2; ++v)
+              x[2 * mtl + h2][2 * nt + v] = j0 + wn * 16 + nt * 8 + 2 * cc + v <= lr
+                                                ? __fmul_rn(acc[mt][nt][h2 * 2 + v], p.qmul)
+                                                : -INFINITY;
+        }
+      float y[4][4];
+      quad_transpose(x, y, cc);
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb) {
+        if (nb * nr >= 16) continue;  // nr 16: one block per warp
+        const int n = (j0 + wn * 16 + nb * nr) >> nr_log2;
+        if (n * nr > my_last[hp]) continue;  // past every row of the group (v2's CTA-wide test)
+        my_part[hp][n] = block_pair(y, nr, nb);
+      }
+    }
+  }
+  __syncthreads();  // the partials are read by other threads below
+
+  // ---- per row: max and sum over its blocks (warp w owns rows 16w … 16w+15), as v2 ----
+  for (int r16 = 0; r16 < 16; ++r16) {
+    const int r = warp * 16 + r16, g = r / R;
+    if (g >= ngroups) continue;  // warp-uniform
+    const int64_t nblk = glast[g] >= 0 ? glast[g] / nr + 1 : 0;
+    const float2* part = gpart[g] + (r - g * R) * gnvis[g];
+    float m1 = -INFINITY, s1 = 0.f;
+    for (int64_t n = lane; n < nblk; n += 32) {
+      const float2 v = part[n];
+      const float mm = fmaxf(m1, v.x);
+      s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + v.y * expf(v.x - mm);
+      m1 = mm;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m1, o), s2 = __shfl_xor_sync(0xffffffffu, s1, o);
+      const float mm = fmaxf(m1, m2);
+      s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + s2 * expf(m2 - mm);
+      m1 = mm;
+    }
+    if (lane == 0) {
+      rmax[r] = m1;
+      rmul[r] = s1 > 0.f ? 1.f / (s1 * float(gnract[g])) : 0.f;
+    }
+  }
+  __syncthreads();
+
+  // ---- block scores per group: Σ over the head's rows, in order, one thread per (head, block) ----
+  for (int g = 0; g < ngroups; ++g) {
+    const int64_t nblk = glast[g] >= 0 ? glast[g] / nr + 1 : 0;
+    const int64_t row0 = e.row_base + m0 + g;
+    for (int64_t idx = tid; idx < heads_here * nblk; idx += kThreads) {
+      const int hl = int(idx / nblk);
+      const int64_t n = idx % nblk;
+      float v = 0.f;
+      for (int il = 0; il < nr; ++il) {
+        const int rl = hl * nr + il, r = g * R + rl;
+        const float2 pv = gpart[g][int64_t(rl) * gnvis[g] + n];
+        if (pv.y > 0.f) v += pv.y * expf(pv.x - rmax[r]) * rmul[r];
+      }
+      p.scores[p.score_ptr[row0 + int64_t(head0 + hl) * e.nqb] + n] += v;
+    }
+  }
+}
+
+// ---- v3, wgmma variant (docs/rrattention.md, "Scoring kernel v3"): head_dim 128 (dpad 128) only,
+// where the host runs it instead of the 128-row kernel above (ARIADNE_EST_V3_KIND=narrow keeps
+// that one). One warpgroup of 64 rows (G = 64 / R query blocks, the v3 grouping) per CTA and 32 key
+// strides per chunk. The logits run on wgmma m64n32k16 (q as the register operand, loaded once;
+// K̄'s three terms from shared memory, K-major with the 128-byte swizzle) asynchronously: chunk c's
+// wgmma run while the warps form chunk c − 1's partials from the other accumulator set, so the
+// tensor work leaves the warps' instruction stream and overlaps the partials. K̄ tiles: two stages
+// of 24 KB, four CTAs (16 warps) per SM. Per accumulator the products are summed in v1's order
+// (k step outer, then K̄ term), each k-16 group by the tensor core (the same bits as mma.sync's
+// on every case measured: docs/numerics.md); the partials, row sums and block scores are v3's.
+constexpr int kWgCols = 32;          // key strides per chunk
+constexpr int kWgRows = 64, kWgThreads = 128, kWgMaxGroups = kWgRows / 8;
+constexpr int kWgRegion = kWgCols * 128;  // bytes of one 64-element column region of a term tile
+constexpr int kWgTerm = 2 * kWgRegion;    // one K̄ term of the chunk (d 128: two regions)
+constexpr int kWgStage = 3 * kWgTerm;
+// Dynamic shared memory: 1024 bytes of alignment slack (the swizzle atoms sit on 1 KB
+// boundaries), then two stages; the q tile [64][136] bf16 is staged in them before the first copy.
+constexpr size_t kWgSmem = 1024 + 2 * kWgStage;
+static_assert(2 * kWgStage >= 2 * kWgRows * 136, "the q staging fits in the K̄ stages");
+
+// Four CTAs per SM: at most 128 registers a thread (uncapped it takes 158 and fits 3 CTAs; capped
+// it measured 11.03 ms against 11.94 at 128K S 8, session 4).
+__global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p) {
+  extern __shared__ float4 smem4[];
+  const uint32_t base = (smem_addr(smem4) + 1023u) & ~1023u;
+  char* const base_ptr = reinterpret_cast<char*>(smem4) + (base - smem_addr(smem4));
+  __shared__ int lim[kWgRows], qpos[kWgRows], rhead[kWgRows];
+  __shared__ float rmax[kWgRows], rmul[kWgRows];
+  __shared__ int glast[kWgMaxGroups], gnract[kWgMaxGroups], gnvis[kWgMaxGroups];
+  __shared__ float2* gpart[kWgMaxGroups];
+
+  const int gb0 = p.v3_ctas[2 * blockIdx.x], ngroups = p.v3_ctas[2 * blockIdx.x + 1];
+  const int kvh = blockIdx.y;
+  const EstSeq e = p.seqs[p.qblock_seq[gb0]];
+  const int64_t m0 = p.qblock_m[gb0];
+  const int S = p.stride, nr = p.spb, R = p.heads_per_cta * nr;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int head0 = kvh * p.group + int(blockIdx.z) * p.heads_per_cta;
+  const int heads_here = min(p.heads_per_cta, p.group - int(blockIdx.z) * p.heads_per_cta);
+
+  if (tid < kWgMaxGroups) {
+    glast[tid] = -1;
+    if (tid < ngroups) {
+      const int64_t m = m0 + tid;
+      const int64_t qlast = min((m + 1) * p.block, e.lq) - 1;
+      const int64_t nvis = (qlast + e.off) / p.block + 1;
+      gnract[tid] = int(min(int64_t(nr), e.nqs - m * nr));
+      gnvis[tid] = int(nvis);
+      gpart[tid] =
+          p.scratch + p.scratch_base[gb0 + tid] + (int64_t(kvh) * gridDim.z + blockIdx.z) * kScoreRows * nvis;
+    }
+  }
+  __syncthreads();
+  if (tid < kWgRows) {
+    const int g = tid / R, rl = tid % R, hl = rl / nr, il = rl % nr;
+    int l = -1, pos = 0;
+    if (g < ngroups && hl < heads_here && il < gnract[g]) {
+      const int64_t i = (m0 + g) * nr + il;
+      const int hm = (head0 + hl) % S;
+      const int64_t rep = min(i * S + (p.paper ? S - 1 - hm : hm), e.lq - 1);
+      pos = int(rep);
+      l = int((rep + e.off) / S);
+    }
+    lim[tid] = l;
+    qpos[tid] = pos;
+    rhead[tid] = hl;
+    if (g < ngroups) atomicMax(&glast[g], l);
+  }
+  __syncthreads();
+  // q staged as [64][136] bf16, then each warp's A fragments (rows 16·warp … +15, 8 k steps) into
+  // registers for the whole CTA.
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(base_ptr);
+  constexpr int kQp = 136;
+  for (int idx = tid; idx < kWgRows * 128; idx += kWgThreads) {
+    const int r = idx >> 7, t = idx & 127;
+    float v = 0.f;
+    if (t < p.d && lim[r] >= 0)
+      v = load_elem(p.q, (e.q0 + qpos[r]) * p.q_tok + int64_t(head0 + rhead[r]) * p.q_head + t, p.dtype);
+    qs[r * kQp + t] = __float2bfloat16_rn(v);
+  }
+  __syncthreads();
+  uint32_t a[8][4];
+  {
+    const uint32_t a0 = base + uint32_t(((warp * 16 + (lane & 15)) * kQp + (lane >> 4) * 8) * 2);
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) ldmatrix_x4(a[ks], a0 + ks * 32);
+  }
+  int last = -1;
+  for (int g = 0; g < ngroups; ++g) last = max(last, glast[g]);
+  __syncthreads();  // the staging area becomes the K̄ stages
+
+  // K̄ copy: chunk j0 … j0+31, 32 · 3 term rows of 16 vectors, 12 per thread. A thread's vector
+  // column u = tid % 16 is fixed (128 threads = 8 term rows of 16 vectors); its term row 3n + j
+  // advances by 8 per step. Row n of term j, 16-byte piece u: region u / 8, piece (u % 8) ^ (n % 8)
+  // of the row's 128 bytes (the 128-byte swizzle the descriptors below read).
+  const __nv_bfloat16* kseq =
+      static_cast<const __nv_bfloat16*>(p.ksplit) + (int64_t(kvh) * p.total_ks + e.ks_base) * 3 * 128;
+  const int cu = tid & 15, row30 = tid >> 4;
+  const uint32_t cu_region = uint32_t((cu >> 3) * kWgRegion);
+  const int nks = int(e.nks);
+  auto issue = [&](int j0, int stage) {
+    const __nv_bfloat16* src = kseq + (int64_t(j0) * 3 + row30) * 128 + cu * 8;
+    int n = row30 / 3, j = row30 % 3;
+    const uint32_t sb = base + uint32_t(stage * kWgStage) + cu_region;
+#pragma unroll
+    for (int i = 0; i < 12; ++i) {
+      const bool ok = j0 + n < nks;
+      cp_async16(sb + uint32_t(j * kWgTerm + n * 128 + (((cu & 7) ^ (n & 7)) << 4)), ok ? src : kseq, ok);
+      src += 8 * 128;
+      n += 2;
+      j += 2;
+      if (j >= 3) {
+        j -= 3;
+        ++n;
+      }
+    }
+    cp_async_commit();
+  };
+  // B descriptor of term j, k step ks, stage st: region ks / 4, 32 bytes per k step inside it.
+  auto bdesc = [&](int st, int j, int ks) {
+    return wg::desc_swizzled<128>(base + uint32_t(st * kWgStage + j * kWgTerm + (ks >> 2) * kWgRegion + (ks & 3) * 32),
+                                  16, 1024);
+  };
+  const int nr_log2 = nr == 16 ? 4 : 3;
+  const int cc = lane & 3;
+  // After the transpose this lane holds one row (16·warp + lane/4 + 8·(cc & 1)) and 16-column
+  // group cc / 2 of the chunk.
+  const int my_row = warp * 16 + (lane >> 2) + (cc & 1) * 8;
+  const int my_g = my_row / R;
+  float2* const my_part = my_g < ngroups ? gpart[my_g] + (my_row - my_g * R) * gnvis[my_g] : nullptr;
+  const int my_last = my_g < ngroups ? glast[my_g] : -1;
+  // Partials of chunk c from its accumulators (m64n32: this warp's 16 rows; acc[4t + 2h + v] at
+  // row lane/4 + 8h, column 8t + 2·cc + v).
+  auto partials = [&](int c, const float (&acc)[16]) {
+    const int j0 = c * kWgCols;
+    float x[4][4];
+#pragma unroll
+    for (int gl = 0; gl < 2; ++gl)
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int lr = lim[warp * 16 + (lane >> 2) + h2 * 8];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int v = 0; v < 2; ++v)
+            x[2 * gl + h2][2 * nt + v] = j0 + gl * 16 + nt * 8 + 2 * cc + v <= lr
+                                             ? __fmul_rn(acc[4 * (2 * gl + nt) + 2 * h2 + v], p.qmul)
+                                             : -INFINITY;
+      }
+    float y[4][4];
+    quad_transpose(x, y, cc);
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb) {
+      if (nb * nr >= 16) continue;  // nr 16: one block per 16 columns
+      const int n = (j0 + (cc >> 1) * 16 + nb * nr) >> nr_log2;
+      if (n * nr > my_last) continue;
+      my_part[n] = block_pair(y, nr, nb);
+    }
+  };
+  const int nch = last >= 0 ? last / kWgCols + 1 : 0;
+  // Chunk c: its wgmma run into cur while the warps reduce chunk c − 1 (prev); then cur is waited
+  // for and becomes prev. Nothing is in flight across the loop's back edge (no register copy of an
+  // accumulator a wgmma still writes), and the top barrier also frees the stage of chunk c − 1
+  // (every warp waited for its wgmma) for the copy of chunk c + 1.
+  float cur[16], prev[16];
+  if (nch > 0) issue(0, 0);
+  for (int c = 0; c < nch; ++c) {
+    cp_async_wait<0>();
+    wg::fence_proxy_async();  // the cp.async tile (generic proxy) before wgmma's reads (async proxy)
+    __syncthreads();          // tile c is in shared memory for every warp; stage (c + 1) % 2 is free
+    if (c + 1 < nch) issue((c + 1) * kWgCols, (c + 1) & 1);
+    const int st = c & 1;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) cur[i] = 0.f;
+    wg::pin(cur);
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks)
+#pragma unroll
+      for (int j = 0; j < 3; ++j) wg::mma_m64n32k16_rs_kmajor(cur, a[ks], bdesc(st, j, ks));
+    wg::commit();
+    if (c >= 1) partials(c - 1, prev);
+    wg::wait<0>();
+    wg::pin(cur);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) prev[i] = cur[i];
+  }
+  if (nch > 0) partials(nch - 1, prev);
+  __syncthreads();  // the partials are read by other threads below
+
+  for (int r16 = 0; r16 < 16; ++r16) {
+    const int r = warp * 16 + r16, g = r / R;
+    if (g >= ngroups) continue;  // warp-uniform
+    const int64_t nblk = glast[g] >= 0 ? glast[g] / nr + 1 : 0;
+    const float2* part = gpart[g] + (r - g * R) * gnvis[g];
+    float m1 = -INFINITY, s1 = 0.f;
+    for (int64_t n = lane; n < nblk; n += 32) {
+      const float2 v = part[n];
+      const float mm = fmaxf(m1, v.x);
+      s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + v.y * expf(v.x - mm);
+      m1 = mm;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m1, o), s2 = __shfl_xor_sync(0xffffffffu, s1, o);
+      const float mm = fmaxf(m1, m2);
+      s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + s2 * expf(m2 - mm);
+      m1 = mm;
+    }
+    if (lane == 0) {
+      rmax[r] = m1;
+      rmul[r] = s1 > 0.f ? 1.f / (s1 * float(gnract[g])) : 0.f;
+    }
+  }
+  __syncthreads();
+  for (int g = 0; g < ngroups; ++g) {
+    const int64_t nblk = glast[g] >= 0 ? glast[g] / nr + 1 : 0;
+    const int64_t row0 = e.row_base + m0 + g;
+    for (int64_t idx = tid; idx < heads_here * nblk; idx += kWgThreads) {
+      const int hl = int(idx / nblk);
+      const int64_t n = idx % nblk;
+      float v = 0.f;
+      for (int il = 0; il < nr; ++il) {
+        const int rl = hl * nr + il, r = g * R + rl;
+        const float2 pv = gpart[g][int64_t(rl) * gnvis[g] + n];
+        if (pv.y > 0.f) v += pv.y * expf(pv.x - rmax[r]) * rmul[r];
+      }
+      p.scores[p.score_ptr[row0 + int64_t(head0 + hl) * e.nqb] + n] += v;
+    }
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream) {
@@ -711,6 +1190,7 @@ cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream) {
 }
 
 size_t scores_smem_bytes(const ScoreParams& p) {
+  if (p.v3) return p.v3_kind == 1 ? kWgSmem : V3Smem::total(p);
   if (p.v2) return ScoreSmem<true, true>::total(p);
   return p.mma ? ScoreSmem<true>::total(p) : ScoreSmem<false>::total(p);
 }
@@ -719,9 +1199,28 @@ bool scores_v2_applies(const ScoreParams& p) {
   return p.mma && p.rr && p.kterms == 3 && (p.spb == 8 || p.spb == 16) && p.row_split == 1;
 }
 
+bool scores_v3_applies(const ScoreParams& p) {
+  return scores_v2_applies(p) && p.qterms == 1 && (p.v3_kind == 0 || p.dpad == 128);
+}
+
+int scores_v3_blocks_per_cta(const ScoreParams& p) {
+  return (p.v3_kind == 1 ? kWgRows : kV3Rows) / (p.heads_per_cta * p.spb);
+}
+
 cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStream_t stream) {
   if (total_qblocks == 0) return cudaSuccess;
   const size_t smem = scores_smem_bytes(p);
+  const unsigned zc = unsigned((p.group + p.heads_per_cta - 1) / p.heads_per_cta);
+  if (p.v3) {
+    if (!scores_v3_applies(p) || p.v3_ctas == nullptr || p.v3_num_ctas <= 0) return cudaErrorInvalidValue;
+    const auto kernel = p.v3_kind == 1 ? scores_wg_kernel : scores_v3_kernel;
+    const int threads = p.v3_kind == 1 ? kWgThreads : kV3Threads;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    if (err != cudaSuccess) return err;
+    kernel<<<dim3(unsigned(p.v3_num_ctas), unsigned(p.heads_kv), zc), threads, smem, stream>>>(p);
+    return cudaGetLastError();
+  }
   if (p.v2 && !scores_v2_applies(p)) return cudaErrorInvalidValue;  // the host checks first
   const auto kernel = p.v2 ? scores_kernel<true, true> : p.mma ? scores_kernel<true> : scores_kernel<false>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -732,7 +1231,6 @@ cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStrea
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     if (err != cudaSuccess) return err;
   }
-  const unsigned zc = unsigned((p.group + p.heads_per_cta - 1) / p.heads_per_cta);
   kernel<<<dim3(unsigned(total_qblocks), unsigned(p.heads_kv), zc), kScoreThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }

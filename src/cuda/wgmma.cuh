@@ -188,4 +188,18 @@ ARIADNE_WG_MMA_SHAPES(F16, "f16")
 #undef ARIADNE_WG_R16
 #undef ARIADNE_WG_R0
 
+// m64n32k16 with A from registers (the mma.sync m16n8k16 A fragment per warp) and B from shared
+// memory K-major (not transposed: the RR scoring's K̄ tile, key strides x head dim, head dim
+// contiguous); d += A·B (the accumulators are read: zero them for a fresh product).
+__device__ __forceinline__ void mma_m64n32k16_rs_kmajor(float (&d)[16], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
 }  // namespace ariadne::cuda::wg
