@@ -754,32 +754,17 @@ struct V3Smem {
   }
 };
 
-// At most 128 registers a thread: two CTAs per SM.
-__global__ void __launch_bounds__(kV3Threads, 2) scores_v3_kernel(ScoreParams p) {
-  constexpr int kRows = kV3Rows, kThreads = kV3Threads, kMaxGroups = kV3MaxGroups;
-  extern __shared__ float4 smem4[];
-  char* smem = reinterpret_cast<char*>(smem4);
-  __nv_bfloat16* qa = reinterpret_cast<__nv_bfloat16*>(smem);
-  const int bp = V3Smem::bpitch(p);
-  const uint32_t kb_s = smem_addr(smem + V3Smem::q_bytes(p));
-  __shared__ int lim[kRows];    // last visible key stride of each row (−1: no row)
-  __shared__ int qpos[kRows];   // the sampled query's local index
-  __shared__ int rhead[kRows];  // the row's query head, relative to head0
-  __shared__ float rmax[kRows], rmul[kRows];
-  // Per group (query block m0 + g): last key stride of its rows, sampled strides, visible key
-  // blocks, and its partials (the v2 CTA's scratch rows).
-  __shared__ int glast[kMaxGroups], gnract[kMaxGroups], gnvis[kMaxGroups];
-  __shared__ float2* gpart[kMaxGroups];
-
-  const int gb0 = p.v3_ctas[2 * blockIdx.x], ngroups = p.v3_ctas[2 * blockIdx.x + 1];
-  const int kvh = blockIdx.y;
-  const EstSeq e = p.seqs[p.qblock_seq[gb0]];
-  const int64_t m0 = p.qblock_m[gb0];
-  const int S = p.stride, nr = p.spb, R = p.heads_per_cta * nr;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int head0 = kvh * p.group + int(blockIdx.z) * p.heads_per_cta;
-  const int heads_here = min(p.heads_per_cta, p.group - int(blockIdx.z) * p.heads_per_cta);
-
+// The tables of a v3 CTA, both variants (in the kernel's shared memory): per group (query block
+// m0 + g) the last key stride its rows see, its sampled strides, visible key blocks and partials
+// (the v2 CTA's scratch rows); per row its last key stride, sampled query and query head
+// (relative to head0). lim, qpos, rhead hold kRows entries; glast, gnract, gnvis, gpart
+// kMaxGroups. Ends with a barrier. (Scalars and pointers, not references to the arrays: so
+// written, both kernels compile to the SASS they had with this code inline, byte for byte.)
+template <int kRows, int kMaxGroups>
+__device__ __forceinline__ void v3_tables(const ScoreParams& p, const EstSeq& e, const int gb0, const int ngroups,
+                                          const int64_t m0, const int kvh, const int S, const int nr, const int R,
+                                          const int head0, const int heads_here, const int tid, int* lim, int* qpos,
+                                          int* rhead, int* glast, int* gnract, int* gnvis, float2** gpart) {
   if (tid < kMaxGroups) {
     glast[tid] = -1;
     if (tid < ngroups) {
@@ -810,6 +795,87 @@ __global__ void __launch_bounds__(kV3Threads, 2) scores_v3_kernel(ScoreParams p)
     if (g < ngroups) atomicMax(&glast[g], l);
   }
   __syncthreads();
+}
+
+// After a v3 CTA's partials (and a barrier): each row's max and sum over its blocks (warp w owns
+// rows 16w … 16w+15), then the block scores per group, as v2.
+template <int kThreads>
+__device__ __forceinline__ void v3_row_sums_and_scores(const ScoreParams& p, const EstSeq& e, const int ngroups,
+                                                       const int64_t m0, const int nr, const int R, const int head0,
+                                                       const int heads_here, const int tid, const int warp,
+                                                       const int lane, const int* glast, const int* gnract,
+                                                       const int* gnvis, float2* const* gpart, float* rmax, float* rmul) {
+  for (int r16 = 0; r16 < 16; ++r16) {
+    const int r = warp * 16 + r16, g = r / R;
+    if (g >= ngroups) continue;  // warp-uniform
+    const int64_t nblk = glast[g] >= 0 ? glast[g] / nr + 1 : 0;
+    const float2* part = gpart[g] + (r - g * R) * gnvis[g];
+    float m1 = -INFINITY, s1 = 0.f;
+    for (int64_t n = lane; n < nblk; n += 32) {
+      const float2 v = part[n];
+      const float mm = fmaxf(m1, v.x);
+      s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + v.y * expf(v.x - mm);
+      m1 = mm;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m1, o), s2 = __shfl_xor_sync(0xffffffffu, s1, o);
+      const float mm = fmaxf(m1, m2);
+      s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + s2 * expf(m2 - mm);
+      m1 = mm;
+    }
+    if (lane == 0) {
+      rmax[r] = m1;
+      rmul[r] = s1 > 0.f ? 1.f / (s1 * float(gnract[g])) : 0.f;
+    }
+  }
+  __syncthreads();
+
+  // ---- block scores per group: Σ over the head's rows, in order, one thread per (head, block) ----
+  for (int g = 0; g < ngroups; ++g) {
+    const int64_t nblk = glast[g] >= 0 ? glast[g] / nr + 1 : 0;
+    const int64_t row0 = e.row_base + m0 + g;
+    for (int64_t idx = tid; idx < heads_here * nblk; idx += kThreads) {
+      const int hl = int(idx / nblk);
+      const int64_t n = idx % nblk;
+      float v = 0.f;
+      for (int il = 0; il < nr; ++il) {
+        const int rl = hl * nr + il, r = g * R + rl;
+        const float2 pv = gpart[g][int64_t(rl) * gnvis[g] + n];
+        if (pv.y > 0.f) v += pv.y * expf(pv.x - rmax[r]) * rmul[r];
+      }
+      p.scores[p.score_ptr[row0 + int64_t(head0 + hl) * e.nqb] + n] += v;
+    }
+  }
+}
+
+// At most 128 registers a thread: two CTAs per SM.
+__global__ void __launch_bounds__(kV3Threads, 2) scores_v3_kernel(ScoreParams p) {
+  constexpr int kRows = kV3Rows, kThreads = kV3Threads, kMaxGroups = kV3MaxGroups;
+  extern __shared__ float4 smem4[];
+  char* smem = reinterpret_cast<char*>(smem4);
+  __nv_bfloat16* qa = reinterpret_cast<__nv_bfloat16*>(smem);
+  const int bp = V3Smem::bpitch(p);
+  const uint32_t kb_s = smem_addr(smem + V3Smem::q_bytes(p));
+  __shared__ int lim[kRows];    // last visible key stride of each row (−1: no row)
+  __shared__ int qpos[kRows];   // the sampled query's local index
+  __shared__ int rhead[kRows];  // the row's query head, relative to head0
+  __shared__ float rmax[kRows], rmul[kRows];
+  // Per group (query block m0 + g): last key stride of its rows, sampled strides, visible key
+  // blocks, and its partials (the v2 CTA's scratch rows).
+  __shared__ int glast[kMaxGroups], gnract[kMaxGroups], gnvis[kMaxGroups];
+  __shared__ float2* gpart[kMaxGroups];
+
+  const int gb0 = p.v3_ctas[2 * blockIdx.x], ngroups = p.v3_ctas[2 * blockIdx.x + 1];
+  const int kvh = blockIdx.y;
+  const EstSeq e = p.seqs[p.qblock_seq[gb0]];
+  const int64_t m0 = p.qblock_m[gb0];
+  const int S = p.stride, nr = p.spb, R = p.heads_per_cta * nr;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int head0 = kvh * p.group + int(blockIdx.z) * p.heads_per_cta;
+  const int heads_here = min(p.heads_per_cta, p.group - int(blockIdx.z) * p.heads_per_cta);
+
+  v3_tables<kRows, kMaxGroups>(p, e, gb0, ngroups, m0, kvh, S, nr, R, head0, heads_here, tid, lim, qpos, rhead, glast,
+                        gnract, gnvis, gpart);
   // The q tile: the sampled queries as bf16 (the input itself: one exact term), zero rows past
   // the CTA's rows and zero columns past d.
   for (int idx = tid; idx < kRows * p.dpad; idx += kThreads) {
@@ -905,48 +971,8 @@ __global__ void __launch_bounds__(kV3Threads, 2) scores_v3_kernel(ScoreParams p)
   }
   __syncthreads();  // the partials are read by other threads below
 
-  // ---- per row: max and sum over its blocks (warp w owns rows 16w … 16w+15), as v2 ----
-  for (int r16 = 0; r16 < 16; ++r16) {
-    const int r = warp * 16 + r16, g = r / R;
-    if (g >= ngroups) continue;  // warp-uniform
-    const int64_t nblk = glast[g] >= 0 ? glast[g] / nr + 1 : 0;
-    const float2* part = gpart[g] + (r - g * R) * gnvis[g];
-    float m1 = -INFINITY, s1 = 0.f;
-    for (int64_t n = lane; n < nblk; n += 32) {
-      const float2 v = part[n];
-      const float mm = fmaxf(m1, v.x);
-      s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + v.y * expf(v.x - mm);
-      m1 = mm;
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, m1, o), s2 = __shfl_xor_sync(0xffffffffu, s1, o);
-      const float mm = fmaxf(m1, m2);
-      s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + s2 * expf(m2 - mm);
-      m1 = mm;
-    }
-    if (lane == 0) {
-      rmax[r] = m1;
-      rmul[r] = s1 > 0.f ? 1.f / (s1 * float(gnract[g])) : 0.f;
-    }
-  }
-  __syncthreads();
-
-  // ---- block scores per group: Σ over the head's rows, in order, one thread per (head, block) ----
-  for (int g = 0; g < ngroups; ++g) {
-    const int64_t nblk = glast[g] >= 0 ? glast[g] / nr + 1 : 0;
-    const int64_t row0 = e.row_base + m0 + g;
-    for (int64_t idx = tid; idx < heads_here * nblk; idx += kThreads) {
-      const int hl = int(idx / nblk);
-      const int64_t n = idx % nblk;
-      float v = 0.f;
-      for (int il = 0; il < nr; ++il) {
-        const int rl = hl * nr + il, r = g * R + rl;
-        const float2 pv = gpart[g][int64_t(rl) * gnvis[g] + n];
-        if (pv.y > 0.f) v += pv.y * expf(pv.x - rmax[r]) * rmul[r];
-      }
-      p.scores[p.score_ptr[row0 + int64_t(head0 + hl) * e.nqb] + n] += v;
-    }
-  }
+  v3_row_sums_and_scores<kThreads>(p, e, ngroups, m0, nr, R, head0, heads_here, tid, warp, lane, glast, gnract, gnvis,
+                              gpart, rmax, rmul);
 }
 
 // ---- v3, wgmma variant (docs/rrattention.md, "Scoring kernel v3"): head_dim 128 (dpad 128) only,
@@ -989,35 +1015,8 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
   const int head0 = kvh * p.group + int(blockIdx.z) * p.heads_per_cta;
   const int heads_here = min(p.heads_per_cta, p.group - int(blockIdx.z) * p.heads_per_cta);
 
-  if (tid < kWgMaxGroups) {
-    glast[tid] = -1;
-    if (tid < ngroups) {
-      const int64_t m = m0 + tid;
-      const int64_t qlast = min((m + 1) * p.block, e.lq) - 1;
-      const int64_t nvis = (qlast + e.off) / p.block + 1;
-      gnract[tid] = int(min(int64_t(nr), e.nqs - m * nr));
-      gnvis[tid] = int(nvis);
-      gpart[tid] =
-          p.scratch + p.scratch_base[gb0 + tid] + (int64_t(kvh) * gridDim.z + blockIdx.z) * kScoreRows * nvis;
-    }
-  }
-  __syncthreads();
-  if (tid < kWgRows) {
-    const int g = tid / R, rl = tid % R, hl = rl / nr, il = rl % nr;
-    int l = -1, pos = 0;
-    if (g < ngroups && hl < heads_here && il < gnract[g]) {
-      const int64_t i = (m0 + g) * nr + il;
-      const int hm = (head0 + hl) % S;
-      const int64_t rep = min(i * S + (p.paper ? S - 1 - hm : hm), e.lq - 1);
-      pos = int(rep);
-      l = int((rep + e.off) / S);
-    }
-    lim[tid] = l;
-    qpos[tid] = pos;
-    rhead[tid] = hl;
-    if (g < ngroups) atomicMax(&glast[g], l);
-  }
-  __syncthreads();
+  v3_tables<kWgRows, kWgMaxGroups>(p, e, gb0, ngroups, m0, kvh, S, nr, R, head0, heads_here, tid, lim, qpos, rhead, glast,
+                        gnract, gnvis, gpart);
   // q staged as [64][136] bf16, then each warp's A fragments (rows 16·warp … +15, 8 k steps) into
   // registers for the whole CTA.
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(base_ptr);
@@ -1139,45 +1138,8 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
   if (nch > 0) partials(nch - 1, prev);
   __syncthreads();  // the partials are read by other threads below
 
-  for (int r16 = 0; r16 < 16; ++r16) {
-    const int r = warp * 16 + r16, g = r / R;
-    if (g >= ngroups) continue;  // warp-uniform
-    const int64_t nblk = glast[g] >= 0 ? glast[g] / nr + 1 : 0;
-    const float2* part = gpart[g] + (r - g * R) * gnvis[g];
-    float m1 = -INFINITY, s1 = 0.f;
-    for (int64_t n = lane; n < nblk; n += 32) {
-      const float2 v = part[n];
-      const float mm = fmaxf(m1, v.x);
-      s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + v.y * expf(v.x - mm);
-      m1 = mm;
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, m1, o), s2 = __shfl_xor_sync(0xffffffffu, s1, o);
-      const float mm = fmaxf(m1, m2);
-      s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + s2 * expf(m2 - mm);
-      m1 = mm;
-    }
-    if (lane == 0) {
-      rmax[r] = m1;
-      rmul[r] = s1 > 0.f ? 1.f / (s1 * float(gnract[g])) : 0.f;
-    }
-  }
-  __syncthreads();
-  for (int g = 0; g < ngroups; ++g) {
-    const int64_t nblk = glast[g] >= 0 ? glast[g] / nr + 1 : 0;
-    const int64_t row0 = e.row_base + m0 + g;
-    for (int64_t idx = tid; idx < heads_here * nblk; idx += kWgThreads) {
-      const int hl = int(idx / nblk);
-      const int64_t n = idx % nblk;
-      float v = 0.f;
-      for (int il = 0; il < nr; ++il) {
-        const int rl = hl * nr + il, r = g * R + rl;
-        const float2 pv = gpart[g][int64_t(rl) * gnvis[g] + n];
-        if (pv.y > 0.f) v += pv.y * expf(pv.x - rmax[r]) * rmul[r];
-      }
-      p.scores[p.score_ptr[row0 + int64_t(head0 + hl) * e.nqb] + n] += v;
-    }
-  }
+  v3_row_sums_and_scores<kWgThreads>(p, e, ngroups, m0, nr, R, head0, heads_here, tid, warp, lane, glast, gnract, gnvis,
+                              gpart, rmax, rmul);
 }
 
 }  // namespace
