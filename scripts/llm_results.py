@@ -86,8 +86,9 @@ def add_probe(case, p, compact):
             L[k] += e[k] * n
         if compact:
             continue
-        L["min_head_recall"] += min(e.get("mass_recall_per_head", [0])) * n
-        L["min_head_n"] += n
+        if e.get("mass_recall_per_head"):  # runs without per-head data leave the column out
+            L["min_head_recall"] += min(e["mass_recall_per_head"]) * n
+            L["min_head_n"] += n
         for h, f in enumerate(e.get("f1_per_head", []) if acc["heads"] is not None else []):
             H = acc["heads"][l][h]
             H["f1"] += f * n
@@ -260,8 +261,8 @@ for want in args.per_layer:
         for c in cases:
             L, n = probe[c]["layers"][l], probe[c]["n"]
             err = L["out_rel_err"] / n
-            mh = L["min_head_recall"] / L["min_head_n"] if L["min_head_n"] else float("nan")
-            cells.append(f"{L['mass_recall'] / n:.3f} ({mh:.3f}) / {L['f1'] / n:.2f} / "
+            mh = f"{L['min_head_recall'] / L['min_head_n']:.3f}" if L["min_head_n"] else "—"
+            cells.append(f"{L['mass_recall'] / n:.3f} ({mh}) / {L['f1'] / n:.2f} / "
                          f"{L['density'] / n:.2f}" + (f" / {err:.3f}" if err else ""))
         print(f"| {l} | " + " | ".join(cells) + " |")
     print()
