@@ -120,8 +120,8 @@ bool band_eligible(const AttentionParams& p) {
 // ARIADNE_BAND=0 keeps them on the tile kernel as before. ARIADNE_BAND_RUN fixes its run length too.
 // Its copies are the copy engine's tiles (TMA); a token order (a gather per row) switches the
 // producer to cp.async gathers (bandwg_routes; ARIADNE_BANDWG_ORDER=0 keeps ordered calls on the
-// band kernel); q/k/v views whose strides do not increase
-// from head dim to heads to rows stay there too.
+// band kernel); q/k/v views whose strides do not increase from head dim to heads to rows stay on
+// the band kernel.
 bool bandwg_eligible(const AttentionParams& p) {
   const char* env = std::getenv("ARIADNE_BANDWG");
   if (env != nullptr && std::string(env) == "0") return false;
