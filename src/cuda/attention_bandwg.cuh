@@ -77,6 +77,7 @@
 #include "cuda/attention_band.cuh"
 #include "cuda/attention_fwd.cuh"
 #include "cuda/attention_wgmma.cuh"
+#include "cuda/tensor_map.hpp"
 #include "cuda/wgmma.cuh"
 
 namespace ariadne::cuda {
@@ -891,24 +892,12 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
 
 // A tensor map over rows x heads x head dim (strides in elements, head dim contiguous) whose
 // box is box_cols columns x 1 head x 64 rows (64 with the 128-byte swizzle, 16 with the 32-byte one:
-// the two regions of a tile, as the producer copies them). The
-// encoder is the driver's cuTensorMapEncodeTiled, reached through the runtime (no link against the
-// driver library). bandwg_eligible (attention_cuda.cu) admits only layouts it accepts: 16-byte
-// aligned rows, strides increasing from head dim to heads to rows.
+// the two regions of a tile, as the producer copies them), encoded by the driver's
+// cuTensorMapEncodeTiled (tensor_map.hpp). bandwg_eligible (attention_cuda.cu) admits only
+// layouts it accepts: 16-byte aligned rows, strides increasing from head dim to heads to rows.
 inline cudaError_t encode_tile_map(CUtensorMap* map, const void* base, bool bf16, int d, int heads, int64_t rows,
                                    int64_t head_stride, int64_t tok_stride, int box_cols, CUtensorMapSwizzle swizzle) {
-  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      return Encode(nullptr);
-    return reinterpret_cast<Encode>(fn);
-  }();
+  const EncodeTiled encode = encode_tiled();
   if (encode == nullptr) return cudaErrorNotSupported;
   const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(heads), cuuint64_t(rows)};
   const cuuint64_t strides[2] = {cuuint64_t(head_stride) * 2, cuuint64_t(tok_stride) * 2};  // bytes

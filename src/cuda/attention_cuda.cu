@@ -167,24 +167,6 @@ cudaError_t launch_band_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_t
   return dtype == DType::bf16 ? cuda::launch_band<D, cuda::Bf16>(fp, run, st) : cuda::launch_band<D, cuda::F16>(fp, run, st);
 }
 
-// cuTensorMapEncodeTiled, reached through the runtime's driver entry point so that nothing links
-// libcuda (CI builds without a driver); null when the driver lacks it.
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-EncodeTiled encode_tiled() {
-  static const EncodeTiled fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      return EncodeTiled(nullptr);
-    return reinterpret_cast<EncodeTiled>(f);
-  }();
-  return fn;
-}
-
 // The tensor map of one of q, k, v [tokens, heads, D] for the wgmma kernel's TMA copies: dims
 // (D, tokens, heads), box (W/2 columns, 128 rows, 1 head), swizzle W (WgShape). TMA needs a 16-byte
 // aligned base and token/head strides that are multiples of 16 bytes (rows_aligned, which
@@ -193,7 +175,7 @@ EncodeTiled encode_tiled() {
 template <int D>
 bool encode_map(CUtensorMap* map, const TensorView& t) {
   constexpr int W = cuda::WgShape<D>::W;
-  const EncodeTiled encode = encode_tiled();
+  const cuda::EncodeTiled encode = cuda::encode_tiled();
   if (encode == nullptr || !rows_aligned(t, 8) || t.shape[0] == 0 || t.shape[0] > (int64_t(1) << 31)) return false;
   const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(t.shape[0]), cuuint64_t(t.shape[1])};
   const cuuint64_t strides[2] = {cuuint64_t(t.stride[0]) * 2, cuuint64_t(t.stride[1]) * 2};

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -605,24 +606,22 @@ TEST_F(CudaEstimate, TensorCoreScoringMatchesF32Kernel) { matches_f32_kernel(1);
 TEST_F(CudaEstimate, TensorCoreScoringV2MatchesF32Kernel) { matches_f32_kernel(2); }
 TEST_F(CudaEstimate, TensorCoreScoringV3MatchesF32Kernel) { matches_f32_kernel(3); }
 
-// The v2 kernel computes the same logits (same products, same accumulation order) and the same
-// partials (the same expf terms summed in the same column order) as v1, so its scores must equal
-// v1's bit for bit and its masks exactly, on random inputs of every dtype (1, 2 and 3 q terms),
-// head_dim 128, 80 (a tile row of 10 vectors: a thread's copy steps wrap between term rows) and
-// 32, full GQA groups (64 rows per CTA) and half-empty ones (S 16 with 4 heads: warps without
-// rows), both offsets, and varlen sequences with lq < lk whose last chunk is partly past the
-// sequence (zero-filled key strides). It must also match the CPU (rule 3) on the benchmark shape.
-TEST_F(CudaEstimate, TensorCoreScoringV2BitIdenticalToV1) {
-  struct Shape {
-    const char* name;
-    std::vector<int64_t> sq, sk;
-    int hq, hkv, dim;
-  };
-  const std::vector<Shape> shapes = {{"v2-gqa8", {1500}, {}, 16, 2, 128},
-                                     {"v2-d80-varlen", {700, 77, 1100}, {700, 300, 1333}, 8, 2, 80},
-                                     {"v2-d32", {999}, {}, 4, 1, 32}};
-  for (const Shape& sh : shapes)
-    for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+// One shape of the bit-identity tests below.
+struct BitShape {
+  const char* name;
+  std::vector<int64_t> sq, sk;
+  int hq, hkv, dim;
+};
+
+// For every shape × dtype × (S, B) with B / S = 8 or 16 × offset (τ 0.9): the v1 tensor-core
+// kernel (v2 and v3 off) against the same config with `enable` applied. v1 must have run as v1,
+// `ran(stats, dtype)` must hold for the variant, its scores must equal v1's bit for bit and its
+// masks exactly, and the variant's second run must give its own bits again.
+void check_bit_identical_to_v1(const std::vector<BitShape>& shapes, const std::vector<DType>& dtypes, const char* vname,
+                               const std::function<void(EstimateConfig&)>& enable,
+                               const std::function<bool(const EstimateStats&, DType)>& ran) {
+  for (const BitShape& sh : shapes)
+    for (DType dt : dtypes) {
       const Inputs in = testing::make_inputs(make_case(std::string(sh.name) + "-" + dtype_name(dt), sh.sq, sh.sk, sh.hq,
                                                        sh.hkv, sh.dim, dt));
       const OnDevice d = upload(in);
@@ -639,28 +638,44 @@ TEST_F(CudaEstimate, TensorCoreScoringV2BitIdenticalToV1) {
                                      " B " + std::to_string(block) + " " + rr_offset_name(off);
             SCOPED_TRACE(what + " (ARIADNE_TEST_SEED=" + std::to_string(seed_base()) + ")");
             c.cuda_scoring_v2 = false;
-            c.cuda_scoring_v3 = false;  // whatever the default: v1 against v2
+            c.cuda_scoring_v3 = false;  // whatever the defaults: v1
             const EstimateResult v1 = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
-            EstimateConfig c2 = c;
-            c2.cuda_scoring_v2 = true;
-            const EstimateResult v2 = estimate(d.qv, d.kv, d.layout, c2, Backend::cuda);
+            EstimateConfig cv = c;
+            enable(cv);
+            const EstimateResult v = estimate(d.qv, d.kv, d.layout, cv, Backend::cuda);
             ASSERT_TRUE(v1.stats.tensor_core_scoring);
-            ASSERT_FALSE(v1.stats.scoring_v2);
-            ASSERT_TRUE(v2.stats.scoring_v2);
-            ASSERT_EQ(v1.scores.size(), v2.scores.size());
+            ASSERT_FALSE(v1.stats.scoring_v2 || v1.stats.scoring_v3);
+            ASSERT_TRUE(ran(v.stats, dt)) << vname << " did not run as expected";
+            ASSERT_EQ(v1.scores.size(), v.scores.size());
             size_t differ = 0, first = 0;
             for (size_t i = 0; i < v1.scores.size(); ++i)
-              if (std::memcmp(&v1.scores[i], &v2.scores[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+              if (std::memcmp(&v1.scores[i], &v.scores[i], sizeof(float)) != 0 && differ++ == 0) first = i;
             EXPECT_EQ(differ, size_t(0)) << "scores not bit-identical, first at " << first << ": v1 "
-                                         << v1.scores[first] << " v2 " << v2.scores[first];
-            EXPECT_TRUE(v1.mask.row_ptr == v2.mask.row_ptr && v1.mask.col_idx == v2.mask.col_idx)
-                << "masks differ between v1 and v2";
+                                         << v1.scores[first] << " " << vname << " " << v.scores[first];
+            EXPECT_TRUE(v1.mask.row_ptr == v.mask.row_ptr && v1.mask.col_idx == v.mask.col_idx)
+                << "masks differ between v1 and " << vname;
             // Run to run: the same call again gives the same bits.
-            const EstimateResult again = estimate(d.qv, d.kv, d.layout, c2, Backend::cuda);
-            EXPECT_TRUE(again.scores == v2.scores);
+            const EstimateResult again = estimate(d.qv, d.kv, d.layout, cv, Backend::cuda);
+            EXPECT_TRUE(again.scores == v.scores);
           }
         }
     }
+}
+
+// The v2 kernel computes the same logits (same products, same accumulation order) and the same
+// partials (the same expf terms summed in the same column order) as v1, so its scores must equal
+// v1's bit for bit and its masks exactly, on random inputs of every dtype (1, 2 and 3 q terms),
+// head_dim 128, 80 (a tile row of 10 vectors: a thread's copy steps wrap between term rows) and
+// 32, full GQA groups (64 rows per CTA) and half-empty ones (S 16 with 4 heads: warps without
+// rows), both offsets, and varlen sequences with lq < lk whose last chunk is partly past the
+// sequence (zero-filled key strides). It must also match the CPU (rule 3) on the benchmark shape.
+TEST_F(CudaEstimate, TensorCoreScoringV2BitIdenticalToV1) {
+  check_bit_identical_to_v1({{"v2-gqa8", {1500}, {}, 16, 2, 128},
+                             {"v2-d80-varlen", {700, 77, 1100}, {700, 300, 1333}, 8, 2, 80},
+                             {"v2-d32", {999}, {}, 4, 1, 32}},
+                            {DType::bf16, DType::f16, DType::f32}, "v2",
+                            [](EstimateConfig& c) { c.cuda_scoring_v2 = true; },
+                            [](const EstimateStats& s, DType) { return s.scoring_v2; });
   const Inputs llama = testing::make_inputs(make_case("v2-llama", {2100}, {}, 32, 8, 128, DType::bf16));
   const OnDevice dl = upload(llama);
   for (int stride : {8, 16}) {
@@ -683,56 +698,15 @@ TEST_F(CudaEstimate, TensorCoreScoringV2BitIdenticalToV1) {
 // also match the CPU (rule 3) on the benchmark shape. (That the wgmma path sums each k-16 group
 // to the same bits as mma.sync is measured here, not documented by the ISA: docs/numerics.md.)
 TEST_F(CudaEstimate, TensorCoreScoringV3BitIdenticalToV1) {
-  struct Shape {
-    const char* name;
-    std::vector<int64_t> sq, sk;
-    int hq, hkv, dim;
-  };
-  const std::vector<Shape> shapes = {{"v3-gqa8", {1500}, {}, 16, 2, 128},
-                                     {"v3-d80-varlen", {700, 77, 1100}, {700, 300, 1333}, 8, 2, 80},
-                                     {"v3-g3-varlen", {1300, 5, 260}, {1300, 64, 900}, 6, 2, 64},
-                                     {"v3-g3-varlen-d128", {1300, 5, 260}, {1300, 64, 900}, 6, 2, 128},
-                                     {"v3-mha", {2100}, {}, 2, 2, 32},
-                                     {"v3-mha-d128", {1100}, {}, 2, 2, 128}};
-  for (const Shape& sh : shapes)
-    for (DType dt : {DType::bf16, DType::f16}) {
-      const Inputs in = testing::make_inputs(make_case(std::string(sh.name) + "-" + dtype_name(dt), sh.sq, sh.sk, sh.hq,
-                                                       sh.hkv, sh.dim, dt));
-      const OnDevice d = upload(in);
-      for (int stride : {8, 16})
-        for (int block : {64, 128}) {
-          if (block / stride != 8 && block / stride != 16) continue;
-          for (RROffset off : {RROffset::paper, RROffset::released}) {
-            EstimateConfig c;
-            c.stride = stride;
-            c.block = block;
-            c.offset = off;
-            c.tau = 0.9;
-            const std::string what = std::string(sh.name) + " " + dtype_name(dt) + " S " + std::to_string(stride) +
-                                     " B " + std::to_string(block) + " " + rr_offset_name(off);
-            SCOPED_TRACE(what + " (ARIADNE_TEST_SEED=" + std::to_string(seed_base()) + ")");
-            c.cuda_scoring_v2 = false;
-            c.cuda_scoring_v3 = false;
-            const EstimateResult v1 = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
-            EstimateConfig c3 = c;
-            c3.cuda_scoring_v3 = true;
-            const EstimateResult v3 = estimate(d.qv, d.kv, d.layout, c3, Backend::cuda);
-            ASSERT_TRUE(v1.stats.tensor_core_scoring);
-            ASSERT_FALSE(v1.stats.scoring_v2 || v1.stats.scoring_v3);
-            ASSERT_EQ(v3.stats.scoring_v3, dt == DType::bf16);
-            ASSERT_EQ(v1.scores.size(), v3.scores.size());
-            size_t differ = 0, first = 0;
-            for (size_t i = 0; i < v1.scores.size(); ++i)
-              if (std::memcmp(&v1.scores[i], &v3.scores[i], sizeof(float)) != 0 && differ++ == 0) first = i;
-            EXPECT_EQ(differ, size_t(0)) << "scores not bit-identical, first at " << first << ": v1 "
-                                         << v1.scores[first] << " v3 " << v3.scores[first];
-            EXPECT_TRUE(v1.mask.row_ptr == v3.mask.row_ptr && v1.mask.col_idx == v3.mask.col_idx)
-                << "masks differ between v1 and v3";
-            const EstimateResult again = estimate(d.qv, d.kv, d.layout, c3, Backend::cuda);
-            EXPECT_TRUE(again.scores == v3.scores);
-          }
-        }
-    }
+  check_bit_identical_to_v1({{"v3-gqa8", {1500}, {}, 16, 2, 128},
+                             {"v3-d80-varlen", {700, 77, 1100}, {700, 300, 1333}, 8, 2, 80},
+                             {"v3-g3-varlen", {1300, 5, 260}, {1300, 64, 900}, 6, 2, 64},
+                             {"v3-g3-varlen-d128", {1300, 5, 260}, {1300, 64, 900}, 6, 2, 128},
+                             {"v3-mha", {2100}, {}, 2, 2, 32},
+                             {"v3-mha-d128", {1100}, {}, 2, 2, 128}},
+                            {DType::bf16, DType::f16}, "v3", [](EstimateConfig& c) { c.cuda_scoring_v3 = true; },
+                            // bf16 only: f16 falls back to v2
+                            [](const EstimateStats& s, DType dt) { return s.scoring_v3 == (dt == DType::bf16); });
   const Inputs llama = testing::make_inputs(make_case("v3-llama", {2100}, {}, 32, 8, 128, DType::bf16));
   const OnDevice dl = upload(llama);
   for (int stride : {8, 16}) {
