@@ -997,6 +997,13 @@ static_assert(2 * kWgStage >= 2 * kWgRows * 136, "the q staging fits in the K̄ 
 
 // Four CTAs per SM: at most 128 registers a thread (uncapped it takes 158 and fits 3 CTAs; capped
 // it measured 11.03 ms against 11.94 at 128K S 8, session 4).
+// kFast (v3_kind 2, ARIADNE_EST_V3_FAST=1; docs/rrattention.md, "Scoring kernel v3 fast
+// partials"): the same values by fewer instructions per chunk. A chunk wholly visible to the
+// warp's 16 rows skips the per-logit causal test and the per-block "past the group" test (both
+// always pass there); a chunk wholly inside the sequence is copied by a thread-to-vector map whose
+// swizzle is fixed per thread (every offset an immediate, no zero-fill select); the wgmma
+// descriptors are one base plus constants. Logits, partials and their order are kFast = false's.
+template <bool kFast>
 __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p) {
   extern __shared__ float4 smem4[];
   const uint32_t base = (smem_addr(smem4) + 1023u) & ~1023u;
@@ -1071,6 +1078,34 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
     return wg::desc_swizzled<128>(base + uint32_t(st * kWgStage + j * kWgTerm + (ks >> 2) * kWgRegion + (ks & 3) * 32),
                                   16, 1024);
   };
+  // kFast: the descriptor's start-address field (bits 0-13, address / 16) of the stages' base plus
+  // the offset / 16: no carry leaves the field (base + both stages < 256 KB), so this is bdesc's
+  // value with one 32-bit add.
+  const uint64_t desc0 = wg::desc_swizzled<128>(base, 16, 1024);
+  auto bdesc_fast = [&](int st, int j, int ks) {
+    const uint32_t off = uint32_t(st * kWgStage + j * kWgTerm + (ks >> 2) * kWgRegion + (ks & 3) * 32) >> 4;
+    return (desc0 & ~uint64_t(0xffffffffu)) | uint64_t(uint32_t(desc0) + off);
+  };
+  // kFast copy of a chunk wholly inside the sequence (j0 + 32 <= nks): thread tid takes vector
+  // column cu of rows n0 + 8k (n0 = tid / 16, k < 4) of each term j. Every row it writes has
+  // n % 8 = n0, so its swizzled piece is fixed and the 12 destinations and sources are its base
+  // plus constants (row + 8: 1024 bytes; term: kWgTerm; source row 3n + j: 256 bytes each).
+  const int n0 = tid >> 4;
+  const uint32_t fast_dst = base + cu_region + uint32_t(n0 * 128 + (((cu & 7) ^ n0) << 4));
+  const __nv_bfloat16* const fast_src = kseq + n0 * 3 * 128 + cu * 8;
+  auto issue_full = [&](int j0, int stage) {
+    const __nv_bfloat16* src = fast_src + int64_t(j0) * 3 * 128;
+    const uint32_t sb = fast_dst + uint32_t(stage * kWgStage);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int j = 0; j < 3; ++j) cp_async16(sb + uint32_t(j * kWgTerm + k * 1024), src + (k * 24 + j) * 128, true);
+    cp_async_commit();
+  };
+  // kFast: the smallest last visible key stride of the warp's 16 rows (−1 if one is not a row): a
+  // chunk whose last column is at most this is visible to every row of the warp.
+  int warp_lim = -1;
+  if constexpr (kFast) warp_lim = __reduce_min_sync(0xffffffffu, lim[warp * 16 + (lane & 15)]);
   const int nr_log2 = nr == 16 ? 4 : 3;
   const int cc = lane & 3;
   // After the transpose this lane holds one row (16·warp + lane/4 + 8·(cc & 1)) and 16-column
@@ -1083,6 +1118,24 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
   // row lane/4 + 8h, column 8t + 2·cc + v).
   auto partials = [&](int c, const float (&acc)[16]) {
     const int j0 = c * kWgCols;
+    if constexpr (kFast) {
+      if (j0 + kWgCols - 1 <= warp_lim) {  // warp-uniform: every logit of the chunk is visible
+        float x[4][4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) x[q][k] = __fmul_rn(acc[4 * (2 * (q >> 1) + (k >> 1)) + 2 * (q & 1) + (k & 1)], p.qmul);
+        float y[4][4];
+        quad_transpose(x, y, cc);
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb) {
+          if (nb * nr >= 16) continue;
+          // n · nr <= j0 + 31 <= this row's last stride <= its group's: the partial is always written.
+          my_part[(j0 + (cc >> 1) * 16 + nb * nr) >> nr_log2] = block_pair(y, nr, nb);
+        }
+        return;
+      }
+    }
     float x[4][4];
 #pragma unroll
     for (int gl = 0; gl < 2; ++gl)
@@ -1118,7 +1171,14 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
     cp_async_wait<0>();
     wg::fence_proxy_async();  // the cp.async tile (generic proxy) before wgmma's reads (async proxy)
     __syncthreads();          // tile c is in shared memory for every warp; stage (c + 1) % 2 is free
-    if (c + 1 < nch) issue((c + 1) * kWgCols, (c + 1) & 1);
+    if constexpr (kFast) {
+      if (c + 1 < nch) {
+        if ((c + 2) * kWgCols <= nks) issue_full((c + 1) * kWgCols, (c + 1) & 1);
+        else issue((c + 1) * kWgCols, (c + 1) & 1);
+      }
+    } else {
+      if (c + 1 < nch) issue((c + 1) * kWgCols, (c + 1) & 1);
+    }
     const int st = c & 1;
 #pragma unroll
     for (int i = 0; i < 16; ++i) cur[i] = 0.f;
@@ -1127,7 +1187,8 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
 #pragma unroll
     for (int ks = 0; ks < 8; ++ks)
 #pragma unroll
-      for (int j = 0; j < 3; ++j) wg::mma_m64n32k16_rs_kmajor(cur, a[ks], bdesc(st, j, ks));
+      for (int j = 0; j < 3; ++j)
+        wg::mma_m64n32k16_rs_kmajor(cur, a[ks], kFast ? bdesc_fast(st, j, ks) : bdesc(st, j, ks));
     wg::commit();
     if (c >= 1) partials(c - 1, prev);
     wg::wait<0>();
@@ -1152,7 +1213,7 @@ cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream) {
 }
 
 size_t scores_smem_bytes(const ScoreParams& p) {
-  if (p.v3) return p.v3_kind == 1 ? kWgSmem : V3Smem::total(p);
+  if (p.v3) return p.v3_kind >= 1 ? kWgSmem : V3Smem::total(p);
   if (p.v2) return ScoreSmem<true, true>::total(p);
   return p.mma ? ScoreSmem<true>::total(p) : ScoreSmem<false>::total(p);
 }
@@ -1166,7 +1227,7 @@ bool scores_v3_applies(const ScoreParams& p) {
 }
 
 int scores_v3_blocks_per_cta(const ScoreParams& p) {
-  return (p.v3_kind == 1 ? kWgRows : kV3Rows) / (p.heads_per_cta * p.spb);
+  return (p.v3_kind >= 1 ? kWgRows : kV3Rows) / (p.heads_per_cta * p.spb);
 }
 
 cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStream_t stream) {
@@ -1175,8 +1236,8 @@ cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStrea
   const unsigned zc = unsigned((p.group + p.heads_per_cta - 1) / p.heads_per_cta);
   if (p.v3) {
     if (!scores_v3_applies(p) || p.v3_ctas == nullptr || p.v3_num_ctas <= 0) return cudaErrorInvalidValue;
-    const auto kernel = p.v3_kind == 1 ? scores_wg_kernel : scores_v3_kernel;
-    const int threads = p.v3_kind == 1 ? kWgThreads : kV3Threads;
+    const auto kernel = p.v3_kind == 2 ? scores_wg_kernel<true> : p.v3_kind == 1 ? scores_wg_kernel<false> : scores_v3_kernel;
+    const int threads = p.v3_kind >= 1 ? kWgThreads : kV3Threads;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     if (err != cudaSuccess) return err;

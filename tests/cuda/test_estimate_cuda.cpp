@@ -28,6 +28,7 @@
 #include "ariadne/estimate.hpp"
 #include "ariadne/prefill.hpp"
 #include "common.hpp"
+#include "cuda/cuda_common.hpp"
 
 namespace ariadne {
 namespace {
@@ -682,7 +683,8 @@ TEST_F(CudaEstimate, TensorCoreScoringV2BitIdenticalToV1) {
 // groups), both offsets, and varlen sequences with lq < lk, one shorter than a block. It must
 // also match the CPU (rule 3) on the benchmark shape. (That the wgmma path sums each k-16 group
 // to the same bits as mma.sync is measured here, not documented by the ISA: docs/numerics.md.)
-TEST_F(CudaEstimate, TensorCoreScoringV3BitIdenticalToV1) {
+// The routing switches (ARIADNE_EST_V3_KIND, ARIADNE_EST_V3_FAST) are the caller's.
+void v3_bit_identical_to_v1() {
   struct Shape {
     const char* name;
     std::vector<int64_t> sq, sk;
@@ -744,25 +746,42 @@ TEST_F(CudaEstimate, TensorCoreScoringV3BitIdenticalToV1) {
   }
 }
 
+TEST_F(CudaEstimate, TensorCoreScoringV3BitIdenticalToV1) { v3_bit_identical_to_v1(); }
+
+// The wgmma kernel's fast-partials build (ARIADNE_EST_V3_FAST=1, head_dim 128; the other head dims
+// keep the 128-row kernel) must give v1's scores bit for bit as well: its mask-free chunks, its
+// copy of whole chunks and its descriptors change instructions, not values. The shapes above have
+// chunks of every kind: wholly visible to a warp (the fast partials), crossing a row's last key
+// stride, past a group, wholly inside the sequence and its last, partial one.
+TEST_F(CudaEstimate, TensorCoreScoringV3FastBitIdenticalToV1) {
+  const cuda_testing::EnvGuard fast("ARIADNE_EST_V3_FAST", "1");
+  v3_bit_identical_to_v1();
+}
+
 // A small bf16 case for compute-sanitizer on the v3 kernel, every variant (scripts/device-check):
 // varlen with lq < lk, a sequence shorter than a block, views into wider rows, GQA group 3 (rows
-// past G·R empty), head_dim 128 and the three block widths, against the CPU.
+// past G·R empty), head_dim 128 and the three block widths, against the CPU; with and without
+// ARIADNE_EST_V3_FAST (the wgmma kernel's fast-partials build).
 TEST_F(CudaEstimate, TensorCoreScoringV3SmallCasesForSanitizers) {
   Case cs = make_case("v3-san", {300, 77, 513, 5}, {300, 200, 700, 64}, 6, 2, 128, DType::bf16);
   cs.token_pad = 24;
   const Inputs in = testing::make_inputs(cs);
   const OnDevice d = upload(in);
-  for (int stride : {8, 16})
-    for (int block : {64, 128}) {
-      if (block / stride != 8 && block / stride != 16) continue;
-      EstimateConfig c;
-      c.stride = stride;
-      c.block = block;
-      c.tau = 0.9;
-      c.cuda_scoring_v3 = true;
-      ASSERT_TRUE(estimate(d.qv, d.kv, d.layout, c, Backend::cuda).stats.scoring_v3);
-      check_config(in, d, c, "v3 sanitizer case S " + std::to_string(stride) + " B " + std::to_string(block));
-    }
+  for (const char* fast : {"0", "1"}) {
+    const cuda_testing::EnvGuard guard("ARIADNE_EST_V3_FAST", fast);
+    for (int stride : {8, 16})
+      for (int block : {64, 128}) {
+        if (block / stride != 8 && block / stride != 16) continue;
+        EstimateConfig c;
+        c.stride = stride;
+        c.block = block;
+        c.tau = 0.9;
+        c.cuda_scoring_v3 = true;
+        ASSERT_TRUE(estimate(d.qv, d.kv, d.layout, c, Backend::cuda).stats.scoring_v3);
+        check_config(in, d, c,
+                     "v3 sanitizer case S " + std::to_string(stride) + " B " + std::to_string(block) + " fast " + fast);
+      }
+  }
 }
 
 }  // namespace
