@@ -1082,9 +1082,9 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
   // the offset / 16: no carry leaves the field (base + both stages < 256 KB), so this is bdesc's
   // value with one 32-bit add.
   const uint64_t desc0 = wg::desc_swizzled<128>(base, 16, 1024);
-  auto bdesc_fast = [&](int st, int j, int ks) {
-    const uint32_t off = uint32_t(st * kWgStage + j * kWgTerm + (ks >> 2) * kWgRegion + (ks & 3) * 32) >> 4;
-    return (desc0 & ~uint64_t(0xffffffffu)) | uint64_t(uint32_t(desc0) + off);
+  auto bdesc_fast = [&](uint32_t lo_st, int j, int ks) {
+    const uint32_t off = uint32_t(j * kWgTerm + (ks >> 2) * kWgRegion + (ks & 3) * 32) >> 4;
+    return (desc0 & ~uint64_t(0xffffffffu)) | uint64_t(lo_st + off);
   };
   // kFast copy of a chunk wholly inside the sequence (j0 + 32 <= nks): thread tid takes vector
   // column cu of rows n0 + 8k (n0 = tid / 16, k < 4) of each term j. Every row it writes has
@@ -1180,6 +1180,8 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
       if (c + 1 < nch) issue((c + 1) * kWgCols, (c + 1) & 1);
     }
     const int st = c & 1;
+    // kFast: the descriptors' low word for stage st (the stage's offset / 16 added once a chunk).
+    const uint32_t lo_st = uint32_t(desc0) + uint32_t(st * (kWgStage >> 4));
 #pragma unroll
     for (int i = 0; i < 16; ++i) cur[i] = 0.f;
     wg::pin(cur);
@@ -1188,7 +1190,7 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
     for (int ks = 0; ks < 8; ++ks)
 #pragma unroll
       for (int j = 0; j < 3; ++j)
-        wg::mma_m64n32k16_rs_kmajor(cur, a[ks], kFast ? bdesc_fast(st, j, ks) : bdesc(st, j, ks));
+        wg::mma_m64n32k16_rs_kmajor(cur, a[ks], kFast ? bdesc_fast(lo_st, j, ks) : bdesc(st, j, ks));
     wg::commit();
     if (c >= 1) partials(c - 1, prev);
     wg::wait<0>();
