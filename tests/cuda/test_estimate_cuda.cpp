@@ -748,26 +748,31 @@ void v3_bit_identical_to_v1() {
 
 TEST_F(CudaEstimate, TensorCoreScoringV3BitIdenticalToV1) { v3_bit_identical_to_v1(); }
 
-// The wgmma kernel's fast-partials build (ARIADNE_EST_V3_FAST=1, head_dim 128; the other head dims
-// keep the 128-row kernel) must give v1's scores bit for bit as well: its mask-free chunks, its
-// copy of whole chunks and its descriptors change instructions, not values. The shapes above have
+// The wgmma kernel's fast-partials builds (ARIADNE_EST_V3_FAST=1: 64 rows per CTA, 2: 128 rows,
+// two warpgroups; head_dim 128, the other head dims keep the 128-row mma.sync kernel) must give
+// v1's scores bit for bit as well: their mask-free chunks, their copy of whole chunks, their
+// descriptors and the 128-row grouping change instructions, not values. The shapes above have
 // chunks of every kind: wholly visible to a warp (the fast partials), crossing a row's last key
-// stride, past a group, wholly inside the sequence and its last, partial one.
+// stride, past a group, wholly inside the sequence and its last, partial one; and CTAs of several
+// query blocks, the last one short.
 TEST_F(CudaEstimate, TensorCoreScoringV3FastBitIdenticalToV1) {
-  const cuda_testing::EnvGuard fast("ARIADNE_EST_V3_FAST", "1");
-  v3_bit_identical_to_v1();
+  for (const char* fast : {"1", "2"}) {
+    SCOPED_TRACE(std::string("ARIADNE_EST_V3_FAST=") + fast);
+    const cuda_testing::EnvGuard guard("ARIADNE_EST_V3_FAST", fast);
+    v3_bit_identical_to_v1();
+  }
 }
 
 // A small bf16 case for compute-sanitizer on the v3 kernel, every variant (scripts/device-check):
 // varlen with lq < lk, a sequence shorter than a block, views into wider rows, GQA group 3 (rows
-// past G·R empty), head_dim 128 and the three block widths, against the CPU; with and without
-// ARIADNE_EST_V3_FAST (the wgmma kernel's fast-partials build).
+// past G·R empty), head_dim 128 and the three block widths, against the CPU; under
+// ARIADNE_EST_V3_FAST 0, 1 and 2 (the wgmma kernel and its two fast-partials builds).
 TEST_F(CudaEstimate, TensorCoreScoringV3SmallCasesForSanitizers) {
   Case cs = make_case("v3-san", {300, 77, 513, 5}, {300, 200, 700, 64}, 6, 2, 128, DType::bf16);
   cs.token_pad = 24;
   const Inputs in = testing::make_inputs(cs);
   const OnDevice d = upload(in);
-  for (const char* fast : {"0", "1"}) {
+  for (const char* fast : {"0", "1", "2"}) {
     const cuda_testing::EnvGuard guard("ARIADNE_EST_V3_FAST", fast);
     for (int stride : {8, 16})
       for (int block : {64, 128}) {
