@@ -1096,7 +1096,8 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
   // column cu of rows n0 + kRowStep·k (n0 = tid / 16, k < 32 / kRowStep: 4 with 128 threads, 2
   // with 256) of each term j. Every row it writes has n % 8 = n0 % 8 (kRowStep is 8 or 16), so
   // its swizzled piece is fixed and its 12 (6) destinations and sources are its base plus
-  // constants (row + 8: 1024 bytes; term: kWgTerm; source row 3n + j: 256 bytes each).
+  // constants (row + kRowStep: kRowStep · 128 bytes; term: kWgTerm; source row 3n + j: 256 bytes
+  // each). (With 128 threads n0 < 8 already: no mask, the SASS that was counted.)
   const int n0 = tid >> 4;
   const uint32_t fast_dst = base + cu_region + uint32_t(n0 * 128 + (((cu & 7) ^ (kRowStep == 8 ? n0 : n0 & 7)) << 4));
   const __nv_bfloat16* const fast_src = kseq + n0 * 3 * 128 + cu * 8;
