@@ -56,7 +56,9 @@ struct ScoreParams {
   // The v3 kernel (docs/rrattention.md, "Scoring kernel v3"): only where scores_v3_applies(); then
   // v3_ctas holds v3_num_ctas pairs (first global query block, query blocks) of one sequence, one
   // per CTA, at most scores_v3_blocks_per_cta() blocks each (v2 is then off). v3_kind: 0 the
-  // 128-row mma.sync kernel, 1 the wgmma one (64 rows, dpad 128 only).
+  // 128-row mma.sync kernel, 1 the wgmma one (64 rows, dpad 128 only), 2 the wgmma one with fast
+  // partials (same scores, fewer instructions per chunk), 3 the same with 128 rows (two
+  // warpgroups sharing each K̄ tile).
   bool v3;
   int v3_kind;
   const int32_t* v3_ctas;

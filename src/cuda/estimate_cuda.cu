@@ -82,11 +82,17 @@ bool scoring_v3_wanted(const EstimateConfig& config) {
 
 // The v3 kernel (ScoreParams::v3_kind) for head dims padded to dpad: the wgmma one where it
 // applies (dpad 128), the 128-row mma.sync one elsewhere or when ARIADNE_EST_V3_KIND=narrow (read
-// per call; docs/rrattention.md, "Scoring kernel v3").
+// per call; docs/rrattention.md, "Scoring kernel v3"). Where the wgmma kernel runs,
+// ARIADNE_EST_V3_FAST (read per call) takes its fast-partials builds (the same scores: "Scoring
+// kernel v3 fast partials"): 1 the 64-row one (kind 2), 2 the 128-row one (kind 3).
 int scoring_v3_kind(int dpad) {
   const char* v = std::getenv("ARIADNE_EST_V3_KIND");
   if (v != nullptr && std::string(v) == "narrow") return 0;
-  return dpad == 128 ? 1 : 0;
+  if (dpad != 128) return 0;
+  const char* f = std::getenv("ARIADNE_EST_V3_FAST");
+  if (f != nullptr && std::string(f) == "1") return 2;
+  if (f != nullptr && std::string(f) == "2") return 3;
+  return 1;
 }
 
 int64_t last_key_stride(const EstimateConfig& c, int64_t stride, const Seq& e, int64_t i, int h) {

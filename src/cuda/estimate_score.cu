@@ -986,25 +986,38 @@ __global__ void __launch_bounds__(kV3Threads, 2) scores_v3_kernel(ScoreParams p)
 // (k step outer, then K̄ term), each k-16 group by the tensor core (the same bits as mma.sync's
 // on every case measured: docs/numerics.md); the partials, row sums and block scores are v3's.
 constexpr int kWgCols = 32;          // key strides per chunk
-constexpr int kWgRows = 64, kWgThreads = 128, kWgMaxGroups = kWgRows / 8;
+constexpr int kWgRows = 64, kWgThreads = 128;
 constexpr int kWgRegion = kWgCols * 128;  // bytes of one 64-element column region of a term tile
 constexpr int kWgTerm = 2 * kWgRegion;    // one K̄ term of the chunk (d 128: two regions)
 constexpr int kWgStage = 3 * kWgTerm;
 // Dynamic shared memory: 1024 bytes of alignment slack (the swizzle atoms sit on 1 KB
 // boundaries), then two stages; the q tile [64][136] bf16 is staged in them before the first copy.
 constexpr size_t kWgSmem = 1024 + 2 * kWgStage;
-static_assert(2 * kWgStage >= 2 * kWgRows * 136, "the q staging fits in the K̄ stages");
+static_assert(2 * kWgStage >= 2 * (2 * kWgRows) * 136, "the q staging fits in the K̄ stages (up to 128 rows)");
 
 // Four CTAs per SM: at most 128 registers a thread (uncapped it takes 158 and fits 3 CTAs; capped
 // it measured 11.03 ms against 11.94 at 128K S 8, session 4).
-__global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p) {
+// kFast (v3_kind 2, ARIADNE_EST_V3_FAST=1; docs/rrattention.md, "Scoring kernel v3 fast
+// partials"): the same values by fewer instructions per chunk. A chunk wholly visible to the
+// warp's 16 rows skips the per-logit causal test and the per-block "past the group" test (both
+// always pass there); a chunk wholly inside the sequence is copied by a thread-to-vector map whose
+// swizzle is fixed per thread (every offset an immediate, no zero-fill select); the wgmma
+// descriptors are one base plus constants. Logits, partials and their order are kFast = false's.
+// kRows 128 (fast build only; v3_kind 3, ARIADNE_EST_V3_FAST=2): two warpgroups of 64 rows share
+// each K̄ stage (256 threads, two CTAs and still 16 warps per SM), which halves the L2 traffic per
+// logit; each warpgroup runs its own wgmma on its rows with the same descriptors.
+template <bool kFast, int kRows = kWgRows>
+__global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg_kernel(ScoreParams p) {
+  static_assert(kRows == kWgRows || (kFast && kRows == 2 * kWgRows), "64 rows, or 128 in the fast build");
+  constexpr int kThreads = 2 * kRows, kMaxGroups = kRows / 8;
+  constexpr int kRowStep = kThreads / 16;  // K̄ term rows one copy step covers (16 vectors each)
   extern __shared__ float4 smem4[];
   const uint32_t base = (smem_addr(smem4) + 1023u) & ~1023u;
   char* const base_ptr = reinterpret_cast<char*>(smem4) + (base - smem_addr(smem4));
-  __shared__ int lim[kWgRows], qpos[kWgRows], rhead[kWgRows];
-  __shared__ float rmax[kWgRows], rmul[kWgRows];
-  __shared__ int glast[kWgMaxGroups], gnract[kWgMaxGroups], gnvis[kWgMaxGroups];
-  __shared__ float2* gpart[kWgMaxGroups];
+  __shared__ int lim[kRows], qpos[kRows], rhead[kRows];
+  __shared__ float rmax[kRows], rmul[kRows];
+  __shared__ int glast[kMaxGroups], gnract[kMaxGroups], gnvis[kMaxGroups];
+  __shared__ float2* gpart[kMaxGroups];
 
   const int gb0 = p.v3_ctas[2 * blockIdx.x], ngroups = p.v3_ctas[2 * blockIdx.x + 1];
   const int kvh = blockIdx.y;
@@ -1015,13 +1028,13 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
   const int head0 = kvh * p.group + int(blockIdx.z) * p.heads_per_cta;
   const int heads_here = min(p.heads_per_cta, p.group - int(blockIdx.z) * p.heads_per_cta);
 
-  v3_tables<kWgRows, kWgMaxGroups>(p, e, gb0, ngroups, m0, kvh, S, nr, R, head0, heads_here, tid, lim, qpos, rhead, glast,
+  v3_tables<kRows, kMaxGroups>(p, e, gb0, ngroups, m0, kvh, S, nr, R, head0, heads_here, tid, lim, qpos, rhead, glast,
                         gnract, gnvis, gpart);
   // q staged as [64][136] bf16, then each warp's A fragments (rows 16·warp … +15, 8 k steps) into
   // registers for the whole CTA.
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(base_ptr);
   constexpr int kQp = 136;
-  for (int idx = tid; idx < kWgRows * 128; idx += kWgThreads) {
+  for (int idx = tid; idx < kRows * 128; idx += kThreads) {
     const int r = idx >> 7, t = idx & 127;
     float v = 0.f;
     if (t < p.d && lim[r] >= 0)
@@ -1039,9 +1052,9 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
   for (int g = 0; g < ngroups; ++g) last = max(last, glast[g]);
   __syncthreads();  // the staging area becomes the K̄ stages
 
-  // K̄ copy: chunk j0 … j0+31, 32 · 3 term rows of 16 vectors, 12 per thread. A thread's vector
-  // column u = tid % 16 is fixed (128 threads = 8 term rows of 16 vectors); its term row 3n + j
-  // advances by 8 per step. Row n of term j, 16-byte piece u: region u / 8, piece (u % 8) ^ (n % 8)
+  // K̄ copy: chunk j0 … j0+31, 32 · 3 term rows of 16 vectors, 12 per thread (6 with 256). A
+  // thread's vector column u = tid % 16 is fixed (128 threads = kRowStep = 8 term rows of 16
+  // vectors); its term row 3n + j advances by kRowStep per step. Row n of term j, 16-byte piece u: region u / 8, piece (u % 8) ^ (n % 8)
   // of the row's 128 bytes (the 128-byte swizzle the descriptors below read).
   const __nv_bfloat16* kseq =
       static_cast<const __nv_bfloat16*>(p.ksplit) + (int64_t(kvh) * p.total_ks + e.ks_base) * 3 * 128;
@@ -1053,12 +1066,12 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
     int n = row30 / 3, j = row30 % 3;
     const uint32_t sb = base + uint32_t(stage * kWgStage) + cu_region;
 #pragma unroll
-    for (int i = 0; i < 12; ++i) {
+    for (int i = 0; i < 96 / kRowStep; ++i) {
       const bool ok = j0 + n < nks;
       cp_async16(sb + uint32_t(j * kWgTerm + n * 128 + (((cu & 7) ^ (n & 7)) << 4)), ok ? src : kseq, ok);
-      src += 8 * 128;
-      n += 2;
-      j += 2;
+      src += kRowStep * 128;
+      n += kRowStep / 3;
+      j += kRowStep % 3;
       if (j >= 3) {
         j -= 3;
         ++n;
@@ -1071,6 +1084,37 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
     return wg::desc_swizzled<128>(base + uint32_t(st * kWgStage + j * kWgTerm + (ks >> 2) * kWgRegion + (ks & 3) * 32),
                                   16, 1024);
   };
+  // kFast: the descriptor's start-address field (bits 0-13, address / 16) of the stages' base plus
+  // the offset / 16: no carry leaves the field (base + both stages < 256 KB), so this is bdesc's
+  // value with one 32-bit add.
+  const uint64_t desc0 = wg::desc_swizzled<128>(base, 16, 1024);
+  auto bdesc_fast = [&](uint32_t lo_st, int j, int ks) {
+    const uint32_t off = uint32_t(j * kWgTerm + (ks >> 2) * kWgRegion + (ks & 3) * 32) >> 4;
+    return (desc0 & ~uint64_t(0xffffffffu)) | uint64_t(lo_st + off);
+  };
+  // kFast copy of a chunk wholly inside the sequence (j0 + 32 <= nks): thread tid takes vector
+  // column cu of rows n0 + kRowStep·k (n0 = tid / 16, k < 32 / kRowStep: 4 with 128 threads, 2
+  // with 256) of each term j. Every row it writes has n % 8 = n0 % 8 (kRowStep is 8 or 16), so
+  // its swizzled piece is fixed and its 12 (6) destinations and sources are its base plus
+  // constants (row + kRowStep: kRowStep · 128 bytes; term: kWgTerm; source row 3n + j: 256 bytes
+  // each). (With 128 threads n0 < 8 already: no mask, the SASS that was counted.)
+  const int n0 = tid >> 4;
+  const uint32_t fast_dst = base + cu_region + uint32_t(n0 * 128 + (((cu & 7) ^ (kRowStep == 8 ? n0 : n0 & 7)) << 4));
+  const __nv_bfloat16* const fast_src = kseq + n0 * 3 * 128 + cu * 8;
+  auto issue_full = [&](int j0, int stage) {
+    const __nv_bfloat16* src = fast_src + int64_t(j0) * 3 * 128;
+    const uint32_t sb = fast_dst + uint32_t(stage * kWgStage);
+#pragma unroll
+    for (int k = 0; k < 32 / kRowStep; ++k)
+#pragma unroll
+      for (int j = 0; j < 3; ++j)
+        cp_async16(sb + uint32_t(j * kWgTerm + k * kRowStep * 128), src + (k * kRowStep * 3 + j) * 128, true);
+    cp_async_commit();
+  };
+  // kFast: the smallest last visible key stride of the warp's 16 rows (−1 if one is not a row): a
+  // chunk whose last column is at most this is visible to every row of the warp.
+  int warp_lim = -1;
+  if constexpr (kFast) warp_lim = __reduce_min_sync(0xffffffffu, lim[warp * 16 + (lane & 15)]);
   const int nr_log2 = nr == 16 ? 4 : 3;
   const int cc = lane & 3;
   // After the transpose this lane holds one row (16·warp + lane/4 + 8·(cc & 1)) and 16-column
@@ -1083,6 +1127,24 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
   // row lane/4 + 8h, column 8t + 2·cc + v).
   auto partials = [&](int c, const float (&acc)[16]) {
     const int j0 = c * kWgCols;
+    if constexpr (kFast) {
+      if (j0 + kWgCols - 1 <= warp_lim) {  // warp-uniform: every logit of the chunk is visible
+        float x[4][4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) x[q][k] = __fmul_rn(acc[4 * (2 * (q >> 1) + (k >> 1)) + 2 * (q & 1) + (k & 1)], p.qmul);
+        float y[4][4];
+        quad_transpose(x, y, cc);
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb) {
+          if (nb * nr >= 16) continue;
+          // n · nr <= j0 + 31 <= this row's last stride <= its group's: the partial is always written.
+          my_part[(j0 + (cc >> 1) * 16 + nb * nr) >> nr_log2] = block_pair(y, nr, nb);
+        }
+        return;
+      }
+    }
     float x[4][4];
 #pragma unroll
     for (int gl = 0; gl < 2; ++gl)
@@ -1118,8 +1180,17 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
     cp_async_wait<0>();
     wg::fence_proxy_async();  // the cp.async tile (generic proxy) before wgmma's reads (async proxy)
     __syncthreads();          // tile c is in shared memory for every warp; stage (c + 1) % 2 is free
-    if (c + 1 < nch) issue((c + 1) * kWgCols, (c + 1) & 1);
+    if constexpr (kFast) {
+      if (c + 1 < nch) {
+        if ((c + 2) * kWgCols <= nks) issue_full((c + 1) * kWgCols, (c + 1) & 1);
+        else issue((c + 1) * kWgCols, (c + 1) & 1);
+      }
+    } else {
+      if (c + 1 < nch) issue((c + 1) * kWgCols, (c + 1) & 1);
+    }
     const int st = c & 1;
+    // kFast: the descriptors' low word for stage st (the stage's offset / 16 added once a chunk).
+    const uint32_t lo_st = uint32_t(desc0) + uint32_t(st * (kWgStage >> 4));
 #pragma unroll
     for (int i = 0; i < 16; ++i) cur[i] = 0.f;
     wg::pin(cur);
@@ -1127,7 +1198,8 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
 #pragma unroll
     for (int ks = 0; ks < 8; ++ks)
 #pragma unroll
-      for (int j = 0; j < 3; ++j) wg::mma_m64n32k16_rs_kmajor(cur, a[ks], bdesc(st, j, ks));
+      for (int j = 0; j < 3; ++j)
+        wg::mma_m64n32k16_rs_kmajor(cur, a[ks], kFast ? bdesc_fast(lo_st, j, ks) : bdesc(st, j, ks));
     wg::commit();
     if (c >= 1) partials(c - 1, prev);
     wg::wait<0>();
@@ -1138,7 +1210,7 @@ __global__ void __launch_bounds__(kWgThreads, 4) scores_wg_kernel(ScoreParams p)
   if (nch > 0) partials(nch - 1, prev);
   __syncthreads();  // the partials are read by other threads below
 
-  v3_row_sums_and_scores<kWgThreads>(p, e, ngroups, m0, nr, R, head0, heads_here, tid, warp, lane, glast, gnract, gnvis,
+  v3_row_sums_and_scores<kThreads>(p, e, ngroups, m0, nr, R, head0, heads_here, tid, warp, lane, glast, gnract, gnvis,
                               gpart, rmax, rmul);
 }
 
@@ -1152,7 +1224,7 @@ cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream) {
 }
 
 size_t scores_smem_bytes(const ScoreParams& p) {
-  if (p.v3) return p.v3_kind == 1 ? kWgSmem : V3Smem::total(p);
+  if (p.v3) return p.v3_kind >= 1 ? kWgSmem : V3Smem::total(p);
   if (p.v2) return ScoreSmem<true, true>::total(p);
   return p.mma ? ScoreSmem<true>::total(p) : ScoreSmem<false>::total(p);
 }
@@ -1166,7 +1238,7 @@ bool scores_v3_applies(const ScoreParams& p) {
 }
 
 int scores_v3_blocks_per_cta(const ScoreParams& p) {
-  return (p.v3_kind == 1 ? kWgRows : kV3Rows) / (p.heads_per_cta * p.spb);
+  return (p.v3_kind == 3 ? 2 * kWgRows : p.v3_kind >= 1 ? kWgRows : kV3Rows) / (p.heads_per_cta * p.spb);
 }
 
 cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStream_t stream) {
@@ -1175,8 +1247,11 @@ cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStrea
   const unsigned zc = unsigned((p.group + p.heads_per_cta - 1) / p.heads_per_cta);
   if (p.v3) {
     if (!scores_v3_applies(p) || p.v3_ctas == nullptr || p.v3_num_ctas <= 0) return cudaErrorInvalidValue;
-    const auto kernel = p.v3_kind == 1 ? scores_wg_kernel : scores_v3_kernel;
-    const int threads = p.v3_kind == 1 ? kWgThreads : kV3Threads;
+    const auto kernel = p.v3_kind == 3   ? scores_wg_kernel<true, 2 * kWgRows>
+                        : p.v3_kind == 2 ? scores_wg_kernel<true>
+                        : p.v3_kind == 1 ? scores_wg_kernel<false>
+                                         : scores_v3_kernel;
+    const int threads = p.v3_kind == 3 ? 2 * kWgThreads : p.v3_kind >= 1 ? kWgThreads : kV3Threads;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     if (err != cudaSuccess) return err;

@@ -29,6 +29,7 @@
 #include "ariadne/estimate.hpp"
 #include "ariadne/prefill.hpp"
 #include "common.hpp"
+#include "cuda/cuda_common.hpp"
 
 namespace ariadne {
 namespace {
@@ -697,7 +698,8 @@ TEST_F(CudaEstimate, TensorCoreScoringV2BitIdenticalToV1) {
 // groups), both offsets, and varlen sequences with lq < lk, one shorter than a block. It must
 // also match the CPU (rule 3) on the benchmark shape. (That the wgmma path sums each k-16 group
 // to the same bits as mma.sync is measured here, not documented by the ISA: docs/numerics.md.)
-TEST_F(CudaEstimate, TensorCoreScoringV3BitIdenticalToV1) {
+// The routing switches (ARIADNE_EST_V3_KIND, ARIADNE_EST_V3_FAST) are the caller's.
+void v3_bit_identical_to_v1() {
   check_bit_identical_to_v1({{"v3-gqa8", {1500}, {}, 16, 2, 128},
                              {"v3-d80-varlen", {700, 77, 1100}, {700, 300, 1333}, 8, 2, 80},
                              {"v3-g3-varlen", {1300, 5, 260}, {1300, 64, 900}, 6, 2, 64},
@@ -718,25 +720,47 @@ TEST_F(CudaEstimate, TensorCoreScoringV3BitIdenticalToV1) {
   }
 }
 
+TEST_F(CudaEstimate, TensorCoreScoringV3BitIdenticalToV1) { v3_bit_identical_to_v1(); }
+
+// The wgmma kernel's fast-partials builds (ARIADNE_EST_V3_FAST=1: 64 rows per CTA, 2: 128 rows,
+// two warpgroups; head_dim 128, the other head dims keep the 128-row mma.sync kernel) must give
+// v1's scores bit for bit as well: their mask-free chunks, their copy of whole chunks, their
+// descriptors and the 128-row grouping change instructions, not values. The shapes above have
+// chunks of every kind: wholly visible to a warp (the fast partials), crossing a row's last key
+// stride, past a group, wholly inside the sequence and its last, partial one; and CTAs of several
+// query blocks, the last one short.
+TEST_F(CudaEstimate, TensorCoreScoringV3FastBitIdenticalToV1) {
+  for (const char* fast : {"1", "2"}) {
+    SCOPED_TRACE(std::string("ARIADNE_EST_V3_FAST=") + fast);
+    const cuda_testing::EnvGuard guard("ARIADNE_EST_V3_FAST", fast);
+    v3_bit_identical_to_v1();
+  }
+}
+
 // A small bf16 case for compute-sanitizer on the v3 kernel, every variant (scripts/device-check):
 // varlen with lq < lk, a sequence shorter than a block, views into wider rows, GQA group 3 (rows
-// past G·R empty), head_dim 128 and the three block widths, against the CPU.
+// past G·R empty), head_dim 128 and the three block widths, against the CPU; under
+// ARIADNE_EST_V3_FAST 0, 1 and 2 (the wgmma kernel and its two fast-partials builds).
 TEST_F(CudaEstimate, TensorCoreScoringV3SmallCasesForSanitizers) {
   Case cs = make_case("v3-san", {300, 77, 513, 5}, {300, 200, 700, 64}, 6, 2, 128, DType::bf16);
   cs.token_pad = 24;
   const Inputs in = testing::make_inputs(cs);
   const OnDevice d = upload(in);
-  for (int stride : {8, 16})
-    for (int block : {64, 128}) {
-      if (block / stride != 8 && block / stride != 16) continue;
-      EstimateConfig c;
-      c.stride = stride;
-      c.block = block;
-      c.tau = 0.9;
-      c.cuda_scoring_v3 = true;
-      ASSERT_TRUE(estimate(d.qv, d.kv, d.layout, c, Backend::cuda).stats.scoring_v3);
-      check_config(in, d, c, "v3 sanitizer case S " + std::to_string(stride) + " B " + std::to_string(block));
-    }
+  for (const char* fast : {"0", "1", "2"}) {
+    const cuda_testing::EnvGuard guard("ARIADNE_EST_V3_FAST", fast);
+    for (int stride : {8, 16})
+      for (int block : {64, 128}) {
+        if (block / stride != 8 && block / stride != 16) continue;
+        EstimateConfig c;
+        c.stride = stride;
+        c.block = block;
+        c.tau = 0.9;
+        c.cuda_scoring_v3 = true;
+        ASSERT_TRUE(estimate(d.qv, d.kv, d.layout, c, Backend::cuda).stats.scoring_v3);
+        check_config(in, d, c,
+                     "v3 sanitizer case S " + std::to_string(stride) + " B " + std::to_string(block) + " fast " + fast);
+      }
+  }
 }
 
 }  // namespace
