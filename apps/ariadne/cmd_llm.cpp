@@ -191,7 +191,8 @@ json layer_json(const LayerTrace& t) {
   return json{{"density", t.density}, {"mass_recall", t.mass_recall}, {"precision", t.precision},
               {"recall", t.recall}, {"f1", t.f1}, {"out_rel_err", t.out_rel_err},
               {"mass_recall_per_head", t.mass_recall_per_head}, {"f1_per_head", t.f1_per_head},
-              {"ms_estimate", t.ms_estimate}, {"ms_attention", t.ms_attention}};
+              {"ms_estimate", t.ms_estimate}, {"ms_estimate_kernels", t.ms_estimate_kernels},
+              {"ms_attention", t.ms_attention}};
 }
 
 // Head-major [heads, tokens, dim] (the dump layout) to packed [tokens, heads, dim].
@@ -477,7 +478,7 @@ int run_llm(const cli::Args& args) {
                         {"answer", task.answer},
                         {"generated", text}, {"correct", ok}, {"density", tr.density},
                         {"ms_prefill", tr.ms_total}, {"ms_attention", tr.ms_attention},
-                        {"ms_estimate", tr.ms_estimate}};
+                        {"ms_estimate", tr.ms_estimate}, {"ms_estimate_kernels", tr.ms_estimate_kernels}};
             Agg& a = agg[kind + "/" + len + "/" + m.label()];
             a.runs++;
             a.correct += ok;

@@ -1,8 +1,9 @@
 // ariadne/device.hpp — owning device memory for clients of the CUDA backend (CLI, tests, benches).
 //
-// Only a thin RAII wrapper over cudaMalloc/cudaMemcpy so that the public headers stay free of
-// CUDA includes. cuda_available() is false in builds without CUDA and on machines without a GPU;
-// every other call then throws ariadne::Error.
+// Only a thin RAII wrapper over cudaMalloc/cudaMemcpy (and, for per-call results, over a
+// stream-ordered pool: stream_ordered()) so that the public headers stay free of CUDA includes.
+// cuda_available() is false in builds without CUDA and on machines without a GPU; every other
+// call then throws ariadne::Error.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +30,21 @@ class DeviceBuffer {
   static DeviceBuffer from_host(const Buffer& host);
   // A device copy of a host array (cu_seqlens, CSR arrays).
   static DeviceBuffer from_ints(const std::vector<int32_t>& values);
+  // A buffer from a library-owned memory pool of the current device, allocated and later freed in
+  // the order of the legacy default stream (cudaMallocFromPoolAsync / cudaFreeAsync): unlike the
+  // constructor's cudaMalloc and the destructor's cudaFree, which waits for the whole device,
+  // neither call waits for anything, so a result allocated per call (EstimateConfig::
+  // cuda_pooled_result) costs no device-wide synchronization. The pool keeps freed memory for
+  // reuse (trim_stream_ordered_pool gives it back). Contents are uninitialized, as with the
+  // constructor. The memory may be reused by work enqueued on the legacy default stream after the
+  // free: work on a non-blocking stream (cudaStreamNonBlocking) that reads the buffer must have
+  // finished, or be ordered before the legacy stream, when the buffer is destroyed or assigned.
+  // The free goes to the legacy stream of the buffer's own device, whichever is current. On devices
+  // without memory pools it falls back to the constructor (is_stream_ordered() then says false).
+  static DeviceBuffer stream_ordered(DType dtype, std::vector<int64_t> shape);
+  // Releases the current device's pool memory not in use by a live buffer (after waiting for the
+  // legacy default stream, so pending frees count as released).
+  static void trim_stream_ordered_pool();
 
   TensorView view() const;  // contiguous, device = cuda
   void* data() const { return ptr_; }
@@ -36,9 +52,13 @@ class DeviceBuffer {
   void copy_to_host(void* dst, size_t bytes) const;
   Buffer to_host() const;  // same dtype and shape
   void fill_bytes(int byte_value);  // cudaMemset, e.g. 0xFF poisons bf16/f32 with NaN
+  bool is_stream_ordered() const { return pooled_; }
 
  private:
+  void release() noexcept;  // frees ptr_ as it was allocated
   void* ptr_ = nullptr;
+  bool pooled_ = false;  // from stream_ordered(): freed with cudaFreeAsync on the legacy stream
+  int device_ = 0;       // the device whose pool holds ptr_ (when pooled_)
   size_t bytes_ = 0;
   DType dtype_ = DType::f32;
   std::vector<int64_t> shape_;

@@ -86,6 +86,15 @@ struct EstimateConfig {
   // returns, giving the memory back (the next call allocates it again). See estimate() for who
   // owns it.
   bool keep_workspace = true;
+  // CUDA backend: allocate the result's device arrays (EstimateResult::device) with
+  // DeviceBuffer::stream_ordered (a library pool, stream-ordered on the legacy default stream)
+  // instead of cudaMalloc, so that neither the allocation nor the result's destruction
+  // (cudaFree waits for the whole device) synchronizes: a prefill that estimates once per layer
+  // then pays no device-wide wait per layer. Same contents. Off by default because of the
+  // lifetime rule it brings: work on a non-blocking stream that reads the arrays must be finished
+  // when the result is destroyed (see DeviceBuffer::stream_ordered). keep_workspace = false also
+  // trims that pool.
+  bool cuda_pooled_result = false;
   // CUDA backend: compute the stride logits with the f32 CUDA-core kernel instead of the tensor-
   // core one (bf16 mma.sync on exact bf16 splits of the operands; docs/numerics.md gives the
   // difference). The environment variable ARIADNE_EST_F32=1 sets it for every call.

@@ -25,6 +25,11 @@
 // and uploaded once, bf16 activations into every GEMM (cuBLASLt) and into the attention (the
 // CUDA attention kernels and CUDA estimators, the same methods, probes and comparisons), an fp32
 // residual stream, a bf16 KV cache. Its logits differ from the CPU path's by bf16 rounding.
+// Per layer the run's own CUDA estimate keeps its result on the device (host_copy off unless
+// compare or keep_previous reads the host mask) in stream-ordered pool memory
+// (EstimateConfig::cuda_pooled_result), so no layer pays a cudaMalloc / device-wide cudaFree or
+// the copies; ARIADNE_LLM_ESTPOOL=0 in the environment (read per layer) keeps the method's
+// EstimateConfig as given, for A/B timing in one binary. Results are the same either way.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +75,10 @@ std::vector<MaskBreakdown> mask_breakdown(const BlockMask& mask, const EstimateR
 struct LayerTrace {
   double density = 1;                    // kept / visible blocks of the method
   double ms_estimate = 0, ms_attention = 0;
+  // The estimator's own stage times (sampling + scoring + selection; CUDA events on the GPU path),
+  // 0 when dense. ms_estimate is the host wall time of the call, which on the GPU path also waits
+  // for the layer's q/k/v GEMMs (and the previous layer's MLP) still queued ahead of it.
+  double ms_estimate_kernels = 0;
   // Against the oracle at the method's τ and block size (zeros when not compared):
   double mass_recall = 0, precision = 0, recall = 0, f1 = 0;
   std::vector<double> mass_recall_per_head;  // [heads]
@@ -99,6 +108,7 @@ struct PrefillOptions {
 struct PrefillTrace {
   std::vector<LayerTrace> layers;
   double ms_total = 0, ms_attention = 0, ms_estimate = 0;
+  double ms_estimate_kernels = 0;  // sum of the layers' LayerTrace::ms_estimate_kernels
   double density = 1;  // mean over layers
 };
 

@@ -3,6 +3,10 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <map>
+#include <mutex>
+
 namespace ariadne {
 
 namespace {
@@ -16,6 +20,36 @@ size_t byte_count(DType dt, const std::vector<int64_t>& shape) {
     n *= size_t(s);
   }
   return n * size_t(dtype_size(dt));
+}
+// The stream-ordered pool of the current device, created on first use; nullptr when the device
+// has no memory-pool support. Never destroyed (like the estimator's workspace: freeing from a
+// static destructor could run after the runtime shut down; the process's end returns the memory).
+// Its release threshold is unbounded: freed blocks stay in the pool for the next allocation
+// instead of going back to the driver at every synchronization (the default pool's threshold 0
+// would unmap them each time, and a prefill synchronizes per layer).
+cudaMemPool_t pool_of_current_device(int* device_out) {
+  static std::mutex mu;
+  static auto* pools = new std::map<int, cudaMemPool_t>();
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  *device_out = device;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto it = pools->find(device);
+  if (it != pools->end()) return it->second;
+  int supported = 0;
+  check(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device), "memory-pool support query");
+  cudaMemPool_t pool = nullptr;
+  if (supported != 0) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    check(cudaMemPoolCreate(&pool, &props), "cudaMemPoolCreate");
+    uint64_t keep_all = UINT64_MAX;
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all), "pool release threshold");
+  }
+  (*pools)[device] = pool;
+  return pool;
 }
 }  // namespace
 
@@ -31,21 +65,61 @@ DeviceBuffer::DeviceBuffer(DType dtype, std::vector<int64_t> shape)
   check(cudaMalloc(&ptr_, bytes_ ? bytes_ : 16), "cudaMalloc");
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr_) cudaFree(ptr_);
+DeviceBuffer DeviceBuffer::stream_ordered(DType dtype, std::vector<int64_t> shape) {
+  int device = 0;
+  cudaMemPool_t pool = pool_of_current_device(&device);
+  if (pool == nullptr) return DeviceBuffer(dtype, std::move(shape));
+  DeviceBuffer d;
+  d.bytes_ = byte_count(dtype, shape);
+  d.dtype_ = dtype;
+  d.shape_ = std::move(shape);
+  check(cudaMallocFromPoolAsync(&d.ptr_, d.bytes_ ? d.bytes_ : 16, pool, nullptr), "cudaMallocFromPoolAsync");
+  d.pooled_ = true;
+  d.device_ = device;
+  return d;
 }
+
+void DeviceBuffer::trim_stream_ordered_pool() {
+  int device = 0;
+  cudaMemPool_t pool = pool_of_current_device(&device);
+  if (pool == nullptr) return;
+  check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");  // pending frees complete first
+  check(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo");
+}
+
+// Errors are dropped here (a destructor must not throw); a failed free leaks, as cudaFree's did.
+void DeviceBuffer::release() noexcept {
+  if (ptr_ == nullptr) return;
+  if (!pooled_) {
+    cudaFree(ptr_);
+  } else {
+    // Stream-ordered on the owning device's legacy stream: after all work enqueued there so far.
+    int current = device_;
+    cudaGetDevice(&current);
+    if (current != device_) cudaSetDevice(device_);
+    cudaFreeAsync(ptr_, nullptr);
+    if (current != device_) cudaSetDevice(current);
+  }
+  ptr_ = nullptr;
+  pooled_ = false;
+}
+
+DeviceBuffer::~DeviceBuffer() { release(); }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
-    if (ptr_) cudaFree(ptr_);
+    release();
     ptr_ = o.ptr_;
     bytes_ = o.bytes_;
     dtype_ = o.dtype_;
     shape_ = std::move(o.shape_);
+    pooled_ = o.pooled_;
+    device_ = o.device_;
     o.ptr_ = nullptr;
     o.bytes_ = 0;
+    o.pooled_ = false;
   }
   return *this;
 }

@@ -13,9 +13,11 @@
 // Host overhead (what the wall time adds to the kernels). The scratch, the key-stride sums, the
 // per-block flags and counts, the scan's temporary storage, the geometry tables and a pinned
 // staging buffer live in a workspace cached per device (see Workspace below), so a call with a
-// shape no larger than an earlier one allocates only the result's own device arrays. The tables
-// go up in one asynchronous copy from the pinned staging; the one host synchronization is at the
-// end (the stage times and the density are results of the call).
+// shape no larger than an earlier one allocates only the result's own device arrays (cudaMalloc,
+// or with EstimateConfig::cuda_pooled_result stream-ordered from a pool, which neither their
+// allocation nor their release waits on). The tables go up in one asynchronous copy from the
+// pinned staging; the one host synchronization is at the end (the stage times and the density
+// are results of the call).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -39,8 +41,13 @@ void check(cudaError_t e, const char* what) {
   ARIADNE_CHECK(e == cudaSuccess, "estimate (cuda): ", what, " failed: ", cudaGetErrorString(e));
 }
 
-// Raw device bytes in a DeviceBuffer (4-byte elements).
-DeviceBuffer device_bytes(size_t bytes) { return DeviceBuffer(DType::f32, {int64_t((bytes + 3) / 4)}); }
+// Raw device bytes in a DeviceBuffer (4-byte elements); `pooled`: stream-ordered from the library's
+// pool (EstimateConfig::cuda_pooled_result), so neither this allocation nor the result's release
+// waits for the device.
+DeviceBuffer device_bytes(size_t bytes, bool pooled) {
+  const std::vector<int64_t> shape{int64_t((bytes + 3) / 4)};
+  return pooled ? DeviceBuffer::stream_ordered(DType::f32, shape) : DeviceBuffer(DType::f32, shape);
+}
 
 // cu_seqlens may be host or device pointers (the CUDA attention reads device ones); unified
 // addressing lets one cudaMemcpyDefault read either.
@@ -401,11 +408,12 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   DeviceEstimate& dev = r.device;
   dev.block = config.block;
   dev.heads = g.heads_q;
-  dev.seq_block_base = device_bytes(sbb_bytes);
-  dev.score_ptr = device_bytes(score_ptr_bytes);
-  dev.scores = device_bytes(size_t(nvis_total) * sizeof(float));
-  dev.row_ptr = device_bytes(size_t(g.rows + 1) * sizeof(int32_t));
-  dev.col_idx = device_bytes(size_t(nvis_total) * sizeof(int32_t));
+  const bool pooled = config.cuda_pooled_result;
+  dev.seq_block_base = device_bytes(sbb_bytes, pooled);
+  dev.score_ptr = device_bytes(score_ptr_bytes, pooled);
+  dev.scores = device_bytes(size_t(nvis_total) * sizeof(float), pooled);
+  dev.row_ptr = device_bytes(size_t(g.rows + 1) * sizeof(int32_t), pooled);
+  dev.col_idx = device_bytes(size_t(nvis_total) * sizeof(int32_t), pooled);
 
   char* tables = static_cast<char*>(ws.tables.get(tables_end + kept_bytes));
   int64_t* d_kept = reinterpret_cast<int64_t*>(tables + tables_end);
@@ -565,7 +573,10 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
     r.scores.resize(size_t(nvis_total));
     if (!r.scores.empty()) dev.scores.copy_to_host(r.scores.data(), r.scores.size() * sizeof(float));
   }
-  if (!config.keep_workspace) ws.release();
+  if (!config.keep_workspace) {
+    ws.release();
+    if (pooled) DeviceBuffer::trim_stream_ordered_pool();  // pool blocks of earlier, freed results
+  }
   s.ms_total = ms_since(t0);
   return r;
 }

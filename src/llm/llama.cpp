@@ -5,6 +5,7 @@
 #include <cmath>
 #include <deque>
 #include <filesystem>
+#include <string>
 
 #include "ariadne/device.hpp"
 #include "ariadne/error.hpp"
@@ -164,6 +165,13 @@ PrefillResult run_prefill(const AttentionParams& p, const PrefillConfig& method,
   return r;
 }
 
+// ARIADNE_LLM_ESTPOOL=0 in the environment (read per layer): the run's estimate exactly as its
+// EstimateConfig says, for A/B timing of what attend() changes in one binary.
+bool estpool_wanted() {
+  const char* v = std::getenv("ARIADNE_LLM_ESTPOOL");
+  return v == nullptr || std::string(v) != "0";
+}
+
 // One layer's attention with the run's method (the params' tensors on the host or the device),
 // and what PrefillOptions asks to measure on it: dumps, the oracle comparison, probes.
 void attend(const AttentionParams& p, int l, const PrefillOptions& opt, LayerTrace& lt) {
@@ -188,6 +196,16 @@ void attend(const AttentionParams& p, int l, const PrefillOptions& opt, LayerTra
   }
   PrefillConfig method = opt.method;
   method.attention_backend = pick_backend(method.attention_backend, p);
+  if (!method.dense && p.q.device == Device::cuda && estpool_wanted()) {
+    // The run's own CUDA estimate: only the comparison (score) and keep_previous (run_prefill)
+    // read its mask on the host, so without them the three synchronous copies are skipped. Its
+    // result lives until this function returns, after the attention that reads it has been
+    // waited for (prefill / run_prefill synchronize), and everything here runs on the legacy
+    // default stream: stream-ordered arrays are safe, and neither their allocation nor their
+    // release waits for the device (cudaFree would, once per layer).
+    method.estimate.host_copy = opt.compare || opt.keep_previous;
+    method.estimate.cuda_pooled_result = true;
+  }
   std::vector<float> dense_out;
   // The dense output on this layer's q/k/v: the run's own when it is dense.
   const bool need_dense = opt.compare || (opt.probe_outputs && !opt.probes.empty());
@@ -208,6 +226,7 @@ void attend(const AttentionParams& p, int l, const PrefillOptions& opt, LayerTra
     EstimateConfig oc = ec;
     oc.method = Estimator::oracle;
     oc.protect.reset();
+    oc.host_copy = true;  // its masses and mask are read on the host
     // The oracle's block masses do not depend on τ: another τ at the same block only selects anew.
     for (const auto& [cfg, res] : oracles)
       if (cfg.block == ec.block && cfg.tau_per_head.empty() && ec.tau_per_head.empty()) {
@@ -247,6 +266,10 @@ void attend(const AttentionParams& p, int l, const PrefillOptions& opt, LayerTra
   const PrefillResult r = run_prefill(p, method, opt.keep_previous);
   lt.density = r.stats.density;
   lt.ms_estimate = r.stats.ms_estimate;
+  if (!method.dense) {
+    const EstimateStats& es = r.estimate.stats;
+    lt.ms_estimate_kernels = es.ms_sampling + es.ms_scoring + es.ms_selection;
+  }
   lt.ms_attention = r.stats.ms_attention;
   if (need_dense && method.dense) dense_out = host_values(p.out);
   if (opt.compare) {
@@ -259,6 +282,7 @@ void attend(const AttentionParams& p, int l, const PrefillOptions& opt, LayerTra
     PrefillConfig pc = method;
     pc.dense = false;
     pc.estimate = ec;
+    pc.estimate.host_copy = true;  // score() reads the probe's mask on the host
     if (opt.probe_outputs) {
       OutTensor po(p.out);
       AttentionParams pp = p;
@@ -270,7 +294,7 @@ void attend(const AttentionParams& p, int l, const PrefillOptions& opt, LayerTra
       pt.ms_attention = pr.stats.ms_attention;
       score(pt, pr.estimate, ec);
     } else {
-      const EstimateResult est = estimate(p.q, p.k, p.pattern, ec, method.estimate_backend);
+      const EstimateResult est = estimate(p.q, p.k, p.pattern, pc.estimate, method.estimate_backend);
       pt.density = est.stats.density;
       pt.ms_estimate = est.stats.ms_total;
       score(pt, est, ec);
@@ -482,6 +506,7 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
       if (trace != nullptr) {
         trace->ms_attention += lt.ms_attention;
         trace->ms_estimate += lt.ms_estimate;
+        trace->ms_estimate_kernels += lt.ms_estimate_kernels;
         trace->layers.push_back(std::move(lt));
       }
     }

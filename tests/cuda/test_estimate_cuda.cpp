@@ -198,6 +198,30 @@ void check_config(const Inputs& in, const OnDevice& d, const EstimateConfig& c, 
   dev_only.device.row_ptr.copy_to_host(rp.data(), rp.size() * sizeof(int32_t));
   if (!ci.empty()) dev_only.device.col_idx.copy_to_host(ci.data(), ci.size() * sizeof(int32_t));
   EXPECT_TRUE(rp == got.mask.row_ptr && ci == got.mask.col_idx) << "device-only mask differs";
+
+  // The result's arrays from the stream-ordered pool (cuda_pooled_result, as the LLM prefill asks):
+  // the same host copies and the same device arrays, bit for bit, with and without host copies.
+  // Each result is released before the next call allocates, so the pool hands the same memory
+  // back: stale contents must not leak into a result.
+  EstimateConfig pc = c;
+  pc.cuda_pooled_result = true;
+  for (const bool copy : {true, false}) {
+    pc.host_copy = copy;
+    const EstimateResult pooled = estimate(d.qv, d.kv, d.layout, pc, Backend::cuda);
+    if (copy)
+      EXPECT_TRUE(pooled.scores == got.scores && pooled.mask.col_idx == got.mask.col_idx &&
+                  pooled.mask.row_ptr == got.mask.row_ptr)
+          << "pooled result's host copies differ";
+    else
+      EXPECT_TRUE(pooled.mask.col_idx.empty() && pooled.scores.empty());
+    std::vector<int32_t> prp(rp.size()), pci(ci.size());
+    std::vector<float> psc(got.scores.size());
+    pooled.device.row_ptr.copy_to_host(prp.data(), prp.size() * sizeof(int32_t));
+    if (!pci.empty()) pooled.device.col_idx.copy_to_host(pci.data(), pci.size() * sizeof(int32_t));
+    if (!psc.empty()) pooled.device.scores.copy_to_host(psc.data(), psc.size() * sizeof(float));
+    EXPECT_TRUE(prp == got.mask.row_ptr && pci == got.mask.col_idx) << "pooled device mask differs, host_copy " << copy;
+    EXPECT_TRUE(psc == got.scores) << "pooled device scores differ, host_copy " << copy;
+  }
 }
 
 Case make_case(const std::string& name, std::vector<int64_t> sq, std::vector<int64_t> sk, int hq, int hkv, int dim,

@@ -180,6 +180,45 @@ TEST(LlmCuda, SparseMethodsRunOnTheDevice) {
   }
 }
 
+// The run's own estimate without comparison: attend() then asks for no host copies and for
+// stream-ordered result arrays (pool memory reused layer after layer). The prefill must be the
+// same, bit for bit, as with the method's config taken as given (ARIADNE_LLM_ESTPOOL=0: copies,
+// cudaMalloc / cudaFree per layer), also with keep_previous, which reads the host mask. A result
+// released too early or a block reused while the attention still read it would change the logits.
+TEST(LlmCuda, PooledEstimateWithoutHostCopiesMatchesTheCopyingPath) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<uint8_t> bytes = tiny_llama(cuda_testing::base_seed() + 3);
+  const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
+  LlamaModel gpu = LlamaModel::from_gguf(f);
+  gpu.set_backend(Backend::cuda);
+  const std::vector<int32_t> tokens = random_tokens(700, 5);
+  for (const Estimator e : {Estimator::rr, Estimator::xattn})
+    for (const bool previous : {false, true}) {
+      SCOPED_TRACE(std::string(estimator_name(e)) + (previous ? " keep_previous" : ""));
+      PrefillOptions po;
+      po.method.estimate.method = e;
+      po.method.estimate.tau = 0.7;  // low enough that every layer skips blocks on random weights
+      po.method.estimate.block = 64;
+      po.keep_previous = previous;
+      PrefillTrace copying, pooled;
+      std::vector<float> want, got;
+      {
+        const cuda_testing::EnvGuard off("ARIADNE_LLM_ESTPOOL", "0");
+        want = gpu.prefill(tokens, po, &copying);
+      }
+      got = gpu.prefill(tokens, po, &pooled);
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_TRUE(got == want) << "logits differ from the copying path";
+      ASSERT_EQ(pooled.layers.size(), size_t(kLayers));
+      for (size_t l = 0; l < pooled.layers.size(); ++l) {
+        EXPECT_EQ(pooled.layers[l].density, copying.layers[l].density) << "layer " << l;
+        EXPECT_LT(pooled.layers[l].density, 1.0) << "layer " << l << ": nothing was skipped, the test proves little";
+        EXPECT_GT(pooled.layers[l].ms_estimate_kernels, 0.0) << "layer " << l;
+      }
+      EXPECT_GT(pooled.ms_estimate_kernels, 0.0);
+    }
+}
+
 // SmolLM2-135M when the GGUF is present: logits of a short prompt, then greedy answers of passkey
 // and NIAH prompts, GPU against CPU.
 TEST(LlmCuda, SmolLM2MatchesCpu) {
