@@ -30,15 +30,15 @@
 // measured in the same device-check step by bench/anchors.py and joined there (speedup columns).
 //
 //   bench_estimate_cuda [tokens ...] [--recall-max N] [--methods rr,xattn] [--xattn-max N] [--strides 8,16]
-//                       [--mix M] [--scoring mma,mma2,mma3,mma3f,mma3f2,mma3n,f32]
+//                       [--mix M] [--scoring mma,mma2,mma3,mma3w,mma3f2,mma3n,f32]
 //   default tokens 8192 32768 65536 131072; --xattn-max: XAttention only up to N tokens (its
 //   estimate takes seconds at 128K); --mix: the synthetic head mix (default SyntheticConfig's);
 //   --scoring: the scoring kernels to time (default mma3, the library's default: the v3 kernel,
-//   EstimateConfig::cuda_scoring_v3, on v2's cases with bf16 inputs (its wgmma variant at
-//   head_dim 128, as the library picks), v2 or v1 elsewhere; mma2 the v2 tensor-core kernel,
+//   EstimateConfig::cuda_scoring_v3, on v2's cases with bf16 inputs (at head_dim 128 its wgmma
+//   variant's 64-row fast-partials build, as the library picks), v2 or v1 elsewhere; mma2 the v2 tensor-core kernel,
 //   EstimateConfig::cuda_scoring_v2, which covers RR with B / S = 8 or 16 and is v1 elsewhere; mma3n v3's
-//   128-row mma.sync variant at every head_dim (ARIADNE_EST_V3_KIND=narrow, set around its calls); mma3f
-//   and mma3f2 the wgmma variant's fast-partials builds, 64 and 128 rows per CTA (ARIADNE_EST_V3_FAST=1
+//   128-row mma.sync variant at every head_dim (ARIADNE_EST_V3_KIND=narrow, set around its calls); mma3w
+//   the wgmma variant's plain build and mma3f2 its 128-row fast-partials build (ARIADNE_EST_V3_FAST=0
 //   or 2 around their calls; the same scores);
 //   mma the v1 tensor-core kernel; f32 the CUDA-core one). The first gives the case's row (attention, recall); each further one adds a row
 //   "<id>-<kernel>" with its estimate times and its largest score difference and count of rows
@@ -141,10 +141,10 @@ int main(int argc, char** argv) {
           const size_t comma = std::min(m.find(',', pos), m.size());
           scorings.push_back(m.substr(pos, comma - pos));
           ARIADNE_CHECK(scorings.back() == "mma" || scorings.back() == "mma2" || scorings.back() == "mma3" ||
-                            scorings.back() == "mma3f" || scorings.back() == "mma3f2" || scorings.back() == "mma3n" ||
+                            scorings.back() == "mma3w" || scorings.back() == "mma3f2" || scorings.back() == "mma3n" ||
                             scorings.back() == "f32",
                         "bench_estimate_cuda: --scoring '", m,
-                        "', expected mma, mma2, mma3, mma3f, mma3f2, mma3n, f32, comma-separated");
+                        "', expected mma, mma2, mma3, mma3w, mma3f2, mma3n, f32, comma-separated");
           pos = comma + 1;
         }
       }
@@ -239,11 +239,11 @@ int main(int argc, char** argv) {
           c.cuda_scoring_v2 = scorings[0] != "mma" && scorings[0] != "f32";
           c.cuda_scoring_v3 = scorings[0].rfind("mma3", 0) == 0;
           // ARIADNE_EST_V3_KIND and ARIADNE_EST_V3_FAST are read per call by the library: narrow
-          // for the calls of mma3n, fast 1 / 2 for those of mma3f / mma3f2, unset for every other kernel.
+          // for the calls of mma3n, fast 0 / 2 for those of mma3w / mma3f2, unset for every other kernel.
           const auto variant = [&](const std::string& name) {
             if (name == "mma3n") setenv("ARIADNE_EST_V3_KIND", "narrow", 1);
             else unsetenv("ARIADNE_EST_V3_KIND");
-            if (name == "mma3f") setenv("ARIADNE_EST_V3_FAST", "1", 1);
+            if (name == "mma3w") setenv("ARIADNE_EST_V3_FAST", "0", 1);
             else if (name == "mma3f2") setenv("ARIADNE_EST_V3_FAST", "2", 1);
             else unsetenv("ARIADNE_EST_V3_FAST");
           };
@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
             const char* k = std::getenv("ARIADNE_EST_V3_KIND");
             const char* f = std::getenv("ARIADNE_EST_V3_FAST");
             if (k != nullptr && std::string(k) == "narrow") return "mma3n";
-            if (f != nullptr && std::string(f) == "1") return "mma3f";
+            if (f != nullptr && std::string(f) == "0") return "mma3w";
             return f != nullptr && std::string(f) == "2" ? "mma3f2" : "mma3";
           };
           const auto put_times = [&](nlohmann::json& o, const Timed& t) {

@@ -89,17 +89,18 @@ bool scoring_v3_wanted(const EstimateConfig& config) {
 
 // The v3 kernel (ScoreParams::v3_kind) for head dims padded to dpad: the wgmma one where it
 // applies (dpad 128), the 128-row mma.sync one elsewhere or when ARIADNE_EST_V3_KIND=narrow (read
-// per call; docs/rrattention.md, "Scoring kernel v3"). Where the wgmma kernel runs,
-// ARIADNE_EST_V3_FAST (read per call) takes its fast-partials builds (the same scores: "Scoring
-// kernel v3 fast partials"): 1 the 64-row one (kind 2), 2 the 128-row one (kind 3).
+// per call; docs/rrattention.md, "Scoring kernel v3"). Where the wgmma kernel runs, its 64-row
+// fast-partials build (kind 2; the same scores: "Scoring kernel v3 fast partials", 9.2 against
+// 12.0 ms at 128K S 8, session 5) is the default; ARIADNE_EST_V3_FAST (read per call) picks
+// another build: 0 the plain wgmma one (kind 1), 2 the 128-row fast one (kind 3).
 int scoring_v3_kind(int dpad) {
   const char* v = std::getenv("ARIADNE_EST_V3_KIND");
   if (v != nullptr && std::string(v) == "narrow") return 0;
   if (dpad != 128) return 0;
   const char* f = std::getenv("ARIADNE_EST_V3_FAST");
-  if (f != nullptr && std::string(f) == "1") return 2;
+  if (f != nullptr && std::string(f) == "0") return 1;
   if (f != nullptr && std::string(f) == "2") return 3;
-  return 1;
+  return 2;
 }
 
 int64_t last_key_stride(const EstimateConfig& c, int64_t stride, const Seq& e, int64_t i, int h) {
