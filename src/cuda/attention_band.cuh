@@ -457,18 +457,6 @@ __global__ void __launch_bounds__(128, 2) attention_band_kernel(const FwdParams 
   cp_async_wait<0>();  // nothing may stay in flight when the CTA exits
 }
 
-// CTA slots of the whole GPU for `kernel` (SMs x resident CTAs per SM at this shared memory); 0 when
-// the runtime cannot say. Callers keep the result in a static of their own instantiation.
-template <class Kernel>
-int resident_cta_slots(Kernel kernel, int threads, size_t smem) {
-  int dev = 0, sms = 0, per_sm = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess)
-    return 0;
-  return sms * per_sm;
-}
-
 // The run cut of the band kernels: virtual tiles of `bm` rows (the tile kernel's varlen cover:
 // sequence s owns [s + cu_q[s]/bm, s + 1 + cu_q[s+1]/bm)) in runs of `run` tiles; `run` <= 0 picks
 // the longest runs (fewest re-loaded keys at run starts) that still give each of `slots` resident

@@ -97,15 +97,29 @@ __device__ __forceinline__ int virtual_tile_seq(const Pattern& pat, int64_t t) {
   return lo;
 }
 
+// CTA slots of the whole GPU for `kernel` (SMs x resident CTAs per SM at this shared memory); 0 when
+// the runtime cannot say. Callers keep the result in a static of their own instantiation.
+template <class Kernel>
+int resident_cta_slots(Kernel kernel, int threads, size_t smem) {
+  int dev = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess)
+    return 0;
+  return sms * per_sm;
+}
+
 // The (sequence, query tile within it) of a one-tile-per-CTA kernel: the grid's last tiles, the
 // heaviest, launch first. The tile may lie past the sequence's end (an idle CTA).
 struct CtaTile {
   int s;
   int64_t tile;
 };
+// `index` of `count` CTAs along the grid's tile axis (blockIdx.x of gridDim.x unless the launch
+// put the heads on x: the wgmma kernel's heads_fastest order).
 template <int BM>
-__device__ __forceinline__ CtaTile cta_tile(const Pattern& pat) {
-  const int64_t t = int64_t(gridDim.x) - 1 - blockIdx.x;
+__device__ __forceinline__ CtaTile cta_tile(const Pattern& pat, int64_t index, int64_t count) {
+  const int64_t t = count - 1 - index;
   // A default overridden for varlen, not an early return: the kernels' SASS stays as before.
   CtaTile c{0, t};
   if (pat.cu_seqlens_q != nullptr) {
@@ -113,6 +127,10 @@ __device__ __forceinline__ CtaTile cta_tile(const Pattern& pat) {
     c.tile = t - (c.s + pat.cu_seqlens_q[c.s] / BM);
   }
   return c;
+}
+template <int BM>
+__device__ __forceinline__ CtaTile cta_tile(const Pattern& pat) {
+  return cta_tile<BM>(pat, blockIdx.x, gridDim.x);
 }
 
 // The key tiles one query tile visits, in increasing order. Dense patterns: every BN-tile that

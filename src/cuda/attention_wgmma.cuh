@@ -77,6 +77,10 @@ struct WgMaps {
   CUtensorMap q, k, v;
   int enabled;
   int pingpong;
+  // The launch order. 0: grid (query tiles, heads_q), CTAs launch tile by tile within a head, the
+  // head's heaviest tile first; 1: grid (heads_q, query tiles), every head's heaviest tile first,
+  // a true longest-first order over the whole grid; 2: launch_wgmma picks (kHeadsFastestWaves).
+  int heads_fastest;
 };
 
 // The key tiles one CTA visits, in increasing key order, with the tile at step `it` computable by
@@ -140,10 +144,12 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
 
   const Pattern& pat = p.pattern;
   const int tid = threadIdx.x;
-  const int h = blockIdx.y, kvh = h / p.group;
+  const bool hf = maps.heads_fastest != 0;
+  const int h = hf ? blockIdx.x : blockIdx.y, kvh = h / p.group;
 
   // ---- which (sequence, query tile) this CTA owns: as attention_fwd_kernel, heaviest first ----
-  const auto [s, tile] = cta_tile<BM>(pat);
+  const auto [s, tile] = hf ? cta_tile<BM>(pat, blockIdx.y, gridDim.y)
+                            : cta_tile<BM>(pat, blockIdx.x, gridDim.x);
   const SeqExtent e = pat.seq(s, p.total_q, p.total_k);
   const int64_t q_lo = tile * BM;
   if (q_lo >= e.lq) return;  // uniform over the CTA, before any barrier exists
@@ -440,7 +446,17 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   }
 }
 
-// Grid: (query tiles, heads_q), the varlen cover of attention_fwd_kernel. Returns the launch error.
+// Order 2 (WgMaps::heads_fastest) launches heads fastest for dense rows whose work grows along the
+// sequence (causal, or any bounded right side without a left bound) when the grid is at most this
+// many waves. Measured (bench/cuda-notes.md, "wgmma launch order"; H200, Llama 32/8 heads, d 128,
+// causal): 8K (15.5 waves) 1.009 -> 0.901 ms heads fastest, the longest-first order evening the
+// last waves; 32K (62 waves) 14.54 -> 14.85 and 128K 229.8 -> 241.6, where the tile-major order's
+// L2 reuse (the CTAs in flight stream one KV head's keys together) matters more; block-sparse
+// rows lost 10-18% at 32K and 128K and keep the tile-major order.
+constexpr int kHeadsFastestWaves = 32;
+
+// Grid: (query tiles, heads_q), the varlen cover of attention_fwd_kernel, or (heads_q, query tiles)
+// (WgMaps::heads_fastest). Returns the launch error.
 template <int D, class E>
 cudaError_t launch_wgmma(const FwdParams& p, const WgMaps& maps, cudaStream_t stream) {
   using S = WgShape<D>;
@@ -450,7 +466,17 @@ cudaError_t launch_wgmma(const FwdParams& p, const WgMaps& maps, cudaStream_t st
   if (configured != cudaSuccess) return configured;
   const int64_t tiles = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_q / S::BM + 1
                                                           : (p.total_q + S::BM - 1) / S::BM;
-  kernel<<<dim3(unsigned(tiles), unsigned(p.heads_q)), S::threads, S::smem_bytes, stream>>>(p, maps);
+  WgMaps m = maps;
+  if (m.heads_fastest == 2) {
+    static const int slots = resident_cta_slots(kernel, S::threads, S::smem_bytes);
+    const Pattern& pat = p.pattern;
+    const bool growing = !pat.blocks.defined() && pat.window_left == kUnbounded && pat.window_right != kUnbounded;
+    m.heads_fastest = growing && slots > 0 && tiles * p.heads_q <= int64_t(kHeadsFastestWaves) * slots ? 1 : 0;
+  }
+  if (tiles > 65535) m.heads_fastest = 0;  // gridDim.y's limit: the tile-major order
+  const dim3 grid = m.heads_fastest != 0 ? dim3(unsigned(p.heads_q), unsigned(tiles))
+                                         : dim3(unsigned(tiles), unsigned(p.heads_q));
+  kernel<<<grid, S::threads, S::smem_bytes, stream>>>(p, m);
   return cudaGetLastError();
 }
 
