@@ -446,13 +446,14 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   }
 }
 
-// Order 2 (WgMaps::heads_fastest) launches heads fastest for dense rows whose work grows along the
-// sequence (causal, or any bounded right side without a left bound) when the grid is at most this
-// many waves. Measured (bench/cuda-notes.md, "wgmma launch order"; H200, Llama 32/8 heads, d 128,
-// causal): 8K (15.5 waves) 1.009 -> 0.901 ms heads fastest, the longest-first order evening the
-// last waves; 32K (62 waves) 14.54 -> 14.85 and 128K 229.8 -> 241.6, where the tile-major order's
-// L2 reuse (the CTAs in flight stream one KV head's keys together) matters more; block-sparse
-// rows lost 10-18% at 32K and 128K and keep the tile-major order.
+// Order 2 (WgMaps::heads_fastest) launches heads fastest for rows whose work grows along the
+// sequence (causal, or any bounded right side without a left bound; dense or block-sparse) when
+// the grid is at most this many waves. Measured (bench/cuda-notes.md, "wgmma launch order";
+// H200): Llama 32/8 heads, d 128, causal 8K (15.5 waves) 1.009 -> 0.901 ms heads fastest, the
+// longest-first order evening the last waves; SmolLM2's 8K prefill (9/3 heads, d 64, 4.4 waves)
+// dense 6.66 -> 5.84 ms, RR's block-sparse 4.86 -> 3.38 ms over 30 layers; at 32K (62 waves) and
+// 128K the tile-major order's L2 reuse (the CTAs in flight stream one KV head's keys together)
+// wins: causal 14.54 vs 14.85, 229.8 vs 241.6; block-sparse 10-18% faster tile-major.
 constexpr int kHeadsFastestWaves = 32;
 
 // Grid: (query tiles, heads_q), the varlen cover of attention_fwd_kernel, or (heads_q, query tiles)
@@ -470,7 +471,7 @@ cudaError_t launch_wgmma(const FwdParams& p, const WgMaps& maps, cudaStream_t st
   if (m.heads_fastest == 2) {
     static const int slots = resident_cta_slots(kernel, S::threads, S::smem_bytes);
     const Pattern& pat = p.pattern;
-    const bool growing = !pat.blocks.defined() && pat.window_left == kUnbounded && pat.window_right != kUnbounded;
+    const bool growing = pat.window_left == kUnbounded && pat.window_right != kUnbounded;
     m.heads_fastest = growing && slots > 0 && tiles * p.heads_q <= int64_t(kHeadsFastestWaves) * slots ? 1 : 0;
   }
   if (tiles > 65535) m.heads_fastest = 0;  // gridDim.y's limit: the tile-major order

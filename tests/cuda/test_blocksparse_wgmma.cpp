@@ -223,8 +223,8 @@ TEST(BlockSparseWgmma, VarlenAndChunkedPrefill) {
 }
 
 // ARIADNE_WGMMA_HEADS_FASTEST=1 launches the wgmma kernel's grid as (heads, query tiles) instead
-// of (query tiles, heads) (=0; unset, launch_wgmma picks: heads fastest for small dense causal
-// grids, which the other tests here and in test_attention_wgmma.cpp exercise): every CTA computes
+// of (query tiles, heads) (=0; unset, launch_wgmma picks: heads fastest for small causal grids,
+// which the other tests here and in test_attention_wgmma.cpp exercise): every CTA computes
 // the same (head, tile) it did, so the second run (heads fastest) must equal the first
 // (tile-major) bit for bit, and the first the reference:
 // GQA masks per query head (16 heads over 4), a dense causal varlen batch with empty and
