@@ -207,10 +207,14 @@ cudaError_t launch_wgmma_dim(const cuda::FwdParams& fp, const AttentionParams& p
   // ARIADNE_WG_PINGPONG=1/0 in the environment (read per call) forces it on/off.
   const char* pp = std::getenv("ARIADNE_WG_PINGPONG");
   maps.pingpong = pp != nullptr ? std::string(pp) == "1" : D <= 80;
-  // Launch order (WgMaps::heads_fastest): launch_wgmma picks (2) unless
-  // ARIADNE_WGMMA_HEADS_FASTEST=1 / 0 (read per call) forces heads fastest / tile-major.
-  const char* hf = std::getenv("ARIADNE_WGMMA_HEADS_FASTEST");
-  maps.heads_fastest = hf == nullptr ? 2 : std::string(hf) == "1" ? 1 : std::string(hf) == "0" ? 0 : 2;
+  // Launch order (WgMaps::order): launch_wgmma picks unless ARIADNE_WGMMA_ORDER (read per call)
+  // is tiles, heads or group (tile-major, heads fastest, group-major).
+  const char* order = std::getenv("ARIADNE_WGMMA_ORDER");
+  const std::string o = order != nullptr ? order : "";
+  maps.order = o == "tiles" ? cuda::kOrderTileMajor
+               : o == "heads" ? cuda::kOrderHeadsFastest
+               : o == "group" ? cuda::kOrderGroupMajor
+                              : cuda::kOrderAuto;
   return p.q.dtype == DType::bf16 ? cuda::launch_wgmma<D, cuda::Bf16>(fp, maps, st)
                                   : cuda::launch_wgmma<D, cuda::F16>(fp, maps, st);
 }

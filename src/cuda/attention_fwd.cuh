@@ -116,7 +116,7 @@ struct CtaTile {
   int64_t tile;
 };
 // `index` of `count` CTAs along the grid's tile axis (blockIdx.x of gridDim.x unless the launch
-// put the heads on x: the wgmma kernel's heads_fastest order).
+// ordered the grid otherwise: the wgmma kernel's WgMaps::order).
 template <int BM>
 __device__ __forceinline__ CtaTile cta_tile(const Pattern& pat, int64_t index, int64_t count) {
   const int64_t t = count - 1 - index;

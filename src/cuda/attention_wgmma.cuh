@@ -73,14 +73,18 @@ struct WgShape {
 // swizzle W; `enabled` = 0: none (the producer copies with cp.async). Built by the dispatcher
 // (attention_cuda.cu); passed as a __grid_constant__ parameter so the maps stay in parameter space.
 // pingpong != 0: the consumers take turns issuing their products (ARIADNE_WG_PINGPONG, v12).
+enum : int { kOrderTileMajor = 0, kOrderHeadsFastest = 1, kOrderAuto = 2, kOrderGroupMajor = 3 };
 struct WgMaps {
   CUtensorMap q, k, v;
   int enabled;
   int pingpong;
-  // The launch order. 0: grid (query tiles, heads_q), CTAs launch tile by tile within a head, the
-  // head's heaviest tile first; 1: grid (heads_q, query tiles), every head's heaviest tile first,
-  // a true longest-first order over the whole grid; 2: launch_wgmma picks (kHeadsFastestWaves).
-  int heads_fastest;
+  // The launch order (CTAs launch x first), kOrder*: tile-major, grid (query tiles, heads_q): each
+  // head's tiles heaviest first, head after head; heads-fastest, grid (heads_q, query tiles): tile
+  // t of every head before tile t - 1 of any, a longest-first order over the whole grid;
+  // group-major, grid (query tiles x group, heads_kv): the GQA group's query heads of one tile
+  // together, tiles heaviest first, KV head after KV head; auto: launch_wgmma picks
+  // (kHeadsFastestWaves).
+  int order;
 };
 
 // The key tiles one CTA visits, in increasing key order, with the tile at step `it` computable by
@@ -144,12 +148,21 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
 
   const Pattern& pat = p.pattern;
   const int tid = threadIdx.x;
-  const bool hf = maps.heads_fastest != 0;
-  const int h = hf ? blockIdx.x : blockIdx.y, kvh = h / p.group;
-
-  // ---- which (sequence, query tile) this CTA owns: as attention_fwd_kernel, heaviest first ----
-  const auto [s, tile] = hf ? cta_tile<BM>(pat, blockIdx.y, gridDim.y)
-                            : cta_tile<BM>(pat, blockIdx.x, gridDim.x);
+  // ---- which (head, sequence, query tile) this CTA owns (WgMaps::order), heaviest first ----
+  int h;
+  CtaTile ct;
+  if (maps.order == kOrderHeadsFastest) {
+    h = blockIdx.x;
+    ct = cta_tile<BM>(pat, blockIdx.y, gridDim.y);
+  } else if (maps.order == kOrderGroupMajor) {
+    h = blockIdx.y * p.group + blockIdx.x % p.group;
+    ct = cta_tile<BM>(pat, blockIdx.x / p.group, gridDim.x / p.group);
+  } else {
+    h = blockIdx.y;
+    ct = cta_tile<BM>(pat, blockIdx.x, gridDim.x);
+  }
+  const int kvh = h / p.group;
+  const auto [s, tile] = ct;
   const SeqExtent e = pat.seq(s, p.total_q, p.total_k);
   const int64_t q_lo = tile * BM;
   if (q_lo >= e.lq) return;  // uniform over the CTA, before any barrier exists
@@ -446,7 +459,7 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   }
 }
 
-// Order 2 (WgMaps::heads_fastest) launches heads fastest for rows whose work grows along the
+// kOrderAuto (WgMaps::order) launches heads fastest for rows whose work grows along the
 // sequence (causal, or any bounded right side without a left bound; dense or block-sparse) when
 // the grid is at most this many waves. Measured (bench/cuda-notes.md, "wgmma launch order";
 // H200): Llama 32/8 heads, d 128, causal 8K (15.5 waves) 1.009 -> 0.901 ms heads fastest, the
@@ -456,8 +469,8 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
 // wins: causal 14.54 vs 14.85, 229.8 vs 241.6; block-sparse 10-18% faster tile-major.
 constexpr int kHeadsFastestWaves = 32;
 
-// Grid: (query tiles, heads_q), the varlen cover of attention_fwd_kernel, or (heads_q, query tiles)
-// (WgMaps::heads_fastest). Returns the launch error.
+// Grid: (query tiles, heads_q), the varlen cover of attention_fwd_kernel, or its transpose or
+// group-major form (WgMaps::order). Returns the launch error.
 template <int D, class E>
 cudaError_t launch_wgmma(const FwdParams& p, const WgMaps& maps, cudaStream_t stream) {
   using S = WgShape<D>;
@@ -468,15 +481,18 @@ cudaError_t launch_wgmma(const FwdParams& p, const WgMaps& maps, cudaStream_t st
   const int64_t tiles = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_q / S::BM + 1
                                                           : (p.total_q + S::BM - 1) / S::BM;
   WgMaps m = maps;
-  if (m.heads_fastest == 2) {
+  if (m.order == kOrderAuto) {
     static const int slots = resident_cta_slots(kernel, S::threads, S::smem_bytes);
     const Pattern& pat = p.pattern;
     const bool growing = pat.window_left == kUnbounded && pat.window_right != kUnbounded;
-    m.heads_fastest = growing && slots > 0 && tiles * p.heads_q <= int64_t(kHeadsFastestWaves) * slots ? 1 : 0;
+    const bool few_waves = slots > 0 && tiles * p.heads_q <= int64_t(kHeadsFastestWaves) * slots;
+    m.order = growing && few_waves ? kOrderHeadsFastest : kOrderTileMajor;
   }
-  if (tiles > 65535) m.heads_fastest = 0;  // gridDim.y's limit: the tile-major order
-  const dim3 grid = m.heads_fastest != 0 ? dim3(unsigned(p.heads_q), unsigned(tiles))
-                                         : dim3(unsigned(tiles), unsigned(p.heads_q));
+  if (m.order == kOrderHeadsFastest && tiles > 65535) m.order = kOrderTileMajor;  // gridDim.y's limit
+  const int heads_kv = p.heads_q / p.group;
+  const dim3 grid = m.order == kOrderHeadsFastest ? dim3(unsigned(p.heads_q), unsigned(tiles))
+                    : m.order == kOrderGroupMajor ? dim3(unsigned(tiles * p.group), unsigned(heads_kv))
+                                                  : dim3(unsigned(tiles), unsigned(p.heads_q));
   kernel<<<grid, S::threads, S::smem_bytes, stream>>>(p, m);
   return cudaGetLastError();
 }

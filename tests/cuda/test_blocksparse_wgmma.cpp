@@ -222,38 +222,40 @@ TEST(BlockSparseWgmma, VarlenAndChunkedPrefill) {
   check_both(s, random_rows(0.5, base_seed() + 37));
 }
 
-// ARIADNE_WGMMA_HEADS_FASTEST=1 launches the wgmma kernel's grid as (heads, query tiles) instead
-// of (query tiles, heads) (=0; unset, launch_wgmma picks: heads fastest for small causal grids,
-// which the other tests here and in test_attention_wgmma.cpp exercise): every CTA computes
-// the same (head, tile) it did, so the second run (heads fastest) must equal the first
-// (tile-major) bit for bit, and the first the reference:
-// GQA masks per query head (16 heads over 4), a dense causal varlen batch with empty and
-// one-token sequences, and chunked prefill with a key0 sink.
-TEST(BlockSparseWgmma, HeadsFastestLaunchOrderGivesTheSameBits) {
+// ARIADNE_WGMMA_ORDER launches the wgmma kernel's grid tile-major ("tiles": (query tiles, heads)),
+// heads fastest ("heads": (heads, query tiles)) or group-major ("group": (query tiles x GQA group,
+// KV heads)); unset, launch_wgmma picks (heads fastest for short causal grids, which the other
+// tests here and in test_attention_wgmma.cpp exercise). Every CTA computes the same (head, tile)
+// in every order, so a run in each other order must equal the tile-major run bit for bit, and
+// that one the reference: GQA masks per query head (16 heads over 4), a dense causal varlen batch
+// with empty and one-token sequences, and chunked prefill with a key0 sink (group 4).
+TEST(BlockSparseWgmma, LaunchOrdersGiveTheSameBits) {
   const EnvGuard on("ARIADNE_WGMMA", "1");
-  const EnvGuard order("ARIADNE_WGMMA_HEADS_FASTEST", "0");
-  Case gqa = block_case("hf_gqa_16_4", {520}, 128, DType::bf16, Pattern::causal());
+  const EnvGuard order("ARIADNE_WGMMA_ORDER", "tiles");
+  Case gqa = block_case("order_gqa_16_4", {520}, 128, DType::bf16, Pattern::causal());
   gqa.heads_q = 16;
   gqa.heads_kv = 4;
-  Case varlen = make_case("hf_varlen_causal", {1, 0, 130, 300, 257}, 80, DType::f16, Pattern::causal());
-  Case prefill = block_case("hf_prefill_key0_sink", {50, 260}, 64, DType::bf16, Pattern::causal());
+  Case varlen = make_case("order_varlen_causal", {1, 0, 130, 300, 257}, 80, DType::f16, Pattern::causal());
+  Case prefill = block_case("order_prefill_key0_sink", {50, 260}, 64, DType::bf16, Pattern::causal());
   prefill.seq_k = {300, 600};
   prefill.sink_mode = SinkMode::key0_bias;
   prefill.sink_value = 0.5f;
   for (Case c : {gqa, varlen, prefill}) {
     c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
-    SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
     testing::Inputs in = testing::make_inputs(c);
-    if (c.name != "hf_varlen_causal") set_mask(in, c.block, c.heads_q, random_rows(0.3, base_seed() + 41));
+    if (c.name != "order_varlen_causal") set_mask(in, c.block, c.heads_q, random_rows(0.3, base_seed() + 41));
     const testing::Result ref = testing::run_reference(in);
     DeviceCase d = upload(in);
-    int run = 0;
-    check_runs(d, c.dtype, ref.out, ref.lse, testing::tolerance(c.dtype, testing::max_abs_logit(in)),
-               [&](const AttentionParams& p) {
-                 ASSERT_TRUE(cuda_uses_wgmma(p)) << "not routed to the wgmma kernel";
-                 setenv("ARIADNE_WGMMA_HEADS_FASTEST", run++ == 0 ? "0" : "1", 1);
-               });
-    EXPECT_EQ(run, 2);
+    for (const char* other : {"heads", "group"}) {
+      SCOPED_TRACE(c.name + " tiles vs " + other + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+      int run = 0;
+      check_runs(d, c.dtype, ref.out, ref.lse, testing::tolerance(c.dtype, testing::max_abs_logit(in)),
+                 [&](const AttentionParams& p) {
+                   ASSERT_TRUE(cuda_uses_wgmma(p)) << "not routed to the wgmma kernel";
+                   setenv("ARIADNE_WGMMA_ORDER", run++ == 0 ? "tiles" : other, 1);
+                 });
+      EXPECT_EQ(run, 2);
+    }
   }
 }
 
