@@ -208,13 +208,10 @@ cudaError_t launch_wgmma_dim(const cuda::FwdParams& fp, const AttentionParams& p
   const char* pp = std::getenv("ARIADNE_WG_PINGPONG");
   maps.pingpong = pp != nullptr ? std::string(pp) == "1" : D <= 80;
   // Launch order (WgMaps::order): launch_wgmma picks unless ARIADNE_WGMMA_ORDER (read per call)
-  // is tiles, heads or group (tile-major, heads fastest, group-major).
+  // is tiles or heads (tile-major, heads fastest).
   const char* order = std::getenv("ARIADNE_WGMMA_ORDER");
   const std::string o = order != nullptr ? order : "";
-  maps.order = o == "tiles" ? cuda::kOrderTileMajor
-               : o == "heads" ? cuda::kOrderHeadsFastest
-               : o == "group" ? cuda::kOrderGroupMajor
-                              : cuda::kOrderAuto;
+  maps.order = o == "tiles" ? cuda::kOrderTileMajor : o == "heads" ? cuda::kOrderHeadsFastest : cuda::kOrderAuto;
   return p.q.dtype == DType::bf16 ? cuda::launch_wgmma<D, cuda::Bf16>(fp, maps, st)
                                   : cuda::launch_wgmma<D, cuda::F16>(fp, maps, st);
 }

@@ -73,17 +73,15 @@ struct WgShape {
 // swizzle W; `enabled` = 0: none (the producer copies with cp.async). Built by the dispatcher
 // (attention_cuda.cu); passed as a __grid_constant__ parameter so the maps stay in parameter space.
 // pingpong != 0: the consumers take turns issuing their products (ARIADNE_WG_PINGPONG, v12).
-enum : int { kOrderTileMajor = 0, kOrderHeadsFastest = 1, kOrderAuto = 2, kOrderGroupMajor = 3 };
+enum : int { kOrderTileMajor = 0, kOrderHeadsFastest = 1, kOrderAuto = 2 };
 struct WgMaps {
   CUtensorMap q, k, v;
   int enabled;
   int pingpong;
   // The launch order (CTAs launch x first), kOrder*: tile-major, grid (query tiles, heads_q): each
   // head's tiles heaviest first, head after head; heads-fastest, grid (heads_q, query tiles): tile
-  // t of every head before tile t - 1 of any, a longest-first order over the whole grid;
-  // group-major, grid (query tiles x group, heads_kv): the GQA group's query heads of one tile
-  // together, tiles heaviest first, KV head after KV head; auto: launch_wgmma picks
-  // (kHeadsFastestWaves).
+  // t of every head before tile t - 1 of any, a longest-first order over the whole grid; auto:
+  // launch_wgmma picks (kHeadsFastestWaves).
   int order;
 };
 
@@ -154,9 +152,6 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   if (maps.order == kOrderHeadsFastest) {
     h = blockIdx.x;
     ct = cta_tile<BM>(pat, blockIdx.y, gridDim.y);
-  } else if (maps.order == kOrderGroupMajor) {
-    h = blockIdx.y * p.group + blockIdx.x % p.group;
-    ct = cta_tile<BM>(pat, blockIdx.x / p.group, gridDim.x / p.group);
   } else {
     h = blockIdx.y;
     ct = cta_tile<BM>(pat, blockIdx.x, gridDim.x);
@@ -469,8 +464,8 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
 // wins: causal 14.54 vs 14.85, 229.8 vs 241.6; block-sparse 10-18% faster tile-major.
 constexpr int kHeadsFastestWaves = 32;
 
-// Grid: (query tiles, heads_q), the varlen cover of attention_fwd_kernel, or its transpose or
-// group-major form (WgMaps::order). Returns the launch error.
+// Grid: (query tiles, heads_q), the varlen cover of attention_fwd_kernel, or its transpose
+// (WgMaps::order). Returns the launch error.
 template <int D, class E>
 cudaError_t launch_wgmma(const FwdParams& p, const WgMaps& maps, cudaStream_t stream) {
   using S = WgShape<D>;
@@ -489,9 +484,7 @@ cudaError_t launch_wgmma(const FwdParams& p, const WgMaps& maps, cudaStream_t st
     m.order = growing && few_waves ? kOrderHeadsFastest : kOrderTileMajor;
   }
   if (m.order == kOrderHeadsFastest && tiles > 65535) m.order = kOrderTileMajor;  // gridDim.y's limit
-  const int heads_kv = p.heads_q / p.group;
   const dim3 grid = m.order == kOrderHeadsFastest ? dim3(unsigned(p.heads_q), unsigned(tiles))
-                    : m.order == kOrderGroupMajor ? dim3(unsigned(tiles * p.group), unsigned(heads_kv))
                                                   : dim3(unsigned(tiles), unsigned(p.heads_q));
   kernel<<<grid, S::threads, S::smem_bytes, stream>>>(p, m);
   return cudaGetLastError();
