@@ -10,7 +10,11 @@
 #   env: ARIADNE_BIN (build/ariadne), JOBS_PARALLEL (8), SWEEP_SECONDS (unlimited), HARD_SECONDS (unlimited),
 #        SEEDS_1K/2K/4K/8K (last seed per length, 12/10/8/6), SEED_FIRST (1: a later sweep that
 #        continues an earlier one into a new DIR starts past its seeds), DEPTHS ("0.1 0.3 0.5 0.7 0.9"),
-#        TAU (0.9,0.95), STRIDE (8,16), PROTECT (probe protections: published,sink+diagonal)
+#        TAU (0.9,0.95), STRIDE (8,16), PROTECT (probe protections: published,sink+diagonal),
+#        METHODS (dense,rr,xattn,oracle), OFFSETS (paper,released), PROBE (1; 0: no mask probes).
+#   A lean accuracy sweep (generation runs only, many prompts; docs/llm.md):
+#     METHODS=dense,rr OFFSETS=released TAU=0.95 STRIDE=8 PROBE=0 SEED_FIRST=7 SEEDS_1K=40 \
+#       SEEDS_2K=40 SEEDS_4K=40 SEEDS_8K=40 scripts/llm_sweep_gpu.sh lean
 set -euo pipefail
 dir=$1
 shift
@@ -41,9 +45,11 @@ run_job() {
   # The answer's digits are one token each, after a space: 5 (passkey) or 7 (niah), and a spare.
   local new=7
   [ "$task" = niah ] && new=9
+  local probe=(--probe --probe-protect "${PROTECT:-published,sink+diagonal}")
+  [ "${PROBE:-1}" = 0 ] && probe=()
   timeout "$left" "$bin" llm --backend cuda --task "$task" --tokens "$len" --seed "$seed" --seeds 1 \
-    --depths "$depth" --method dense,rr,xattn,oracle --offset paper,released \
-    --tau "${TAU:-0.9,0.95}" --stride "${STRIDE:-8,16}" --probe --probe-protect "${PROTECT:-published,sink+diagonal}" \
+    --depths "$depth" --method "${METHODS:-dense,rr,xattn,oracle}" --offset "${OFFSETS:-paper,released}" \
+    --tau "${TAU:-0.9,0.95}" --stride "${STRIDE:-8,16}" "${probe[@]}" \
     --new "$new" --json "${extra[@]}" >"$out.tmp" 2>"$out.err" && mv "$out.tmp" "$out"
 }
 extra=("$@")
