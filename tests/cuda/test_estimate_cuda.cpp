@@ -641,7 +641,8 @@ struct BitShape {
 // For every shape × dtype × (S, B) with B / S = 8 or 16 × offset (τ 0.9): the v1 tensor-core
 // kernel (v2 and v3 off) against the same config with `enable` applied. v1 must have run as v1,
 // `ran(stats, dtype)` must hold for the variant, its scores must equal v1's bit for bit and its
-// masks exactly, and the variant's second run must give its own bits again.
+// masks exactly, and the variant's second run must give its own bits again. Then the variant on
+// the Llama shape (32 / 8 heads, d 128, bf16, S 8 and 16) against the CPU (check_config).
 void check_bit_identical_to_v1(const std::vector<BitShape>& shapes, const std::vector<DType>& dtypes, const char* vname,
                                const std::function<void(EstimateConfig&)>& enable,
                                const std::function<bool(const EstimateStats&, DType)>& ran) {
@@ -685,6 +686,18 @@ void check_bit_identical_to_v1(const std::vector<BitShape>& shapes, const std::v
           }
         }
     }
+  const Inputs llama = testing::make_inputs(make_case(std::string(vname) + "-llama", {2100}, {}, 32, 8, 128, DType::bf16));
+  const OnDevice dl = upload(llama);
+  for (int stride : {8, 16}) {
+    EstimateConfig c;
+    c.stride = stride;
+    c.cuda_scoring_v2 = false;
+    c.cuda_scoring_v3 = false;
+    enable(c);
+    ASSERT_TRUE(ran(estimate(dl.qv, dl.kv, dl.layout, c, Backend::cuda).stats, DType::bf16))
+        << vname << " did not run on the llama shape";
+    check_config(llama, dl, c, std::string(vname) + " llama rr stride " + std::to_string(stride));
+  }
 }
 
 // The v2 kernel computes the same logits (same products, same accumulation order) and the same
@@ -701,15 +714,6 @@ TEST_F(CudaEstimate, TensorCoreScoringV2BitIdenticalToV1) {
                             {DType::bf16, DType::f16, DType::f32}, "v2",
                             [](EstimateConfig& c) { c.cuda_scoring_v2 = true; },
                             [](const EstimateStats& s, DType) { return s.scoring_v2; });
-  const Inputs llama = testing::make_inputs(make_case("v2-llama", {2100}, {}, 32, 8, 128, DType::bf16));
-  const OnDevice dl = upload(llama);
-  for (int stride : {8, 16}) {
-    EstimateConfig c;
-    c.stride = stride;
-    c.cuda_scoring_v2 = true;
-    c.cuda_scoring_v3 = false;
-    check_config(llama, dl, c, "v2 llama rr stride " + std::to_string(stride));
-  }
 }
 
 // The v3 kernel (G = rows / R adjacent query blocks of R = heads_per_cta · B/S rows each per CTA;
@@ -733,15 +737,6 @@ void v3_bit_identical_to_v1() {
                             {DType::bf16, DType::f16}, "v3", [](EstimateConfig& c) { c.cuda_scoring_v3 = true; },
                             // bf16 only: f16 falls back to v2
                             [](const EstimateStats& s, DType dt) { return s.scoring_v3 == (dt == DType::bf16); });
-  const Inputs llama = testing::make_inputs(make_case("v3-llama", {2100}, {}, 32, 8, 128, DType::bf16));
-  const OnDevice dl = upload(llama);
-  for (int stride : {8, 16}) {
-    EstimateConfig c;
-    c.stride = stride;
-    c.cuda_scoring_v3 = true;
-    ASSERT_TRUE(estimate(dl.qv, dl.kv, dl.layout, c, Backend::cuda).stats.scoring_v3);
-    check_config(llama, dl, c, "v3 llama rr stride " + std::to_string(stride));
-  }
 }
 
 TEST_F(CudaEstimate, TensorCoreScoringV3BitIdenticalToV1) { v3_bit_identical_to_v1(); }
