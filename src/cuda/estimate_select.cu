@@ -60,16 +60,17 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectParams p) 
     keys[i] = key;
   }
   __syncthreads();
+  // Each step compares np / 2 disjoint pairs (i, i + j), i with bit j clear: pair q has
+  // i = (q with a zero inserted at bit log2 j), so every thread works on every pass (the loop
+  // over all np indices left half of them idle, and the kernel is instruction-bound).
   for (int k = 2; k <= np; k <<= 1)
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      for (int i = tid; i < np; i += kSelectThreads) {
-        const int ixj = i ^ j;
-        if (ixj > i) {
-          const uint64_t a = keys[i], b = keys[ixj];
-          if ((a > b) == ((i & k) == 0)) {
-            keys[i] = b;
-            keys[ixj] = a;
-          }
+    for (int j = k >> 1, lj = __ffs(j) - 1; j > 0; j >>= 1, --lj) {
+      for (int q = tid; q < np / 2; q += kSelectThreads) {
+        const int i = ((q >> lj) << (lj + 1)) | (q & (j - 1));
+        const uint64_t a = keys[i], b = keys[i + j];
+        if ((a > b) == ((i & k) == 0)) {
+          keys[i] = b;
+          keys[i + j] = a;
         }
       }
       __syncthreads();
