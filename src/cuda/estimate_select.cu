@@ -62,7 +62,9 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectParams p) 
   __syncthreads();
   // Each step compares np / 2 disjoint pairs (i, i + j), i with bit j clear: pair q has
   // i = (q with a zero inserted at bit log2 j), so every thread works on every pass (the loop
-  // over all np indices left half of them idle, and the kernel is instruction-bound).
+  // over all np indices left half of them idle). Measured 1-9% faster, not the ~45% an
+  // instruction count predicted: the sort's issue slots are not what bounds the kernel
+  // (docs/rrattention.md, "Selection: pairs per step").
   for (int k = 2; k <= np; k <<= 1)
     for (int j = k >> 1, lj = __ffs(j) - 1; j > 0; j >>= 1, --lj) {
       for (int q = tid; q < np / 2; q += kSelectThreads) {
