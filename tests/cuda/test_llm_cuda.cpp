@@ -71,6 +71,14 @@ std::vector<uint8_t> tiny_llama(uint64_t seed) {
                         ts, 32);
 }
 
+// tiny_llama(seed) on the GPU backend (the model copies its weights out of the GGUF bytes).
+LlamaModel tiny_gpu_model(uint64_t seed) {
+  const std::vector<uint8_t> bytes = tiny_llama(seed);
+  LlamaModel m = LlamaModel::from_gguf(GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf"));
+  m.set_backend(Backend::cuda);
+  return m;
+}
+
 std::vector<int32_t> random_tokens(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> t(static_cast<size_t>(n));
@@ -117,10 +125,7 @@ TEST(LlmCuda, TinyLlamaPrefillAndDecodeMatchCpu) {
 
 TEST(LlmCuda, DecodeContinuesThePrefillOnTheDevice) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<uint8_t> bytes = tiny_llama(cuda_testing::base_seed() + 1);
-  const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
-  LlamaModel gpu = LlamaModel::from_gguf(f);
-  gpu.set_backend(Backend::cuda);
+  LlamaModel gpu = tiny_gpu_model(cuda_testing::base_seed() + 1);
   const std::vector<int32_t> tokens = random_tokens(200, 3);
   const std::vector<float> whole = gpu.prefill(tokens, dense_options());
   const std::vector<int32_t> head(tokens.begin(), tokens.end() - 1);
@@ -130,10 +135,7 @@ TEST(LlmCuda, DecodeContinuesThePrefillOnTheDevice) {
 
 TEST(LlmCuda, SparseMethodsRunOnTheDevice) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<uint8_t> bytes = tiny_llama(cuda_testing::base_seed() + 2);
-  const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
-  LlamaModel gpu = LlamaModel::from_gguf(f);
-  gpu.set_backend(Backend::cuda);
+  LlamaModel gpu = tiny_gpu_model(cuda_testing::base_seed() + 2);
   const std::vector<int32_t> tokens = random_tokens(520, 4);
   const std::vector<float> dense = gpu.prefill(tokens, dense_options());
   // The oracle at τ = 1 keeps every block: the block-sparse path must give dense's logits, and the
@@ -187,10 +189,7 @@ TEST(LlmCuda, SparseMethodsRunOnTheDevice) {
 // released too early or a block reused while the attention still read it would change the logits.
 TEST(LlmCuda, PooledEstimateWithoutHostCopiesMatchesTheCopyingPath) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<uint8_t> bytes = tiny_llama(cuda_testing::base_seed() + 3);
-  const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
-  LlamaModel gpu = LlamaModel::from_gguf(f);
-  gpu.set_backend(Backend::cuda);
+  LlamaModel gpu = tiny_gpu_model(cuda_testing::base_seed() + 3);
   const std::vector<int32_t> tokens = random_tokens(700, 5);
   for (const Estimator e : {Estimator::rr, Estimator::xattn})
     for (const bool previous : {false, true}) {
