@@ -58,7 +58,9 @@ struct ScoreParams {
   // per CTA, at most scores_v3_blocks_per_cta() blocks each (v2 is then off). v3_kind: 0 the
   // 128-row mma.sync kernel, 1 the wgmma one (64 rows, dpad 128 only), 2 the wgmma one with fast
   // partials (same scores, fewer instructions per chunk), 3 the same with 128 rows (two
-  // warpgroups sharing each K̄ tile).
+  // warpgroups sharing each K̄ tile), 4 kind 2 with approximate partials (the same logits; scores
+  // within docs/numerics.md's rules 2 and 3, not bit for bit), 5 kind 4 with K̄'s two high bf16
+  // terms only.
   bool v3;
   int v3_kind;
   const int32_t* v3_ctas;

@@ -92,7 +92,10 @@ bool scoring_v3_wanted(const EstimateConfig& config) {
 // per call; docs/rrattention.md, "Scoring kernel v3"). Where the wgmma kernel runs, its 64-row
 // fast-partials build (kind 2; the same scores: "Scoring kernel v3 fast partials", 9.2 against
 // 12.0 ms at 128K S 8, session 5) is the default; ARIADNE_EST_V3_FAST (read per call) picks
-// another build: 0 the plain wgmma one (kind 1), 2 the 128-row fast one (kind 3).
+// another build: 0 the plain wgmma one (kind 1), 2 the 128-row fast one (kind 3), 3 the 64-row
+// fast one with approximate partials (kind 4: scores within docs/numerics.md's rules 2 and 3, not
+// bit for bit; "Scoring kernel v3, approximate partials"), 4 the same with K̄'s two high terms
+// only (kind 5).
 int scoring_v3_kind(int dpad) {
   const char* v = std::getenv("ARIADNE_EST_V3_KIND");
   if (v != nullptr && std::string(v) == "narrow") return 0;
@@ -100,6 +103,8 @@ int scoring_v3_kind(int dpad) {
   const char* f = std::getenv("ARIADNE_EST_V3_FAST");
   if (f != nullptr && std::string(f) == "0") return 1;
   if (f != nullptr && std::string(f) == "2") return 3;
+  if (f != nullptr && std::string(f) == "3") return 4;
+  if (f != nullptr && std::string(f) == "4") return 5;
   return 2;
 }
 

@@ -209,6 +209,41 @@ __device__ __forceinline__ float2 block_pair(const float (&y)[4][4], int nr, int
   return make_float2(cm, cs);
 }
 
+// Approximate partials (the wgmma kernel's kApprox build, v3_kind 4; docs/rrattention.md, "Scoring
+// kernel v3, approximate partials"): (max, Σexp) of each key block of a chunk's 32 columns, for this
+// lane's two rows, straight from the m64n32 accumulators (acc[4t + 2h + v]: row lane/4 + 8h,
+// column 8t + 2·cc + v). No transpose: a block's max and sum are combined over the quad by two
+// butterfly shuffles each, and the terms are ex2.approx(acc·c2 − max·c2) with c2 = qmul·log2 e (one
+// FFMA and one MUFU per logit). qmul > 0 (the caller's test), so the max of the raw accumulators,
+// scaled once, is the max of the scaled logits bit for bit; Σexp differs from the exact path's by
+// the approximation (rel. ~2^-22 per term) and the summation order: docs/numerics.md rule 2 and 3
+// hold it, not bit-identity. kNB blocks per chunk (2 at B/S 16, 4 at B/S 8); the quad's 2·kNB
+// (row, block) pairs are stored one per lane in turn. rows[h]: the partials row of row h; n0: the
+// chunk's first block.
+template <int kNB>
+__device__ __forceinline__ void approx_block_pairs(const float (&acc)[16], float c2, float qmul, int cc,
+                                                   float2* const (&rows)[2], int n0) {
+  constexpr int kT = 4 / kNB;  // n8 tiles per block
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int b = 0; b < kNB; ++b) {
+      float m = -INFINITY;
+#pragma unroll
+      for (int t = b * kT; t < (b + 1) * kT; ++t) m = fmaxf(m, fmaxf(acc[4 * t + 2 * h], acc[4 * t + 2 * h + 1]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const float mo = m * c2;
+      float s = 0.f;
+#pragma unroll
+      for (int t = b * kT; t < (b + 1) * kT; ++t)
+        s += ex2(fmaf(acc[4 * t + 2 * h], c2, -mo)) + ex2(fmaf(acc[4 * t + 2 * h + 1], c2, -mo));
+      s += __shfl_xor_sync(0xffffffffu, s, 1);
+      s += __shfl_xor_sync(0xffffffffu, s, 2);
+      if (((h * kNB + b) & 3) == cc) rows[h][n0 + b] = make_float2(__fmul_rn(m, qmul), s);
+    }
+}
+
 constexpr int kQPitch = kScoreRows + 4;  // q tile [d][68]: float4-aligned, 4-way store conflicts at most
 
 // Shared-memory plan of the scoring kernel (bytes from the dynamic base).
@@ -1003,12 +1038,20 @@ static_assert(2 * kWgStage >= 2 * (2 * kWgRows) * 136, "the q staging fits in th
 // always pass there); a chunk wholly inside the sequence is copied by a thread-to-vector map whose
 // swizzle is fixed per thread (every offset an immediate, no zero-fill select); the wgmma
 // descriptors are one base plus constants. Logits, partials and their order are kFast = false's.
+// kApprox (fast build, 64 rows; v3_kind 4, ARIADNE_EST_V3_FAST=3): the mask-free chunks' partials
+// by approx_block_pairs (no transpose, ex2.approx, the quad's order): the same logits, scores
+// within docs/numerics.md's rules 2 and 3 instead of bit for bit; chunks crossing a row's last key
+// stride keep the exact code. kTerms 2 (with kApprox; v3_kind 5, ARIADNE_EST_V3_FAST=4): K̄'s
+// two high bf16 terms only (its value to ~2^-17 relative instead of exactly; a third fewer wgmma
+// and copies of whole chunks; the last, guarded copy still brings all three).
 // kRows 128 (fast build only; v3_kind 3, ARIADNE_EST_V3_FAST=2): two warpgroups of 64 rows share
 // each K̄ stage (256 threads, two CTAs and still 16 warps per SM), which halves the L2 traffic per
 // logit; each warpgroup runs its own wgmma on its rows with the same descriptors.
-template <bool kFast, int kRows = kWgRows>
+template <bool kFast, int kRows = kWgRows, bool kApprox = false, int kTerms = 3>
 __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg_kernel(ScoreParams p) {
   static_assert(kRows == kWgRows || (kFast && kRows == 2 * kWgRows), "64 rows, or 128 in the fast build");
+  static_assert(!kApprox || (kFast && kRows == kWgRows), "approximate partials: the 64-row fast build");
+  static_assert(kTerms == 3 || (kApprox && kTerms == 2), "two K̄ terms: the approximate build only");
   constexpr int kThreads = 2 * kRows, kMaxGroups = kRows / 8;
   constexpr int kRowStep = kThreads / 16;  // K̄ term rows one copy step covers (16 vectors each)
   extern __shared__ float4 smem4[];
@@ -1107,7 +1150,7 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
 #pragma unroll
     for (int k = 0; k < 32 / kRowStep; ++k)
 #pragma unroll
-      for (int j = 0; j < 3; ++j)
+      for (int j = 0; j < kTerms; ++j)
         cp_async16(sb + uint32_t(j * kWgTerm + k * kRowStep * 128), src + (k * kRowStep * 3 + j) * 128, true);
     cp_async_commit();
   };
@@ -1123,12 +1166,33 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
   const int my_g = my_row / R;
   float2* const my_part = my_g < ngroups ? gpart[my_g] + (my_row - my_g * R) * gnvis[my_g] : nullptr;
   const int my_last = my_g < ngroups ? glast[my_g] : -1;
+  // kApprox: the partials rows of this lane's two accumulator rows (16·warp + lane/4 + 8h), and the
+  // scale in log2 units; a scale <= 0 (never by default: 1/(S·√d)) keeps the exact path.
+  float2* approx_rows[2] = {nullptr, nullptr};
+  const float c2 = p.qmul * 1.4426950408889634f;
+  const bool approx_ok = kApprox && p.qmul > 0.f;
+  if constexpr (kApprox) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp * 16 + (lane >> 2) + 8 * h, g = row / R;
+      if (g < ngroups) approx_rows[h] = gpart[g] + (row - g * R) * gnvis[g];
+    }
+  }
   // Partials of chunk c from its accumulators (m64n32: this warp's 16 rows; acc[4t + 2h + v] at
   // row lane/4 + 8h, column 8t + 2·cc + v).
   auto partials = [&](int c, const float (&acc)[16]) {
     const int j0 = c * kWgCols;
     if constexpr (kFast) {
       if (j0 + kWgCols - 1 <= warp_lim) {  // warp-uniform: every logit of the chunk is visible
+        if constexpr (kApprox) {
+          if (approx_ok) {  // uniform: a kernel parameter
+            if (nr == 16)
+              approx_block_pairs<2>(acc, c2, p.qmul, cc, approx_rows, j0 >> 4);
+            else
+              approx_block_pairs<4>(acc, c2, p.qmul, cc, approx_rows, j0 >> 3);
+            return;
+          }
+        }
         float x[4][4];
 #pragma unroll
         for (int q = 0; q < 4; ++q)
@@ -1198,7 +1262,7 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
 #pragma unroll
     for (int ks = 0; ks < 8; ++ks)
 #pragma unroll
-      for (int j = 0; j < 3; ++j)
+      for (int j = 0; j < kTerms; ++j)
         wg::mma_m64n32k16_rs_kmajor(cur, a[ks], kFast ? bdesc_fast(lo_st, j, ks) : bdesc(st, j, ks));
     wg::commit();
     if (c >= 1) partials(c - 1, prev);
@@ -1247,7 +1311,9 @@ cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStrea
   const unsigned zc = unsigned((p.group + p.heads_per_cta - 1) / p.heads_per_cta);
   if (p.v3) {
     if (!scores_v3_applies(p) || p.v3_ctas == nullptr || p.v3_num_ctas <= 0) return cudaErrorInvalidValue;
-    const auto kernel = p.v3_kind == 3   ? scores_wg_kernel<true, 2 * kWgRows>
+    const auto kernel = p.v3_kind == 5   ? scores_wg_kernel<true, kWgRows, true, 2>
+                        : p.v3_kind == 4 ? scores_wg_kernel<true, kWgRows, true>
+                        : p.v3_kind == 3 ? scores_wg_kernel<true, 2 * kWgRows>
                         : p.v3_kind == 2 ? scores_wg_kernel<true>
                         : p.v3_kind == 1 ? scores_wg_kernel<false>
                                          : scores_v3_kernel;
