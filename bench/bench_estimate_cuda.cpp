@@ -33,7 +33,7 @@
 // measured in the same device-check step by bench/anchors.py and joined there (speedup columns).
 //
 //   bench_estimate_cuda [tokens ...] [--recall-max N] [--methods rr,xattn] [--xattn-max N] [--strides 8,16]
-//                       [--mix M] [--scoring mma,mma2,mma3,mma3w,mma3f2,mma3a,mma3a2,mma3n,f32]
+//                       [--mix M] [--scoring mma,mma2,mma3,mma3w,mma3f2,mma3a,mma3a2,mma3a2w,mma3n,f32]
 //   default tokens 8192 32768 65536 131072; --xattn-max: XAttention only up to N tokens (its
 //   estimate takes seconds at 128K); --mix: the synthetic head mix (default SyntheticConfig's);
 //   --scoring: the scoring kernels to time (default mma3, the library's default: the v3 kernel,
@@ -44,7 +44,7 @@
 //   the wgmma variant's plain build and mma3f2 its 128-row fast-partials build (ARIADNE_EST_V3_FAST=0
 //   or 2 around their calls; the same scores); mma3a its 64-row build with approximate partials
 //   (ARIADNE_EST_V3_FAST=3: scores within docs/numerics.md's rules 2 and 3, not bit for bit), mma3a2
-//   the same with K̄'s two high terms only (ARIADNE_EST_V3_FAST=4);
+//   the same with K̄'s two high terms only (ARIADNE_EST_V3_FAST=4), mma3a2w that with 128 rows (=5);
 //   mma the v1 tensor-core kernel; f32 the CUDA-core one). The first gives the case's row (attention, recall); each further one adds a row
 //   "<id>-<kernel>" with its estimate times and its largest score difference and count of rows
 //   whose block list differs from the first's (vs_<first>_max_score_diff, vs_<first>_rows_differ)
@@ -147,9 +147,9 @@ int main(int argc, char** argv) {
           scorings.push_back(m.substr(pos, comma - pos));
           const std::string& sc = scorings.back();
           ARIADNE_CHECK(sc == "mma" || sc == "mma2" || sc == "mma3" || sc == "mma3w" || sc == "mma3f2" || sc == "mma3a" ||
-                            sc == "mma3a2" || sc == "mma3n" || sc == "f32",
+                            sc == "mma3a2" || sc == "mma3a2w" || sc == "mma3n" || sc == "f32",
                         "bench_estimate_cuda: --scoring '", m,
-                        "', expected mma, mma2, mma3, mma3w, mma3f2, mma3a, mma3a2, mma3n, f32, comma-separated");
+                        "', expected mma, mma2, mma3, mma3w, mma3f2, mma3a, mma3a2, mma3a2w, mma3n, f32, comma-separated");
           pos = comma + 1;
         }
       }
@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
           c.cuda_scoring_v2 = scorings[0] != "mma" && scorings[0] != "f32";
           c.cuda_scoring_v3 = scorings[0].rfind("mma3", 0) == 0;
           // ARIADNE_EST_V3_KIND and ARIADNE_EST_V3_FAST are read per call by the library: narrow
-          // for the calls of mma3n, fast 0 / 2 / 3 / 4 for those of mma3w / mma3f2 / mma3a / mma3a2,
+          // for the calls of mma3n, fast 0 / 2 / 3 / 4 / 5 for mma3w / mma3f2 / mma3a / mma3a2 / mma3a2w,
           // unset for every other kernel.
           const auto variant = [&](const std::string& name) {
             if (name == "mma3n") setenv("ARIADNE_EST_V3_KIND", "narrow", 1);
@@ -253,6 +253,7 @@ int main(int argc, char** argv) {
             else if (name == "mma3f2") setenv("ARIADNE_EST_V3_FAST", "2", 1);
             else if (name == "mma3a") setenv("ARIADNE_EST_V3_FAST", "3", 1);
             else if (name == "mma3a2") setenv("ARIADNE_EST_V3_FAST", "4", 1);
+            else if (name == "mma3a2w") setenv("ARIADNE_EST_V3_FAST", "5", 1);
             else unsetenv("ARIADNE_EST_V3_FAST");
           };
           variant(scorings[0]);
@@ -291,6 +292,7 @@ int main(int argc, char** argv) {
             if (f != nullptr && std::string(f) == "0") return "mma3w";
             if (f != nullptr && std::string(f) == "3") return "mma3a";
             if (f != nullptr && std::string(f) == "4") return "mma3a2";
+            if (f != nullptr && std::string(f) == "5") return "mma3a2w";
             return f != nullptr && std::string(f) == "2" ? "mma3f2" : "mma3";
           };
           const auto put_times = [&](nlohmann::json& o, const Timed& t) {

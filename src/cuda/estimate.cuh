@@ -60,7 +60,7 @@ struct ScoreParams {
   // partials (same scores, fewer instructions per chunk), 3 the same with 128 rows (two
   // warpgroups sharing each K̄ tile), 4 kind 2 with approximate partials (the same logits; scores
   // within docs/numerics.md's rules 2 and 3, not bit for bit), 5 kind 4 with K̄'s two high bf16
-  // terms only.
+  // terms only, 6 kind 5 with 128 rows.
   bool v3;
   int v3_kind;
   const int32_t* v3_ctas;

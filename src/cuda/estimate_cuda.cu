@@ -95,7 +95,7 @@ bool scoring_v3_wanted(const EstimateConfig& config) {
 // another build: 0 the plain wgmma one (kind 1), 2 the 128-row fast one (kind 3), 3 the 64-row
 // fast one with approximate partials (kind 4: scores within docs/numerics.md's rules 2 and 3, not
 // bit for bit; "Scoring kernel v3, approximate partials"), 4 the same with K̄'s two high terms
-// only (kind 5).
+// only (kind 5), 5 that with 128 rows (kind 6).
 int scoring_v3_kind(int dpad) {
   const char* v = std::getenv("ARIADNE_EST_V3_KIND");
   if (v != nullptr && std::string(v) == "narrow") return 0;
@@ -105,6 +105,7 @@ int scoring_v3_kind(int dpad) {
   if (f != nullptr && std::string(f) == "2") return 3;
   if (f != nullptr && std::string(f) == "3") return 4;
   if (f != nullptr && std::string(f) == "4") return 5;
+  if (f != nullptr && std::string(f) == "5") return 6;
   return 2;
 }
 

@@ -1043,14 +1043,16 @@ static_assert(2 * kWgStage >= 2 * (2 * kWgRows) * 136, "the q staging fits in th
 // within docs/numerics.md's rules 2 and 3 instead of bit for bit; chunks crossing a row's last key
 // stride keep the exact code. kTerms 2 (with kApprox; v3_kind 5, ARIADNE_EST_V3_FAST=4): K̄'s
 // two high bf16 terms only (its value to ~2^-17 relative instead of exactly; a third fewer wgmma
-// and copies of whole chunks; the last, guarded copy still brings all three).
+// and copies of whole chunks; the last, guarded copy still brings all three). kind 6
+// (ARIADNE_EST_V3_FAST=5): kind 5 with 128 rows (two warpgroups sharing each K̄ stage: half the
+// L2 bytes per logit).
 // kRows 128 (fast build only; v3_kind 3, ARIADNE_EST_V3_FAST=2): two warpgroups of 64 rows share
 // each K̄ stage (256 threads, two CTAs and still 16 warps per SM), which halves the L2 traffic per
 // logit; each warpgroup runs its own wgmma on its rows with the same descriptors.
 template <bool kFast, int kRows = kWgRows, bool kApprox = false, int kTerms = 3>
 __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg_kernel(ScoreParams p) {
   static_assert(kRows == kWgRows || (kFast && kRows == 2 * kWgRows), "64 rows, or 128 in the fast build");
-  static_assert(!kApprox || (kFast && kRows == kWgRows), "approximate partials: the 64-row fast build");
+  static_assert(!kApprox || kFast, "approximate partials: the fast builds");
   static_assert(kTerms == 3 || (kApprox && kTerms == 2), "two K̄ terms: the approximate build only");
   constexpr int kThreads = 2 * kRows, kMaxGroups = kRows / 8;
   constexpr int kRowStep = kThreads / 16;  // K̄ term rows one copy step covers (16 vectors each)
@@ -1302,7 +1304,8 @@ bool scores_v3_applies(const ScoreParams& p) {
 }
 
 int scores_v3_blocks_per_cta(const ScoreParams& p) {
-  return (p.v3_kind == 3 ? 2 * kWgRows : p.v3_kind >= 1 ? kWgRows : kV3Rows) / (p.heads_per_cta * p.spb);
+  const bool rows128 = p.v3_kind == 3 || p.v3_kind == 6;
+  return (rows128 ? 2 * kWgRows : p.v3_kind >= 1 ? kWgRows : kV3Rows) / (p.heads_per_cta * p.spb);
 }
 
 cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStream_t stream) {
@@ -1311,13 +1314,14 @@ cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStrea
   const unsigned zc = unsigned((p.group + p.heads_per_cta - 1) / p.heads_per_cta);
   if (p.v3) {
     if (!scores_v3_applies(p) || p.v3_ctas == nullptr || p.v3_num_ctas <= 0) return cudaErrorInvalidValue;
-    const auto kernel = p.v3_kind == 5   ? scores_wg_kernel<true, kWgRows, true, 2>
+    const auto kernel = p.v3_kind == 6   ? scores_wg_kernel<true, 2 * kWgRows, true, 2>
+                        : p.v3_kind == 5 ? scores_wg_kernel<true, kWgRows, true, 2>
                         : p.v3_kind == 4 ? scores_wg_kernel<true, kWgRows, true>
                         : p.v3_kind == 3 ? scores_wg_kernel<true, 2 * kWgRows>
                         : p.v3_kind == 2 ? scores_wg_kernel<true>
                         : p.v3_kind == 1 ? scores_wg_kernel<false>
                                          : scores_v3_kernel;
-    const int threads = p.v3_kind == 3 ? 2 * kWgThreads : p.v3_kind >= 1 ? kWgThreads : kV3Threads;
+    const int threads = p.v3_kind == 3 || p.v3_kind == 6 ? 2 * kWgThreads : p.v3_kind >= 1 ? kWgThreads : kV3Threads;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     if (err != cudaSuccess) return err;

@@ -768,7 +768,7 @@ TEST_F(CudaEstimate, TensorCoreScoringV3FastBitIdenticalToV1) {
 
 // The wgmma kernel's approximate builds (head_dim 128, bf16; ARIADNE_EST_V3_FAST=3: the same
 // logits, partials by ex2.approx in the quad's order; 4: the same with K̄'s two high bf16 terms,
-// logits to ~2^-17 relative of |K̄|), so their scores are held to rule 2
+// logits to ~2^-17 relative of |K̄|; 5: that with 128 rows), so their scores are held to rule 2
 // against the exact v1 kernel (within 1e-5, masks identical on rows with margin > 1e-4), not to
 // bit-identity, on the v3 shapes at head_dim 128 (GQA 8, 3 with varlen lq < lk and a sequence
 // shorter than a block, MHA), S 8 and 16, B 64 and 128, both offsets; and to rule 3 against the
@@ -827,7 +827,7 @@ void v3_approx_matches_v1() {
 }
 
 TEST_F(CudaEstimate, TensorCoreScoringV3ApproxMatchesV1) {
-  for (const char* fast : {"3", "4"}) {
+  for (const char* fast : {"3", "4", "5"}) {
     SCOPED_TRACE(std::string("ARIADNE_EST_V3_FAST=") + fast);
     const cuda_testing::EnvGuard guard("ARIADNE_EST_V3_FAST", fast);
     v3_approx_matches_v1();
@@ -837,14 +837,14 @@ TEST_F(CudaEstimate, TensorCoreScoringV3ApproxMatchesV1) {
 // A small bf16 case for compute-sanitizer on the v3 kernel, every variant (scripts/device-check):
 // varlen with lq < lk, a sequence shorter than a block, views into wider rows, GQA group 3 (rows
 // past G·R empty), head_dim 128 and the three block widths, against the CPU; under
-// ARIADNE_EST_V3_FAST 0 to 4 (the wgmma kernel, its two fast-partials builds and the two
+// ARIADNE_EST_V3_FAST 0 to 5 (the wgmma kernel, its two fast-partials builds and the three
 // approximate ones).
 TEST_F(CudaEstimate, TensorCoreScoringV3SmallCasesForSanitizers) {
   Case cs = make_case("v3-san", {300, 77, 513, 5}, {300, 200, 700, 64}, 6, 2, 128, DType::bf16);
   cs.token_pad = 24;
   const Inputs in = testing::make_inputs(cs);
   const OnDevice d = upload(in);
-  for (const char* fast : {"0", "1", "2", "3", "4"}) {
+  for (const char* fast : {"0", "1", "2", "3", "4", "5"}) {
     const cuda_testing::EnvGuard guard("ARIADNE_EST_V3_FAST", fast);
     for (int stride : {8, 16})
       for (int block : {64, 128}) {
