@@ -33,18 +33,20 @@
 // measured in the same device-check step by bench/anchors.py and joined there (speedup columns).
 //
 //   bench_estimate_cuda [tokens ...] [--recall-max N] [--methods rr,xattn] [--xattn-max N] [--strides 8,16]
-//                       [--mix M] [--scoring mma,mma2,mma3,mma3w,mma3f2,mma3a,mma3a2,mma3a2w,mma3n,f32]
+//                       [--mix M] [--scoring mma,mma2,mma3,mma3e,mma3w,mma3f2,mma3a,mma3a2,mma3a2w,mma3n,f32]
 //   default tokens 8192 32768 65536 131072; --xattn-max: XAttention only up to N tokens (its
 //   estimate takes seconds at 128K); --mix: the synthetic head mix (default SyntheticConfig's);
 //   --scoring: the scoring kernels to time (default mma3, the library's default: the v3 kernel,
 //   EstimateConfig::cuda_scoring_v3, on v2's cases with bf16 inputs (at head_dim 128 its wgmma
-//   variant's 64-row fast-partials build, as the library picks), v2 or v1 elsewhere; mma2 the v2 tensor-core kernel,
+//   variant's 64-row approximate build with two K̄ terms since session 7, as the library picks), v2
+//   or v1 elsewhere; mma2 the v2 tensor-core kernel,
 //   EstimateConfig::cuda_scoring_v2, which covers RR with B / S = 8 or 16 and is v1 elsewhere; mma3n v3's
 //   128-row mma.sync variant at every head_dim (ARIADNE_EST_V3_KIND=narrow, set around its calls); mma3w
 //   the wgmma variant's plain build and mma3f2 its 128-row fast-partials build (ARIADNE_EST_V3_FAST=0
 //   or 2 around their calls; the same scores); mma3a its 64-row build with approximate partials
 //   (ARIADNE_EST_V3_FAST=3: scores within docs/numerics.md's rules 2 and 3, not bit for bit), mma3a2
 //   the same with K̄'s two high terms only (ARIADNE_EST_V3_FAST=4), mma3a2w that with 128 rows (=5);
+//   mma3e the exact 64-row fast-partials build (ARIADNE_EST_V3_FAST=1; the default before session 7);
 //   mma the v1 tensor-core kernel; f32 the CUDA-core one). The first gives the case's row (attention, recall); each further one adds a row
 //   "<id>-<kernel>" with its estimate times and its largest score difference and count of rows
 //   whose block list differs from the first's (vs_<first>_max_score_diff, vs_<first>_rows_differ)
@@ -146,10 +148,10 @@ int main(int argc, char** argv) {
           const size_t comma = std::min(m.find(',', pos), m.size());
           scorings.push_back(m.substr(pos, comma - pos));
           const std::string& sc = scorings.back();
-          ARIADNE_CHECK(sc == "mma" || sc == "mma2" || sc == "mma3" || sc == "mma3w" || sc == "mma3f2" || sc == "mma3a" ||
+          ARIADNE_CHECK(sc == "mma" || sc == "mma2" || sc == "mma3" || sc == "mma3e" || sc == "mma3w" || sc == "mma3f2" || sc == "mma3a" ||
                             sc == "mma3a2" || sc == "mma3a2w" || sc == "mma3n" || sc == "f32",
                         "bench_estimate_cuda: --scoring '", m,
-                        "', expected mma, mma2, mma3, mma3w, mma3f2, mma3a, mma3a2, mma3a2w, mma3n, f32, comma-separated");
+                        "', expected mma, mma2, mma3, mma3e, mma3w, mma3f2, mma3a, mma3a2, mma3a2w, mma3n, f32, comma-separated");
           pos = comma + 1;
         }
       }
@@ -244,12 +246,13 @@ int main(int argc, char** argv) {
           c.cuda_scoring_v2 = scorings[0] != "mma" && scorings[0] != "f32";
           c.cuda_scoring_v3 = scorings[0].rfind("mma3", 0) == 0;
           // ARIADNE_EST_V3_KIND and ARIADNE_EST_V3_FAST are read per call by the library: narrow
-          // for the calls of mma3n, fast 0 / 2 / 3 / 4 / 5 for mma3w / mma3f2 / mma3a / mma3a2 / mma3a2w,
-          // unset for every other kernel.
+          // for the calls of mma3n, fast 0 / 1 / 2 / 3 / 4 / 5 for mma3w / mma3e / mma3f2 / mma3a /
+          // mma3a2 / mma3a2w, unset for every other kernel.
           const auto variant = [&](const std::string& name) {
             if (name == "mma3n") setenv("ARIADNE_EST_V3_KIND", "narrow", 1);
             else unsetenv("ARIADNE_EST_V3_KIND");
             if (name == "mma3w") setenv("ARIADNE_EST_V3_FAST", "0", 1);
+            else if (name == "mma3e") setenv("ARIADNE_EST_V3_FAST", "1", 1);
             else if (name == "mma3f2") setenv("ARIADNE_EST_V3_FAST", "2", 1);
             else if (name == "mma3a") setenv("ARIADNE_EST_V3_FAST", "3", 1);
             else if (name == "mma3a2") setenv("ARIADNE_EST_V3_FAST", "4", 1);
@@ -290,6 +293,7 @@ int main(int argc, char** argv) {
             const char* f = std::getenv("ARIADNE_EST_V3_FAST");
             if (k != nullptr && std::string(k) == "narrow") return "mma3n";
             if (f != nullptr && std::string(f) == "0") return "mma3w";
+            if (f != nullptr && std::string(f) == "1") return "mma3e";
             if (f != nullptr && std::string(f) == "3") return "mma3a";
             if (f != nullptr && std::string(f) == "4") return "mma3a2";
             if (f != nullptr && std::string(f) == "5") return "mma3a2w";

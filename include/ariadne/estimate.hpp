@@ -112,6 +112,14 @@ struct EstimateConfig {
   // overrides it for every call; ARIADNE_EST_V3_KIND=narrow keeps v3's mma.sync variant at
   // head_dim 128 too.
   bool cuda_scoring_v3 = true;
+  // CUDA backend, v3 at head_dim 128 (bf16 q, RR with B / S = 8 or 16): true runs the build whose
+  // scores equal the v1 kernel's and the f32 kernel's bit for bit on every input (and the CPU's on
+  // exact inputs); false (the default since session 7) the approximate one (docs/rrattention.md,
+  // "Scoring kernel v3, approximate partials": ex2.approx partials and K̄'s two high bf16 terms;
+  // scores within 1e-5 of the exact kernel's and 2e-5 of the CPU's, docs/numerics.md rules 2 and 3;
+  // 0.75-0.83x its scoring time at 128K S 8). Other head dims and dtypes are exact either way.
+  // ARIADNE_EST_V3_FAST in the environment (read per call) overrides it: 1 exact, 4 approximate.
+  bool cuda_exact_scoring = false;
 
   Protections protections() const { return protect ? *protect : Protections::published(method); }
   double tau_of(int head) const { return tau_per_head.empty() ? tau : tau_per_head[size_t(head)]; }
@@ -134,6 +142,7 @@ struct EstimateStats {
   bool tensor_core_scoring = false;  // CUDA: the logits ran on the tensor-core kernel
   bool scoring_v2 = false;           // CUDA: ... on its v2 variant (EstimateConfig::cuda_scoring_v2)
   bool scoring_v3 = false;           // CUDA: ... on its v3 variant (EstimateConfig::cuda_scoring_v3)
+  bool approximate_scoring = false;  // CUDA: ... on an approximate build (EstimateConfig::cuda_exact_scoring)
 };
 
 // The CUDA backend's output, in device memory (empty for the CPU backend). The same CSR and score

@@ -89,24 +89,20 @@ bool scoring_v3_wanted(const EstimateConfig& config) {
 
 // The v3 kernel (ScoreParams::v3_kind) for head dims padded to dpad: the wgmma one where it
 // applies (dpad 128), the 128-row mma.sync one elsewhere or when ARIADNE_EST_V3_KIND=narrow (read
-// per call; docs/rrattention.md, "Scoring kernel v3"). Where the wgmma kernel runs, its 64-row
-// fast-partials build (kind 2; the same scores: "Scoring kernel v3 fast partials", 9.2 against
-// 12.0 ms at 128K S 8, session 5) is the default; ARIADNE_EST_V3_FAST (read per call) picks
-// another build: 0 the plain wgmma one (kind 1), 2 the 128-row fast one (kind 3), 3 the 64-row
-// fast one with approximate partials (kind 4: scores within docs/numerics.md's rules 2 and 3, not
-// bit for bit; "Scoring kernel v3, approximate partials"), 4 the same with K̄'s two high terms
-// only (kind 5), 5 that with 128 rows (kind 6).
-int scoring_v3_kind(int dpad) {
+// per call; docs/rrattention.md, "Scoring kernel v3"). Where the wgmma kernel runs, the default is
+// its approximate 64-row build with K̄'s two high terms (kind 5; "Scoring kernel v3, approximate
+// partials": scores within docs/numerics.md's rules 2 and 3), or with `exact` its fast-partials
+// build (kind 2: v1's scores bit for bit). ARIADNE_EST_V3_FAST (read per call) picks a build
+// whatever the config: 0 the plain wgmma one (kind 1), 1 the exact fast one (kind 2), 2 that with
+// 128 rows (kind 3), 3 approximate partials with three K̄ terms (kind 4), 4 the default
+// approximate one (kind 5), 5 that with 128 rows (kind 6).
+int scoring_v3_kind(int dpad, bool exact) {
   const char* v = std::getenv("ARIADNE_EST_V3_KIND");
   if (v != nullptr && std::string(v) == "narrow") return 0;
   if (dpad != 128) return 0;
   const char* f = std::getenv("ARIADNE_EST_V3_FAST");
-  if (f != nullptr && std::string(f) == "0") return 1;
-  if (f != nullptr && std::string(f) == "2") return 3;
-  if (f != nullptr && std::string(f) == "3") return 4;
-  if (f != nullptr && std::string(f) == "4") return 5;
-  if (f != nullptr && std::string(f) == "5") return 6;
-  return 2;
+  if (f != nullptr && f[0] >= '0' && f[0] <= '5' && f[1] == '\0') return f[0] - '0' + 1;
+  return exact ? 2 : 5;
 }
 
 int64_t last_key_stride(const EstimateConfig& c, int64_t stride, const Seq& e, int64_t i, int h) {
@@ -355,7 +351,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   kind.row_split = spb > cuda::kScoreRows ? spb / cuda::kScoreRows : 1;
   kind.dpad = dpad;
   kind.v3 = true;
-  kind.v3_kind = scoring_v3_kind(dpad);
+  kind.v3_kind = scoring_v3_kind(dpad, config.cuda_exact_scoring);
   // (8 KB left for the kernel's static shared memory: the row and group tables.)
   const bool use_v3 = scoring_v3_wanted(config) && cuda::scores_v3_applies(kind) &&
                       cuda::scores_smem_bytes(kind) + 8192 <= smem_optin();
@@ -554,6 +550,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   s.tensor_core_scoring = use_mma;
   s.scoring_v2 = sp.v2;
   s.scoring_v3 = sp.v3;
+  s.approximate_scoring = sp.v3 && sp.v3_kind >= 4;
   s.ms_selection = ev.ms(2, 3);
 
   std::vector<int64_t> kept(size_t(g.heads_q), 0);
