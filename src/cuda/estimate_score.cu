@@ -1043,7 +1043,7 @@ static_assert(2 * kWgStage >= 2 * (2 * kWgRows) * 136, "the q staging fits in th
 // within docs/numerics.md's rules 2 and 3 instead of bit for bit; chunks crossing a row's last key
 // stride keep the exact code. kTerms 2 (with kApprox; v3_kind 5, ARIADNE_EST_V3_FAST=4): K̄'s
 // two high bf16 terms only (its value to ~2^-17 relative instead of exactly; a third fewer wgmma
-// and copies of whole chunks; the last, guarded copy still brings all three). kind 6
+// and copies), in three 16 KB stages instead of two of 24 KB: the copy runs two chunks ahead. kind 6
 // (ARIADNE_EST_V3_FAST=5): kind 5 with 128 rows (two warpgroups sharing each K̄ stage: half the
 // L2 bytes per logit).
 // kRows 128 (fast build only; v3_kind 3, ARIADNE_EST_V3_FAST=2): two warpgroups of 64 rows share
@@ -1106,14 +1106,19 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
   const int cu = tid & 15, row30 = tid >> 4;
   const uint32_t cu_region = uint32_t((cu >> 3) * kWgRegion);
   const int nks = int(e.nks);
+  // A stage holds kTerms term tiles; with two terms three stages fit where two of three terms did
+  // (48 KB), and the copy runs two chunks ahead instead of one.
+  constexpr int kStage = kTerms * kWgTerm, kStages = kTerms == 2 ? 3 : 2;
+  static_assert(kStages * kStage <= 2 * kWgStage, "the stages fit in kWgSmem");
   auto issue = [&](int j0, int stage) {
     const __nv_bfloat16* src = kseq + (int64_t(j0) * 3 + row30) * 128 + cu * 8;
     int n = row30 / 3, j = row30 % 3;
-    const uint32_t sb = base + uint32_t(stage * kWgStage) + cu_region;
+    const uint32_t sb = base + uint32_t(stage * kStage) + cu_region;
 #pragma unroll
     for (int i = 0; i < 96 / kRowStep; ++i) {
       const bool ok = j0 + n < nks;
-      cp_async16(sb + uint32_t(j * kWgTerm + n * 128 + (((cu & 7) ^ (n & 7)) << 4)), ok ? src : kseq, ok);
+      if (kTerms == 3 || j < kTerms)
+        cp_async16(sb + uint32_t(j * kWgTerm + n * 128 + (((cu & 7) ^ (n & 7)) << 4)), ok ? src : kseq, ok);
       src += kRowStep * 128;
       n += kRowStep / 3;
       j += kRowStep % 3;
@@ -1126,7 +1131,7 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
   };
   // B descriptor of term j, k step ks, stage st: region ks / 4, 32 bytes per k step inside it.
   auto bdesc = [&](int st, int j, int ks) {
-    return wg::desc_swizzled<128>(base + uint32_t(st * kWgStage + j * kWgTerm + (ks >> 2) * kWgRegion + (ks & 3) * 32),
+    return wg::desc_swizzled<128>(base + uint32_t(st * kStage + j * kWgTerm + (ks >> 2) * kWgRegion + (ks & 3) * 32),
                                   16, 1024);
   };
   // kFast: the descriptor's start-address field (bits 0-13, address / 16) of the stages' base plus
@@ -1148,7 +1153,7 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
   const __nv_bfloat16* const fast_src = kseq + n0 * 3 * 128 + cu * 8;
   auto issue_full = [&](int j0, int stage) {
     const __nv_bfloat16* src = fast_src + int64_t(j0) * 3 * 128;
-    const uint32_t sb = fast_dst + uint32_t(stage * kWgStage);
+    const uint32_t sb = fast_dst + uint32_t(stage * kStage);
 #pragma unroll
     for (int k = 0; k < 32 / kRowStep; ++k)
 #pragma unroll
@@ -1241,22 +1246,25 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
   // accumulator a wgmma still writes), and the top barrier also frees the stage of chunk c − 1
   // (every warp waited for its wgmma) for the copy of chunk c + 1.
   float cur[16], prev[16];
+  // The copy of chunk c into stage c % kStages (kFast: the fixed-swizzle copy when the chunk lies
+  // wholly inside the sequence).
+  auto issue_chunk = [&](int c) {
+    const int stage = c % kStages;
+    if (kFast && (c + 1) * kWgCols <= nks) issue_full(c * kWgCols, stage);
+    else issue(c * kWgCols, stage);
+  };
   if (nch > 0) issue(0, 0);
+  if (kStages == 3 && nch > 1) issue_chunk(1);
   for (int c = 0; c < nch; ++c) {
-    cp_async_wait<0>();
+    // Chunk c has landed; with three stages chunk c + 1's copy may stay in flight.
+    if (kStages == 3 && c + 1 < nch) cp_async_wait<1>();
+    else cp_async_wait<0>();
     wg::fence_proxy_async();  // the cp.async tile (generic proxy) before wgmma's reads (async proxy)
-    __syncthreads();          // tile c is in shared memory for every warp; stage (c + 1) % 2 is free
-    if constexpr (kFast) {
-      if (c + 1 < nch) {
-        if ((c + 2) * kWgCols <= nks) issue_full((c + 1) * kWgCols, (c + 1) & 1);
-        else issue((c + 1) * kWgCols, (c + 1) & 1);
-      }
-    } else {
-      if (c + 1 < nch) issue((c + 1) * kWgCols, (c + 1) & 1);
-    }
-    const int st = c & 1;
+    __syncthreads();          // tile c is in shared memory for every warp; chunk c − 1's stage is free
+    if (c + kStages - 1 < nch) issue_chunk(c + kStages - 1);
+    const int st = c % kStages;
     // kFast: the descriptors' low word for stage st (the stage's offset / 16 added once a chunk).
-    const uint32_t lo_st = uint32_t(desc0) + uint32_t(st * (kWgStage >> 4));
+    const uint32_t lo_st = uint32_t(desc0) + uint32_t(st * (kStage >> 4));
 #pragma unroll
     for (int i = 0; i < 16; ++i) cur[i] = 0.f;
     wg::pin(cur);
