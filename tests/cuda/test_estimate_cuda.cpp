@@ -654,9 +654,10 @@ struct BitShape {
 // `ran(stats, dtype)` must hold for the variant, its scores must equal v1's bit for bit and its
 // masks exactly, and the variant's second run must give its own bits again. Then the variant on
 // the Llama shape (32 / 8 heads, d 128, bf16, S 8 and 16) against the CPU (check_config).
-void check_bit_identical_to_v1(const std::vector<BitShape>& shapes, const std::vector<DType>& dtypes, const char* vname,
-                               const std::function<void(EstimateConfig&)>& enable,
-                               const std::function<bool(const EstimateStats&, DType)>& ran) {
+// Every shape × dtype × (S, B) with B / S = 8 or 16 × offset, RR at τ 0.9: body(d, dtype, config,
+// label) with the shape's fresh inputs on the device, under a trace naming the case and the seed.
+void for_each_rr_case(const std::vector<BitShape>& shapes, const std::vector<DType>& dtypes,
+                      const std::function<void(const OnDevice&, DType, EstimateConfig, const std::string&)>& body) {
   for (const BitShape& sh : shapes)
     for (DType dt : dtypes) {
       const Inputs in = testing::make_inputs(make_case(std::string(sh.name) + "-" + dtype_name(dt), sh.sq, sh.sk, sh.hq,
@@ -674,29 +675,37 @@ void check_bit_identical_to_v1(const std::vector<BitShape>& shapes, const std::v
             const std::string what = std::string(sh.name) + " " + dtype_name(dt) + " S " + std::to_string(stride) +
                                      " B " + std::to_string(block) + " " + rr_offset_name(off);
             SCOPED_TRACE(what + " (ARIADNE_TEST_SEED=" + std::to_string(seed_base()) + ")");
-            c.cuda_scoring_v2 = false;
-            c.cuda_scoring_v3 = false;  // whatever the defaults: v1
-            const EstimateResult v1 = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
-            EstimateConfig cv = c;
-            enable(cv);
-            const EstimateResult v = estimate(d.qv, d.kv, d.layout, cv, Backend::cuda);
-            ASSERT_TRUE(v1.stats.tensor_core_scoring);
-            ASSERT_FALSE(v1.stats.scoring_v2 || v1.stats.scoring_v3);
-            ASSERT_TRUE(ran(v.stats, dt)) << vname << " did not run as expected";
-            ASSERT_EQ(v1.scores.size(), v.scores.size());
-            size_t differ = 0, first = 0;
-            for (size_t i = 0; i < v1.scores.size(); ++i)
-              if (std::memcmp(&v1.scores[i], &v.scores[i], sizeof(float)) != 0 && differ++ == 0) first = i;
-            EXPECT_EQ(differ, size_t(0)) << "scores not bit-identical, first at " << first << ": v1 "
-                                         << v1.scores[first] << " " << vname << " " << v.scores[first];
-            EXPECT_TRUE(v1.mask.row_ptr == v.mask.row_ptr && v1.mask.col_idx == v.mask.col_idx)
-                << "masks differ between v1 and " << vname;
-            // Run to run: the same call again gives the same bits.
-            const EstimateResult again = estimate(d.qv, d.kv, d.layout, cv, Backend::cuda);
-            EXPECT_TRUE(again.scores == v.scores);
+            body(d, dt, c, what);
           }
         }
     }
+}
+
+void check_bit_identical_to_v1(const std::vector<BitShape>& shapes, const std::vector<DType>& dtypes, const char* vname,
+                               const std::function<void(EstimateConfig&)>& enable,
+                               const std::function<bool(const EstimateStats&, DType)>& ran) {
+  for_each_rr_case(shapes, dtypes, [&](const OnDevice& d, DType dt, EstimateConfig c, const std::string&) {
+    c.cuda_scoring_v2 = false;
+    c.cuda_scoring_v3 = false;  // whatever the defaults: v1
+    const EstimateResult v1 = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
+    EstimateConfig cv = c;
+    enable(cv);
+    const EstimateResult v = estimate(d.qv, d.kv, d.layout, cv, Backend::cuda);
+    ASSERT_TRUE(v1.stats.tensor_core_scoring);
+    ASSERT_FALSE(v1.stats.scoring_v2 || v1.stats.scoring_v3);
+    ASSERT_TRUE(ran(v.stats, dt)) << vname << " did not run as expected";
+    ASSERT_EQ(v1.scores.size(), v.scores.size());
+    size_t differ = 0, first = 0;
+    for (size_t i = 0; i < v1.scores.size(); ++i)
+      if (std::memcmp(&v1.scores[i], &v.scores[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+    EXPECT_EQ(differ, size_t(0)) << "scores not bit-identical, first at " << first << ": v1 " << v1.scores[first]
+                                 << " " << vname << " " << v.scores[first];
+    EXPECT_TRUE(v1.mask.row_ptr == v.mask.row_ptr && v1.mask.col_idx == v.mask.col_idx)
+        << "masks differ between v1 and " << vname;
+    // Run to run: the same call again gives the same bits.
+    const EstimateResult again = estimate(d.qv, d.kv, d.layout, cv, Backend::cuda);
+    EXPECT_TRUE(again.scores == v.scores);
+  });
   const Inputs llama = testing::make_inputs(make_case(std::string(vname) + "-llama", {2100}, {}, 32, 8, 128, DType::bf16));
   const OnDevice dl = upload(llama);
   for (int stride : {8, 16}) {
@@ -781,48 +790,34 @@ TEST_F(CudaEstimate, TensorCoreScoringV3FastBitIdenticalToV1) {
 // shorter than a block, MHA), S 8 and 16, B 64 and 128, both offsets; and to rule 3 against the
 // CPU on the Llama shape; EstimateStats::approximate_scoring says it ran. Without the variable the
 // config's default (cuda_exact_scoring false) must pick the approximate build too.
+// The v1 kernel's result and then the v3 kernel's (as the switches route it) for config c.
+std::pair<EstimateResult, EstimateResult> v1_and_v3(const OnDevice& d, EstimateConfig c) {
+  c.cuda_scoring_v2 = false;
+  c.cuda_scoring_v3 = false;
+  EstimateResult v1 = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
+  c.cuda_scoring_v3 = true;
+  return {std::move(v1), estimate(d.qv, d.kv, d.layout, c, Backend::cuda)};
+}
+
 void v3_approx_matches_v1() {
   const std::vector<BitShape> shapes = {{"v3a-gqa8", {1500}, {}, 16, 2, 128},
                                         {"v3a-g3-varlen", {1300, 5, 260}, {1300, 64, 900}, 6, 2, 128},
                                         {"v3a-mha", {1100}, {}, 2, 2, 128}};
-  for (const BitShape& sh : shapes) {
-    const Inputs in =
-        testing::make_inputs(make_case(std::string(sh.name) + "-bf16", sh.sq, sh.sk, sh.hq, sh.hkv, sh.dim, DType::bf16));
-    const OnDevice d = upload(in);
-    for (int stride : {8, 16})
-      for (int block : {64, 128}) {
-        if (block / stride != 8 && block / stride != 16) continue;
-        for (RROffset off : {RROffset::paper, RROffset::released}) {
-          EstimateConfig c;
-          c.stride = stride;
-          c.block = block;
-          c.offset = off;
-          c.tau = 0.9;
-          const std::string what = std::string(sh.name) + " S " + std::to_string(stride) + " B " +
-                                   std::to_string(block) + " " + rr_offset_name(off);
-          SCOPED_TRACE(what + " (ARIADNE_TEST_SEED=" + std::to_string(seed_base()) + ")");
-          c.cuda_scoring_v2 = false;
-          c.cuda_scoring_v3 = false;
-          const EstimateResult v1 = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
-          c.cuda_scoring_v3 = true;
-          const EstimateResult v = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
-          ASSERT_TRUE(v.stats.scoring_v3 && v.stats.approximate_scoring);
-          expect_rule2(v1, v, c, "approx vs v1", what);
-          const EstimateResult again = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
-          EXPECT_TRUE(again.scores == v.scores) << "scores differ between two identical runs";
-        }
-      }
-  }
+  for_each_rr_case(shapes, {DType::bf16}, [](const OnDevice& d, DType, EstimateConfig c, const std::string& what) {
+    const auto [v1, v] = v1_and_v3(d, c);
+    c.cuda_scoring_v3 = true;
+    ASSERT_TRUE(v.stats.scoring_v3 && v.stats.approximate_scoring);
+    expect_rule2(v1, v, c, "approx vs v1", what);
+    const EstimateResult again = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
+    EXPECT_TRUE(again.scores == v.scores) << "scores differ between two identical runs";
+  });
   const Inputs llama = testing::make_inputs(make_case("v3a-llama", {2100}, {}, 32, 8, 128, DType::bf16));
   const OnDevice dl = upload(llama);
   for (int stride : {8, 16}) {
     EstimateConfig c;
     c.stride = stride;
-    c.cuda_scoring_v2 = false;
-    c.cuda_scoring_v3 = false;
-    const EstimateResult v1 = estimate(dl.qv, dl.kv, dl.layout, c, Backend::cuda);
+    const auto [v1, v] = v1_and_v3(dl, c);
     c.cuda_scoring_v3 = true;
-    const EstimateResult v = estimate(dl.qv, dl.kv, dl.layout, c, Backend::cuda);
     ASSERT_TRUE(v.stats.scoring_v3 && v.stats.approximate_scoring);
     ASSERT_EQ(v.scores.size(), v1.scores.size());
     size_t differ = 0;
