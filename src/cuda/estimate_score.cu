@@ -209,7 +209,7 @@ __device__ __forceinline__ float2 block_pair(const float (&y)[4][4], int nr, int
   return make_float2(cm, cs);
 }
 
-// Approximate partials (the wgmma kernel's kApprox build, v3_kind 4; docs/rrattention.md, "Scoring
+// Approximate partials (the wgmma kernel's kApprox builds, v3_kind 4-6; docs/rrattention.md, "Scoring
 // kernel v3, approximate partials"): (max, Σexp) of each key block of a chunk's 32 columns, for this
 // lane's two rows, straight from the m64n32 accumulators (acc[4t + 2h + v]: row lane/4 + 8h,
 // column 8t + 2·cc + v). No transpose: a block's max and sum are combined over the quad by two
@@ -1038,14 +1038,15 @@ static_assert(2 * kWgStage >= 2 * (2 * kWgRows) * 136, "the q staging fits in th
 // always pass there); a chunk wholly inside the sequence is copied by a thread-to-vector map whose
 // swizzle is fixed per thread (every offset an immediate, no zero-fill select); the wgmma
 // descriptors are one base plus constants. Logits, partials and their order are kFast = false's.
-// kApprox (fast build, 64 rows; v3_kind 4, ARIADNE_EST_V3_FAST=3): the mask-free chunks' partials
+// kApprox (fast builds; v3_kind 4, ARIADNE_EST_V3_FAST=3, 64 rows): the mask-free chunks' partials
 // by approx_block_pairs (no transpose, ex2.approx, the quad's order): the same logits, scores
 // within docs/numerics.md's rules 2 and 3 instead of bit for bit; chunks crossing a row's last key
 // stride keep the exact code. kTerms 2 (with kApprox; v3_kind 5, ARIADNE_EST_V3_FAST=4): K̄'s
 // two high bf16 terms only (its value to ~2^-17 relative instead of exactly; a third fewer wgmma
 // and copies), in three 16 KB stages instead of two of 24 KB: the copy runs two chunks ahead. kind 6
 // (ARIADNE_EST_V3_FAST=5): kind 5 with 128 rows (two warpgroups sharing each K̄ stage: half the
-// L2 bytes per logit).
+// L2 bytes per logit). Kind 5 is the default; kinds 4 and 6 are kept as measurement switches
+// (each approximation alone; the L2 bytes), both measured no faster than it (session 7).
 // kRows 128 (fast build only; v3_kind 3, ARIADNE_EST_V3_FAST=2): two warpgroups of 64 rows share
 // each K̄ stage (256 threads, two CTAs and still 16 warps per SM), which halves the L2 traffic per
 // logit; each warpgroup runs its own wgmma on its rows with the same descriptors.
