@@ -61,6 +61,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -114,6 +115,19 @@ double time_attention(const AttentionParams& p, int reps) {
 }
 
 // Comma-separated integers ("8,16").
+// The v3 wgmma builds timed by name, each with the ARIADNE_EST_V3_FAST value that selects it (read
+// per call by the library; src/cuda/estimate_cuda.cu, scoring_v3_kind). "mma3" is the library's
+// default: the variable unset.
+constexpr std::pair<const char*, const char*> kV3Builds[] = {{"mma3w", "0"},  {"mma3e", "1"},  {"mma3f2", "2"},
+                                                             {"mma3a", "3"},  {"mma3a2", "4"}, {"mma3a2w", "5"}};
+
+// ARIADNE_EST_V3_FAST's value for a build name of kV3Builds, or nullptr.
+const char* v3_fast_value(const std::string& name) {
+  for (const auto& [n, v] : kV3Builds)
+    if (name == n) return v;
+  return nullptr;
+}
+
 std::vector<int> int_list(const std::string& s) {
   std::vector<int> out;
   size_t pos = 0;
@@ -149,10 +163,11 @@ int main(int argc, char** argv) {
           const size_t comma = std::min(m.find(',', pos), m.size());
           scorings.push_back(m.substr(pos, comma - pos));
           const std::string& sc = scorings.back();
-          ARIADNE_CHECK(sc == "mma" || sc == "mma2" || sc == "mma3" || sc == "mma3e" || sc == "mma3w" || sc == "mma3f2" || sc == "mma3a" ||
-                            sc == "mma3a2" || sc == "mma3a2w" || sc == "mma3n" || sc == "f32",
+          ARIADNE_CHECK(sc == "mma" || sc == "mma2" || sc == "mma3" || sc == "mma3n" || sc == "f32" ||
+                            v3_fast_value(sc) != nullptr,
                         "bench_estimate_cuda: --scoring '", m,
-                        "', expected mma, mma2, mma3, mma3e, mma3w, mma3f2, mma3a, mma3a2, mma3a2w, mma3n, f32, comma-separated");
+                        "', expected mma, mma2, mma3, mma3e, mma3w, mma3f2, mma3a, mma3a2, mma3a2w, mma3n, f32, "
+                        "comma-separated");
           pos = comma + 1;
         }
       }
@@ -251,17 +266,11 @@ int main(int argc, char** argv) {
           c.cuda_scoring_v2 = scorings[0] != "mma" && scorings[0] != "f32";
           c.cuda_scoring_v3 = scorings[0].rfind("mma3", 0) == 0;
           // ARIADNE_EST_V3_KIND and ARIADNE_EST_V3_FAST are read per call by the library: narrow
-          // for the calls of mma3n, fast 0 / 1 / 2 / 3 / 4 / 5 for mma3w / mma3e / mma3f2 / mma3a /
-          // mma3a2 / mma3a2w, unset for every other kernel.
+          // for the calls of mma3n, kV3Builds' value for those builds, unset for every other kernel.
           const auto variant = [&](const std::string& name) {
             if (name == "mma3n") setenv("ARIADNE_EST_V3_KIND", "narrow", 1);
             else unsetenv("ARIADNE_EST_V3_KIND");
-            if (name == "mma3w") setenv("ARIADNE_EST_V3_FAST", "0", 1);
-            else if (name == "mma3e") setenv("ARIADNE_EST_V3_FAST", "1", 1);
-            else if (name == "mma3f2") setenv("ARIADNE_EST_V3_FAST", "2", 1);
-            else if (name == "mma3a") setenv("ARIADNE_EST_V3_FAST", "3", 1);
-            else if (name == "mma3a2") setenv("ARIADNE_EST_V3_FAST", "4", 1);
-            else if (name == "mma3a2w") setenv("ARIADNE_EST_V3_FAST", "5", 1);
+            if (const char* fast = v3_fast_value(name)) setenv("ARIADNE_EST_V3_FAST", fast, 1);
             else unsetenv("ARIADNE_EST_V3_FAST");
           };
           variant(scorings[0]);
@@ -297,12 +306,9 @@ int main(int argc, char** argv) {
             const char* k = std::getenv("ARIADNE_EST_V3_KIND");
             const char* f = std::getenv("ARIADNE_EST_V3_FAST");
             if (k != nullptr && std::string(k) == "narrow") return "mma3n";
-            if (f != nullptr && std::string(f) == "0") return "mma3w";
-            if (f != nullptr && std::string(f) == "1") return "mma3e";
-            if (f != nullptr && std::string(f) == "3") return "mma3a";
-            if (f != nullptr && std::string(f) == "4") return "mma3a2";
-            if (f != nullptr && std::string(f) == "5") return "mma3a2w";
-            return f != nullptr && std::string(f) == "2" ? "mma3f2" : "mma3";
+            for (const auto& [n, v] : kV3Builds)
+              if (f != nullptr && std::string(f) == v) return n;
+            return "mma3";
           };
           const auto put_times = [&](nlohmann::json& o, const Timed& t) {
             o["ms_estimate"] = median(t.wall);

@@ -1175,7 +1175,9 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
   float2* const my_part = my_g < ngroups ? gpart[my_g] + (my_row - my_g * R) * gnvis[my_g] : nullptr;
   const int my_last = my_g < ngroups ? glast[my_g] : -1;
   // kApprox: the partials rows of this lane's two accumulator rows (16·warp + lane/4 + 8h), and the
-  // scale in log2 units; a scale <= 0 (never by default: 1/(S·√d)) keeps the exact path.
+  // scale in log2 units. approx_block_pairs needs qmul > 0 (the max of the raw accumulators is the
+  // max of the scaled logits); validate() admits scale >= 0 and the host resolves 0 to 1/√d, so
+  // only a positive scale that underflows qmul to 0 takes the exact path here.
   float2* approx_rows[2] = {nullptr, nullptr};
   const float c2 = p.qmul * 1.4426950408889634f;
   const bool approx_ok = kApprox && p.qmul > 0.f;
