@@ -29,6 +29,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "cuda/estimate.cuh"
@@ -832,53 +833,174 @@ __device__ __forceinline__ void v3_tables(const ScoreParams& p, const EstSeq& e,
   __syncthreads();
 }
 
+// The sampled queries of a v3 / wgmma CTA as a bf16 tile: row r of dst (pitch elements) holds q at
+// local position qpos[r], query head head0 + rhead[r], for the rows with lim[r] >= 0; the other
+// rows and the columns from d to ncols are zero. bf16 input whose rows start on 16 bytes (d a
+// multiple of 8) is copied as 16-byte vectors, eight loads in flight per thread before any store:
+// the input's bits, which is what load_elem then __float2bfloat16_rn gives for bf16. One scalar
+// load per element, each waited before the next (the other inputs' path), left this copy a fifth
+// of the wgmma kernel's stall samples at 32K (docs/rrattention.md, "Scoring latency").
+template <int kThreads>
+__device__ __forceinline__ void stage_q_tile(const ScoreParams& p, const EstSeq& e, const int rows, const int ncols,
+                                             const int head0, const int* lim, const int* qpos, const int* rhead,
+                                             __nv_bfloat16* dst, const int pitch, const int tid) {
+  const bool vec = p.dtype == 1 && p.d % 8 == 0 && ncols % 8 == 0 && pitch % 8 == 0 &&
+                   ((reinterpret_cast<uintptr_t>(p.q) | uintptr_t(p.q_tok) * 2 | uintptr_t(p.q_head) * 2) & 15) == 0;
+  if (vec) {
+    constexpr int kInFlight = 8;
+    const int vpr = ncols / 8, nvec = rows * vpr;
+    const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(p.q);
+    for (int v0 = tid; v0 < nvec; v0 += kInFlight * kThreads) {
+      uint4 x[kInFlight];
+#pragma unroll
+      for (int i = 0; i < kInFlight; ++i) {
+        const int idx = v0 + i * kThreads, r = idx / vpr, t = (idx % vpr) * 8;
+        x[i] = make_uint4(0u, 0u, 0u, 0u);
+        if (idx < nvec && t < p.d && lim[r] >= 0)
+          x[i] = __ldg(reinterpret_cast<const uint4*>(q + (e.q0 + qpos[r]) * p.q_tok + int64_t(head0 + rhead[r]) * p.q_head + t));
+      }
+#pragma unroll
+      for (int i = 0; i < kInFlight; ++i) {
+        const int idx = v0 + i * kThreads;
+        if (idx < nvec) *reinterpret_cast<uint4*>(dst + (idx / vpr) * pitch + (idx % vpr) * 8) = x[i];
+      }
+    }
+    return;
+  }
+  for (int idx = tid; idx < rows * ncols; idx += kThreads) {
+    const int r = idx / ncols, t = idx % ncols;
+    float v = 0.f;
+    if (t < p.d && lim[r] >= 0)
+      v = load_elem(p.q, (e.q0 + qpos[r]) * p.q_tok + int64_t(head0 + rhead[r]) * p.q_head + t, p.dtype);
+    dst[r * pitch + t] = __float2bfloat16_rn(v);
+  }
+}
+
+// e^x for the row sums and block scores of a v3 CTA: expf in the exact builds (v2's bits), one
+// ex2.approx of x·log2 e in the approximate ones (kApprox; relative error ~2^-22 plus |x|·2^-24
+// from the scaling, on terms e^x <= 1 here: docs/numerics.md, "Approximate scoring").
+template <bool kFast>
+__device__ __forceinline__ float exp_term(float x) {
+  if constexpr (kFast) return ex2(x * 1.4426950408889634f);
+  return expf(x);
+}
+
+// (m, s) ⊕ (m2, s2) for two (max, Σexp(x − max)) pairs. Exact builds: v2's two expf, in v2's
+// form (their bits). kFast: one exponential, of the non-positive difference, instead of two.
+template <bool kFast>
+__device__ __forceinline__ void merge_max_sum(float& m, float& s, const float m2, const float s2) {
+  if constexpr (kFast) {
+    const float hi = fmaxf(m, m2);
+    if (hi == -INFINITY) {
+      s = 0.f;
+    } else {
+      const float e = exp_term<true>(fminf(m, m2) - hi);  // 0 when one side is empty (−inf)
+      s = m >= m2 ? s + s2 * e : s * e + s2;
+    }
+    m = hi;
+  } else {
+    const float mm = fmaxf(m, m2);
+    s = mm == -INFINITY ? 0.f : s * expf(m - mm) + s2 * expf(m2 - mm);
+    m = mm;
+  }
+}
+
 // After a v3 CTA's partials (and a barrier): each row's max and sum over its blocks (warp w owns
 // rows 16w … 16w+15), then the block scores per group, as v2.
-template <int kThreads>
+template <int kThreads, bool kFastExp = false>
 __device__ __forceinline__ void v3_row_sums_and_scores(const ScoreParams& p, const EstSeq& e, const int ngroups,
                                                        const int64_t m0, const int nr, const int R, const int head0,
                                                        const int heads_here, const int tid, const int warp,
                                                        const int lane, const int* glast, const int* gnract,
                                                        const int* gnvis, float2* const* gpart, float* rmax, float* rmul) {
-  for (int r16 = 0; r16 < 16; ++r16) {
-    const int r = warp * 16 + r16, g = r / R;
-    if (g >= ngroups) continue;  // warp-uniform
-    const int64_t nblk = glast[g] >= 0 ? glast[g] / nr + 1 : 0;
-    const float2* part = gpart[g] + (r - g * R) * gnvis[g];
-    float m1 = -INFINITY, s1 = 0.f;
-    for (int64_t n = lane; n < nblk; n += 32) {
-      const float2 v = part[n];
-      const float mm = fmaxf(m1, v.x);
-      s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + v.y * expf(v.x - mm);
-      m1 = mm;
+  // Four rows at a time: each lane loads its partials of the four, kInFlight per row, before it
+  // combines any, and combines each row's in v2's order (n = lane, lane + 32, ...): the values of
+  // the one-row, one-load-one-combine loop this replaces, whose waits were a quarter of the wgmma
+  // kernel's stall samples at 32K (docs/rrattention.md, "Scoring latency").
+  constexpr int kRowsAtOnce = 4, kInFlight = 4;
+  for (int r0 = 0; r0 < 16; r0 += kRowsAtOnce) {
+    int64_t nblk[kRowsAtOnce];
+    const float2* part[kRowsAtOnce];
+    float m1[kRowsAtOnce], s1[kRowsAtOnce];
+    int64_t nmax = 0;
+#pragma unroll
+    for (int k = 0; k < kRowsAtOnce; ++k) {
+      const int r = warp * 16 + r0 + k, g = r / R;
+      nblk[k] = g < ngroups && glast[g] >= 0 ? glast[g] / nr + 1 : 0;
+      part[k] = g < ngroups ? gpart[g] + (r - g * R) * gnvis[g] : nullptr;
+      nmax = max(nmax, nblk[k]);
+      m1[k] = -INFINITY;
+      s1[k] = 0.f;
     }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, m1, o), s2 = __shfl_xor_sync(0xffffffffu, s1, o);
-      const float mm = fmaxf(m1, m2);
-      s1 = mm == -INFINITY ? 0.f : s1 * expf(m1 - mm) + s2 * expf(m2 - mm);
-      m1 = mm;
+    for (int64_t n0 = lane; n0 < nmax; n0 += 32 * kInFlight) {
+      float2 x[kRowsAtOnce][kInFlight];
+#pragma unroll
+      for (int k = 0; k < kRowsAtOnce; ++k)
+#pragma unroll
+        for (int i = 0; i < kInFlight; ++i)
+          if (n0 + 32 * i < nblk[k]) x[k][i] = part[k][n0 + 32 * i];
+#pragma unroll
+      for (int k = 0; k < kRowsAtOnce; ++k)
+#pragma unroll
+        for (int i = 0; i < kInFlight; ++i)
+          if (n0 + 32 * i < nblk[k]) merge_max_sum<kFastExp>(m1[k], s1[k], x[k][i].x, x[k][i].y);
     }
-    if (lane == 0) {
-      rmax[r] = m1;
-      rmul[r] = s1 > 0.f ? 1.f / (s1 * float(gnract[g])) : 0.f;
+#pragma unroll
+    for (int k = 0; k < kRowsAtOnce; ++k) {
+      for (int o = 16; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m1[k], o), s2 = __shfl_xor_sync(0xffffffffu, s1[k], o);
+        merge_max_sum<kFastExp>(m1[k], s1[k], m2, s2);
+      }
+      const int r = warp * 16 + r0 + k, g = r / R;
+      if (lane == 0 && g < ngroups) {
+        rmax[r] = m1[k];
+        rmul[r] = s1[k] > 0.f ? 1.f / (s1[k] * float(gnract[g])) : 0.f;
+      }
     }
   }
   __syncthreads();
 
   // ---- block scores per group: Σ over the head's rows, in order, one thread per (head, block) ----
+  // Two (head, block) items a thread at a time: each item's score pointer and its head's nr (8 or
+  // 16) partials of the block are loaded for both items before any is used, then both scores,
+  // then each item is summed in row order and added to its score, as the one-item loop this
+  // replaces did.
+  constexpr int kItems = 2;
   for (int g = 0; g < ngroups; ++g) {
-    const int64_t nblk = glast[g] >= 0 ? glast[g] / nr + 1 : 0;
+    const int64_t nblk = glast[g] >= 0 ? glast[g] / nr + 1 : 0, items = heads_here * nblk;
     const int64_t row0 = e.row_base + m0 + g;
-    for (int64_t idx = tid; idx < heads_here * nblk; idx += kThreads) {
-      const int hl = int(idx / nblk);
-      const int64_t n = idx % nblk;
-      float v = 0.f;
-      for (int il = 0; il < nr; ++il) {
-        const int rl = hl * nr + il, r = g * R + rl;
-        const float2 pv = gpart[g][int64_t(rl) * gnvis[g] + n];
-        if (pv.y > 0.f) v += pv.y * expf(pv.x - rmax[r]) * rmul[r];
+    for (int64_t idx0 = tid; idx0 < items; idx0 += kItems * kThreads) {
+      int64_t sp[kItems];
+      float2 x[kItems][16];
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) {
+        const int64_t idx = idx0 + j * kThreads;
+        if (idx >= items) break;
+        const int hl = int(idx / nblk);
+        const int64_t n = idx % nblk;
+        sp[j] = p.score_ptr[row0 + int64_t(head0 + hl) * e.nqb] + n;
+        const float2* const col = gpart[g] + int64_t(hl * nr) * gnvis[g] + n;
+#pragma unroll
+        for (int il = 0; il < 16; ++il)
+          if (il < nr) x[j][il] = col[int64_t(il) * gnvis[g]];
       }
-      p.scores[p.score_ptr[row0 + int64_t(head0 + hl) * e.nqb] + n] += v;
+      float old[kItems];
+#pragma unroll
+      for (int j = 0; j < kItems; ++j)
+        if (idx0 + j * kThreads < items) old[j] = p.scores[sp[j]];
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) {
+        const int64_t idx = idx0 + j * kThreads;
+        if (idx >= items) break;
+        const int rh = g * R + int(idx / nblk) * nr;
+        float v = 0.f;
+#pragma unroll
+        for (int il = 0; il < 16; ++il) {
+          if (il >= nr) break;
+          if (x[j][il].y > 0.f) v += x[j][il].y * exp_term<kFastExp>(x[j][il].x - rmax[rh + il]) * rmul[rh + il];
+        }
+        p.scores[sp[j]] = old[j] + v;
+      }
     }
   }
 }
@@ -913,13 +1035,7 @@ __global__ void __launch_bounds__(kV3Threads, 2) scores_v3_kernel(ScoreParams p)
                         gnract, gnvis, gpart);
   // The q tile: the sampled queries as bf16 (the input itself: one exact term), zero rows past
   // the CTA's rows and zero columns past d.
-  for (int idx = tid; idx < kRows * p.dpad; idx += kThreads) {
-    const int r = idx / p.dpad, t = idx % p.dpad;
-    float v = 0.f;
-    if (t < p.d && lim[r] >= 0)
-      v = load_elem(p.q, (e.q0 + qpos[r]) * p.q_tok + int64_t(head0 + rhead[r]) * p.q_head + t, p.dtype);
-    qa[r * bp + t] = __float2bfloat16_rn(v);
-  }
+  stage_q_tile<kThreads>(p, e, kRows, p.dpad, head0, lim, qpos, rhead, qa, bp, tid);
   int last = -1;  // the last key stride any row of the CTA sees
   for (int g = 0; g < ngroups; ++g) last = max(last, glast[g]);
 
@@ -1080,13 +1196,7 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
   // registers for the whole CTA.
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(base_ptr);
   constexpr int kQp = 136;
-  for (int idx = tid; idx < kRows * 128; idx += kThreads) {
-    const int r = idx >> 7, t = idx & 127;
-    float v = 0.f;
-    if (t < p.d && lim[r] >= 0)
-      v = load_elem(p.q, (e.q0 + qpos[r]) * p.q_tok + int64_t(head0 + rhead[r]) * p.q_head + t, p.dtype);
-    qs[r * kQp + t] = __float2bfloat16_rn(v);
-  }
+  stage_q_tile<kThreads>(p, e, kRows, 128, head0, lim, qpos, rhead, qs, kQp, tid);
   __syncthreads();
   uint32_t a[8][4];
   {
@@ -1287,7 +1397,7 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
   if (nch > 0) partials(nch - 1, prev);
   __syncthreads();  // the partials are read by other threads below
 
-  v3_row_sums_and_scores<kThreads>(p, e, ngroups, m0, nr, R, head0, heads_here, tid, warp, lane, glast, gnract, gnvis,
+  v3_row_sums_and_scores<kThreads, kApprox>(p, e, ngroups, m0, nr, R, head0, heads_here, tid, warp, lane, glast, gnract, gnvis,
                               gpart, rmax, rmul);
 }
 

@@ -647,6 +647,7 @@ struct BitShape {
   const char* name;
   std::vector<int64_t> sq, sk;
   int hq, hkv, dim;
+  int64_t token_pad = 0;  // > 0: q and k are views into wider rows (testing::Case::token_pad)
 };
 
 // For every shape × dtype × (S, B) with B / S = 8 or 16 × offset (τ 0.9): the v1 tensor-core
@@ -660,8 +661,9 @@ void for_each_rr_case(const std::vector<BitShape>& shapes, const std::vector<DTy
                       const std::function<void(const OnDevice&, DType, EstimateConfig, const std::string&)>& body) {
   for (const BitShape& sh : shapes)
     for (DType dt : dtypes) {
-      const Inputs in = testing::make_inputs(make_case(std::string(sh.name) + "-" + dtype_name(dt), sh.sq, sh.sk, sh.hq,
-                                                       sh.hkv, sh.dim, dt));
+      Case cs = make_case(std::string(sh.name) + "-" + dtype_name(dt), sh.sq, sh.sk, sh.hq, sh.hkv, sh.dim, dt);
+      cs.token_pad = sh.token_pad;
+      const Inputs in = testing::make_inputs(cs);
       const OnDevice d = upload(in);
       for (int stride : {8, 16})
         for (int block : {64, 128}) {
@@ -743,8 +745,9 @@ TEST_F(CudaEstimate, TensorCoreScoringV2BitIdenticalToV1) {
 // takes; f16 must fall back to v2): GQA groups of 8 (two CTAs in z), 4 (S 16: R 32), 3 (R 48 or
 // 24: rows past G·R empty) and 1 (B 64: R 8, the most groups a CTA holds), head_dim 128 (the
 // wgmma variant), 80 (the copy's carry path), 64 and 32, odd block counts (a last CTA with fewer
-// groups), both offsets, and varlen sequences with lq < lk, one shorter than a block. It must
-// also match the CPU (rule 3) on the benchmark shape. (That the wgmma path sums each k-16 group
+// groups), both offsets, varlen sequences with lq < lk, one shorter than a block, and rows 3
+// elements wider than the heads (q rows off 16 bytes: the q tile's element path, where the
+// others take its 16-byte one). It must also match the CPU (rule 3) on the benchmark shape. (That the wgmma path sums each k-16 group
 // to the same bits as mma.sync is measured here, not documented by the ISA: docs/numerics.md.)
 // With cuda_exact_scoring (the default is the approximate build at head_dim 128: see below). The
 // routing switches (ARIADNE_EST_V3_KIND, ARIADNE_EST_V3_FAST) are the caller's.
@@ -754,7 +757,10 @@ void v3_bit_identical_to_v1() {
                              {"v3-g3-varlen", {1300, 5, 260}, {1300, 64, 900}, 6, 2, 64},
                              {"v3-g3-varlen-d128", {1300, 5, 260}, {1300, 64, 900}, 6, 2, 128},
                              {"v3-mha", {2100}, {}, 2, 2, 32},
-                             {"v3-mha-d128", {1100}, {}, 2, 2, 128}},
+                             {"v3-mha-d128", {1100}, {}, 2, 2, 128},
+                             // rows 3 elements wider: q rows off 16 bytes, the q tile's element path
+                             {"v3-pad3-d128", {900}, {}, 8, 2, 128, 3},
+                             {"v3-pad3-d64", {900}, {}, 8, 2, 64, 3}},
                             {DType::bf16, DType::f16}, "v3",
                             [](EstimateConfig& c) {
                               c.cuda_scoring_v3 = true;
@@ -802,7 +808,8 @@ std::pair<EstimateResult, EstimateResult> v1_and_v3(const OnDevice& d, EstimateC
 void v3_approx_matches_v1() {
   const std::vector<BitShape> shapes = {{"v3a-gqa8", {1500}, {}, 16, 2, 128},
                                         {"v3a-g3-varlen", {1300, 5, 260}, {1300, 64, 900}, 6, 2, 128},
-                                        {"v3a-mha", {1100}, {}, 2, 2, 128}};
+                                        {"v3a-mha", {1100}, {}, 2, 2, 128},
+                                        {"v3a-pad3", {900}, {}, 8, 2, 128, 3}};
   for_each_rr_case(shapes, {DType::bf16}, [](const OnDevice& d, DType, EstimateConfig c, const std::string& what) {
     const auto [v1, v] = v1_and_v3(d, c);
     c.cuda_scoring_v3 = true;
