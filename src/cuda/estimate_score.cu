@@ -839,7 +839,8 @@ __device__ __forceinline__ void v3_tables(const ScoreParams& p, const EstSeq& e,
 // multiple of 8) is copied as 16-byte vectors, eight loads in flight per thread before any store:
 // the input's bits, which is what load_elem then __float2bfloat16_rn gives for bf16. One scalar
 // load per element, each waited before the next (the other inputs' path), left this copy a fifth
-// of the wgmma kernel's stall samples at 32K (docs/rrattention.md, "Scoring latency").
+// of the wgmma kernel's stall samples at 32K (docs/rrattention.md, "Scoring latency: the CTA's
+// prologue and epilogue").
 template <int kThreads>
 __device__ __forceinline__ void stage_q_tile(const ScoreParams& p, const EstSeq& e, const int rows, const int ncols,
                                              const int head0, const int* lim, const int* qpos, const int* rhead,
@@ -915,8 +916,10 @@ __device__ __forceinline__ void v3_row_sums_and_scores(const ScoreParams& p, con
                                                        const int* gnvis, float2* const* gpart, float* rmax, float* rmul) {
   // Four rows at a time: each lane loads its partials of the four, kInFlight per row, before it
   // combines any, and combines each row's in v2's order (n = lane, lane + 32, ...): the values of
-  // the one-row, one-load-one-combine loop this replaces, whose waits were a quarter of the wgmma
-  // kernel's stall samples at 32K (docs/rrattention.md, "Scoring latency").
+  // the one-row, one-load-one-combine loop this replaces. That loop held a quarter of the wgmma
+  // kernel's stall samples at 32K; the batched loads alone did not shorten it (the merges'
+  // arithmetic bounds it), the approximate builds' one-exponential merge did, by 5% of the kernel
+  // (docs/rrattention.md, "Scoring latency: the CTA's prologue and epilogue").
   constexpr int kRowsAtOnce = 4, kInFlight = 4;
   for (int r0 = 0; r0 < 16; r0 += kRowsAtOnce) {
     int64_t nblk[kRowsAtOnce];
