@@ -8,8 +8,12 @@
 // as each method was released), --tau-heads T0,T1,... (one τ per query head), --backend
 // cpu|reference|cuda (cuda: q/k/v go to the GPU as bf16 and the estimator, the oracle and the
 // attention all run there), --theta (RoPE base), --seed, --threads, --metrics 0 (skip the oracle
-// and dense runs), --estimate-only (no attention: estimator time and mask quality only).
+// and dense runs), --estimate-only (no attention: estimator time and mask quality only),
+// --tau-sweep T0,T1,... (after the run, the estimator's and the oracle's scores selected anew at each
+// τ of the list, no second scoring pass: density, mass recall and block precision/recall/F1 per τ,
+// the JSON's `tau_sweep` array; needs the oracle, so not with --metrics 0).
 // Without --synthetic, q/k/v are i.i.d. uniform in [-1, 1].
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -100,6 +104,14 @@ int run_prefill(const cli::Args& args) {
     ec.tau_per_head.push_back(*v);
   }
   if (args.has("protect")) ec.protect = parse_protections(args.required("protect"));
+  std::vector<double> sweep;  // --tau-sweep: τ values for select_mask on the same scores
+  const bool has_sweep = args.has("tau-sweep");
+  for (const std::string& t : args.list("tau-sweep", "")) {
+    const auto v = parse_real(t);
+    ARIADNE_CHECK(v.has_value() && *v > 0 && *v <= 1, "prefill: --tau-sweep expects numbers in (0, 1], got '",
+                  t, "'");
+    sweep.push_back(*v);
+  }
   pc.attention_backend = parse_backend(args.str("backend", "cpu"));
   const bool metrics = args.integer("metrics", 1) != 0;
   if (args.has("threads")) set_cpu_threads(int(args.integer("threads", 0)));
@@ -107,6 +119,12 @@ int run_prefill(const cli::Args& args) {
   const bool json_out = args.json();
   args.reject_unused();
   ARIADNE_CHECK(!(estimate_only && pc.dense), "prefill: --estimate-only needs an estimator method, not dense");
+  if (has_sweep) {
+    ARIADNE_CHECK(!sweep.empty(), "prefill: --tau-sweep expects a comma-separated list of numbers in (0, 1]");
+    ARIADNE_CHECK(!pc.dense, "prefill: --tau-sweep needs an estimator method, not dense");
+    ARIADNE_CHECK(metrics, "prefill: --tau-sweep needs the oracle, not --metrics 0");
+    ARIADNE_CHECK(ec.tau_per_head.empty(), "prefill: --tau-sweep sets one τ for every head; drop --tau-heads");
+  }
   validate(ec, sc.heads_q);
 
   // Inputs: the synthetic mix, or i.i.d. uniform q/k/v in [-1, 1] (no structure) without --synthetic.
@@ -206,6 +224,24 @@ int run_prefill(const cli::Args& args) {
     j["block_f1"] = mm.f1;
     j["oracle_density"] = oracle.stats.density;
     j["ms_oracle"] = oracle.stats.ms_total;
+    if (has_sweep) {
+      // The same scores and masses, selected anew at each τ (select_mask; no second scoring pass).
+      const auto t_sweep = std::chrono::steady_clock::now();
+      const std::vector<TauSweepPoint> pts = tau_sweep(res.estimate, ec, oracle, oc, sweep);
+      json arr = json::array();
+      for (const TauSweepPoint& p : pts)
+        arr.push_back({{"tau", p.tau},
+                       {"density", p.metrics.density},
+                       {"mass_recall", p.metrics.mass_recall},
+                       {"block_precision", p.metrics.precision},
+                       {"block_recall", p.metrics.recall},
+                       {"block_f1", p.metrics.f1},
+                       {"oracle_density", p.oracle_density},
+                       {"density_per_head", p.density_per_head},
+                       {"mass_recall_per_head", p.metrics.mass_recall_per_head}});
+      j["tau_sweep"] = arr;
+      j["ms_tau_sweep"] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_sweep).count();
+    }
     if (!estimate_only) {
       Buffer dense_out(DType::f32, {tokens, sc.heads_q, sc.dim});
       AttentionParams dp = ap;
@@ -239,6 +275,14 @@ int run_prefill(const cli::Args& args) {
       std::cout << "  mass recall " << j["mass_recall"].get<double>() << "  block F1 "
                 << j["block_f1"].get<double>() << "  rel err "
                 << (estimate_only ? std::string("n/a") : j["rel_err"].dump()) << "\n";
+    if (j.contains("tau_sweep")) {
+      std::cout << "  tau sweep (tau: density, mass recall, block precision / recall / F1, oracle density)\n";
+      for (const json& p : j["tau_sweep"])
+        std::cout << "    " << p["tau"].get<double>() << ": " << p["density"].get<double>() << ", "
+                  << p["mass_recall"].get<double>() << ", " << p["block_precision"].get<double>() << " / "
+                  << p["block_recall"].get<double>() << " / " << p["block_f1"].get<double>() << ", "
+                  << p["oracle_density"].get<double>() << "\n";
+    }
   }
   return 0;
 }

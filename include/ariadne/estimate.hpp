@@ -209,6 +209,18 @@ int64_t rr_sample_position(RROffset offset, int32_t stride, int64_t i, int head,
 std::vector<int32_t> select_blocks(const float* scores, int64_t n, double tau,
                                    const std::vector<int32_t>& forced, bool forced_first);
 
+// The selection step of estimate() on its own: `config`'s rule (τ or tau_per_head; the
+// protections, counted first for xattn and OR-ed in afterwards for rr and the oracle; last_row
+// keeps every visible block of each sequence's last query block) applied to select_blocks on every
+// row of `scored`. Reads scored.score_ptr, scores and heads, and the row geometry from scored.mask
+// (block, heads, seq_block_base; its row_ptr and col_idx are not read), so a finished estimate can
+// be selected anew at another τ without scoring again: estimate() itself builds its mask with this
+// function, so on the CPU backend select_mask(estimate(c), c') equals estimate(c').mask for any
+// c' that differs from c only in τ / tau_per_head / protections. `stats`, when set, receives
+// kept_blocks, visible_blocks, density and density_per_head. Needs host scores (CUDA: host_copy).
+BlockMask select_mask(const EstimateResult& scored, const EstimateConfig& config,
+                      EstimateStats* stats = nullptr);
+
 // ---- metrics against the oracle ----
 struct MaskMetrics {
   double mass_recall = 0;  // true attention mass on kept blocks / total mass (all heads)
@@ -220,5 +232,21 @@ struct MaskMetrics {
 // `mask` must have the oracle's geometry (block, heads, rows, visible counts). The oracle's
 // scores are the true masses; its mask is the ground-truth block set at its τ.
 MaskMetrics compare_to_oracle(const BlockMask& mask, const EstimateResult& oracle);
+
+// One point of a τ sweep: the estimator's mask and the oracle's mask, both selected anew at `tau`.
+struct TauSweepPoint {
+  double tau = 0;
+  MaskMetrics metrics;                   // the estimator's mask at tau against the oracle's at tau
+  std::vector<double> density_per_head;  // [heads]: the estimator's mask
+  double oracle_density = 0;             // the oracle's mask at tau
+};
+// Recall-vs-density curves from one scoring pass: for every τ of `taus` (each in (0, 1]), the
+// estimator's scores (`scored`) selected with `config` at τ and the oracle's masses selected with
+// `oracle_config` at τ (both with select_mask, tau_per_head dropped: one τ for every head), then
+// compared as compare_to_oracle does. The point at τ = config.tau equals
+// compare_to_oracle(scored.mask, oracle) for an oracle selected at config.tau.
+std::vector<TauSweepPoint> tau_sweep(const EstimateResult& scored, const EstimateConfig& config,
+                                     const EstimateResult& oracle, const EstimateConfig& oracle_config,
+                                     const std::vector<double>& taus);
 
 }  // namespace ariadne

@@ -280,6 +280,81 @@ std::vector<int32_t> select_blocks(const float* scores, int64_t n, double tau,
   return out;
 }
 
+BlockMask select_mask(const EstimateResult& scored, const EstimateConfig& config, EstimateStats* stats) {
+  const BlockMask& geo = scored.mask;
+  const int heads = scored.heads;
+  validate(config, heads);
+  ARIADNE_CHECK(geo.block == config.block, "select_mask: the scores' blocks are ", geo.block,
+                " tokens, config.block is ", config.block);
+  ARIADNE_CHECK(geo.heads == heads && heads > 0, "select_mask: mask heads ", geo.heads,
+                ", expected the result's heads = ", heads);
+  ARIADNE_CHECK(!geo.seq_block_base.empty() && geo.seq_block_base.front() == 0,
+                "select_mask: the result has no row geometry (mask.seq_block_base)");
+  const int64_t rows = int64_t(geo.seq_block_base.back()) * heads;
+  ARIADNE_CHECK(rows == scored.rows() && int64_t(scored.score_ptr.size()) == rows + 1,
+                "select_mask: ", scored.rows(), " score rows, expected ", rows,
+                " (seq_block_base × heads)");
+  ARIADNE_CHECK(int64_t(scored.scores.size()) == scored.score_ptr.back(), "select_mask: the result holds ",
+                scored.scores.size(), " host scores, expected ", scored.score_ptr.back(),
+                " (a CUDA estimate needs host_copy = true)");
+
+  // Per row: its query head and whether it is its sequence's last query block.
+  std::vector<int32_t> row_head(size_t(rows), 0);
+  std::vector<char> row_last(size_t(rows), 0);
+  for (size_t s = 0; s + 1 < geo.seq_block_base.size(); ++s) {
+    const int64_t base = int64_t(geo.seq_block_base[s]) * heads;
+    const int64_t nqb = geo.seq_block_base[s + 1] - geo.seq_block_base[s];
+    for (int h = 0; h < heads; ++h)
+      for (int64_t m = 0; m < nqb; ++m) {
+        row_head[size_t(base + h * nqb + m)] = h;
+        row_last[size_t(base + h * nqb + m)] = m == nqb - 1;
+      }
+  }
+
+  // One row at a time, in parallel; the CSR is then assembled in row order.
+  const Protections prot = config.protections();
+  const bool forced_first = config.method == Estimator::xattn;
+  std::vector<std::vector<int32_t>> lists(static_cast<size_t>(rows));
+#pragma omp parallel for schedule(dynamic, 16) num_threads(cpu_threads())
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t nvis = scored.visible(row);
+    std::vector<int32_t> forced;
+    if (prot.sink) forced.push_back(0);
+    if (prot.diagonal && nvis - 1 != 0) forced.push_back(int32_t(nvis - 1));
+    const bool whole = prot.last_row && row_last[size_t(row)];
+    lists[size_t(row)] = select_blocks(scored.scores.data() + scored.score_ptr[size_t(row)], nvis,
+                                       whole ? 1.0 : config.tau_of(row_head[size_t(row)]), forced, forced_first);
+  }
+  BlockMask mask;
+  mask.block = geo.block;
+  mask.heads = heads;
+  mask.seq_block_base = geo.seq_block_base;
+  mask.row_ptr.assign(size_t(rows) + 1, 0);
+  for (int64_t row = 0; row < rows; ++row)
+    mask.row_ptr[size_t(row) + 1] = mask.row_ptr[size_t(row)] + int32_t(lists[size_t(row)].size());
+  mask.col_idx.reserve(size_t(mask.row_ptr.back()));
+  for (const auto& l : lists) mask.col_idx.insert(mask.col_idx.end(), l.begin(), l.end());
+
+  if (stats) {
+    // Density per head: kept over causally visible blocks.
+    std::vector<int64_t> kept(size_t(heads), 0), vis(size_t(heads), 0);
+    for (int64_t row = 0; row < rows; ++row) {
+      kept[size_t(row_head[size_t(row)])] += int64_t(lists[size_t(row)].size());
+      vis[size_t(row_head[size_t(row)])] += scored.visible(row);
+    }
+    stats->kept_blocks = 0;
+    stats->visible_blocks = 0;
+    stats->density_per_head.assign(size_t(heads), 0.0);
+    for (int h = 0; h < heads; ++h) {
+      stats->kept_blocks += kept[size_t(h)];
+      stats->visible_blocks += vis[size_t(h)];
+      stats->density_per_head[size_t(h)] = vis[size_t(h)] ? double(kept[size_t(h)]) / double(vis[size_t(h)]) : 0.0;
+    }
+    stats->density = stats->visible_blocks ? double(stats->kept_blocks) / double(stats->visible_blocks) : 0.0;
+  }
+  return mask;
+}
+
 namespace {
 // automatic follows q's device; the explicit backends stay as asked.
 Backend resolve(Backend backend, const TensorView& q) {
@@ -333,49 +408,15 @@ EstimateResult estimate(const TensorView& q, const TensorView& k, const Pattern&
   r.stats.ms_sampling = ms_sampling;
   r.stats.ms_scoring = est::ms_since(t_score) - ms_sampling;
 
-  // Selection: one row at a time, in parallel; the CSR is then assembled in row order.
+  // Selection: the mask's row geometry, then select_mask on the scores.
   const auto t_sel = std::chrono::steady_clock::now();
-  const Protections prot = config.protections();
-  const bool forced_first = config.method == Estimator::xattn;
-  std::vector<std::vector<int32_t>> lists(size_t(g.rows));
-#pragma omp parallel for schedule(dynamic, 16) num_threads(cpu_threads())
-  for (int64_t row = 0; row < g.rows; ++row) {
-    const est::Geometry::Row rw = g.row(row);
-    const est::Seq& e = g.seqs[size_t(rw.s)];
-    const int64_t nvis = r.visible(row);
-    std::vector<int32_t> forced;
-    if (prot.sink) forced.push_back(0);
-    if (prot.diagonal && nvis - 1 != 0) forced.push_back(int32_t(nvis - 1));
-    const bool whole = prot.last_row && rw.m == e.nqb - 1;
-    lists[size_t(row)] = select_blocks(r.scores.data() + r.score_ptr[size_t(row)], nvis,
-                                       whole ? 1.0 : config.tau_of(rw.h), forced, forced_first);
-  }
-  BlockMask& mask = r.mask;
-  mask.block = config.block;
-  mask.heads = g.heads_q;
-  mask.seq_block_base.assign(1, 0);
-  for (const est::Seq& e : g.seqs) mask.seq_block_base.push_back(mask.seq_block_base.back() + int32_t(e.nqb));
-  mask.row_ptr.assign(size_t(g.rows) + 1, 0);
-  for (int64_t row = 0; row < g.rows; ++row)
-    mask.row_ptr[size_t(row) + 1] = mask.row_ptr[size_t(row)] + int32_t(lists[size_t(row)].size());
-  mask.col_idx.reserve(size_t(mask.row_ptr.back()));
-  for (const auto& l : lists) mask.col_idx.insert(mask.col_idx.end(), l.begin(), l.end());
-
-  // Density per head: kept over causally visible blocks.
+  r.mask.block = config.block;
+  r.mask.heads = g.heads_q;
+  r.mask.seq_block_base.assign(1, 0);
+  for (const est::Seq& e : g.seqs)
+    r.mask.seq_block_base.push_back(r.mask.seq_block_base.back() + int32_t(e.nqb));
+  r.mask = select_mask(r, config, &r.stats);
   EstimateStats& st = r.stats;
-  std::vector<int64_t> kept(size_t(g.heads_q), 0), vis(size_t(g.heads_q), 0);
-  for (int64_t row = 0; row < g.rows; ++row) {
-    const int h = g.row(row).h;
-    kept[size_t(h)] += int64_t(lists[size_t(row)].size());
-    vis[size_t(h)] += r.visible(row);
-  }
-  st.density_per_head.resize(size_t(g.heads_q));
-  for (int h = 0; h < g.heads_q; ++h) {
-    st.kept_blocks += kept[size_t(h)];
-    st.visible_blocks += vis[size_t(h)];
-    st.density_per_head[size_t(h)] = vis[size_t(h)] ? double(kept[size_t(h)]) / double(vis[size_t(h)]) : 0.0;
-  }
-  st.density = st.visible_blocks ? double(st.kept_blocks) / double(st.visible_blocks) : 0.0;
   st.ms_selection = est::ms_since(t_sel);
   st.ms_total = est::ms_since(t0);
   return r;

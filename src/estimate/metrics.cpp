@@ -1,10 +1,13 @@
-// Metrics of a block mask against the oracle: attention-mass recall and block precision/recall/F1.
+// Metrics of a block mask against the oracle: attention-mass recall and block precision/recall/F1,
+// at the oracle's τ or, for a τ sweep, at each τ of a list.
 #include "estimate/internal.hpp"
 
 namespace ariadne {
 
-MaskMetrics compare_to_oracle(const BlockMask& mask, const EstimateResult& oracle) {
-  const BlockMask& truth = oracle.mask;
+namespace {
+
+// `mask` against `truth` (a selection on the oracle's masses), with the oracle's masses.
+MaskMetrics compare_to_truth(const BlockMask& mask, const BlockMask& truth, const EstimateResult& oracle) {
   ARIADNE_CHECK(mask.block == truth.block, "compare_to_oracle: mask block ", mask.block,
                 ", expected the oracle's ", truth.block);
   ARIADNE_CHECK(mask.heads == truth.heads, "compare_to_oracle: mask heads ", mask.heads,
@@ -63,6 +66,36 @@ MaskMetrics compare_to_oracle(const BlockMask& mask, const EstimateResult& oracl
   m.f1 = m.precision + m.recall > 0 ? 2 * m.precision * m.recall / (m.precision + m.recall) : 0.0;
   m.density = m.visible ? double(m.kept) / double(m.visible) : 0.0;
   return m;
+}
+
+}  // namespace
+
+MaskMetrics compare_to_oracle(const BlockMask& mask, const EstimateResult& oracle) {
+  return compare_to_truth(mask, oracle.mask, oracle);
+}
+
+std::vector<TauSweepPoint> tau_sweep(const EstimateResult& scored, const EstimateConfig& config,
+                                     const EstimateResult& oracle, const EstimateConfig& oracle_config,
+                                     const std::vector<double>& taus) {
+  std::vector<TauSweepPoint> out;
+  out.reserve(taus.size());
+  for (const double tau : taus) {
+    ARIADNE_CHECK(tau > 0 && tau <= 1, "tau_sweep: tau ", tau, " is outside (0, 1]");
+    EstimateConfig c = config, oc = oracle_config;
+    c.tau = oc.tau = tau;
+    c.tau_per_head.clear();
+    oc.tau_per_head.clear();
+    TauSweepPoint p;
+    p.tau = tau;
+    EstimateStats st, ost;
+    const BlockMask mask = select_mask(scored, c, &st);
+    const BlockMask truth = select_mask(oracle, oc, &ost);
+    p.metrics = compare_to_truth(mask, truth, oracle);
+    p.density_per_head = std::move(st.density_per_head);
+    p.oracle_density = ost.density;
+    out.push_back(std::move(p));
+  }
+  return out;
 }
 
 }  // namespace ariadne

@@ -41,6 +41,31 @@ d = json.load(sys.stdin)
 assert d["density"] == 1.0 and abs(d["mass_recall"] - 1) < 1e-6, d
 ' || fail "tau 1 is not dense"
 
+# --tau-sweep: one scoring pass, then each τ selected anew; the entry at --tau is the run's own figures.
+for m in rr xattn; do
+  "$ARIADNE" prefill "${common[@]}" --method $m --tau 0.9 --estimate-only --tau-sweep 0.5,0.9,0.99,1 --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+sw = d["tau_sweep"]
+assert [p["tau"] for p in sw] == [0.5, 0.9, 0.99, 1.0], sw
+for p in sw:
+    for k in ["density", "mass_recall", "block_precision", "block_recall", "block_f1", "oracle_density"]:
+        assert k in p, k
+at = sw[1]
+for k in ["density", "mass_recall", "block_precision", "block_recall", "block_f1", "oracle_density"]:
+    assert at[k] == d[k], (k, at[k], d[k])
+for a, b in zip(sw, sw[1:]):
+    assert a["density"] <= b["density"] and a["mass_recall"] <= b["mass_recall"], (a, b)
+assert sw[-1]["density"] == 1.0 and sw[-1]["oracle_density"] == 1.0, sw[-1]
+' || fail "$m --tau-sweep"
+done
+expect_error "tau sweep out of range" prefill --tokens 256 --estimate-only --tau-sweep 0.9,1.5 --backend reference
+expect_error "tau sweep not a number" prefill --tokens 256 --estimate-only --tau-sweep 0.9,x --backend reference
+expect_error "tau sweep without a list" prefill --tokens 256 --estimate-only --tau-sweep --backend reference
+expect_error "tau sweep without the oracle" prefill --tokens 256 --estimate-only --tau-sweep 0.9 --metrics 0 --backend reference
+expect_error "tau sweep with per-head tau" prefill --tokens 256 --heads 2 --kv-heads 2 --estimate-only --tau-sweep 0.9 --tau-heads 0.9,0.9 --backend reference
+expect_error "tau sweep on dense" prefill --tokens 256 --method dense --tau-sweep 0.9 --backend reference
+
 expect_error "stride not dividing block" prefill --tokens 256 --block 64 --stride 48 --backend reference
 expect_error "tau out of range" prefill --tokens 256 --tau 1.5 --backend reference
 expect_error "unknown method" prefill --tokens 256 --method flex --backend reference

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <string>
 
 #include "ariadne/estimate.hpp"
 #include "ariadne/synthetic.hpp"
@@ -373,6 +375,120 @@ TEST(Estimate, MetricsOnHandBuiltCase) {
   // Geometry mismatch is an error, not a silent zero.
   const BlockMask other = BlockMask::from_lists(4, 1, {8}, {{0}, {0, 1}});
   EXPECT_THROW(compare_to_oracle(other, o), Error);
+}
+
+TEST(Estimate, TauSweepEqualsSingleTauRuns) {
+  // Two sequences, one chunked (lq < lk), lengths off B and S: every selection path (sink,
+  // diagonal, the last row of each sequence) is exercised on the sweep's re-selection.
+  const Inputs in = testing::make_inputs(small_case("sweep", {300, 170}, {300, 260}, 23));
+  const std::vector<double> taus = {0.3, 0.5, 0.8, 0.9, 0.925, 0.95, 0.99, 1.0};
+  struct Variant {
+    Estimator method;
+    RROffset offset;
+    std::optional<Protections> protect;
+  };
+  for (const Variant& v : {Variant{Estimator::rr, RROffset::paper, std::nullopt},
+                           Variant{Estimator::rr, RROffset::released, std::nullopt},
+                           Variant{Estimator::rr, RROffset::paper, Protections{}},
+                           Variant{Estimator::xattn, RROffset::paper, std::nullopt},
+                           Variant{Estimator::oracle, RROffset::paper, std::nullopt}}) {
+    EstimateConfig c;
+    c.method = v.method;
+    c.offset = v.offset;
+    c.protect = v.protect;
+    c.block = 32;
+    c.stride = 8;
+    c.tau = 0.9;
+    EstimateConfig oc = c;
+    oc.method = Estimator::oracle;
+    oc.protect.reset();
+    SCOPED_TRACE(std::string(estimator_name(c.method)) + " " + rr_offset_name(c.offset) +
+                 (c.protect ? " no protections" : " published protections"));
+    const EstimateResult est = estimate(in.params.q, in.params.k, in.params.pattern, c);
+    const EstimateResult oracle = estimate(in.params.q, in.params.k, in.params.pattern, oc);
+    const std::vector<TauSweepPoint> sweep = tau_sweep(est, c, oracle, oc, taus);
+    ASSERT_EQ(sweep.size(), taus.size());
+    for (size_t i = 0; i < taus.size(); ++i) {
+      SCOPED_TRACE("tau " + std::to_string(taus[i]));
+      // A separate single-τ run (scoring again) against its own oracle: equal, not close.
+      EstimateConfig ci = c, oci = oc;
+      ci.tau = oci.tau = taus[i];
+      const EstimateResult one = estimate(in.params.q, in.params.k, in.params.pattern, ci);
+      const EstimateResult truth = estimate(in.params.q, in.params.k, in.params.pattern, oci);
+      const MaskMetrics want = compare_to_oracle(one.mask, truth);
+      const TauSweepPoint& p = sweep[i];
+      EXPECT_EQ(p.tau, taus[i]);
+      EXPECT_EQ(p.metrics.density, want.density);
+      EXPECT_EQ(p.metrics.density, one.stats.density);
+      EXPECT_EQ(p.density_per_head, one.stats.density_per_head);
+      EXPECT_EQ(p.metrics.mass_recall, want.mass_recall);
+      EXPECT_EQ(p.metrics.mass_recall_per_head, want.mass_recall_per_head);
+      EXPECT_EQ(p.metrics.precision, want.precision);
+      EXPECT_EQ(p.metrics.recall, want.recall);
+      EXPECT_EQ(p.metrics.f1, want.f1);
+      EXPECT_EQ(p.metrics.kept, want.kept);
+      EXPECT_EQ(p.metrics.oracle_kept, want.oracle_kept);
+      EXPECT_EQ(p.metrics.true_positive, want.true_positive);
+      EXPECT_EQ(p.oracle_density, truth.stats.density);
+      // select_mask on the first run's scores is the second run's mask, row for row.
+      EstimateStats st;
+      const BlockMask m = select_mask(est, ci, &st);
+      EXPECT_EQ(m.row_ptr, one.mask.row_ptr);
+      EXPECT_EQ(m.col_idx, one.mask.col_idx);
+      EXPECT_EQ(m.seq_block_base, one.mask.seq_block_base);
+      EXPECT_EQ(st.kept_blocks, one.stats.kept_blocks);
+      EXPECT_EQ(st.visible_blocks, one.stats.visible_blocks);
+      // The point at the run's own τ is the run's own figures.
+      if (taus[i] == c.tau) {
+        const MaskMetrics own = compare_to_oracle(est.mask, oracle);
+        EXPECT_EQ(p.metrics.density, est.stats.density);
+        EXPECT_EQ(p.metrics.mass_recall, own.mass_recall);
+        EXPECT_EQ(p.metrics.f1, own.f1);
+      }
+      // A larger τ keeps a superset: density, mass recall and the oracle's density never fall.
+      if (i > 0) {
+        EXPECT_GE(p.metrics.density, sweep[i - 1].metrics.density);
+        EXPECT_GE(p.metrics.mass_recall, sweep[i - 1].metrics.mass_recall);
+        EXPECT_GE(p.oracle_density, sweep[i - 1].oracle_density);
+        EXPECT_GE(p.metrics.kept, sweep[i - 1].metrics.kept);
+      }
+      if (c.method == Estimator::oracle) {
+        EXPECT_EQ(p.metrics.f1, 1.0);
+      }
+    }
+    // τ 1 keeps every visible block, the oracle's mask too.
+    EXPECT_EQ(sweep.back().metrics.density, 1.0);
+    EXPECT_EQ(sweep.back().oracle_density, 1.0);
+    EXPECT_NEAR(sweep.back().metrics.mass_recall, 1.0, 1e-6);
+    EXPECT_LT(sweep.front().metrics.density, sweep.back().metrics.density);
+  }
+}
+
+TEST(Estimate, TauSweepAndSelectMaskErrors) {
+  const Inputs in = testing::make_inputs(small_case("sweep-bad", {200}, {}, 24));
+  EstimateConfig c;
+  c.block = 32;
+  EstimateConfig oc = c;
+  oc.method = Estimator::oracle;
+  oc.protect.reset();
+  const EstimateResult est = estimate(in.params.q, in.params.k, in.params.pattern, c);
+  const EstimateResult oracle = estimate(in.params.q, in.params.k, in.params.pattern, oc);
+  for (double bad : {0.0, -0.5, 1.5, std::nan("")}) EXPECT_THROW(tau_sweep(est, c, oracle, oc, {0.9, bad}), Error);
+  EXPECT_TRUE(tau_sweep(est, c, oracle, oc, {}).empty());
+  EstimateConfig other = c;
+  other.block = 64;  // not the block the scores were computed at
+  EXPECT_THROW(select_mask(est, other), Error);
+  EstimateResult no_scores;  // what a CUDA estimate with host_copy = false holds on the host
+  no_scores.heads = est.heads;
+  no_scores.score_ptr = est.score_ptr;
+  no_scores.row_queries = est.row_queries;
+  no_scores.mask = est.mask;
+  try {
+    select_mask(no_scores, c);
+    ADD_FAILURE() << "no error without host scores";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("host_copy"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Estimate, DeterministicAcrossThreadCountsAndDtypes) {
