@@ -331,6 +331,7 @@ int main(int argc, char** argv) {
           j["attention_kernel"] = on_wgmma ? "wgmma" : "mma.sync";
           j["ms_attention_mma_sync"] = ms_attn_mma;
           j["mix"] = mix;
+          j["seed"] = sc.seed;  // the synthetic draw: block F1 moves with it (docs/rrattention.md, τ sweep)
           j["ms_dense"] = ms_dense;
           j["ms_total"] = median(wall) + ms_attn;
           j["speedup_vs_dense"] = ms_dense / (median(wall) + ms_attn);
