@@ -20,7 +20,10 @@
 // protections the probes run under: published, none, or sink/diagonal/last_row joined by '+'),
 // --run-protect (the same lists for the generation runs, where "+previous" also keeps key block
 // diag(m) − 1 in every row: an experiment), --probe-outputs (and their attention output error vs
-// dense, per layer), --accuracy 0 (skip the
+// dense, per layer), --probe-tau-sweep T0,T1,... (each probe's scores and its oracle's masses also
+// selected anew at every τ of the list, each in (0, 1]: one scoring pass per probe, no other; the
+// summary's probe entries gain `tau_sweep`, the curve of density, mass recall and block
+// precision/recall/F1 pooled over layers and instances like the probe's own figures), --accuracy 0 (skip the
 // sparse generation runs: mask metrics only), --layers (per-layer and per-head rows in the JSON),
 // --dump DIR (q/k .npy of the first task's dense run: q_LL.npy [heads, tokens, head_dim] and
 // k_LL.npy, v_LL.npy [kv_heads, tokens, head_dim] per layer LL, f32, q/k after RoPE; --qk reads them),
@@ -30,6 +33,7 @@
 // says (llm.hpp).
 // Every run of a task instance under dense is the anchor of its accuracy ratio.
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <iomanip>
@@ -42,6 +46,7 @@
 #include "ariadne/llm.hpp"
 #include "ariadne/llm_tasks.hpp"
 #include "ariadne/npy.hpp"
+#include "ariadne/parse.hpp"
 #include "ariadne/tokenizer.hpp"
 #include "cli.hpp"
 
@@ -124,19 +129,40 @@ json breakdown_json(const MaskBreakdown& b) {
 
 // Sums over layers (and heads) of mask metrics, for means over task instances.
 struct LayerSums {
+  // One τ sweep point's figures (LayerTrace::tau_sweep), summed per layer over instances.
+  enum SweepField { kDensity, kMassRecall, kPrecision, kRecall, kF1, kOracleDensity, kSweepFields };
   int n = 0;
-  std::vector<double> density, recall, f1, err;
+  std::vector<double> density, recall, f1, err, block_precision, block_recall;
   std::vector<std::vector<double>> recall_head, f1_head;
   std::vector<std::vector<MaskBreakdown>> breakdown;  // [layer][head], summed over instances
+  std::vector<double> sweep_tau;                       // the τ list of the sweep (empty: none)
+  std::vector<std::vector<std::array<double, kSweepFields>>> sweep;  // [τ][layer]
   void add(const std::vector<const LayerTrace*>& layers) {
     const size_t L = layers.size();
     density.resize(L), recall.resize(L), f1.resize(L), err.resize(L), recall_head.resize(L), f1_head.resize(L);
+    block_precision.resize(L), block_recall.resize(L);
     breakdown.resize(L);
     for (size_t l = 0; l < L; ++l) {
       const LayerTrace& t = *layers[l];
       breakdown[l].resize(t.breakdown_per_head.size());
       for (size_t h = 0; h < t.breakdown_per_head.size(); ++h) breakdown[l][h] += t.breakdown_per_head[h];
       density[l] += t.density, recall[l] += t.mass_recall, f1[l] += t.f1, err[l] += t.out_rel_err;
+      block_precision[l] += t.precision, block_recall[l] += t.recall;
+      if (!t.tau_sweep.empty()) {
+        if (sweep_tau.empty()) {
+          for (const TauSweepPoint& p : t.tau_sweep) sweep_tau.push_back(p.tau);
+          sweep.assign(sweep_tau.size(), std::vector<std::array<double, kSweepFields>>(L));
+        }
+        ARIADNE_CHECK(t.tau_sweep.size() == sweep_tau.size() && sweep[0].size() == L,
+                      "llm: τ sweeps of different lengths pooled in one case");
+        for (size_t i = 0; i < sweep_tau.size(); ++i) {
+          const TauSweepPoint& p = t.tau_sweep[i];
+          std::array<double, kSweepFields>& a = sweep[i][l];
+          a[kDensity] += p.metrics.density, a[kMassRecall] += p.metrics.mass_recall;
+          a[kPrecision] += p.metrics.precision, a[kRecall] += p.metrics.recall, a[kF1] += p.metrics.f1;
+          a[kOracleDensity] += p.oracle_density;
+        }
+      }
       recall_head[l].resize(t.mass_recall_per_head.size());
       f1_head[l].resize(t.f1_per_head.size());
       for (size_t h = 0; h < t.mass_recall_per_head.size(); ++h) recall_head[l][h] += t.mass_recall_per_head[h];
@@ -155,7 +181,22 @@ struct LayerSums {
       return v;
     };
     json j = {{"instances", n}, {"density", mean(density) / n}, {"mass_recall", mean(recall) / n},
-              {"f1", mean(f1) / n}, {"out_rel_err", mean(err) / n}};
+              {"f1", mean(f1) / n}, {"precision", mean(block_precision) / n}, {"recall", mean(block_recall) / n},
+              {"out_rel_err", mean(err) / n}};
+    if (!sweep_tau.empty()) {
+      // Each figure as the probe's own above: the mean over layers of its sum over instances / n.
+      json sw = json::array();
+      for (size_t i = 0; i < sweep_tau.size(); ++i) {
+        std::array<std::vector<double>, kSweepFields> col;
+        for (const auto& a : sweep[i])
+          for (size_t f = 0; f < kSweepFields; ++f) col[f].push_back(a[f]);
+        sw.push_back({{"tau", sweep_tau[i]}, {"density", mean(col[kDensity]) / n},
+                      {"mass_recall", mean(col[kMassRecall]) / n}, {"block_precision", mean(col[kPrecision]) / n},
+                      {"block_recall", mean(col[kRecall]) / n}, {"block_f1", mean(col[kF1]) / n},
+                      {"oracle_density", mean(col[kOracleDensity]) / n}});
+      }
+      j["tau_sweep"] = sw;
+    }
     json pl = json::array();
     MaskBreakdown all;
     for (size_t l = 0; l < density.size(); ++l) {
@@ -437,6 +478,20 @@ int run_llm(const cli::Args& args) {
   }
   std::vector<EstimateConfig> probes;
   for (const MethodSpec& m : probe_specs) probes.push_back(estimate_config(m, block));
+  // --probe-tau-sweep: every probe's scores and its oracle's masses selected anew at each τ.
+  std::vector<double> probe_sweep;
+  const bool has_sweep = args.has("probe-tau-sweep");
+  for (const std::string& t : args.list("probe-tau-sweep", "")) {
+    const auto v = parse_real(t);
+    ARIADNE_CHECK(v.has_value() && *v > 0 && *v <= 1, "llm: --probe-tau-sweep expects numbers in (0, 1], got '", t,
+                  "'");
+    probe_sweep.push_back(*v);
+  }
+  if (has_sweep) {
+    ARIADNE_CHECK(!probe_sweep.empty(), "llm: --probe-tau-sweep expects a comma-separated list of numbers in (0, 1]");
+    ARIADNE_CHECK(probe, "llm: --probe-tau-sweep re-selects the probes' masks; it needs --probe");
+    ARIADNE_CHECK(!probes.empty(), "llm: --probe-tau-sweep needs probes: --method must name an estimator (rr, xattn)");
+  }
   const bool layers = args.flag("layers");
   const std::string dump = args.str("dump", "");
   args.reject_unused();
@@ -463,6 +518,7 @@ int run_llm(const cli::Args& args) {
             if (po.method.dense && probe) {
               po.probes = probes;
               po.probe_outputs = probe_outputs;
+              po.probe_tau_sweep = probe_sweep;
             }
             if (po.method.dense && !dump.empty() && !dumped) {
               po.dump_dir = dump;
@@ -544,6 +600,17 @@ int run_llm(const cli::Args& args) {
                 << s.value("s_prefill", 0.0) << " | " << pr.value("density", 0.0) << " | "
                 << pr.value("mass_recall", 0.0) << " | " << pr.value("f1", 0.0) << " | " << pr.value("out_rel_err", 0.0)
                 << " |\n";
+    }
+    for (const json& s : summary) {
+      const json pr = s.value("probe", json::object());
+      if (!pr.contains("tau_sweep")) continue;
+      std::cout << "\n" << s["case"].get<std::string>()
+                << ", tau sweep (tau: density, mass recall, block precision / recall / F1, oracle density)\n";
+      for (const json& p : pr["tau_sweep"])
+        std::cout << "  " << p["tau"].get<double>() << ": " << p["density"].get<double>() << ", "
+                  << p["mass_recall"].get<double>() << ", " << p["block_precision"].get<double>() << " / "
+                  << p["block_recall"].get<double>() << " / " << p["block_f1"].get<double>() << ", "
+                  << p["oracle_density"].get<double>() << "\n";
     }
   }
   return 0;

@@ -86,6 +86,9 @@ struct LayerTrace {
   std::vector<MaskBreakdown> breakdown_per_head;  // [heads]: where the mask differs from the oracle's
   double out_rel_err = 0;                    // ‖o − o_dense‖₂ / ‖o_dense‖₂ on this layer's q/k/v
   std::vector<LayerTrace> probes;            // one per PrefillOptions::probes entry
+  // A probe's trace with PrefillOptions::probe_tau_sweep: its scores and its oracle's block masses
+  // selected anew at each τ of the list (tau_sweep, estimate.hpp), in the list's order.
+  std::vector<TauSweepPoint> tau_sweep;
 };
 
 struct PrefillOptions {
@@ -100,6 +103,11 @@ struct PrefillOptions {
   // One prefill thus scores many configurations on identical real heads.
   std::vector<EstimateConfig> probes;
   bool probe_outputs = false;
+  // Non-empty: each probe's estimate (one scoring pass) and its oracle (one per block, shared as
+  // above) are also selected anew at every τ of this list, each in (0, 1] (tau_sweep: no other
+  // scoring pass), into the probe's LayerTrace::tau_sweep: recall-vs-density curves on real heads.
+  // The point at the probe's own τ equals the probe's metrics.
+  std::vector<double> probe_tau_sweep;
   // An experiment, not part of any published method: the run's mask (not the probes') also keeps
   // key block diag(m) − 1 in every row, the local window of each query block's first queries.
   bool keep_previous = false;

@@ -282,7 +282,17 @@ void attend(const AttentionParams& p, int l, const PrefillOptions& opt, LayerTra
     PrefillConfig pc = method;
     pc.dense = false;
     pc.estimate = ec;
-    pc.estimate.host_copy = true;  // score() reads the probe's mask on the host
+    pc.estimate.host_copy = true;  // score() and tau_sweep() read the probe's mask and scores on the host
+    // The probe's mask against its oracle, and with probe_tau_sweep its scores and the oracle's
+    // masses (oracle_for: one oracle per block) selected anew at every τ of the list.
+    const auto measure = [&](const EstimateResult& est) {
+      score(pt, est, ec);
+      if (opt.probe_tau_sweep.empty()) return;
+      EstimateConfig oc = ec;  // selected as oracle_for selects it: the oracle's rule, no protections
+      oc.method = Estimator::oracle;
+      oc.protect.reset();
+      pt.tau_sweep = tau_sweep(est, pc.estimate, oracle_for(ec), oc, opt.probe_tau_sweep);
+    };
     if (opt.probe_outputs) {
       OutTensor po(p.out);
       AttentionParams pp = p;
@@ -292,12 +302,12 @@ void attend(const AttentionParams& p, int l, const PrefillOptions& opt, LayerTra
       pt.density = pr.stats.density;
       pt.ms_estimate = pr.stats.ms_estimate;
       pt.ms_attention = pr.stats.ms_attention;
-      score(pt, pr.estimate, ec);
+      measure(pr.estimate);
     } else {
       const EstimateResult est = estimate(p.q, p.k, p.pattern, pc.estimate, method.estimate_backend);
       pt.density = est.stats.density;
       pt.ms_estimate = est.stats.ms_total;
-      score(pt, est, ec);
+      measure(est);
     }
     lt.probes.push_back(std::move(pt));
   }

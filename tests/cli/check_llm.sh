@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `ariadne llm`: argument and file errors always; with SmolLM2 present (scripts/setup), a short
-# greedy continuation and one 256-token passkey task through dense and RR with --probe.
+# greedy continuation, one 256-token passkey task through dense and RR with --probe, and the probes'
+# τ sweep (--probe-tau-sweep) on two such prompts with its option errors.
 source "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -32,6 +33,38 @@ assert len(p["per_layer"]) == 30 and 0 < p["mass_recall"] <= 1 and 0 < p["f1"] <
 for r in d["runs"]:
     assert r["tokens"] <= 256 and len(r["answer"]) == 5, r
 ' || fail "llm passkey run printed wrong figures"
+# --probe-tau-sweep: each probe scored once and selected anew at every τ; the point at the probe's
+# τ is the probe's own pooled figures, and density, mass recall and the oracle's density rise with τ.
+"$ARIADNE" llm --gguf "$model" --task passkey --tokens 256 --depths 0.3,0.7 --method rr,xattn --offset paper,released \
+  --tau 0.95 --stride 8 --block 64 --probe --probe-protect published,sink+diagonal --probe-tau-sweep 0.5,0.9,0.95,0.99,1 \
+  --accuracy 0 --new 6 --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+cases = {s["case"]: s for s in d["summary"] if "probe" in s}
+assert len(cases) == 6, cases.keys()  # rr paper/released x 2 protections, xattn x 2
+for name, s in cases.items():
+    p = s["probe"]
+    assert p["instances"] == 2, (name, p["instances"])
+    sw = p["tau_sweep"]
+    assert [x["tau"] for x in sw] == [0.5, 0.9, 0.95, 0.99, 1.0], sw
+    at = sw[2]
+    for k, kk in [("density", "density"), ("mass_recall", "mass_recall"), ("f1", "block_f1"),
+                  ("precision", "block_precision"), ("recall", "block_recall")]:
+        assert abs(at[kk] - p[k]) <= 1e-12, (name, k, at[kk], p[k])
+    for a, b in zip(sw, sw[1:]):
+        for k in ["density", "mass_recall", "oracle_density"]:
+            assert a[k] <= b[k] + 1e-12, (name, k, a, b)
+    assert sw[0]["density"] < sw[-1]["density"] and sw[-1]["density"] == 1.0, (name, sw)
+' || fail "llm --probe-tau-sweep printed wrong figures"
+sweep_args=(llm --gguf "$model" --task passkey --tokens 256 --depths 0.5 --method rr --block 64 --accuracy 0 --new 1)
+expect_error "probe tau sweep out of range" "${sweep_args[@]}" --probe --probe-tau-sweep 0.9,1.5
+expect_error "probe tau sweep not a number" "${sweep_args[@]}" --probe --probe-tau-sweep 0.9,x
+expect_error "probe tau sweep without a list" "${sweep_args[@]}" --probe --probe-tau-sweep
+expect_error "probe tau sweep without --probe" "${sweep_args[@]}" --probe-tau-sweep 0.9
+err=$("$ARIADNE" "${sweep_args[@]}" --probe --probe-tau-sweep 0.9,x 2>&1 >/dev/null) || true
+echo "$err" | grep -q -- "--probe-tau-sweep" || fail "the --probe-tau-sweep error does not name the option: $err"
+expect_error "probe tau sweep with dense only" llm --gguf "$model" --task passkey --tokens 256 --depths 0.5 \
+  --method dense --block 64 --new 1 --probe --probe-tau-sweep 0.9
 "$ARIADNE" llm --gguf "$model" --prompt "The capital of France is" --new 2 --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)

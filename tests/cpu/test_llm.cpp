@@ -385,6 +385,95 @@ TEST(Llm, ProbesAtSeveralTausMatchProbingEachAlone) {
   }
 }
 
+// probe_tau_sweep: each probe scored once, then its scores and the oracle's masses selected anew
+// at every τ of the list. Each point equals probing at that τ alone (a fresh estimate and oracle),
+// with and without probe outputs; the point at the probe's own τ is the probe's metrics; density
+// and mass recall never fall as τ rises; the run itself does not change.
+TEST(Llm, ProbeTauSweepEqualsProbingEachTau) {
+  const std::vector<uint8_t> bytes = tiny_llama_bytes(false);
+  const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
+  LlamaModel m = LlamaModel::from_gguf(f);
+  const std::vector<int32_t> tokens = random_tokens(300, 6);
+  EstimateConfig rr;
+  rr.method = Estimator::rr;
+  rr.block = 32;
+  rr.tau = 0.9;
+  EstimateConfig rr_sd = rr;  // RR with XAttention's protections, another oracle τ
+  rr_sd.offset = RROffset::released;
+  rr_sd.protect = Protections{false, true, true};
+  rr_sd.tau = 0.7;
+  EstimateConfig xa = rr;
+  xa.method = Estimator::xattn;
+  xa.stride = 16;
+  xa.tau = 0.5;
+  const std::vector<EstimateConfig> configs = {rr, rr_sd, xa};
+  const std::vector<double> taus = {0.3, 0.5, 0.7, 0.9, 0.97, 1.0};
+  PrefillOptions dense;
+  dense.method.dense = true;
+  const std::vector<float> plain = m.prefill(tokens, dense);
+  for (const bool outputs : {false, true}) {
+    SCOPED_TRACE(outputs ? "probe_outputs" : "estimates only");
+    PrefillOptions swept = dense;
+    swept.probes = configs;
+    swept.probe_outputs = outputs;
+    swept.probe_tau_sweep = taus;
+    PrefillTrace ts;
+    EXPECT_EQ(m.prefill(tokens, swept, &ts), plain);  // the sweep does not change the run
+    // Every config at every τ of the list, probed directly.
+    PrefillOptions each = dense;
+    for (const double t : taus)
+      for (EstimateConfig c : configs) {
+        c.tau = t;
+        each.probes.push_back(c);
+      }
+    PrefillTrace te;
+    m.prefill(tokens, each, &te);
+    ASSERT_EQ(ts.layers.size(), size_t(kLayers));
+    for (size_t l = 0; l < ts.layers.size(); ++l) {
+      ASSERT_EQ(ts.layers[l].probes.size(), configs.size());
+      for (size_t c = 0; c < configs.size(); ++c) {
+        SCOPED_TRACE("layer " + std::to_string(l) + ", config " + std::to_string(c));
+        const LayerTrace& pt = ts.layers[l].probes[c];
+        ASSERT_EQ(pt.tau_sweep.size(), taus.size());
+        bool own_tau_seen = false;
+        for (size_t i = 0; i < taus.size(); ++i) {
+          const TauSweepPoint& p = pt.tau_sweep[i];
+          EXPECT_EQ(p.tau, taus[i]);
+          const LayerTrace& direct = te.layers[l].probes[i * configs.size() + c];
+          EXPECT_EQ(p.metrics.density, direct.density) << "tau " << taus[i];
+          EXPECT_EQ(p.metrics.mass_recall, direct.mass_recall) << "tau " << taus[i];
+          EXPECT_EQ(p.metrics.precision, direct.precision) << "tau " << taus[i];
+          EXPECT_EQ(p.metrics.recall, direct.recall) << "tau " << taus[i];
+          EXPECT_EQ(p.metrics.f1, direct.f1) << "tau " << taus[i];
+          EXPECT_EQ(p.metrics.mass_recall_per_head, direct.mass_recall_per_head) << "tau " << taus[i];
+          if (taus[i] == configs[c].tau) {  // the probe's own τ: its own figures
+            own_tau_seen = true;
+            EXPECT_EQ(p.metrics.density, pt.density);
+            EXPECT_EQ(p.metrics.mass_recall, pt.mass_recall);
+            EXPECT_EQ(p.metrics.f1, pt.f1);
+          }
+          if (i > 0) {
+            const TauSweepPoint& q = pt.tau_sweep[i - 1];
+            EXPECT_GE(p.metrics.density, q.metrics.density) << "tau " << q.tau << " -> " << p.tau;
+            EXPECT_GE(p.metrics.mass_recall, q.metrics.mass_recall - 1e-12) << "tau " << q.tau << " -> " << p.tau;
+            EXPECT_GE(p.oracle_density, q.oracle_density) << "tau " << q.tau << " -> " << p.tau;
+          }
+        }
+        EXPECT_TRUE(own_tau_seen);
+        EXPECT_LT(pt.tau_sweep.front().metrics.density, pt.tau_sweep.back().metrics.density);
+        EXPECT_EQ(pt.tau_sweep.back().oracle_density, 1.0);  // τ 1 keeps every visible block
+      }
+    }
+  }
+  // Without probe_tau_sweep nothing is swept.
+  PrefillOptions probed = dense;
+  probed.probes = configs;
+  PrefillTrace tp;
+  m.prefill(tokens, probed, &tp);
+  for (const LayerTrace& t : tp.layers)
+    for (const LayerTrace& pt : t.probes) EXPECT_TRUE(pt.tau_sweep.empty());
+}
+
 // keep_previous (an experiment): at τ 1 every block is kept anyway, so the logits do not move; at
 // a low τ it adds blocks (density up) and only to the run that asks for it.
 TEST(Llm, KeepPreviousAddsTheBlockLeftOfTheDiagonal) {
