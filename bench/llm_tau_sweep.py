@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 
-from tau_sweep import at  # the synthetic sweep's interpolation rule (flat stretches: the first point)
+from tau_sweep import at, fmt  # the synthetic sweep's interpolation rule (flat stretches: the first point)
 
 TAUS = [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.875, 0.9, 0.925, 0.94, 0.95, 0.96, 0.97, 0.975, 0.98,
         0.985, 0.99, 0.995, 0.999, 1.0]
@@ -107,10 +107,6 @@ def per_prompt(runs):
                     out.setdefault((int(length), st, t, name), []).append(
                         None if v is None else v - px["mass_recall"])
     return out
-
-
-def fmt(v, nd=4):
-    return "—" if v is None else f"{v:.{nd}f}"
 
 
 def table(args):
