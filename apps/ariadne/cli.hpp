@@ -26,6 +26,9 @@ class Args {
   int64_t integer(const std::string& name, int64_t fallback) const;
   double real(const std::string& name, double fallback) const;
   std::vector<std::string> list(const std::string& name, const std::string& fallback) const;  // comma separated
+  // A τ list (--tau-sweep, --probe-tau-sweep): empty when the option is absent; when present, a
+  // non-empty comma-separated list of numbers in (0, 1], else throws ariadne::Error naming it.
+  std::vector<double> tau_list(const std::string& name) const;
   bool json() const { return has("json"); }
   // Throws ariadne::Error naming the first option that no call above asked for (typos).
   void reject_unused() const;
@@ -50,6 +53,10 @@ std::map<std::string, CommandInfo>& registry();
 
 // Prints a JSON document (2-space indent) on stdout.
 void print_json(const nlohmann::json& j);
+
+// Prints a τ sweep's JSON points (tau, density, mass_recall, block_precision, block_recall,
+// block_f1, oracle_density) one per line after a header, each line indented by `indent`.
+void print_tau_sweep(const nlohmann::json& points, const std::string& indent);
 
 // Parses "HxW" ("10x14") into {h, w}; throws naming the option.
 std::pair<int, int> parse_grid(const std::string& option, const std::string& text);

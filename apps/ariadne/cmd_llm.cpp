@@ -46,7 +46,6 @@
 #include "ariadne/llm.hpp"
 #include "ariadne/llm_tasks.hpp"
 #include "ariadne/npy.hpp"
-#include "ariadne/parse.hpp"
 #include "ariadne/tokenizer.hpp"
 #include "cli.hpp"
 
@@ -479,16 +478,8 @@ int run_llm(const cli::Args& args) {
   std::vector<EstimateConfig> probes;
   for (const MethodSpec& m : probe_specs) probes.push_back(estimate_config(m, block));
   // --probe-tau-sweep: every probe's scores and its oracle's masses selected anew at each τ.
-  std::vector<double> probe_sweep;
-  const bool has_sweep = args.has("probe-tau-sweep");
-  for (const std::string& t : args.list("probe-tau-sweep", "")) {
-    const auto v = parse_real(t);
-    ARIADNE_CHECK(v.has_value() && *v > 0 && *v <= 1, "llm: --probe-tau-sweep expects numbers in (0, 1], got '", t,
-                  "'");
-    probe_sweep.push_back(*v);
-  }
-  if (has_sweep) {
-    ARIADNE_CHECK(!probe_sweep.empty(), "llm: --probe-tau-sweep expects a comma-separated list of numbers in (0, 1]");
+  const std::vector<double> probe_sweep = args.tau_list("probe-tau-sweep");
+  if (!probe_sweep.empty()) {
     ARIADNE_CHECK(probe, "llm: --probe-tau-sweep re-selects the probes' masks; it needs --probe");
     ARIADNE_CHECK(!probes.empty(), "llm: --probe-tau-sweep needs probes: --method must name an estimator (rr, xattn)");
   }
@@ -604,13 +595,8 @@ int run_llm(const cli::Args& args) {
     for (const json& s : summary) {
       const json pr = s.value("probe", json::object());
       if (!pr.contains("tau_sweep")) continue;
-      std::cout << "\n" << s["case"].get<std::string>()
-                << ", tau sweep (tau: density, mass recall, block precision / recall / F1, oracle density)\n";
-      for (const json& p : pr["tau_sweep"])
-        std::cout << "  " << p["tau"].get<double>() << ": " << p["density"].get<double>() << ", "
-                  << p["mass_recall"].get<double>() << ", " << p["block_precision"].get<double>() << " / "
-                  << p["block_recall"].get<double>() << " / " << p["block_f1"].get<double>() << ", "
-                  << p["oracle_density"].get<double>() << "\n";
+      std::cout << "\n" << s["case"].get<std::string>() << "\n";
+      cli::print_tau_sweep(pr["tau_sweep"], "");
     }
   }
   return 0;

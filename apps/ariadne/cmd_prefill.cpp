@@ -104,14 +104,8 @@ int run_prefill(const cli::Args& args) {
     ec.tau_per_head.push_back(*v);
   }
   if (args.has("protect")) ec.protect = parse_protections(args.required("protect"));
-  std::vector<double> sweep;  // --tau-sweep: τ values for select_mask on the same scores
-  const bool has_sweep = args.has("tau-sweep");
-  for (const std::string& t : args.list("tau-sweep", "")) {
-    const auto v = parse_real(t);
-    ARIADNE_CHECK(v.has_value() && *v > 0 && *v <= 1, "prefill: --tau-sweep expects numbers in (0, 1], got '",
-                  t, "'");
-    sweep.push_back(*v);
-  }
+  const std::vector<double> sweep = args.tau_list("tau-sweep");  // τ values for select_mask on the same scores
+  const bool has_sweep = !sweep.empty();
   pc.attention_backend = parse_backend(args.str("backend", "cpu"));
   const bool metrics = args.integer("metrics", 1) != 0;
   if (args.has("threads")) set_cpu_threads(int(args.integer("threads", 0)));
@@ -120,7 +114,6 @@ int run_prefill(const cli::Args& args) {
   args.reject_unused();
   ARIADNE_CHECK(!(estimate_only && pc.dense), "prefill: --estimate-only needs an estimator method, not dense");
   if (has_sweep) {
-    ARIADNE_CHECK(!sweep.empty(), "prefill: --tau-sweep expects a comma-separated list of numbers in (0, 1]");
     ARIADNE_CHECK(!pc.dense, "prefill: --tau-sweep needs an estimator method, not dense");
     ARIADNE_CHECK(metrics, "prefill: --tau-sweep needs the oracle, not --metrics 0");
     ARIADNE_CHECK(ec.tau_per_head.empty(), "prefill: --tau-sweep sets one τ for every head; drop --tau-heads");
@@ -275,14 +268,7 @@ int run_prefill(const cli::Args& args) {
       std::cout << "  mass recall " << j["mass_recall"].get<double>() << "  block F1 "
                 << j["block_f1"].get<double>() << "  rel err "
                 << (estimate_only ? std::string("n/a") : j["rel_err"].dump()) << "\n";
-    if (j.contains("tau_sweep")) {
-      std::cout << "  tau sweep (tau: density, mass recall, block precision / recall / F1, oracle density)\n";
-      for (const json& p : j["tau_sweep"])
-        std::cout << "    " << p["tau"].get<double>() << ": " << p["density"].get<double>() << ", "
-                  << p["mass_recall"].get<double>() << ", " << p["block_precision"].get<double>() << " / "
-                  << p["block_recall"].get<double>() << " / " << p["block_f1"].get<double>() << ", "
-                  << p["oracle_density"].get<double>() << "\n";
-    }
+    if (j.contains("tau_sweep")) cli::print_tau_sweep(j["tau_sweep"], "  ");
   }
   return 0;
 }

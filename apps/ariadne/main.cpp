@@ -73,6 +73,20 @@ std::vector<std::string> Args::list(const std::string& name, const std::string& 
   return out;
 }
 
+std::vector<double> Args::tau_list(const std::string& name) const {
+  std::vector<double> out;
+  if (!has(name)) return out;
+  for (const std::string& t : list(name, "")) {
+    const auto v = parse_real(t);
+    ARIADNE_CHECK(v.has_value() && *v > 0 && *v <= 1, "ariadne ", command_, ": --", name,
+                  " expects numbers in (0, 1], got '", t, "'");
+    out.push_back(*v);
+  }
+  ARIADNE_CHECK(!out.empty(), "ariadne ", command_, ": --", name,
+                " expects a comma-separated list of numbers in (0, 1]");
+  return out;
+}
+
 void Args::reject_unused() const {
   for (const auto& [k, v] : opts_)
     ARIADNE_CHECK(used_.count(k), "ariadne ", command_, ": unknown option --", k);
@@ -88,6 +102,15 @@ Command::Command(const char* name, const char* help, Handler run) {
 }
 
 void print_json(const nlohmann::json& j) { std::cout << j.dump(2) << std::endl; }
+
+void print_tau_sweep(const nlohmann::json& points, const std::string& indent) {
+  std::cout << indent << "tau sweep (tau: density, mass recall, block precision / recall / F1, oracle density)\n";
+  for (const nlohmann::json& p : points)
+    std::cout << indent << "  " << p["tau"].get<double>() << ": " << p["density"].get<double>() << ", "
+              << p["mass_recall"].get<double>() << ", " << p["block_precision"].get<double>() << " / "
+              << p["block_recall"].get<double>() << " / " << p["block_f1"].get<double>() << ", "
+              << p["oracle_density"].get<double>() << "\n";
+}
 
 std::pair<int, int> parse_grid(const std::string& option, const std::string& text) {
   int h = 0, w = 0;
