@@ -96,10 +96,9 @@ struct BandWgShape {
   static constexpr int kMaxSpan = 129;  // window left + right the kernel accepts
   static constexpr int threads = 128 * (1 + NCONS);
   // setmaxnreg per warpgroup: 128 x (producer + NCONS x consumer) registers <= 65536, the SM's file.
-  // With 3 consumers the producer gets 56 (v21's one-warp gathering producer keeps four rows'
-  // sources live; at 40 it spilled) and the consumers 152, which the 3-chunk path fits and the
-  // 4-chunk path fits as two passes of 2 chunks (v14): 128 x (56 + 3 x 152) = 65536.
-  static constexpr int kProducerRegs = 56;
+  // With 3 consumers the producer gets 40 (the gather producer's code uses 34) and the consumers
+  // 152, which the 3-chunk path fits and the 4-chunk path fits as two passes of 2 chunks (v14).
+  static constexpr int kProducerRegs = NCONS == 3 ? 40 : 56;
   static constexpr int kConsumerRegs = NCONS == 3 ? 152 : 224;
   static_assert(128 * (kProducerRegs + NCONS * kConsumerRegs) <= 65536, "register file");
   static constexpr int C = D / 8;    // 16-byte pieces (core-matrix columns) per row
@@ -210,7 +209,7 @@ struct BandWgWalk {
 // Variant 2 adds the output's two maps (same boxes and swizzles) and out_tma: whether they were
 // built (16-bit out whose rows the copy engine can address; otherwise every tile stores per thread).
 // v21: out_rows: a call with a token order and 16-bit out whose rows start on 16 bytes: each tile's
-// O rows leave through the consumer's staging tile as 16-byte stores to their packed rows.
+// O rows leave through the consumer's staging tile, one bulk copy per row to its packed row.
 struct BandWgMaps {
   CUtensorMap q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, o_lo, o_hi;
   int out_tma, out_rows;
@@ -225,28 +224,34 @@ __device__ __forceinline__ void tma_store_3d(const void* map, uint32_t src, int 
                "r"(c0), "r"(c1), "r"(c2), "r"(src)
                : "memory");
 }
+// One contiguous copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from shared to
+// global memory, in this thread's bulk group.
+__device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 }  // namespace bandwg
 
 
-// v13: the producer of a call with a token order (FwdParams::order: logical row i lives at packed
-// row order[i] of q, k, v, out and lse). The copy engine copies boxes of consecutive rows, not
-// gathered ones, so the producer fills the same rings with cp.async. v21: one warp does it (v13
-// used the whole warpgroup, whose four copies of the tile walk and waits took issue slots from the
-// consumers): lane l copies rows l / 2 + 16k (k < 4) of each 64-row tile, 16-byte pieces
-// 2j + l % 2 (j < 5), so that a lane pair reads one 32-byte sector per copy. Each piece goes where
-// the TMA box would have put it (the swizzled tile layout above); the copies complete through
-// cp.async.mbarrier.arrive.noinc on the tile's full barrier (count 32; q_full 64: every lane also
-// arrives plainly, after the even lanes have written their rows' packed rows to `rows`, which the
-// epilogue's scatter reads, and lane 0 the descriptor). Entry i mod 2·QSLOT of tile i is rewritten
-// for tile i + 2·QSLOT only after the wait on q_empty for tile i + QSLOT, which that tile's
-// consumer, tile i's own (QSLOT is a multiple of NCONS), signals after tile i's epilogue. The
-// lanes walk the same tiles and wait on the same empty barriers before refilling a slot, so no
-// arrival can land in a barrier phase the consumers have not finished. Rows past a sequence's keys
-// (queries) are zero-filled. Four order[] loads per lane and tile (K and V of a chunk share them),
-// issued before the wait on the slot.
+// v13: the producer warpgroup of a call with a token order (FwdParams::order: logical row i lives
+// at packed row order[i] of q, k, v, out and lse). The copy engine copies boxes of consecutive
+// rows, not gathered ones, so all 128 producer threads fill the same rings with cp.async: thread t
+// copies row t / 2 of each 64-row tile, 16-byte pieces 2j + t % 2 (j < 5), so that a thread pair
+// reads one 32-byte sector per copy and a warp's 32 pieces fill 4 shared-memory wavefronts. Each
+// piece goes where the TMA box would have put it (the swizzled tile layout above); the copies
+// complete through cp.async.mbarrier.arrive.noinc on the tile's full barrier (count 128; q_full
+// 192: each thread of an even tid also writes its row's packed row to `rows` (v21: the epilogue's
+// scatter reads it there) and arrives plainly, which releases it; thread 0 writes the descriptor
+// first). Entry i mod 2·QSLOT of tile i is rewritten for tile i + 2·QSLOT only after the wait on
+// q_empty for tile i + QSLOT, which that tile's consumer, tile i's own (QSLOT is a multiple of
+// NCONS), signals after tile i's epilogue.
+// Every thread walks the same tiles and waits on the same empty barriers before refilling a slot,
+// so no thread's arrival can land in a barrier phase the consumers have not finished. Rows past a
+// sequence's keys (queries) are zero-filled. One order[] load per thread and tile (K and V of a
+// chunk share it), issued before the wait on the slot.
 template <int D, class E, int NCONS>
 __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64_t first, int64_t last,
                                                        BandWgDesc* descs, int32_t* rows, typename E::type* Qs,
@@ -255,48 +260,35 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
   using S = BandWgShape<D, NCONS>;
   using T = typename E::type;
   constexpr int BM = S::BM, CK = S::CK, NSLOT = S::NSLOT, QSLOT = S::QSLOT;
-  static_assert(S::C == 10, "two lanes per row, 5 pieces each");
+  static_assert(S::C == 10, "two threads per row, 5 pieces each");
   constexpr uint32_t kLoBytes = 64 * 128;
   auto k_full = [&](int s) { return bars + 8 * s; };
   auto v_full = [&](int s) { return bars + 8 * (NSLOT + s); };
   auto empty = [&](int s) { return bars + 8 * (2 * NSLOT + s); };
   auto q_full = [&](int s) { return bars + 8 * (3 * NSLOT + s); };
   auto q_empty = [&](int s) { return bars + 8 * (3 * NSLOT + QSLOT + s); };
-  const int lane = threadIdx.x;  // 0..31
-  const int r0 = lane >> 1, half = lane & 1;
+  const int tid = threadIdx.x;  // 0..127
+  const int row = tid >> 1, half = tid & 1;
   const int h = blockIdx.y, kvh = h / p.group;
   const T* qg = static_cast<const T*>(p.q) + int64_t(h) * p.q_head + 8 * half;
   const T* kg = static_cast<const T*>(p.k) + int64_t(kvh) * p.k_head + 8 * half;
   const T* vg = static_cast<const T*>(p.v) + int64_t(kvh) * p.v_head + 8 * half;
-  // Piece 2j + half of row r: 128-byte swizzle (j < 4: piece c of a 128-byte row at c ^ (r mod 8)),
-  // then the 32-byte swizzle (piece c - 8 of a 32-byte row at (c - 8) ^ bit 2 of r), as the
-  // epilogue's staging writes. Rows r0 + 16k share r mod 8 and bit 2 with r0: only r0 · 128 (or
-  // · 32) moves with k.
-  auto at = [&](int k, int j) {
-    const int r = r0 + 16 * k;
-    return j < 4 ? uint32_t(r * 128 + (((2 * j + half) ^ (r0 & 7)) << 4))
-                 : uint32_t(kLoBytes + r * 32 + ((half ^ ((r0 >> 2) & 1)) << 4));
+  // Piece 2j + half of the row: 128-byte swizzle (j < 4: piece c of a 128-byte row at c ^ (row mod
+  // 8)), then the 32-byte swizzle (piece c - 8 of a 32-byte row at (c - 8) ^ bit 2 of the row), as
+  // the epilogue's staging writes.
+  auto at = [&](int j) {
+    return j < 4 ? uint32_t(row * 128 + (((2 * j + half) ^ (row & 7)) << 4))
+                 : uint32_t(kLoBytes + row * 32 + ((half ^ ((row >> 2) & 1)) << 4));
   };
-  // The packed rows of this lane's rows of a tile whose row 0 is logical row row0 (valid rows
+  // The packed row of this thread's row of a tile whose row 0 is logical row row0 (valid rows
   // belong to the sequence; -1: zero-fill).
-  struct Src {
-    int r[4];
-  };
-  auto packed = [&](int64_t row0, int valid) {
-    Src s;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) s.r[k] = r0 + 16 * k < valid ? __ldg(p.order + row0 + r0 + 16 * k) : -1;
-    return s;
-  };
-  auto copy = [&](T* dst, const T* head, int64_t stride, const Src& src, uint32_t bar) {
+  auto packed = [&](int64_t row0, int valid) { return row < valid ? __ldg(p.order + row0 + row) : -1; };
+  auto copy = [&](T* dst, const T* head, int64_t stride, int src, uint32_t bar) {
     const uint32_t d = smem_addr(dst);
+    const bool ok = src >= 0;
+    const T* g = head + (ok ? int64_t(src) * stride : 0);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const bool ok = src.r[k] >= 0;
-      const T* g = head + (ok ? int64_t(src.r[k]) * stride : 0);
-#pragma unroll
-      for (int j = 0; j < 5; ++j) cp_async16(d + at(k, j), g + 16 * j, ok);
-    }
+    for (int j = 0; j < 5; ++j) cp_async16(d + at(j), g + 16 * j, ok);
     wg::mbar_arrive_cp_async(bar);
   };
   BandWgWalk<BM, CK> walk(p.pattern, first, last, p.total_q, p.total_k);
@@ -305,36 +297,37 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
   for (; b.valid; ++i) {
     const BandWgTile nb = walk.next();  // one ahead: its first ring number bounds b's releases
     const int qs = i % QSLOT;
-    const Src qsrc = packed(b.e.q0 + b.q_lo, b.q_hi - b.q_lo);  // before the wait
+    const int qsrc = packed(b.e.q0 + b.q_lo, b.q_hi - b.q_lo);  // before the wait
     if (i >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((i / QSLOT) - 1) & 1);
     copy(Qs + qs * S::tile_elems, qg, p.q_tok, qsrc, q_full(qs));
-    if (lane == 0)
-      descs[qs] = BandWgDesc{int(b.e.q0), b.q_lo, b.q_hi, int(b.e.lk - b.e.lq), int(b.e.lk), b.c_lo, b.nc, b.n_lo,
-                             nb.valid ? nb.n_lo : -1, 1};
     if (half == 0) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) rows[(i % (2 * QSLOT)) * 64 + r0 + 16 * k] = qsrc.r[k];
+      if (tid == 0)
+        descs[qs] = BandWgDesc{int(b.e.q0), b.q_lo, b.q_hi, int(b.e.lk - b.e.lq), int(b.e.lk), b.c_lo, b.nc, b.n_lo,
+                               nb.valid ? nb.n_lo : -1, 1};
+      rows[(i % (2 * QSLOT)) * 64 + row] = qsrc;
+      wg::mbar_arrive(q_full(qs));  // releases the row (and thread 0's descriptor)
     }
-    wg::mbar_arrive(q_full(qs));  // releases the rows (and lane 0's descriptor)
     for (int x = b.ld_lo; x < b.ld_hi; ++x) {
       const int n = b.n_lo + (x - b.c_lo), st = n % NSLOT;
-      const Src src = packed(b.e.k0 + int64_t(x) * CK, int(b.e.lk) - x * CK);  // before the wait
+      const int src = packed(b.e.k0 + int64_t(x) * CK, int(b.e.lk) - x * CK);  // before the wait
       if (n >= NSLOT) wg::mbar_wait(empty(st), uint32_t((n / NSLOT) - 1) & 1);
       copy(Ks + st * S::tile_elems, kg, p.k_tok, src, k_full(st));
       copy(Vs + st * S::tile_elems, vg, p.v_tok, src, v_full(st));
     }
     b = nb;
   }
-  // One end marker per consumer, in the next NCONS Q slots: every lane arrives twice (plainly),
-  // lane 0 after writing the marker.
+  // One end marker per consumer, in the next NCONS Q slots: every thread arrives (plainly), even
+  // ones twice, thread 0 after writing the marker.
   for (int j = i; j < i + NCONS; ++j) {
     const int qs = j % QSLOT;
     if (j >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((j / QSLOT) - 1) & 1);
-    if (lane == 0) descs[qs].valid = 0;
-    wg::mbar_arrive(q_full(qs));
+    if (half == 0) {
+      if (tid == 0) descs[qs].valid = 0;
+      wg::mbar_arrive(q_full(qs));
+    }
     wg::mbar_arrive(q_full(qs));
   }
-  wg::cp_async_wait_all();  // no lane leaves with copies in flight
+  wg::cp_async_wait_all();  // no thread leaves with copies in flight
 }
 
 // V2 (bench/cuda-notes.md, v11e): the exponentials, masks and maxima of 16-key column pairs that
@@ -382,21 +375,20 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
   BandWgDesc* descs = reinterpret_cast<BandWgDesc*>(bandwg_smem + S::desc_offset);
   int32_t* rows = reinterpret_cast<int32_t*>(bandwg_smem + S::rows_offset);  // v21, ordered calls
 
-  // v13: with a token order the producer gathers rows with cp.async (see the ordered producer
-  // above; v21: one warp of the producer warpgroup), and each of its lanes arrives on the full
-  // barriers.
+  // v13: with a token order the producer warpgroup gathers rows with cp.async (see the ordered
+  // producer below), and every one of its 128 threads arrives on the full barriers.
   const bool ordered = p.order != nullptr;
   if (tid == 0) {
-    // The producer's arrival with the expected bytes (TMA), or one cp.async arrival per lane of the
-    // gathering warp (ordered), whose lanes also arrive plainly on q_full after the packed rows.
-    const uint32_t fills = ordered ? 32u : 1u;
+    // The producer's arrival with the expected bytes (TMA), or one cp.async arrival per producer
+    // thread (ordered); q_full also takes thread 0's plain arrival after the tile's descriptor.
+    const uint32_t fills = ordered ? 128u : 1u;
     for (int i = 0; i < NSLOT; ++i) {
       wg::mbar_init(k_full(i), fills);
       wg::mbar_init(v_full(i), fills);
       wg::mbar_init(empty(i), 128 * NCONS);  // one arrival per consumer thread
     }
     for (int i = 0; i < QSLOT; ++i) {
-      wg::mbar_init(q_full(i), ordered ? 2 * fills : fills);
+      wg::mbar_init(q_full(i), ordered ? fills + 64 : fills);
       wg::mbar_init(q_empty(i), 128);  // the tile's own consumer
     }
     wg::fence_proxy_async();  // the initialized barriers before the copy engine's first use
@@ -407,7 +399,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     // ================= producer warpgroup =================
     wg::setmaxnreg_dec<S::kProducerRegs>();
     if (ordered) {
-      if (tid < 32) bandwg_gather_producer<D, E, NCONS>(p, first, last, descs, rows, Qs, Ks, Vs, bars);
+      bandwg_gather_producer<D, E, NCONS>(p, first, last, descs, rows, Qs, Ks, Vs, bars);
       return;
     }
     if (tid != 0) return;  // one thread issues every copy: the copy engine does the rest
@@ -483,7 +475,8 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     const BandWgDesc cur = descs[qs];  // read before q_empty releases the slot
     if (!cur.valid) {
       // V2: the CTA's shared memory must outlive the copy engine's last store from it.
-      if (V2 && tid % 128 == 0) bandwg::bulk_wait_all();
+      // v21: with rows copied per lane, every lane 0 of a quad may hold bulk groups.
+      if (V2 && (tid % 128 == 0 || (maps.out_rows != 0 && tq == 0))) bandwg::bulk_wait_all();
       break;
     }
     if constexpr (NCONS == 3) {
@@ -889,14 +882,13 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
         bandwg::bulk_commit();
       }
     } else if (V2 && maps.out_rows != 0) {
-      // ---- epilogue (v21, a token order): O through the staging tile, 16-byte stores per row ----
-      // Rows 16·warp … +15 of the staging tile (160 bytes a row, unswizzled) are this warp's alone:
-      // its lanes write them in the accumulator layout, then lane l reads pieces 5(l % 2) … +4 of
-      // row l / 2 back as 16-byte vectors and stores them to the row's packed row (which the
-      // producer left in `rows`): 5 stores a lane instead of 20, and no wait on the copy engine.
+      // ---- epilogue (v21, a token order): rows staged plainly, one bulk copy per row ----
+      // Row 16·warp + g + 8r of the staging tile (160 bytes a row, unswizzled: the copy reads it
+      // whole) is written by the 4 lanes of quad g of this warp and copied by its lane 0; no other
+      // warp touches these rows, so the warp's own barrier orders everything.
       const uint32_t stage = smem_addr(bandwg_smem + S::stage_offset) + uint32_t(cw) * kTileBytes;
-      const int32_t* tile_rows = rows + (i % (2 * QSLOT)) * 64;
-      __syncwarp();  // every lane's reads of the previous tile's rows are done
+      if (tq == 0) bandwg::bulk_wait_read_all();  // this lane's copies of the previous tile have read
+      __syncwarp();
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float m, l;
@@ -910,23 +902,21 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
                        : "memory");
         }
         if (p.lse != nullptr && tq == 0 && cur.q_lo + row < cur.q_hi)
-          p.lse[int64_t(h) * p.total_q + tile_rows[row]] =
+          p.lse[int64_t(h) * p.total_q + rows[(i % (2 * QSLOT)) * 64 + row]] =
               row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
       }
+      wg::fence_proxy_async();  // this thread's writes, before the copy engine (async proxy) reads them
       __syncwarp();
-      const int row = 16 * warp + lane / 2, piece0 = 5 * (lane % 2);
-      if (cur.q_lo + row < cur.q_hi) {
-        T* dst = static_cast<T*>(p.out) + int64_t(tile_rows[row]) * p.o_tok + int64_t(h) * p.o_head + 8 * piece0;
-        const uint32_t src = stage + uint32_t(row * D * 2 + 16 * piece0);
+      if (tq == 0) {
 #pragma unroll
-        for (int j = 0; j < 5; ++j) {
-          uint32_t a, b2, c, d4;
-          asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                       : "=r"(a), "=r"(b2), "=r"(c), "=r"(d4)
-                       : "r"(src + 16 * j)
-                       : "memory");
-          *reinterpret_cast<uint4*>(dst + 8 * j) = make_uint4(a, b2, c, d4);
+        for (int r = 0; r < 2; ++r) {
+          const int row = 16 * warp + g + 8 * r;
+          if (cur.q_lo + row < cur.q_hi)
+            bandwg::bulk_store(static_cast<T*>(p.out) + int64_t(rows[(i % (2 * QSLOT)) * 64 + row]) * p.o_tok +
+                                   int64_t(h) * p.o_head,
+                               stage + uint32_t(row * D * 2), uint32_t(D * 2));
         }
+        bandwg::bulk_commit();
       }
     } else {
       // ---- epilogue: normalize, sink, LSE; straight to global memory ----
@@ -1025,7 +1015,7 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
                               CU_TENSOR_MAP_SWIZZLE_32B);
       maps.out_tma = err == cudaSuccess ? 1 : 0;
     }
-    // v21: ordered calls store O rows as 16-byte vectors (16-byte aligned rows and base).
+    // v21: ordered calls copy O row by row (bulk copies need 16-byte aligned rows and base).
     maps.out_rows = p.order != nullptr && !p.out_f32 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0 &&
                     o_head % 8 == 0 && o_tok % 8 == 0;
   }
