@@ -8,7 +8,8 @@
 // is the same median over plain stream launches, host overhead included. FLOPs count only allowed
 // (query, key) pairs: 4 · d · pairs · heads. "useful" is allowed pairs over the pairs the kernel's
 // tiles compute (the band-aware tiling's efficiency). "ms_colorder" (window cases on a square
-// grid): the same attention over the column-major token order, gathered inside the kernel.
+// grid): the same attention over the column-major token order, gathered inside the kernel;
+// "ms_idorder": the same fused-order path over the identity order.
 //
 // Calls the backend routes to the Hopper wgmma kernel (the default for dense rows; ARIADNE_WGMMA=0
 // turns it off) report impl "ariadne_wgmma" (decided per case by cuda_uses_wgmma, so a case that
@@ -204,6 +205,31 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
     };
     return timed_ms(stream, e0, e1, launches) / n;
   };
+  // ARIADNE_BENCH_PROFILE=1 (scripts/ncu-kernel): no timing, 2 launches of each path instead,
+  // storage order first, then (window cases on a square grid) the identity and the column-major
+  // order, so a profiler's launch-skip picks one: 1, 3 or 5.
+  if (const char* prof = std::getenv("ARIADNE_BENCH_PROFILE"); prof != nullptr && std::string(prof) == "1") {
+    for (int i = 0; i < 2; ++i) attention(params[i % sets], Backend::cuda);
+    const int64_t side = int64_t(std::llround(std::sqrt(double(tokens))));
+    if (batch == 1 && side * side == tokens && spec.dense.window_left != kUnbounded && !host.blocks.defined()) {
+      std::vector<int32_t> id(tokens), col(tokens);
+      for (int64_t i = 0; i < tokens; ++i) {
+        id[i] = int32_t(i);
+        col[i] = int32_t((i % side) * side + i / side);
+      }
+      const DeviceBuffer d_id = DeviceBuffer::from_ints(id), d_col = DeviceBuffer::from_ints(col);
+      for (const DeviceBuffer* o : {&d_id, &d_col})
+        for (int i = 0; i < 2; ++i) attention_cuda_ordered(params[i % sets], static_cast<const int32_t*>(o->data()));
+    }
+    check(cudaStreamSynchronize(stream), "profile launches");
+    check(cudaEventDestroy(e0), "event");
+    check(cudaEventDestroy(e1), "event");
+    check(cudaStreamDestroy(stream), "stream");
+    nlohmann::json r;
+    r["id"] = id;
+    r["profile"] = true;
+    return r;
+  }
   time_launches(3, 0);  // warm-up: module load, shared-memory opt-in
   const double rough = time_launches(5, 0);
   // About 2 ms of work per batch, at least `sets` launches so every set is used.
@@ -234,7 +260,7 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
 
   // Window cases on a square image also run over the column-major traversal of the grid (the
   // token order of Ariadne's alternate layers), fused into the loads via attention_cuda_ordered.
-  double ms_colorder = 0;
+  double ms_colorder = 0, ms_idorder = 0;
   const int64_t side = int64_t(std::llround(std::sqrt(double(tokens))));
   if (batch == 1 && side * side == tokens && spec.dense.window_left != kUnbounded && !host.blocks.defined()) {
     std::vector<int32_t> order(tokens);
@@ -243,6 +269,12 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
     const auto* ord = static_cast<const int32_t*>(d_order.data());
     attention_cuda_ordered(params[0], ord);  // warm-up outside the capture
     ms_colorder = time_graph([&](const AttentionParams& p) { attention_cuda_ordered(p, ord); });
+    // The same path over the identity order: what the fused-order code costs by itself (the
+    // gathering producer, per-thread output stores), apart from where the rows lie.
+    for (int64_t i = 0; i < tokens; ++i) order[i] = int32_t(i);
+    const DeviceBuffer d_id = DeviceBuffer::from_ints(order);
+    const auto* id_ord = static_cast<const int32_t*>(d_id.data());
+    ms_idorder = time_graph([&](const AttentionParams& p) { attention_cuda_ordered(p, id_ord); });
   }
   check(cudaEventDestroy(e0), "event");
   check(cudaEventDestroy(e1), "event");
@@ -269,6 +301,7 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   r["tile"] = std::to_string(bm) + "x" + std::to_string(bn);
   r["sets"] = sets;
   if (ms_colorder > 0) r["ms_colorder"] = ms_colorder;
+  if (ms_idorder > 0) r["ms_idorder"] = ms_idorder;
   return r;
 }
 

@@ -107,7 +107,10 @@ struct BandWgShape {
   // k_full[NSLOT], v_full[NSLOT], empty[NSLOT], q_full[QSLOT], q_empty[QSLOT].
   static constexpr size_t bar_offset = size_t(QSLOT + 2 * NSLOT) * tile_elems * 2;
   static constexpr size_t desc_offset = bar_offset + 8 * (3 * NSLOT + 2 * QSLOT);
-  static constexpr size_t smem_bytes = desc_offset + 64 * QSLOT;  // + one BandWgDesc per Q buffer
+  // + one BandWgDesc per Q buffer, then (v21) the packed rows of the last 2 x QSLOT tiles of an
+  // ordered call: tile i's in entry i mod 2·QSLOT, for its consumer's epilogue.
+  static constexpr size_t rows_offset = desc_offset + 64 * QSLOT;
+  static constexpr size_t smem_bytes = rows_offset + 4 * 64 * 2 * QSLOT;
   // Variants 2 and 3 (ARIADNE_BANDWG_V) add one output staging tile per consumer (the epilogue's
   // TMA store reads it), 1024-byte aligned for the 128-byte swizzle: ~221 KB in all with 2
   // consumers and 4 Q buffers, ~221 KB with 3 and 3, under the 227 KB limit.
@@ -205,9 +208,11 @@ struct BandWgWalk {
 // 64-79 (32-byte swizzle) of 64 rows of one head.
 // Variant 2 adds the output's two maps (same boxes and swizzles) and out_tma: whether they were
 // built (16-bit out whose rows the copy engine can address; otherwise every tile stores per thread).
+// v21: out_rows: a call with a token order and 16-bit out whose rows start on 16 bytes: each tile's
+// O rows leave through the consumer's staging tile, one bulk copy per row to its packed row.
 struct BandWgMaps {
   CUtensorMap q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, o_lo, o_hi;
-  int out_tma;
+  int out_tma, out_rows;
 };
 
 namespace bandwg {
@@ -217,6 +222,12 @@ namespace bandwg {
 __device__ __forceinline__ void tma_store_3d(const void* map, uint32_t src, int c0, int c1, int c2) {
   asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(map),
                "r"(c0), "r"(c1), "r"(c2), "r"(src)
+               : "memory");
+}
+// One contiguous copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from shared to
+// global memory, in this thread's bulk group.
+__device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
                : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
@@ -232,14 +243,18 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 // reads one 32-byte sector per copy and a warp's 32 pieces fill 4 shared-memory wavefronts. Each
 // piece goes where the TMA box would have put it (the swizzled tile layout above); the copies
 // complete through cp.async.mbarrier.arrive.noinc on the tile's full barrier (count 128; q_full
-// 129: thread 0 also arrives plainly after writing the descriptor, which that arrival releases).
+// 192: each thread of an even tid also writes its row's packed row to `rows` (v21: the epilogue's
+// scatter reads it there) and arrives plainly, which releases it; thread 0 writes the descriptor
+// first). Entry i mod 2·QSLOT of tile i is rewritten for tile i + 2·QSLOT only after the wait on
+// q_empty for tile i + QSLOT, which that tile's consumer, tile i's own (QSLOT is a multiple of
+// NCONS), signals after tile i's epilogue.
 // Every thread walks the same tiles and waits on the same empty barriers before refilling a slot,
 // so no thread's arrival can land in a barrier phase the consumers have not finished. Rows past a
 // sequence's keys (queries) are zero-filled. One order[] load per thread and tile (K and V of a
 // chunk share it), issued before the wait on the slot.
 template <int D, class E, int NCONS>
 __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64_t first, int64_t last,
-                                                       BandWgDesc* descs, typename E::type* Qs,
+                                                       BandWgDesc* descs, int32_t* rows, typename E::type* Qs,
                                                        typename E::type* Ks, typename E::type* Vs,
                                                        uint32_t bars) {
   using S = BandWgShape<D, NCONS>;
@@ -285,10 +300,12 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
     const int qsrc = packed(b.e.q0 + b.q_lo, b.q_hi - b.q_lo);  // before the wait
     if (i >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((i / QSLOT) - 1) & 1);
     copy(Qs + qs * S::tile_elems, qg, p.q_tok, qsrc, q_full(qs));
-    if (tid == 0) {
-      descs[qs] = BandWgDesc{int(b.e.q0), b.q_lo, b.q_hi, int(b.e.lk - b.e.lq), int(b.e.lk), b.c_lo, b.nc, b.n_lo,
-                             nb.valid ? nb.n_lo : -1, 1};
-      wg::mbar_arrive(q_full(qs));  // releases the descriptor (the 129th arrival)
+    if (half == 0) {
+      if (tid == 0)
+        descs[qs] = BandWgDesc{int(b.e.q0), b.q_lo, b.q_hi, int(b.e.lk - b.e.lq), int(b.e.lk), b.c_lo, b.nc, b.n_lo,
+                               nb.valid ? nb.n_lo : -1, 1};
+      rows[(i % (2 * QSLOT)) * 64 + row] = qsrc;
+      wg::mbar_arrive(q_full(qs));  // releases the row (and thread 0's descriptor)
     }
     for (int x = b.ld_lo; x < b.ld_hi; ++x) {
       const int n = b.n_lo + (x - b.c_lo), st = n % NSLOT;
@@ -299,13 +316,13 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
     }
     b = nb;
   }
-  // One end marker per consumer, in the next NCONS Q slots: every thread arrives (plainly), thread 0
-  // twice, after writing the marker.
+  // One end marker per consumer, in the next NCONS Q slots: every thread arrives (plainly), even
+  // ones twice, thread 0 after writing the marker.
   for (int j = i; j < i + NCONS; ++j) {
     const int qs = j % QSLOT;
     if (j >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((j / QSLOT) - 1) & 1);
-    if (tid == 0) {
-      descs[qs].valid = 0;
+    if (half == 0) {
+      if (tid == 0) descs[qs].valid = 0;
       wg::mbar_arrive(q_full(qs));
     }
     wg::mbar_arrive(q_full(qs));
@@ -356,6 +373,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
   const int64_t first = int64_t(blockIdx.x) * run;
   const int64_t last = first + run < n_virtual ? first + run : n_virtual;
   BandWgDesc* descs = reinterpret_cast<BandWgDesc*>(bandwg_smem + S::desc_offset);
+  int32_t* rows = reinterpret_cast<int32_t*>(bandwg_smem + S::rows_offset);  // v21, ordered calls
 
   // v13: with a token order the producer warpgroup gathers rows with cp.async (see the ordered
   // producer below), and every one of its 128 threads arrives on the full barriers.
@@ -370,7 +388,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       wg::mbar_init(empty(i), 128 * NCONS);  // one arrival per consumer thread
     }
     for (int i = 0; i < QSLOT; ++i) {
-      wg::mbar_init(q_full(i), ordered ? fills + 1 : fills);
+      wg::mbar_init(q_full(i), ordered ? fills + 64 : fills);
       wg::mbar_init(q_empty(i), 128);  // the tile's own consumer
     }
     wg::fence_proxy_async();  // the initialized barriers before the copy engine's first use
@@ -381,7 +399,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     // ================= producer warpgroup =================
     wg::setmaxnreg_dec<S::kProducerRegs>();
     if (ordered) {
-      bandwg_gather_producer<D, E, NCONS>(p, first, last, descs, Qs, Ks, Vs, bars);
+      bandwg_gather_producer<D, E, NCONS>(p, first, last, descs, rows, Qs, Ks, Vs, bars);
       return;
     }
     if (tid != 0) return;  // one thread issues every copy: the copy engine does the rest
@@ -457,7 +475,8 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     const BandWgDesc cur = descs[qs];  // read before q_empty releases the slot
     if (!cur.valid) {
       // V2: the CTA's shared memory must outlive the copy engine's last store from it.
-      if (V2 && tid % 128 == 0) bandwg::bulk_wait_all();
+      // v21: with rows copied per lane, every lane 0 of a quad may hold bulk groups.
+      if (V2 && (tid % 128 == 0 || (maps.out_rows != 0 && tq == 0))) bandwg::bulk_wait_all();
       break;
     }
     if constexpr (NCONS == 3) {
@@ -862,6 +881,43 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
         bandwg::tma_store_3d(&maps.o_hi, stage + kLoBytes, 64, h, row0);
         bandwg::bulk_commit();
       }
+    } else if (V2 && maps.out_rows != 0) {
+      // ---- epilogue (v21, a token order): rows staged plainly, one bulk copy per row ----
+      // Row 16·warp + g + 8r of the staging tile (160 bytes a row, unswizzled: the copy reads it
+      // whole) is written by the 4 lanes of quad g of this warp and copied by its lane 0; no other
+      // warp touches these rows, so the warp's own barrier orders everything.
+      const uint32_t stage = smem_addr(bandwg_smem + S::stage_offset) + uint32_t(cw) * kTileBytes;
+      if (tq == 0) bandwg::bulk_wait_read_all();  // this lane's copies of the previous tile have read
+      __syncwarp();
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float m, l;
+        finish_row(r, m, l);
+        const int row = 16 * warp + g + 8 * r;
+        const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
+#pragma unroll
+        for (int n8 = 0; n8 < D / 8; ++n8) {
+          const uint32_t val = E::pack(acc(n8, 2 * r) * inv, acc(n8, 2 * r + 1) * inv);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(stage + uint32_t(row * D * 2 + n8 * 16 + 4 * tq)), "r"(val)
+                       : "memory");
+        }
+        if (p.lse != nullptr && tq == 0 && cur.q_lo + row < cur.q_hi)
+          p.lse[int64_t(h) * p.total_q + rows[(i % (2 * QSLOT)) * 64 + row]] =
+              row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+      }
+      wg::fence_proxy_async();  // this thread's writes, before the copy engine (async proxy) reads them
+      __syncwarp();
+      if (tq == 0) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = 16 * warp + g + 8 * r;
+          if (cur.q_lo + row < cur.q_hi)
+            bandwg::bulk_store(static_cast<T*>(p.out) + int64_t(rows[(i % (2 * QSLOT)) * 64 + row]) * p.o_tok +
+                                   int64_t(h) * p.o_head,
+                               stage + uint32_t(row * D * 2), uint32_t(D * 2));
+        }
+        bandwg::bulk_commit();
+      }
     } else {
       // ---- epilogue: normalize, sink, LSE; straight to global memory ----
 #pragma unroll
@@ -872,7 +928,8 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
         if (iq >= cur.q_hi) continue;
         const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
         // v13: logical row q0 + iq is stored at packed row order[q0 + iq] (out and LSE).
-        const int64_t srow = ordered ? int64_t(p.order[int64_t(cur.q0) + iq]) : int64_t(cur.q0) + iq;
+        const int64_t srow =
+            ordered ? int64_t(rows[(i % (2 * QSLOT)) * 64 + iq - cur.q_lo]) : int64_t(cur.q0) + iq;
         const int64_t orow = srow * p.o_tok + h * p.o_head;
 #pragma unroll
         for (int n8 = 0; n8 < D / 8; ++n8) {
@@ -958,6 +1015,9 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
                               CU_TENSOR_MAP_SWIZZLE_32B);
       maps.out_tma = err == cudaSuccess ? 1 : 0;
     }
+    // v21: ordered calls copy O row by row (bulk copies need 16-byte aligned rows and base).
+    maps.out_rows = p.order != nullptr && !p.out_f32 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0 &&
+                    o_head % 8 == 0 && o_tok % 8 == 0;
   }
   kernel<<<dim3(unsigned(runs), unsigned(p.heads_q)), S::threads, smem, stream>>>(p, run, maps);
   return cudaGetLastError();
