@@ -914,50 +914,82 @@ __device__ __forceinline__ void v3_row_sums_and_scores(const ScoreParams& p, con
                                                        const int heads_here, const int tid, const int warp,
                                                        const int lane, const int* glast, const int* gnract,
                                                        const int* gnvis, float2* const* gpart, float* rmax, float* rmul) {
-  // Four rows at a time: each lane loads its partials of the four, kInFlight per row, before it
-  // combines any, and combines each row's in v2's order (n = lane, lane + 32, ...): the values of
-  // the one-row, one-load-one-combine loop this replaces. That loop held a quarter of the wgmma
+  // Exact builds (the else branch): four rows at a time: each lane loads its partials of the
+  // four, kInFlight per row, before it combines any, and combines each row's in v2's order
+  // (n = lane, lane + 32, ...): the values of the one-row, one-load-one-combine loop this replaces. That loop held a quarter of the wgmma
   // kernel's stall samples at 32K; the batched loads alone did not shorten it (the merges'
   // arithmetic bounds it), the approximate builds' one-exponential merge did, by 5% of the kernel
   // (docs/rrattention.md, "Scoring latency: the CTA's prologue and epilogue").
   constexpr int kRowsAtOnce = 4, kInFlight = 4;
-  for (int r0 = 0; r0 < 16; r0 += kRowsAtOnce) {
-    int64_t nblk[kRowsAtOnce];
-    const float2* part[kRowsAtOnce];
-    float m1[kRowsAtOnce], s1[kRowsAtOnce];
-    int64_t nmax = 0;
-#pragma unroll
-    for (int k = 0; k < kRowsAtOnce; ++k) {
+  if constexpr (kFastExp) {
+    // Approximate builds: eight lanes per row, four rows side by side (lanes 8k … 8k+7: row
+    // r0 + k), so a row's butterfly is 3 steps instead of 5 and the four rows' run at once: per
+    // four rows a lane does 3 merges there instead of 20, and as many partial merges as before.
+    // The merge order changes (rule 2 holds it, as the rest of these builds).
+    const int sub = lane & 7, k = lane >> 3;
+    for (int r0 = 0; r0 < 16; r0 += kRowsAtOnce) {
       const int r = warp * 16 + r0 + k, g = r / R;
-      nblk[k] = g < ngroups && glast[g] >= 0 ? glast[g] / nr + 1 : 0;
-      part[k] = g < ngroups ? gpart[g] + (r - g * R) * gnvis[g] : nullptr;
-      nmax = max(nmax, nblk[k]);
-      m1[k] = -INFINITY;
-      s1[k] = 0.f;
-    }
-    for (int64_t n0 = lane; n0 < nmax; n0 += 32 * kInFlight) {
-      float2 x[kRowsAtOnce][kInFlight];
+      const int64_t nblk = g < ngroups && glast[g] >= 0 ? glast[g] / nr + 1 : 0;
+      const float2* const part = g < ngroups ? gpart[g] + (r - g * R) * gnvis[g] : nullptr;
+      float m1 = -INFINITY, s1 = 0.f;
+      constexpr int kRowInFlight = 8;
+      for (int64_t n0 = sub; n0 < nblk; n0 += 8 * kRowInFlight) {
+        float2 x[kRowInFlight];
 #pragma unroll
-      for (int k = 0; k < kRowsAtOnce; ++k)
+        for (int i = 0; i < kRowInFlight; ++i)
+          if (n0 + 8 * i < nblk) x[i] = part[n0 + 8 * i];
 #pragma unroll
-        for (int i = 0; i < kInFlight; ++i)
-          if (n0 + 32 * i < nblk[k]) x[k][i] = part[k][n0 + 32 * i];
-#pragma unroll
-      for (int k = 0; k < kRowsAtOnce; ++k)
-#pragma unroll
-        for (int i = 0; i < kInFlight; ++i)
-          if (n0 + 32 * i < nblk[k]) merge_max_sum<kFastExp>(m1[k], s1[k], x[k][i].x, x[k][i].y);
-    }
-#pragma unroll
-    for (int k = 0; k < kRowsAtOnce; ++k) {
-      for (int o = 16; o > 0; o >>= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m1[k], o), s2 = __shfl_xor_sync(0xffffffffu, s1[k], o);
-        merge_max_sum<kFastExp>(m1[k], s1[k], m2, s2);
+        for (int i = 0; i < kRowInFlight; ++i)
+          if (n0 + 8 * i < nblk) merge_max_sum<true>(m1, s1, x[i].x, x[i].y);
       }
-      const int r = warp * 16 + r0 + k, g = r / R;
-      if (lane == 0 && g < ngroups) {
-        rmax[r] = m1[k];
-        rmul[r] = s1[k] > 0.f ? 1.f / (s1[k] * float(gnract[g])) : 0.f;
+      for (int o = 4; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m1, o), s2 = __shfl_xor_sync(0xffffffffu, s1, o);
+        merge_max_sum<true>(m1, s1, m2, s2);
+      }
+      if (sub == 0 && g < ngroups) {
+        rmax[r] = m1;
+        rmul[r] = s1 > 0.f ? 1.f / (s1 * float(gnract[g])) : 0.f;
+      }
+    }
+  } else {
+    for (int r0 = 0; r0 < 16; r0 += kRowsAtOnce) {
+      int64_t nblk[kRowsAtOnce];
+      const float2* part[kRowsAtOnce];
+      float m1[kRowsAtOnce], s1[kRowsAtOnce];
+      int64_t nmax = 0;
+#pragma unroll
+      for (int k = 0; k < kRowsAtOnce; ++k) {
+        const int r = warp * 16 + r0 + k, g = r / R;
+        nblk[k] = g < ngroups && glast[g] >= 0 ? glast[g] / nr + 1 : 0;
+        part[k] = g < ngroups ? gpart[g] + (r - g * R) * gnvis[g] : nullptr;
+        nmax = max(nmax, nblk[k]);
+        m1[k] = -INFINITY;
+        s1[k] = 0.f;
+      }
+      for (int64_t n0 = lane; n0 < nmax; n0 += 32 * kInFlight) {
+        float2 x[kRowsAtOnce][kInFlight];
+#pragma unroll
+        for (int k = 0; k < kRowsAtOnce; ++k)
+#pragma unroll
+          for (int i = 0; i < kInFlight; ++i)
+            if (n0 + 32 * i < nblk[k]) x[k][i] = part[k][n0 + 32 * i];
+#pragma unroll
+        for (int k = 0; k < kRowsAtOnce; ++k)
+#pragma unroll
+          for (int i = 0; i < kInFlight; ++i)
+            if (n0 + 32 * i < nblk[k]) merge_max_sum<false>(m1[k], s1[k], x[k][i].x, x[k][i].y);
+      }
+#pragma unroll
+      for (int k = 0; k < kRowsAtOnce; ++k) {
+        for (int o = 16; o > 0; o >>= 1) {
+          const float m2 = __shfl_xor_sync(0xffffffffu, m1[k], o), s2 = __shfl_xor_sync(0xffffffffu, s1[k], o);
+          merge_max_sum<false>(m1[k], s1[k], m2, s2);
+        }
+        const int r = warp * 16 + r0 + k, g = r / R;
+        if (lane == 0 && g < ngroups) {
+          rmax[r] = m1[k];
+          rmul[r] = s1[k] > 0.f ? 1.f / (s1[k] * float(gnract[g])) : 0.f;
+        }
       }
     }
   }
