@@ -20,6 +20,12 @@
 
 #include <cuda_runtime.h>
 
+#if defined(ARIADNE_BANDWG_TIMELINE)
+namespace ariadne::cuda {
+cudaError_t bandwg_timeline_read(unsigned long long* host, size_t words);  // attention_bandwg_d80.cu
+}
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -209,7 +215,29 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   // storage order first, then (window cases on a square grid) the identity and the column-major
   // order, so a profiler's launch-skip picks one: 1, 3 or 5.
   if (const char* prof = std::getenv("ARIADNE_BENCH_PROFILE"); prof != nullptr && std::string(prof) == "1") {
-    for (int i = 0; i < 2; ++i) attention(params[i % sets], Backend::cuda);
+    // A build with -DARIADNE_BANDWG_TIMELINE also writes the window kernel's per-CTA timeline of
+    // each path's second launch to ARIADNE_BENCH_TIMELINE.<id>.<path>.txt (scripts/bandwg-timeline).
+    const auto timeline = [&](const char* path) {
+#if defined(ARIADNE_BANDWG_TIMELINE)
+      check(cudaStreamSynchronize(stream), "timeline launch");
+      std::vector<unsigned long long> w(size_t(4096) * 64);
+      check(cuda::bandwg_timeline_read(w.data(), w.size()), "timeline read");
+      const char* base = std::getenv("ARIADNE_BENCH_TIMELINE");
+      if (base == nullptr || std::string(path) == "discard") return;
+      std::ofstream f(std::string(base) + "." + id + "." + path + ".txt");
+      for (size_t c = 0; c < 4096; ++c) {
+        if (w[c * 64] == 0) continue;
+        for (size_t j = 0; j < 64; ++j) f << w[c * 64 + j] << (j + 1 < 64 ? ' ' : '\n');
+      }
+#else
+      (void)path;
+#endif
+    };
+    for (int i = 0; i < 2; ++i) {
+      if (i == 1) timeline("discard");
+      attention(params[i % sets], Backend::cuda);
+    }
+    timeline("storage");
     const int64_t side = int64_t(std::llround(std::sqrt(double(tokens))));
     if (batch == 1 && side * side == tokens && spec.dense.window_left != kUnbounded && !host.blocks.defined()) {
       std::vector<int32_t> id(tokens), col(tokens);
@@ -218,8 +246,13 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
         col[i] = int32_t((i % side) * side + i / side);
       }
       const DeviceBuffer d_id = DeviceBuffer::from_ints(id), d_col = DeviceBuffer::from_ints(col);
-      for (const DeviceBuffer* o : {&d_id, &d_col})
-        for (int i = 0; i < 2; ++i) attention_cuda_ordered(params[i % sets], static_cast<const int32_t*>(o->data()));
+      for (const DeviceBuffer* o : {&d_id, &d_col}) {
+        for (int i = 0; i < 2; ++i) {
+          if (i == 1) timeline("discard");
+          attention_cuda_ordered(params[i % sets], static_cast<const int32_t*>(o->data()));
+        }
+        timeline(o == &d_id ? "identity" : "column");
+      }
     }
     check(cudaStreamSynchronize(stream), "profile launches");
     check(cudaEventDestroy(e0), "event");

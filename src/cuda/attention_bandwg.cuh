@@ -215,6 +215,31 @@ struct BandWgMaps {
   int out_tma, out_rows;
 };
 
+// Timeline instrumentation (a diagnostic build only: -DARIADNE_BANDWG_TIMELINE; scripts/bandwg-timeline).
+// Per CTA 64 words: [0] %globaltimer at entry (ns), [1] clock64 at entry, [2] the SM; then per
+// consumer cw, its k-th tile and stamp s, word 3 + 20·cw + 4·k + s: clock64 (s 0) before the wait
+// for the tile's Q, (1) after it, (2) after the wait for its chunks, (3) before its epilogue. A
+// tile's epilogue ends at the next tile's stamp 0 (the end marker's included). The words live in
+// each translation unit's own copy (static): bandwg_timeline_read in attention_bandwg_d80.cu reads
+// the one its kernels write.
+#if defined(ARIADNE_BANDWG_TIMELINE)
+constexpr int kTimelineCtas = 4096, kTimelineWords = 64;
+static __device__ unsigned long long g_bandwg_timeline[kTimelineCtas * kTimelineWords];
+__device__ __forceinline__ unsigned long long* timeline_cta() {
+  const unsigned cta = blockIdx.y * gridDim.x + blockIdx.x;
+  return cta < unsigned(kTimelineCtas) ? g_bandwg_timeline + cta * kTimelineWords : nullptr;
+}
+#define ARIADNE_BANDWG_STAMP(k, s)                                                               \
+  do {                                                                                           \
+    unsigned long long* tl_ = timeline_cta();                                                    \
+    if (tl_ != nullptr && tid % 128 == 0 && (k) < 5) tl_[3 + 20 * cw + 4 * (k) + (s)] = clock64(); \
+  } while (0)
+#else
+#define ARIADNE_BANDWG_STAMP(k, s) \
+  do {                             \
+  } while (0)
+#endif
+
 namespace bandwg {
 // The copy engine's tensor store of one box from shared memory (bulk-group completion), and the
 // waits on this thread's committed stores: .read = the copy engine has finished reading shared
@@ -367,6 +392,16 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
   const Pattern& pat = p.pattern;
   const int tid = threadIdx.x;
   const int h = blockIdx.y, kvh = h / p.group;
+#if defined(ARIADNE_BANDWG_TIMELINE)
+  if (tid == 0 && timeline_cta() != nullptr) {
+    unsigned long long t, smid;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    asm volatile("{ .reg .u32 r; mov.u32 r, %%smid; cvt.u64.u32 %0, r; }" : "=l"(smid));
+    timeline_cta()[0] = t;
+    timeline_cta()[1] = clock64();
+    timeline_cta()[2] = smid;
+  }
+#endif
 
   const bool varlen = pat.cu_seqlens_q != nullptr;
   const int64_t n_virtual = varlen ? pat.num_seqs + p.total_q / BM + 1 : (p.total_q + BM - 1) / BM;
@@ -471,7 +506,9 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
   for (int i = cw;; i += NCONS) {
     // ---- tile i of the walk: rows 16·warp + g + 8r of the tile ----
     const int qs = i % QSLOT;
+    ARIADNE_BANDWG_STAMP(i / NCONS, 0);
     wg::mbar_wait(q_full(qs), uint32_t(i / QSLOT) & 1);
+    ARIADNE_BANDWG_STAMP(i / NCONS, 1);
     const BandWgDesc cur = descs[qs];  // read before q_empty releases the slot
     if (!cur.valid) {
       // V2: the CTA's shared memory must outlive the copy engine's last store from it.
@@ -487,6 +524,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       for (; released < cur.n_lo; ++released) wg::mbar_arrive(empty(released % NSLOT));
     }
     wait_chunks(cur.n_lo + cur.nc);
+    ARIADNE_BANDWG_STAMP(i / NCONS, 2);
     // v13: gathered tiles were written by cp.async (the generic proxy); wgmma reads through the
     // async proxy (as the wgmma kernel's cp.async tiles, attention_wgmma.cuh).
     if (ordered) wg::fence_proxy_async();
@@ -824,6 +862,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       for (; released < cur.next_n_lo; ++released) wg::mbar_arrive(empty(released % NSLOT));
     }
 
+    ARIADNE_BANDWG_STAMP(i / NCONS, 3);
     // Row r's final max m and sum l (summed over the quad), for both epilogues. A denominator sink
     // is one more key with no value, Z = exp(sink) + Σ exp(s): folded into m, l and the row's O.
     auto finish_row = [&](int r, float& m, float& l) {
