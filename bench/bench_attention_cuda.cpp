@@ -233,14 +233,15 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
     const auto timeline = [&](const char* path) {
 #if defined(ARIADNE_BANDWG_TIMELINE)
       check(cudaStreamSynchronize(stream), "timeline launch");
-      std::vector<unsigned long long> w(size_t(4096) * 64);
+      constexpr size_t kCtas = 4096, kWords = 128;  // attention_bandwg.cuh's timeline layout
+      std::vector<unsigned long long> w(kCtas * kWords);
       check(cuda::bandwg_timeline_read(w.data(), w.size()), "timeline read");
       const char* base = std::getenv("ARIADNE_BENCH_TIMELINE");
       if (base == nullptr || std::string(path) == "discard") return;
       std::ofstream f(std::string(base) + "." + id + "." + path + ".txt");
-      for (size_t c = 0; c < 4096; ++c) {
-        if (w[c * 64] == 0) continue;
-        for (size_t j = 0; j < 64; ++j) f << w[c * 64 + j] << (j + 1 < 64 ? ' ' : '\n');
+      for (size_t c = 0; c < kCtas; ++c) {
+        if (w[c * kWords] == 0) continue;
+        for (size_t j = 0; j < kWords; ++j) f << w[c * kWords + j] << (j + 1 < kWords ? ' ' : '\n');
       }
 #else
       (void)path;
