@@ -15,13 +15,12 @@ equal density on real heads (τ sweep)"). Standard library only.
       density each needs for a mass recall (by recall). The oracle's density at each τ is shown with
       the curves; it keeps at least τ of every row's mass, so it is no point of a pooled-recall curve.
 """
-import argparse
 import json
 import os
 import subprocess
 import sys
 
-from tau_sweep import at, fmt  # the synthetic sweep's interpolation rule (flat stretches: the first point)
+from tau_sweep import at, fmt, md_header, sweep_cli  # the synthetic sweep's interpolation rule (flat stretches: the first point)
 
 TAUS = [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.875, 0.9, 0.925, 0.94, 0.95, 0.96, 0.97, 0.975, 0.98,
         0.985, 0.99, 0.995, 0.999, 1.0]
@@ -145,8 +144,7 @@ def table(args):
     rr_names = [c[0] for c in CONFIGS if c[0] != "xattn"]
     print("### RR at XAttention's density (XAttention's point at τ; RR's curve interpolated by density): "
           "mass recall / block F1\n")
-    print("| tokens | S | τ | XAttention density | XAttention | " + " | ".join(rr_names) + " |")
-    print("| --- " * (5 + len(rr_names)) + "|")
+    md_header(["tokens", "S", "τ", "XAttention density", "XAttention"] + rr_names)
     for n in lengths:
         for s in strides:
             x = curves.get((n, s, "xattn"))
@@ -167,8 +165,7 @@ def table(args):
 
     print("### Per prompt: RR's mass recall minus XAttention's at XAttention's density (each prompt's own "
           "curves; prompts where RR is at or above, and the range)\n")
-    print("| tokens | S | τ | " + " | ".join(rr_names) + " |")
-    print("| --- " * (3 + len(rr_names)) + "|")
+    md_header(["tokens", "S", "τ"] + rr_names)
     per = per_prompt(runs)
     for n in lengths:
         for s in strides:
@@ -183,8 +180,7 @@ def table(args):
     names = [c[0] for c in CONFIGS]
     print("### Density needed for a mass recall (each curve interpolated by recall; in brackets RR's over "
           "XAttention's)\n")
-    print("| tokens | S | recall | xattn | " + " | ".join(rr_names) + " |")
-    print("| --- " * (4 + len(rr_names)) + "|")
+    md_header(["tokens", "S", "recall", "xattn"] + rr_names)
     for n in lengths:
         for s in strides:
             if (n, s, "xattn") not in curves:
@@ -199,20 +195,11 @@ def table(args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run")
-    r.add_argument("--ariadne", default="build/ariadne")
-    r.add_argument("--gguf", default="")
-    r.add_argument("--tokens", type=int, required=True)
-    r.add_argument("--prompts", default="1:0.1,2:0.3,3:0.5,4:0.7,5:0.9", help="seed:depth,...")
-    r.add_argument("--strides", default="8,16")
-    r.add_argument("--threads", type=int, default=2)
-    r.add_argument("--out", required=True)
-    t = sub.add_parser("table")
-    t.add_argument("files", nargs="+")
-    args = ap.parse_args()
-    run(args) if args.cmd == "run" else table(args)
+    def run_args(r):
+        r.add_argument("--gguf", default="")
+        r.add_argument("--prompts", default="1:0.1,2:0.3,3:0.5,4:0.7,5:0.9", help="seed:depth,...")
+        r.add_argument("--threads", type=int, default=2)
+    sweep_cli(__doc__, run_args, run, table)
 
 
 if __name__ == "__main__":

@@ -117,9 +117,8 @@ def table(args):
             print()
 
     print("### At the other's density (linear interpolation by density)\n")
-    print("| N | S | τ | XAttention density | XAttention recall / F1 | RR recall / F1 at that density | "
-          "RR (released) recall / F1 | RR density | RR recall / F1 | XAttention recall / F1 at that density |")
-    print("| --- " * 10 + "|")
+    md_header(["N", "S", "τ", "XAttention density", "XAttention recall / F1", "RR recall / F1 at that density",
+               "RR (released) recall / F1", "RR density", "RR recall / F1", "XAttention recall / F1 at that density"])
     for n in sizes:
         for s in strides:
             x = by.get((n, s, "xattn"))
@@ -140,8 +139,7 @@ def table(args):
     print()
 
     print("### Per head type at XAttention's density (mean over the heads of a type; XAttention / RR)\n")
-    print("| N | S | τ | " + " | ".join(f"{ty} recall | {ty} density" for ty in TYPES) + " |")
-    print("| --- " * (3 + 2 * len(TYPES)) + "|")
+    md_header(["N", "S", "τ"] + [c for ty in TYPES for c in (f"{ty} recall", f"{ty} density")])
     for n in sizes:
         for s in strides:
             x, rr = by.get((n, s, "xattn")), by.get((n, s, "rr"))
@@ -162,8 +160,7 @@ def table(args):
     print()
 
     print("### Density needed for a mass recall (linear interpolation by recall)\n")
-    print("| N | S | recall | rr | rr (released) | xattn | oracle |")
-    print("| --- " * 7 + "|")
+    md_header(["N", "S", "recall", "rr", "rr (released)", "xattn", "oracle"])
     for n in sizes:
         for s in strides:
             o = by.get((n, s, "oracle"))
@@ -179,22 +176,35 @@ def table(args):
     print()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def md_header(cols):
+    """A markdown table's header row and separator."""
+    print("| " + " | ".join(cols) + " |")
+    print("| --- " * len(cols) + "|")
+
+
+def sweep_cli(doc, run_args, run, table):
+    """The sweeps' command line: `run` (its options from run_args(parser), each with --ariadne,
+    --tokens, --strides and --out) writes a JSON file, `table FILE...` prints the tables."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--ariadne", default="build/ariadne")
     r.add_argument("--tokens", type=int, required=True)
-    r.add_argument("--threads", type=int, default=0)
-    r.add_argument("--heads", type=int, default=8)
-    r.add_argument("--kv-heads", type=int, default=2)
     r.add_argument("--strides", default="8,16")
-    r.add_argument("--methods", default="rr,rr-released,xattn,oracle")
     r.add_argument("--out", required=True)
-    t = sub.add_parser("table")
-    t.add_argument("files", nargs="+")
+    run_args(r)
+    sub.add_parser("table").add_argument("files", nargs="+")
     args = ap.parse_args()
     run(args) if args.cmd == "run" else table(args)
+
+
+def main():
+    def run_args(r):
+        r.add_argument("--threads", type=int, default=0)
+        r.add_argument("--heads", type=int, default=8)
+        r.add_argument("--kv-heads", type=int, default=2)
+        r.add_argument("--methods", default="rr,rr-released,xattn,oracle")
+    sweep_cli(__doc__, run_args, run, table)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,12 @@ std::vector<uint8_t> tiny_llama_bytes(bool with_output) {
                         ts, 64);
 }
 
+// The tiny model with tied output weights (the model owns its dequantized weights: the file may go).
+LlamaModel tiny_model() {
+  const std::vector<uint8_t> bytes = tiny_llama_bytes(false);
+  return LlamaModel::from_gguf(GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf"));
+}
+
 // Plain loops in double: embedding, RMSNorm, adjacent-pair RoPE, causal GQA softmax attention,
 // SwiGLU, the output head. Returns the last position's logits.
 std::vector<double> naive_forward(const GgufFile& f, const std::vector<int32_t>& tokens) {
@@ -166,7 +172,7 @@ TEST(Llm, TinyLlamaMatchesPlainLoops) {
   for (bool with_output : {false, true}) {
     SCOPED_TRACE(with_output ? "output.weight" : "tied");
     const std::vector<uint8_t> bytes = tiny_llama_bytes(with_output);
-    const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
+    const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");  // naive_forward reads it too
     LlamaModel m = LlamaModel::from_gguf(f);
     EXPECT_EQ(m.config().tied, !with_output);
     EXPECT_EQ(m.config().head_dim, kHd);
@@ -183,9 +189,7 @@ TEST(Llm, TinyLlamaMatchesPlainLoops) {
 }
 
 TEST(Llm, DenseEqualsOracleAtTauOneAndDecodeMatchesPrefill) {
-  const std::vector<uint8_t> bytes = tiny_llama_bytes(false);
-  const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
-  LlamaModel m = LlamaModel::from_gguf(f);
+  LlamaModel m = tiny_model();
   const std::vector<int32_t> tokens = random_tokens(200, 9);
   PrefillOptions dense;
   dense.method.dense = true;
@@ -354,9 +358,7 @@ TEST(Llm, MaskBreakdownCountsEveryDisagreement) {
 // Probes at two τ share one oracle computation (the second τ re-selects from its block masses):
 // the result equals probing that τ alone.
 TEST(Llm, ProbesAtSeveralTausMatchProbingEachAlone) {
-  const std::vector<uint8_t> bytes = tiny_llama_bytes(false);
-  const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
-  LlamaModel m = LlamaModel::from_gguf(f);
+  LlamaModel m = tiny_model();
   const std::vector<int32_t> tokens = random_tokens(260, 4);
   EstimateConfig a;
   a.method = Estimator::rr;
@@ -390,9 +392,7 @@ TEST(Llm, ProbesAtSeveralTausMatchProbingEachAlone) {
 // with and without probe outputs; the point at the probe's own τ is the probe's metrics; density
 // and mass recall never fall as τ rises; the run itself does not change.
 TEST(Llm, ProbeTauSweepEqualsProbingEachTau) {
-  const std::vector<uint8_t> bytes = tiny_llama_bytes(false);
-  const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
-  LlamaModel m = LlamaModel::from_gguf(f);
+  LlamaModel m = tiny_model();
   const std::vector<int32_t> tokens = random_tokens(300, 6);
   EstimateConfig rr;
   rr.method = Estimator::rr;
@@ -477,9 +477,7 @@ TEST(Llm, ProbeTauSweepEqualsProbingEachTau) {
 // keep_previous (an experiment): at τ 1 every block is kept anyway, so the logits do not move; at
 // a low τ it adds blocks (density up) and only to the run that asks for it.
 TEST(Llm, KeepPreviousAddsTheBlockLeftOfTheDiagonal) {
-  const std::vector<uint8_t> bytes = tiny_llama_bytes(false);
-  const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
-  LlamaModel m = LlamaModel::from_gguf(f);
+  LlamaModel m = tiny_model();
   const std::vector<int32_t> tokens = random_tokens(300, 8);
   PrefillOptions po;
   po.method.estimate.method = Estimator::oracle;
