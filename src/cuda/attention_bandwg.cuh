@@ -205,9 +205,14 @@ struct BandWgWalk {
 // 64-79 (32-byte swizzle) of 64 rows of one head.
 // Variant 2 adds the output's two maps (same boxes and swizzles) and out_tma: whether they were
 // built (16-bit out whose rows the copy engine can address; otherwise every tile stores per thread).
+// units_h > 0: the q/k/v maps are 5-D over the merge-unit grid of a block_col order
+// (encode_block_col_map): logical row r of the order is unit r / 4 (unit row (r / 4) % units_h,
+// unit column (r / 4) / units_h) and row r % 4 inside it, and a 64-row tile is 16 units of one
+// unit column, one box; the producer then loads ordered tiles with the copy engine too.
 struct BandWgMaps {
   CUtensorMap q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, o_lo, o_hi;
   int out_tma;
+  int units_h;
 };
 
 namespace bandwg {
@@ -358,19 +363,21 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
   BandWgDesc* descs = reinterpret_cast<BandWgDesc*>(bandwg_smem + S::desc_offset);
 
   // v13: with a token order the producer warpgroup gathers rows with cp.async (see the ordered
-  // producer below), and every one of its 128 threads arrives on the full barriers.
+  // producer below), and every one of its 128 threads arrives on the full barriers; unless the
+  // order is a block_col walk the copy engine can follow (BandWgMaps::units_h).
   const bool ordered = p.order != nullptr;
+  const bool gather = ordered && maps.units_h == 0;
   if (tid == 0) {
     // The producer's arrival with the expected bytes (TMA), or one cp.async arrival per producer
-    // thread (ordered); q_full also takes thread 0's plain arrival after the tile's descriptor.
-    const uint32_t fills = ordered ? 128u : 1u;
+    // thread (gather); q_full also takes thread 0's plain arrival after the tile's descriptor.
+    const uint32_t fills = gather ? 128u : 1u;
     for (int i = 0; i < NSLOT; ++i) {
       wg::mbar_init(k_full(i), fills);
       wg::mbar_init(v_full(i), fills);
       wg::mbar_init(empty(i), 128 * NCONS);  // one arrival per consumer thread
     }
     for (int i = 0; i < QSLOT; ++i) {
-      wg::mbar_init(q_full(i), ordered ? fills + 1 : fills);
+      wg::mbar_init(q_full(i), gather ? fills + 1 : fills);
       wg::mbar_init(q_empty(i), 128);  // the tile's own consumer
     }
     wg::fence_proxy_async();  // the initialized barriers before the copy engine's first use
@@ -380,7 +387,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
   if (tid < 128) {
     // ================= producer warpgroup =================
     wg::setmaxnreg_dec<S::kProducerRegs>();
-    if (ordered) {
+    if (gather) {
       bandwg_gather_producer<D, E, NCONS>(p, first, last, descs, Qs, Ks, Vs, bars);
       return;
     }
@@ -388,9 +395,17 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     // 64 rows from packed row `row0` of one head into the tile layout (see kLoBytes): two boxes.
     // Rows past the tensor's end are zero-filled; rows past a sequence's end hold that tensor's next
     // rows, which no allowed (query, key) pair reads (masked scores are exactly 0 after the softmax).
+    // Ordered (block_col, BandWgMaps::units_h): `row0` is logical; its tile is the 16 merge units
+    // from unit row (row0 / 4) % units_h of unit column (row0 / 4) / units_h, rows in order.
     auto load = [&](T* dst, const CUtensorMap& lo, const CUtensorMap& hi, int head, int row0, uint32_t bar) {
       wg::mbar_arrive_expect_tx(bar, S::tile_elems * 2);
       const uint32_t d = smem_addr(dst);
+      if (ordered) {
+        const int unit = row0 >> 2, ur = unit % maps.units_h, uc = unit / maps.units_h;
+        wg::tma_load_5d(d, &lo, 0, head, 0, uc, ur, bar);
+        wg::tma_load_5d(d + kLoBytes, &hi, 64, head, 0, uc, ur, bar);
+        return;
+      }
       wg::tma_load_3d(d, &lo, 0, head, row0, bar);
       wg::tma_load_3d(d + kLoBytes, &hi, 64, head, row0, bar);
     };
@@ -909,6 +924,27 @@ inline cudaError_t encode_tile_map(CUtensorMap* map, const void* base, bool bf16
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// The 5-D map of a block_col order's tiles (BandWgMaps::units_h): dims (head dim, heads, 4 rows of
+// a merge unit, units_w unit columns, units_h unit rows) over the block_row storage, where unit
+// (ur, uc) holds packed rows 4 (ur · units_w + uc) .. + 3; box (box_cols, 1, 4, 1, 16): one 64-row
+// tile of the order, its rows in order (unit row, then row in the unit), the same shared-memory
+// layout as encode_tile_map's box.
+inline cudaError_t encode_block_col_map(CUtensorMap* map, const void* base, bool bf16, int d, int heads,
+                                        int units_h, int units_w, int64_t head_stride, int64_t tok_stride,
+                                        int box_cols, CUtensorMapSwizzle swizzle) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const cuuint64_t dims[5] = {cuuint64_t(d), cuuint64_t(heads), 4, cuuint64_t(units_w), cuuint64_t(units_h)};
+  const cuuint64_t strides[4] = {cuuint64_t(head_stride) * 2, cuuint64_t(tok_stride) * 2,
+                                 cuuint64_t(tok_stride) * 2 * 4, cuuint64_t(tok_stride) * 2 * 4 * units_w};
+  const cuuint32_t box[5] = {cuuint32_t(box_cols), 1, 4, 1, 16}, unit[5] = {1, 1, 1, 1, 1};
+  const CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 5,
+                            const_cast<void*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 // Virtual tiles (the tile kernel's varlen cover) cut into runs; grid (runs, heads_q), one CTA per
 // SM (~200 KB of shared memory). `run` <= 0 picks the length: the longest runs that still give
 // every SM work in one wave. V: the variant (ARIADNE_BANDWG_V, attention_cuda.cu): 1 (v11), 2
@@ -934,15 +970,23 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
     int heads;
     int64_t rows, head_stride, tok_stride;
   };
-  for (const Src& t : {Src{&maps.q_lo, &maps.q_hi, p.q, p.heads_q, p.total_q, p.q_head, p.q_tok},
-                       Src{&maps.k_lo, &maps.k_hi, p.k, heads_kv, p.total_k, p.k_head, p.k_tok},
-                       Src{&maps.v_lo, &maps.v_hi, p.v, heads_kv, p.total_k, p.v_head, p.v_tok}}) {
-    cudaError_t err = encode_tile_map(t.lo, t.base, bf16, D, t.heads, t.rows, t.head_stride, t.tok_stride, 64,
-                                      CU_TENSOR_MAP_SWIZZLE_128B);
-    if (err == cudaSuccess)
-      err = encode_tile_map(t.hi, t.base, bf16, D, t.heads, t.rows, t.head_stride, t.tok_stride, 16,
-                            CU_TENSOR_MAP_SWIZZLE_32B);
-    if (err != cudaSuccess) return err;
+  // A block_col order the copy engine can follow (FwdParams::order_units_h; the dispatcher checks
+  // the shape): 5-D maps, BandWgMaps::units_h; other orders gather (units_h 0, maps unused).
+  const bool block_col = p.order != nullptr && p.order_units_h > 0;
+  maps.units_h = block_col ? p.order_units_h : 0;
+  if (p.order == nullptr || block_col) {
+    for (const Src& t : {Src{&maps.q_lo, &maps.q_hi, p.q, p.heads_q, p.total_q, p.q_head, p.q_tok},
+                         Src{&maps.k_lo, &maps.k_hi, p.k, heads_kv, p.total_k, p.k_head, p.k_tok},
+                         Src{&maps.v_lo, &maps.v_hi, p.v, heads_kv, p.total_k, p.v_head, p.v_tok}}) {
+      const auto encode = [&](CUtensorMap* m, int cols, CUtensorMapSwizzle sw) {
+        return block_col ? encode_block_col_map(m, t.base, bf16, D, t.heads, p.order_units_h, p.order_units_w,
+                                                t.head_stride, t.tok_stride, cols, sw)
+                         : encode_tile_map(m, t.base, bf16, D, t.heads, t.rows, t.head_stride, t.tok_stride, cols, sw);
+      };
+      cudaError_t err = encode(t.lo, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+      if (err == cudaSuccess) err = encode(t.hi, 16, CU_TENSOR_MAP_SWIZZLE_32B);
+      if (err != cudaSuccess) return err;
+    }
   }
   if constexpr (V2) {
     // The output's maps, for 16-bit out whose layout the copy engine can address (16-byte aligned
