@@ -381,7 +381,10 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
 // V = 1 (v11), 2 (v11e) or 3 (v14: variant 2 with three consumer warpgroups; a 4-chunk tile's S
 // in two passes of 2 chunks with a rescale, so that it fits the consumers' 152 registers; S and
 // P·V latencies overlapped inside the consumer, OVL).
-template <int D, class E, int V>
+// BC (v24, variant 3 only): a block_col order whose tiles the copy engine loads and stores through
+// 5-D maps (BandWgMaps::units_h); a separate instantiation, so that the storage order's code is
+// the same as without it.
+template <int D, class E, int V, bool BC = false>
 __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     attention_bandwg_kernel(const FwdParams p, const int run, const __grid_constant__ BandWgMaps maps) {
   static_assert(D == 80, "the tile layout splits the head dim as 64 + 16");
@@ -433,7 +436,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
   // producer below), and every one of its 128 threads arrives on the full barriers; unless the
   // order is a block_col walk the copy engine can follow (BandWgMaps::units_h).
   const bool ordered = p.order != nullptr;
-  const bool gather = ordered && maps.units_h == 0;
+  const bool gather = ordered && !BC;
   if (tid == 0) {
     // The producer's arrival with the expected bytes (TMA), or one cp.async arrival per producer
     // thread (gather); q_full also takes thread 0's plain arrival after the tile's descriptor.
@@ -467,7 +470,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     auto load = [&](T* dst, const CUtensorMap& lo, const CUtensorMap& hi, int head, int row0, uint32_t bar) {
       wg::mbar_arrive_expect_tx(bar, S::tile_elems * 2);
       const uint32_t d = smem_addr(dst);
-      if (ordered) {
+      if constexpr (BC) {
         const int unit = row0 >> 2, ur = unit % maps.units_h, uc = unit / maps.units_h;
         wg::tma_load_5d(d, &lo, 0, head, 0, uc, ur, bar);
         wg::tma_load_5d(d + kLoBytes, &hi, 64, head, 0, uc, ur, bar);
@@ -941,7 +944,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
         }
         if (p.lse != nullptr && tq == 0 && iq < cur.q_hi) {
           const int64_t lrow = int64_t(cur.q0) + iq;
-          p.lse[int64_t(h) * p.total_q + (ordered ? bandwg::block_col_row(lrow, maps.units_h, maps.units_w) : lrow)] =
+          p.lse[int64_t(h) * p.total_q + (BC ? bandwg::block_col_row(lrow, maps.units_h, maps.units_w) : lrow)] =
               row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
         }
       }
@@ -949,7 +952,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       wg::named_bar_sync(1 + cw, 128);
       if (tid % 128 == 0) {
         const int row0 = cur.q0 + cur.q_lo;
-        if (ordered) {  // v24: a block_col tile (gathered orders never get here): one 5-D box
+        if constexpr (BC) {  // v24: a block_col tile: one 5-D box
           const int unit = row0 >> 2, ur = unit % maps.units_h, uc = unit / maps.units_h;
           bandwg::tma_store_5d(&maps.o_lo, stage, 0, h, 0, uc, ur);
           bandwg::tma_store_5d(&maps.o_hi, stage + kLoBytes, 64, h, 0, uc, ur);
@@ -1006,9 +1009,9 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
         if (iq >= cur.q_hi) continue;
         const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
         // v13: logical row q0 + iq is stored at packed row order[q0 + iq] (out and LSE).
-        const int64_t srow = gather    ? int64_t(rows[(i % (2 * QSLOT)) * 64 + iq - cur.q_lo])
-                             : ordered ? bandwg::block_col_row(int64_t(cur.q0) + iq, maps.units_h, maps.units_w)
-                                       : int64_t(cur.q0) + iq;
+        const int64_t srow = gather ? int64_t(rows[(i % (2 * QSLOT)) * 64 + iq - cur.q_lo])
+                             : BC   ? bandwg::block_col_row(int64_t(cur.q0) + iq, maps.units_h, maps.units_w)
+                                    : int64_t(cur.q0) + iq;
         const int64_t orow = srow * p.o_tok + h * p.o_head;
 #pragma unroll
         for (int n8 = 0; n8 < D / 8; ++n8) {
@@ -1074,12 +1077,20 @@ template <int D, class E, int V>
 cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
   constexpr bool V2 = V >= 2;
   using S = BandWgShape<D, V == 3 ? 3 : 2>;
-  const auto kernel = attention_bandwg_kernel<D, E, V>;
+  // A block_col order the copy engine can follow (FwdParams::order_units_h; the dispatcher checks
+  // the shape; variant 3 only): the BC kernel and 5-D maps; other orders gather.
+  const bool block_col = V == 3 && p.order != nullptr && p.order_units_h > 0;
+  const auto kernel = block_col ? attention_bandwg_kernel<D, E, V, V == 3> : attention_bandwg_kernel<D, E, V>;
   constexpr size_t smem = V2 ? S::smem_bytes_v2 : S::smem_bytes;
   static const cudaError_t configured =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      cudaFuncSetAttribute(attention_bandwg_kernel<D, E, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (configured != cudaSuccess) return configured;
-  static const int slots = resident_cta_slots(kernel, S::threads, smem);
+  static const cudaError_t configured_bc =
+      V == 3 ? cudaFuncSetAttribute(attention_bandwg_kernel<D, E, V, V == 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem))
+             : cudaSuccess;
+  if (configured_bc != cudaSuccess) return configured_bc;
+  static const int slots = resident_cta_slots(attention_bandwg_kernel<D, E, V>, S::threads, smem);
   if (slots <= 0) return cudaErrorInvalidConfiguration;
   const int64_t runs = band_runs(p, S::BM, slots, run);
   const bool bf16 = std::is_same_v<E, Bf16>;
@@ -1091,9 +1102,6 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
     int heads;
     int64_t rows, head_stride, tok_stride;
   };
-  // A block_col order the copy engine can follow (FwdParams::order_units_h; the dispatcher checks
-  // the shape): 5-D maps, BandWgMaps::units_h; other orders gather (units_h 0, maps unused).
-  const bool block_col = p.order != nullptr && p.order_units_h > 0;
   maps.units_h = block_col ? p.order_units_h : 0;
   maps.units_w = block_col ? p.order_units_w : 0;
   if (p.order == nullptr || block_col) {

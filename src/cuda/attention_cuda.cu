@@ -300,10 +300,10 @@ void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
 
 // Whether a block_col hint lets the wgmma band kernel copy the ordered tiles with the copy engine:
 // one sequence (no cu_seqlens, or one) of grid.h x grid.w tokens, even sides, unit-grid height a multiple
-// of 16 (a 64-row tile is 16 units of one unit column), not switched off by
-// ARIADNE_BANDWG_TMA_ORDER=0 (read per call). Else the rows are gathered (v13).
+// of 16 (a 64-row tile is 16 units of one unit column), variant 3 (the default: v24's BC kernel),
+// not switched off by ARIADNE_BANDWG_TMA_ORDER=0 (read per call). Else the rows are gathered (v13).
 bool cuda_block_col_tiles(const AttentionParams& p, const int32_t* order, BlockColGrid grid) {
-  if (order == nullptr || grid.h <= 0 || grid.w <= 0) return false;
+  if (order == nullptr || grid.h <= 0 || grid.w <= 0 || cuda_bandwg_variant() != 3) return false;
   const char* env = std::getenv("ARIADNE_BANDWG_TMA_ORDER");
   if (env != nullptr && std::string(env) == "0") return false;
   const bool one_seq = p.pattern.cu_seqlens_q == nullptr || p.pattern.num_seqs == 1;
