@@ -211,6 +211,19 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
     };
     return timed_ms(stream, e0, e1, launches) / n;
   };
+  // Window cases on a square image also run over the column-major traversal of the grid (the
+  // token order of Ariadne's alternate layers) and over the identity order, both fused into the
+  // kernel's loads and stores via attention_cuda_ordered (empty: not such a case).
+  const int64_t side = int64_t(std::llround(std::sqrt(double(tokens))));
+  std::vector<int32_t> col_order, id_order;
+  if (batch == 1 && side * side == tokens && spec.dense.window_left != kUnbounded && !host.blocks.defined()) {
+    col_order.resize(size_t(tokens));
+    id_order.resize(size_t(tokens));
+    for (int64_t i = 0; i < tokens; ++i) {
+      col_order[size_t(i)] = int32_t((i % side) * side + i / side);
+      id_order[size_t(i)] = int32_t(i);
+    }
+  }
   // ARIADNE_BENCH_PROFILE=1 (scripts/ncu-kernel): no timing, 2 launches of each path instead,
   // storage order first, then (window cases on a square grid) the identity and the column-major
   // order, so a profiler's launch-skip picks one: 1, 3 or 5.
@@ -220,14 +233,15 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
     const auto timeline = [&](const char* path) {
 #if defined(ARIADNE_BANDWG_TIMELINE)
       check(cudaStreamSynchronize(stream), "timeline launch");
-      std::vector<unsigned long long> w(size_t(4096) * 64);
+      constexpr size_t kCtas = 4096, kWords = 128;  // attention_bandwg.cuh's timeline layout
+      std::vector<unsigned long long> w(kCtas * kWords);
       check(cuda::bandwg_timeline_read(w.data(), w.size()), "timeline read");
       const char* base = std::getenv("ARIADNE_BENCH_TIMELINE");
       if (base == nullptr || std::string(path) == "discard") return;
       std::ofstream f(std::string(base) + "." + id + "." + path + ".txt");
-      for (size_t c = 0; c < 4096; ++c) {
-        if (w[c * 64] == 0) continue;
-        for (size_t j = 0; j < 64; ++j) f << w[c * 64 + j] << (j + 1 < 64 ? ' ' : '\n');
+      for (size_t c = 0; c < kCtas; ++c) {
+        if (w[c * kWords] == 0) continue;
+        for (size_t j = 0; j < kWords; ++j) f << w[c * kWords + j] << (j + 1 < kWords ? ' ' : '\n');
       }
 #else
       (void)path;
@@ -238,14 +252,8 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
       attention(params[i % sets], Backend::cuda);
     }
     timeline("storage");
-    const int64_t side = int64_t(std::llround(std::sqrt(double(tokens))));
-    if (batch == 1 && side * side == tokens && spec.dense.window_left != kUnbounded && !host.blocks.defined()) {
-      std::vector<int32_t> id(tokens), col(tokens);
-      for (int64_t i = 0; i < tokens; ++i) {
-        id[i] = int32_t(i);
-        col[i] = int32_t((i % side) * side + i / side);
-      }
-      const DeviceBuffer d_id = DeviceBuffer::from_ints(id), d_col = DeviceBuffer::from_ints(col);
+    if (!col_order.empty()) {
+      const DeviceBuffer d_id = DeviceBuffer::from_ints(id_order), d_col = DeviceBuffer::from_ints(col_order);
       for (const DeviceBuffer* o : {&d_id, &d_col}) {
         for (int i = 0; i < 2; ++i) {
           if (i == 1) timeline("discard");
@@ -291,21 +299,15 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   };
   const double ms = time_graph([](const AttentionParams& p) { attention(p, Backend::cuda); });
 
-  // Window cases on a square image also run over the column-major traversal of the grid (the
-  // token order of Ariadne's alternate layers), fused into the loads via attention_cuda_ordered.
   double ms_colorder = 0, ms_idorder = 0;
-  const int64_t side = int64_t(std::llround(std::sqrt(double(tokens))));
-  if (batch == 1 && side * side == tokens && spec.dense.window_left != kUnbounded && !host.blocks.defined()) {
-    std::vector<int32_t> order(tokens);
-    for (int64_t i = 0; i < tokens; ++i) order[i] = int32_t((i % side) * side + i / side);
-    const DeviceBuffer d_order = DeviceBuffer::from_ints(order);
+  if (!col_order.empty()) {
+    const DeviceBuffer d_order = DeviceBuffer::from_ints(col_order);
     const auto* ord = static_cast<const int32_t*>(d_order.data());
     attention_cuda_ordered(params[0], ord);  // warm-up outside the capture
     ms_colorder = time_graph([&](const AttentionParams& p) { attention_cuda_ordered(p, ord); });
     // The same path over the identity order: what the fused-order code costs by itself (the
-    // gathering producer, per-thread output stores), apart from where the rows lie.
-    for (int64_t i = 0; i < tokens; ++i) order[i] = int32_t(i);
-    const DeviceBuffer d_id = DeviceBuffer::from_ints(order);
+    // gathering producer, the output's row copies), apart from where the rows lie.
+    const DeviceBuffer d_id = DeviceBuffer::from_ints(id_order);
     const auto* id_ord = static_cast<const int32_t*>(d_id.data());
     ms_idorder = time_graph([&](const AttentionParams& p) { attention_cuda_ordered(p, id_ord); });
   }

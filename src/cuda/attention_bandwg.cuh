@@ -221,15 +221,16 @@ struct BandWgMaps {
   int units_h, units_w;
 };
 
-// Timeline instrumentation (a diagnostic build only: -DARIADNE_BANDWG_TIMELINE; scripts/bandwg-timeline).
-// Per CTA 64 words: [0] %globaltimer at entry (ns), [1] clock64 at entry, [2] the SM; then per
-// consumer cw, its k-th tile and stamp s, word 3 + 20·cw + 4·k + s: clock64 (s 0) before the wait
-// for the tile's Q, (1) after it, (2) after the wait for its chunks, (3) before its epilogue. A
-// tile's epilogue ends at the next tile's stamp 0 (the end marker's included). The words live in
-// each translation unit's own copy (static): bandwg_timeline_read in attention_bandwg_d80.cu reads
-// the one its kernels write.
+// Timeline instrumentation (a diagnostic build only: cmake -DARIADNE_BANDWG_TIMELINE=ON;
+// scripts/bandwg-timeline). Per CTA 128 words: [0] %globaltimer at entry (ns), [1] clock64 at
+// entry, [2] the SM; then per consumer cw, its k-th tile (k < 5) and stamp s, word
+// 3 + 25·cw + 5·k + s: clock64 (s 0) before the wait for the tile's Q, (1) after it, (2) after the
+// waits for and releases of the chunks below the tile's first (variant 3), (3) after the wait for
+// the tile's own chunks, (4) before its epilogue. A tile's epilogue ends at the next tile's stamp 0
+// (the end marker's included). The words live in each translation unit's own copy (static):
+// bandwg_timeline_read in attention_bandwg_d80.cu reads the one its kernels write.
 #if defined(ARIADNE_BANDWG_TIMELINE)
-constexpr int kTimelineCtas = 4096, kTimelineWords = 64;
+constexpr int kTimelineCtas = 4096, kTimelineWords = 128, kTimelineStamps = 5;
 static __device__ unsigned long long g_bandwg_timeline[kTimelineCtas * kTimelineWords];
 __device__ __forceinline__ unsigned long long* timeline_cta() {
   const unsigned cta = blockIdx.y * gridDim.x + blockIdx.x;
@@ -238,7 +239,8 @@ __device__ __forceinline__ unsigned long long* timeline_cta() {
 #define ARIADNE_BANDWG_STAMP(k, s)                                                               \
   do {                                                                                           \
     unsigned long long* tl_ = timeline_cta();                                                    \
-    if (tl_ != nullptr && tid % 128 == 0 && (k) < 5) tl_[3 + 20 * cw + 4 * (k) + (s)] = clock64(); \
+    if (tl_ != nullptr && tid % 128 == 0 && (k) < 5)                                             \
+      tl_[3 + 5 * kTimelineStamps * cw + kTimelineStamps * (k) + (s)] = clock64();               \
   } while (0)
 #else
 #define ARIADNE_BANDWG_STAMP(k, s) \
@@ -555,8 +557,9 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       wait_chunks(cur.n_lo);
       for (; released < cur.n_lo; ++released) wg::mbar_arrive(empty(released % NSLOT));
     }
-    wait_chunks(cur.n_lo + cur.nc);
     ARIADNE_BANDWG_STAMP(i / NCONS, 2);
+    wait_chunks(cur.n_lo + cur.nc);
+    ARIADNE_BANDWG_STAMP(i / NCONS, 3);
     // v13: gathered tiles were written by cp.async (the generic proxy); wgmma reads through the
     // async proxy (as the wgmma kernel's cp.async tiles, attention_wgmma.cuh).
     if (gather) wg::fence_proxy_async();
@@ -894,7 +897,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       for (; released < cur.next_n_lo; ++released) wg::mbar_arrive(empty(released % NSLOT));
     }
 
-    ARIADNE_BANDWG_STAMP(i / NCONS, 3);
+    ARIADNE_BANDWG_STAMP(i / NCONS, 4);
     // Row r's final max m and sum l (summed over the quad), for both epilogues. A denominator sink
     // is one more key with no value, Z = exp(sink) + Σ exp(s): folded into m, l and the row's O.
     auto finish_row = [&](int r, float& m, float& l) {
