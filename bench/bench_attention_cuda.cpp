@@ -361,6 +361,7 @@ nlohmann::json run_stack(const nlohmann::json& jc, std::mt19937_64& rng) {
     Pattern pattern;
     SinkMode sink = SinkMode::none;
     const int32_t* order = nullptr;  // device; null: native order
+    BlockColGrid block_col;          // the column layers' order, for the copy-engine path
   };
   std::vector<Layer> layers;
   for (int i = 0; i < kLayers; ++i) {
@@ -371,7 +372,10 @@ nlohmann::json run_stack(const nlohmann::json& jc, std::mt19937_64& rng) {
     } else if (schedule == "ariadne" && i % 8 != 7) {
       l.pattern = Pattern::window(kWindow, kWindow);
       l.sink = SinkMode::denominator;
-      if (i % 8 >= 4) l.order = static_cast<const int32_t*>(d_col.data());
+      if (i % 8 >= 4) {
+        l.order = static_cast<const int32_t*>(d_col.data());
+        l.block_col = BlockColGrid{grid.h, grid.w};
+      }
     } else {
       ARIADNE_CHECK(schedule == "full" || schedule == "chunk" || schedule == "ariadne", id, ": schedule '",
                     schedule, "' is not full, chunk or ariadne");
@@ -413,7 +417,7 @@ nlohmann::json run_stack(const nlohmann::json& jc, std::mt19937_64& rng) {
     flops += 4.0 * kDim * kHeads * count_pairs(layers[i].pattern, n, n, 0, 64, 64).pairs;
   }
   auto stack = [&] {
-    for (int i = 0; i < kLayers; ++i) attention_cuda_ordered(params[i], layers[i].order);
+    for (int i = 0; i < kLayers; ++i) attention_cuda_ordered(params[i], layers[i].order, layers[i].block_col);
   };
   stack();  // warm-up
   check(cudaStreamSynchronize(stream), "warm-up");

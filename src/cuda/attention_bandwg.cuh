@@ -210,9 +210,15 @@ struct BandWgWalk {
 // built (16-bit out whose rows the copy engine can address; otherwise every tile stores per thread).
 // v21: out_rows: a call with a token order and 16-bit out whose rows start on 16 bytes: each tile's
 // O rows leave through the consumer's staging tile, one bulk copy per row to its packed row.
+// units_h > 0 (v16, v24): the q/k/v/o maps are 5-D over the merge-unit grid of a block_col order
+// (encode_block_col_map): logical row r of the order is unit r / 4 (unit row (r / 4) % units_h,
+// unit column (r / 4) / units_h) and row r % 4 inside it, and a 64-row tile is 16 units of one
+// unit column, one box; the producer then loads ordered tiles with the copy engine and (v24) the
+// epilogue stores them with it, as for the storage order.
 struct BandWgMaps {
   CUtensorMap q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, o_lo, o_hi;
   int out_tma, out_rows;
+  int units_h, units_w;
 };
 
 // Timeline instrumentation (a diagnostic build only: cmake -DARIADNE_BANDWG_TIMELINE=ON;
@@ -256,6 +262,19 @@ __device__ __forceinline__ void tma_store_3d(const void* map, uint32_t src, int 
 __device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
   asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
                : "memory");
+}
+// The same from a 5-D map (v24: a block_col order's tile, BandWgMaps::units_h).
+__device__ __forceinline__ void tma_store_5d(const void* map, uint32_t src, int c0, int c1, int c2, int c3, int c4) {
+  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4, %5}], [%6];\n" ::"l"(map),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(src)
+               : "memory");
+}
+// The packed row of logical row r of a block_col order over units_h x units_w merge units stored
+// in block_row order (BandWgMaps::units_h): unit r / 4 is unit row (r / 4) % units_h of unit column
+// (r / 4) / units_h, stored at unit ur · units_w + uc, four rows each.
+__device__ __forceinline__ int64_t block_col_row(int64_t r, int units_h, int units_w) {
+  const int64_t unit = r >> 2, ur = unit % units_h, uc = unit / units_h;
+  return 4 * (ur * units_w + uc) + (r & 3);
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
@@ -364,7 +383,10 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
 // V = 1 (v11), 2 (v11e) or 3 (v14: variant 2 with three consumer warpgroups; a 4-chunk tile's S
 // in two passes of 2 chunks with a rescale, so that it fits the consumers' 152 registers; S and
 // P·V latencies overlapped inside the consumer, OVL).
-template <int D, class E, int V>
+// BC (v24, variant 3 only): a block_col order whose tiles the copy engine loads and stores through
+// 5-D maps (BandWgMaps::units_h); a separate instantiation, so that the storage order's code is
+// the same as without it.
+template <int D, class E, int V, bool BC = false>
 __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     attention_bandwg_kernel(const FwdParams p, const int run, const __grid_constant__ BandWgMaps maps) {
   static_assert(D == 80, "the tile layout splits the head dim as 64 + 16");
@@ -413,19 +435,21 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
   int32_t* rows = reinterpret_cast<int32_t*>(bandwg_smem + S::rows_offset);  // v21, ordered calls
 
   // v13: with a token order the producer warpgroup gathers rows with cp.async (see the ordered
-  // producer below), and every one of its 128 threads arrives on the full barriers.
+  // producer below), and every one of its 128 threads arrives on the full barriers; unless the
+  // order is a block_col walk the copy engine can follow (BandWgMaps::units_h).
   const bool ordered = p.order != nullptr;
+  const bool gather = ordered && !BC;
   if (tid == 0) {
     // The producer's arrival with the expected bytes (TMA), or one cp.async arrival per producer
-    // thread (ordered); q_full also takes thread 0's plain arrival after the tile's descriptor.
-    const uint32_t fills = ordered ? 128u : 1u;
+    // thread (gather); q_full also takes thread 0's plain arrival after the tile's descriptor.
+    const uint32_t fills = gather ? 128u : 1u;
     for (int i = 0; i < NSLOT; ++i) {
       wg::mbar_init(k_full(i), fills);
       wg::mbar_init(v_full(i), fills);
       wg::mbar_init(empty(i), 128 * NCONS);  // one arrival per consumer thread
     }
     for (int i = 0; i < QSLOT; ++i) {
-      wg::mbar_init(q_full(i), ordered ? fills + 64 : fills);
+      wg::mbar_init(q_full(i), gather ? fills + 64 : fills);
       wg::mbar_init(q_empty(i), 128);  // the tile's own consumer
     }
     wg::fence_proxy_async();  // the initialized barriers before the copy engine's first use
@@ -435,7 +459,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
   if (tid < 128) {
     // ================= producer warpgroup =================
     wg::setmaxnreg_dec<S::kProducerRegs>();
-    if (ordered) {
+    if (gather) {
       bandwg_gather_producer<D, E, NCONS>(p, first, last, descs, rows, Qs, Ks, Vs, bars);
       return;
     }
@@ -443,9 +467,17 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     // 64 rows from packed row `row0` of one head into the tile layout (see kLoBytes): two boxes.
     // Rows past the tensor's end are zero-filled; rows past a sequence's end hold that tensor's next
     // rows, which no allowed (query, key) pair reads (masked scores are exactly 0 after the softmax).
+    // Ordered (block_col, BandWgMaps::units_h): `row0` is logical; its tile is the 16 merge units
+    // from unit row (row0 / 4) % units_h of unit column (row0 / 4) / units_h, rows in order.
     auto load = [&](T* dst, const CUtensorMap& lo, const CUtensorMap& hi, int head, int row0, uint32_t bar) {
       wg::mbar_arrive_expect_tx(bar, S::tile_elems * 2);
       const uint32_t d = smem_addr(dst);
+      if constexpr (BC) {
+        const int unit = row0 >> 2, ur = unit % maps.units_h, uc = unit / maps.units_h;
+        wg::tma_load_5d(d, &lo, 0, head, 0, uc, ur, bar);
+        wg::tma_load_5d(d + kLoBytes, &hi, 64, head, 0, uc, ur, bar);
+        return;
+      }
       wg::tma_load_3d(d, &lo, 0, head, row0, bar);
       wg::tma_load_3d(d + kLoBytes, &hi, 64, head, row0, bar);
     };
@@ -530,7 +562,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     ARIADNE_BANDWG_STAMP(i / NCONS, 3);
     // v13: gathered tiles were written by cp.async (the generic proxy); wgmma reads through the
     // async proxy (as the wgmma kernel's cp.async tiles, attention_wgmma.cuh).
-    if (ordered) wg::fence_proxy_async();
+    if (gather) wg::fence_proxy_async();
     rule.off = cur.off;
     rule.lk = cur.lk;
     int row_lo[2], row_hi[2];
@@ -887,7 +919,9 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     // sequence's partial last tile, f32 out, or no map) store per thread as in v11.
     bool tma_tile = false;
     if constexpr (V2)
-      tma_tile = maps.out_tma != 0 && !ordered &&  // v13: an order scatters rows: per thread
+      // v13: a gathered order scatters rows (per thread or v21's row copies); v24: block_col tiles
+      // are boxes of their 5-D map, stored like the storage order's.
+      tma_tile = maps.out_tma != 0 && !gather &&
                  (cur.q_hi - cur.q_lo == BM || int64_t(cur.q0) + cur.q_hi == p.total_q);
     if (tma_tile) {
       // ---- epilogue (V2): normalize, sink, LSE; O through shared memory and the copy engine ----
@@ -911,16 +945,24 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
                                      : uint32_t(kLoBytes + row * 32 + (((n8 - 8) ^ ((row >> 2) & 1)) << 4) + 4 * tq);
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(stage + at), "r"(val) : "memory");
         }
-        if (p.lse != nullptr && tq == 0 && iq < cur.q_hi)
-          p.lse[int64_t(h) * p.total_q + int64_t(cur.q0) + iq] =
+        if (p.lse != nullptr && tq == 0 && iq < cur.q_hi) {
+          const int64_t lrow = int64_t(cur.q0) + iq;
+          p.lse[int64_t(h) * p.total_q + (BC ? bandwg::block_col_row(lrow, maps.units_h, maps.units_w) : lrow)] =
               row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+        }
       }
       wg::fence_proxy_async();  // this thread's writes, before the copy engine (async proxy) reads them
       wg::named_bar_sync(1 + cw, 128);
       if (tid % 128 == 0) {
         const int row0 = cur.q0 + cur.q_lo;
-        bandwg::tma_store_3d(&maps.o_lo, stage, 0, h, row0);
-        bandwg::tma_store_3d(&maps.o_hi, stage + kLoBytes, 64, h, row0);
+        if constexpr (BC) {  // v24: a block_col tile: one 5-D box
+          const int unit = row0 >> 2, ur = unit % maps.units_h, uc = unit / maps.units_h;
+          bandwg::tma_store_5d(&maps.o_lo, stage, 0, h, 0, uc, ur);
+          bandwg::tma_store_5d(&maps.o_hi, stage + kLoBytes, 64, h, 0, uc, ur);
+        } else {
+          bandwg::tma_store_3d(&maps.o_lo, stage, 0, h, row0);
+          bandwg::tma_store_3d(&maps.o_hi, stage + kLoBytes, 64, h, row0);
+        }
         bandwg::bulk_commit();
       }
     } else if (V2 && maps.out_rows != 0) {
@@ -970,8 +1012,9 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
         if (iq >= cur.q_hi) continue;
         const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
         // v13: logical row q0 + iq is stored at packed row order[q0 + iq] (out and LSE).
-        const int64_t srow =
-            ordered ? int64_t(rows[(i % (2 * QSLOT)) * 64 + iq - cur.q_lo]) : int64_t(cur.q0) + iq;
+        const int64_t srow = gather ? int64_t(rows[(i % (2 * QSLOT)) * 64 + iq - cur.q_lo])
+                             : BC   ? bandwg::block_col_row(int64_t(cur.q0) + iq, maps.units_h, maps.units_w)
+                                    : int64_t(cur.q0) + iq;
         const int64_t orow = srow * p.o_tok + h * p.o_head;
 #pragma unroll
         for (int n8 = 0; n8 < D / 8; ++n8) {
@@ -1008,6 +1051,27 @@ inline cudaError_t encode_tile_map(CUtensorMap* map, const void* base, bool bf16
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// The 5-D map of a block_col order's tiles (BandWgMaps::units_h): dims (head dim, heads, 4 rows of
+// a merge unit, units_w unit columns, units_h unit rows) over the block_row storage, where unit
+// (ur, uc) holds packed rows 4 (ur · units_w + uc) .. + 3; box (box_cols, 1, 4, 1, 16): one 64-row
+// tile of the order, its rows in order (unit row, then row in the unit), the same shared-memory
+// layout as encode_tile_map's box.
+inline cudaError_t encode_block_col_map(CUtensorMap* map, const void* base, bool bf16, int d, int heads,
+                                        int units_h, int units_w, int64_t head_stride, int64_t tok_stride,
+                                        int box_cols, CUtensorMapSwizzle swizzle) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const cuuint64_t dims[5] = {cuuint64_t(d), cuuint64_t(heads), 4, cuuint64_t(units_w), cuuint64_t(units_h)};
+  const cuuint64_t strides[4] = {cuuint64_t(head_stride) * 2, cuuint64_t(tok_stride) * 2,
+                                 cuuint64_t(tok_stride) * 2 * 4, cuuint64_t(tok_stride) * 2 * 4 * units_w};
+  const cuuint32_t box[5] = {cuuint32_t(box_cols), 1, 4, 1, 16}, unit[5] = {1, 1, 1, 1, 1};
+  const CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 5,
+                            const_cast<void*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 // Virtual tiles (the tile kernel's varlen cover) cut into runs; grid (runs, heads_q), one CTA per
 // SM (~200 KB of shared memory). `run` <= 0 picks the length: the longest runs that still give
 // every SM work in one wave. V: the variant (ARIADNE_BANDWG_V, attention_cuda.cu): 1 (v11), 2
@@ -1016,12 +1080,20 @@ template <int D, class E, int V>
 cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
   constexpr bool V2 = V >= 2;
   using S = BandWgShape<D, V == 3 ? 3 : 2>;
-  const auto kernel = attention_bandwg_kernel<D, E, V>;
+  // A block_col order the copy engine can follow (FwdParams::order_units_h; the dispatcher checks
+  // the shape; variant 3 only): the BC kernel and 5-D maps; other orders gather.
+  const bool block_col = V == 3 && p.order != nullptr && p.order_units_h > 0;
+  const auto kernel = block_col ? attention_bandwg_kernel<D, E, V, V == 3> : attention_bandwg_kernel<D, E, V>;
   constexpr size_t smem = V2 ? S::smem_bytes_v2 : S::smem_bytes;
   static const cudaError_t configured =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      cudaFuncSetAttribute(attention_bandwg_kernel<D, E, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (configured != cudaSuccess) return configured;
-  static const int slots = resident_cta_slots(kernel, S::threads, smem);
+  static const cudaError_t configured_bc =
+      V == 3 ? cudaFuncSetAttribute(attention_bandwg_kernel<D, E, V, V == 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem))
+             : cudaSuccess;
+  if (configured_bc != cudaSuccess) return configured_bc;
+  static const int slots = resident_cta_slots(attention_bandwg_kernel<D, E, V>, S::threads, smem);
   if (slots <= 0) return cudaErrorInvalidConfiguration;
   const int64_t runs = band_runs(p, S::BM, slots, run);
   const bool bf16 = std::is_same_v<E, Bf16>;
@@ -1033,32 +1105,41 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
     int heads;
     int64_t rows, head_stride, tok_stride;
   };
-  for (const Src& t : {Src{&maps.q_lo, &maps.q_hi, p.q, p.heads_q, p.total_q, p.q_head, p.q_tok},
-                       Src{&maps.k_lo, &maps.k_hi, p.k, heads_kv, p.total_k, p.k_head, p.k_tok},
-                       Src{&maps.v_lo, &maps.v_hi, p.v, heads_kv, p.total_k, p.v_head, p.v_tok}}) {
-    cudaError_t err = encode_tile_map(t.lo, t.base, bf16, D, t.heads, t.rows, t.head_stride, t.tok_stride, 64,
-                                      CU_TENSOR_MAP_SWIZZLE_128B);
-    if (err == cudaSuccess)
-      err = encode_tile_map(t.hi, t.base, bf16, D, t.heads, t.rows, t.head_stride, t.tok_stride, 16,
-                            CU_TENSOR_MAP_SWIZZLE_32B);
-    if (err != cudaSuccess) return err;
+  maps.units_h = block_col ? p.order_units_h : 0;
+  maps.units_w = block_col ? p.order_units_w : 0;
+  if (p.order == nullptr || block_col) {
+    for (const Src& t : {Src{&maps.q_lo, &maps.q_hi, p.q, p.heads_q, p.total_q, p.q_head, p.q_tok},
+                         Src{&maps.k_lo, &maps.k_hi, p.k, heads_kv, p.total_k, p.k_head, p.k_tok},
+                         Src{&maps.v_lo, &maps.v_hi, p.v, heads_kv, p.total_k, p.v_head, p.v_tok}}) {
+      const auto encode = [&](CUtensorMap* m, int cols, CUtensorMapSwizzle sw) {
+        return block_col ? encode_block_col_map(m, t.base, bf16, D, t.heads, p.order_units_h, p.order_units_w,
+                                                t.head_stride, t.tok_stride, cols, sw)
+                         : encode_tile_map(m, t.base, bf16, D, t.heads, t.rows, t.head_stride, t.tok_stride, cols, sw);
+      };
+      cudaError_t err = encode(t.lo, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+      if (err == cudaSuccess) err = encode(t.hi, 16, CU_TENSOR_MAP_SWIZZLE_32B);
+      if (err != cudaSuccess) return err;
+    }
   }
   if constexpr (V2) {
     // The output's maps, for 16-bit out whose layout the copy engine can address (16-byte aligned
     // base and strides, strides increasing from head dim to heads to rows, as for q/k/v); else (or
     // if the encoder refuses) every tile stores per thread. Rows = total_q: the store clips the rest.
     const int64_t o_head = p.o_head, o_tok = p.o_tok;
-    if (p.order == nullptr && !p.out_f32 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && o_head % 8 == 0 && o_tok % 8 == 0 &&
-        o_head >= D && o_tok >= o_head * p.heads_q) {
-      cudaError_t err = encode_tile_map(&maps.o_lo, p.out, bf16, D, p.heads_q, p.total_q, o_head, o_tok, 64,
-                                        CU_TENSOR_MAP_SWIZZLE_128B);
-      if (err == cudaSuccess)
-        err = encode_tile_map(&maps.o_hi, p.out, bf16, D, p.heads_q, p.total_q, o_head, o_tok, 16,
-                              CU_TENSOR_MAP_SWIZZLE_32B);
+    // v24: a block_col order's output gets the 5-D maps of its q/k/v (one box per tile).
+    if ((p.order == nullptr || block_col) && !p.out_f32 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0 &&
+        o_head % 8 == 0 && o_tok % 8 == 0 && o_head >= D && o_tok >= o_head * p.heads_q) {
+      const auto encode = [&](CUtensorMap* m, int cols, CUtensorMapSwizzle sw) {
+        return block_col ? encode_block_col_map(m, p.out, bf16, D, p.heads_q, p.order_units_h, p.order_units_w,
+                                                o_head, o_tok, cols, sw)
+                         : encode_tile_map(m, p.out, bf16, D, p.heads_q, p.total_q, o_head, o_tok, cols, sw);
+      };
+      cudaError_t err = encode(&maps.o_lo, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+      if (err == cudaSuccess) err = encode(&maps.o_hi, 16, CU_TENSOR_MAP_SWIZZLE_32B);
       maps.out_tma = err == cudaSuccess ? 1 : 0;
     }
-    // v21: ordered calls copy O row by row (bulk copies need 16-byte aligned rows and base).
-    maps.out_rows = p.order != nullptr && !p.out_f32 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0 &&
+    // v21: gathered orders copy O row by row (bulk copies need 16-byte aligned rows and base).
+    maps.out_rows = p.order != nullptr && !block_col && !p.out_f32 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0 &&
                     o_head % 8 == 0 && o_tok % 8 == 0;
   }
   kernel<<<dim3(unsigned(runs), unsigned(p.heads_q)), S::threads, smem, stream>>>(p, run, maps);

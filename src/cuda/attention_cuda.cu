@@ -295,6 +295,23 @@ bool attention_cuda_supports(const AttentionParams& p, std::string* why) {
 void attention_cuda(const AttentionParams& p) { attention_cuda_ordered(p, p.order); }
 
 void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
+  attention_cuda_ordered(p, order, BlockColGrid{});
+}
+
+// Whether a block_col hint lets the wgmma band kernel copy the ordered tiles with the copy engine:
+// one sequence (no cu_seqlens, or one) of grid.h x grid.w tokens, even sides, unit-grid height a multiple
+// of 16 (a 64-row tile is 16 units of one unit column), variant 3 (the default: v24's BC kernel),
+// not switched off by ARIADNE_BANDWG_TMA_ORDER=0 (read per call). Else the rows are gathered (v13).
+bool cuda_block_col_tiles(const AttentionParams& p, const int32_t* order, BlockColGrid grid) {
+  if (order == nullptr || grid.h <= 0 || grid.w <= 0 || cuda_bandwg_variant() != 3) return false;
+  const char* env = std::getenv("ARIADNE_BANDWG_TMA_ORDER");
+  if (env != nullptr && std::string(env) == "0") return false;
+  const bool one_seq = p.pattern.cu_seqlens_q == nullptr || p.pattern.num_seqs == 1;
+  return one_seq && grid.h % 32 == 0 && grid.w % 2 == 0 && int64_t(grid.h) * grid.w == p.q.shape[0] &&
+         p.q.shape[0] == p.k.shape[0];
+}
+
+void attention_cuda_ordered(const AttentionParams& p, const int32_t* order, BlockColGrid block_col) {
   std::string why;
   ARIADNE_CHECK(attention_cuda_supports(p, &why), why);
   ARIADNE_CHECK(order == nullptr || p.q.shape[0] == p.k.shape[0], "cuda: a token order needs total_q == total_k (",
@@ -316,6 +333,10 @@ void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
   fp.out = p.out.data;
   fp.lse = p.lse.defined() ? static_cast<float*>(p.lse.data) : nullptr;
   fp.order = order;
+  if (cuda_block_col_tiles(p, order, block_col)) {
+    fp.order_units_h = block_col.h / 2;
+    fp.order_units_w = block_col.w / 2;
+  }
   fp.sink = p.sink_mode != SinkMode::none ? static_cast<const float*>(p.sink.data) : nullptr;
   fp.q_tok = p.q.stride[0];
   fp.q_head = p.q.stride[1];

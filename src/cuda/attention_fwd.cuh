@@ -54,6 +54,10 @@ struct FwdParams {
   int sink_kind;
   bool out_f32;
   Pattern pattern;
+  // With `order`: the merge-unit grid (units_h x units_w) when the order is known to be Qwen's
+  // block_col walk of one image stored in block_row order (merge 2; BlockColGrid in
+  // cuda/internal.hpp), which the wgmma band kernel copies with 5-D tensor maps; 0: unknown.
+  int order_units_h = 0, order_units_w = 0;
 };
 
 // Key tiles are at most this many rows; block-sparse blocks must be a multiple of it.

@@ -51,4 +51,19 @@ int cuda_bandwg_variant();
 // q, k, v and no scatter of out. The public route is AttentionParams::order; this entry overrides it.
 void attention_cuda_ordered(const AttentionParams& p, const int32_t* order);
 
+// What a fused `order` is, when the caller knows: order_conversion(block_row, block_col) of one
+// image of h x w patches, merge 2 (Qwen's storage order and MiMo's / Ariadne's column order; the
+// ariadne schedule's column layers). The wgmma band kernel then copies the ordered tiles with the
+// copy engine (5-D tensor maps over the merge-unit grid) instead of gathering rows, where one
+// sequence holds the h·w tokens and h / 2 is a multiple of 16; elsewhere the hint is ignored. The
+// hint is trusted (the order array must be that conversion: it still addresses the output and
+// LSE). {0, 0}: unknown.
+struct BlockColGrid {
+  int h = 0, w = 0;
+};
+void attention_cuda_ordered(const AttentionParams& p, const int32_t* order, BlockColGrid block_col);
+// Whether such a call takes the copy-engine path for its order (when it runs on the wgmma band
+// kernel: cuda_uses_bandwg); ARIADNE_BANDWG_TMA_ORDER=0 (read per call) keeps the gather.
+bool cuda_block_col_tiles(const AttentionParams& p, const int32_t* order, BlockColGrid block_col);
+
 }  // namespace ariadne

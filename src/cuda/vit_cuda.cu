@@ -22,6 +22,7 @@
 
 #include "ariadne/error.hpp"
 #include "backends.hpp"
+#include "cuda/internal.hpp"
 #include "cuda/nn_cuda.cuh"
 #include "cuda/vit_cuda.hpp"
 
@@ -365,7 +366,16 @@ EncodeResult encode_cuda(const VitWeights& weights, const std::vector<float>& pi
       // Full layers need no order: attention over a whole image is the same in any row order.
       const bool ordered = fused && spec.kind != LayerKind::full && spec.order != OrderKind::block_row;
       p.order = ordered ? conversion(OrderKind::block_row, spec.order) : nullptr;
-      attention(p, Backend::cuda);
+      const TokenOrder& col = order_of(spec.order);
+      if (ordered && spec.order == OrderKind::block_col && col.images() == 1 && col.merge == 2) {
+        // A block_col order of one image: the window kernel may copy its tiles with the copy
+        // engine (BlockColGrid, cuda/internal.hpp). validate() and attention_cuda_ordered's support
+        // check are what attention() runs first.
+        validate(p);
+        attention_cuda_ordered(p, p.order, BlockColGrid{col.grids[0].h, col.grids[0].w});
+      } else {
+        attention(p, Backend::cuda);
+      }
     }
     clock.mark(&tm.attention);
     if (options.on_attention) {

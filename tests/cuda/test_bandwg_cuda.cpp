@@ -27,6 +27,7 @@
 
 #include "ariadne/attention.hpp"
 #include "ariadne/device.hpp"
+#include "ariadne/order.hpp"
 #include "common.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/internal.hpp"
@@ -311,6 +312,100 @@ TEST_F(CudaBandWg, FusedTokenOrder) {
   f32.sink_mode = SinkMode::denominator;
   f32.sink_value = std::numeric_limits<float>::quiet_NaN();
   check_ordered(f32, column_major(300), true);
+}
+
+// One block_col case: against the gathered-and-scattered reference, then bit for bit between the
+// copy engine (ARIADNE_BANDWG_TMA_ORDER=1) and the gather (=0) on the same call.
+void check_block_col(const Grid& grid, const Pattern& w, int run, SinkMode mode, DType dt, int variant) {
+  const std::vector<int32_t> order =
+      order_conversion(make_order(OrderKind::block_row, {grid}), make_order(OrderKind::block_col, {grid}));
+  const EnvGuard restore("ARIADNE_BANDWG_V", variant_env(variant));
+  const RunLength scope(run);
+  Case c = wg_case("bandwg_blockcol_" + std::to_string(grid.h) + "x" + std::to_string(grid.w) + "_" + wname(w) +
+                       "_run" + std::to_string(run) + "_" + sink_mode_name(mode) + variant_suffix(variant),
+                   {int64_t(grid.tokens())}, dt, w);
+  c.sink_mode = mode;
+  c.sink_value = std::numeric_limits<float>::quiet_NaN();
+  c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
+  SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+  const testing::Inputs in = testing::make_inputs(c);
+  const OrderedReference want = ordered_reference(c, in, order);
+  DeviceCase d = upload(in);
+  const DeviceBuffer d_order = DeviceBuffer::from_ints(order);
+  const auto* ord = static_cast<const int32_t*>(d_order.data());
+  d.p.order = ord;
+  ASSERT_TRUE(cuda_uses_bandwg(d.p)) << "not routed to the wgmma band kernel";
+  d.p.order = nullptr;  // the order goes in through attention_cuda_ordered below
+  const BlockColGrid hint{grid.h, grid.w};
+  // Variant 3 (the default) takes the hint; variants 1 and 2 gather (both runs below then do).
+  ASSERT_EQ(cuda_block_col_tiles(d.p, ord, hint), variant == 3) << "the hint was not taken as expected";
+  std::vector<uint8_t> tma_out, tma_lse;
+  for (const char* path : {"1", "0"}) {  // copy engine, then the gather of v13
+    const EnvGuard tma("ARIADNE_BANDWG_TMA_ORDER", path);
+    ASSERT_EQ(cuda_block_col_tiles(d.p, ord, hint), variant == 3 && std::string(path) == "1");
+    DeviceBuffer out(c.dtype, want.out.shape());
+    DeviceBuffer lse(DType::f32, want.lse.shape());
+    out.fill_bytes(0xFF);  // NaN: an unwritten element fails
+    lse.fill_bytes(0xFF);
+    d.p.out = out.view();
+    d.p.lse = lse.view();
+    attention_cuda_ordered(d.p, ord, hint);
+    cuda_synchronize();
+    const Buffer out_h = out.to_host(), lse_h = lse.to_host();
+    if (tma_out.empty()) {
+      const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
+      EXPECT_TRUE(testing::close_enough("out", testing::compare(out_h.view(), want.out.view()), tol));
+      EXPECT_TRUE(testing::lse_close(lse_h.view(), want.lse.view(), tol));
+      tma_out = bytes_of(out_h);
+      tma_lse = bytes_of(lse_h);
+    } else {
+      EXPECT_TRUE(tma_out == bytes_of(out_h)) << "copy engine and gather differ (out)";
+      EXPECT_TRUE(tma_lse == bytes_of(lse_h)) << "copy engine and gather differ (lse)";
+    }
+  }
+}
+
+// A block_col order with its hint (BlockColGrid): the producer copies the ordered tiles with 5-D
+// tensor maps instead of gathering rows. Grids 32 x 34 (one 16-unit tile per unit column: 1088
+// tokens) and 64 x 32 (two per column: 2048) in Qwen's block_row storage, windows with 3- and
+// 4-chunk hulls, both sinks, GQA 8 over 2, bf16 and f16, every variant, run lengths 1 and the
+// launcher's choice: against the gathered-and-scattered reference, and bit for bit against the
+// gather path (ARIADNE_BANDWG_TMA_ORDER=0) of the same call (both fill the same tiles). The hint
+// is ignored, and rows gathered, where the shape does not allow it: varlen packs, an odd unit-grid
+// height.
+TEST_F(CudaBandWg, BlockColOrderOnTheCopyEngine) {
+  struct Shape {
+    int h, w;
+  };
+  int i = 0;
+  for (const Shape sh : {Shape{32, 34}, Shape{64, 32}})
+    for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(64, 65)})
+      for (int run : {0, 1}) {
+        const Grid grid{sh.h, sh.w};
+        const SinkMode mode = i % 3 == 0 ? SinkMode::none : i % 3 == 1 ? SinkMode::denominator : SinkMode::key0_bias;
+        const DType dt = i % 2 == 0 ? DType::bf16 : DType::f16;
+        ++i;
+        for (int variant : kVariants) check_block_col(grid, w, run, mode, dt, variant);
+      }
+  // Ignored hints: a two-image pack, a unit-grid height of 17, a grid that does not match the length.
+  Case pack = wg_case("bandwg_blockcol_pack", {1024, 1024}, DType::bf16, Pattern::window(64, 64));
+  const testing::Inputs in = testing::make_inputs(pack);
+  DeviceCase d = upload(in);
+  const DeviceBuffer d_order = DeviceBuffer::from_ints(column_major(2048));
+  const auto* ord = static_cast<const int32_t*>(d_order.data());
+  EXPECT_FALSE(cuda_block_col_tiles(d.p, ord, BlockColGrid{32, 64}));
+  Case odd = wg_case("bandwg_blockcol_odd", {34 * 32}, DType::bf16, Pattern::window(64, 64));
+  DeviceCase dodd = upload(testing::make_inputs(odd));
+  EXPECT_FALSE(cuda_block_col_tiles(dodd.p, ord, BlockColGrid{34, 32}));
+  EXPECT_FALSE(cuda_block_col_tiles(dodd.p, ord, BlockColGrid{32, 32}));
+  EXPECT_FALSE(cuda_block_col_tiles(dodd.p, nullptr, BlockColGrid{32, 34}));
+}
+
+// Small enough for compute-sanitizer: a 32 x 6 grid (192 tokens, three unit columns), both hulls,
+// run lengths 1 and the launcher's choice, the default variant (3).
+TEST_F(CudaBandWg, BlockColSmallForSanitizers) {
+  for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(64, 65)})
+    for (int run : {0, 1}) check_block_col(Grid{32, 6}, w, run, SinkMode::key0_bias, DType::bf16, 3);
 }
 
 TEST_F(CudaBandWg, OrderedSmallCasesForSanitizers) {
