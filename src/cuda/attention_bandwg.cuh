@@ -14,8 +14,9 @@
 //   - warpgroup 0, the producer: one thread walks the tiles, writes each tile's descriptor
 //     (BandWgDesc) next to its Q buffer, and has the copy engine (TMA tensor copies completing on
 //     mbarriers) bring the tile's Q into a ring of QSLOT buffers and the 64-key chunks of K and V
-//     the tile adds into a ring of NSLOT chunks, K and V on separate barriers so that S can start
-//     while V lands;
+//     the tile adds into a ring of NSLOT chunks, K and V of a chunk on one barrier (v26: the
+//     consumers waited for both before computing anyway, and every wait is a shared-memory
+//     synchronization op that costs ~50-100 cycles: bench/cuda-notes.md, v25);
 //   - warpgroups 1 and 2 take the walk's tiles alternately: S = Q·Kᵀ by wgmma m64n64k16 per chunk
 //     (both from shared memory), masks and a one-pass softmax in registers (the whole key hull is
 //     in one S, so no running max), P packed to 16 bits as the register A operand of O = P·V
@@ -104,9 +105,9 @@ struct BandWgShape {
   static constexpr int C = D / 8;    // 16-byte pieces (core-matrix columns) per row
   static constexpr int tile_elems = 64 * D;
   // QSLOT Q tiles, NSLOT K chunks, NSLOT V chunks, then the mbarriers (8 bytes each):
-  // k_full[NSLOT], v_full[NSLOT], empty[NSLOT], q_full[QSLOT], q_empty[QSLOT].
+  // full[NSLOT] (K and V of a chunk, v26), empty[NSLOT], q_full[QSLOT], q_empty[QSLOT].
   static constexpr size_t bar_offset = size_t(QSLOT + 2 * NSLOT) * tile_elems * 2;
-  static constexpr size_t desc_offset = bar_offset + 8 * (3 * NSLOT + 2 * QSLOT);
+  static constexpr size_t desc_offset = bar_offset + 8 * (2 * NSLOT + 2 * QSLOT);
   // + one BandWgDesc per Q buffer, then (v21) the packed rows of the last 2 x QSLOT tiles of an
   // ordered call: tile i's in entry i mod 2·QSLOT, for its consumer's epilogue.
   static constexpr size_t rows_offset = desc_offset + 64 * QSLOT;
@@ -224,13 +225,15 @@ struct BandWgMaps {
 // Timeline instrumentation (a diagnostic build only: cmake -DARIADNE_BANDWG_TIMELINE=ON;
 // scripts/bandwg-timeline). Per CTA 128 words: [0] %globaltimer at entry (ns), [1] clock64 at
 // entry, [2] the SM; then per consumer cw, its k-th tile (k < 5) and stamp s, word
-// 3 + 25·cw + 5·k + s: clock64 (s 0) before the wait for the tile's Q, (1) after it, (2) after the
+// 3 + 40·cw + 8·k + s: clock64 (s 0) before the wait for the tile's Q, (1) after it, (2) after the
 // waits for and releases of the chunks below the tile's first (variant 3), (3) after the wait for
-// the tile's own chunks, (4) before its epilogue. A tile's epilogue ends at the next tile's stamp 0
-// (the end marker's included). The words live in each translation unit's own copy (static):
+// the tile's own chunks, (4) before its epilogue; in the copy engine's epilogue (5) after the wait
+// for the staging tile and the first barrier, (6) after the writes to it (0 where the epilogue is
+// another; word 7 unused). A tile's epilogue ends at the next tile's stamp 0 (the end marker's
+// included). The words live in each translation unit's own copy (static):
 // bandwg_timeline_read in attention_bandwg_d80.cu reads the one its kernels write.
 #if defined(ARIADNE_BANDWG_TIMELINE)
-constexpr int kTimelineCtas = 4096, kTimelineWords = 128, kTimelineStamps = 5;
+constexpr int kTimelineCtas = 4096, kTimelineWords = 128, kTimelineStamps = 8;
 static __device__ unsigned long long g_bandwg_timeline[kTimelineCtas * kTimelineWords];
 __device__ __forceinline__ unsigned long long* timeline_cta() {
   const unsigned cta = blockIdx.y * gridDim.x + blockIdx.x;
@@ -308,11 +311,10 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
   constexpr int BM = S::BM, CK = S::CK, NSLOT = S::NSLOT, QSLOT = S::QSLOT;
   static_assert(S::C == 10, "two threads per row, 5 pieces each");
   constexpr uint32_t kLoBytes = 64 * 128;
-  auto k_full = [&](int s) { return bars + 8 * s; };
-  auto v_full = [&](int s) { return bars + 8 * (NSLOT + s); };
-  auto empty = [&](int s) { return bars + 8 * (2 * NSLOT + s); };
-  auto q_full = [&](int s) { return bars + 8 * (3 * NSLOT + s); };
-  auto q_empty = [&](int s) { return bars + 8 * (3 * NSLOT + QSLOT + s); };
+  auto full = [&](int s) { return bars + 8 * s; };
+  auto empty = [&](int s) { return bars + 8 * (NSLOT + s); };
+  auto q_full = [&](int s) { return bars + 8 * (2 * NSLOT + s); };
+  auto q_empty = [&](int s) { return bars + 8 * (2 * NSLOT + QSLOT + s); };
   const int tid = threadIdx.x;  // 0..127
   const int row = tid >> 1, half = tid & 1;
   const int h = blockIdx.y, kvh = h / p.group;
@@ -329,13 +331,12 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
   // The packed row of this thread's row of a tile whose row 0 is logical row row0 (valid rows
   // belong to the sequence; -1: zero-fill).
   auto packed = [&](int64_t row0, int valid) { return row < valid ? __ldg(p.order + row0 + row) : -1; };
-  auto copy = [&](T* dst, const T* head, int64_t stride, int src, uint32_t bar) {
+  auto copy = [&](T* dst, const T* head, int64_t stride, int src) {
     const uint32_t d = smem_addr(dst);
     const bool ok = src >= 0;
     const T* g = head + (ok ? int64_t(src) * stride : 0);
 #pragma unroll
     for (int j = 0; j < 5; ++j) cp_async16(d + at(j), g + 16 * j, ok);
-    wg::mbar_arrive_cp_async(bar);
   };
   BandWgWalk<BM, CK> walk(p.pattern, first, last, p.total_q, p.total_k);
   int i = 0;
@@ -345,7 +346,8 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
     const int qs = i % QSLOT;
     const int qsrc = packed(b.e.q0 + b.q_lo, b.q_hi - b.q_lo);  // before the wait
     if (i >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((i / QSLOT) - 1) & 1);
-    copy(Qs + qs * S::tile_elems, qg, p.q_tok, qsrc, q_full(qs));
+    copy(Qs + qs * S::tile_elems, qg, p.q_tok, qsrc);
+    wg::mbar_arrive_cp_async(q_full(qs));
     if (half == 0) {
       if (tid == 0)
         descs[qs] = BandWgDesc{int(b.e.q0), b.q_lo, b.q_hi, int(b.e.lk - b.e.lq), int(b.e.lk), b.c_lo, b.nc, b.n_lo,
@@ -357,8 +359,9 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
       const int n = b.n_lo + (x - b.c_lo), st = n % NSLOT;
       const int src = packed(b.e.k0 + int64_t(x) * CK, int(b.e.lk) - x * CK);  // before the wait
       if (n >= NSLOT) wg::mbar_wait(empty(st), uint32_t((n / NSLOT) - 1) & 1);
-      copy(Ks + st * S::tile_elems, kg, p.k_tok, src, k_full(st));
-      copy(Vs + st * S::tile_elems, vg, p.v_tok, src, v_full(st));
+      copy(Ks + st * S::tile_elems, kg, p.k_tok, src);
+      copy(Vs + st * S::tile_elems, vg, p.v_tok, src);
+      wg::mbar_arrive_cp_async(full(st));  // v26: K and V of the chunk on one barrier
     }
     b = nb;
   }
@@ -407,11 +410,10 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
   T* Ks = Qs + QSLOT * S::tile_elems;       // NSLOT chunks
   T* Vs = Ks + NSLOT * S::tile_elems;       // NSLOT chunks
   const uint32_t bars = smem_addr(bandwg_smem + S::bar_offset);
-  auto k_full = [&](int s) { return bars + 8 * s; };
-  auto v_full = [&](int s) { return bars + 8 * (NSLOT + s); };
-  auto empty = [&](int s) { return bars + 8 * (2 * NSLOT + s); };
-  auto q_full = [&](int s) { return bars + 8 * (3 * NSLOT + s); };
-  auto q_empty = [&](int s) { return bars + 8 * (3 * NSLOT + QSLOT + s); };
+  auto full = [&](int s) { return bars + 8 * s; };
+  auto empty = [&](int s) { return bars + 8 * (NSLOT + s); };
+  auto q_full = [&](int s) { return bars + 8 * (2 * NSLOT + s); };
+  auto q_empty = [&](int s) { return bars + 8 * (2 * NSLOT + QSLOT + s); };
 
   const Pattern& pat = p.pattern;
   const int tid = threadIdx.x;
@@ -444,8 +446,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     // thread (gather); q_full also takes thread 0's plain arrival after the tile's descriptor.
     const uint32_t fills = gather ? 128u : 1u;
     for (int i = 0; i < NSLOT; ++i) {
-      wg::mbar_init(k_full(i), fills);
-      wg::mbar_init(v_full(i), fills);
+      wg::mbar_init(full(i), fills);
       wg::mbar_init(empty(i), 128 * NCONS);  // one arrival per consumer thread
     }
     for (int i = 0; i < QSLOT; ++i) {
@@ -469,8 +470,9 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     // rows, which no allowed (query, key) pair reads (masked scores are exactly 0 after the softmax).
     // Ordered (block_col, BandWgMaps::units_h): `row0` is logical; its tile is the 16 merge units
     // from unit row (row0 / 4) % units_h of unit column (row0 / 4) / units_h, rows in order.
-    auto load = [&](T* dst, const CUtensorMap& lo, const CUtensorMap& hi, int head, int row0, uint32_t bar) {
-      wg::mbar_arrive_expect_tx(bar, S::tile_elems * 2);
+    auto load = [&](T* dst, const CUtensorMap& lo, const CUtensorMap& hi, int head, int row0, uint32_t bar,
+                    bool arrive = true) {
+      if (arrive) wg::mbar_arrive_expect_tx(bar, S::tile_elems * 2);
       const uint32_t d = smem_addr(dst);
       if constexpr (BC) {
         const int unit = row0 >> 2, ur = unit % maps.units_h, uc = unit / maps.units_h;
@@ -495,8 +497,10 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       for (int x = b.ld_lo; x < b.ld_hi; ++x) {
         const int n = b.n_lo + (x - b.c_lo), st = n % NSLOT;  // walk.ring(x) may have moved on
         if (n >= NSLOT) wg::mbar_wait(empty(st), uint32_t((n / NSLOT) - 1) & 1);
-        load(Ks + st * S::tile_elems, maps.k_lo, maps.k_hi, kvh, int(b.e.k0) + x * CK, k_full(st));
-        load(Vs + st * S::tile_elems, maps.v_lo, maps.v_hi, kvh, int(b.e.k0) + x * CK, v_full(st));
+        // v26: K and V of the chunk complete on one barrier (one arrival, both tiles' bytes).
+        wg::mbar_arrive_expect_tx(full(st), 2 * S::tile_elems * 2);
+        load(Ks + st * S::tile_elems, maps.k_lo, maps.k_hi, kvh, int(b.e.k0) + x * CK, full(st), false);
+        load(Vs + st * S::tile_elems, maps.v_lo, maps.v_hi, kvh, int(b.e.k0) + x * CK, full(st), false);
       }
       b = nb;
     }
@@ -524,15 +528,14 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
   constexpr uint32_t kTileBytes = S::tile_elems * 2;
   const uint32_t qs_addr = smem_addr(Qs), ks_addr = smem_addr(Ks), vs_addr = smem_addr(Vs);
 
-  int waited = 0;    // chunks [0, waited) have been waited on (K and V)
+  int waited = 0;    // chunks [0, waited) have been waited on
   int released = 0;  // chunks [0, released) have been released by this consumer
   // Waits on the full barriers of chunks [waited, n) in ring order (see the ring protocol).
   auto wait_chunks = [&](int n) {
     for (; waited < n; ++waited) {
       const int st = waited % NSLOT;
       const uint32_t par = uint32_t(waited / NSLOT) & 1;
-      wg::mbar_wait(k_full(st), par);
-      wg::mbar_wait(v_full(st), par);
+      wg::mbar_wait(full(st), par);
     }
   };
 
@@ -929,6 +932,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       // The previous TMA store from this staging tile must have finished reading it.
       if (tid % 128 == 0) bandwg::bulk_wait_read_all();
       wg::named_bar_sync(1 + cw, 128);
+      ARIADNE_BANDWG_STAMP(i / NCONS, 5);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float m, l;
@@ -951,6 +955,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
               row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
         }
       }
+      ARIADNE_BANDWG_STAMP(i / NCONS, 6);
       wg::fence_proxy_async();  // this thread's writes, before the copy engine (async proxy) reads them
       wg::named_bar_sync(1 + cw, 128);
       if (tid % 128 == 0) {
