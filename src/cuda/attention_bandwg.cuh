@@ -275,6 +275,15 @@ __device__ __forceinline__ void tma_store_5d(const void* map, uint32_t src, int 
 // The packed row of logical row r of a block_col order over units_h x units_w merge units stored
 // in block_row order (BandWgMaps::units_h): unit r / 4 is unit row (r / 4) % units_h of unit column
 // (r / 4) / units_h, stored at unit ur · units_w + uc, four rows each.
+// The 5-D box (unit column, unit row) of the block_col tile whose first logical row is row0: the
+// producer's loads and the epilogue's stores address it alike.
+struct BlockColBox {
+  int uc, ur;
+};
+__device__ __forceinline__ BlockColBox block_col_box(int row0, int units_h) {
+  const int unit = row0 >> 2;
+  return {unit / units_h, unit % units_h};
+}
 __device__ __forceinline__ int64_t block_col_row(int64_t r, int units_h, int units_w) {
   const int64_t unit = r >> 2, ur = unit % units_h, uc = unit / units_h;
   return 4 * (ur * units_w + uc) + (r & 3);
@@ -470,14 +479,13 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     // rows, which no allowed (query, key) pair reads (masked scores are exactly 0 after the softmax).
     // Ordered (block_col, BandWgMaps::units_h): `row0` is logical; its tile is the 16 merge units
     // from unit row (row0 / 4) % units_h of unit column (row0 / 4) / units_h, rows in order.
-    auto load = [&](T* dst, const CUtensorMap& lo, const CUtensorMap& hi, int head, int row0, uint32_t bar,
-                    bool arrive = true) {
-      if (arrive) wg::mbar_arrive_expect_tx(bar, S::tile_elems * 2);
+    // The caller arms `bar` with the bytes of every tile that completes on it (one arrival).
+    auto load = [&](T* dst, const CUtensorMap& lo, const CUtensorMap& hi, int head, int row0, uint32_t bar) {
       const uint32_t d = smem_addr(dst);
       if constexpr (BC) {
-        const int unit = row0 >> 2, ur = unit % maps.units_h, uc = unit / maps.units_h;
-        wg::tma_load_5d(d, &lo, 0, head, 0, uc, ur, bar);
-        wg::tma_load_5d(d + kLoBytes, &hi, 64, head, 0, uc, ur, bar);
+        const bandwg::BlockColBox box = bandwg::block_col_box(row0, maps.units_h);
+        wg::tma_load_5d(d, &lo, 0, head, 0, box.uc, box.ur, bar);
+        wg::tma_load_5d(d + kLoBytes, &hi, 64, head, 0, box.uc, box.ur, bar);
         return;
       }
       wg::tma_load_3d(d, &lo, 0, head, row0, bar);
@@ -490,17 +498,18 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       const BandWgTile nb = walk.next();  // one ahead: its first ring number bounds b's releases
       const int qs = i % QSLOT;
       if (i >= QSLOT) wg::mbar_wait(q_empty(qs), uint32_t((i / QSLOT) - 1) & 1);
-      // Written before the arrival on q_full(qs) (in load), which releases it to the consumer.
+      // Written before the arrival on q_full(qs), which releases it to the consumer.
       descs[qs] = BandWgDesc{int(b.e.q0), b.q_lo, b.q_hi, int(b.e.lk - b.e.lq), int(b.e.lk), b.c_lo, b.nc, b.n_lo,
                              nb.valid ? nb.n_lo : -1, 1};
+      wg::mbar_arrive_expect_tx(q_full(qs), S::tile_elems * 2);
       load(Qs + qs * S::tile_elems, maps.q_lo, maps.q_hi, h, int(b.e.q0) + b.q_lo, q_full(qs));
       for (int x = b.ld_lo; x < b.ld_hi; ++x) {
         const int n = b.n_lo + (x - b.c_lo), st = n % NSLOT;  // walk.ring(x) may have moved on
         if (n >= NSLOT) wg::mbar_wait(empty(st), uint32_t((n / NSLOT) - 1) & 1);
         // v26: K and V of the chunk complete on one barrier (one arrival, both tiles' bytes).
         wg::mbar_arrive_expect_tx(full(st), 2 * S::tile_elems * 2);
-        load(Ks + st * S::tile_elems, maps.k_lo, maps.k_hi, kvh, int(b.e.k0) + x * CK, full(st), false);
-        load(Vs + st * S::tile_elems, maps.v_lo, maps.v_hi, kvh, int(b.e.k0) + x * CK, full(st), false);
+        load(Ks + st * S::tile_elems, maps.k_lo, maps.k_hi, kvh, int(b.e.k0) + x * CK, full(st));
+        load(Vs + st * S::tile_elems, maps.v_lo, maps.v_hi, kvh, int(b.e.k0) + x * CK, full(st));
       }
       b = nb;
     }
@@ -961,9 +970,9 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       if (tid % 128 == 0) {
         const int row0 = cur.q0 + cur.q_lo;
         if constexpr (BC) {  // v24: a block_col tile: one 5-D box
-          const int unit = row0 >> 2, ur = unit % maps.units_h, uc = unit / maps.units_h;
-          bandwg::tma_store_5d(&maps.o_lo, stage, 0, h, 0, uc, ur);
-          bandwg::tma_store_5d(&maps.o_hi, stage + kLoBytes, 64, h, 0, uc, ur);
+          const bandwg::BlockColBox box = bandwg::block_col_box(row0, maps.units_h);
+          bandwg::tma_store_5d(&maps.o_lo, stage, 0, h, 0, box.uc, box.ur);
+          bandwg::tma_store_5d(&maps.o_hi, stage + kLoBytes, 64, h, 0, box.uc, box.ur);
         } else {
           bandwg::tma_store_3d(&maps.o_lo, stage, 0, h, row0);
           bandwg::tma_store_3d(&maps.o_hi, stage + kLoBytes, 64, h, row0);
