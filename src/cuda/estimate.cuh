@@ -84,7 +84,7 @@ struct SelectParams {
   bool last_row, sink, diagonal, forced_first;
 };
 
-// Largest key-block count of one row the selection sorts in shared memory.
+// Largest key-block count of one row the selection takes (16 per thread of its CTA).
 constexpr int kMaxSortBlocks = 4096;
 // Rows (sampled query strides) of one scoring CTA and key strides per chunk.
 constexpr int kScoreRows = 64;

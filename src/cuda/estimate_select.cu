@@ -3,11 +3,21 @@
 // memory (counts → exclusive scan → col_idx ascending). The rule is est's select_blocks
 // (src/estimate/estimate.cpp); the CPU estimator is the test oracle.
 //
-// Selection sorts the row exactly instead of searching for a threshold: a CTA per row, a bitonic
-// sort of (score descending, index ascending) keys in shared memory, a double prefix sum over the
-// sorted scores, and "keep while the mass before the block is < τ·total". Ties therefore break
-// by the lower index as on the CPU, and the kept set is the CPU's whenever no decision is within
-// rounding of the threshold. Rows have at most kMaxSortBlocks visible blocks (512K tokens at B 128).
+// The kept set is a prefix of the row in sort order (score descending, index ascending; forced
+// blocks first where their mass counts first): block i is kept when the mass of the blocks before
+// it in that order is < τ·total. So no sort is needed, only the last kept block: a CTA per row
+// finds it by a radix descent over the 48-bit sort keys (score bits, index), 8 bits a pass. Each
+// pass histograms, per digit, the count and the mass of the blocks still in the running range,
+// scans the 256 digits and keeps the last non-empty digit whose first block starts below τ·total;
+// the descent stops as soon as that digit holds one block. The masses are 64-bit fixed point
+// (every score scaled by one power of two per row so that the row's total fits in 63 bits, then
+// truncated: an error below 2^-38 of the total), so the sums are exact in any order: the kernel is
+// deterministic, and its decisions are the CPU's (double sums) whenever none is within rounding of
+// the threshold, and exactly the CPU's when the scores are dyadic (tests/cuda, crafted rows).
+// Rows have at most kMaxSortBlocks visible blocks (512K tokens at B 128).
+//
+// The bitonic sort this replaces moved 16 bytes of shared memory per key and step (55 steps at
+// 1024 blocks) and took ~1.2 ms at 128K tokens (docs/rrattention.md, "Selection: radix descent").
 #include <cub/device/device_scan.cuh>
 
 #include <cstdint>
@@ -18,14 +28,23 @@ namespace ariadne::cuda {
 namespace {
 
 constexpr int kSelectThreads = 256;
+constexpr int kSelectWarps = kSelectThreads / 32;
+static_assert(kSelectThreads == 256, "one histogram digit (8 bits) per thread");
 
-// Grid (total query blocks, heads_q). Shared: keys [np] u64, prefix sums [np] f64 (np: the row's
-// visible blocks rounded up to a power of two).
+// Grid (total query blocks, heads_q). PER: blocks of a row per thread (rows of up to 256·PER
+// blocks), registers for PER keys and masses; the launch takes the smallest that fits the longest
+// row, so short rows keep the occupancy of few registers.
+template <int PER>
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectParams p) {
-  extern __shared__ uint64_t sel_smem[];
-  __shared__ double part[kSelectThreads];
+  __shared__ unsigned long long h_mass[256];  // this pass's mass per digit (reset as it is read)
+  __shared__ unsigned h_cnt[256];             // and block count
+  __shared__ unsigned long long ex_mass[256]; // per digit: mass before the digit's first block
+  __shared__ unsigned ex_cnt[256];
+  __shared__ unsigned long long warp_tot[kSelectWarps];
+  __shared__ unsigned max_bits;
+  __shared__ int chosen[2];                   // the pass's digit, alternating (reset a pass ahead)
   __shared__ int kept;
-  const int gb = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  const int gb = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int s = p.qblock_seq[gb];
   const int64_t m = p.qblock_m[gb];
   const EstSeq e = p.seqs[s];
@@ -44,71 +63,112 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectParams p) 
     return;
   }
 
-  int np = 1;
-  while (np < n) np <<= 1;
-  uint64_t* keys = sel_smem;
-  double* cum = reinterpret_cast<double*>(sel_smem + np);
-  // Ascending keys = descending scores (scores are >= 0, so their bit patterns order like the
-  // values), then ascending index. XAttention's forced blocks sort first: their mass is counted
-  // before the greedy pass. Padding sorts last.
-  for (int i = tid; i < np; i += kSelectThreads) {
-    uint64_t key = ~uint64_t(0);
+  // This thread's blocks i = tid + 256·j: sort keys (ascending = the greedy's order) and scores.
+  // Scores are >= 0, so their bit patterns order like their values; XAttention's forced blocks
+  // take key 0 so that their mass is counted first.
+  uint64_t key[PER];
+  float val[PER];
+  unsigned mx = 0;
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = tid + j * kSelectThreads;
+    key[j] = 0;
+    val[j] = 0.f;
     if (i < n) {
-      const uint32_t hi = (p.forced_first && forced(i)) ? 0u : ~__float_as_uint(sc[i]);
-      key = (uint64_t(hi) << 32) | uint32_t(i);
+      val[j] = sc[i];
+      const unsigned bits = __float_as_uint(val[j]);
+      const uint32_t hi = (p.forced_first && forced(i)) ? 0u : ~bits;
+      key[j] = (uint64_t(hi) << 16) | uint32_t(i);
+      mx = bits > mx ? bits : mx;
     }
-    keys[i] = key;
+  }
+  h_mass[tid] = 0;
+  h_cnt[tid] = 0;
+  if (tid == 0) {
+    max_bits = 0;
+    chosen[0] = chosen[1] = -1;
+    kept = 0;
   }
   __syncthreads();
-  // Each step compares np / 2 disjoint pairs (i, i + j), i with bit j clear: pair q has
-  // i = (q with a zero inserted at bit log2 j), so every thread works on every pass (the loop
-  // over all np indices left half of them idle). Measured 1-9% faster, not the ~45% an
-  // instruction count predicted: the sort's issue slots are not what bounds the kernel
-  // (docs/rrattention.md, "Selection: pairs per step").
-  for (int k = 2; k <= np; k <<= 1)
-    for (int j = k >> 1, lj = __ffs(j) - 1; j > 0; j >>= 1, --lj) {
-      for (int q = tid; q < np / 2; q += kSelectThreads) {
-        const int i = ((q >> lj) << (lj + 1)) | (q & (j - 1));
-        const uint64_t a = keys[i], b = keys[i + j];
-        if ((a > b) == ((i & k) == 0)) {
-          keys[i] = b;
-          keys[i + j] = a;
-        }
+  if (mx != 0) atomicMax(&max_bits, mx);
+  __syncthreads();
+  // Fixed point: scores < 2^(x − 126) for the largest's exponent field x, scaled by 2^(177 − x)
+  // stay below 2^51, so 4096 of them sum below 2^63.
+  const int xf = int(max_bits >> 23);
+  const int scale = 177 - (xf == 0 ? 1 : xf);
+  uint64_t q[PER];
+#pragma unroll
+  for (int j = 0; j < PER; ++j) q[j] = __double2ull_rz(ldexp(double(val[j]), scale));
+
+  // Radix descent: the running range is the keys whose bits above `sh + 8` equal `prefix`;
+  // `below` is the mass of the keys under it. The last kept key lies in the range throughout.
+  uint64_t prefix = 0, upper = 0;
+  unsigned long long below = 0, need = 0;
+  bool any = true;
+  int pass = 0;
+  for (int sh = 40;; sh -= 8, ++pass) {
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const int i = tid + j * kSelectThreads;
+      if (i < n && (key[j] >> (sh + 8)) == prefix) {
+        const int d = int(key[j] >> sh) & 255;
+        atomicAdd(&h_mass[d], (unsigned long long)q[j]);
+        atomicAdd(&h_cnt[d], 1u);
       }
-      __syncthreads();
     }
-
-  // Inclusive prefix sum of the sorted scores in double: each thread a run, then the run totals.
-  const int per = (np + kSelectThreads - 1) / kSelectThreads;
-  const int b0 = min(tid * per, np), b1 = min(b0 + per, np);
-  double run = 0;
-  for (int i = b0; i < b1; ++i) {
-    run += i < n ? double(sc[uint32_t(keys[i])]) : 0.0;
-    cum[i] = run;
-  }
-  part[tid] = run;
-  __syncthreads();
-  for (int o = 1; o < kSelectThreads; o <<= 1) {
-    const double add = tid >= o ? part[tid - o] : 0.0;
     __syncthreads();
-    part[tid] += add;
+    if (tid == 0) chosen[(pass + 1) & 1] = -1;  // read by every thread before this pass's barrier
+    const unsigned long long mass = h_mass[tid];
+    const unsigned cnt = h_cnt[tid];
+    h_mass[tid] = 0;  // ready for the next pass (no thread reads another's digit here)
+    h_cnt[tid] = 0;
+    unsigned long long inc = mass;  // inclusive scan over the digits (digit = tid)
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const unsigned long long v = __shfl_up_sync(0xffffffffu, inc, o);
+      if (lane >= o) inc += v;
+    }
+    if (lane == 31) warp_tot[warp] = inc;
     __syncthreads();
+    unsigned long long before = 0, all = 0;
+#pragma unroll
+    for (int w = 0; w < kSelectWarps; ++w) {
+      const unsigned long long t = warp_tot[w];
+      before += w < warp ? t : 0ull;
+      all += t;
+    }
+    // First pass: every block is in the range, so `all` is the row's total; the greedy keeps
+    // block i while (mass before i) < τ·total, i.e. below ceil(τ·total) for integer masses.
+    if (pass == 0) need = __double2ull_ru(tau * double(all));
+    const unsigned long long start = below + before + inc - mass;
+    ex_mass[tid] = start;
+    ex_cnt[tid] = cnt;
+    if (cnt > 0 && start < need) atomicMax(&chosen[pass & 1], tid);
+    __syncthreads();
+    const int d = chosen[pass & 1];
+    if (d < 0) {  // no block starts below τ·total (an all-zero row): only the forced ones stay
+      any = false;
+      break;
+    }
+    below = ex_mass[d];
+    prefix = (prefix << 8) | uint64_t(d);
+    if (ex_cnt[d] == 1 || sh == 0) {
+      upper = (prefix + 1) << sh;  // keys below this are kept: the range's one block and all before
+      break;
+    }
   }
-  const double before = tid > 0 ? part[tid - 1] : 0.0;
-  for (int i = b0; i < b1; ++i) cum[i] += before;
-  if (tid == 0) kept = 0;
-  __syncthreads();
 
-  const double need = tau * cum[n - 1];
   int mine = 0;
-  for (int k = tid; k < n; k += kSelectThreads) {
-    const int idx = int(uint32_t(keys[k]));
-    const double mass_before = k > 0 ? cum[k - 1] : 0.0;
-    const bool kp = mass_before < need || forced(idx);
-    keep[idx] = kp ? 1 : 0;
-    mine += kp;
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = tid + j * kSelectThreads;
+    if (i < n) {
+      const bool kp = (any && key[j] < upper) || forced(i);
+      keep[i] = kp ? 1 : 0;
+      mine += kp;
+    }
   }
-  atomicAdd(&kept, mine);  // an integer count: the order of the additions does not matter
+  if (mine) atomicAdd(&kept, mine);  // an integer count: the order of the additions does not matter
   __syncthreads();
   if (tid == 0) p.counts[row] = kept;
 }
@@ -149,12 +209,12 @@ __global__ void head_counts_kernel(SelectParams p, int64_t* kept) {
 
 cudaError_t launch_select(const SelectParams& p, int64_t total_qblocks, int max_visible, cudaStream_t stream) {
   if (total_qblocks == 0) return cudaSuccess;
-  int np = 1;
-  while (np < max_visible) np <<= 1;
-  const size_t smem = size_t(np) * (sizeof(uint64_t) + sizeof(double));
-  cudaError_t err = cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (err != cudaSuccess) return err;
-  select_kernel<<<dim3(unsigned(total_qblocks), unsigned(p.heads_q)), kSelectThreads, smem, stream>>>(p);
+  if (max_visible > kMaxSortBlocks) return cudaErrorInvalidValue;  // the host refuses such rows first
+  const dim3 grid(unsigned(total_qblocks), unsigned(p.heads_q));
+  if (max_visible <= 4 * kSelectThreads)
+    select_kernel<4><<<grid, kSelectThreads, 0, stream>>>(p);
+  else
+    select_kernel<kMaxSortBlocks / kSelectThreads><<<grid, kSelectThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

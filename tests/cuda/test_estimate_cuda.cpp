@@ -30,6 +30,7 @@
 #include "ariadne/prefill.hpp"
 #include "common.hpp"
 #include "cuda/cuda_common.hpp"
+#include "cuda/estimate.cuh"
 
 namespace ariadne {
 namespace {
@@ -323,6 +324,131 @@ TEST_F(CudaEstimate, VarlenChunkedPrefillAndStridedViews) {
     cfg.protect = Protections{};  // no protections at all
     cfg.tau_per_head = {0.5, 0.7, 0.8, 0.9, 0.95, 0.99};
     check_config(in, d, cfg, std::string(estimator_name(e)) + " varlen, no protections, tau per head");
+  }
+}
+
+// The selection kernel alone on crafted rows, against the CPU's select_blocks, exactly: dyadic
+// scores (multiples of 2^-20 below 1, so both the CPU's double sums and the kernel's fixed-point
+// sums are exact) with ties, zeros, all-zero rows, one dominant block, rows of 1 to 4096 blocks
+// (both of the kernel's register widths), each τ, with and without the protections, RR's order
+// (protections OR-ed in) and XAttention's (forced blocks counted first), and the last-row rule.
+TEST_F(CudaEstimate, SelectionMatchesCpuOnCraftedRows) {
+  std::mt19937_64 rng(seed_base() ^ 0x5e1ec7ull);
+  SCOPED_TRACE("ARIADNE_TEST_SEED=" + std::to_string(seed_base()));
+  // Row lengths: the edges of both widths (1024 and 4096 blocks) and random ones.
+  std::vector<int> lens = {1, 2, 3, 31, 32, 33, 255, 256, 257, 1023, 1024, 1025, 2048, 4095, 4096};
+  for (int i = 0; i < 9; ++i) lens.push_back(1 + int(rng() % 4096));
+  enum Kind { kRandom, kTies, kSparse, kZeros, kDominant, kFlat };
+  for (const int width : {1024, 4096}) {
+    // One sequence, one query head per run; rows = query blocks. Rows longer than `width` run
+    // only in the wide launch (the kernel takes the width from the longest row).
+    std::vector<int> row_len;
+    std::vector<int> row_kind;
+    for (const int n : lens)
+      if (n <= width)
+        for (int k = kRandom; k <= kFlat; ++k) {
+          row_len.push_back(n);
+          row_kind.push_back(k);
+        }
+    if (width == 4096) {  // at least one row past 1024 makes the launch take the wide kernel
+      row_len.push_back(4096);
+      row_kind.push_back(kRandom);
+    }
+    const int rows = int(row_len.size());
+    std::vector<int64_t> ptr(size_t(rows) + 1, 0);
+    for (int r = 0; r < rows; ++r) ptr[size_t(r) + 1] = ptr[size_t(r)] + row_len[size_t(r)];
+    std::vector<float> scores(size_t(ptr.back()));
+    const float unit = std::ldexp(1.f, -20);
+    for (int r = 0; r < rows; ++r) {
+      float* sc = scores.data() + ptr[size_t(r)];
+      const int n = row_len[size_t(r)];
+      for (int i = 0; i < n; ++i) {
+        uint64_t v = 0;
+        switch (row_kind[size_t(r)]) {
+          case kRandom: v = rng() % (1u << 20); break;
+          case kTies: v = (1 + rng() % 6) << 12; break;          // six distinct values, many ties
+          case kSparse: v = rng() % 4 == 0 ? rng() % (1u << 18) : 0; break;
+          case kZeros: v = 0; break;
+          case kDominant: v = i == int(rng() % uint64_t(n)) ? (1u << 19) : rng() % 64; break;
+          case kFlat: v = 1u << 10; break;
+        }
+        sc[i] = float(v) * unit;
+      }
+    }
+    const std::vector<int32_t> qb_seq(size_t(rows), 0);
+    std::vector<int32_t> qb_m(static_cast<size_t>(rows));
+    std::iota(qb_m.begin(), qb_m.end(), 0);
+    cuda::EstSeq seq{};
+    seq.nqb = rows;  // row = row_base + h · nqb + m with h = 0
+
+    auto upload = [](const void* src, size_t bytes) {
+      DeviceBuffer b(DType::f32, {int64_t((bytes + 3) / 4 + 1)});
+      if (bytes) {
+        EXPECT_EQ(cudaMemcpy(b.data(), src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+      }
+      return b;
+    };
+    DeviceBuffer d_seq = upload(&seq, sizeof(seq)), d_qs = upload(qb_seq.data(), qb_seq.size() * 4),
+                 d_qm = upload(qb_m.data(), qb_m.size() * 4), d_ptr = upload(ptr.data(), ptr.size() * 8),
+                 d_sc = upload(scores.data(), scores.size() * 4);
+    DeviceBuffer d_keep(DType::f32, {ptr.back() / 4 + 1}), d_counts(DType::f32, {rows + 1}),
+        d_row_ptr(DType::f32, {rows + 1}), d_col(DType::f32, {ptr.back() + 1});
+
+    for (const double tau : {0.5, 0.9, 0.95, 0.999})
+      for (const int mode : {0, 1, 2, 3}) {  // protections none / RR's / XAttention's / RR's + last row
+        SCOPED_TRACE("width " + std::to_string(width) + ", tau " + std::to_string(tau) + ", mode " + std::to_string(mode));
+        DeviceBuffer d_tau = upload(&tau, sizeof(tau));
+        cuda::SelectParams sp{};
+        sp.seqs = static_cast<const cuda::EstSeq*>(d_seq.data());
+        sp.num_seqs = 1;
+        sp.qblock_seq = static_cast<const int32_t*>(d_qs.data());
+        sp.qblock_m = static_cast<const int32_t*>(d_qm.data());
+        sp.score_ptr = static_cast<const int64_t*>(d_ptr.data());
+        sp.scores = static_cast<const float*>(d_sc.data());
+        sp.tau = static_cast<const double*>(d_tau.data());
+        sp.keep = static_cast<uint8_t*>(d_keep.data());
+        sp.counts = static_cast<int32_t*>(d_counts.data());
+        sp.row_ptr = static_cast<const int32_t*>(d_row_ptr.data());
+        sp.col_idx = static_cast<int32_t*>(d_col.data());
+        sp.heads_q = 1;
+        sp.block = 128;
+        sp.sink = sp.diagonal = mode != 0;
+        sp.forced_first = mode == 2;
+        sp.last_row = mode == 3;
+        const int max_len = *std::max_element(row_len.begin(), row_len.end());
+        ASSERT_EQ(cudaMemset(d_counts.data(), 0, size_t(rows + 1) * 4), cudaSuccess);
+        ASSERT_EQ(cuda::launch_select(sp, rows, max_len, nullptr), cudaSuccess);
+        size_t scan_bytes = 0;
+        ASSERT_EQ(cuda::exclusive_scan(sp.counts, static_cast<int32_t*>(d_row_ptr.data()), rows + 1, nullptr,
+                                       scan_bytes, nullptr),
+                  cudaSuccess);
+        DeviceBuffer d_scan(DType::f32, {int64_t(scan_bytes / 4 + 1)});
+        ASSERT_EQ(cuda::exclusive_scan(sp.counts, static_cast<int32_t*>(d_row_ptr.data()), rows + 1, d_scan.data(),
+                                       scan_bytes, nullptr),
+                  cudaSuccess);
+        ASSERT_EQ(cuda::launch_compact(sp, rows, nullptr), cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<int32_t> rp(size_t(rows) + 1);
+        d_row_ptr.copy_to_host(rp.data(), rp.size() * 4);
+        std::vector<int32_t> col(size_t(rp.back()));
+        if (!col.empty()) d_col.copy_to_host(col.data(), col.size() * 4);
+        int bad = 0;
+        for (int r = 0; r < rows; ++r) {
+          const int n = row_len[size_t(r)];
+          std::vector<int32_t> forced;
+          if (sp.sink) forced.push_back(0);
+          if (sp.diagonal && n > 1) forced.push_back(n - 1);
+          const bool whole = sp.last_row && r == rows - 1;
+          const std::vector<int32_t> want = select_blocks(scores.data() + ptr[size_t(r)], n, whole ? 1.0 : tau,
+                                                          forced, sp.forced_first);
+          const std::vector<int32_t> got(col.begin() + rp[size_t(r)], col.begin() + rp[size_t(r) + 1]);
+          if (got != want && bad++ < 3)
+            ADD_FAILURE() << "row " << r << " (" << n << " blocks, kind " << row_kind[size_t(r)] << "): cuda keeps "
+                          << got.size() << " blocks " << list_str(got.data(), got.data() + std::min<size_t>(got.size(), 16))
+                          << ", cpu " << want.size() << " " << list_str(want.data(), want.data() + std::min<size_t>(want.size(), 16));
+        }
+        EXPECT_EQ(bad, 0) << "rows whose kept blocks differ from the CPU's, of " << rows;
+      }
   }
 }
 
