@@ -69,10 +69,13 @@ __device__ __forceinline__ void split_bf16(float x, __nv_bfloat16 (&t)[3]) {
 
 // RR sampling, part 1: K̄_j = Σ_{t<S} k_{jS+t} per KV head, f32, summed in t order as the CPU does
 // (so the sums are bit-identical to the CPU estimator's). Written as f32 (f32 scoring) or as its
-// three bf16 terms, zero-padded to dpad (tensor-core scoring). Grid (total_ks, heads_kv).
+// three bf16 terms, zero-padded to dpad (tensor-core scoring). Grid total_ks · heads_kv, KV heads
+// fastest: consecutive CTAs read the neighbouring heads of the same tokens, so each token row of
+// k is read whole while it is open (with strides fastest, each row was read in heads_kv pieces far
+// apart in time).
 __global__ void key_stride_sums_kernel(ScoreParams p) {
-  const int64_t x = blockIdx.x;
-  const int kvh = blockIdx.y;
+  const int64_t x = blockIdx.x / p.heads_kv;
+  const int kvh = int(blockIdx.x % p.heads_kv);
   const EstSeq e = p.seqs[seq_of_key_stride(p.seqs, p.num_seqs, x)];
   const int64_t j = x - e.ks_base;
   const int width = p.mma ? p.dpad : p.d;
@@ -1453,7 +1456,9 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
 cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream) {
   if (p.total_ks == 0) return cudaSuccess;
   const int threads = p.d < 128 ? ((p.d + 31) / 32) * 32 : 128;
-  key_stride_sums_kernel<<<dim3(unsigned(p.total_ks), unsigned(p.heads_kv)), threads, 0, stream>>>(p);
+  const int64_t ctas = p.total_ks * p.heads_kv;
+  if (ctas > int64_t(0x7fffffff)) return cudaErrorInvalidValue;  // past gridDim.x's limit: refused, not clamped
+  key_stride_sums_kernel<<<unsigned(ctas), threads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

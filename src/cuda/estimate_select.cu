@@ -36,8 +36,12 @@ static_assert(kSelectThreads == 256, "one histogram digit (8 bits) per thread");
 // row, so short rows keep the occupancy of few registers.
 template <int PER>
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectParams p) {
-  __shared__ unsigned long long h_mass[256];  // this pass's mass per digit (reset as it is read)
-  __shared__ unsigned h_cnt[256];             // and block count
+  // This pass's mass per digit in three 17-bit parts (a 51-bit mass; 4096 of a part stay below
+  // 2^29), so that the histogram takes native 32-bit shared atomics (a 64-bit add is a compare-
+  // and-swap loop, which the skewed digits of the first passes made spin), and the block count;
+  // reset as they are read.
+  __shared__ unsigned h_mass[3][256];
+  __shared__ unsigned h_cnt[256];
   __shared__ unsigned long long ex_mass[256]; // per digit: mass before the digit's first block
   __shared__ unsigned ex_cnt[256];
   __shared__ unsigned long long warp_tot[kSelectWarps];
@@ -82,7 +86,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectParams p) 
       mx = bits > mx ? bits : mx;
     }
   }
-  h_mass[tid] = 0;
+  h_mass[0][tid] = h_mass[1][tid] = h_mass[2][tid] = 0;
   h_cnt[tid] = 0;
   if (tid == 0) {
     max_bits = 0;
@@ -107,21 +111,41 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectParams p) 
   bool any = true;
   int pass = 0;
   for (int sh = 40;; sh -= 8, ++pass) {
+    // This thread's blocks in range, those with equal digits merged first (the first passes'
+    // digits are skewed: most of a row shares a few exponents), then one native 32-bit shared add
+    // per part and digit.
+    int dg[PER];
+    unsigned long long ms[PER];
+    unsigned ct[PER];
 #pragma unroll
-    for (int j = 0; j < PER; ++j) {
-      const int i = tid + j * kSelectThreads;
-      if (i < n && (key[j] >> (sh + 8)) == prefix) {
-        const int d = int(key[j] >> sh) & 255;
-        atomicAdd(&h_mass[d], (unsigned long long)q[j]);
-        atomicAdd(&h_cnt[d], 1u);
-      }
+    for (int a = 0; a < PER; ++a) {
+      const int i = tid + a * kSelectThreads;
+      dg[a] = i < n && (key[a] >> (sh + 8)) == prefix ? int(key[a] >> sh) & 255 : -1;
+      ms[a] = q[a];
+      ct[a] = 1;
+#pragma unroll
+      for (int b = 0; b < a; ++b)
+        if (dg[a] >= 0 && dg[b] == dg[a]) {
+          ms[b] += ms[a];
+          ct[b] += 1;
+          dg[a] = -1;
+        }
     }
+#pragma unroll
+    for (int a = 0; a < PER; ++a)
+      if (dg[a] >= 0) {
+        atomicAdd(&h_mass[0][dg[a]], unsigned(ms[a]) & 0x1ffffu);
+        atomicAdd(&h_mass[1][dg[a]], unsigned(ms[a] >> 17) & 0x1ffffu);
+        atomicAdd(&h_mass[2][dg[a]], unsigned(ms[a] >> 34));
+        atomicAdd(&h_cnt[dg[a]], ct[a]);
+      }
     __syncthreads();
     if (tid == 0) chosen[(pass + 1) & 1] = -1;  // read by every thread before this pass's barrier
-    const unsigned long long mass = h_mass[tid];
+    const unsigned long long mass = (unsigned long long)h_mass[0][tid] + ((unsigned long long)h_mass[1][tid] << 17) +
+                                    ((unsigned long long)h_mass[2][tid] << 34);
     const unsigned cnt = h_cnt[tid];
-    h_mass[tid] = 0;  // ready for the next pass (no thread reads another's digit here)
-    h_cnt[tid] = 0;
+    h_mass[0][tid] = h_mass[1][tid] = h_mass[2][tid] = 0;  // ready for the next pass (no thread reads
+    h_cnt[tid] = 0;                                         // another's digit here)
     unsigned long long inc = mass;  // inclusive scan over the digits (digit = tid)
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
