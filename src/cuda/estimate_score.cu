@@ -69,33 +69,18 @@ __device__ __forceinline__ void split_bf16(float x, __nv_bfloat16 (&t)[3]) {
 
 // RR sampling, part 1: K̄_j = Σ_{t<S} k_{jS+t} per KV head, f32, summed in t order as the CPU does
 // (so the sums are bit-identical to the CPU estimator's). Written as f32 (f32 scoring) or as its
-// three bf16 terms, zero-padded to dpad (tensor-core scoring). Grid total_ks · heads_kv, KV heads
-// fastest: consecutive CTAs read the neighbouring heads of the same tokens, so each token row of
-// k is read whole while it is open (with strides fastest, each row was read in heads_kv pieces far
-// apart in time).
+// three bf16 terms, zero-padded to dpad (tensor-core scoring). Grid (total_ks, heads_kv).
 __global__ void key_stride_sums_kernel(ScoreParams p) {
-  const int64_t x = blockIdx.x / p.heads_kv;
-  const int kvh = int(blockIdx.x % p.heads_kv);
+  const int64_t x = blockIdx.x;
+  const int kvh = blockIdx.y;
   const EstSeq e = p.seqs[seq_of_key_stride(p.seqs, p.num_seqs, x)];
   const int64_t j = x - e.ks_base;
   const int width = p.mma ? p.dpad : p.d;
-  // The stride's keys [t0, t1) inside the sequence; loaded 8 at a time, all 8 in flight before
-  // the first is added (one dependent load at a time left each CTA ~8 memory latencies long:
-  // 0.29 ms at 128K), then added in t order as before.
-  const int t1 = int(e.lk - j * p.stride < p.stride ? e.lk - j * p.stride : p.stride);
-  const int64_t row0 = e.k0 + j * p.stride;
   for (int u = threadIdx.x; u < width; u += blockDim.x) {
     float acc = 0.f;
     if (u < p.d)
-      for (int t0 = 0; t0 < t1; t0 += 8) {
-        float v[8];
-#pragma unroll
-        for (int t = 0; t < 8; ++t)
-          v[t] = t0 + t < t1 ? load_elem(p.k, (row0 + t0 + t) * p.k_tok + kvh * p.k_head + u, p.dtype) : 0.f;
-#pragma unroll
-        for (int t = 0; t < 8; ++t)
-          if (t0 + t < t1) acc += v[t];
-      }
+      for (int t = 0; t < p.stride && j * p.stride + t < e.lk; ++t)
+        acc += load_elem(p.k, (e.k0 + j * p.stride + t) * p.k_tok + kvh * p.k_head + u, p.dtype);
     if (p.mma) {
       __nv_bfloat16 parts[3];
       split_bf16(acc, parts);
@@ -1456,9 +1441,7 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
 cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream) {
   if (p.total_ks == 0) return cudaSuccess;
   const int threads = p.d < 128 ? ((p.d + 31) / 32) * 32 : 128;
-  const int64_t ctas = p.total_ks * p.heads_kv;
-  if (ctas > int64_t(0x7fffffff)) return cudaErrorInvalidValue;  // past gridDim.x's limit: refused, not clamped
-  key_stride_sums_kernel<<<unsigned(ctas), threads, 0, stream>>>(p);
+  key_stride_sums_kernel<<<dim3(unsigned(p.total_ks), unsigned(p.heads_kv)), threads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
