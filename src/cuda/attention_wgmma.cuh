@@ -45,6 +45,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "cuda/attention_fwd.cuh"
 #include "cuda/wgmma.cuh"
@@ -175,14 +176,21 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
       const int64_t row = pat.block_row(s, e, h, q_lo / B);
       const int32_t* cols = pat.blocks.col_idx + pat.blocks.row_ptr[row];
       const int cnt = pat.blocks.row_ptr[row + 1] - pat.blocks.row_ptr[row];
-      // Listed blocks [a, b) meet the range: sorted, so two binary searches bound them. The
-      // estimators list only visible blocks, so the whole row usually lies inside: two loads
-      // (its first and last entry) decide that, where the searches are ~2·log2(cnt) dependent
-      // loads at the start of every CTA (~18 at 128K).
-      const int lo_blk = int(range.lo) / B, hi_blk = (int(range.hi) + B - 1) / B;
-      const bool inside = cnt == 0 || (cols[0] >= lo_blk && cols[cnt - 1] < hi_blk);
-      const int a = inside ? 0 : lower_bound_i32(cols, cnt, lo_blk);
-      const int b = inside ? cnt : lower_bound_i32(cols, cnt, hi_blk);
+      // Listed blocks [a, b) meet the range: sorted, so two binary searches bound them. At
+      // head dim 128 (the LLM shapes) the row's first and last entry are tested first: the
+      // estimators list only visible blocks, so the whole row usually lies inside, and two loads
+      // replace ~2·log2(cnt) dependent ones at the start of every CTA (~18 at 128K). Not at the
+      // other head dims: the same lines changed the d 80 kernel's whole schedule
+      // (bench/cuda-notes.md, "Block-sparse rows bounded by their first and last entry").
+      const auto [a, b] = [&]() -> std::pair<int, int> {
+        if constexpr (D == 128) {
+          const int lo_blk = int(range.lo) / B, hi_blk = (int(range.hi) + B - 1) / B;
+          const bool inside = cnt == 0 || (cols[0] >= lo_blk && cols[cnt - 1] < hi_blk);
+          return {inside ? 0 : lower_bound_i32(cols, cnt, lo_blk), inside ? cnt : lower_bound_i32(cols, cnt, hi_blk)};
+        } else {
+          return {lower_bound_i32(cols, cnt, int(range.lo) / B), lower_bound_i32(cols, cnt, (int(range.hi) + B - 1) / B)};
+        }
+      }();
       if (a < b) {
         const int front = t_lo - cols[a] * per, back = cols[b - 1] * per + per - t_hi;
         tiles.cols = cols + a;
