@@ -85,7 +85,7 @@ struct SelectParams {
 };
 
 // Largest key-block count of one row the selection takes (16 per thread of its CTA).
-constexpr int kMaxSortBlocks = 4096;
+constexpr int kMaxSelectBlocks = 4096;
 // Rows (sampled query strides) of one scoring CTA and key strides per chunk.
 constexpr int kScoreRows = 64;
 constexpr int kScoreCols = 32;

@@ -303,9 +303,9 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
     }
     sbb.push_back(sbb.back() + int32_t(e.nqb));
   }
-  ARIADNE_CHECK(max_visible <= cuda::kMaxSortBlocks, "estimate (cuda): a query block sees ", max_visible,
-                " key blocks, more than the ", cuda::kMaxSortBlocks,
-                " the selection sorts in shared memory: raise the block size or use the cpu backend");
+  ARIADNE_CHECK(max_visible <= cuda::kMaxSelectBlocks, "estimate (cuda): a query block sees ", max_visible,
+                " key blocks, more than the ", cuda::kMaxSelectBlocks,
+                " a selection CTA holds in registers: raise the block size or use the cpu backend");
   ARIADNE_CHECK(g.total_ks < (int64_t(1) << 31) && g.rows < (int64_t(1) << 31),
                 "estimate (cuda): too many key strides or rows for 32-bit grids");
   const int64_t total_qblocks = int64_t(qb_seq.size());

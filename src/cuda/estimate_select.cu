@@ -14,7 +14,7 @@
 // truncated: an error below 2^-38 of the total), so the sums are exact in any order: the kernel is
 // deterministic, and its decisions are the CPU's (double sums) whenever none is within rounding of
 // the threshold, and exactly the CPU's when the scores are dyadic (tests/cuda, crafted rows).
-// Rows have at most kMaxSortBlocks visible blocks (512K tokens at B 128).
+// Rows have at most kMaxSelectBlocks visible blocks (512K tokens at B 128).
 //
 // The bitonic sort this replaces moved 16 bytes of shared memory per key and step (55 steps at
 // 1024 blocks) and took ~1.2 ms at 128K tokens (docs/rrattention.md, "Selection: radix descent").
@@ -36,10 +36,10 @@ static_assert(kSelectThreads == 256, "one histogram digit (8 bits) per thread");
 // row, so short rows keep the occupancy of few registers.
 template <int PER>
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectParams p) {
-  // This pass's mass per digit in three 17-bit parts (a 51-bit mass; 4096 of a part stay below
-  // 2^29), so that the histogram takes native 32-bit shared atomics (a 64-bit add is a compare-
-  // and-swap loop, which the skewed digits of the first passes made spin), and the block count;
-  // reset as they are read.
+  // This pass's mass per digit in three parts, bits 0-16, 17-33 and 34 up (a block's mass is below
+  // 2^51 and a row's total below 2^63, so each part's sum over a digit stays below 2^32), so that
+  // the histogram takes native 32-bit shared atomics (a 64-bit add is a compare-and-swap loop,
+  // which the skewed digits of the first passes made spin), and the block count; reset as read.
   __shared__ unsigned h_mass[3][256];
   __shared__ unsigned h_cnt[256];
   __shared__ unsigned long long ex_mass[256]; // per digit: mass before the digit's first block
@@ -233,12 +233,12 @@ __global__ void head_counts_kernel(SelectParams p, int64_t* kept) {
 
 cudaError_t launch_select(const SelectParams& p, int64_t total_qblocks, int max_visible, cudaStream_t stream) {
   if (total_qblocks == 0) return cudaSuccess;
-  if (max_visible > kMaxSortBlocks) return cudaErrorInvalidValue;  // the host refuses such rows first
+  if (max_visible > kMaxSelectBlocks) return cudaErrorInvalidValue;  // the host refuses such rows first
   const dim3 grid(unsigned(total_qblocks), unsigned(p.heads_q));
   if (max_visible <= 4 * kSelectThreads)
     select_kernel<4><<<grid, kSelectThreads, 0, stream>>>(p);
   else
-    select_kernel<kMaxSortBlocks / kSelectThreads><<<grid, kSelectThreads, 0, stream>>>(p);
+    select_kernel<kMaxSelectBlocks / kSelectThreads><<<grid, kSelectThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
