@@ -272,9 +272,6 @@ __device__ __forceinline__ void tma_store_5d(const void* map, uint32_t src, int 
                "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(src)
                : "memory");
 }
-// The packed row of logical row r of a block_col order over units_h x units_w merge units stored
-// in block_row order (BandWgMaps::units_h): unit r / 4 is unit row (r / 4) % units_h of unit column
-// (r / 4) / units_h, stored at unit ur · units_w + uc, four rows each.
 // The 5-D box (unit column, unit row) of the block_col tile whose first logical row is row0: the
 // producer's loads and the epilogue's stores address it alike.
 struct BlockColBox {
@@ -284,6 +281,9 @@ __device__ __forceinline__ BlockColBox block_col_box(int row0, int units_h) {
   const int unit = row0 >> 2;
   return {unit / units_h, unit % units_h};
 }
+// The packed row of logical row r of a block_col order over units_h x units_w merge units stored
+// in block_row order (BandWgMaps::units_h): unit r / 4 is unit row (r / 4) % units_h of unit column
+// (r / 4) / units_h, stored at unit ur · units_w + uc, four rows each.
 __device__ __forceinline__ int64_t block_col_row(int64_t r, int units_h, int units_w) {
   const int64_t unit = r >> 2, ur = unit % units_h, uc = unit / units_h;
   return 4 * (ur * units_w + uc) + (r & 3);

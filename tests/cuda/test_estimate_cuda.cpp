@@ -78,6 +78,15 @@ OnDevice upload(const Inputs& in) {
   return d;
 }
 
+// The blocks a row's protections force (sink: block 0; diagonal: its last visible block), as
+// select_blocks takes them.
+std::vector<int32_t> forced_blocks(bool sink, bool diagonal, int64_t n) {
+  std::vector<int32_t> forced;
+  if (sink) forced.push_back(0);
+  if (diagonal && n > 1) forced.push_back(int32_t(n - 1));
+  return forced;
+}
+
 // How close one row's selection came to going another way, from the (CPU) scores: the smallest
 // |mass before − τ·total| over the greedy decisions, and the gap between the last kept and the
 // first dropped score (a near-tie there could swap them; ties elsewhere leave the kept set alone,
@@ -152,9 +161,7 @@ void check_config(const Inputs& in, const OnDevice& d, const EstimateConfig& c, 
     const int64_t local = row - int64_t(want.mask.seq_block_base[size_t(s)]) * want.heads;
     const int h = int(local / nqb);
     const int64_t m = local % nqb;
-    std::vector<int32_t> forced;
-    if (prot.sink) forced.push_back(0);
-    if (prot.diagonal && n > 1) forced.push_back(int32_t(n - 1));
+    const std::vector<int32_t> forced = forced_blocks(prot.sink, prot.diagonal, n);
     const bool whole = (prot.last_row && m == nqb - 1) || c.tau_of(h) >= 1;
     const double margin =
         whole ? 1.0 : decision_margin(want.scores.data() + want.score_ptr[size_t(row)], n, c.tau_of(h), forced, forced_first);
@@ -388,8 +395,8 @@ TEST_F(CudaEstimate, SelectionMatchesCpuOnCraftedRows) {
       }
       return b;
     };
-    DeviceBuffer d_seq = upload(&seq, sizeof(seq)), d_qs = upload(qb_seq.data(), qb_seq.size() * 4),
-                 d_qm = upload(qb_m.data(), qb_m.size() * 4), d_ptr = upload(ptr.data(), ptr.size() * 8),
+    const DeviceBuffer d_qs = DeviceBuffer::from_ints(qb_seq), d_qm = DeviceBuffer::from_ints(qb_m);
+    DeviceBuffer d_seq = upload(&seq, sizeof(seq)), d_ptr = upload(ptr.data(), ptr.size() * 8),
                  d_sc = upload(scores.data(), scores.size() * 4);
     DeviceBuffer d_keep(DType::f32, {ptr.back() / 4 + 1}), d_counts(DType::f32, {rows + 1}),
         d_row_ptr(DType::f32, {rows + 1}), d_col(DType::f32, {ptr.back() + 1});
@@ -435,9 +442,7 @@ TEST_F(CudaEstimate, SelectionMatchesCpuOnCraftedRows) {
         int bad = 0;
         for (int r = 0; r < rows; ++r) {
           const int n = row_len[size_t(r)];
-          std::vector<int32_t> forced;
-          if (sp.sink) forced.push_back(0);
-          if (sp.diagonal && n > 1) forced.push_back(n - 1);
+          const std::vector<int32_t> forced = forced_blocks(sp.sink, sp.diagonal, n);
           const bool whole = sp.last_row && r == rows - 1;
           const std::vector<int32_t> want = select_blocks(scores.data() + ptr[size_t(r)], n, whole ? 1.0 : tau,
                                                           forced, sp.forced_first);
