@@ -15,7 +15,9 @@
 //                     the workspace unless an earlier, larger call already did)
 //   ms_sampling/scoring/selection  medians of the estimator's CUDA-event stage times
 //   ms_stage_sum      median of sampling + scoring + selection (the kernels, from the first stage
-//                     event to the last); ms_host_overhead = median of (wall − stage sum) per call
+//                     event to the last); ms_host_overhead = median of (wall − stage sum) per call;
+//                     of it ms_host_setup (before the first kernel is enqueued) and ms_host_finish
+//                     (after the final synchronization), EstimateStats' fields
 //   ms_result_free    median time to free the previous call's result (its device arrays), which
 //                     ms_estimate does not include (runs up to results v8 timed
 //                     `r = estimate(...)`: the estimate plus this)
@@ -230,7 +232,7 @@ int main(int argc, char** argv) {
           struct Timed {
             EstimateResult r;
             double first = 0;
-            std::vector<double> wall, samp, score, sel, stages, overhead, frees;
+            std::vector<double> wall, samp, score, sel, stages, overhead, frees, setup, finish;
           };
           const auto time_estimate = [&](const EstimateConfig& cfg) {
             const auto ms_since = [](std::chrono::steady_clock::time_point t) {
@@ -259,6 +261,8 @@ int main(int argc, char** argv) {
               t.sel.push_back(t.r.stats.ms_selection);
               t.stages.push_back(stage);
               t.overhead.push_back(w - stage);
+              t.setup.push_back(t.r.stats.ms_host_setup);
+              t.finish.push_back(t.r.stats.ms_host_finish);
             }
             return t;
           };
@@ -317,6 +321,8 @@ int main(int argc, char** argv) {
             o["ms_selection"] = median(t.sel);
             o["ms_stage_sum"] = median(t.stages);
             o["ms_host_overhead"] = median(t.overhead);
+            o["ms_host_setup"] = median(t.setup);
+            o["ms_host_finish"] = median(t.finish);
             o["ms_estimate_first"] = t.first;
             o["ms_result_free"] = median(t.frees);
             // The kernel that ran: mma3 / mma2 only where v3 / v2 covers the case (else the next
@@ -337,6 +343,8 @@ int main(int argc, char** argv) {
           j["speedup_vs_dense"] = ms_dense / (median(wall) + ms_attn);
           j["ms_estimate_pooled"] = median(pooled_t.wall);
           j["ms_host_overhead_pooled"] = median(pooled_t.overhead);
+          j["ms_host_setup_pooled"] = median(pooled_t.setup);
+          j["ms_host_finish_pooled"] = median(pooled_t.finish);
           j["ms_result_free_pooled"] = median(pooled_t.frees);
           j["ms_total_pooled"] = median(pooled_t.wall) + ms_attn;
           j["density"] = r.stats.density;

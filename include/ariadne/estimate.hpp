@@ -134,6 +134,10 @@ struct EstimateStats {
   // queries and summing key strides; xattn: re-laying q/k as stride rows; oracle: converting q/k
   // to f32); scoring: logits, softmax and block sums; selection: sorting, thresholds, the CSR.
   double ms_sampling = 0, ms_scoring = 0, ms_selection = 0, ms_total = 0;
+  // CUDA backend: host wall time before the first kernel is enqueued (geometry, tables,
+  // allocations, uploads; the device idles behind it) and after the final synchronization
+  // (statistics, host copies, workspace release): the parts of ms_total outside the stages.
+  double ms_host_setup = 0, ms_host_finish = 0;
   int64_t kept_blocks = 0;     // nonzeros of the mask
   int64_t visible_blocks = 0;  // causally visible (query block, key block) pairs, all heads
   double density = 0;          // kept / visible

@@ -49,6 +49,7 @@ struct ScoreParams {
   // Tensor-core scoring (mma.sync bf16, estimate_score.cu): on when true, else the f32 kernel.
   bool mma;
   int dpad;                     // d rounded up to 16 (the mma k step)
+  bool sums_scalar = false;     // rr: the scalar key-stride-sum kernel even where the vector one applies
   int qterms, kterms;           // bf16 terms of each operand: 1 bf16, 2 f16, 3 f32 (rr k: 3)
   // The v2 tensor-core kernel (docs/rrattention.md, "Scoring kernel v2"): only where
   // scores_v2_applies(); ksplit is then read as the same [heads_kv, total_ks, 3, dpad] array.

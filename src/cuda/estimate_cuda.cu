@@ -286,7 +286,16 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   const int spb = int(config.block / stride);
 
   EstimateResult r;
-  init_row_geometry(g, r);
+  // The result's host rows (score_ptr, row_queries: ~100-250 µs at 128K tokens, mostly fresh
+  // pages) are filled after the kernels are enqueued; what the device needs before (score_ptr)
+  // is computed straight into the pinned staging below, one visible count per (sequence, query
+  // block) repeated over the heads.
+  int64_t nvis_total = 0;
+  for (const Seq& e : g.seqs) {
+    int64_t per_head = 0;
+    for (int64_t m = 0; m < e.nqb; ++m) per_head += g.diag(e, m) + 1;
+    nvis_total += per_head * g.heads_q;
+  }
 
   // ---- host tables: sequences, query blocks ----
   std::vector<cuda::EstSeq> seqs;
@@ -309,7 +318,6 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   ARIADNE_CHECK(g.total_ks < (int64_t(1) << 31) && g.rows < (int64_t(1) << 31),
                 "estimate (cuda): too many key strides or rows for 32-bit grids");
   const int64_t total_qblocks = int64_t(qb_seq.size());
-  const int64_t nvis_total = r.score_ptr.back();
   std::vector<double> tau(size_t(g.heads_q));
   for (int h = 0; h < g.heads_q; ++h) tau[size_t(h)] = config.tau_of(h);
 
@@ -390,7 +398,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   const size_t tables_end = align_up(off_v3 + v3_ctas.size() * sizeof(int32_t));
   const size_t kept_bytes = size_t(g.heads_q) * sizeof(int64_t);
   const size_t off_score_ptr = tables_end;
-  const size_t score_ptr_bytes = r.score_ptr.size() * sizeof(int64_t);
+  const size_t score_ptr_bytes = size_t(g.rows + 1) * sizeof(int64_t);
   const size_t off_sbb = align_up(off_score_ptr + score_ptr_bytes);
   const size_t sbb_bytes = sbb.size() * sizeof(int32_t);
   const size_t off_kept = align_up(off_sbb + sbb_bytes);
@@ -441,7 +449,23 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   put(off_sbase, scratch_base.data(), scratch_base.size() * sizeof(int64_t));
   put(off_tau, tau.data(), tau.size() * sizeof(double));
   put(off_v3, v3_ctas.data(), v3_ctas.size() * sizeof(int32_t));
-  put(off_score_ptr, r.score_ptr.data(), score_ptr_bytes);
+  {
+    // score_ptr in row order (sequence, head, query block): the exclusive sum of visible blocks.
+    int64_t* sp_host = reinterpret_cast<int64_t*>(host + off_score_ptr);
+    std::vector<int64_t> vis_m;
+    int64_t acc = 0;
+    sp_host[0] = 0;
+    for (const Seq& e : g.seqs) {
+      vis_m.resize(size_t(e.nqb));
+      for (int64_t m = 0; m < e.nqb; ++m) vis_m[size_t(m)] = g.diag(e, m) + 1;
+      for (int h = 0; h < g.heads_q; ++h)
+        for (int64_t m = 0; m < e.nqb; ++m) {
+          acc += vis_m[size_t(m)];
+          sp_host[e.row_base + h * e.nqb + m + 1] = acc;
+        }
+    }
+    ARIADNE_CHECK(acc == nvis_total, "estimate (cuda): visible blocks ", acc, " against ", nvis_total);
+  }
   put(off_sbb, sbb.data(), sbb_bytes);
   const cudaStream_t st = nullptr;
   check(cudaMemcpyAsync(tables, host, tables_end, cudaMemcpyHostToDevice, st), "uploading the tables");
@@ -482,6 +506,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sp.qmul = scale / float(stride);
   sp.mma = use_mma;
   sp.dpad = dpad;
+  sp.sums_scalar = env_flag("ARIADNE_EST_SUMS_SCALAR");  // the scalar sums kernel, for comparison
   sp.qterms = qterms;
   sp.kterms = rr ? 3 : qterms;
   sp.ksplit = use_mma ? d_ksum : nullptr;
@@ -513,6 +538,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sel.diagonal = prot.diagonal;
   sel.forced_first = config.method == Estimator::xattn;
 
+  const auto t_setup = std::chrono::steady_clock::now();
   check(cudaEventRecord(ev.ev[0], st), "cudaEventRecord");
   if (rr) check(cuda::launch_key_stride_sums(sp, st), "key-stride sums");
   check(cudaEventRecord(ev.ev[1], st), "cudaEventRecord");
@@ -529,8 +555,20 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   check(cudaMemcpyAsync(host + off_kept, d_kept, kept_bytes, cudaMemcpyDeviceToHost, st), "reading the counts");
   check(cudaEventRecord(ev.ev[3], st), "cudaEventRecord");
 
-  // While the kernels run: the visible blocks per head and the multiply-add count of the cost
-  // model (as the CPU estimator counts).
+  // While the kernels run: the result's host rows (score_ptr from the staging, as uploaded), the
+  // visible blocks per head and the multiply-add count of the cost model (as the CPU estimator
+  // counts).
+  r.heads = g.heads_q;
+  {
+    const int64_t* sp_host = reinterpret_cast<const int64_t*>(host + off_score_ptr);
+    r.score_ptr.assign(sp_host, sp_host + g.rows + 1);
+    r.row_queries.resize(size_t(g.rows));
+    for (const Seq& e : g.seqs)
+      for (int64_t m = 0; m < e.nqb; ++m) {
+        const int32_t nq = int32_t(g.queries_in(e, m));
+        for (int h = 0; h < g.heads_q; ++h) r.row_queries[size_t(e.row_base + h * e.nqb + m)] = nq;
+      }
+  }
   EstimateStats& s = r.stats;
   const int64_t len = rr ? g.dim : stride * g.dim;
   std::vector<int64_t> vis(size_t(g.heads_q), 0);
@@ -545,6 +583,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
 
   check(cudaEventSynchronize(ev.ev[3]), "estimate");
   drain.armed = false;
+  const auto t_synced = std::chrono::steady_clock::now();
   s.ms_sampling = ev.ms(0, 1);
   s.ms_scoring = ev.ms(1, 2);
   s.tensor_core_scoring = use_mma;
@@ -582,6 +621,8 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
     if (pooled) DeviceBuffer::trim_stream_ordered_pool();  // pool blocks of earlier, freed results
   }
   s.ms_total = ms_since(t0);
+  s.ms_host_setup = std::chrono::duration<double, std::milli>(t_setup - t0).count();
+  s.ms_host_finish = ms_since(t_synced);
   return r;
 }
 

@@ -1000,5 +1000,98 @@ TEST_F(CudaEstimate, TensorCoreScoringV3SmallCasesForSanitizers) {
   }
 }
 
+
+// RR's key-stride sums K̄ (sampling, part 1): the vector kernel (16-bit keys in 16-byte vectors,
+// several loads in flight) against the scalar kernel (ScoreParams::sums_scalar) bit for bit, and
+// the f32 output against sums taken here in the same order (t = 0 .. S − 1 from 0). Sequences
+// whose last stride is partial, head dims with a zero-padded tail vector (72 → dpad 80), a stride
+// that is not a multiple of 8 (12: two load groups), token rows wider than the heads.
+TEST(CudaKeyStrideSums, VectorKernelEqualsScalarKernelAndHostSums) {
+  std::mt19937 rng{uint32_t(seed_base())};
+  std::uniform_real_distribution<float> uni(-3.f, 3.f);
+  const std::vector<int64_t> lens = {1000, 77, 5};
+  const int heads_kv = 3;
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int d : {128, 72})
+      for (int stride : {8, 12, 16})
+        for (int pad : {0, 8})
+          for (bool mma : {true, false}) {
+            SCOPED_TRACE(std::string(dtype_name(dt)) + " d " + std::to_string(d) + " S " + std::to_string(stride) +
+                         " pad " + std::to_string(pad) + (mma ? " bf16 terms" : " f32"));
+            const int64_t total_k = std::accumulate(lens.begin(), lens.end(), int64_t(0));
+            const int64_t k_tok = heads_kv * d + pad;
+            std::vector<uint16_t> kh(size_t(total_k * k_tok));
+            for (auto& x : kh) x = dt == DType::bf16 ? float_to_bf16(uni(rng)) : float_to_f16(uni(rng));
+            const auto kf = [&](int64_t i) { return dt == DType::bf16 ? bf16_to_float(kh[size_t(i)]) : f16_to_float(kh[size_t(i)]); };
+            std::vector<cuda::EstSeq> seqs;
+            int64_t k0 = 0, ks = 0;
+            for (int64_t l : lens) {
+              cuda::EstSeq e{};
+              e.k0 = k0;
+              e.lk = l;
+              e.nks = int32_t((l + stride - 1) / stride);
+              e.ks_base = int32_t(ks);
+              seqs.push_back(e);
+              k0 += l;
+              ks += e.nks;
+            }
+            const int dpad = (d + 15) / 16 * 16;
+            const int64_t out_elems = heads_kv * ks * (mma ? 3 * dpad : d);  // 2-byte terms or f32
+            DeviceBuffer kd(DType::f32, {int64_t(kh.size() + 1) / 2});
+            ASSERT_EQ(cudaMemcpy(kd.data(), kh.data(), kh.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+            DeviceBuffer sd(DType::f32, {int64_t(seqs.size() * sizeof(cuda::EstSeq) + 3) / 4});
+            ASSERT_EQ(cudaMemcpy(sd.data(), seqs.data(), seqs.size() * sizeof(cuda::EstSeq), cudaMemcpyHostToDevice), cudaSuccess);
+            std::vector<std::vector<uint8_t>> outs;
+            for (bool scalar : {true, false}) {
+              DeviceBuffer od(DType::f32, {out_elems});
+              // Poisoned: the kernels write every byte of the output.
+              ASSERT_EQ(cudaMemset(od.data(), 0xff, size_t(out_elems) * 4), cudaSuccess);
+              cuda::ScoreParams p{};
+              p.k = kd.data();
+              p.dtype = dt == DType::bf16 ? 1 : 2;
+              p.k_tok = k_tok;
+              p.k_head = d;
+              p.d = d;
+              p.dpad = dpad;
+              p.stride = stride;
+              p.heads_kv = heads_kv;
+              p.total_ks = ks;
+              p.seqs = static_cast<const cuda::EstSeq*>(sd.data());
+              p.num_seqs = int(seqs.size());
+              p.mma = mma;
+              (mma ? p.ksplit : reinterpret_cast<void*&>(p.ksum)) = od.data();
+              p.sums_scalar = scalar;
+              ASSERT_EQ(cuda::launch_key_stride_sums(p, nullptr), cudaSuccess);
+              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+              const size_t bytes = size_t(heads_kv * ks * (mma ? 3 * dpad * 2 : d * 4));
+              outs.emplace_back(bytes);
+              od.copy_to_host(outs.back().data(), bytes);
+            }
+            ASSERT_EQ(outs[0], outs[1]) << "vector and scalar kernels differ";
+            // Host sums in the kernels' order; f32 output exactly, bf16 terms: the first term is
+            // the sum rounded to bf16 and the padding columns are zero.
+            for (int h = 0; h < heads_kv; ++h)
+              for (const cuda::EstSeq& e : seqs)
+                for (int64_t j = 0; j < e.nks; ++j)
+                  for (int u = 0; u < (mma ? dpad : d); ++u) {
+                    float acc = 0.f;
+                    if (u < d)
+                      for (int64_t t = 0; t < stride && j * stride + t < e.lk; ++t)
+                        acc += kf((e.k0 + j * stride + t) * k_tok + h * d + u);
+                    const int64_t x = e.ks_base + j;
+                    if (mma) {
+                      uint16_t hi;
+                      std::memcpy(&hi, outs[1].data() + size_t(((h * ks + x) * 3 * dpad + u) * 2), 2);
+                      ASSERT_EQ(hi, float_to_bf16(acc)) << "head " << h << " stride row " << x << " col " << u;
+                    } else {
+                      float got;
+                      std::memcpy(&got, outs[1].data() + size_t(((h * ks + x) * d + u) * 4), 4);
+                      ASSERT_EQ(std::memcmp(&got, &acc, 4), 0)
+                          << "head " << h << " stride row " << x << " col " << u << ": " << got << " vs " << acc;
+                    }
+                  }
+          }
+}
+
 }  // namespace
 }  // namespace ariadne
