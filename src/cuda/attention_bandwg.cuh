@@ -1119,19 +1119,25 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
     int heads;
     int64_t rows, head_stride, tok_stride;
   };
+  // A tensor's two maps (columns 0-63 with the 128-byte swizzle, 64-79 with the 32-byte one):
+  // tiles of rows, or the 5-D merge-unit boxes of a block_col order.
+  const auto encode_pair = [&](const Src& t) {
+    const auto encode = [&](CUtensorMap* m, int cols, CUtensorMapSwizzle sw) {
+      return block_col ? encode_block_col_map(m, t.base, bf16, D, t.heads, p.order_units_h, p.order_units_w,
+                                              t.head_stride, t.tok_stride, cols, sw)
+                       : encode_tile_map(m, t.base, bf16, D, t.heads, t.rows, t.head_stride, t.tok_stride, cols, sw);
+    };
+    cudaError_t err = encode(t.lo, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+    if (err == cudaSuccess) err = encode(t.hi, 16, CU_TENSOR_MAP_SWIZZLE_32B);
+    return err;
+  };
   maps.units_h = block_col ? p.order_units_h : 0;
   maps.units_w = block_col ? p.order_units_w : 0;
   if (p.order == nullptr || block_col) {
     for (const Src& t : {Src{&maps.q_lo, &maps.q_hi, p.q, p.heads_q, p.total_q, p.q_head, p.q_tok},
                          Src{&maps.k_lo, &maps.k_hi, p.k, heads_kv, p.total_k, p.k_head, p.k_tok},
                          Src{&maps.v_lo, &maps.v_hi, p.v, heads_kv, p.total_k, p.v_head, p.v_tok}}) {
-      const auto encode = [&](CUtensorMap* m, int cols, CUtensorMapSwizzle sw) {
-        return block_col ? encode_block_col_map(m, t.base, bf16, D, t.heads, p.order_units_h, p.order_units_w,
-                                                t.head_stride, t.tok_stride, cols, sw)
-                         : encode_tile_map(m, t.base, bf16, D, t.heads, t.rows, t.head_stride, t.tok_stride, cols, sw);
-      };
-      cudaError_t err = encode(t.lo, 64, CU_TENSOR_MAP_SWIZZLE_128B);
-      if (err == cudaSuccess) err = encode(t.hi, 16, CU_TENSOR_MAP_SWIZZLE_32B);
+      const cudaError_t err = encode_pair(t);
       if (err != cudaSuccess) return err;
     }
   }
@@ -1143,14 +1149,7 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
     // v24: a block_col order's output gets the 5-D maps of its q/k/v (one box per tile).
     if ((p.order == nullptr || block_col) && !p.out_f32 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0 &&
         o_head % 8 == 0 && o_tok % 8 == 0 && o_head >= D && o_tok >= o_head * p.heads_q) {
-      const auto encode = [&](CUtensorMap* m, int cols, CUtensorMapSwizzle sw) {
-        return block_col ? encode_block_col_map(m, p.out, bf16, D, p.heads_q, p.order_units_h, p.order_units_w,
-                                                o_head, o_tok, cols, sw)
-                         : encode_tile_map(m, p.out, bf16, D, p.heads_q, p.total_q, o_head, o_tok, cols, sw);
-      };
-      cudaError_t err = encode(&maps.o_lo, 64, CU_TENSOR_MAP_SWIZZLE_128B);
-      if (err == cudaSuccess) err = encode(&maps.o_hi, 16, CU_TENSOR_MAP_SWIZZLE_32B);
-      maps.out_tma = err == cudaSuccess ? 1 : 0;
+      maps.out_tma = encode_pair(Src{&maps.o_lo, &maps.o_hi, p.out, p.heads_q, p.total_q, o_head, o_tok}) == cudaSuccess;
     }
     // v21: gathered orders copy O row by row (bulk copies need 16-byte aligned rows and base).
     maps.out_rows = p.order != nullptr && !block_col && !p.out_f32 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0 &&
