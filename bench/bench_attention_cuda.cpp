@@ -196,6 +196,7 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
     p.out = s.out.view();
     p.lse = s.lse.view();
     p.pattern = dev;
+    p.blocks_nnz = spec.block_density > 0 ? int64_t(mask.col_idx.size()) : -1;  // the schedule hint
     p.sink_mode = sink_mode;
     if (sink_mode != SinkMode::none) p.sink = sink.view();
     p.stream = stream;

@@ -289,6 +289,7 @@ int main(int argc, char** argv) {
           const std::vector<double>& wall = main_t.wall;
           AttentionParams ps = p;
           ps.pattern = Pattern::causal().with_blocks(r.device.view());
+          ps.blocks_nnz = r.stats.kept_blocks;
           const double ms_attn = time_attention(ps, 5);
           const bool on_wgmma = cuda_uses_wgmma(ps);
           setenv("ARIADNE_WGMMA", "0", 1);  // read per call: the same mask on the mma.sync kernel

@@ -106,6 +106,8 @@ void validate(const AttentionParams& p) {
   require_dim(p.out, "out", 1, hq, "heads_q");
   require_dim(p.out, "out", 2, d, "head_dim");
   ARIADNE_CHECK(std::isfinite(p.scale), "scale is ", p.scale, ", expected a finite number (0 = 1/sqrt(head_dim))");
+  ARIADNE_CHECK(p.blocks_nnz >= -1, "blocks_nnz is ", p.blocks_nnz,
+                ", expected -1 (unknown) or the number of blocks pattern.blocks lists");
 
   check_stat(p.lse, "lse", hq, total_q, dev);
   check_stat(p.entropy, "entropy", hq, total_q, dev);

@@ -61,6 +61,12 @@ struct AttentionParams {
 
   void* stream = nullptr;  // cudaStream_t for the CUDA backend; ignored elsewhere
 
+  // Optional: the number of blocks pattern.blocks lists (row_ptr[rows]) when the caller knows it on
+  // the host, −1 when not. A schedule hint only, never used to index: the CUDA backend reads
+  // device masks without copying them back, and with it can tell short block-sparse rows (which
+  // it runs with another consumer schedule) from long ones. prefill() sets it from the estimate.
+  int64_t blocks_nnz = -1;
+
   float resolved_scale() const;  // scale, or 1/sqrt(head_dim) when 0
   int heads_q() const { return int(q.shape[1]); }
   int heads_kv() const { return int(k.shape[1]); }

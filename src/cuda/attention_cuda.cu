@@ -2,6 +2,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -199,14 +200,51 @@ cuda::WgMaps wgmma_maps(const AttentionParams& p) {
   return m;
 }
 
+// The mean number of 128-key tiles a 128-row query tile of the wgmma kernel visits, where the host
+// knows it without reading device memory: one sequence of dense rows (no window on the left: the
+// kernel's patterns) from the shapes, block-sparse rows from AttentionParams::blocks_nnz. −1 when
+// unknown (varlen dense rows, a mask without the hint).
+double mean_key_tiles(const AttentionParams& p) {
+  constexpr double kTile = 128;
+  const Pattern& pat = p.pattern;
+  const int64_t total_q = p.q.shape[0], total_k = p.k.shape[0];
+  if (total_q <= 0) return -1;
+  if (pat.blocks.defined()) {
+    if (p.blocks_nnz < 0 || pat.blocks.block <= 0) return -1;
+    // Rows: heads × query blocks (exact for one sequence, close for a varlen batch).
+    const double rows = double(pat.blocks.heads) * std::ceil(double(total_q) / pat.blocks.block);
+    return rows > 0 ? double(p.blocks_nnz) * (pat.blocks.block / kTile) / rows : -1;
+  }
+  if (pat.cu_seqlens_q != nullptr) return -1;
+  if (pat.window_right == kUnbounded) return std::ceil(double(total_k) / kTile);  // full rows
+  // Query tile t sees keys up to off + 128 t + 127 + right: (off + right) / 128 + t + 1 tiles on
+  // average over the tiles, capped by the keys there are.
+  const double tiles_q = std::ceil(double(total_q) / kTile);
+  const double mean = double(total_k - total_q + pat.window_right) / kTile + (tiles_q + 1) / 2;
+  return std::min(mean, std::ceil(double(total_k) / kTile));
+}
+
+// Consumer ping-pong (WgMaps::pingpong) on the d 128 kernel when its query tiles visit at most
+// this many key tiles on average (bench/cuda-notes.md, session 12, "v34": block-sparse 32K 10%
+// (~13 tiles) 3% faster with it, 25% (~32) 1.3%, causal 8K (~32) 1.9%; level at 51-128 tiles,
+// causal 128K (~512) 2% slower).
+constexpr double kPingPongTiles = 40;
+
+template <int D>
+bool wgmma_pingpong(const AttentionParams& p) {
+  // ARIADNE_WG_PINGPONG=1/0 in the environment (read per call) forces it on/off.
+  const char* pp = std::getenv("ARIADNE_WG_PINGPONG");
+  if (pp != nullptr) return std::string(pp) == "1";
+  if (D <= 80) return true;  // v12: the softmax is a larger share of a tile (full N 4096 d 80 1.12x)
+  const double mean = mean_key_tiles(p);
+  return mean >= 0 && mean <= kPingPongTiles;
+}
+
 template <int D>
 cudaError_t launch_wgmma_dim(const cuda::FwdParams& fp, const AttentionParams& p, cudaStream_t st) {
   cuda::WgMaps maps = wgmma_maps<D>(p);
-  // Consumer ping-pong (attention_wgmma.cuh): on for d 64 and 80, where the softmax is a larger
-  // share of a tile's work (v12: full N 4096 d 80 1.12x faster; causal 128K d 128 2% slower with it).
-  // ARIADNE_WG_PINGPONG=1/0 in the environment (read per call) forces it on/off.
-  const char* pp = std::getenv("ARIADNE_WG_PINGPONG");
-  maps.pingpong = pp != nullptr ? std::string(pp) == "1" : D <= 80;
+  // Consumer ping-pong (attention_wgmma.cuh): on for d 64 and 80, and for d 128 on short rows.
+  maps.pingpong = wgmma_pingpong<D>(p);
   // Launch order (WgMaps::order): launch_wgmma picks unless ARIADNE_WGMMA_ORDER (read per call)
   // is tiles or heads (tile-major, heads fastest).
   const char* order = std::getenv("ARIADNE_WGMMA_ORDER");
@@ -227,6 +265,14 @@ bool cuda_wgmma_uses_tma(const AttentionParams& p) {
     case 64: return wgmma_maps<64>(p).enabled != 0;
     case 80: return wgmma_maps<80>(p).enabled != 0;
     default: return wgmma_maps<128>(p).enabled != 0;
+  }
+}
+bool cuda_wgmma_pingpong(const AttentionParams& p) {
+  if (!cuda_uses_wgmma(p)) return false;
+  switch (p.head_dim()) {
+    case 64: return wgmma_pingpong<64>(p);
+    case 80: return wgmma_pingpong<80>(p);
+    default: return wgmma_pingpong<128>(p);
   }
 }
 bool cuda_uses_bandwg(const AttentionParams& p) { return bandwg_routes(p, p.order); }

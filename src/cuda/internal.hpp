@@ -24,6 +24,12 @@ bool cuda_uses_wgmma(const AttentionParams& p);
 // its producer copies with cp.async (as it always does for tiles with rows past a sequence's end).
 bool cuda_wgmma_uses_tma(const AttentionParams& p);
 
+// Whether that kernel runs with its consumers taking turns (ping-pong): always at head dim 64 and
+// 80; at 128 when its query tiles visit at most 40 key tiles on average as far as the host knows
+// (one sequence of dense rows, or block-sparse rows with AttentionParams::blocks_nnz); forced by
+// ARIADNE_WG_PINGPONG=1 / 0. False when the call does not run on the wgmma kernel.
+bool cuda_wgmma_pingpong(const AttentionParams& p);
+
 // Whether attention_cuda runs this call on the band-walking kernel (src/cuda/attention_band.cuh):
 // no block mask, no entropy/distance, head dim 64/80/96, and a narrow local pattern (window left +
 // right <= 129, or chunk <= 65); by default only sliding windows (bench/cuda-notes.md v9),

@@ -148,6 +148,7 @@ PrefillResult run_prefill(const AttentionParams& p, const PrefillConfig& method,
   mk.col_idx = std::move(cols);
   r.stats.ms_estimate = ms_since(t0);
   AttentionParams pa = p;
+  pa.blocks_nnz = int64_t(mk.col_idx.size());
   if (p.q.device == Device::cuda) {  // the CUDA attention reads the mask from device memory
     DeviceEstimate& de = r.estimate.device;
     de.row_ptr = DeviceBuffer::from_ints(mk.row_ptr);

@@ -38,6 +38,7 @@ PrefillResult prefill(const AttentionParams& params, const PrefillConfig& config
     // The CUDA estimator leaves its mask in device memory, where the CUDA attention reads it.
     p.pattern = layout.with_blocks(res.estimate.device.defined() ? res.estimate.device.view()
                                                                  : res.estimate.mask.view());
+    p.blocks_nnz = es.kept_blocks;  // a schedule hint for the CUDA attention (AttentionParams)
   } else {
     st.density_per_head.assign(size_t(params.heads_q()), 1.0);
   }

@@ -91,6 +91,11 @@ TEST(Validation, ShapesDtypesStridesGqa) {
     f.p.distance = dist.view();
     expect_error(f.p, {"coords"});
   }
+  {
+    Fixture f;
+    f.p.blocks_nnz = -2;  // the schedule hint: -1 (unknown) or a count
+    expect_error(f.p, {"blocks_nnz", "-2"});
+  }
 }
 
 TEST(Validation, PatternArrays) {

@@ -107,7 +107,74 @@ TEST_F(WgmmaTma, ConsumerPingPongBothWays) {
                            {1100, 128, 0, 1}, dim, DType::bf16, pat);
         check_case(c, /*f32_out=*/false, /*require_wgmma=*/true, /*require_tma=*/1);
       }
+    // Block-sparse rows (blocks of 128 and 256) with either schedule: d 128 takes ping-pong on
+    // short rows by default (cuda_wgmma_pingpong), so both must hold there too.
+    for (int block : {128, 256})
+      for (double density : {0.1, 0.6}) {
+        Case c = make_case(std::string("tma_pingpong") + pp + "_blocks" + std::to_string(block) + "_" +
+                               std::to_string(int(density * 100)),
+                           {1300}, 128, DType::bf16, Pattern::causal());
+        c.block = block;
+        c.block_density = density;
+        check_case(c, /*f32_out=*/false, /*require_wgmma=*/true, /*require_tma=*/1);
+      }
   }
+}
+
+// The d 128 kernel's default schedule (cuda_wgmma_pingpong): ping-pong when its query tiles visit at
+// most 40 key tiles on average as the host knows it; d 64 / 80 always; the variable forces it.
+TEST_F(WgmmaTma, PingPongRoutes) {
+  EnvGuard pingpong("ARIADNE_WG_PINGPONG");
+  unsetenv("ARIADNE_WG_PINGPONG");
+  const auto routed = [](int64_t tokens, int dim, Pattern pat, int64_t nnz) {
+    Case c = make_case("pp_route", {tokens}, dim, DType::bf16, pat);
+    c.heads_q = c.heads_kv = 1;
+    const testing::Inputs in = testing::make_inputs(c);
+    DeviceCase d = upload(in);
+    DeviceBuffer out(DType::bf16, {in.total_q, c.heads_q, c.dim});
+    d.p.out = out.view();
+    d.p.blocks_nnz = nnz;
+    return cuda_wgmma_pingpong(d.p);
+  };
+  // Causal: (N / 128 + 1) / 2 key tiles on average: 8K ~32.5 (on), 16K ~64.5 (off).
+  EXPECT_TRUE(routed(8192, 128, Pattern::causal(), -1));
+  EXPECT_FALSE(routed(16384, 128, Pattern::causal(), -1));
+  // Full rows: N / 128 tiles: 4K 32 (on), 8K 64 (off).
+  EXPECT_TRUE(routed(4096, 128, Pattern::full(), -1));
+  EXPECT_FALSE(routed(8192, 128, Pattern::full(), -1));
+  EXPECT_TRUE(routed(16384, 80, Pattern::causal(), -1)) << "d 80 keeps ping-pong whatever the length";
+  // A varlen batch of dense rows: unknown on the host, off.
+  {
+    Case c = make_case("pp_route_varlen", {300, 500}, 128, DType::bf16, Pattern::causal());
+    const testing::Inputs in = testing::make_inputs(c);
+    DeviceCase d = upload(in);
+    DeviceBuffer out(DType::bf16, {in.total_q, c.heads_q, c.dim});
+    d.p.out = out.view();
+    EXPECT_FALSE(cuda_wgmma_pingpong(d.p));
+  }
+  // Block-sparse rows: from blocks_nnz (1 head, 128 query blocks of 128 at 16K): 128 x 13 listed
+  // blocks is ~13 tiles a row (on), 128 x 50 is 50 (off), unknown (-1) is off.
+  {
+    Case c = make_case("pp_route_blocks", {16384}, 128, DType::bf16, Pattern::causal());
+    c.heads_q = c.heads_kv = 1;
+    c.block = 128;
+    c.block_density = 0.1;
+    const testing::Inputs in = testing::make_inputs(c);
+    DeviceCase d = upload(in);
+    DeviceBuffer out(DType::bf16, {in.total_q, c.heads_q, c.dim});
+    d.p.out = out.view();
+    ASSERT_TRUE(cuda_uses_wgmma(d.p));
+    d.p.blocks_nnz = 128 * 13;
+    EXPECT_TRUE(cuda_wgmma_pingpong(d.p));
+    d.p.blocks_nnz = 128 * 50;
+    EXPECT_FALSE(cuda_wgmma_pingpong(d.p));
+    d.p.blocks_nnz = -1;
+    EXPECT_FALSE(cuda_wgmma_pingpong(d.p));
+  }
+  setenv("ARIADNE_WG_PINGPONG", "1", 1);
+  EXPECT_TRUE(routed(16384, 128, Pattern::causal(), -1));
+  setenv("ARIADNE_WG_PINGPONG", "0", 1);
+  EXPECT_FALSE(routed(4096, 80, Pattern::causal(), -1));
 }
 
 TEST_F(WgmmaTma, SwitchRoutes) {
