@@ -253,13 +253,11 @@ __device__ __forceinline__ unsigned long long* timeline_cta() {
 
 namespace bandwg {
 // The copy engine's tensor store of one box from shared memory (bulk-group completion), and the
-// waits on this thread's committed stores: .read = the copy engine has finished reading shared
-// memory (the buffer may be rewritten); the plain form = the writes are done.
-__device__ __forceinline__ void tma_store_3d(const void* map, uint32_t src, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(map),
-               "r"(c0), "r"(c1), "r"(c2), "r"(src)
-               : "memory");
-}
+// waits on this thread's committed stores (wgmma.cuh): .read = the copy engine has finished
+// reading shared memory (the buffer may be rewritten); the plain form = the writes are done.
+using wg::bulk_commit;
+using wg::bulk_wait_read_all;
+using wg::tma_store_3d;
 // One contiguous copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from shared to
 // global memory, in this thread's bulk group.
 __device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
@@ -288,8 +286,6 @@ __device__ __forceinline__ int64_t block_col_row(int64_t r, int units_h, int uni
   const int64_t unit = r >> 2, ur = unit % units_h, uc = unit / units_h;
   return 4 * (ur * units_w + uc) + (r & 3);
 }
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 }  // namespace bandwg
 

@@ -174,13 +174,13 @@ cudaError_t launch_band_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_t
 // attention_cuda_supports requires, already guarantees both), strides below 2^40 bytes and at most
 // 2^32 rows; the driver checks the rest. False when it cannot be built.
 template <int D>
-bool encode_map(CUtensorMap* map, const TensorView& t) {
+bool encode_map(CUtensorMap* map, const TensorView& t, int box_rows = cuda::WgShape<D>::BN) {
   constexpr int W = cuda::WgShape<D>::W;
   const cuda::EncodeTiled encode = cuda::encode_tiled();
   if (encode == nullptr || !rows_aligned(t, 8) || t.shape[0] == 0 || t.shape[0] > (int64_t(1) << 31)) return false;
   const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(t.shape[0]), cuuint64_t(t.shape[1])};
   const cuuint64_t strides[2] = {cuuint64_t(t.stride[0]) * 2, cuuint64_t(t.stride[1]) * 2};
-  const cuuint32_t box[3] = {W / 2, cuuint32_t(cuda::WgShape<D>::BN), 1};
+  const cuuint32_t box[3] = {W / 2, cuuint32_t(box_rows), 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   const CUresult r = encode(map, t.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
                             3, t.data, dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
@@ -197,6 +197,11 @@ cuda::WgMaps wgmma_maps(const AttentionParams& p) {
   const char* env = std::getenv("ARIADNE_TMA");
   if (env != nullptr && std::string(env) == "0") return m;
   m.enabled = encode_map<D>(&m.q, p.q) && encode_map<D>(&m.k, p.k) && encode_map<D>(&m.v, p.v);
+  // d 128: the output's map, boxes of one consumer's 64 rows (WgMaps::out_tma), for 16-bit out;
+  // ARIADNE_WG_OUT_TMA=0 (read per call) keeps the per-thread stores.
+  const char* out_env = std::getenv("ARIADNE_WG_OUT_TMA");
+  if (D == 128 && m.enabled && p.out.dtype != DType::f32 && !(out_env != nullptr && std::string(out_env) == "0"))
+    m.out_tma = encode_map<D>(&m.o, p.out, 64) ? 1 : 0;
   return m;
 }
 
@@ -274,6 +279,9 @@ bool cuda_wgmma_pingpong(const AttentionParams& p) {
     case 80: return wgmma_pingpong<80>(p);
     default: return wgmma_pingpong<128>(p);
   }
+}
+bool cuda_wgmma_stores_by_tma(const AttentionParams& p) {
+  return cuda_uses_wgmma(p) && p.head_dim() == 128 && wgmma_maps<128>(p).out_tma != 0;
 }
 bool cuda_uses_bandwg(const AttentionParams& p) { return bandwg_routes(p, p.order); }
 // Variant 3 (bench/cuda-notes.md, v14: three consumer warpgroups on variant 2's dead-pair skip and

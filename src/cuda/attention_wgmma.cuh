@@ -84,6 +84,12 @@ struct WgMaps {
   // t of every head before tile t - 1 of any, a longest-first order over the whole grid; auto:
   // launch_wgmma picks (kHeadsFastestWaves).
   int order;
+  // d 128 only: the output's map (as q's, box of 64 rows: one consumer's half of a query tile) and
+  // whether it was built (16-bit out the copy engine can address); a consumer whose 64 rows all
+  // lie in its sequence then stores O through its half of the Q buffer and the copy engine
+  // instead of 32 scattered 4-byte stores a thread. ARIADNE_WG_OUT_TMA=0 turns it off.
+  CUtensorMap o;
+  int out_tma;
 };
 
 // The key tiles one CTA visits, in increasing key order, with the tile at step `it` computable by
@@ -433,6 +439,51 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
     wg::wait<0>();
     wg::pin(acc);
     wg::mbar_arrive(empty((n - 1) % STAGES));
+  }
+
+  if constexpr (D == 128) {
+    // ---- epilogue (d 128, rows inside the sequence): O through the Q buffer and the copy engine ----
+    // This consumer's S products, the only readers of its 64 Q rows, completed before its last
+    // softmax, so those rows are free; the other consumer reads only its own.
+    const int64_t my_lo = q_lo + 64 * cw;
+    if (maps.out_tma != 0 && !p.out_f32 && my_lo + 64 <= e.lq) {
+      const uint32_t stage = smem_addr(Qs) + uint32_t(cw) * 64 * W;  // rows 64·cw.. of each region
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float l = quad_sum(l_row[r]);
+        float m = m_row[r];
+        if (p.sink_kind == kSinkDenominator) {
+          const float rescale = fold_sink(m, l, sink_log2);
+#pragma unroll
+          for (int n8 = 0; n8 < D / 8; ++n8) {
+            acc[4 * n8 + 2 * r] *= rescale;
+            acc[4 * n8 + 2 * r + 1] *= rescale;
+          }
+        }
+        const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
+        const int row = 16 * warp + g + 8 * r;              // of this consumer's 64
+        // The 128-byte swizzle TMA applies: 16-byte piece j of a row at j ^ (row mod 8), columns
+        // 0-63 in region 0 and 64-127 in region 1 (128 rows of 128 bytes each).
+#pragma unroll
+        for (int n8 = 0; n8 < D / 8; ++n8) {
+          const uint32_t val = E::pack(acc[4 * n8 + 2 * r] * inv, acc[4 * n8 + 2 * r + 1] * inv);
+          const uint32_t at = uint32_t((n8 >> 3) * 128 * W + row * W + (((n8 & 7) ^ (row & 7)) << 4) + 4 * tq);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(stage + at), "r"(val) : "memory");
+        }
+        if (p.lse != nullptr && tq == 0)
+          p.lse[int64_t(h) * p.total_q + e.q0 + my_lo + row] =
+              row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+      }
+      wg::fence_proxy_async();  // this thread's writes, before the copy engine reads them
+      wg::named_bar_sync(3 + cw, 128);
+      if (tid % 128 == 0) {
+#pragma unroll
+        for (int j = 0; j < R; ++j) wg::tma_store_3d(&maps.o, stage + uint32_t(j * 128 * W), j * (W / 2), int(e.q0 + my_lo), h);
+        wg::bulk_commit();
+        wg::bulk_wait_read_all();  // the shared memory must outlive the copy's reads
+      }
+      return;
+    }
   }
 
   // ---- epilogue: normalize, sink, LSE; straight to global memory ----

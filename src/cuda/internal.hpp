@@ -30,6 +30,11 @@ bool cuda_wgmma_uses_tma(const AttentionParams& p);
 // ARIADNE_WG_PINGPONG=1 / 0. False when the call does not run on the wgmma kernel.
 bool cuda_wgmma_pingpong(const AttentionParams& p);
 
+// Whether that kernel stores O through shared memory and the copy engine (head dim 128, 16-bit out
+// whose tensor map the driver built, TMA on, ARIADNE_WG_OUT_TMA=0 not set); a consumer whose 64
+// rows leave its sequence still stores per thread.
+bool cuda_wgmma_stores_by_tma(const AttentionParams& p);
+
 // Whether attention_cuda runs this call on the band-walking kernel (src/cuda/attention_band.cuh):
 // no block mask, no entropy/distance, head dim 64/80/96, and a narrow local pattern (window left +
 // right <= 129, or chunk <= 65); by default only sliding windows (bench/cuda-notes.md v9),

@@ -10,6 +10,7 @@
 // rings that wrap many times (1500 keys: 12 tiles through 3 or 4 stages). One test forces the
 // consumers' ping-pong (ARIADNE_WG_PINGPONG) each way.
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -119,6 +120,57 @@ TEST_F(WgmmaTma, ConsumerPingPongBothWays) {
         check_case(c, /*f32_out=*/false, /*require_wgmma=*/true, /*require_tma=*/1);
       }
   }
+}
+
+// At head dim 128 a consumer whose 64 rows lie in its sequence stores O through its half of the Q
+// buffer and the copy engine (cuda_wgmma_stores_by_tma); the others, and ARIADNE_WG_OUT_TMA=0,
+// store per thread. The two must give the same bits (run 0 off, run 1 on, then the reference):
+// whole tiles, partial last tiles (consumer 0's half whole, consumer 1's not), varlen prefill with
+// empty and one-token sequences and a denominator sink, a key0 sink, block-sparse rows with the
+// ping-pong schedule, GQA, both dtypes; and f32 out takes the per-thread path.
+TEST_F(WgmmaTma, OutputThroughTheCopyEngineBothWays) {
+  EnvGuard out_tma("ARIADNE_WG_OUT_TMA");
+  Case causal = make_case("otma_causal", {1100, 128, 0, 1, 200}, 128, DType::bf16, Pattern::causal());
+  Case full = make_case("otma_full_gqa", {640}, 128, DType::f16, Pattern::full());
+  full.heads_q = 8;
+  full.heads_kv = 2;
+  Case pre = make_case("otma_prefill_sink", {128, 7, 200, 256}, 128, DType::f16, Pattern::causal());
+  pre.seq_k = {512, 0, 333, 256};
+  pre.sink_mode = SinkMode::denominator;
+  pre.sink_value = 1.5f;
+  Case key0 = make_case("otma_key0", {700}, 128, DType::bf16, Pattern::full());
+  key0.sink_mode = SinkMode::key0_bias;
+  key0.sink_value = std::numeric_limits<float>::quiet_NaN();
+  Case blocks = make_case("otma_blocks", {1300}, 128, DType::bf16, Pattern::causal());
+  blocks.block = 128;
+  blocks.block_density = 0.2;
+  for (Case c : {causal, full, pre, key0, blocks}) {
+    c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
+    SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+    const testing::Inputs in = testing::make_inputs(c);
+    const testing::Result ref = testing::run_reference(in);
+    DeviceCase d = upload(in);
+    d.p.blocks_nnz = c.block_density > 0 ? int64_t(in.mask.col_idx.size()) : -1;
+    int run = 0;
+    check_runs(d, c.dtype, ref.out, ref.lse, testing::tolerance(c.dtype, testing::max_abs_logit(in)),
+               [&](const AttentionParams& p) {
+                 setenv("ARIADNE_WG_OUT_TMA", run == 0 ? "0" : "1", 1);
+                 ASSERT_TRUE(cuda_uses_wgmma(p));
+                 ASSERT_EQ(cuda_wgmma_stores_by_tma(p), run == 1) << "run " << run;
+                 ++run;
+               });
+    EXPECT_EQ(run, 2);
+  }
+  unsetenv("ARIADNE_WG_OUT_TMA");
+  Case f32 = make_case("otma_f32_out", {300}, 128, DType::bf16, Pattern::causal());
+  {
+    const testing::Inputs in = testing::make_inputs(f32);
+    DeviceCase d = upload(in);
+    DeviceBuffer out(DType::f32, {in.total_q, f32.heads_q, f32.dim});
+    d.p.out = out.view();
+    EXPECT_FALSE(cuda_wgmma_stores_by_tma(d.p)) << "f32 out stores per thread";
+  }
+  check_case(f32, /*f32_out=*/true, /*require_wgmma=*/true, /*require_tma=*/1);
 }
 
 // The d 128 kernel's default schedule (cuda_wgmma_pingpong): ping-pong when its query tiles visit at
