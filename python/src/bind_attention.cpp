@@ -154,6 +154,7 @@ void build(Call& c, const AnyIn& q, const AnyIn& k, const AnyIn& v, const AnyOut
     b.row_ptr = c.upload(blocks->row_ptr);
     b.col_idx = c.upload(blocks->col_idx);
     pat.blocks = b;
+    p.blocks_nnz = int64_t(blocks->col_idx.size());  // the CUDA backend's schedule hint
   }
   p.pattern = pat;
   if (order) {
