@@ -15,8 +15,10 @@
 //     memory). Inside a consumer, S of tile j and P·V of tile j - 1 are in flight together
 //     (FlashAttention-3's intra-warpgroup pipelining); a stage is released on its "empty" mbarrier
 //     once P·V of its tile has completed.
-// With ping-pong (d 64 and 80 by default) the two consumers take turns issuing their products
-// (named barriers), so one consumer's softmax runs under the other's tensor-core work.
+// With ping-pong (d 64 and 80 by default, d 128 on short rows: attention_cuda.cu's
+// wgmma_pingpong) the two consumers take turns issuing their products (named barriers 1 and 2),
+// so one consumer's softmax runs under the other's tensor-core work. At d 128 a consumer whose
+// rows lie in its sequence stores O through its half of the Q buffer and TMA (WgMaps::out_tma).
 // setmaxnreg moves registers from the producer (40) to the consumers (232): a consumer holds the
 // S and O accumulators (64 + D/2 floats) and P (32 words).
 //
