@@ -443,6 +443,22 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
     wg::mbar_arrive(empty((n - 1) % STAGES));
   }
 
+  // Row r's (of g, g + 8) final max m and sum l across the quad, the sink folded in (Z = exp(sink)
+  // + Σ exp(s): one more key with no value, so O's row is rescaled), and its LSE; both epilogues.
+  auto finish_row = [&](int r, float& m, float& l) {
+    l = quad_sum(l_row[r]);
+    m = m_row[r];
+    if (p.sink_kind == kSinkDenominator) {
+      const float rescale = fold_sink(m, l, sink_log2);
+#pragma unroll
+      for (int n8 = 0; n8 < D / 8; ++n8) {
+        acc[4 * n8 + 2 * r] *= rescale;
+        acc[4 * n8 + 2 * r + 1] *= rescale;
+      }
+    }
+  };
+  auto lse_of = [](float m, float l) { return row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY; };
+
   if constexpr (D == 128) {
     // ---- epilogue (d 128, rows inside the sequence): O through the Q buffer and the copy engine ----
     // This consumer's S products, the only readers of its 64 Q rows, completed before its last
@@ -452,16 +468,8 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
       const uint32_t stage = smem_addr(Qs) + uint32_t(cw) * 64 * W;  // rows 64·cw.. of each region
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float l = quad_sum(l_row[r]);
-        float m = m_row[r];
-        if (p.sink_kind == kSinkDenominator) {
-          const float rescale = fold_sink(m, l, sink_log2);
-#pragma unroll
-          for (int n8 = 0; n8 < D / 8; ++n8) {
-            acc[4 * n8 + 2 * r] *= rescale;
-            acc[4 * n8 + 2 * r + 1] *= rescale;
-          }
-        }
+        float m, l;
+        finish_row(r, m, l);
         const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
         const int row = 16 * warp + g + 8 * r;              // of this consumer's 64
         // The 128-byte swizzle TMA applies: 16-byte piece j of a row at j ^ (row mod 8), columns
@@ -472,9 +480,7 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
           const uint32_t at = uint32_t((n8 >> 3) * 128 * W + row * W + (((n8 & 7) ^ (row & 7)) << 4) + 4 * tq);
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(stage + at), "r"(val) : "memory");
         }
-        if (p.lse != nullptr && tq == 0)
-          p.lse[int64_t(h) * p.total_q + e.q0 + my_lo + row] =
-              row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+        if (p.lse != nullptr && tq == 0) p.lse[int64_t(h) * p.total_q + e.q0 + my_lo + row] = lse_of(m, l);
       }
       wg::fence_proxy_async();  // this thread's writes, before the copy engine reads them
       wg::named_bar_sync(3 + cw, 128);
@@ -491,18 +497,9 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   // ---- epilogue: normalize, sink, LSE; straight to global memory ----
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = quad_sum(l_row[r]);
-    float m = m_row[r];
     const int64_t iq = q_lo + row0 + g + 8 * r;
-    if (p.sink_kind == kSinkDenominator) {
-      // Z = exp(sink) + Σ exp(s): the sink is one more key with no value.
-      const float rescale = fold_sink(m, l, sink_log2);
-#pragma unroll
-      for (int n8 = 0; n8 < D / 8; ++n8) {
-        acc[4 * n8 + 2 * r] *= rescale;
-        acc[4 * n8 + 2 * r + 1] *= rescale;
-      }
-    }
+    float m, l;
+    finish_row(r, m, l);
     if (iq >= e.lq) continue;
     const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
     const int64_t orow = (e.q0 + iq) * p.o_tok + h * p.o_head;
@@ -515,8 +512,7 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
       else
         *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + orow + col) = E::pack(o0, o1);
     }
-    if (p.lse != nullptr && tq == 0)
-      p.lse[int64_t(h) * p.total_q + e.q0 + iq] = row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+    if (p.lse != nullptr && tq == 0) p.lse[int64_t(h) * p.total_q + e.q0 + iq] = lse_of(m, l);
   }
 }
 

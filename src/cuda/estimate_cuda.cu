@@ -286,29 +286,27 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   const int spb = int(config.block / stride);
 
   EstimateResult r;
-  // The result's host rows (score_ptr, row_queries: ~100-250 µs at 128K tokens, mostly fresh
-  // pages) are filled after the kernels are enqueued; what the device needs before (score_ptr)
-  // is computed straight into the pinned staging below, one visible count per (sequence, query
-  // block) repeated over the heads.
-  int64_t nvis_total = 0;
-  for (const Seq& e : g.seqs) {
-    int64_t per_head = 0;
-    for (int64_t m = 0; m < e.nqb; ++m) per_head += g.diag(e, m) + 1;
-    nvis_total += per_head * g.heads_q;
-  }
 
   // ---- host tables: sequences, query blocks ----
+  // qb_vis: the key blocks visible to each query block (global index sbb[s] + m), the same for
+  // every head. The result's host rows (score_ptr, row_queries: ~100-250 µs at 128K tokens,
+  // mostly fresh pages) are filled after the kernels are enqueued; what the device needs before
+  // (score_ptr) is computed from qb_vis straight into the pinned staging below.
   std::vector<cuda::EstSeq> seqs;
-  std::vector<int32_t> qb_seq, qb_m, sbb{0};
+  std::vector<int32_t> qb_seq, qb_m, qb_vis, sbb{0};
   int max_visible = 0;
+  int64_t nvis_total = 0;
   for (size_t s = 0; s < g.seqs.size(); ++s) {
     const Seq& e = g.seqs[s];
     seqs.push_back(cuda::EstSeq{e.q0, e.k0, e.lq, e.lk, e.off, e.row_base, int32_t(e.nqb), int32_t(e.nqs),
                                 int32_t(e.nks), int32_t(e.ks_base)});
     for (int64_t m = 0; m < e.nqb; ++m) {
+      const int vis = int(g.diag(e, m) + 1);
       qb_seq.push_back(int32_t(s));
       qb_m.push_back(int32_t(m));
-      max_visible = std::max(max_visible, int(g.diag(e, m) + 1));
+      qb_vis.push_back(vis);
+      max_visible = std::max(max_visible, vis);
+      nvis_total += int64_t(vis) * g.heads_q;
     }
     sbb.push_back(sbb.back() + int32_t(e.nqb));
   }
@@ -328,7 +326,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   int64_t scratch_pairs = 0;
   for (int64_t gb = 0; gb < total_qblocks; ++gb) {
     scratch_base[size_t(gb)] = scratch_pairs;
-    scratch_pairs += (g.diag(g.seqs[size_t(qb_seq[size_t(gb)])], qb_m[size_t(gb)]) + 1) * g.heads_kv * zc * cuda::kScoreRows;
+    scratch_pairs += int64_t(qb_vis[size_t(gb)]) * g.heads_kv * zc * cuda::kScoreRows;
   }
 
   // Tensor-core scoring unless asked for f32 (config or ARIADNE_EST_F32=1) or its tiles would not
@@ -371,7 +369,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
       const Seq& e = g.seqs[s];
       for (int64_t m = 0; m < e.nqb; m += per_cta) {
         const int64_t n = std::min<int64_t>(per_cta, e.nqb - m);
-        order.emplace_back(g.diag(e, m + n - 1) + 1, int64_t(v3_ctas.size() / 2));
+        order.emplace_back(qb_vis[size_t(sbb[s] + m + n - 1)], int64_t(v3_ctas.size() / 2));
         v3_ctas.push_back(int32_t(sbb[s] + m));
         v3_ctas.push_back(int32_t(n));
       }
@@ -452,15 +450,14 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   {
     // score_ptr in row order (sequence, head, query block): the exclusive sum of visible blocks.
     int64_t* sp_host = reinterpret_cast<int64_t*>(host + off_score_ptr);
-    std::vector<int64_t> vis_m;
     int64_t acc = 0;
     sp_host[0] = 0;
-    for (const Seq& e : g.seqs) {
-      vis_m.resize(size_t(e.nqb));
-      for (int64_t m = 0; m < e.nqb; ++m) vis_m[size_t(m)] = g.diag(e, m) + 1;
+    for (size_t si = 0; si < g.seqs.size(); ++si) {
+      const Seq& e = g.seqs[si];
+      const int32_t* vis = qb_vis.data() + sbb[si];
       for (int h = 0; h < g.heads_q; ++h)
         for (int64_t m = 0; m < e.nqb; ++m) {
-          acc += vis_m[size_t(m)];
+          acc += vis[m];
           sp_host[e.row_base + h * e.nqb + m + 1] = acc;
         }
     }
