@@ -5,7 +5,10 @@
 // enough buffer sets that the sets together exceed 3x the 60 MB L2, warm-up first, then the median
 // over many batches of the per-launch time. Each batch is one CUDA graph replay of `per_batch`
 // launches (so host launch gaps do not count, as they would not in a captured model); "ms_stream"
-// is the same median over plain stream launches, host overhead included. FLOPs count only allowed
+// is the same median over plain stream launches, host overhead included; "ms_single" times single
+// calls the way bench/anchors.py times the anchors (each call alone between two events, queued
+// behind a hold so the host's enqueue does not count: launch latency included, no back-to-back
+// overlap), the like-for-like figure for ratios to the anchors. FLOPs count only allowed
 // (query, key) pairs: 4 · d · pairs · heads. "useful" is allowed pairs over the pairs the kernel's
 // tiles compute (the band-aware tiling's efficiency). "ms_colorder" (window cases on a square
 // grid): the same attention over the column-major token order, gathered inside the kernel;
@@ -27,6 +30,7 @@ cudaError_t bandwg_timeline_read(unsigned long long* host, size_t words);  // at
 #endif
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +38,7 @@ cudaError_t bandwg_timeline_read(unsigned long long* host, size_t words);  // at
 #include <iostream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -126,6 +131,50 @@ double timed_ms(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, F&& enqueue
   float ms = 0;
   check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
   return ms;
+}
+
+// A host function queued on the stream: the GPU reaches the work behind it only after `us`
+// microseconds (bench/anchors.py queues a sleep kernel for the same purpose).
+void CUDART_CB hold_stream(void* us) {
+  std::this_thread::sleep_for(std::chrono::microseconds(*static_cast<const int*>(us)));
+}
+
+// The anchors' method (bench/anchors.py, Timer.times): the median of single calls, each between two
+// events and queued behind a hold longer than the host's enqueue time of the call, so that the
+// events bracket GPU work only: the call's launch latency counts, and no call overlaps or follows
+// another back to back as in a graph. `call(i)` enqueues one call on input set i % sets (one
+// attention call; a stack case's 32). Like for like with the anchors' "ms", which this records as
+// "ms_single"; "ms" stays the graph replays' per-launch time.
+template <class F>
+double single_call_ms(cudaStream_t stream, int sets, double rough_ms, F&& call) {
+  double host_us = 0;  // the slower of two enqueues, after warm-up calls
+  for (int i = 0; i < 4; ++i) {
+    check(cudaStreamSynchronize(stream), "single-call warm-up");
+    const auto t0 = std::chrono::steady_clock::now();
+    call(i);
+    if (i >= 2) host_us = std::max(host_us, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  check(cudaStreamSynchronize(stream), "single-call warm-up");
+  const int hold_us = int(1.5 * host_us) + 50;
+  // About 0.4 s of holds and calls, 10 to 200 calls.
+  const int reps = std::clamp(int(400.0 / (rough_ms + 1e-3 * hold_us)), 10, 200);
+  std::vector<cudaEvent_t> ev(size_t(2 * reps));
+  for (cudaEvent_t& e : ev) check(cudaEventCreate(&e), "event");
+  for (int r = 0; r < reps; ++r) {
+    check(cudaLaunchHostFunc(stream, hold_stream, const_cast<int*>(&hold_us)), "host hold");
+    check(cudaEventRecord(ev[size_t(2 * r)], stream), "record");
+    call(r % sets);
+    check(cudaEventRecord(ev[size_t(2 * r + 1)], stream), "record");
+  }
+  check(cudaStreamSynchronize(stream), "single calls");
+  std::vector<double> ms(static_cast<size_t>(reps));
+  for (int r = 0; r < reps; ++r) {
+    float t = 0;
+    check(cudaEventElapsedTime(&t, ev[size_t(2 * r)], ev[size_t(2 * r + 1)]), "elapsed");
+    ms[size_t(r)] = t;
+  }
+  for (cudaEvent_t e : ev) check(cudaEventDestroy(e), "event");
+  return median(ms);
 }
 
 nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
@@ -299,6 +348,7 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
     return median(ms_per_launch);
   };
   const double ms = time_graph([](const AttentionParams& p) { attention(p, Backend::cuda); });
+  const double ms_single = single_call_ms(stream, sets, ms, [&](int i) { attention(params[size_t(i % sets)], Backend::cuda); });
 
   double ms_colorder = 0, ms_idorder = 0;
   if (!col_order.empty()) {
@@ -333,6 +383,7 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   r["ms"] = ms;
   r["tflops"] = 4.0 * d * c.pairs / (ms * 1e-3) / 1e12;
   r["ms_stream"] = median(stream_ms);
+  r["ms_single"] = ms_single;
   r["useful"] = c.computed > 0 ? c.pairs / c.computed : 0.0;
   r["tile"] = std::to_string(bm) + "x" + std::to_string(bn);
   r["sets"] = sets;
@@ -434,6 +485,7 @@ nlohmann::json run_stack(const nlohmann::json& jc, std::mt19937_64& rng) {
   std::vector<double> ms_runs;
   const auto launch = [&] { check(cudaGraphLaunch(exec, stream), "graph launch"); };
   for (int r = 0; r < 30; ++r) ms_runs.push_back(timed_ms(stream, e0, e1, launch));
+  const double ms_single = single_call_ms(stream, 1, median(ms_runs), [&](int) { stack(); });
   check(cudaGraphExecDestroy(exec), "graph");
   check(cudaGraphDestroy(graph), "graph");
   check(cudaEventDestroy(e0), "event");
@@ -446,6 +498,7 @@ nlohmann::json run_stack(const nlohmann::json& jc, std::mt19937_64& rng) {
   r["impl"] = wgmma != nullptr && std::string(wgmma) == "0" ? "ariadne" : "ariadne_wgmma";
   r["ms"] = ms;
   r["tflops"] = flops / (ms * 1e-3) / 1e12;
+  r["ms_single"] = ms_single;
   r["note"] = "32 layers, each on its own q/k/v; token orders fused into the kernels (no gathers)";
   return r;
 }

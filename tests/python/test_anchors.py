@@ -151,6 +151,23 @@ def test_report_table_ratios_and_markers(tmp_path):
     assert results.read_text().count("<!-- gpu-table:begin -->") == 1
 
 
+def test_report_like_for_like_table(tmp_path):
+    # ariadne's single-call time (timed as the anchors are) gets its own ratio beside the graph one.
+    rep = load_report()
+    anchors = [{"id": "vit-n4096-b1-win64", "impl": "flex", "ms": 0.04, "tflops": 70.0, "note": ""},
+               {"id": "vit-n4096-b1-win64", "impl": "sdpa_flash", "ms": 0.05, "tflops": 60.0, "note": ""}]
+    ours = [{"id": "vit-n4096-b1-win64", "impl": "ariadne", "ms": 0.02, "ms_single": 0.025, "tflops": 1.0},
+            {"id": "vit-n1024-b1-full", "impl": "ariadne", "ms": 0.01, "tflops": 1.0}]
+    write(tmp_path / "a.json", anchors)
+    write(tmp_path / "o.json", ours)
+    assert rep.main(["--anchors", str(tmp_path / "a.json"), "--ours", str(tmp_path / "o.json"),
+                     "--results", str(tmp_path / "R.md")]) == 0
+    text = (tmp_path / "R.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| vit-n4096-b1-win64 | 0.0200 | 0.0250")]
+    assert len(rows) == 1 and "2.00×" in rows[0] and "1.60×" in rows[0]   # 0.04 / 0.02, 0.04 / 0.025
+    assert "| vit-n1024-b1-full | 0.0100 |" not in text                   # no ms_single: no row
+
+
 def test_report_rejects_bad_input(tmp_path, capsys):
     rep = load_report()
     write(tmp_path / "bad.json", [{"id": "x", "impl": "flex", "ms": -1}])
