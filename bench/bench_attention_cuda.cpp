@@ -7,8 +7,8 @@
 // launches (so host launch gaps do not count, as they would not in a captured model); "ms_stream"
 // is the same median over plain stream launches, host overhead included; "ms_single" times single
 // calls the way bench/anchors.py times the anchors (each call alone between two events, queued
-// behind a hold so the host's enqueue does not count: launch latency included, no back-to-back
-// overlap), the like-for-like figure for ratios to the anchors. FLOPs count only allowed
+// behind a spinning kernel so the host's enqueue does not count: launch latency included, no
+// back-to-back overlap), the like-for-like figure for ratios to the anchors. FLOPs count only allowed
 // (query, key) pairs: 4 · d · pairs · heads. "useful" is allowed pairs over the pairs the kernel's
 // tiles compute (the band-aware tiling's efficiency). "ms_colorder" (window cases on a square
 // grid): the same attention over the column-major token order, gathered inside the kernel;
@@ -38,7 +38,6 @@ cudaError_t bandwg_timeline_read(unsigned long long* host, size_t words);  // at
 #include <iostream>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -133,15 +132,9 @@ double timed_ms(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, F&& enqueue
   return ms;
 }
 
-// A host function queued on the stream: the GPU reaches the work behind it only after `us`
-// microseconds (bench/anchors.py queues a sleep kernel for the same purpose).
-void CUDART_CB hold_stream(void* us) {
-  std::this_thread::sleep_for(std::chrono::microseconds(*static_cast<const int*>(us)));
-}
-
 // The anchors' method (bench/anchors.py, Timer.times): the median of single calls, each between two
-// events and queued behind a hold longer than the host's enqueue time of the call, so that the
-// events bracket GPU work only: the call's launch latency counts, and no call overlaps or follows
+// events and queued behind a spinning kernel (cuda_spin, as the anchors' torch.cuda._sleep) that
+// outlasts the host's enqueue time of the call, so that the events bracket GPU work only: the call's launch latency counts, and no call overlaps or follows
 // another back to back as in a graph. `call(i)` enqueues one call on input set i % sets (one
 // attention call; a stack case's 32). Like for like with the anchors' "ms", which this records as
 // "ms_single"; "ms" stays the graph replays' per-launch time.
@@ -155,13 +148,13 @@ double single_call_ms(cudaStream_t stream, int sets, double rough_ms, F&& call) 
     if (i >= 2) host_us = std::max(host_us, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   check(cudaStreamSynchronize(stream), "single-call warm-up");
-  const int hold_us = int(1.5 * host_us) + 50;
+  const double hold_us = 1.5 * host_us + 50;  // bench/anchors.py's sleep: 1.5 x host + 0.05 ms
   // About 0.4 s of holds and calls, 10 to 200 calls.
   const int reps = std::clamp(int(400.0 / (rough_ms + 1e-3 * hold_us)), 10, 200);
   std::vector<cudaEvent_t> ev(size_t(2 * reps));
   for (cudaEvent_t& e : ev) check(cudaEventCreate(&e), "event");
   for (int r = 0; r < reps; ++r) {
-    check(cudaLaunchHostFunc(stream, hold_stream, const_cast<int*>(&hold_us)), "host hold");
+    cuda_spin(stream, hold_us);
     check(cudaEventRecord(ev[size_t(2 * r)], stream), "record");
     call(r % sets);
     check(cudaEventRecord(ev[size_t(2 * r + 1)], stream), "record");

@@ -77,4 +77,10 @@ void attention_cuda_ordered(const AttentionParams& p, const int32_t* order, Bloc
 // kernel: cuda_uses_bandwg); ARIADNE_BANDWG_TMA_ORDER=0 (read per call) keeps the gather.
 bool cuda_block_col_tiles(const AttentionParams& p, const int32_t* order, BlockColGrid block_col);
 
+// Queues one single-thread kernel on `stream` (a cudaStream_t; null: the legacy stream) that spins
+// for about `microseconds` at the device's clock rate: what a benchmark queues before a timed call so
+// that the host has enqueued the call before the GPU reaches it (bench/anchors.py does the same with
+// torch.cuda._sleep). Throws on a launch error.
+void cuda_spin(void* stream, double microseconds);
+
 }  // namespace ariadne

@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "ariadne/device.hpp"
 #include "ariadne/error.hpp"
+#include "cuda/internal.hpp"
 #include "cuda_common.hpp"
 
 namespace ariadne {
@@ -120,6 +122,37 @@ TEST_F(DeviceBufferCuda, StreamOrderedReuseKeepsContentsAndTrimSparesLiveBuffers
   }
   DeviceBuffer::trim_stream_ordered_pool();
   EXPECT_TRUE(same_bytes(keep.to_host(), keep_h)) << "a live buffer changed across the pool's trim";
+}
+
+// cuda_spin (src/cuda/internal.hpp), the benchmarks' stream hold: the events around it see at least
+// about the time asked for (the clock-rate attribute is the boost clock, so a slower clock only
+// lengthens it), a zero hold runs, and a bad request is refused by name.
+TEST_F(DeviceBufferCuda, SpinHoldsTheStream) {
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t e0, e1;
+  ASSERT_EQ(cudaEventCreate(&e0), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&e1), cudaSuccess);
+  cuda_spin(s, 0);
+  for (const double us : {200.0, 1000.0}) {
+    ASSERT_EQ(cudaEventRecord(e0, s), cudaSuccess);
+    cuda_spin(s, us);
+    ASSERT_EQ(cudaEventRecord(e1, s), cudaSuccess);
+    ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+    float ms = 0;
+    ASSERT_EQ(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
+    EXPECT_GE(ms * 1e3, 0.9 * us) << "a hold of " << us << " us";
+    EXPECT_LT(ms * 1e3, 20 * us + 1000) << "a hold of " << us << " us";
+  }
+  try {
+    cuda_spin(s, -1);
+    ADD_FAILURE() << "a negative hold was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda_spin: microseconds"), std::string::npos) << e.what();
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(s);
 }
 
 }  // namespace

@@ -155,9 +155,11 @@ def test_report_like_for_like_table(tmp_path):
     # ariadne's single-call time (timed as the anchors are) gets its own ratio beside the graph one.
     rep = load_report()
     anchors = [{"id": "vit-n4096-b1-win64", "impl": "flex", "ms": 0.04, "tflops": 70.0, "note": ""},
-               {"id": "vit-n4096-b1-win64", "impl": "sdpa_flash", "ms": 0.05, "tflops": 60.0, "note": ""}]
+               {"id": "vit-n4096-b1-win64", "impl": "sdpa_flash", "ms": 0.05, "tflops": 60.0, "note": ""},
+               {"id": "stack-full-896", "impl": "sdpa_cudnn", "ms": 6.0, "tflops": 458.0, "note": ""}]
     ours = [{"id": "vit-n4096-b1-win64", "impl": "ariadne", "ms": 0.02, "ms_single": 0.025, "tflops": 1.0},
-            {"id": "vit-n1024-b1-full", "impl": "ariadne", "ms": 0.01, "tflops": 1.0}]
+            {"id": "vit-n1024-b1-full", "impl": "ariadne", "ms": 0.01, "tflops": 1.0},
+            {"id": "stack-ariadne-896", "impl": "ariadne", "ms": 1.2, "ms_single": 1.5, "tflops": 1.0}]
     write(tmp_path / "a.json", anchors)
     write(tmp_path / "o.json", ours)
     assert rep.main(["--anchors", str(tmp_path / "a.json"), "--ours", str(tmp_path / "o.json"),
@@ -166,6 +168,8 @@ def test_report_like_for_like_table(tmp_path):
     rows = [line for line in text.splitlines() if line.startswith("| vit-n4096-b1-win64 | 0.0200 | 0.0250")]
     assert len(rows) == 1 and "2.00×" in rows[0] and "1.60×" in rows[0]   # 0.04 / 0.02, 0.04 / 0.025
     assert "| vit-n1024-b1-full | 0.0100 |" not in text                   # no ms_single: no row
+    stack = [line for line in text.splitlines() if line.startswith("- ariadne schedule")][0]
+    assert "5.00× faster" in stack and "1.500 ms, 4.00×" in stack          # 6.0 / 1.2 and 6.0 / 1.5
 
 
 def test_report_rejects_bad_input(tmp_path, capsys):
