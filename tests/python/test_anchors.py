@@ -168,8 +168,11 @@ def test_report_like_for_like_table(tmp_path):
     rows = [line for line in text.splitlines() if line.startswith("| vit-n4096-b1-win64 | 0.0200 | 0.0250")]
     assert len(rows) == 1 and "2.00×" in rows[0] and "1.60×" in rows[0]   # 0.04 / 0.02, 0.04 / 0.025
     assert "| vit-n1024-b1-full | 0.0100 |" not in text                   # no ms_single: no row
+    # The main table takes the single calls (like for like): 0.025 ms and 0.04 / 0.025.
+    main = [line for line in text.splitlines() if line.startswith("| vit-n4096-b1-win64 | B1")][0]
+    assert "0.0250" in main and main.endswith("| 1.60× (Flex) |") and "0.0200" not in main  # FA2: 0.05 / 0.025
     stack = [line for line in text.splitlines() if line.startswith("- ariadne schedule")][0]
-    assert "5.00× faster" in stack and "1.500 ms, 4.00×" in stack          # 6.0 / 1.2 and 6.0 / 1.5
+    assert "1.500 ms as single calls" in stack and "4.00× faster" in stack and "1.200 ms: 5.00×" in stack
 
 
 def test_report_rejects_bad_input(tmp_path, capsys):
