@@ -18,7 +18,8 @@ method (timing, FLOP counts, masks, sink correction); the main points:
   raised and failing instead of falling back to eager;
 - times are CUDA-event medians of single calls; a sleep kernel queued before each call lets the
   host enqueue the call before the GPU reaches it, so host overhead is not counted; inputs rotate
-  over enough buffer sets to exceed the L2 cache several times.
+  over enough buffer sets to exceed the L2 cache several times. With --graph each anchor is also
+  timed as CUDA-graph replays of back-to-back calls ("ms_graph", ariadne's `ms` method).
 """
 
 import argparse
@@ -557,6 +558,36 @@ class Timer:
         torch.cuda.synchronize()
         return [s.elapsed_time(e) for s, e in ev]
 
+    def graph_ms(self, fn, sets, est_ms):
+        """Per-launch time of CUDA-graph replays of back-to-back calls over the rotating sets: the
+        median of 11 replays of one captured graph of about 2 ms of calls (at least one call per
+        set, at most 64 calls). How ariadne's benchmark times its `ms`; here it is the anchors'
+        `ms_graph`, the like-for-like figure for that method. CUDA only."""
+        per = max(len(sets), min(64, math.ceil(2.0 / max(est_ms, 1e-3))))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capturing stream, as capture requires
+            for i in range(max(3, len(sets))):
+                fn(*sets[i % len(sets)])
+        torch.cuda.current_stream().wait_stream(side)
+        self.sync()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(per):
+                fn(*sets[i % len(sets)])
+        g.replay()
+        self.sync()
+        out = []
+        for _ in range(11):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            g.replay()
+            e.record()
+            self.sync()
+            out.append(s.elapsed_time(e) / per)
+        del g
+        return statistics.median(out)
+
     def measure(self, fn, sets):
         """Warm-up, then the median of enough single calls to fill about target_s."""
         host = max(self.host_ms(fn, sets[i % len(sets)]) for i in range(2))
@@ -593,6 +624,17 @@ def record(cid, impl, ms, flops, note, **extra):
            "tflops": None if ms is None else round(flops / (ms * 1e9), 2), "note": note}
     rec.update(extra)
     return rec
+
+
+def graph_extra(timer, fn, sets, ms):
+    """With --graph (Timer.graph): {"ms_graph": ...} and no note, or {} and the reason capture failed."""
+    if not getattr(timer, "graph", False) or ms is None:
+        return {}, []
+    try:
+        return {"ms_graph": round(timer.graph_ms(fn, sets, ms), 5)}, []
+    except Exception as e:  # an anchor that cannot be captured keeps its single-call time
+        torch.cuda.synchronize()
+        return {}, [f"graph capture failed: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"]
 
 
 def impls_for(spec_or_case, impls):
@@ -632,8 +674,10 @@ def run_attention_case(case, impls, dev, timer, smoke, deadline, case_budget):
                 continue
             sets = make_sets(spec, runner, first, dev, smoke)
             ms, reps = timer.measure(runner.call, sets)
-            note = "; ".join(runner.notes + [f"first call {first_s:.1f} s", f"{reps} reps, {len(sets)} buffer sets"])
-            out.append(record(spec.id, impl, ms, flops, note, rel_err=round(err, 6)))
+            extra, gnote = graph_extra(timer, runner.call, sets, ms)
+            note = "; ".join(runner.notes + [f"first call {first_s:.1f} s", f"{reps} reps, {len(sets)} buffer sets"]
+                             + gnote)
+            out.append(record(spec.id, impl, ms, flops, note, rel_err=round(err, 6), **extra))
         except Unsupported as e:
             out.append(record(spec.id, impl, None, flops, f"unsupported: {e}"))
         except OverBudget:
@@ -715,14 +759,14 @@ def run_stack_case(case, impls, dev, timer, smoke, deadline, case_budget):
                 raise Unsupported("WRONG RESULT: non-finite stack output")
             first_s = time.monotonic() - t0
             ms, reps = timer.measure(run_stack, [()])
-            notes = []
+            extra, notes = graph_extra(timer, run_stack, [()], ms)
             for r, sp in runners.values():
                 notes += [f"{sp.pattern.text}: {x}" for x in r.notes]
             changes = sum(1 for _, _, idx in plan if idx is not None)
             notes += [f"{changes} order changes (3 gathers each) + {int(final_idx is not None)} output gather",
                       "layers checked against the fp32 reference", f"first call {first_s:.1f} s",
                       f"{reps} reps, 32 distinct q/k/v sets"]
-            out.append(record(case["id"], impl, ms, flops, "; ".join(notes)))
+            out.append(record(case["id"], impl, ms, flops, "; ".join(notes), **extra))
         except Unsupported as e:
             out.append(record(case["id"], impl, None, flops, f"unsupported: {e}"))
         except OverBudget:
@@ -857,6 +901,9 @@ def main(argv=None):
     ap.add_argument("--case-budget-s", type=int, default=None,
                     help="limit for one implementation on one case, compile included (default 60; 600 with --smoke)")
     ap.add_argument("--target-s", type=float, default=0.25, help="timed GPU work per measurement")
+    ap.add_argument("--graph", action="store_true",
+                    help="also time each anchor as CUDA-graph replays of back-to-back calls (ms_graph), "
+                         "the method of ariadne's ms (CUDA only)")
     a = ap.parse_args(argv)
 
     global L2_BYTES, _sink_correct_c
@@ -896,6 +943,7 @@ def main(argv=None):
         cases = [c for c in cases if any(c["id"] == k or c["id"].startswith(k) for k in keys)]
     deadline = start + a.budget_s
     timer = Timer(dev, a.target_s, a.smoke)
+    timer.graph = a.graph and dev.type == "cuda"
     for case in cases:
         print(f"case {case['id']}", flush=True)
         if case.get("kind") == "stack":

@@ -166,13 +166,32 @@ def test_report_like_for_like_table(tmp_path):
                      "--results", str(tmp_path / "R.md")]) == 0
     text = (tmp_path / "R.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| vit-n4096-b1-win64 | 0.0200 | 0.0250")]
-    assert len(rows) == 1 and "2.00×" in rows[0] and "1.60×" in rows[0]   # 0.04 / 0.02, 0.04 / 0.025
+    assert len(rows) == 1 and "2.00× / 1.60×" in rows[0]                  # 0.04 / 0.02, 0.04 / 0.025
+    assert "graph / graph" not in text                                    # no anchor has ms_graph
     assert "| vit-n1024-b1-full | 0.0100 |" not in text                   # no ms_single: no row
     # The main table takes the single calls (like for like): 0.025 ms and 0.04 / 0.025.
     main = [line for line in text.splitlines() if line.startswith("| vit-n4096-b1-win64 | B1")][0]
     assert "0.0250" in main and main.endswith("| 1.60× (Flex) |") and "0.0200" not in main  # FA2: 0.05 / 0.025
     stack = [line for line in text.splitlines() if line.startswith("- ariadne schedule")][0]
     assert "1.500 ms as single calls" in stack and "4.00× faster" in stack and "1.200 ms: 5.00×" in stack
+
+
+def test_report_graph_against_graph(tmp_path, capsys):
+    # Anchors timed as graph replays too (anchors.py --graph): a graph-against-graph ratio per case.
+    rep = load_report()
+    anchors = [{"id": "vit-n4096-b1-win64", "impl": "flex_b64", "ms": 0.04, "ms_graph": 0.036, "tflops": 1.0},
+               {"id": "vit-n4096-b1-win64", "impl": "sdpa_flash", "ms": 0.05, "ms_graph": 0.03, "tflops": 1.0}]
+    ours = [{"id": "vit-n4096-b1-win64", "impl": "ariadne", "ms": 0.02, "ms_single": 0.025, "tflops": 1.0}]
+    write(tmp_path / "a.json", anchors)
+    write(tmp_path / "o.json", ours)
+    assert rep.main(["--anchors", str(tmp_path / "a.json"), "--ours", str(tmp_path / "o.json"), "--print"]) == 0
+    out = capsys.readouterr().out
+    row = [line for line in out.splitlines() if line.startswith("| vit-n4096-b1-win64 | 0.0200")][0]
+    # best single call: flex_b64 0.04 (2.00× / 1.60×); best graph replay: FA2 0.03, 0.03 / 0.02 = 1.50×
+    assert "2.00× / 1.60×" in row and "0.0300 (SDPA flash (FA2)) | 1.50× |" in row
+    write(tmp_path / "bad.json", [{"id": "x", "impl": "flex", "ms": 0.1, "ms_graph": -1}])
+    assert rep.main(["--anchors", str(tmp_path / "bad.json"), "--print"]) == 2
+    assert "'ms_graph' must be a positive number" in capsys.readouterr().err
 
 
 def test_report_rejects_bad_input(tmp_path, capsys):
