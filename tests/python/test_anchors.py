@@ -180,8 +180,10 @@ def test_report_graph_against_graph(tmp_path, capsys):
     # Anchors timed as graph replays too (anchors.py --graph): a graph-against-graph ratio per case.
     rep = load_report()
     anchors = [{"id": "vit-n4096-b1-win64", "impl": "flex_b64", "ms": 0.04, "ms_graph": 0.036, "tflops": 1.0},
-               {"id": "vit-n4096-b1-win64", "impl": "sdpa_flash", "ms": 0.05, "ms_graph": 0.03, "tflops": 1.0}]
-    ours = [{"id": "vit-n4096-b1-win64", "impl": "ariadne", "ms": 0.02, "ms_single": 0.025, "tflops": 1.0}]
+               {"id": "vit-n4096-b1-win64", "impl": "sdpa_flash", "ms": 0.05, "ms_graph": 0.03, "tflops": 1.0},
+               {"id": "stack-full-896", "impl": "sdpa_cudnn", "ms": 6.0, "ms_graph": 6.6, "tflops": 1.0}]
+    ours = [{"id": "vit-n4096-b1-win64", "impl": "ariadne", "ms": 0.02, "ms_single": 0.025, "tflops": 1.0},
+            {"id": "stack-ariadne-896", "impl": "ariadne", "ms": 1.2, "ms_single": 1.5, "tflops": 1.0}]
     write(tmp_path / "a.json", anchors)
     write(tmp_path / "o.json", ours)
     assert rep.main(["--anchors", str(tmp_path / "a.json"), "--ours", str(tmp_path / "o.json"), "--print"]) == 0
@@ -189,6 +191,8 @@ def test_report_graph_against_graph(tmp_path, capsys):
     row = [line for line in out.splitlines() if line.startswith("| vit-n4096-b1-win64 | 0.0200")][0]
     # best single call: flex_b64 0.04 (2.00× / 1.60×); best graph replay: FA2 0.03, 0.03 / 0.02 = 1.50×
     assert "2.00× / 1.60×" in row and "0.0300 (SDPA flash (FA2)) | 1.50× |" in row
+    stack = [line for line in out.splitlines() if line.startswith("- ariadne schedule")][-1]
+    assert "graph replays (6.600 ms): 5.50×" in stack                       # 6.6 / 1.2
     write(tmp_path / "bad.json", [{"id": "x", "impl": "flex", "ms": 0.1, "ms_graph": -1}])
     assert rep.main(["--anchors", str(tmp_path / "bad.json"), "--print"]) == 2
     assert "'ms_graph' must be a positive number" in capsys.readouterr().err
