@@ -653,7 +653,11 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       // chunk here), and chunks past nc hold none. Live pairs get the masks, maxima and sums of
       // the v11 path in the same order, so the results are the same.
       const int live_hi = w_hi - kb0 < nc * CK ? w_hi - kb0 : nc * CK, live_lo = w_lo - kb0 - 16;
+      // v40 (session 13): the block_col kernel (BC) runs every pair through the masks instead: no
+      // per-pair branch. A pair no row of the warp sees lies in an edge chunk (or past nc), whose
+      // per-element masks set it to -inf: P exactly 0, exact zeros in the sums, the same results.
       auto live = [&](int c, int kk) {
+        if constexpr (BC) return true;
         const int at = (C0 + c) * CK + 16 * kk;
         return at < live_hi && at > live_lo;
       };
