@@ -134,10 +134,11 @@ double timed_ms(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, F&& enqueue
 
 // The anchors' method (bench/anchors.py, Timer.times): the median of single calls, each between two
 // events and queued behind a spinning kernel (cuda_spin, as the anchors' torch.cuda._sleep) that
-// outlasts the host's enqueue time of the call, so that the events bracket GPU work only: the call's launch latency counts, and no call overlaps or follows
-// another back to back as in a graph. `call(i)` enqueues one call on input set i % sets (one
-// attention call; a stack case's 32). Like for like with the anchors' "ms", which this records as
-// "ms_single"; "ms" stays the graph replays' per-launch time.
+// outlasts the host's enqueue time of the call, so that the events bracket GPU work only: the
+// call's launch latency counts, and no call overlaps or follows another back to back as in a
+// graph. `call(i)` enqueues one call on input set i % sets (one attention call; a stack case's 32).
+// Like for like with the anchors' "ms", which this records as "ms_single"; "ms" stays the graph
+// replays' per-launch time.
 template <class F>
 double single_call_ms(cudaStream_t stream, int sets, double rough_ms, F&& call) {
   double host_us = 0;  // the slower of two enqueues, after warm-up calls
@@ -145,7 +146,8 @@ double single_call_ms(cudaStream_t stream, int sets, double rough_ms, F&& call) 
     check(cudaStreamSynchronize(stream), "single-call warm-up");
     const auto t0 = std::chrono::steady_clock::now();
     call(i);
-    if (i >= 2) host_us = std::max(host_us, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= 2) host_us = std::max(host_us, us);
   }
   check(cudaStreamSynchronize(stream), "single-call warm-up");
   const double hold_us = 1.5 * host_us + 50;  // bench/anchors.py's sleep: 1.5 x host + 0.05 ms
@@ -341,7 +343,8 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
     return median(ms_per_launch);
   };
   const double ms = time_graph([](const AttentionParams& p) { attention(p, Backend::cuda); });
-  const double ms_single = single_call_ms(stream, sets, ms, [&](int i) { attention(params[size_t(i % sets)], Backend::cuda); });
+  const double ms_single =
+      single_call_ms(stream, sets, ms, [&](int i) { attention(params[size_t(i % sets)], Backend::cuda); });
 
   double ms_colorder = 0, ms_idorder = 0;
   if (!col_order.empty()) {

@@ -291,7 +291,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   // qb_vis: the key blocks visible to each query block (global index sbb[s] + m), the same for
   // every head. The result's host rows (score_ptr, row_queries: ~100-250 µs at 128K tokens,
   // mostly fresh pages) are filled after the kernels are enqueued; what the device needs before
-  // (score_ptr) is computed from qb_vis straight into the pinned staging below.
+  // (score_ptr) is written by est::row_score_ptr straight into the pinned staging below.
   std::vector<cuda::EstSeq> seqs;
   std::vector<int32_t> qb_seq, qb_m, qb_vis, sbb{0};
   int max_visible = 0;
@@ -447,22 +447,10 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   put(off_sbase, scratch_base.data(), scratch_base.size() * sizeof(int64_t));
   put(off_tau, tau.data(), tau.size() * sizeof(double));
   put(off_v3, v3_ctas.data(), v3_ctas.size() * sizeof(int32_t));
-  {
-    // score_ptr in row order (sequence, head, query block): the exclusive sum of visible blocks.
-    int64_t* sp_host = reinterpret_cast<int64_t*>(host + off_score_ptr);
-    int64_t acc = 0;
-    sp_host[0] = 0;
-    for (size_t si = 0; si < g.seqs.size(); ++si) {
-      const Seq& e = g.seqs[si];
-      const int32_t* vis = qb_vis.data() + sbb[si];
-      for (int h = 0; h < g.heads_q; ++h)
-        for (int64_t m = 0; m < e.nqb; ++m) {
-          acc += vis[m];
-          sp_host[e.row_base + h * e.nqb + m + 1] = acc;
-        }
-    }
-    ARIADNE_CHECK(acc == nvis_total, "estimate (cuda): visible blocks ", acc, " against ", nvis_total);
-  }
+  int64_t* sp_host = reinterpret_cast<int64_t*>(host + off_score_ptr);
+  est::row_score_ptr(g, sp_host);
+  ARIADNE_CHECK(sp_host[g.rows] == nvis_total, "estimate (cuda): visible blocks ", sp_host[g.rows], " against ",
+                nvis_total);
   put(off_sbb, sbb.data(), sbb_bytes);
   const cudaStream_t st = nullptr;
   check(cudaMemcpyAsync(tables, host, tables_end, cudaMemcpyHostToDevice, st), "uploading the tables");
@@ -555,17 +543,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   // While the kernels run: the result's host rows (score_ptr from the staging, as uploaded), the
   // visible blocks per head and the multiply-add count of the cost model (as the CPU estimator
   // counts).
-  r.heads = g.heads_q;
-  {
-    const int64_t* sp_host = reinterpret_cast<const int64_t*>(host + off_score_ptr);
-    r.score_ptr.assign(sp_host, sp_host + g.rows + 1);
-    r.row_queries.resize(size_t(g.rows));
-    for (const Seq& e : g.seqs)
-      for (int64_t m = 0; m < e.nqb; ++m) {
-        const int32_t nq = int32_t(g.queries_in(e, m));
-        for (int h = 0; h < g.heads_q; ++h) r.row_queries[size_t(e.row_base + h * e.nqb + m)] = nq;
-      }
-  }
+  est::init_row_geometry(g, r, sp_host);
   EstimateStats& s = r.stats;
   const int64_t len = rr ? g.dim : stride * g.dim;
   std::vector<int64_t> vis(size_t(g.heads_q), 0);

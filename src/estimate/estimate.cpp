@@ -211,18 +211,26 @@ double exp_sum(float* x, int64_t n, float mx) {
   return exp_sum_generic(x, n, mx);
 }
 
-void init_row_geometry(const Geometry& g, EstimateResult& r) {
-  r.heads = g.heads_q;
-  r.score_ptr.assign(size_t(g.rows) + 1, 0);
-  r.row_queries.assign(size_t(g.rows), 0);
+void row_score_ptr(const Geometry& g, int64_t* out) {
+  out[0] = 0;
   for (const Seq& e : g.seqs)
     for (int h = 0; h < g.heads_q; ++h)
-      for (int64_t m = 0; m < e.nqb; ++m) {
-        const int64_t row = e.row_base + h * e.nqb + m;
-        r.score_ptr[size_t(row) + 1] = g.diag(e, m) + 1;
-        r.row_queries[size_t(row)] = int32_t(g.queries_in(e, m));
-      }
-  std::partial_sum(r.score_ptr.begin(), r.score_ptr.end(), r.score_ptr.begin());
+      for (int64_t m = 0; m < e.nqb; ++m) out[e.row_base + h * e.nqb + m + 1] = g.diag(e, m) + 1;
+  std::partial_sum(out, out + g.rows + 1, out);
+}
+
+void init_row_geometry(const Geometry& g, EstimateResult& r, const int64_t* score_ptr) {
+  r.heads = g.heads_q;
+  r.score_ptr.resize(size_t(g.rows) + 1);
+  if (score_ptr != nullptr)
+    std::copy(score_ptr, score_ptr + g.rows + 1, r.score_ptr.begin());
+  else
+    row_score_ptr(g, r.score_ptr.data());
+  r.row_queries.resize(size_t(g.rows));
+  for (const Seq& e : g.seqs)
+    for (int h = 0; h < g.heads_q; ++h)
+      for (int64_t m = 0; m < e.nqb; ++m)
+        r.row_queries[size_t(e.row_base + h * e.nqb + m)] = int32_t(g.queries_in(e, m));
 }
 
 void init_rows(const Geometry& g, EstimateResult& r) {

@@ -72,9 +72,13 @@ void dot_rows_avx2(const float* a, int64_t rows, const float* b, int64_t cols, i
 double exp_sum_avx2(float* x, int64_t n, float mx);
 #endif
 
-// The result's row geometry (heads, score_ptr, row_queries) for the geometry. The CUDA path stops
-// here: it fills host scores only when host_copy asks (tens of MB at 128K tokens).
-void init_row_geometry(const Geometry& g, EstimateResult& r);
+// score_ptr of the geometry's rows into out[0 .. rows]: the exclusive sum of the key blocks each
+// row sees (its scores' offsets). The CUDA path writes it straight into its pinned upload staging.
+void row_score_ptr(const Geometry& g, int64_t* out);
+// The result's row geometry (heads, score_ptr, row_queries) for the geometry; score_ptr copied from
+// `score_ptr` (rows + 1 entries, row_score_ptr's) when given. The CUDA path stops here: it fills
+// host scores only when host_copy asks (tens of MB at 128K tokens).
+void init_row_geometry(const Geometry& g, EstimateResult& r, const int64_t* score_ptr = nullptr);
 // init_row_geometry plus the zeroed host score array [score_ptr.back()] the CPU estimators fill.
 void init_rows(const Geometry& g, EstimateResult& r);
 
