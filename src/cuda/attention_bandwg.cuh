@@ -50,7 +50,9 @@
 // After the last tile the producer publishes one end marker (valid = 0) per consumer.
 //
 // Eligible (bandwg_eligible in attention_cuda.cu): sliding windows with left + right <= 129 (a
-// 64-row tile's hull of <= 193 keys meets at most MAXC = 4 chunks), no chunk, no block mask, no
+// 64-row tile's hull of <= 193 keys meets at most MAXC = 4 chunks) or (v42) chunks of <= 65 keys
+// (BandRule clips each row to its chunk: hull <= 62 + 2 x 65 keys; a 64-aligned chunk of 64 is one
+// ring chunk a tile, the other two chunks of the 3-chunk pass masked), no block mask, no
 // diagnostics (a token order is taken unless ARIADNE_BANDWG_ORDER=0; v13: the producer warpgroup
 // then gathers the rows with cp.async, bandwg_gather_producer, and O leaves per thread), head dim 80,
 // compute capability 9.0, rows and keys below 2^30, q/k/v strides increasing from head dim to heads
@@ -95,6 +97,7 @@ struct BandWgShape {
   static constexpr int QSLOT = NCONS == 3 ? 3 : 4;
   static constexpr int MAXC = 4;     // chunks a tile's hull of <= 64 + 129 keys may meet
   static constexpr int kMaxSpan = 129;  // window left + right the kernel accepts
+  static constexpr int kMaxChunk = 65;  // v42: chunk sizes it accepts (hull <= 62 + 2 x 65 keys: 4 chunks)
   static constexpr int threads = 128 * (1 + NCONS);
   // setmaxnreg per warpgroup: 128 x (producer + NCONS x consumer) registers <= 65536, the SM's file.
   // With 3 consumers the producer gets 40 (the gather producer's code uses 34) and the consumers

@@ -98,10 +98,8 @@ bool wgmma_eligible(const AttentionParams& p) {
 // band kernel measured slower there). ARIADNE_BAND=0 in the environment (read per call) keeps
 // every call on the tile kernel, ARIADNE_BAND=1 sends every eligible call to the band kernel.
 // ARIADNE_BAND_RUN=n fixes its run length (benchmark variants).
-bool band_eligible(const AttentionParams& p) {
-  const char* env = std::getenv("ARIADNE_BAND");
-  const bool forced = env != nullptr && std::string(env) == "1";
-  if (env != nullptr && std::string(env) == "0") return false;
+// band_fits: the shapes the band kernels can take at all; band_eligible adds the default route.
+bool band_fits(const AttentionParams& p) {
   const int d = p.head_dim();
   if (d != 64 && d != 80 && d != 96) return false;
   const Pattern& pat = p.pattern;
@@ -110,8 +108,14 @@ bool band_eligible(const AttentionParams& p) {
   int64_t span = -1;  // keys 16 consecutive query rows may see
   if (pat.window_left != kUnbounded && pat.window_right != kUnbounded) span = pat.window_left + pat.window_right + 16;
   if (pat.chunk > 0 && (span < 0 || 2 * pat.chunk + 14 < span)) span = 2 * pat.chunk + 14;
-  if (span < 0 || span > cuda::BandShape<64>::kMaxRowSpan) return false;
-  return forced || pat.chunk == 0;  // by default sliding windows only
+  return span >= 0 && span <= cuda::BandShape<64>::kMaxRowSpan;
+}
+bool band_eligible(const AttentionParams& p) {
+  const char* env = std::getenv("ARIADNE_BAND");
+  const bool forced = env != nullptr && std::string(env) == "1";
+  if (env != nullptr && std::string(env) == "0") return false;
+  if (!band_fits(p)) return false;
+  return forced || p.pattern.chunk == 0;  // by default sliding windows only
 }
 
 // The wgmma band kernel (attention_bandwg.cuh) takes the band kernel's sliding windows at head dim
@@ -123,14 +127,31 @@ bool band_eligible(const AttentionParams& p) {
 // producer to cp.async gathers (bandwg_routes; ARIADNE_BANDWG_ORDER=0 keeps ordered calls on the
 // band kernel); q/k/v views whose strides do not increase from head dim to heads to rows stay on
 // the band kernel.
+// Chunked patterns (session 14, v42: Qwen's 64-token windows): chunk <= 65, alone or with a window,
+// take the same kernel (BandRule clips each row's keys to its chunk; a 64-row tile's hull of <= 62 +
+// 2 x chunk keys meets at most 4 chunks of 64 keys) when the call has at least kChunkMinRows query
+// rows x heads (512 tiles of 64 rows, ~4 per SM): measured 15-18% faster than the tile kernel from
+// N 4096 x 16 heads on, but 8% slower at N 1024 x 16 heads (256 tiles: runs of two tiles leave a
+// CTA's third consumer idle; bench/cuda-notes.md, v42). ARIADNE_BANDWG_CHUNK (read per call): 1
+// sends every eligible chunked call here, 0 none; ARIADNE_BAND=0 keeps every call off the band kernels.
+constexpr int64_t kChunkMinRows = 32768;
+bool bandwg_chunks(const AttentionParams& p) {
+  const char* env = std::getenv("ARIADNE_BANDWG_CHUNK");
+  if (env != nullptr && std::string(env) == "0") return false;
+  if (env != nullptr && std::string(env) == "1") return true;
+  return p.q.shape[0] * p.heads_q() >= kChunkMinRows;
+}
 bool bandwg_eligible(const AttentionParams& p) {
   const char* env = std::getenv("ARIADNE_BANDWG");
   if (env != nullptr && std::string(env) == "0") return false;
-  if (!band_eligible(p) || p.head_dim() != 80) return false;
+  const char* band_env = std::getenv("ARIADNE_BAND");
+  if (band_env != nullptr && std::string(band_env) == "0") return false;
+  if (!band_fits(p) || p.head_dim() != 80) return false;
   const Pattern& pat = p.pattern;
-  if (pat.chunk != 0 || pat.window_left == kUnbounded || pat.window_right == kUnbounded ||
-      pat.window_left + pat.window_right > cuda::BandWgShape<80>::kMaxSpan)
-    return false;
+  const bool window = pat.window_left != kUnbounded && pat.window_right != kUnbounded &&
+                      pat.window_left + pat.window_right <= cuda::BandWgShape<80>::kMaxSpan;
+  const bool chunk = pat.chunk > 0 && pat.chunk <= cuda::BandWgShape<80>::kMaxChunk && bandwg_chunks(p);
+  if (pat.chunk != 0 ? !chunk : !window) return false;
   // The copy engine's tensor maps (encode_tile_map) need strides increasing from the head dim to
   // the heads to the rows.
   for (const TensorView* t : {&p.q, &p.k, &p.v})

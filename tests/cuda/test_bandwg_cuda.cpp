@@ -78,8 +78,9 @@ void check_wg(const Case& c, bool f32_out = false) {
 }
 
 std::string wname(const Pattern& p) {
-  std::string s = "w";  // appended, not "w" + ...: g++ 12 reports a false -Wrestrict on that form
-  s += std::to_string(p.window_left);
+  std::string s = p.chunk > 0 ? "c" : "w";  // appended, not "w" + ...: g++ 12 reports a false -Wrestrict on that form
+  s += std::to_string(p.chunk > 0 ? p.chunk : p.window_left);
+  if (p.chunk > 0) return s;
   s += '_';
   s += std::to_string(p.window_right);
   return s;
@@ -167,9 +168,11 @@ TEST_F(CudaBandWg, SinksAndF32Out) {
 
 TEST_F(CudaBandWg, SmallCasesForSanitizers) {
   // Small enough for compute-sanitizer: a two-sequence batch with lk != lq, run length 1 (the ring
-  // restarts on every tile) and the launcher's choice, 3- and 4-chunk hulls, both sinks.
+  // restarts on every tile) and the launcher's choice, 3- and 4-chunk hulls and (v42) Qwen's
+  // 64-token chunks, both sinks.
+  const EnvGuard force("ARIADNE_BANDWG_CHUNK", "1");  // small chunked calls come here only when asked
   for (int run : {0, 1})
-    for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(64, 65)}) {
+    for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(64, 65), Pattern::chunked(64)}) {
       const RunLength scope(run);
       for (SinkMode mode : {SinkMode::none, SinkMode::denominator, SinkMode::key0_bias}) {
         Case c = wg_case("bandwg_small_run" + std::to_string(run) + "_" + wname(w) + "_" + sink_mode_name(mode),
@@ -270,6 +273,61 @@ void check_ordered(const Case& base, const std::vector<int32_t>& order, bool f32
     check_runs(d, f32_out ? DType::f32 : c.dtype, want.out, want.lse,
                testing::tolerance(c.dtype, testing::max_abs_logit(in)));
   }
+}
+
+TEST_F(CudaBandWg, Chunks) {
+  // v42: chunked patterns (Qwen's 64-token windows) on this kernel: chunks of 1, 17, 48, 64
+  // (aligned with the 64-row tiles: one ring chunk a tile, no element mask) and 65 (the limit: 4
+  // ring chunks a tile), chunk with a causal window and with a narrow two-sided one, over lengths
+  // around the tiles, key offsets lk != lq, a varlen batch with empty and one-token sequences, both
+  // sinks, runs of 1 and 3 tiles and the launcher's; then token orders (the gathering producer) over
+  // 64- and 48-token chunks. ARIADNE_BANDWG_CHUNK=1: these small calls would stay on the tile kernel.
+  const EnvGuard force("ARIADNE_BANDWG_CHUNK", "1");
+  struct P {
+    const char* name;
+    Pattern pattern;
+  };
+  std::vector<P> patterns = {{"chunk1", Pattern::chunked(1)},   {"chunk17", Pattern::chunked(17)},
+                             {"chunk48", Pattern::chunked(48)}, {"chunk64", Pattern::chunked(64)},
+                             {"chunk65", Pattern::chunked(65)}};
+  Pattern causal_chunk = Pattern::causal();
+  causal_chunk.chunk = 48;
+  patterns.push_back({"causal_chunk48", causal_chunk});
+  Pattern window_chunk = Pattern::window(300, 2);
+  window_chunk.chunk = 40;
+  patterns.push_back({"window300_2_chunk40", window_chunk});
+  int i = 0;
+  for (const P& pp : patterns) {
+    for (int64_t n : {1, 63, 65, 300, 1500}) {
+      const RunLength scope(i % 3 == 0 ? 0 : i % 3 == 1 ? 1 : 3);
+      Case c = wg_case(std::string("bandwg_") + pp.name + "_n" + std::to_string(n), {n}, i % 2 ? DType::f16 : DType::bf16,
+                       pp.pattern);
+      c.sink_mode = i % 3 == 0 ? SinkMode::none : i % 3 == 1 ? SinkMode::denominator : SinkMode::key0_bias;
+      c.sink_value = std::numeric_limits<float>::quiet_NaN();
+      ++i;
+      check_wg(c);
+    }
+    Case v = wg_case(std::string("bandwg_") + pp.name + "_varlen", {1, 0, 130, 64, 5, 200, 1}, DType::bf16, pp.pattern);
+    v.seq_k = {3, 4, 100, 64, 0, 260, 1};
+    check_wg(v);
+    Case shifted = wg_case(std::string("bandwg_") + pp.name + "_shift", {333, 260}, DType::bf16, pp.pattern);
+    shifted.seq_k = {338, 228};
+    check_wg(shifted);
+  }
+  for (int64_t n : {300, 1500})
+    for (const Pattern& pat : {Pattern::chunked(64), Pattern::chunked(48)}) {
+      std::vector<int32_t> shuffled(size_t(n), 0);
+      std::iota(shuffled.begin(), shuffled.end(), 0);
+      std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(uint32_t(base_seed()) + uint32_t(n)));
+      for (const auto& [oname, order] : {std::pair{"colmajor", column_major(n)}, std::pair{"shuffled", shuffled}}) {
+        const RunLength scope(n == 300 ? 3 : 0);
+        Case c = wg_case(std::string("bandwg_order_") + oname + "_" + wname(pat) + "_n" + std::to_string(n), {n},
+                         n == 300 ? DType::f16 : DType::bf16, pat);
+        c.sink_mode = n == 300 ? SinkMode::key0_bias : SinkMode::denominator;
+        c.sink_value = std::numeric_limits<float>::quiet_NaN();
+        check_ordered(c, order);
+      }
+    }
 }
 
 TEST_F(CudaBandWg, FusedTokenOrder) {
@@ -449,8 +507,23 @@ TEST_F(CudaBandWg, Routing) {
   EXPECT_TRUE(cuda_uses_band(testing::make_inputs(d64).params));
   Case wide = wg_case("bandwg_route_w65_65", {300}, DType::bf16, Pattern::window(65, 65));
   EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(wide).params));
+  // v42: chunks up to 65 keys come here from 32768 query rows x heads on (4096 x 8 heads here),
+  // or always under ARIADNE_BANDWG_CHUNK=1, never under =0; wider chunks never.
   Case chunk = wg_case("bandwg_route_chunk64", {300}, DType::bf16, Pattern::chunked(64));
   EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
+  Case big_chunk = wg_case("bandwg_route_chunk64_n4096", {4096}, DType::bf16, Pattern::chunked(64));
+  const AttentionParams pbig = testing::make_inputs(big_chunk).params;
+  EXPECT_TRUE(cuda_uses_bandwg(pbig));
+  Case chunk66 = wg_case("bandwg_route_chunk66", {4096}, DType::bf16, Pattern::chunked(66));
+  {
+    const EnvGuard on("ARIADNE_BANDWG_CHUNK", "1");
+    EXPECT_TRUE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
+    EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(chunk66).params));
+  }
+  {
+    const EnvGuard off("ARIADNE_BANDWG_CHUNK", "0");
+    EXPECT_FALSE(cuda_uses_bandwg(pbig));
+  }
   Case causal = wg_case("bandwg_route_causal", {300}, DType::bf16, Pattern::causal());
   EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(causal).params));
   // A token order (a gather per row, which the copy engine's tiles cannot do; the producer gathers
@@ -484,7 +557,7 @@ TEST_F(CudaBandWg, Routing) {
   heads_outer.q.stride[0] = 80;
   heads_outer.q.stride[1] = 300 * 80;
   EXPECT_FALSE(cuda_uses_bandwg(heads_outer));
-  setenv("ARIADNE_BAND", "1", 1);  // chunks forced onto the band kernel stay off this one
+  setenv("ARIADNE_BAND", "1", 1);  // small chunked calls forced onto the band kernel stay off this one
   EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
   unsetenv("ARIADNE_BAND");
   setenv("ARIADNE_BANDWG", "0", 1);
