@@ -397,7 +397,10 @@ __device__ __forceinline__ void bandwg_gather_producer(const FwdParams& p, int64
 // BC (v24, variant 3 only): a block_col order whose tiles the copy engine loads and stores through
 // 5-D maps (BandWgMaps::units_h); a separate instantiation, so that the storage order's code is
 // the same as without it.
-template <int D, class E, int V, bool BC = false>
+// CH (v43, variant 3 only): a chunked call's kernel, whose tiles with a one-chunk hull (a 64-row
+// tile of 64-aligned chunks of 64: Qwen's windows) take a one-chunk pass instead of the 3-chunk
+// pass with two masked chunks; a separate instantiation, so the window kernels' code is unchanged.
+template <int D, class E, int V, bool BC = false, bool CH = false>
 __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     attention_bandwg_kernel(const FwdParams p, const int run, const __grid_constant__ BandWgMaps maps) {
   static_assert(D == 80, "the tile layout splits the head dim as 64 + 16");
@@ -897,7 +900,9 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       m_row[0] = m_row[1] = -INFINITY;
       l_row[0] = l_row[1] = 0.f;
       wg::mbar_arrive(q_empty(qs));
-    } else if (nc <= 3) {
+    } else if (CH && nc == 1) {
+      if constexpr (CH) compute(IntTag<1>{}, IntTag<0>{}, IntTag<1>{});  // v43: one 64-key chunk
+    } else if (!CH && nc <= 3) {  // (v43: the chunk kernel takes 2-4 chunks in the two passes below)
       compute(IntTag<3>{}, IntTag<0>{}, IntTag<1>{});  // a 64-row tile of an aligned ±64 window: 192 keys
     } else if constexpr (NCONS == 3) {
       // v14: S of 4 chunks (128 registers) does not fit 152 next to the rest: two passes of 2.
@@ -1100,7 +1105,14 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
   // A block_col order the copy engine can follow (FwdParams::order_units_h; the dispatcher checks
   // the shape; variant 3 only): the BC kernel and 5-D maps; other orders gather.
   const bool block_col = V == 3 && p.order != nullptr && p.order_units_h > 0;
-  const auto kernel = block_col ? attention_bandwg_kernel<D, E, V, V == 3> : attention_bandwg_kernel<D, E, V>;
+  // v43: a chunked call (not block_col) on variant 3 takes the kernel with the one-chunk pass,
+  // unless ARIADNE_BANDWG_CHUNK_PASS=0 (read per call) keeps the window kernel, for A/B runs.
+  const char* pass_env = std::getenv("ARIADNE_BANDWG_CHUNK_PASS");
+  const bool chunk_pass = V == 3 && !block_col && p.pattern.chunk > 0 &&
+                          !(pass_env != nullptr && pass_env[0] == '0' && pass_env[1] == '\0');
+  const auto kernel = block_col    ? attention_bandwg_kernel<D, E, V, V == 3>
+                      : chunk_pass ? attention_bandwg_kernel<D, E, V, false, V == 3>
+                                   : attention_bandwg_kernel<D, E, V>;
   constexpr size_t smem = V2 ? S::smem_bytes_v2 : S::smem_bytes;
   static const cudaError_t configured =
       cudaFuncSetAttribute(attention_bandwg_kernel<D, E, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -1110,6 +1122,11 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
                                     int(smem))
              : cudaSuccess;
   if (configured_bc != cudaSuccess) return configured_bc;
+  static const cudaError_t configured_ch =
+      V == 3 ? cudaFuncSetAttribute(attention_bandwg_kernel<D, E, V, false, V == 3>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))
+             : cudaSuccess;
+  if (configured_ch != cudaSuccess) return configured_ch;
   static const int slots = resident_cta_slots(attention_bandwg_kernel<D, E, V>, S::threads, smem);
   if (slots <= 0) return cudaErrorInvalidConfiguration;
   const int64_t runs = band_runs(p, S::BM, slots, run);

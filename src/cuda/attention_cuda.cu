@@ -129,17 +129,15 @@ bool band_eligible(const AttentionParams& p) {
 // the band kernel.
 // Chunked patterns (session 14, v42: Qwen's 64-token windows): chunk <= 65, alone or with a window,
 // take the same kernel (BandRule clips each row's keys to its chunk; a 64-row tile's hull of <= 62 +
-// 2 x chunk keys meets at most 4 chunks of 64 keys) when the call has at least kChunkMinRows query
-// rows x heads (512 tiles of 64 rows, ~4 per SM): measured 15-18% faster than the tile kernel from
-// N 4096 x 16 heads on, but 8% slower at N 1024 x 16 heads (256 tiles: runs of two tiles leave a
-// CTA's third consumer idle; bench/cuda-notes.md, v42). ARIADNE_BANDWG_CHUNK (read per call): 1
-// sends every eligible chunked call here, 0 none; ARIADNE_BAND=0 keeps every call off the band kernels.
-constexpr int64_t kChunkMinRows = 32768;
-bool bandwg_chunks(const AttentionParams& p) {
+// 2 x chunk keys meets at most 4 chunks of 64 keys); variant 3 runs them on its chunk kernel (v43:
+// a one-chunk pass for one-chunk hulls). Measured against the tile kernel (bench/cuda-notes.md,
+// v42-v43): 33-37% faster from N 4096 x 16 heads on, 2-3% at N 1024 x 16 heads (v42 without the
+// one-chunk pass was 8% slower there and routed only calls of >= 32768 rows x heads).
+// ARIADNE_BANDWG_CHUNK=0 (read per call) keeps chunked calls on the tile kernel (=1: here, the
+// default); ARIADNE_BAND=0 keeps every call off the band kernels.
+bool bandwg_chunks(const AttentionParams&) {
   const char* env = std::getenv("ARIADNE_BANDWG_CHUNK");
-  if (env != nullptr && std::string(env) == "0") return false;
-  if (env != nullptr && std::string(env) == "1") return true;
-  return p.q.shape[0] * p.heads_q() >= kChunkMinRows;
+  return !(env != nullptr && std::string(env) == "0");
 }
 bool bandwg_eligible(const AttentionParams& p) {
   const char* env = std::getenv("ARIADNE_BANDWG");

@@ -170,7 +170,7 @@ TEST_F(CudaBandWg, SmallCasesForSanitizers) {
   // Small enough for compute-sanitizer: a two-sequence batch with lk != lq, run length 1 (the ring
   // restarts on every tile) and the launcher's choice, 3- and 4-chunk hulls and (v42) Qwen's
   // 64-token chunks, both sinks.
-  const EnvGuard force("ARIADNE_BANDWG_CHUNK", "1");  // small chunked calls come here only when asked
+  const EnvGuard force("ARIADNE_BANDWG_CHUNK", "1");  // the default, pinned against a caller's =0
   for (int run : {0, 1})
     for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(64, 65), Pattern::chunked(64)}) {
       const RunLength scope(run);
@@ -281,7 +281,7 @@ TEST_F(CudaBandWg, Chunks) {
   // ring chunks a tile), chunk with a causal window and with a narrow two-sided one, over lengths
   // around the tiles, key offsets lk != lq, a varlen batch with empty and one-token sequences, both
   // sinks, runs of 1 and 3 tiles and the launcher's; then token orders (the gathering producer) over
-  // 64- and 48-token chunks. ARIADNE_BANDWG_CHUNK=1: these small calls would stay on the tile kernel.
+  // 64- and 48-token chunks. (ARIADNE_BANDWG_CHUNK=1, the default, pinned against a caller's =0.)
   const EnvGuard force("ARIADNE_BANDWG_CHUNK", "1");
   struct P {
     const char* name;
@@ -326,6 +326,51 @@ TEST_F(CudaBandWg, Chunks) {
         c.sink_mode = n == 300 ? SinkMode::key0_bias : SinkMode::denominator;
         c.sink_value = std::numeric_limits<float>::quiet_NaN();
         check_ordered(c, order);
+      }
+    }
+}
+
+TEST_F(CudaBandWg, ChunkPassAgainstTheWindowKernel) {
+  // v43: variant 3 runs chunked calls on its chunk kernel (a one-chunk pass for one-chunk hulls,
+  // the two 2-chunk passes otherwise) unless ARIADNE_BANDWG_CHUNK_PASS=0 keeps the window kernel
+  // (the 3-chunk pass, its chunks past the hull masked). Both ways against the reference, and for
+  // 64-token chunks aligned with the tiles (every hull one chunk) bit for bit against each other:
+  // the masked chunks' pairs are skipped and their P·V adds exact zeros, so the arithmetic is the same.
+  const EnvGuard v3("ARIADNE_BANDWG_V", "3"), force("ARIADNE_BANDWG_CHUNK", "1");
+  int i = 0;
+  for (const Pattern& pat : {Pattern::chunked(64), Pattern::chunked(48), Pattern::chunked(65)})
+    for (const std::vector<int64_t>& seqs : {std::vector<int64_t>{1500}, std::vector<int64_t>{640, 1, 0, 200, 64}}) {
+      const RunLength scope(i % 2 ? 3 : 0);
+      Case c = wg_case("bandwg_chunkpass_" + wname(pat) + "_n" + std::to_string(seqs.size()), seqs,
+                       i % 2 ? DType::f16 : DType::bf16, pat);
+      c.sink_mode = i % 3 == 0 ? SinkMode::none : i % 3 == 1 ? SinkMode::denominator : SinkMode::key0_bias;
+      c.sink_value = std::numeric_limits<float>::quiet_NaN();
+      ++i;
+      std::vector<uint8_t> out_bits[2], lse_bits[2];
+      for (int pass : {1, 0}) {
+        const EnvGuard guard("ARIADNE_BANDWG_CHUNK_PASS", pass ? "1" : "0");
+        Case cp = c;
+        cp.name += pass ? "_chunkkernel" : "_windowkernel";
+        check_case(cp);
+        Case same = c;  // the same inputs both ways
+        same.seed = base_seed() ^ std::hash<std::string>{}(c.name);
+        const testing::Inputs in = testing::make_inputs(same);
+        DeviceCase d = upload(in);
+        ASSERT_TRUE(cuda_uses_bandwg(d.p)) << c.name;
+        DeviceBuffer out(c.dtype, {in.total_q, int64_t(c.heads_q), int64_t(c.dim)});
+        DeviceBuffer lse(DType::f32, {int64_t(c.heads_q), in.total_q});
+        out.fill_bytes(0xFF);
+        lse.fill_bytes(0xFF);
+        d.p.out = out.view();
+        d.p.lse = lse.view();
+        attention(d.p, Backend::cuda);
+        cuda_synchronize();
+        out_bits[pass] = bytes_of(out.to_host());
+        lse_bits[pass] = bytes_of(lse.to_host());
+      }
+      if (pat.chunk == 64) {
+        EXPECT_TRUE(out_bits[0] == out_bits[1]) << c.name << ": out differs between the chunk and window kernels";
+        EXPECT_TRUE(lse_bits[0] == lse_bits[1]) << c.name << ": lse differs between the chunk and window kernels";
       }
     }
 }
@@ -507,10 +552,10 @@ TEST_F(CudaBandWg, Routing) {
   EXPECT_TRUE(cuda_uses_band(testing::make_inputs(d64).params));
   Case wide = wg_case("bandwg_route_w65_65", {300}, DType::bf16, Pattern::window(65, 65));
   EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(wide).params));
-  // v42: chunks up to 65 keys come here from 32768 query rows x heads on (4096 x 8 heads here),
-  // or always under ARIADNE_BANDWG_CHUNK=1, never under =0; wider chunks never.
+  // v42-v43: chunks up to 65 keys come here (=1 too), never under ARIADNE_BANDWG_CHUNK=0; wider
+  // chunks never.
   Case chunk = wg_case("bandwg_route_chunk64", {300}, DType::bf16, Pattern::chunked(64));
-  EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
+  EXPECT_TRUE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
   Case big_chunk = wg_case("bandwg_route_chunk64_n4096", {4096}, DType::bf16, Pattern::chunked(64));
   const AttentionParams pbig = testing::make_inputs(big_chunk).params;
   EXPECT_TRUE(cuda_uses_bandwg(pbig));
@@ -523,6 +568,7 @@ TEST_F(CudaBandWg, Routing) {
   {
     const EnvGuard off("ARIADNE_BANDWG_CHUNK", "0");
     EXPECT_FALSE(cuda_uses_bandwg(pbig));
+    EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
   }
   Case causal = wg_case("bandwg_route_causal", {300}, DType::bf16, Pattern::causal());
   EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(causal).params));
@@ -557,8 +603,8 @@ TEST_F(CudaBandWg, Routing) {
   heads_outer.q.stride[0] = 80;
   heads_outer.q.stride[1] = 300 * 80;
   EXPECT_FALSE(cuda_uses_bandwg(heads_outer));
-  setenv("ARIADNE_BAND", "1", 1);  // small chunked calls forced onto the band kernel stay off this one
-  EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
+  setenv("ARIADNE_BAND", "1", 1);  // chunks forced onto the band kernels take this one at d 80, as windows do
+  EXPECT_TRUE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
   unsetenv("ARIADNE_BAND");
   setenv("ARIADNE_BANDWG", "0", 1);
   EXPECT_FALSE(cuda_uses_bandwg(pn));
