@@ -415,14 +415,7 @@ __global__ void __launch_bounds__(128, 2) attention_band_kernel(const FwdParams 
         float l = quad_sum(l_row[r]);
         float m = m_row[r];
         const int iq = r0 + g + 8 * r;
-        if (p.sink_kind == kSinkDenominator) {
-          const float rescale = fold_sink(m, l, sink_log2);
-#pragma unroll
-          for (int j = 0; j < DT; ++j) {
-            acc[j][2 * r] *= rescale;
-            acc[j][2 * r + 1] *= rescale;
-          }
-        }
+        fold_sink_row<DT>(p.sink_kind, sink_log2, m, l, [&](int j, int x) -> float& { return acc[j][2 * r + x]; });
         const float inv = row_has_mass(l) ? 1.f / l : 0.f;
 #pragma unroll
         for (int j = 0; j < DT; ++j) {
@@ -437,8 +430,7 @@ __global__ void __launch_bounds__(128, 2) attention_band_kernel(const FwdParams 
           }
         }
         if (p.lse != nullptr && tq == 0 && iq < cur.q_hi)
-          p.lse[int64_t(h) * p.total_q + stored(cur.e.q0 + iq)] =
-              row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+          p.lse[int64_t(h) * p.total_q + stored(cur.e.q0 + iq)] = row_lse(m, l);
       }
       if (!p.out_f32) {
         __syncwarp();  // the staged rows were written by other lanes of this warp

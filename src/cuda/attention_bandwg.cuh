@@ -75,6 +75,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 #include <type_traits>
 
 #include "cuda/attention_band.cuh"
@@ -923,14 +925,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
     auto finish_row = [&](int r, float& m, float& l) {
       l = quad_sum(l_row[r]);
       m = m_row[r];
-      if (p.sink_kind == kSinkDenominator) {
-        const float rescale = fold_sink(m, l, sink_log2);
-#pragma unroll
-        for (int n8 = 0; n8 < D / 8; ++n8) {
-          acc(n8, 2 * r) *= rescale;
-          acc(n8, 2 * r + 1) *= rescale;
-        }
-      }
+      fold_sink_row<D / 8>(p.sink_kind, sink_log2, m, l, [&](int n8, int x) -> float& { return acc(n8, 2 * r + x); });
     };
 
     // V2: a tile whose 64 rows are all its sequence's, or whose rows past the end are past the
@@ -968,8 +963,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
         }
         if (p.lse != nullptr && tq == 0 && iq < cur.q_hi) {
           const int64_t lrow = int64_t(cur.q0) + iq;
-          p.lse[int64_t(h) * p.total_q + (BC ? bandwg::block_col_row(lrow, maps.units_h, maps.units_w) : lrow)] =
-              row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+          p.lse[int64_t(h) * p.total_q + (BC ? bandwg::block_col_row(lrow, maps.units_h, maps.units_w) : lrow)] = row_lse(m, l);
         }
       }
       ARIADNE_BANDWG_STAMP(i / NCONS, 6);
@@ -1008,8 +1002,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
                        : "memory");
         }
         if (p.lse != nullptr && tq == 0 && cur.q_lo + row < cur.q_hi)
-          p.lse[int64_t(h) * p.total_q + rows[(i % (2 * QSLOT)) * 64 + row]] =
-              row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+          p.lse[int64_t(h) * p.total_q + rows[(i % (2 * QSLOT)) * 64 + row]] = row_lse(m, l);
       }
       wg::fence_proxy_async();  // this thread's writes, before the copy engine (async proxy) reads them
       __syncwarp();
@@ -1048,7 +1041,7 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
             *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + orow + col) = E::pack(o0, o1);
         }
         if (p.lse != nullptr && tq == 0)
-          p.lse[int64_t(h) * p.total_q + srow] = row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+          p.lse[int64_t(h) * p.total_q + srow] = row_lse(m, l);
       }
     }
   }
@@ -1108,25 +1101,23 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
   // v43: a chunked call (not block_col) on variant 3 takes the kernel with the one-chunk pass,
   // unless ARIADNE_BANDWG_CHUNK_PASS=0 (read per call) keeps the window kernel, for A/B runs.
   const char* pass_env = std::getenv("ARIADNE_BANDWG_CHUNK_PASS");
-  const bool chunk_pass = V == 3 && !block_col && p.pattern.chunk > 0 &&
-                          !(pass_env != nullptr && pass_env[0] == '0' && pass_env[1] == '\0');
+  const bool chunk_pass =
+      V == 3 && !block_col && p.pattern.chunk > 0 && !(pass_env != nullptr && std::string_view(pass_env) == "0");
   const auto kernel = block_col    ? attention_bandwg_kernel<D, E, V, V == 3>
                       : chunk_pass ? attention_bandwg_kernel<D, E, V, false, V == 3>
                                    : attention_bandwg_kernel<D, E, V>;
   constexpr size_t smem = V2 ? S::smem_bytes_v2 : S::smem_bytes;
-  static const cudaError_t configured =
-      cudaFuncSetAttribute(attention_bandwg_kernel<D, E, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  // Once per instantiation, for the storage-order kernel and (variant 3) the block_col and chunk
+  // kernels (below variant 3 those two names are the storage-order kernel again).
+  static const cudaError_t configured = [] {
+    for (const auto k : {attention_bandwg_kernel<D, E, V>, attention_bandwg_kernel<D, E, V, V == 3>,
+                         attention_bandwg_kernel<D, E, V, false, V == 3>}) {
+      const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }();
   if (configured != cudaSuccess) return configured;
-  static const cudaError_t configured_bc =
-      V == 3 ? cudaFuncSetAttribute(attention_bandwg_kernel<D, E, V, V == 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(smem))
-             : cudaSuccess;
-  if (configured_bc != cudaSuccess) return configured_bc;
-  static const cudaError_t configured_ch =
-      V == 3 ? cudaFuncSetAttribute(attention_bandwg_kernel<D, E, V, false, V == 3>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))
-             : cudaSuccess;
-  if (configured_ch != cudaSuccess) return configured_ch;
   static const int slots = resident_cta_slots(attention_bandwg_kernel<D, E, V>, S::threads, smem);
   if (slots <= 0) return cudaErrorInvalidConfiguration;
   const int64_t runs = band_runs(p, S::BM, slots, run);

@@ -98,6 +98,12 @@ bool wgmma_eligible(const AttentionParams& p) {
 // band kernel measured slower there). ARIADNE_BAND=0 in the environment (read per call) keeps
 // every call on the tile kernel, ARIADNE_BAND=1 sends every eligible call to the band kernel.
 // ARIADNE_BAND_RUN=n fixes its run length (benchmark variants).
+// Whether environment variable `name` (read per call) is set to `value`.
+bool env_is(const char* name, const char* value) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::string(env) == value;
+}
+
 // band_fits: the shapes the band kernels can take at all; band_eligible adds the default route.
 bool band_fits(const AttentionParams& p) {
   const int d = p.head_dim();
@@ -111,16 +117,13 @@ bool band_fits(const AttentionParams& p) {
   return span >= 0 && span <= cuda::BandShape<64>::kMaxRowSpan;
 }
 bool band_eligible(const AttentionParams& p) {
-  const char* env = std::getenv("ARIADNE_BAND");
-  const bool forced = env != nullptr && std::string(env) == "1";
-  if (env != nullptr && std::string(env) == "0") return false;
-  if (!band_fits(p)) return false;
-  return forced || p.pattern.chunk == 0;  // by default sliding windows only
+  if (env_is("ARIADNE_BAND", "0") || !band_fits(p)) return false;
+  return env_is("ARIADNE_BAND", "1") || p.pattern.chunk == 0;  // by default sliding windows only
 }
 
 // The wgmma band kernel (attention_bandwg.cuh) takes the band kernel's sliding windows at head dim
-// 80 (ViT's) on compute capability 9.0: no chunk, window left + right <= 129 (a 64-row tile's hull
-// then meets at most 4 chunks of 64 keys). Default route for those calls (bench/cuda-notes.md, v11);
+// 80 (ViT's) on compute capability 9.0: window left + right <= 129 (a 64-row tile's hull then meets
+// at most 4 chunks of 64 keys), and chunks (below). Default route for those calls (bench/cuda-notes.md, v11);
 // ARIADNE_BANDWG=0 in the environment (read per call) keeps them on the per-warp band kernel, and
 // ARIADNE_BAND=0 keeps them on the tile kernel as before. ARIADNE_BAND_RUN fixes its run length too.
 // Its copies are the copy engine's tiles (TMA); a token order (a gather per row) switches the
@@ -135,20 +138,14 @@ bool band_eligible(const AttentionParams& p) {
 // one-chunk pass was 8% slower there and routed only calls of >= 32768 rows x heads).
 // ARIADNE_BANDWG_CHUNK=0 (read per call) keeps chunked calls on the tile kernel (=1: here, the
 // default); ARIADNE_BAND=0 keeps every call off the band kernels.
-bool bandwg_chunks(const AttentionParams&) {
-  const char* env = std::getenv("ARIADNE_BANDWG_CHUNK");
-  return !(env != nullptr && std::string(env) == "0");
-}
 bool bandwg_eligible(const AttentionParams& p) {
-  const char* env = std::getenv("ARIADNE_BANDWG");
-  if (env != nullptr && std::string(env) == "0") return false;
-  const char* band_env = std::getenv("ARIADNE_BAND");
-  if (band_env != nullptr && std::string(band_env) == "0") return false;
+  if (env_is("ARIADNE_BANDWG", "0") || env_is("ARIADNE_BAND", "0")) return false;
   if (!band_fits(p) || p.head_dim() != 80) return false;
   const Pattern& pat = p.pattern;
   const bool window = pat.window_left != kUnbounded && pat.window_right != kUnbounded &&
                       pat.window_left + pat.window_right <= cuda::BandWgShape<80>::kMaxSpan;
-  const bool chunk = pat.chunk > 0 && pat.chunk <= cuda::BandWgShape<80>::kMaxChunk && bandwg_chunks(p);
+  const bool chunk =
+      pat.chunk > 0 && pat.chunk <= cuda::BandWgShape<80>::kMaxChunk && !env_is("ARIADNE_BANDWG_CHUNK", "0");
   if (pat.chunk != 0 ? !chunk : !window) return false;
   // The copy engine's tensor maps (encode_tile_map) need strides increasing from the head dim to
   // the heads to the rows.

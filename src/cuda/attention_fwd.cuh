@@ -28,6 +28,25 @@ namespace ariadne::cuda {
 
 enum SinkKind : int { kSinkNone = 0, kSinkDenominator = 1, kSinkKey0 = 2 };
 
+// The end of a finished row, shared by every kernel's epilogue. fold_sink_row: a denominator sink
+// (Z = exp(sink) + Σ exp(s): one more key with no value) folded into the row's max m and sum l
+// (fold_sink), and the row's accumulators scaled to match: at(j, 0) and at(j, 1) are the row's
+// two columns of 8-column block j, for j < NT (each kernel's accumulator layout). row_lse: the
+// row's natural-log LSE from the base-2 max and sum (−inf when the row has no mass).
+template <int NT, class At>
+__device__ __forceinline__ void fold_sink_row(int sink_kind, float sink_log2, float& m, float& l, At&& at) {
+  if (sink_kind != kSinkDenominator) return;
+  const float rescale = fold_sink(m, l, sink_log2);
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    at(j, 0) *= rescale;
+    at(j, 1) *= rescale;
+  }
+}
+__device__ __forceinline__ float row_lse(float m, float l) {
+  return row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+}
+
 // Everything the kernel reads, by value. Strides are in elements; head_dim is contiguous.
 struct FwdParams {
   const void* q;
@@ -454,19 +473,11 @@ __global__ void __launch_bounds__(32 * Cfg::NW, Cfg::MIN_CTAS) attention_fwd_ker
           const int64_t at = int64_t(h) * p.total_q + stored(e.q0 + iq);
           const float scale = p.scale_log2 * 0.6931471805599453f;
           if (p.entropy != nullptr)
-            p.entropy[at] = row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f - scale * u / l : 0.f;
+            p.entropy[at] = row_has_mass(l) ? row_lse(m, l) - scale * u / l : 0.f;
           if (p.distance != nullptr) p.distance[at] = row_has_mass(l) ? w / l : 0.f;
         }
       }
-      if (p.sink_kind == kSinkDenominator) {
-        // Z = exp(sink) + Σ exp(s): fold the sink in as one more key with no value.
-        const float rescale = fold_sink(m, l, sink_log2);
-#pragma unroll
-        for (int j = 0; j < DT; ++j) {
-          acc[mt][j][2 * r] *= rescale;
-          acc[mt][j][2 * r + 1] *= rescale;
-        }
-      }
+      fold_sink_row<DT>(p.sink_kind, sink_log2, m, l, [&](int j, int x) -> float& { return acc[mt][j][2 * r + x]; });
       const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
 #pragma unroll
       for (int j = 0; j < DT; ++j) {
@@ -482,8 +493,7 @@ __global__ void __launch_bounds__(32 * Cfg::NW, Cfg::MIN_CTAS) attention_fwd_ker
         }
       }
       if (p.lse != nullptr && tq == 0 && iq < e.lq)
-        p.lse[int64_t(h) * p.total_q + stored(e.q0 + iq)] =
-            row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+        p.lse[int64_t(h) * p.total_q + stored(e.q0 + iq)] = row_lse(m, l);
     }
   }
   if (!p.out_f32) {

@@ -448,16 +448,8 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   auto finish_row = [&](int r, float& m, float& l) {
     l = quad_sum(l_row[r]);
     m = m_row[r];
-    if (p.sink_kind == kSinkDenominator) {
-      const float rescale = fold_sink(m, l, sink_log2);
-#pragma unroll
-      for (int n8 = 0; n8 < D / 8; ++n8) {
-        acc[4 * n8 + 2 * r] *= rescale;
-        acc[4 * n8 + 2 * r + 1] *= rescale;
-      }
-    }
+    fold_sink_row<D / 8>(p.sink_kind, sink_log2, m, l, [&](int n8, int x) -> float& { return acc[4 * n8 + 2 * r + x]; });
   };
-  auto lse_of = [](float m, float l) { return row_has_mass(l) ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY; };
 
   if constexpr (D == 128) {
     // ---- epilogue (d 128, rows inside the sequence): O through the Q buffer and the copy engine ----
@@ -480,7 +472,7 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
           const uint32_t at = uint32_t((n8 >> 3) * 128 * W + row * W + (((n8 & 7) ^ (row & 7)) << 4) + 4 * tq);
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(stage + at), "r"(val) : "memory");
         }
-        if (p.lse != nullptr && tq == 0) p.lse[int64_t(h) * p.total_q + e.q0 + my_lo + row] = lse_of(m, l);
+        if (p.lse != nullptr && tq == 0) p.lse[int64_t(h) * p.total_q + e.q0 + my_lo + row] = row_lse(m, l);
       }
       wg::fence_proxy_async();  // this thread's writes, before the copy engine reads them
       wg::named_bar_sync(3 + cw, 128);
@@ -512,7 +504,7 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
       else
         *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + orow + col) = E::pack(o0, o1);
     }
-    if (p.lse != nullptr && tq == 0) p.lse[int64_t(h) * p.total_q + e.q0 + iq] = lse_of(m, l);
+    if (p.lse != nullptr && tq == 0) p.lse[int64_t(h) * p.total_q + e.q0 + iq] = row_lse(m, l);
   }
 }
 
