@@ -17,8 +17,9 @@
 //     once P·V of its tile has completed.
 // With ping-pong (d 64 and 80 by default, d 128 on short rows: attention_cuda.cu's
 // wgmma_pingpong) the two consumers take turns issuing their products (named barriers 1 and 2),
-// so one consumer's softmax runs under the other's tensor-core work. At d 128 a consumer whose
-// rows lie in its sequence stores O through its half of the Q buffer and TMA (WgMaps::out_tma).
+// so one consumer's softmax runs under the other's tensor-core work. At d 128, and at d 80 on
+// short rows (v44), a consumer whose rows lie in its sequence stores O through its half of the Q
+// buffer and TMA (WgMaps::out_tma).
 // setmaxnreg moves registers from the producer (40) to the consumers (232): a consumer holds the
 // S and O accumulators (64 + D/2 floats) and P (32 words).
 //
@@ -86,10 +87,11 @@ struct WgMaps {
   // t of every head before tile t - 1 of any, a longest-first order over the whole grid; auto:
   // launch_wgmma picks (kHeadsFastestWaves).
   int order;
-  // d 128 only: the output's map (as q's, box of 64 rows: one consumer's half of a query tile) and
-  // whether it was built (16-bit out the copy engine can address); a consumer whose 64 rows all
-  // lie in its sequence then stores O through its half of the Q buffer and the copy engine
-  // instead of 32 scattered 4-byte stores a thread. ARIADNE_WG_OUT_TMA=0 turns it off.
+  // d 128, and d 80 on short rows (the OT kernel): the output's map (as q's, box of 64 rows: one
+  // consumer's half of a query tile) and whether it was built (16-bit out the copy engine can
+  // address); a consumer whose 64 rows all lie in its sequence then stores O through its half of
+  // the Q buffer and the copy engine instead of D/4 scattered 4-byte stores a thread.
+  // ARIADNE_WG_OUT_TMA=0 turns it off.
   CUtensorMap o;
   int out_tma;
 };
@@ -134,7 +136,11 @@ __device__ __forceinline__ int swz_off(int r, int ch) {
   return (ch / cpr) * 128 * (W / 2) + r * (W / 2) + ((c ^ ((r * W >> 7) & (cpr - 1))) * 8);
 }
 
-template <int D, class E>
+// OT: the epilogue of a consumer whose 64 rows lie in its sequence may store O through its half
+// of the Q buffer and the copy engine (when maps.out_tma). Always on at d 128 (v35); at d 80 a
+// kernel of its own that launch_wgmma takes for short rows (v44: the other instantiation's main
+// loop stays as it was, bench/cuda-notes.md v38).
+template <int D, class E, bool OT>
 __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams p, const __grid_constant__ WgMaps maps) {
   using S = WgShape<D>;
   constexpr int BM = S::BM, BN = S::BN, STAGES = S::STAGES, C = S::C, W = S::W, R = S::R;
@@ -451,8 +457,8 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
     fold_sink_row<D / 8>(p.sink_kind, sink_log2, m, l, [&](int n8, int x) -> float& { return acc[4 * n8 + 2 * r + x]; });
   };
 
-  if constexpr (D == 128) {
-    // ---- epilogue (d 128, rows inside the sequence): O through the Q buffer and the copy engine ----
+  if constexpr (OT) {
+    // ---- epilogue (rows inside the sequence): O through the Q buffer and the copy engine ----
     // This consumer's S products, the only readers of its 64 Q rows, completed before its last
     // softmax, so those rows are free; the other consumer reads only its own.
     const int64_t my_lo = q_lo + 64 * cw;
@@ -464,12 +470,16 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
         finish_row(r, m, l);
         const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
         const int row = 16 * warp + g + 8 * r;              // of this consumer's 64
-        // The 128-byte swizzle TMA applies: 16-byte piece j of a row at j ^ (row mod 8), columns
-        // 0-63 in region 0 and 64-127 in region 1 (128 rows of 128 bytes each).
+        // The swizzle TMA applies (the layout of swz_off): 16-byte piece j of a region's row at
+        // j ^ (address bits 7.. of the row), i.e. j ^ (row mod 8) under the 128-byte swizzle (d 128:
+        // columns 0-63 and 64-127 in regions 0 and 1), j ^ bit 2 of the row under the 32-byte one
+        // (d 80: five regions of 16 columns).
+        constexpr int kPieces = W / 16;
 #pragma unroll
         for (int n8 = 0; n8 < D / 8; ++n8) {
           const uint32_t val = E::pack(acc[4 * n8 + 2 * r] * inv, acc[4 * n8 + 2 * r + 1] * inv);
-          const uint32_t at = uint32_t((n8 >> 3) * 128 * W + row * W + (((n8 & 7) ^ (row & 7)) << 4) + 4 * tq);
+          const int piece = (n8 % kPieces) ^ ((row * W >> 7) & (kPieces - 1));
+          const uint32_t at = uint32_t((n8 / kPieces) * 128 * W + row * W + (piece << 4) + 4 * tq);
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(stage + at), "r"(val) : "memory");
         }
         if (p.lse != nullptr && tq == 0) p.lse[int64_t(h) * p.total_q + e.q0 + my_lo + row] = row_lse(m, l);
@@ -523,9 +533,19 @@ constexpr int kHeadsFastestWaves = 32;
 template <int D, class E>
 cudaError_t launch_wgmma(const FwdParams& p, const WgMaps& maps, cudaStream_t stream) {
   using S = WgShape<D>;
-  const auto kernel = attention_wgmma_kernel<D, E>;
-  static const cudaError_t configured =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes));
+  // d 80 with the output's map (short rows: wgmma_maps) takes the OT instantiation.
+  auto kernel = attention_wgmma_kernel<D, E, D == 128>;
+  if constexpr (D == 80)
+    if (maps.out_tma != 0) kernel = attention_wgmma_kernel<D, E, true>;
+  static const cudaError_t configured = [] {
+    cudaError_t err = cudaFuncSetAttribute(attention_wgmma_kernel<D, E, D == 128>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes));
+    if constexpr (D == 80)
+      if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(attention_wgmma_kernel<D, E, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   int(S::smem_bytes));
+    return err;
+  }();
   if (configured != cudaSuccess) return configured;
   const int64_t tiles = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_q / S::BM + 1
                                                           : (p.total_q + S::BM - 1) / S::BM;

@@ -122,55 +122,93 @@ TEST_F(WgmmaTma, ConsumerPingPongBothWays) {
   }
 }
 
-// At head dim 128 a consumer whose 64 rows lie in its sequence stores O through its half of the Q
-// buffer and the copy engine (cuda_wgmma_stores_by_tma); the others, and ARIADNE_WG_OUT_TMA=0,
-// store per thread. The two must give the same bits (run 0 off, run 1 on, then the reference):
-// whole tiles, partial last tiles (consumer 0's half whole, consumer 1's not), varlen prefill with
-// empty and one-token sequences and a denominator sink, a key0 sink, block-sparse rows with the
-// ping-pong schedule, GQA, both dtypes; and f32 out takes the per-thread path.
+// At head dim 128, and at 80 on short rows (the OT kernel), a consumer whose 64 rows lie in its
+// sequence stores O through its half of the Q buffer and the copy engine
+// (cuda_wgmma_stores_by_tma); the others, and ARIADNE_WG_OUT_TMA=0, store per thread. The two must
+// give the same bits (run 0 off, run 1 on, then the reference): whole tiles, partial last tiles
+// (consumer 0's half whole, consumer 1's not), varlen prefill with empty and one-token sequences
+// and a denominator sink, a key0 sink, block-sparse rows with the ping-pong schedule, GQA, both
+// dtypes; and f32 out takes the per-thread path. At d 80 the two runs are two kernels (the OT
+// instantiation and the other), so their bits agreeing checks the 32-byte swizzle's store layout.
 TEST_F(WgmmaTma, OutputThroughTheCopyEngineBothWays) {
   EnvGuard out_tma("ARIADNE_WG_OUT_TMA");
-  Case causal = make_case("otma_causal", {1100, 128, 0, 1, 200}, 128, DType::bf16, Pattern::causal());
-  Case full = make_case("otma_full_gqa", {640}, 128, DType::f16, Pattern::full());
-  full.heads_q = 8;
-  full.heads_kv = 2;
-  Case pre = make_case("otma_prefill_sink", {128, 7, 200, 256}, 128, DType::f16, Pattern::causal());
-  pre.seq_k = {512, 0, 333, 256};
-  pre.sink_mode = SinkMode::denominator;
-  pre.sink_value = 1.5f;
-  Case key0 = make_case("otma_key0", {700}, 128, DType::bf16, Pattern::full());
-  key0.sink_mode = SinkMode::key0_bias;
-  key0.sink_value = std::numeric_limits<float>::quiet_NaN();
-  Case blocks = make_case("otma_blocks", {1300}, 128, DType::bf16, Pattern::causal());
-  blocks.block = 128;
-  blocks.block_density = 0.2;
-  for (Case c : {causal, full, pre, key0, blocks}) {
-    c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
-    SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
-    const testing::Inputs in = testing::make_inputs(c);
-    const testing::Result ref = testing::run_reference(in);
-    DeviceCase d = upload(in);
-    d.p.blocks_nnz = c.block_density > 0 ? int64_t(in.mask.col_idx.size()) : -1;
-    int run = 0;
-    check_runs(d, c.dtype, ref.out, ref.lse, testing::tolerance(c.dtype, testing::max_abs_logit(in)),
-               [&](const AttentionParams& p) {
-                 setenv("ARIADNE_WG_OUT_TMA", run == 0 ? "0" : "1", 1);
-                 ASSERT_TRUE(cuda_uses_wgmma(p));
-                 ASSERT_EQ(cuda_wgmma_stores_by_tma(p), run == 1) << "run " << run;
-                 ++run;
-               });
-    EXPECT_EQ(run, 2);
+  for (int dim : {128, 80}) {
+    const std::string ds = "_d" + std::to_string(dim);
+    Case causal = make_case("otma_causal" + ds, {1100, 128, 0, 1, 200}, dim, DType::bf16, Pattern::causal());
+    Case full = make_case("otma_full_gqa" + ds, {640}, dim, DType::f16, Pattern::full());
+    full.heads_q = 8;
+    full.heads_kv = 2;
+    Case pre = make_case("otma_prefill_sink" + ds, {128, 7, 200, 256}, dim, DType::f16, Pattern::causal());
+    pre.seq_k = {512, 0, 333, 256};
+    pre.sink_mode = SinkMode::denominator;
+    pre.sink_value = 1.5f;
+    Case key0 = make_case("otma_key0" + ds, {700}, dim, DType::bf16, Pattern::full());
+    key0.sink_mode = SinkMode::key0_bias;
+    key0.sink_value = std::numeric_limits<float>::quiet_NaN();
+    Case blocks = make_case("otma_blocks" + ds, {1300}, dim, DType::bf16, Pattern::causal());
+    blocks.block = 128;
+    blocks.block_density = 0.2;
+    for (Case c : {causal, full, pre, key0, blocks}) {
+      c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
+      SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+      const testing::Inputs in = testing::make_inputs(c);
+      const testing::Result ref = testing::run_reference(in);
+      DeviceCase d = upload(in);
+      d.p.blocks_nnz = c.block_density > 0 ? int64_t(in.mask.col_idx.size()) : -1;
+      int run = 0;
+      check_runs(d, c.dtype, ref.out, ref.lse, testing::tolerance(c.dtype, testing::max_abs_logit(in)),
+                 [&](const AttentionParams& p) {
+                   setenv("ARIADNE_WG_OUT_TMA", run == 0 ? "0" : "1", 1);
+                   ASSERT_TRUE(cuda_uses_wgmma(p));
+                   ASSERT_EQ(cuda_wgmma_stores_by_tma(p), run == 1) << "run " << run;
+                   ++run;
+                 });
+      EXPECT_EQ(run, 2);
+    }
   }
   unsetenv("ARIADNE_WG_OUT_TMA");
-  Case f32 = make_case("otma_f32_out", {300}, 128, DType::bf16, Pattern::causal());
-  {
-    const testing::Inputs in = testing::make_inputs(f32);
-    DeviceCase d = upload(in);
-    DeviceBuffer out(DType::f32, {in.total_q, f32.heads_q, f32.dim});
-    d.p.out = out.view();
-    EXPECT_FALSE(cuda_wgmma_stores_by_tma(d.p)) << "f32 out stores per thread";
+  for (int dim : {128, 80}) {
+    Case f32 = make_case("otma_f32_out_d" + std::to_string(dim), {300}, dim, DType::bf16, Pattern::causal());
+    {
+      const testing::Inputs in = testing::make_inputs(f32);
+      DeviceCase d = upload(in);
+      DeviceBuffer out(DType::f32, {in.total_q, f32.heads_q, f32.dim});
+      d.p.out = out.view();
+      EXPECT_FALSE(cuda_wgmma_stores_by_tma(d.p)) << "f32 out stores per thread";
+    }
+    check_case(f32, /*f32_out=*/true, /*require_wgmma=*/true, /*require_tma=*/1);
   }
-  check_case(f32, /*f32_out=*/true, /*require_wgmma=*/true, /*require_tma=*/1);
+}
+
+// Which calls store O through the copy engine by default: d 128 always; d 80 when a sequence has
+// at most 2048 keys on average (total keys over sequences); d 64 never; ARIADNE_WG_OUT_TMA=1 takes
+// it at d 80 whatever the length, =0 nowhere.
+TEST_F(WgmmaTma, OutputThroughTheCopyEngineRoutes) {
+  EnvGuard out_tma("ARIADNE_WG_OUT_TMA");
+  unsetenv("ARIADNE_WG_OUT_TMA");
+  const auto routed = [](std::vector<int64_t> seqs, int dim) {
+    Case c = make_case("otma_route", seqs, dim, DType::bf16, Pattern::full());
+    c.heads_q = c.heads_kv = 1;
+    const testing::Inputs in = testing::make_inputs(c);
+    DeviceCase d = upload(in);
+    DeviceBuffer out(DType::bf16, {in.total_q, c.heads_q, c.dim});
+    d.p.out = out.view();
+    return cuda_wgmma_stores_by_tma(d.p);
+  };
+  EXPECT_TRUE(routed({1024}, 80));
+  EXPECT_TRUE(routed({2048}, 80));
+  EXPECT_FALSE(routed({2049}, 80));
+  EXPECT_FALSE(routed({4096}, 80));
+  EXPECT_TRUE(routed({1024, 1024, 1024, 1024}, 80)) << "a batch of short sequences";
+  EXPECT_FALSE(routed({4096, 64}, 80)) << "2080 keys a sequence on average";
+  EXPECT_TRUE(routed({4096}, 128));
+  EXPECT_FALSE(routed({1024}, 64));
+  setenv("ARIADNE_WG_OUT_TMA", "1", 1);
+  EXPECT_TRUE(routed({4096}, 80));
+  EXPECT_FALSE(routed({1024}, 64));
+  setenv("ARIADNE_WG_OUT_TMA", "0", 1);
+  EXPECT_FALSE(routed({1024}, 80));
+  EXPECT_FALSE(routed({1024}, 128));
 }
 
 // The d 128 kernel's default schedule (cuda_wgmma_pingpong): ping-pong when its query tiles visit at
