@@ -205,18 +205,6 @@ bool encode_map(CUtensorMap* map, const TensorView& t, int box_rows = cuda::WgSh
   return r == CUDA_SUCCESS;
 }
 
-// d 80 stores O through the Q buffer and the copy engine (the OT instantiation of
-// attention_wgmma_kernel) when a sequence has at most this many keys on average (total keys over
-// sequences: the host knows no more of a varlen batch). bench/cuda-notes.md, v38 and v44: the
-// epilogue is a larger share of a CTA over few key tiles (full N 1024 −4 to −6%, batch 8 N 1024
-// −3 to −4%), while the longer kernels of that build ran 1.5-3.5% slower as single calls.
-constexpr int64_t kOutTmaKeys80 = 2048;
-
-bool wgmma_out_tma_rows(const AttentionParams& p) {
-  const int64_t seqs = std::max<int64_t>(p.pattern.num_seqs, 1);
-  return p.k.shape[0] <= kOutTmaKeys80 * seqs;
-}
-
 // The wgmma kernel copies K/V (and Q) with TMA unless ARIADNE_TMA=0 is set (read per call: the
 // cp.async producer stays testable and comparable in one binary) or a map cannot be built.
 template <int D>
@@ -225,13 +213,11 @@ cuda::WgMaps wgmma_maps(const AttentionParams& p) {
   const char* env = std::getenv("ARIADNE_TMA");
   if (env != nullptr && std::string(env) == "0") return m;
   m.enabled = encode_map<D>(&m.q, p.q) && encode_map<D>(&m.k, p.k) && encode_map<D>(&m.v, p.v);
-  // The output's map, boxes of one consumer's 64 rows (WgMaps::out_tma), for 16-bit out: always at
-  // d 128, at d 80 for short rows (wgmma_out_tma_rows). ARIADNE_WG_OUT_TMA (read per call): 0 keeps
-  // the per-thread stores, 1 takes the copy engine at d 80 whatever the length.
+  // d 128 and 80: the output's map, boxes of one consumer's 64 rows (WgMaps::out_tma), for 16-bit
+  // out; ARIADNE_WG_OUT_TMA=0 (read per call) keeps the per-thread stores (at d 80 the other kernel
+  // instantiation: bench/cuda-notes.md, v44).
   const char* out_env = std::getenv("ARIADNE_WG_OUT_TMA");
-  const std::string out_force = out_env != nullptr ? out_env : "";
-  const bool want = D == 128 || (D == 80 && (out_force == "1" || wgmma_out_tma_rows(p)));
-  if (want && m.enabled && p.out.dtype != DType::f32 && out_force != "0")
+  if ((D == 128 || D == 80) && m.enabled && p.out.dtype != DType::f32 && !(out_env != nullptr && std::string(out_env) == "0"))
     m.out_tma = encode_map<D>(&m.o, p.out, 64) ? 1 : 0;
   return m;
 }

@@ -17,9 +17,9 @@
 //     once P·V of its tile has completed.
 // With ping-pong (d 64 and 80 by default, d 128 on short rows: attention_cuda.cu's
 // wgmma_pingpong) the two consumers take turns issuing their products (named barriers 1 and 2),
-// so one consumer's softmax runs under the other's tensor-core work. At d 128, and at d 80 on
-// short rows (v44), a consumer whose rows lie in its sequence stores O through its half of the Q
-// buffer and TMA (WgMaps::out_tma).
+// so one consumer's softmax runs under the other's tensor-core work. At d 128 and 80 (v44) a
+// consumer whose rows lie in its sequence stores O through its half of the Q buffer and TMA
+// (WgMaps::out_tma).
 // setmaxnreg moves registers from the producer (40) to the consumers (232): a consumer holds the
 // S and O accumulators (64 + D/2 floats) and P (32 words).
 //
@@ -87,7 +87,7 @@ struct WgMaps {
   // t of every head before tile t - 1 of any, a longest-first order over the whole grid; auto:
   // launch_wgmma picks (kHeadsFastestWaves).
   int order;
-  // d 128, and d 80 on short rows (the OT kernel): the output's map (as q's, box of 64 rows: one
+  // d 128 and 80 (the OT kernels): the output's map (as q's, box of 64 rows: one
   // consumer's half of a query tile) and whether it was built (16-bit out the copy engine can
   // address); a consumer whose 64 rows all lie in its sequence then stores O through its half of
   // the Q buffer and the copy engine instead of D/4 scattered 4-byte stores a thread.
@@ -138,8 +138,9 @@ __device__ __forceinline__ int swz_off(int r, int ch) {
 
 // OT: the epilogue of a consumer whose 64 rows lie in its sequence may store O through its half
 // of the Q buffer and the copy engine (when maps.out_tma). Always on at d 128 (v35); at d 80 a
-// kernel of its own that launch_wgmma takes for short rows (v44: the other instantiation's main
-// loop stays as it was, bench/cuda-notes.md v38).
+// kernel of its own that launch_wgmma takes when the output's map was built (v44; the other
+// instantiation, for f32 out and ARIADNE_WG_OUT_TMA=0, keeps the main loop's code as it was:
+// bench/cuda-notes.md, v38).
 template <int D, class E, bool OT>
 __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams p, const __grid_constant__ WgMaps maps) {
   using S = WgShape<D>;
@@ -533,7 +534,7 @@ constexpr int kHeadsFastestWaves = 32;
 template <int D, class E>
 cudaError_t launch_wgmma(const FwdParams& p, const WgMaps& maps, cudaStream_t stream) {
   using S = WgShape<D>;
-  // d 80 with the output's map (short rows: wgmma_maps) takes the OT instantiation.
+  // d 80 with the output's map takes the OT instantiation.
   auto kernel = attention_wgmma_kernel<D, E, D == 128>;
   if constexpr (D == 80)
     if (maps.out_tma != 0) kernel = attention_wgmma_kernel<D, E, true>;
