@@ -213,11 +213,11 @@ cuda::WgMaps wgmma_maps(const AttentionParams& p) {
   const char* env = std::getenv("ARIADNE_TMA");
   if (env != nullptr && std::string(env) == "0") return m;
   m.enabled = encode_map<D>(&m.q, p.q) && encode_map<D>(&m.k, p.k) && encode_map<D>(&m.v, p.v);
-  // The output's map, boxes of one consumer's 64 rows (WgMaps::out_tma), for 16-bit out;
-  // ARIADNE_WG_OUT_TMA=0 (read per call) keeps the per-thread stores (at d 64 and 80 the other
-  // kernel instantiation: bench/cuda-notes.md, v44-v45).
+  // d 128 and 80: the output's map, boxes of one consumer's 64 rows (WgMaps::out_tma), for 16-bit
+  // out; ARIADNE_WG_OUT_TMA=0 (read per call) keeps the per-thread stores (at d 80 the other kernel
+  // instantiation: bench/cuda-notes.md, v44).
   const char* out_env = std::getenv("ARIADNE_WG_OUT_TMA");
-  if (m.enabled && p.out.dtype != DType::f32 && !(out_env != nullptr && std::string(out_env) == "0"))
+  if ((D == 128 || D == 80) && m.enabled && p.out.dtype != DType::f32 && !(out_env != nullptr && std::string(out_env) == "0"))
     m.out_tma = encode_map<D>(&m.o, p.out, 64) ? 1 : 0;
   return m;
 }
@@ -300,9 +300,9 @@ bool cuda_wgmma_pingpong(const AttentionParams& p) {
 bool cuda_wgmma_stores_by_tma(const AttentionParams& p) {
   if (!cuda_uses_wgmma(p)) return false;
   switch (p.head_dim()) {
-    case 64: return wgmma_maps<64>(p).out_tma != 0;
     case 80: return wgmma_maps<80>(p).out_tma != 0;
-    default: return wgmma_maps<128>(p).out_tma != 0;
+    case 128: return wgmma_maps<128>(p).out_tma != 0;
+    default: return false;
   }
 }
 bool cuda_uses_bandwg(const AttentionParams& p) { return bandwg_routes(p, p.order); }

@@ -17,9 +17,9 @@
 //     once P·V of its tile has completed.
 // With ping-pong (d 64 and 80 by default, d 128 on short rows: attention_cuda.cu's
 // wgmma_pingpong) the two consumers take turns issuing their products (named barriers 1 and 2),
-// so one consumer's softmax runs under the other's tensor-core work. A consumer whose rows lie in
-// its sequence stores O through its half of the Q buffer and TMA (WgMaps::out_tma; d 128 since
-// v35, d 80 and 64 since v44-v45).
+// so one consumer's softmax runs under the other's tensor-core work. At d 128 and 80 (v44) a
+// consumer whose rows lie in its sequence stores O through its half of the Q buffer and TMA
+// (WgMaps::out_tma).
 // setmaxnreg moves registers from the producer (40) to the consumers (232): a consumer holds the
 // S and O accumulators (64 + D/2 floats) and P (32 words).
 //
@@ -87,7 +87,7 @@ struct WgMaps {
   // t of every head before tile t - 1 of any, a longest-first order over the whole grid; auto:
   // launch_wgmma picks (kHeadsFastestWaves).
   int order;
-  // The output's map (the OT kernels) (as q's, box of 64 rows: one
+  // d 128 and 80 (the OT kernels): the output's map (as q's, box of 64 rows: one
   // consumer's half of a query tile) and whether it was built (16-bit out the copy engine can
   // address); a consumer whose 64 rows all lie in its sequence then stores O through its half of
   // the Q buffer and the copy engine instead of D/4 scattered 4-byte stores a thread.
@@ -137,10 +137,10 @@ __device__ __forceinline__ int swz_off(int r, int ch) {
 }
 
 // OT: the epilogue of a consumer whose 64 rows lie in its sequence may store O through its half
-// of the Q buffer and the copy engine (when maps.out_tma). Always on at d 128 (v35); at d 64 and
-// 80 a kernel of its own that launch_wgmma takes when the output's map was built (v44, v45; the
-// other instantiation, for f32 out and ARIADNE_WG_OUT_TMA=0, keeps the main loop's code as it
-// was: bench/cuda-notes.md, v38).
+// of the Q buffer and the copy engine (when maps.out_tma). Always on at d 128 (v35); at d 80 a
+// kernel of its own that launch_wgmma takes when the output's map was built (v44; the other
+// instantiation, for f32 out and ARIADNE_WG_OUT_TMA=0, keeps the main loop's code as it was:
+// bench/cuda-notes.md, v38).
 template <int D, class E, bool OT>
 __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams p, const __grid_constant__ WgMaps maps) {
   using S = WgShape<D>;
@@ -472,9 +472,9 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
         const float inv = row_has_mass(l) ? 1.f / l : 0.f;  // no key and no sink: out = 0
         const int row = 16 * warp + g + 8 * r;              // of this consumer's 64
         // The swizzle TMA applies (the layout of swz_off): 16-byte piece j of a region's row at
-        // j ^ (address bits 7.. of the row), i.e. j ^ (row mod 8) under the 128-byte swizzle (d 64:
-        // one region; d 128: columns 0-63 and 64-127 in regions 0 and 1), j ^ bit 2 of the row
-        // under the 32-byte one (d 80: five regions of 16 columns).
+        // j ^ (address bits 7.. of the row), i.e. j ^ (row mod 8) under the 128-byte swizzle (d 128:
+        // columns 0-63 and 64-127 in regions 0 and 1), j ^ bit 2 of the row under the 32-byte one
+        // (d 80: five regions of 16 columns).
         constexpr int kPieces = W / 16;
 #pragma unroll
         for (int n8 = 0; n8 < D / 8; ++n8) {
@@ -534,14 +534,14 @@ constexpr int kHeadsFastestWaves = 32;
 template <int D, class E>
 cudaError_t launch_wgmma(const FwdParams& p, const WgMaps& maps, cudaStream_t stream) {
   using S = WgShape<D>;
-  // d 64 and 80 with the output's map take the OT instantiation.
+  // d 80 with the output's map takes the OT instantiation.
   auto kernel = attention_wgmma_kernel<D, E, D == 128>;
-  if constexpr (D != 128)
+  if constexpr (D == 80)
     if (maps.out_tma != 0) kernel = attention_wgmma_kernel<D, E, true>;
   static const cudaError_t configured = [] {
     cudaError_t err = cudaFuncSetAttribute(attention_wgmma_kernel<D, E, D == 128>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes));
-    if constexpr (D != 128)
+    if constexpr (D == 80)
       if (err == cudaSuccess)
         err = cudaFuncSetAttribute(attention_wgmma_kernel<D, E, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    int(S::smem_bytes));

@@ -30,7 +30,7 @@ bool cuda_wgmma_uses_tma(const AttentionParams& p);
 // ARIADNE_WG_PINGPONG=1 / 0. False when the call does not run on the wgmma kernel.
 bool cuda_wgmma_pingpong(const AttentionParams& p);
 
-// Whether that kernel stores O through shared memory and the copy engine (any head dim it runs,
+// Whether that kernel stores O through shared memory and the copy engine (head dim 128 or 80,
 // 16-bit out whose tensor map the driver built, TMA on, ARIADNE_WG_OUT_TMA=0 not set); a consumer
 // whose 64 rows leave its sequence still stores per thread.
 bool cuda_wgmma_stores_by_tma(const AttentionParams& p);
