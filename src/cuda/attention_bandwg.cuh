@@ -622,22 +622,25 @@ __global__ void __launch_bounds__(BandWgShape<D, V == 3 ? 3 : 2>::threads, 1)
       uint32_t pa[NCH][4][4];  // P packed to 16 bits: the A fragments of P·V, per 16-key k-step
       float alpha[2] = {1.f, 1.f};  // C0 > 0: the factor of the earlier pass's O and sums, per row
       // S of chunk c = Q·Kᵀ (64 x 64, D/16 k-steps).
+      // (v46: each region's descriptor built once per chunk, the k-steps added: wg::desc_at.)
       auto issue_s = [&](int c) {
+        const wg::DescWords q_lo = wg::desc_words<128>(q_base, 16, 1024), k_lo = wg::desc_words<128>(ks_addr + slot[c], 16, 1024);
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks)
           if (ks < 4)  // k-step ks: bytes [32·ks, 32·ks + 32) of each 128-byte row
-            wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled<128>(q_base + ks * 32, 16, 1024),
-                               wg::desc_swizzled<128>(ks_addr + slot[c] + ks * 32, 16, 1024), ks > 0);
+            wg::Mma<E, 64>::ss(sc[c], wg::desc_at(q_lo, ks * 32), wg::desc_at(k_lo, ks * 32), ks > 0);
           else
             wg::Mma<E, 64>::ss(sc[c], wg::desc_swizzled<32>(q_base + kLoBytes, 16, 256),
                                wg::desc_swizzled<32>(ks_addr + slot[c] + kLoBytes, 16, 256), 1);
       };
       // O += P·V of chunk c: P from registers, V read transposed.
       auto issue_pv = [&](int c) {
+        const wg::DescWords v_lo = wg::desc_words<128>(vs_addr + slot[c], kLoBytes, 1024),
+                            v_hi = wg::desc_words<32>(vs_addr + slot[c] + kLoBytes, kLoBytes, 256);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {  // keys 16·kk.. : two 8-row groups of each region
-          wg::Mma<E, 64>::rs(acc_lo, pa[c][kk], wg::desc_swizzled<128>(vs_addr + slot[c] + kk * 2048, kLoBytes, 1024));
-          wg::Mma<E, 16>::rs(acc_hi, pa[c][kk], wg::desc_swizzled<32>(vs_addr + slot[c] + kLoBytes + kk * 512, kLoBytes, 256));
+          wg::Mma<E, 64>::rs(acc_lo, pa[c][kk], wg::desc_at(v_lo, kk * 2048));
+          wg::Mma<E, 16>::rs(acc_hi, pa[c][kk], wg::desc_at(v_hi, kk * 512));
         }
       };
       // Before the first P·V: O zeroed, or (a later pass) the earlier pass's O rescaled.

@@ -30,6 +30,25 @@ __device__ __forceinline__ uint64_t desc_swizzled(uint32_t smem_byte_addr, uint3
   return desc(smem_byte_addr, lbo, sbo) | (mode << 62);
 }
 
+// A swizzled descriptor in two words, for operands walked by k-steps: the low word holds the start
+// address (bits 0-13: address >> 4) and lbo, the high word sbo and the mode. Moving the start by a
+// byte offset adds offset >> 4 to the low word alone (shared-memory addresses are below 2^18, so the
+// address field never carries into lbo), so a kernel builds the words once per buffer and each
+// wgmma's descriptor costs one add, where desc_swizzled per k-step masks, shifts and ORs again
+// (bench/cuda-notes.md, v46).
+struct DescWords {
+  uint32_t lo, hi;
+};
+template <int W>
+__device__ __forceinline__ DescWords desc_words(uint32_t smem_byte_addr, uint32_t lbo, uint32_t sbo) {
+  const uint64_t d = desc_swizzled<W>(smem_byte_addr, lbo, sbo);
+  return {uint32_t(d), uint32_t(d >> 32)};
+}
+// The descriptor of the operand byte_off bytes (a multiple of 16) past d's start.
+__device__ __forceinline__ uint64_t desc_at(DescWords d, uint32_t byte_off) {
+  return (uint64_t(d.hi) << 32) | uint64_t(d.lo + (byte_off >> 4));
+}
+
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
