@@ -281,9 +281,7 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
 
   // ================= consumer warpgroups =================
   wg::setmaxnreg_inc<232>();
-  // Consumer warpgroup: query rows 64·cw .. 64·cw + 63. Read through a shuffle so that the
-  // compiler knows it is uniform across the warp and keeps the Q descriptors in uniform registers.
-  const int cw = __shfl_sync(0xffffffffu, tid / 128, 0) - 1;
+  const int cw = tid / 128 - 1;           // consumer warpgroup: query rows 64·cw .. 64·cw + 63
   const int lane = tid % 32, warp = (tid % 128) / 32;
   const int g = lane / 4, tq = lane % 4;  // accumulator row group and column pair
   const int row0 = 64 * cw + 16 * warp;   // this warp's first row in the tile; rows g, g + 8
@@ -310,7 +308,6 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
   // Descriptor steps (bytes): 8 rows of W bytes (kAtom8), one region of 128 rows (kRegion).
   constexpr uint32_t kAtom8 = 8 * W, kRegion = 128 * W;
   const uint32_t q_base = smem_addr(Qs) + uint32_t(cw) * 64 * W;
-  const wg::DescWords q_desc = wg::desc_words<W>(q_base, 16, kAtom8);
   wg::mbar_wait(q_full, 0);
 
   float sc[NS];              // scores, then probabilities, of the current key tile
@@ -322,14 +319,15 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
     const int st = it % STAGES;
     wg::mbar_wait(k_full(st), uint32_t(it / STAGES) & 1);
     wg::fence_proxy_async();  // cp.async tiles arrived through the generic proxy; wgmma reads async
-    const wg::DescWords k_desc = wg::desc_words<W>(smem_addr(Ks + st * S::kv_elems), 16, kAtom8);
+    const uint32_t k_base = smem_addr(Ks + st * S::kv_elems);
     wg::pin(sc);
     wg::fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       // k-step ks: 32 bytes of each row, in region ks·32 / W at byte ks·32 % W of the row.
       const uint32_t off = (ks * 32 / W) * kRegion + (ks * 32) % W;
-      wg::Mma<E, BN>::ss(sc, wg::desc_at(q_desc, off), wg::desc_at(k_desc, off), ks > 0);
+      wg::Mma<E, BN>::ss(sc, wg::desc_swizzled<W>(q_base + off, 16, kAtom8),
+                         wg::desc_swizzled<W>(k_base + off, 16, kAtom8), ks > 0);
     }
     wg::commit();
     wg::pin(sc);
@@ -340,11 +338,12 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
     const int st = it % STAGES;
     wg::mbar_wait(v_full(st), uint32_t(it / STAGES) & 1);
     wg::fence_proxy_async();
-    const wg::DescWords v_desc = wg::desc_words<W>(smem_addr(Vs + st * S::kv_elems), kRegion, kAtom8);
+    const uint32_t v_base = smem_addr(Vs + st * S::kv_elems);
     wg::pin(acc);
     wg::fence();
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) wg::Mma<E, D>::rs(acc, pa[kk], wg::desc_at(v_desc, kk * 16 * W));
+    for (int kk = 0; kk < BN / 16; ++kk)
+      wg::Mma<E, D>::rs(acc, pa[kk], wg::desc_swizzled<W>(v_base + kk * 16 * W, kRegion, kAtom8));
     wg::commit();
     wg::pin(acc);
   };
