@@ -75,13 +75,12 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 #include <type_traits>
 
 #include "cuda/attention_band.cuh"
 #include "cuda/attention_fwd.cuh"
 #include "cuda/attention_wgmma.cuh"
+#include "cuda/internal.hpp"
 #include "cuda/tensor_map.hpp"
 #include "cuda/wgmma.cuh"
 
@@ -1103,25 +1102,16 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
   const bool block_col = V == 3 && p.order != nullptr && p.order_units_h > 0;
   // v43: a chunked call (not block_col) on variant 3 takes the kernel with the one-chunk pass,
   // unless ARIADNE_BANDWG_CHUNK_PASS=0 (read per call) keeps the window kernel, for A/B runs.
-  const char* pass_env = std::getenv("ARIADNE_BANDWG_CHUNK_PASS");
-  const bool chunk_pass =
-      V == 3 && !block_col && p.pattern.chunk > 0 && !(pass_env != nullptr && std::string_view(pass_env) == "0");
-  const auto kernel = block_col    ? attention_bandwg_kernel<D, E, V, V == 3>
-                      : chunk_pass ? attention_bandwg_kernel<D, E, V, false, V == 3>
-                                   : attention_bandwg_kernel<D, E, V>;
+  const bool chunk_pass = V == 3 && !block_col && p.pattern.chunk > 0 && !env_is("ARIADNE_BANDWG_CHUNK_PASS", "0");
+  // The storage-order kernel and (variant 3) the block_col and chunk kernels (below variant 3
+  // those two are the storage-order kernel again).
+  constexpr auto storage = attention_bandwg_kernel<D, E, V>, bc = attention_bandwg_kernel<D, E, V, V == 3>,
+                 ch = attention_bandwg_kernel<D, E, V, false, V == 3>;
+  const auto kernel = block_col ? bc : chunk_pass ? ch : storage;
   constexpr size_t smem = V2 ? S::smem_bytes_v2 : S::smem_bytes;
-  // Once per instantiation, for the storage-order kernel and (variant 3) the block_col and chunk
-  // kernels (below variant 3 those two names are the storage-order kernel again).
-  static const cudaError_t configured = [] {
-    for (const auto k : {attention_bandwg_kernel<D, E, V>, attention_bandwg_kernel<D, E, V, V == 3>,
-                         attention_bandwg_kernel<D, E, V, false, V == 3>}) {
-      const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-      if (e != cudaSuccess) return e;
-    }
-    return cudaSuccess;
-  }();
+  static const cudaError_t configured = allow_dynamic_smem({storage, bc, ch}, smem);
   if (configured != cudaSuccess) return configured;
-  static const int slots = resident_cta_slots(attention_bandwg_kernel<D, E, V>, S::threads, smem);
+  static const int slots = resident_cta_slots(storage, S::threads, smem);
   if (slots <= 0) return cudaErrorInvalidConfiguration;
   const int64_t runs = band_runs(p, S::BM, slots, run);
   const bool bf16 = std::is_same_v<E, Bf16>;

@@ -78,8 +78,7 @@ bool current_device_is_sm90() {
 // tiles divide them. It is the default for those calls; ARIADNE_WGMMA=0 in the environment (read
 // per call) keeps them on the mma.sync kernel, which is how device-check still tests that path.
 bool wgmma_eligible(const AttentionParams& p) {
-  const char* env = std::getenv("ARIADNE_WGMMA");
-  if (env != nullptr && std::string(env) == "0") return false;
+  if (env_is("ARIADNE_WGMMA", "0")) return false;
   const int d = p.head_dim();
   if (d != 64 && d != 80 && d != 128) return false;
   const Pattern& pat = p.pattern;
@@ -98,12 +97,6 @@ bool wgmma_eligible(const AttentionParams& p) {
 // band kernel measured slower there). ARIADNE_BAND=0 in the environment (read per call) keeps
 // every call on the tile kernel, ARIADNE_BAND=1 sends every eligible call to the band kernel.
 // ARIADNE_BAND_RUN=n fixes its run length (benchmark variants).
-// Whether environment variable `name` (read per call) is set to `value`.
-bool env_is(const char* name, const char* value) {
-  const char* env = std::getenv(name);
-  return env != nullptr && std::string(env) == value;
-}
-
 // band_fits: the shapes the band kernels can take at all; band_eligible adds the default route.
 bool band_fits(const AttentionParams& p) {
   const int d = p.head_dim();
@@ -159,16 +152,18 @@ bool bandwg_eligible(const AttentionParams& p) {
 // warpgroup then gathers the rows with cp.async instead of TMA (bench/cuda-notes.md, v13: column
 // order at N 4096 0.0279 ms there against 0.0330 on the band kernel, which =0 keeps).
 bool bandwg_routes(const AttentionParams& p, const int32_t* order) {
-  if (order != nullptr) {
-    const char* env = std::getenv("ARIADNE_BANDWG_ORDER");
-    if (env != nullptr && std::string(env) == "0") return false;
-  }
+  if (order != nullptr && env_is("ARIADNE_BANDWG_ORDER", "0")) return false;
   return bandwg_eligible(p);
 }
 
-cudaError_t launch_bandwg_d80(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
+// ARIADNE_BAND_RUN=n (read per call): the band kernels' run length (0: their own choice).
+int band_run_env() {
   const char* env = std::getenv("ARIADNE_BAND_RUN");
-  const int run = env != nullptr ? std::atoi(env) : 0;
+  return env != nullptr ? std::atoi(env) : 0;
+}
+
+cudaError_t launch_bandwg_d80(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
+  const int run = band_run_env();
   const bool bf16 = dtype == DType::bf16;
   switch (cuda_bandwg_variant()) {
     case 1: return bf16 ? cuda::launch_bandwg<80, cuda::Bf16, 1>(fp, run, st) : cuda::launch_bandwg<80, cuda::F16, 1>(fp, run, st);
@@ -179,8 +174,7 @@ cudaError_t launch_bandwg_d80(const cuda::FwdParams& fp, DType dtype, cudaStream
 
 template <int D>
 cudaError_t launch_band_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
-  const char* env = std::getenv("ARIADNE_BAND_RUN");
-  const int run = env != nullptr ? std::atoi(env) : 0;
+  const int run = band_run_env();
   return dtype == DType::bf16 ? cuda::launch_band<D, cuda::Bf16>(fp, run, st) : cuda::launch_band<D, cuda::F16>(fp, run, st);
 }
 
@@ -210,14 +204,12 @@ bool encode_map(CUtensorMap* map, const TensorView& t, int box_rows = cuda::WgSh
 template <int D>
 cuda::WgMaps wgmma_maps(const AttentionParams& p) {
   cuda::WgMaps m{};
-  const char* env = std::getenv("ARIADNE_TMA");
-  if (env != nullptr && std::string(env) == "0") return m;
+  if (env_is("ARIADNE_TMA", "0")) return m;
   m.enabled = encode_map<D>(&m.q, p.q) && encode_map<D>(&m.k, p.k) && encode_map<D>(&m.v, p.v);
   // d 128 and 80: the output's map, boxes of one consumer's 64 rows (WgMaps::out_tma), for 16-bit
   // out; ARIADNE_WG_OUT_TMA=0 (read per call) keeps the per-thread stores (at d 80 the other kernel
   // instantiation: bench/cuda-notes.md, v44).
-  const char* out_env = std::getenv("ARIADNE_WG_OUT_TMA");
-  if ((D == 128 || D == 80) && m.enabled && p.out.dtype != DType::f32 && !(out_env != nullptr && std::string(out_env) == "0"))
+  if (D != 64 && m.enabled && p.out.dtype != DType::f32 && !env_is("ARIADNE_WG_OUT_TMA", "0"))
     m.out_tma = encode_map<D>(&m.o, p.out, 64) ? 1 : 0;
   return m;
 }
@@ -380,8 +372,7 @@ void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
 // not switched off by ARIADNE_BANDWG_TMA_ORDER=0 (read per call). Else the rows are gathered (v13).
 bool cuda_block_col_tiles(const AttentionParams& p, const int32_t* order, BlockColGrid grid) {
   if (order == nullptr || grid.h <= 0 || grid.w <= 0 || cuda_bandwg_variant() != 3) return false;
-  const char* env = std::getenv("ARIADNE_BANDWG_TMA_ORDER");
-  if (env != nullptr && std::string(env) == "0") return false;
+  if (env_is("ARIADNE_BANDWG_TMA_ORDER", "0")) return false;
   const bool one_seq = p.pattern.cu_seqlens_q == nullptr || p.pattern.num_seqs == 1;
   return one_seq && grid.h % 32 == 0 && grid.w % 2 == 0 && int64_t(grid.h) * grid.w == p.q.shape[0] &&
          p.q.shape[0] == p.k.shape[0];

@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 
 #include "ariadne/pattern.hpp"
 #include "cuda/mma.cuh"
@@ -130,6 +131,18 @@ int resident_cta_slots(Kernel kernel, int threads, size_t smem) {
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess)
     return 0;
   return sms * per_sm;
+}
+
+// Opts each kernel into `smem` bytes of dynamic shared memory (above 48 KB a kernel must, once per
+// process); the first error, or success. Callers keep the result in a static of their own
+// instantiation.
+template <class Kernel>
+cudaError_t allow_dynamic_smem(std::initializer_list<Kernel> kernels, size_t smem) {
+  for (const Kernel k : kernels) {
+    const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 // The (sequence, query tile within it) of a one-tile-per-CTA kernel: the grid's last tiles, the

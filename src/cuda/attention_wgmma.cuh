@@ -534,19 +534,11 @@ constexpr int kHeadsFastestWaves = 32;
 template <int D, class E>
 cudaError_t launch_wgmma(const FwdParams& p, const WgMaps& maps, cudaStream_t stream) {
   using S = WgShape<D>;
-  // d 80 with the output's map takes the OT instantiation.
-  auto kernel = attention_wgmma_kernel<D, E, D == 128>;
-  if constexpr (D == 80)
-    if (maps.out_tma != 0) kernel = attention_wgmma_kernel<D, E, true>;
-  static const cudaError_t configured = [] {
-    cudaError_t err = cudaFuncSetAttribute(attention_wgmma_kernel<D, E, D == 128>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes));
-    if constexpr (D == 80)
-      if (err == cudaSuccess)
-        err = cudaFuncSetAttribute(attention_wgmma_kernel<D, E, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   int(S::smem_bytes));
-    return err;
-  }();
+  // With the output's map (d 80 and 128; wgmma_maps builds none at d 64) the OT instantiation; at
+  // d 128 both names are the one kernel, at d 64 the other.
+  constexpr auto plain = attention_wgmma_kernel<D, E, D == 128>, with_out = attention_wgmma_kernel<D, E, D != 64>;
+  const auto kernel = maps.out_tma != 0 ? with_out : plain;
+  static const cudaError_t configured = allow_dynamic_smem({plain, with_out}, S::smem_bytes);
   if (configured != cudaSuccess) return configured;
   const int64_t tiles = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_q / S::BM + 1
                                                           : (p.total_q + S::BM - 1) / S::BM;

@@ -1342,13 +1342,10 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
     return wg::desc_swizzled<128>(base + uint32_t(st * kStage + j * kWgTerm + (ks >> 2) * kWgRegion + (ks & 3) * 32),
                                   16, 1024);
   };
-  // kFast: the descriptor's start-address field (bits 0-13, address / 16) of the stages' base plus
-  // the offset / 16: no carry leaves the field (base + both stages < 256 KB), so this is bdesc's
-  // value with one 32-bit add.
-  const uint64_t desc0 = wg::desc_swizzled<128>(base, 16, 1024);
-  auto bdesc_fast = [&](uint32_t lo_st, int j, int ks) {
-    const uint32_t off = uint32_t(j * kWgTerm + (ks >> 2) * kWgRegion + (ks & 3) * 32) >> 4;
-    return (desc0 & ~uint64_t(0xffffffffu)) | uint64_t(lo_st + off);
+  // kFast: bdesc's value with one 32-bit add (wg::desc_at: base + both stages < 256 KB).
+  const wg::DescWords desc0 = wg::desc_words<128>(base, 16, 1024);
+  auto bdesc_fast = [&](const wg::DescWords& st_words, int j, int ks) {
+    return wg::desc_at(st_words, uint32_t(j * kWgTerm + (ks >> 2) * kWgRegion + (ks & 3) * 32));
   };
   // kFast copy of a chunk wholly inside the sequence (j0 + 32 <= nks): thread tid takes vector
   // column cu of rows n0 + kRowStep·k (n0 = tid / 16, k < 32 / kRowStep: 4 with 128 threads, 2
@@ -1474,7 +1471,7 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
     if (c + kStages - 1 < nch) issue_chunk(c + kStages - 1);
     const int st = c % kStages;
     // kFast: the descriptors' low word for stage st (the stage's offset / 16 added once a chunk).
-    const uint32_t lo_st = uint32_t(desc0) + uint32_t(st * (kStage >> 4));
+    const wg::DescWords st_words = {desc0.lo + uint32_t(st * (kStage >> 4)), desc0.hi};  // stage st's base
 #pragma unroll
     for (int i = 0; i < 16; ++i) cur[i] = 0.f;
     wg::pin(cur);
@@ -1483,7 +1480,7 @@ __global__ void __launch_bounds__(2 * kRows, kRows == kWgRows ? 4 : 2) scores_wg
     for (int ks = 0; ks < 8; ++ks)
 #pragma unroll
       for (int j = 0; j < kTerms; ++j)
-        wg::mma_m64n32k16_rs_kmajor(cur, a[ks], kFast ? bdesc_fast(lo_st, j, ks) : bdesc(st, j, ks));
+        wg::mma_m64n32k16_rs_kmajor(cur, a[ks], kFast ? bdesc_fast(st_words, j, ks) : bdesc(st, j, ks));
     wg::commit();
     if (c >= 1) partials(c - 1, prev);
     wg::wait<0>();

@@ -3,10 +3,19 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "ariadne/attention.hpp"
 
 namespace ariadne {
+
+// Whether environment variable `name` is set to `value`. The backend's routing and A/B switches
+// (ARIADNE_BAND, ARIADNE_TMA, ...) read it per call, so one process can compare both settings.
+inline bool env_is(const char* name, std::string_view value) {
+  const char* env = std::getenv(name);
+  return env != nullptr && value == env;
+}
 
 // The tile shape the backend picks for a call, for cost models and benchmarks that report the
 // useful-work fraction of the tiles next to the time.

@@ -124,11 +124,11 @@ TEST_F(WgmmaTma, ConsumerPingPongBothWays) {
 
 // At head dim 128 and 80 (the OT kernels) a consumer whose 64 rows lie in its sequence stores O
 // through its half of the Q buffer and the copy engine (cuda_wgmma_stores_by_tma); the others,
-// and ARIADNE_WG_OUT_TMA=0, store per thread. The two must
-// give the same bits (run 0 off, run 1 on, then the reference): whole tiles, partial last tiles
-// (consumer 0's half whole, consumer 1's not), varlen prefill with empty and one-token sequences
-// and a denominator sink, a key0 sink, block-sparse rows with the ping-pong schedule, GQA, both
-// dtypes; and f32 out takes the per-thread path. At d 80 the two runs are two kernels (the OT
+// and ARIADNE_WG_OUT_TMA=0, store per thread. The two must give the same bits (run 0 off, run 1
+// on, then the reference): whole tiles, partial last tiles (consumer 0's half whole, consumer 1's
+// not), varlen prefill with empty and one-token sequences and a denominator sink, a key0 sink,
+// block-sparse rows with the ping-pong schedule, GQA, both dtypes; and f32 out takes the
+// per-thread path. At d 80 the two runs are two kernels (the OT
 // instantiation and the other), so their bits agreeing checks the 32-byte swizzle's store layout.
 TEST_F(WgmmaTma, OutputThroughTheCopyEngineBothWays) {
   EnvGuard out_tma("ARIADNE_WG_OUT_TMA");
