@@ -12,7 +12,10 @@
 // (query, key) pairs: 4 · d · pairs · heads. "useful" is allowed pairs over the pairs the kernel's
 // tiles compute (the band-aware tiling's efficiency). "ms_colorder" (window cases on a square
 // grid): the same attention over the column-major token order, gathered inside the kernel;
-// "ms_idorder": the same fused-order path over the identity order.
+// "ms_idorder": the same fused-order path over the identity order. "ms_floor" / "ms_floor_single":
+// the memory floor of the case (cuda_memory_floor: q, k, v read and out written once, "floor_mb"
+// megabytes, none of the work), as graph replays / single calls on the same sets (bench/README.md,
+// "Memory floor").
 //
 // Calls the backend routes to the Hopper wgmma kernel (the default for dense rows; ARIADNE_WGMMA=0
 // turns it off) report impl "ariadne_wgmma" (decided per case by cuda_uses_wgmma, so a case that
@@ -346,6 +349,18 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   const double ms_single =
       single_call_ms(stream, sets, ms, [&](int i) { attention(params[size_t(i % sets)], Backend::cuda); });
 
+  // The memory floor (cuda_memory_floor; bench/README.md, "Memory floor"): one launch that reads
+  // this case's q, k and v and writes its out once with none of the work, timed both ways on the
+  // same rotated sets.
+  const int64_t q_bytes = total * hq * d * dtype_size(dt), kv_bytes = total * hkv * d * dtype_size(dt);
+  const auto floor_call = [&](const AttentionParams& p) {
+    cuda_memory_floor(p.q.data, p.k.data, p.v.data, p.out.data, q_bytes, kv_bytes, stream);
+  };
+  for (int i = 0; i < sets; ++i) floor_call(params[size_t(i)]);  // warm-up outside the capture
+  const double ms_floor = time_graph(floor_call);
+  const double ms_floor_single =
+      single_call_ms(stream, sets, ms_floor, [&](int i) { floor_call(params[size_t(i % sets)]); });
+
   double ms_colorder = 0, ms_idorder = 0;
   if (!col_order.empty()) {
     const DeviceBuffer d_order = DeviceBuffer::from_ints(col_order);
@@ -381,6 +396,9 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   r["ms_stream"] = median(stream_ms);
   r["ms_single"] = ms_single;
   r["useful"] = c.computed > 0 ? c.pairs / c.computed : 0.0;
+  r["ms_floor"] = ms_floor;
+  r["ms_floor_single"] = ms_floor_single;
+  r["floor_mb"] = double(2 * q_bytes + 2 * kv_bytes) / 1e6;
   r["tile"] = std::to_string(bm) + "x" + std::to_string(bn);
   r["sets"] = sets;
   if (ms_colorder > 0) r["ms_colorder"] = ms_colorder;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "cuda/estimate.cuh"
+#include "cuda/internal.hpp"
 #include "estimate/internal.hpp"
 
 namespace ariadne::est {
@@ -57,21 +58,6 @@ std::vector<int32_t> read_ints(const int32_t* p, int64_t n) {
   return v;
 }
 
-// ARIADNE_EST_F32=1 (read per call): the f32 scoring kernel, as EstimateConfig::cuda_f32_scoring.
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::string(v) == "1";
-}
-
-// EstimateConfig::cuda_scoring_v2 unless ARIADNE_EST_V2 (read per call) says 0 or 1.
-bool scoring_v2_wanted(const EstimateConfig& config) {
-  const char* v = std::getenv("ARIADNE_EST_V2");
-  if (v != nullptr && std::string(v) == "0") return false;
-  if (v != nullptr && std::string(v) == "1") return true;
-  return config.cuda_scoring_v2;
-}
-
-// EstimateConfig::cuda_scoring_v3 unless ARIADNE_EST_V3 (read per call) says 0 or 1.
 // The largest dynamic shared memory a CTA of the current device may ask for.
 size_t smem_optin() {
   int dev_id = 0, optin = 0;
@@ -80,11 +66,12 @@ size_t smem_optin() {
   return size_t(optin);
 }
 
-bool scoring_v3_wanted(const EstimateConfig& config) {
-  const char* v = std::getenv("ARIADNE_EST_V3");
-  if (v != nullptr && std::string(v) == "0") return false;
-  if (v != nullptr && std::string(v) == "1") return true;
-  return config.cuda_scoring_v3;
+// `configured` unless environment variable `name` (read per call) says 0 or 1: the A/B switches
+// ARIADNE_EST_V2 (EstimateConfig::cuda_scoring_v2) and ARIADNE_EST_V3 (cuda_scoring_v3).
+bool switch_or(const char* name, bool configured) {
+  if (env_is(name, "0")) return false;
+  if (env_is(name, "1")) return true;
+  return configured;
 }
 
 // The v3 kernel (ScoreParams::v3_kind) for head dims padded to dpad: the wgmma one where it
@@ -97,8 +84,7 @@ bool scoring_v3_wanted(const EstimateConfig& config) {
 // 128 rows (kind 3), 3 approximate partials with three K̄ terms (kind 4), 4 the default
 // approximate one (kind 5), 5 that with 128 rows (kind 6).
 int scoring_v3_kind(int dpad, bool exact) {
-  const char* v = std::getenv("ARIADNE_EST_V3_KIND");
-  if (v != nullptr && std::string(v) == "narrow") return 0;
+  if (env_is("ARIADNE_EST_V3_KIND", "narrow")) return 0;
   if (dpad != 128) return 0;
   const char* f = std::getenv("ARIADNE_EST_V3_FAST");
   if (f != nullptr && f[0] >= '0' && f[0] <= '5' && f[1] == '\0') return f[0] - '0' + 1;
@@ -333,7 +319,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   // fit in a CTA's shared memory (d 256 with f32 inputs on a part with less than ~220 KB).
   const int qterms = q.dtype == DType::bf16 ? 1 : q.dtype == DType::f16 ? 2 : 3;
   const int dpad = int((g.dim + 15) / 16 * 16);
-  bool use_mma = !config.cuda_f32_scoring && !env_flag("ARIADNE_EST_F32");
+  bool use_mma = !config.cuda_f32_scoring && !env_is("ARIADNE_EST_F32", "1");
   if (use_mma) {
     cuda::ScoreParams probe{};
     probe.mma = true;
@@ -359,7 +345,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   kind.v3 = true;
   kind.v3_kind = scoring_v3_kind(dpad, config.cuda_exact_scoring);
   // (8 KB left for the kernel's static shared memory: the row and group tables.)
-  const bool use_v3 = scoring_v3_wanted(config) && cuda::scores_v3_applies(kind) &&
+  const bool use_v3 = switch_or("ARIADNE_EST_V3", config.cuda_scoring_v3) && cuda::scores_v3_applies(kind) &&
                       cuda::scores_smem_bytes(kind) + 8192 <= smem_optin();
   std::vector<int32_t> v3_ctas;
   if (use_v3) {
@@ -491,7 +477,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sp.qmul = scale / float(stride);
   sp.mma = use_mma;
   sp.dpad = dpad;
-  sp.sums_scalar = env_flag("ARIADNE_EST_SUMS_SCALAR");  // the scalar sums kernel, for comparison
+  sp.sums_scalar = env_is("ARIADNE_EST_SUMS_SCALAR", "1");  // the scalar sums kernel, for comparison
   sp.qterms = qterms;
   sp.kterms = rr ? 3 : qterms;
   sp.ksplit = use_mma ? d_ksum : nullptr;
@@ -501,7 +487,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sp.v3_kind = kind.v3_kind;
   sp.v3_ctas = use_v3 ? reinterpret_cast<const int32_t*>(tables + off_v3) : nullptr;
   sp.v3_num_ctas = int(v3_ctas.size() / 2);
-  sp.v2 = !use_v3 && scoring_v2_wanted(config) && cuda::scores_v2_applies(sp);
+  sp.v2 = !use_v3 && switch_or("ARIADNE_EST_V2", config.cuda_scoring_v2) && cuda::scores_v2_applies(sp);
 
   const Protections prot = config.protections();
   cuda::SelectParams sel{};

@@ -92,4 +92,12 @@ bool cuda_block_col_tiles(const AttentionParams& p, const int32_t* order, BlockC
 // torch.cuda._sleep). Throws on a launch error.
 void cuda_spin(void* stream, double microseconds);
 
+// The memory floor of an attention call, for benchmarks (src/cuda/memory_floor.cu; bench/README.md,
+// "Memory floor"): one launch that reads q_bytes of q and kv_bytes each of k and v and writes
+// q_bytes of out (out = q ^ k ^ v over 16-byte words where they overlap), the traffic every
+// attention kernel must do with none of its work. Pointers 16-byte aligned, sizes multiples of 16,
+// out not overlapping the inputs; errors name the argument.
+void cuda_memory_floor(const void* q, const void* k, const void* v, void* out, int64_t q_bytes, int64_t kv_bytes,
+                       void* stream);
+
 }  // namespace ariadne

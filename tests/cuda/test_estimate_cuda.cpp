@@ -258,6 +258,64 @@ class CudaEstimate : public ::testing::Test {
   }
 };
 
+// The scoring kernel from the config alone, for tests that compare one kernel with another: the
+// A/B switches that override the config (ARIADNE_EST_V2, ARIADNE_EST_V3, ARIADNE_EST_F32; read per
+// call) are unset for the scope and restored after it, so a run of the suite under one of them
+// (as scripts/device-check's sanitizer passes do) still compares the kernels each test names.
+// ARIADNE_EST_V3_KIND and ARIADNE_EST_V3_FAST pick builds inside v3 and stay the caller's.
+struct KernelsFromConfig {
+  KernelsFromConfig() {
+    for (const char* name : {"ARIADNE_EST_V2", "ARIADNE_EST_V3", "ARIADNE_EST_F32"}) unsetenv(name);
+  }
+  const cuda_testing::EnvGuard v2{"ARIADNE_EST_V2"}, v3{"ARIADNE_EST_V3"}, f32{"ARIADNE_EST_F32"};
+};
+
+// The switches override the config per call, both ways: ARIADNE_EST_V3=0 / 1, ARIADNE_EST_V2=0 / 1
+// and ARIADNE_EST_F32=1 against configs that ask for the other kernel; any other value leaves the
+// config's choice (bf16 RR at head_dim 128 and S 8, B 128, where v3, v2 and v1 all apply).
+TEST_F(CudaEstimate, ScoringSwitchesOverrideTheConfig) {
+  const KernelsFromConfig clean;
+  const Inputs in = testing::make_inputs(make_case("switches", {1100}, {}, 8, 2, 128, DType::bf16));
+  const OnDevice d = upload(in);
+  const auto run = [&](bool v2, bool v3) {
+    EstimateConfig c;
+    c.cuda_scoring_v2 = v2;
+    c.cuda_scoring_v3 = v3;
+    return estimate(d.qv, d.kv, d.layout, c, Backend::cuda).stats;
+  };
+  const EstimateStats v3_default = run(true, true);
+  ASSERT_TRUE(v3_default.tensor_core_scoring && v3_default.scoring_v3);
+  {
+    const cuda_testing::EnvGuard off("ARIADNE_EST_V3", "0");
+    const EstimateStats s = run(true, true);
+    EXPECT_TRUE(s.tensor_core_scoring && !s.scoring_v3 && s.scoring_v2) << "ARIADNE_EST_V3=0: v2";
+    const cuda_testing::EnvGuard off2("ARIADNE_EST_V2", "0");
+    const EstimateStats s1 = run(true, true);
+    EXPECT_TRUE(s1.tensor_core_scoring && !s1.scoring_v3 && !s1.scoring_v2) << "both 0: v1";
+  }
+  {
+    const cuda_testing::EnvGuard on("ARIADNE_EST_V3", "1");
+    EXPECT_TRUE(run(false, false).scoring_v3) << "ARIADNE_EST_V3=1 over a v1 config";
+  }
+  {
+    const cuda_testing::EnvGuard on("ARIADNE_EST_V2", "1");
+    const EstimateStats s = run(false, false);
+    EXPECT_TRUE(s.scoring_v2 && !s.scoring_v3) << "ARIADNE_EST_V2=1 over a v1 config";
+  }
+  {
+    const cuda_testing::EnvGuard f32("ARIADNE_EST_F32", "1");
+    EXPECT_FALSE(run(true, true).tensor_core_scoring) << "ARIADNE_EST_F32=1: the f32 kernel";
+  }
+  for (const char* other : {"", "yes", "2", "01"}) {
+    SCOPED_TRACE(std::string("value '") + other + "'");
+    const cuda_testing::EnvGuard v3("ARIADNE_EST_V3", other), v2("ARIADNE_EST_V2", other),
+        f32("ARIADNE_EST_F32", other);
+    const EstimateStats a = run(true, true), b = run(false, false);
+    EXPECT_TRUE(a.tensor_core_scoring && a.scoring_v3);
+    EXPECT_TRUE(b.tensor_core_scoring && !b.scoring_v3 && !b.scoring_v2);
+  }
+}
+
 TEST_F(CudaEstimate, RRMatchesCpuGqaOffsetsAndTau) {
   // GQA 8:2, one sequence not a multiple of S or B, bf16.
   const Inputs in = testing::make_inputs(make_case("rr", {1000}, {}, 8, 2, 64, DType::bf16));
@@ -647,6 +705,7 @@ void integer_inputs(Inputs& in, int r, uint64_t seed) {
 // have run on every RR case (B / S = 16 and 8 here) and on no XAttention one. v3: the same with
 // cuda_scoring_v3, which must have run on the bf16 RR cases (v2 on the f32 ones).
 void exact_on_integers(int version) {
+  const KernelsFromConfig clean;
   const bool v2 = version >= 2;
   for (DType dt : {DType::bf16, DType::f32}) {
     Inputs in = testing::make_inputs(make_case(std::string("int-") + dtype_name(dt), {1900, 700}, {1900, 900}, 8, 2,
@@ -737,6 +796,7 @@ void expect_rule2(const EstimateResult& ref, const EstimateResult& got, const Es
 // 8 and 16); it must have run exactly on the RR cases with B / S 8 or 16. v3: the same with
 // cuda_scoring_v3, which must have run on those cases with bf16 inputs (v2 on the others).
 void matches_f32_kernel(int version) {
+  const KernelsFromConfig clean;
   const bool v2 = version >= 2;
   for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
     const Inputs in = testing::make_inputs(make_case(std::string("tc-") + dtype_name(dt), {2300}, {}, 16, 4, 128, dt));
@@ -817,6 +877,7 @@ void for_each_rr_case(const std::vector<BitShape>& shapes, const std::vector<DTy
 void check_bit_identical_to_v1(const std::vector<BitShape>& shapes, const std::vector<DType>& dtypes, const char* vname,
                                const std::function<void(EstimateConfig&)>& enable,
                                const std::function<bool(const EstimateStats&, DType)>& ran) {
+  const KernelsFromConfig clean;
   for_each_rr_case(shapes, dtypes, [&](const OnDevice& d, DType dt, EstimateConfig c, const std::string&) {
     c.cuda_scoring_v2 = false;
     c.cuda_scoring_v3 = false;  // whatever the defaults: v1
@@ -937,6 +998,7 @@ std::pair<EstimateResult, EstimateResult> v1_and_v3(const OnDevice& d, EstimateC
 }
 
 void v3_approx_matches_v1() {
+  const KernelsFromConfig clean;
   const std::vector<BitShape> shapes = {{"v3a-gqa8", {1500}, {}, 16, 2, 128},
                                         {"v3a-g3-varlen", {1300, 5, 260}, {1300, 64, 900}, 6, 2, 128},
                                         {"v3a-mha", {1100}, {}, 2, 2, 128},
@@ -969,6 +1031,7 @@ TEST_F(CudaEstimate, TensorCoreScoringV3ApproxMatchesV1) {
   for (const char* fast : {"", "3", "4", "5"}) {
     SCOPED_TRACE(std::string("ARIADNE_EST_V3_FAST=") + fast);
     const cuda_testing::EnvGuard guard("ARIADNE_EST_V3_FAST", *fast != 0 ? fast : nullptr);
+    if (*fast == 0) unsetenv("ARIADNE_EST_V3_FAST");  // the default build, whatever the caller set
     v3_approx_matches_v1();
   }
 }
@@ -979,6 +1042,7 @@ TEST_F(CudaEstimate, TensorCoreScoringV3ApproxMatchesV1) {
 // ARIADNE_EST_V3_FAST 0 to 5 (the wgmma kernel, its two fast-partials builds and the three
 // approximate ones).
 TEST_F(CudaEstimate, TensorCoreScoringV3SmallCasesForSanitizers) {
+  const KernelsFromConfig clean;
   Case cs = make_case("v3-san", {300, 77, 513, 5}, {300, 200, 700, 64}, 6, 2, 128, DType::bf16);
   cs.token_pad = 24;
   const Inputs in = testing::make_inputs(cs);

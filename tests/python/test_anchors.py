@@ -198,6 +198,27 @@ def test_report_graph_against_graph(tmp_path, capsys):
     assert "'ms_graph' must be a positive number" in capsys.readouterr().err
 
 
+def test_report_memory_floor_table(tmp_path, capsys):
+    # The floor table: ariadne's and the best anchor's times over the case's memory floor, both clocks.
+    rep = load_report()
+    anchors = [{"id": "vit-n4096-b1-win64", "impl": "flex_b64", "ms": 0.04, "ms_graph": 0.036, "tflops": 1.0},
+               {"id": "vit-n4096-b1-win64", "impl": "sdpa_flash", "ms": 0.05, "ms_graph": 0.03, "tflops": 1.0}]
+    ours = [{"id": "vit-n4096-b1-win64", "impl": "ariadne", "ms": 0.02, "ms_single": 0.025, "tflops": 1.0,
+             "ms_floor": 0.012, "ms_floor_single": 0.0125, "floor_mb": 41.94},
+            {"id": "vit-n1024-b1-win64", "impl": "ariadne", "ms": 0.01, "ms_single": 0.012, "tflops": 1.0}]
+    write(tmp_path / "a.json", anchors)
+    write(tmp_path / "o.json", ours)
+    assert rep.main(["--anchors", str(tmp_path / "a.json"), "--ours", str(tmp_path / "o.json"), "--print"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| vit-n4096-b1-win64 | 41.9 MB")]
+    # ours 0.025 / 0.0125 and 0.02 / 0.012; best single flex_b64 0.04 / 0.0125, best graph FA2 0.03 / 0.012
+    assert rows == ["| vit-n4096-b1-win64 | 41.9 MB | 0.0125 / 0.0120 | 2.00 / 1.67 | 3.20 / 2.50 (Flex 64x64) |"]
+    assert "| vit-n1024-b1-win64 | " not in "\n".join(l for l in out.splitlines() if "MB |" in l)  # no floor: no row
+    write(tmp_path / "bad.json", [dict(ours[0], ms_floor=0)])
+    assert rep.main(["--anchors", str(tmp_path / "a.json"), "--ours", str(tmp_path / "bad.json"), "--print"]) == 2
+    assert "'ms_floor' must be a positive number" in capsys.readouterr().err
+
+
 def test_report_rejects_bad_input(tmp_path, capsys):
     rep = load_report()
     write(tmp_path / "bad.json", [{"id": "x", "impl": "flex", "ms": -1}])
