@@ -19,20 +19,11 @@
 #include <cstdlib>
 #include <vector>
 
+#include "call_timing.cuh"
+
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "copy_floor: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-__global__ void spin(long long cycles) {
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-}
+using call_timing::check;
 
 template <int UNROLL>
 __global__ void __launch_bounds__(512) qkv_to_o(const uint4* __restrict__ q, const uint4* __restrict__ k,
@@ -58,64 +49,6 @@ __global__ void __launch_bounds__(512) qkv_to_o(const uint4* __restrict__ q, con
   }
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Median µs of single calls; launch(r) is the r-th call (it picks its buffer set).
-template <class F>
-double single_us(cudaStream_t s, long long spin_cycles, F&& launch) {
-  constexpr int reps = 120;
-  std::vector<cudaEvent_t> ev(2 * reps);
-  for (auto& e : ev) check(cudaEventCreate(&e), "event");
-  for (int r = 0; r < reps; ++r) {
-    spin<<<1, 1, 0, s>>>(spin_cycles);
-    check(cudaEventRecord(ev[2 * r], s), "record");
-    launch(r);
-    check(cudaEventRecord(ev[2 * r + 1], s), "record");
-  }
-  check(cudaStreamSynchronize(s), "single");
-  std::vector<double> t(reps);
-  for (int r = 0; r < reps; ++r) {
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]), "elapsed");
-    t[r] = 1e3 * ms;
-  }
-  for (auto e : ev) cudaEventDestroy(e);
-  return median(t);
-}
-
-// Median per-launch µs of a graph of `per` back-to-back calls (call i uses set i).
-template <class F>
-double graph_us(cudaStream_t s, int per, F&& launch) {
-  cudaGraph_t g;
-  cudaGraphExec_t x;
-  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
-  for (int i = 0; i < per; ++i) launch(i);
-  check(cudaStreamEndCapture(s, &g), "capture end");
-  check(cudaGraphInstantiate(&x, g, 0), "instantiate");
-  check(cudaGraphLaunch(x, s), "warm-up");
-  cudaEvent_t e0, e1;
-  check(cudaEventCreate(&e0), "event");
-  check(cudaEventCreate(&e1), "event");
-  std::vector<double> t;
-  for (int b = 0; b < 15; ++b) {
-    check(cudaEventRecord(e0, s), "record");
-    check(cudaGraphLaunch(x, s), "graph");
-    check(cudaEventRecord(e1, s), "record");
-    check(cudaEventSynchronize(e1), "sync");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-    t.push_back(1e3 * ms / per);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(x);
-  cudaGraphDestroy(g);
-  return median(t);
-}
-
 struct Config {
   int blocks_per_sm;  // 0: one thread per 16-byte word (no grid-stride loop)
   int unroll;
@@ -124,13 +57,11 @@ struct Config {
 }  // namespace
 
 int main() {
-  int dev = 0, khz = 0, sms = 0;
+  int dev = 0, sms = 0;
   check(cudaGetDevice(&dev), "device");
-  check(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev), "clock");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SMs");
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, dev), "properties");
-  const long long spin_cycles = 100LL * khz / 1000;  // ~100 us: longer than any enqueue below
   cudaStream_t s;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
   std::printf("%s, %d SMs, L2 %d MB; q, k, v read once and o written once (bf16, H 16, d 80)\n", prop.name, sms,
@@ -171,8 +102,8 @@ int main() {
       };
       for (int i = 0; i < 2 * sets; ++i) launch(i);
       check(cudaStreamSynchronize(s), "warm-up");
-      const double t1 = single_us(s, spin_cycles, launch);
-      const double tg = graph_us(s, std::max(sets, 40), launch);
+      const double t1 = call_timing::single_us(s, 120, launch);
+      const double tg = call_timing::graph_us(s, std::max(sets, 40), 15, launch);
       best_single = std::min(best_single, t1);
       best_graph = std::min(best_graph, tg);
       len += std::snprintf(detail + len, sizeof(detail) - size_t(len), " %s%dx%d %.2f/%.2f",
