@@ -268,19 +268,22 @@ cudaError_t launch_wgmma_dim(const cuda::FwdParams& fp, const AttentionParams& p
                                   : cuda::launch_wgmma<D, cuda::F16>(fp, maps, st);
 }
 
+// The tensor maps the wgmma launcher would build for p (a call it runs: head dim 64, 80 or 128);
+// at d 64 out_tma is always 0.
+cuda::WgMaps wgmma_maps_of(const AttentionParams& p) {
+  switch (p.head_dim()) {
+    case 64: return wgmma_maps<64>(p);
+    case 80: return wgmma_maps<80>(p);
+    default: return wgmma_maps<128>(p);
+  }
+}
+
 }  // namespace
 
 // A token order (AttentionParams::order) runs on the mma.sync kernel: its gathers are in that
 // kernel's loads only.
 bool cuda_uses_wgmma(const AttentionParams& p) { return p.order == nullptr && wgmma_eligible(p); }
-bool cuda_wgmma_uses_tma(const AttentionParams& p) {
-  if (!cuda_uses_wgmma(p)) return false;
-  switch (p.head_dim()) {
-    case 64: return wgmma_maps<64>(p).enabled != 0;
-    case 80: return wgmma_maps<80>(p).enabled != 0;
-    default: return wgmma_maps<128>(p).enabled != 0;
-  }
-}
+bool cuda_wgmma_uses_tma(const AttentionParams& p) { return cuda_uses_wgmma(p) && wgmma_maps_of(p).enabled != 0; }
 bool cuda_wgmma_pingpong(const AttentionParams& p) {
   if (!cuda_uses_wgmma(p)) return false;
   switch (p.head_dim()) {
@@ -289,14 +292,7 @@ bool cuda_wgmma_pingpong(const AttentionParams& p) {
     default: return wgmma_pingpong<128>(p);
   }
 }
-bool cuda_wgmma_stores_by_tma(const AttentionParams& p) {
-  if (!cuda_uses_wgmma(p)) return false;
-  switch (p.head_dim()) {
-    case 80: return wgmma_maps<80>(p).out_tma != 0;
-    case 128: return wgmma_maps<128>(p).out_tma != 0;
-    default: return false;
-  }
-}
+bool cuda_wgmma_stores_by_tma(const AttentionParams& p) { return cuda_uses_wgmma(p) && wgmma_maps_of(p).out_tma != 0; }
 bool cuda_uses_bandwg(const AttentionParams& p) { return bandwg_routes(p, p.order); }
 // Variant 3 (bench/cuda-notes.md, v14: three consumer warpgroups on variant 2's dead-pair skip and
 // TMA-store epilogue) is the default since session 4, measured faster or equal on every window

@@ -50,6 +50,8 @@ EnvGuard::~EnvGuard() {
   else unsetenv(name_.c_str());
 }
 
+EnvUnset::EnvUnset(const char* name) : EnvGuard(name) { unsetenv(name); }
+
 RunLength::RunLength(int run) {
   if (run > 0) setenv("ARIADNE_BAND_RUN", std::to_string(run).c_str(), 1);
   else unsetenv("ARIADNE_BAND_RUN");

@@ -50,6 +50,13 @@ class EnvGuard {
   bool had_ = false;
 };
 
+// An environment variable unset for one scope (the previous value, or its absence, restored at
+// the end): a test that must run the default route whatever the caller's environment says.
+class EnvUnset : public EnvGuard {
+ public:
+  explicit EnvUnset(const char* name);
+};
+
 // ARIADNE_BAND_RUN (the band kernels' run length) for one scope, run <= 0 meaning unset (the
 // launcher's own choice); the previous value is restored after it.
 class RunLength {

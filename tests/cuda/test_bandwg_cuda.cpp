@@ -534,8 +534,7 @@ TEST_F(CudaBandWg, Routing) {
   EXPECT_TRUE(cuda_uses_bandwg(pn));
   EXPECT_FALSE(cuda_uses_band(pn));
   {
-    const EnvGuard restore("ARIADNE_BANDWG_V");
-    unsetenv("ARIADNE_BANDWG_V");
+    const EnvUnset restore("ARIADNE_BANDWG_V");
     EXPECT_EQ(cuda_bandwg_variant(), 3);  // variant 3 unless ARIADNE_BANDWG_V=1 or 2
     setenv("ARIADNE_BANDWG_V", "x", 1);
     EXPECT_EQ(cuda_bandwg_variant(), 3);

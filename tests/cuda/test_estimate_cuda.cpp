@@ -264,10 +264,7 @@ class CudaEstimate : public ::testing::Test {
 // (as scripts/device-check's sanitizer passes do) still compares the kernels each test names.
 // ARIADNE_EST_V3_KIND and ARIADNE_EST_V3_FAST pick builds inside v3 and stay the caller's.
 struct KernelsFromConfig {
-  KernelsFromConfig() {
-    for (const char* name : {"ARIADNE_EST_V2", "ARIADNE_EST_V3", "ARIADNE_EST_F32"}) unsetenv(name);
-  }
-  const cuda_testing::EnvGuard v2{"ARIADNE_EST_V2"}, v3{"ARIADNE_EST_V3"}, f32{"ARIADNE_EST_F32"};
+  const cuda_testing::EnvUnset v2{"ARIADNE_EST_V2"}, v3{"ARIADNE_EST_V3"}, f32{"ARIADNE_EST_F32"};
 };
 
 // The switches override the config per call, both ways: ARIADNE_EST_V3=0 / 1, ARIADNE_EST_V2=0 / 1
@@ -1000,8 +997,7 @@ std::pair<EstimateResult, EstimateResult> v1_and_v3(const OnDevice& d, EstimateC
 void v3_approx_matches_v1() {
   const KernelsFromConfig clean;
   // The approximate builds are the wgmma kernel's: ARIADNE_EST_V3_KIND=narrow would route around them.
-  const cuda_testing::EnvGuard kind("ARIADNE_EST_V3_KIND");
-  unsetenv("ARIADNE_EST_V3_KIND");
+  const cuda_testing::EnvUnset kind("ARIADNE_EST_V3_KIND");
   const std::vector<BitShape> shapes = {{"v3a-gqa8", {1500}, {}, 16, 2, 128},
                                         {"v3a-g3-varlen", {1300, 5, 260}, {1300, 64, 900}, 6, 2, 128},
                                         {"v3a-mha", {1100}, {}, 2, 2, 128},
@@ -1033,8 +1029,8 @@ void v3_approx_matches_v1() {
 TEST_F(CudaEstimate, TensorCoreScoringV3ApproxMatchesV1) {
   for (const char* fast : {"", "3", "4", "5"}) {
     SCOPED_TRACE(std::string("ARIADNE_EST_V3_FAST=") + fast);
-    const cuda_testing::EnvGuard guard("ARIADNE_EST_V3_FAST", *fast != 0 ? fast : nullptr);
-    if (*fast == 0) unsetenv("ARIADNE_EST_V3_FAST");  // the default build, whatever the caller set
+    const cuda_testing::EnvUnset guard("ARIADNE_EST_V3_FAST");  // "": the default build, whatever the caller set
+    if (*fast != 0) setenv("ARIADNE_EST_V3_FAST", fast, 1);
     v3_approx_matches_v1();
   }
 }

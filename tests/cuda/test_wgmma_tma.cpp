@@ -188,8 +188,7 @@ TEST_F(WgmmaTma, OutputThroughTheCopyEngineBothWays) {
 // 0.5-0.8% at 8K-32K causal, 1.5-2.7% faster only on batches of 1024-token rows);
 // ARIADNE_WG_OUT_TMA=0 nowhere.
 TEST_F(WgmmaTma, OutputThroughTheCopyEngineRoutes) {
-  EnvGuard out_tma("ARIADNE_WG_OUT_TMA");
-  unsetenv("ARIADNE_WG_OUT_TMA");
+  EnvUnset out_tma("ARIADNE_WG_OUT_TMA");
   const auto routed = [](std::vector<int64_t> seqs, int dim) {
     Case c = make_case("otma_route", seqs, dim, DType::bf16, Pattern::full());
     c.heads_q = c.heads_kv = 1;
@@ -213,8 +212,7 @@ TEST_F(WgmmaTma, OutputThroughTheCopyEngineRoutes) {
 // The d 128 kernel's default schedule (cuda_wgmma_pingpong): ping-pong when its query tiles visit at
 // most 40 key tiles on average as the host knows it; d 64 / 80 always; the variable forces it.
 TEST_F(WgmmaTma, PingPongRoutes) {
-  EnvGuard pingpong("ARIADNE_WG_PINGPONG");
-  unsetenv("ARIADNE_WG_PINGPONG");
+  EnvUnset pingpong("ARIADNE_WG_PINGPONG");
   const auto routed = [](int64_t tokens, int dim, Pattern pat, int64_t nnz) {
     Case c = make_case("pp_route", {tokens}, dim, DType::bf16, pat);
     c.heads_q = c.heads_kv = 1;
