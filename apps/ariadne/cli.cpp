@@ -371,8 +371,18 @@ Args::Args(std::string command, const OptionTable& table, const std::vector<std:
     if (raw.count(key)) throw UsageError("option --" + key + " given twice", "--" + key);
     raw[key] = val;
   }
-  // Pass 2: every option's value (given or default) parsed and checked now, before any work.
-  for (const auto& [name, o] : table_) {
+  // Pass 2: every option's value (given or default) parsed and checked now, before any work; output
+  // paths last, so that no folder is created for a command whose other options are wrong.
+  std::vector<const Option*> order;
+  for (const auto& [name, o] : table_)
+    if (o.type != Type::path || o.path == PathKind::in_file || o.path == PathKind::in_dir || o.path == PathKind::in_any)
+      order.push_back(&o);
+  for (const auto& [name, o] : table_)
+    if (o.type == Type::path && !(o.path == PathKind::in_file || o.path == PathKind::in_dir || o.path == PathKind::in_any))
+      order.push_back(&o);
+  for (const Option* op : order) {
+    const Option& o = *op;
+    const std::string& name = o.name;
     Value v;
     const auto it = raw.find(name);
     v.given = it != raw.end();

@@ -40,9 +40,9 @@ int run_flops(const Args& args) {
   for (const int side : sides) {
     const double n = double(side / shape.patch) * double(side / shape.patch);
     for (const ariadne::Schedule& s : schedules)
-      if (4.0 * n * n * shape.heads * shape.head_dim * double(s.layers.size()) > 0x1p62)
+      if (16.0 * n * n * shape.heads * shape.head_dim * double(s.layers.size()) > 0x1p62)
         args.fail("side", std::to_string(side) + " px with " + std::to_string(shape.heads) + " heads x " +
-                              std::to_string(shape.head_dim) + " dims: the FLOP count exceeds 2^62");
+                              std::to_string(shape.head_dim) + " dims: the paper-convention FLOP count exceeds 2^62");
   }
   for (const int side : sides) {
     const std::vector<ariadne::Grid> images{ariadne::image_grid(side, shape)};

@@ -32,8 +32,8 @@ bool wants_json(const std::vector<std::string>& args) {
       return -1;
     };
     if (a == "--json") {
-      const int w = i + 1 < args.size() ? word(args[i + 1]) : -1;
-      on = w != 0;
+      const bool next_is_value = i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0;
+      on = next_is_value ? word(args[i + 1]) == 1 : true;  // "--json maybe" is a parse error on stderr
     } else if (a.rfind("--json=", 0) == 0) {
       on = word(a.substr(7)) == 1;
     }
