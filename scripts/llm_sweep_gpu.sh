@@ -45,10 +45,10 @@ run_job() {
   # The answer's digits are one token each, after a space: 5 (passkey) or 7 (niah), and a spare.
   local new=7
   [ "$task" = niah ] && new=9
-  local probe=(--probe --probe-protect "${PROTECT:-published,sink+diagonal}")
-  [ "${PROBE:-1}" = 0 ] && probe=()
-  timeout "$left" "$bin" llm --backend cuda --task "$task" --tokens "$len" --seed "$seed" --seeds 1 \
-    --depths "$depth" --method "${METHODS:-dense,rr,xattn,oracle}" --offset "${OFFSETS:-paper,released}" \
+  local cmd=llm-probe probe=(--probe-protect "${PROTECT:-published,sink+diagonal}")
+  [ "${PROBE:-1}" = 0 ] && cmd=llm probe=()
+  timeout "$left" "$bin" "$cmd" --backend cuda --task "$task" --tokens "$len" --seed "$seed" --seeds 1 \
+    --depth "$depth" --method "${METHODS:-dense,rr,xattn,oracle}" --offset "${OFFSETS:-paper,released}" \
     --tau "${TAU:-0.9,0.95}" --stride "${STRIDE:-8,16}" "${probe[@]}" \
     --new "$new" --json "${extra[@]}" >"$out.tmp" 2>"$out.err" && mv "$out.tmp" "$out"
 }
