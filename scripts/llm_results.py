@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Markdown tables from `ariadne llm ... --probe --layers --json` outputs (bench/RESULTS.md, "SmolLM2 (CPU)").
+"""Markdown tables from `ariadne llm-probe ... --per-layer --json` outputs (bench/RESULTS.md, "SmolLM2 (CPU)").
 
     python3 scripts/llm_results.py [--per-layer CASE ...] [--per-head CASE ...] run1.json [run2.json ...]
 

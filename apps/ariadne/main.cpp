@@ -63,7 +63,11 @@ int main(int argc, char** argv) {
   }
   const std::string name = argv[1];
   if (name == "--help" || name == "-h" || name == "help") {
-    if (argc >= 3 && registry().count(argv[2])) {
+    if (argc >= 3) {
+      if (!registry().count(argv[2])) {
+        std::cerr << "ariadne: unknown command '" << argv[2] << "' (ariadne --help lists them)\n";
+        return 2;
+      }
       ariadne::cli::print_help(argv[2], registry().at(argv[2]));
       return 0;
     }
