@@ -319,7 +319,7 @@ Args::Args(std::string command, const OptionTable& table, const std::vector<std:
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& a = argv[i];
     if (a.rfind("--", 0) != 0 || a.size() <= 2)
-      throw UsageError("ariadne " + command_ + ": unexpected argument '" + a + "' (options are --name value)", "");
+      throw UsageError("unexpected argument '" + a + "' (options are --name value)", "");
     std::string key = a.substr(2), val;
     bool has_val = false;
     if (const auto eq = key.find('='); eq != std::string::npos) {
@@ -378,7 +378,7 @@ Args::Args(std::string command, const OptionTable& table, const std::vector<std:
     v.given = it != raw.end();
     const std::string text = v.given ? it->second : o.def;
     if (!v.given && o.required)
-      throw UsageError("ariadne " + command_ + ": option --" + name + " is required (" + o.help + ")", "--" + name);
+      throw UsageError("option --" + name + " is required (" + o.help + ")", "--" + name);
     if (v.given && text.empty() && !o.list)
       throw UsageError("option --" + name + " needs a value (" + o.type_text() + ")", "--" + name);
     v.items = o.list ? split_commas(text) : (text.empty() ? std::vector<std::string>{} : std::vector<std::string>{text});
@@ -483,7 +483,7 @@ std::vector<std::pair<int, int>> Args::grids(const std::string& name) const {
 }
 
 void Args::fail(const std::string& name, const std::string& message) const {
-  throw UsageError("ariadne " + command_ + ": option --" + name + ": " + message, "--" + name);
+  throw UsageError("option --" + name + ": " + message, "--" + name);
 }
 
 }  // namespace ariadne::cli

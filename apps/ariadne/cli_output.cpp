@@ -15,7 +15,7 @@ void check_memory(const std::string& command, const std::string& option, double 
   const double phys = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   if (phys > 0 && bytes > 0.8 * phys) {
     std::ostringstream os;
-    os << "ariadne " << command << ": this run needs about " << std::fixed << std::setprecision(1) << bytes / 1e9
+    os << "this run needs about " << std::fixed << std::setprecision(1) << bytes / 1e9
        << " GB of buffers, more than 80% of this machine's " << phys / 1e9 << " GB; lower " << option;
     throw UsageError(os.str(), option);
   }
@@ -45,7 +45,13 @@ void print_help(const std::string& name, const CommandInfo& info) {
         !(std::isinf(o.range.lo) && std::isinf(o.range.hi)))
       notes += (notes.empty() ? "" : "; ") + std::string("in ") + o.range.text(o.type == Type::integer);
     if (o.type == Type::grid) notes += (notes.empty() ? "" : "; ") + std::string("sides in ") + o.range.text(true);
-    if (!notes.empty()) right += " (" + notes + ")";
+    if (!notes.empty()) {
+      // "... (default: X)" in the help line and a range: one parenthesis, "(default: X; in [a, b])".
+      if (!right.empty() && right.back() == ')' && right.find('(') != std::string::npos)
+        right.insert(right.size() - 1, "; " + notes);
+      else
+        right += " (" + notes + ")";
+    }
     width = std::max(width, left.size());
     rows.emplace_back(std::move(left), std::move(right));
   }

@@ -227,6 +227,8 @@ int run_llm_probe(const Args& a) {
 
 OptionTable llm_probe_options() {
   OptionTable t = llm_task_options();
+  for (Option& o : t)
+    if (o.name == "method") o.help = "prefill methods, dense always first; with --qk estimators only, by default rr,xattn";
   const OptionTable more = {
       boolean("compare", false, "per layer of each sparse run: oracle metrics and output error vs dense (~3x work)"),
       boolean("per-layer", false, "per-layer and per-head rows in the JSON"),
