@@ -81,6 +81,9 @@ void check_path(const std::string& option, PathKind kind, const std::string& p) 
   auto bad = [&](const std::string& why) { throw UsageError("option " + option + ": " + p + ": " + why, option, p); };
   if (p.empty()) bad("empty path");
   const fs::file_status st = fs::status(p, ec);
+  // Not found is an answer; anything else (a symlink loop, a name too long, no permission on a
+  // folder above) is reported as the system says it.
+  if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory) bad(ec.message());
   const bool exists = !ec && fs::exists(st);
   switch (kind) {
     case PathKind::none:

@@ -107,6 +107,8 @@ rc=0
 timeout 20 "$ARIADNE" encode --image "$tmp/fifo.png" --config small --schedule full 2>"$tmp/err" >/dev/null || rc=$?
 [ "$rc" -eq 1 ] || fail "a FIFO input: exit $rc, expected 1 (124: it blocked)"
 grep -q "not a regular file" "$tmp/err" || fail "a FIFO input: $(cat "$tmp/err")"
+ln -s "$tmp/loop" "$tmp/loop"
+expect_message "symlink loop" "option --image: $tmp/loop: Too many levels of symbolic links" encode --image "$tmp/loop" --config small --schedule full
 expect_message "folder as a file" "is a folder, expected a file" encode --image "$tmp" --config small --schedule full
 : >"$tmp/afile"
 expect_message "out is a file" "exists and is not a folder" demo --out "$tmp/afile" --part cost
