@@ -165,6 +165,10 @@ double parse_real_value(const std::string& option, const std::string& text, cons
 // (refused up front instead of being killed midway).
 void check_memory(const std::string& command, const std::string& option, double bytes);
 
+// Throws a UsageError naming --`option` when its value is "cuda" and no CUDA device is usable here
+// (before any work, rather than after inputs are built).
+void require_cuda_if_asked(const Args& a, const std::string& option);
+
 // Edit distance (for "did you mean --tokens?").
 size_t edit_distance(const std::string& a, const std::string& b);
 

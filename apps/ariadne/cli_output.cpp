@@ -7,9 +7,15 @@
 #include <iostream>
 #include <sstream>
 
+#include "ariadne/device.hpp"
 #include "cli.hpp"
 
 namespace ariadne::cli {
+
+void require_cuda_if_asked(const Args& a, const std::string& option) {
+  if (a.str(option) == "cuda" && !cuda_available())
+    a.fail(option, "cuda: no CUDA device is available here (or this build has no CUDA backend)");
+}
 
 void check_memory(const std::string& command, const std::string& option, double bytes) {
   const double phys = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));

@@ -31,6 +31,7 @@ int run_attn(const Args& a) {
   if (c.tokens * c.batch >= (int64_t(1) << 31))
     a.fail("tokens", "tokens x batch = " + std::to_string(c.tokens * c.batch) + " exceeds 2^31 packed rows");
   if (c.heads % c.kv_heads != 0) a.fail("kv-heads", "must divide --heads");
+  require_cuda_if_asked(a, "backend");
   check_attn_memory(c);  // refuses a case that would not fit in memory, before allocating
   const nlohmann::json j = run_attn_case(c);
   if (a.json()) {

@@ -5,8 +5,6 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
-
-#include "ariadne/device.hpp"
 #include <string>
 
 #include "ariadne/error.hpp"
@@ -73,8 +71,7 @@ int run_encode(const Args& args) {
       args.fail("schedule", e.what());
     }
   }
-  if (backend == ariadne::Backend::cuda && !ariadne::cuda_available())
-    args.fail("backend", "cuda: no CUDA device is available here");
+  ariadne::cli::require_cuda_if_asked(args, "backend");
   if (args.given("threads")) ariadne::set_cpu_threads(args.i32("threads"));
 
   auto t0 = Clock::now();

@@ -90,6 +90,7 @@ int run_prefill(const cli::Args& args) {
   }
   if (sc.heads_q % sc.heads_kv != 0) args.fail("kv-heads", "must divide --heads");
   validate(ec, sc.heads_q);
+  cli::require_cuda_if_asked(args, "backend");
   if (synthetic) {  // the mix and the shapes, checked on a tiny prompt before the real one is built
     SyntheticConfig tiny = sc;
     tiny.tokens = std::min<int64_t>(tokens, 64);

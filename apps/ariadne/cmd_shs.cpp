@@ -32,6 +32,8 @@ int run_shs_command(const Args& a) {
   const int64_t window = a.i64("window");
   const std::string schedule = a.str("schedule");
   const int64_t limit = a.given("limit") ? a.i64("limit") : 0;
+  ariadne::cli::require_cuda_if_asked(a, "diag-backend");
+  ariadne::cli::require_cuda_if_asked(a, "backend");
   if (job.masks_dir.empty() == job.coco_file.empty())
     a.fail(job.masks_dir.empty() ? "masks" : "coco", "give exactly one mask source: --masks DIR or --coco FILE");
 

@@ -217,6 +217,7 @@ LoadedModel load_model(const Args& a) {
   if (m.path.empty()) m.path = llm_model_path();
   if (m.path.empty())
     throw UsageError("llm: no --gguf given and no model found (" + llm_model_hint() + ")", "--gguf");
+  require_cuda_if_asked(a, "backend");
   if (a.given("threads")) set_cpu_threads(a.i32("threads"));
   m.file = std::make_unique<GgufFile>(GgufFile::open(m.path));
   m.tok = BpeTokenizer::from_gguf(*m.file);

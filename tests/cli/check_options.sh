@@ -100,6 +100,11 @@ expect_message "kv-heads divide" "option --kv-heads: must divide --heads" attn -
 expect_message "rf start outside" "option --start" rf --grid 10x14 --start 10,0
 expect_message "attn memory" "more than 80% of this machine's" attn --tokens 2000000000 --heads 1024 --dim 1024
 
+if ! nvidia-smi -L >/dev/null 2>&1; then  # no GPU (CI): --backend cuda is refused before any work
+  expect_message "prefill cuda" "option --backend: cuda: no CUDA device" prefill --backend cuda
+  expect_message "attn cuda" "option --backend: cuda: no CUDA device" attn --backend cuda --tokens 64
+fi
+
 # ---- checked before any work: files, folders ----
 expect_message "missing input" "option --image: /nonexistent.png: no such file" encode --image /nonexistent.png --config small --schedule full
 mkfifo "$tmp/fifo.png"
