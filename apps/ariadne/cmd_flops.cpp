@@ -3,7 +3,7 @@
 #include <iostream>
 #include <string>
 
-#include "ariadne/parse.hpp"
+#include "core/parse.hpp"
 #include "ariadne/error.hpp"
 #include "ariadne/flops.hpp"
 #include "ariadne/schedule.hpp"

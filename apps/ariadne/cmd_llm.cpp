@@ -44,7 +44,7 @@
 
 #include "ariadne/gguf.hpp"
 #include "ariadne/llm.hpp"
-#include "ariadne/llm_tasks.hpp"
+#include "workloads/llm_tasks.hpp"
 #include "ariadne/npy.hpp"
 #include "ariadne/tokenizer.hpp"
 #include "cli.hpp"

@@ -19,9 +19,9 @@
 #include <sstream>
 
 #include "ariadne/device.hpp"
-#include "ariadne/parse.hpp"
+#include "core/parse.hpp"
 #include "ariadne/prefill.hpp"
-#include "ariadne/synthetic.hpp"
+#include "workloads/synthetic.hpp"
 #include "cli.hpp"
 
 namespace {

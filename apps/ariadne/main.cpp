@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "ariadne/parse.hpp"
+#include "core/parse.hpp"
 #include "ariadne/error.hpp"
 #include "cli.hpp"
 
