@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "ariadne/attention.hpp"
-#include "cpu/attention_kernels.hpp"
+#include "attention/cpu/attention_kernels.hpp"
 
 namespace ariadne {
 namespace {

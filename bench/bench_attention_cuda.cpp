@@ -49,7 +49,8 @@ cudaError_t bandwg_timeline_read(unsigned long long* host, size_t words);  // at
 #include "ariadne/device.hpp"
 #include "ariadne/order.hpp"
 #include "ariadne/pattern.hpp"
-#include "cuda/internal.hpp"
+#include "attention/cuda/internal.hpp"
+#include "kernels/bench_kernels.hpp"
 
 namespace {
 

@@ -71,8 +71,8 @@
 #include "ariadne/attention.hpp"
 #include "ariadne/device.hpp"
 #include "ariadne/estimate.hpp"
-#include "ariadne/synthetic.hpp"
-#include "cuda/internal.hpp"
+#include "workloads/synthetic.hpp"
+#include "attention/cuda/internal.hpp"
 
 namespace {
 
@@ -118,7 +118,7 @@ double time_attention(const AttentionParams& p, int reps) {
 
 // Comma-separated integers ("8,16").
 // The v3 wgmma builds timed by name, each with the ARIADNE_EST_V3_FAST value that selects it (read
-// per call by the library; src/cuda/estimate_cuda.cu, scoring_v3_kind). "mma3" is the library's
+// per call by the library; src/estimate/cuda/estimate_cuda.cu, scoring_v3_kind). "mma3" is the library's
 // default: the variable unset.
 constexpr std::pair<const char*, const char*> kV3Builds[] = {{"mma3w", "0"},  {"mma3e", "1"},  {"mma3f2", "2"},
                                                              {"mma3a", "3"},  {"mma3a2", "4"}, {"mma3a2w", "5"}};

@@ -13,7 +13,7 @@
 #include <tuple>
 
 #include "ariadne/estimate.hpp"
-#include "ariadne/synthetic.hpp"
+#include "workloads/synthetic.hpp"
 
 namespace {
 

@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "cpu/attention_kernels.hpp"
+#include "attention/cpu/attention_kernels.hpp"
 
 namespace ariadne {
 namespace {

@@ -21,7 +21,7 @@
 
 #include "ariadne/device.hpp"
 #include "ariadne/prefill.hpp"
-#include "ariadne/synthetic.hpp"
+#include "workloads/synthetic.hpp"
 #include "cli.hpp"
 #include "protect.hpp"
 

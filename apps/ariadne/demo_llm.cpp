@@ -5,7 +5,7 @@
 
 #include "ariadne/gguf.hpp"
 #include "ariadne/llm.hpp"
-#include "ariadne/llm_tasks.hpp"
+#include "workloads/llm_tasks.hpp"
 #include "ariadne/tokenizer.hpp"
 #include "demo.hpp"
 

@@ -4,7 +4,7 @@
 #include <iomanip>
 
 #include "ariadne/prefill.hpp"
-#include "ariadne/synthetic.hpp"
+#include "workloads/synthetic.hpp"
 #include "demo.hpp"
 
 namespace ariadne::cli {

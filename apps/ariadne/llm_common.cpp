@@ -8,7 +8,7 @@
 #include <map>
 #include <sstream>
 
-#include "ariadne/llm_tasks.hpp"
+#include "workloads/llm_tasks.hpp"
 #include "protect.hpp"
 
 namespace ariadne::cli {

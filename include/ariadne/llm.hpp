@@ -43,7 +43,7 @@
 namespace ariadne {
 
 class GgufFile;
-class LlamaCuda;  // src/cuda/llama_cuda.hpp
+class LlamaCuda;  // src/llm/cuda/llama_cuda.hpp
 
 struct LlamaConfig {
   int layers = 0, dim = 0, ffn = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0;

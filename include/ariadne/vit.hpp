@@ -117,7 +117,7 @@ struct VitLayerWeights {
 };
 
 // The weights' bf16 copy on the GPU with the encoder's CUDA context (stream, cuBLASLt plans,
-// scratch buffers): made by the first encode() with Backend::cuda (src/cuda/vit_cuda.cu).
+// scratch buffers): made by the first encode() with Backend::cuda (src/vit/cuda/vit_cuda.cu).
 struct VitDeviceWeights;
 
 struct VitWeights {

@@ -1,6 +1,6 @@
 // Host-side pattern services: validation, names, and the owning block-sparse mask.
 #include "ariadne/pattern.hpp"
-#include "ariadne/parse.hpp"
+#include "core/parse.hpp"
 
 #include <random>
 #include <sstream>

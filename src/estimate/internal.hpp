@@ -66,7 +66,7 @@ void dot_rows_generic(const float* a, int64_t rows, const float* b, int64_t cols
 double exp_sum(float* x, int64_t n, float mx);
 double exp_sum_generic(float* x, int64_t n, float mx);
 #if defined(__x86_64__)
-// src/cpu/estimate_dot_avx2.cpp
+// src/estimate/cpu/estimate_dot_avx2.cpp
 void dot_rows_avx2(const float* a, int64_t rows, const float* b, int64_t cols, int64_t len,
                    float* c, int64_t ldc);
 double exp_sum_avx2(float* x, int64_t n, float mx);
@@ -90,7 +90,7 @@ double score_oracle(const Geometry& g, const TensorView& q, const TensorView& k,
                     EstimateResult& r, double& ms_sampling);
 
 #if defined(ARIADNE_WITH_CUDA)
-// The CUDA estimator (src/cuda/estimate_cuda.cu): config validated, backend checked; fills the
+// The CUDA estimator (src/estimate/cuda/estimate_cuda.cu): config validated, backend checked; fills the
 // whole result (device arrays, stats and, when config.host_copy, mask and scores).
 EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pattern& layout,
                              const EstimateConfig& config);

@@ -12,9 +12,9 @@
 #include "ariadne/gguf.hpp"
 #include "ariadne/llm.hpp"
 #include "ariadne/npy.hpp"
-#include "nn/dense.hpp"
+#include "nn/cpu/dense.hpp"
 #if defined(ARIADNE_WITH_CUDA)
-#include "cuda/llama_cuda.hpp"
+#include "llm/cuda/llama_cuda.hpp"
 #endif
 
 namespace ariadne {

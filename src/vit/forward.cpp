@@ -8,8 +8,8 @@
 
 #include "ariadne/error.hpp"
 #include "ariadne/vit.hpp"
-#include "cuda/vit_cuda.hpp"
-#include "nn/dense.hpp"
+#include "vit/cuda/vit_cuda.hpp"
+#include "nn/cpu/dense.hpp"
 
 namespace ariadne {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "backends.hpp"
+#include "attention/backends.hpp"
 #include "common.hpp"
-#include "cpu/attention_kernels.hpp"
+#include "attention/cpu/attention_kernels.hpp"
 
 namespace ariadne {
 namespace {

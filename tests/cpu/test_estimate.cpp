@@ -9,7 +9,7 @@
 #include <string>
 
 #include "ariadne/estimate.hpp"
-#include "ariadne/synthetic.hpp"
+#include "workloads/synthetic.hpp"
 #include "common.hpp"
 #include "estimate/internal.hpp"
 

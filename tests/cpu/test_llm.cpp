@@ -13,7 +13,7 @@
 #include "ariadne/estimate.hpp"
 #include "ariadne/gguf.hpp"
 #include "ariadne/llm.hpp"
-#include "ariadne/llm_tasks.hpp"
+#include "workloads/llm_tasks.hpp"
 #include "ariadne/tokenizer.hpp"
 
 namespace ariadne {

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "ariadne/estimate.hpp"
-#include "ariadne/synthetic.hpp"
+#include "workloads/synthetic.hpp"
 #include "common.hpp"
 
 namespace ariadne {

@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "cuda/internal.hpp"
+#include "attention/cuda/internal.hpp"
 
 namespace ariadne::cuda_testing {
 

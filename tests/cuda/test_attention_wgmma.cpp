@@ -1,4 +1,4 @@
-// The Hopper wgmma kernel (src/cuda/attention_wgmma.cuh) against the double-precision CPU reference.
+// The Hopper wgmma kernel (src/attention/cuda/attention_wgmma.cuh) against the double-precision CPU reference.
 //
 // The kernel is opt-in (ARIADNE_WGMMA=1) until validated, so each test sets the switch for its own
 // duration and every case first asserts that the backend really routes it to the wgmma kernel
@@ -21,7 +21,7 @@
 #include "ariadne/device.hpp"
 #include "common.hpp"
 #include "cuda/cuda_common.hpp"
-#include "cuda/internal.hpp"
+#include "attention/cuda/internal.hpp"
 
 namespace ariadne {
 namespace {

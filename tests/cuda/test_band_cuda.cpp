@@ -1,4 +1,4 @@
-// The band-walking window kernel (src/cuda/attention_band.cuh) against the CPU reference, on the
+// The band-walking window kernel (src/attention/cuda/attention_band.cuh) against the CPU reference, on the
 // edges that are its own: lengths that are not multiples of the 64-row tiles or 16-key chunks,
 // runs of query tiles that start or end inside a sequence, cross sequence boundaries (varlen,
 // lq != lk) or hold one tile, asymmetric and one-sided windows at the eligibility limit, small and
@@ -22,7 +22,7 @@
 #include "ariadne/device.hpp"
 #include "common.hpp"
 #include "cuda/cuda_common.hpp"
-#include "cuda/internal.hpp"
+#include "attention/cuda/internal.hpp"
 
 namespace ariadne {
 namespace {

@@ -1,4 +1,4 @@
-// The wgmma band kernel (src/cuda/attention_bandwg.cuh) against the CPU reference, on the edges
+// The wgmma band kernel (src/attention/cuda/attention_bandwg.cuh) against the CPU reference, on the edges
 // that are its own: lengths that are not multiples of the 64-row tiles or 64-key ring chunks (1,
 // 63, 65, 77, 300, 1500 + 70 keys), key hulls of 1 to 4 chunks (aligned ±64 sees 3, unaligned
 // windows and key offsets lk - lq that are not multiples of 64 see 4), runs of query tiles that
@@ -30,7 +30,7 @@
 #include "ariadne/order.hpp"
 #include "common.hpp"
 #include "cuda/cuda_common.hpp"
-#include "cuda/internal.hpp"
+#include "attention/cuda/internal.hpp"
 
 namespace ariadne {
 namespace {

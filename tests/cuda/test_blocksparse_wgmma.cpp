@@ -23,7 +23,7 @@
 #include "ariadne/device.hpp"
 #include "common.hpp"
 #include "cuda/cuda_common.hpp"
-#include "cuda/internal.hpp"
+#include "attention/cuda/internal.hpp"
 
 namespace ariadne {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "ariadne/device.hpp"
 #include "ariadne/error.hpp"
-#include "cuda/internal.hpp"
+#include "kernels/bench_kernels.hpp"
 #include "cuda_common.hpp"
 
 namespace ariadne {
@@ -124,7 +124,7 @@ TEST_F(DeviceBufferCuda, StreamOrderedReuseKeepsContentsAndTrimSparesLiveBuffers
   EXPECT_TRUE(same_bytes(keep.to_host(), keep_h)) << "a live buffer changed across the pool's trim";
 }
 
-// cuda_spin (src/cuda/internal.hpp), the benchmarks' stream hold: the events around it see at least
+// cuda_spin (bench/kernels/bench_kernels.hpp), the benchmarks' stream hold: the events around it see at least
 // about the time asked for (the clock-rate attribute is the boost clock, so a slower clock only
 // lengthens it), a zero hold runs, and a bad request is refused by name.
 TEST_F(DeviceBufferCuda, SpinHoldsTheStream) {

@@ -30,7 +30,7 @@
 #include "ariadne/prefill.hpp"
 #include "common.hpp"
 #include "cuda/cuda_common.hpp"
-#include "cuda/estimate.cuh"
+#include "estimate/cuda/estimate.cuh"
 
 namespace ariadne {
 namespace {

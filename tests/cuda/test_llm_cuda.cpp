@@ -1,4 +1,4 @@
-// The Llama GPU path (src/cuda/llama_cuda.cu, LlamaModel::set_backend(Backend::cuda)) against the
+// The Llama GPU path (src/llm/cuda/llama_cuda.cu, LlamaModel::set_backend(Backend::cuda)) against the
 // CPU model: a tiny random Llama with bf16-representable weights written as GGUF here (so the
 // comparison measures the GPU's bf16 activations alone), and SmolLM2-135M when it is present
 // (its f32-dequantized weights rounded to bf16 on the GPU: weights and activations both).
@@ -16,7 +16,7 @@
 #include "ariadne/device.hpp"
 #include "ariadne/gguf.hpp"
 #include "ariadne/llm.hpp"
-#include "ariadne/llm_tasks.hpp"
+#include "workloads/llm_tasks.hpp"
 #include "ariadne/tokenizer.hpp"
 #include "cuda_common.hpp"
 

@@ -1,4 +1,4 @@
-// cuda_memory_floor (src/cuda/internal.hpp), the benchmarks' memory floor: it must touch every byte
+// cuda_memory_floor (bench/kernels/bench_kernels.hpp), the benchmarks' memory floor: it must touch every byte
 // it claims to (out = q ^ k ^ v word by word where all three exist, q alone where k and v are
 // shorter), over q and k/v sizes equal, GQA-like (k and v shorter) and the reverse, at lengths that
 // end inside a block; and refuse bad arguments by name.
@@ -13,7 +13,7 @@
 
 #include "ariadne/device.hpp"
 #include "ariadne/error.hpp"
-#include "cuda/internal.hpp"
+#include "kernels/bench_kernels.hpp"
 #include "cuda_common.hpp"
 
 namespace ariadne {

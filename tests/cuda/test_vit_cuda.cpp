@@ -1,4 +1,4 @@
-// The encoder's CUDA path (src/cuda/vit_cuda.cu, src/cuda/nn_cuda.cu) against the CPU encoder and
+// The encoder's CUDA path (src/vit/cuda/vit_cuda.cu, src/nn/cuda/nn_cuda.cu) against the CPU encoder and
 // HF transformers' tiny reference pair (tests/data/vit), with the bf16 tolerance the issue sets for
 // the whole encoder (relative L2 2e-2, docs/numerics.md's rule for the max error).
 #include <cuda_runtime.h>
@@ -13,7 +13,7 @@
 
 #include "ariadne/safetensors.hpp"
 #include "ariadne/vit.hpp"
-#include "cuda/nn_cuda.cuh"
+#include "nn/cuda/nn_cuda.cuh"
 #include "cuda_common.hpp"
 
 namespace ariadne {

@@ -1,4 +1,4 @@
-// The wgmma kernel's two copy paths (src/cuda/attention_wgmma.cuh, bench/cuda-notes.md v12): TMA
+// The wgmma kernel's two copy paths (src/attention/cuda/attention_wgmma.cuh, bench/cuda-notes.md v12): TMA
 // box copies into swizzled tiles (the default), and the cp.async producer writing the same
 // layout (ARIADNE_TMA=0, and every tile with rows past a sequence's end on either setting).
 //
@@ -20,7 +20,7 @@
 #include "ariadne/attention.hpp"
 #include "common.hpp"
 #include "cuda/cuda_common.hpp"
-#include "cuda/internal.hpp"
+#include "attention/cuda/internal.hpp"
 
 namespace ariadne {
 namespace {

@@ -1,0 +1,201 @@
+// AVX2 + FMA tile primitives (compiled with -mavx2 -mfma; called only when the CPU has them). No
+// bf16 dot product here: bf16 and f16 inputs are widened to fp32 when the driver packs K and V.
+#include "attention/cpu/attention_kernels.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <cmath>
+#include <limits>
+
+namespace ariadne::cpu {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int kLanes = 8;
+constexpr int kVecPerTile = kKeyTile / kLanes;  // 4 vectors cover a key tile
+
+// 2^x for x <= 0: the same Taylor degree 7 as the AVX-512 file; the power of two is built in the
+// exponent bits, and x < −126 (masked logits included) gives exactly 0.
+inline __m256 exp2v(__m256 x) {
+  const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-126.f), _CMP_LT_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-126.f));
+  x = _mm256_min_ps(x, _mm256_set1_ps(127.f));
+  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(x, n);
+  __m256 p = _mm256_set1_ps(1.525273380405984e-05f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.5403530393381606e-04f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-03f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618129107628477e-03f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550410866482158e-02f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402265069591007e-01f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931471805599453e-01f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+inline float hmax(__m256 v) {
+  __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_max_ss(x, _mm_shuffle_ps(x, x, 1));
+  return _mm_cvtss_f32(x);
+}
+inline float hsum(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+  return _mm_cvtss_f32(x);
+}
+
+// Scaled, biased, masked logits of row r (4 vectors of 8 keys).
+inline void logits(const float* s, const RowMask& mk, int r, __m256 t[kVecPerTile]) {
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i lo = _mm256_set1_epi32(mk.lo[r]), hi = _mm256_set1_epi32(mk.hi[r]);
+  const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256 sc = _mm256_set1_ps(mk.scale2), ninf = _mm256_set1_ps(kNegInf);
+  for (int v = 0; v < kVecPerTile; ++v) {
+    const __m256i j = _mm256_add_epi32(iota, _mm256_set1_epi32(v * kLanes));
+    const __m256i km = _mm256_set1_epi32(int((mk.keymask >> (v * kLanes)) & 0xffu));
+    // allowed: lo <= j < hi and key bit set
+    const __m256i ok = _mm256_andnot_si256(
+        _mm256_or_si256(_mm256_cmpgt_epi32(lo, j), _mm256_cmpgt_epi32(_mm256_add_epi32(j, _mm256_set1_epi32(1)), hi)),
+        _mm256_cmpeq_epi32(_mm256_and_si256(km, bits), bits));
+    __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + r * kKeyTile + v * kLanes), sc);
+    if (v == 0 && mk.apply_bias)
+      x = _mm256_add_ps(x, _mm256_setr_ps(mk.bias2, 0, 0, 0, 0, 0, 0, 0));
+    t[v] = mk.dense ? x : _mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(ok));
+  }
+}
+
+template <int R>
+void qk_rows(const float* q, int64_t ldq, const float* k, int d, float* s) {
+  __m256 acc[R][kVecPerTile];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecPerTile; ++v) acc[r][v] = _mm256_setzero_ps();
+#pragma GCC unroll 1
+  for (int c = 0; c < d; ++c) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 b = _mm256_broadcast_ss(q + r * ldq + c);
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecPerTile; ++v)
+        acc[r][v] = _mm256_fmadd_ps(b, _mm256_loadu_ps(k + c * kKeyTile + v * kLanes), acc[r][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecPerTile; ++v) _mm256_storeu_ps(s + r * kKeyTile + v * kLanes, acc[r][v]);
+}
+
+void qk_f32(const float* q, int64_t ldq, const float* k, int d, int rows, float* s) {
+  // 3 rows: 12 accumulators of the 16 registers.
+  for_row_tiles<3>(rows, [&](int r, auto n) { qk_rows<decltype(n)::value>(q + r * ldq, ldq, k, d, s + r * kKeyTile); });
+}
+
+void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* alpha, float* t_out) {
+  for (int r = 0; r < rows; ++r) {
+    __m256 t[kVecPerTile];
+    logits(s, mk, r, t);
+    if (t_out)
+      for (int v = 0; v < kVecPerTile; ++v) _mm256_storeu_ps(t_out + r * kKeyTile + v * kLanes, t[v]);
+    // NaN or +inf: not <= FLT_MAX (unordered compare); masked lanes hold -inf and pass.
+    const __m256 big = _mm256_set1_ps(std::numeric_limits<float>::max());
+    int bad = 0;
+    for (int v = 0; v < kVecPerTile; ++v) bad |= _mm256_movemask_ps(_mm256_cmp_ps(t[v], big, _CMP_NLE_UQ));
+    float* p = s + r * kKeyTile;
+    if (poison_row(bad != 0, r, p, m, l, alpha)) continue;
+    const float mx = hmax(_mm256_max_ps(_mm256_max_ps(t[0], t[1]), _mm256_max_ps(t[2], t[3])));
+    const float m_new = std::fmax(m[r], mx);
+    if (m_new == kNegInf) {  // no key seen yet: keep the empty state
+      alpha[r] = 1.f;
+      for (int v = 0; v < kVecPerTile; ++v) _mm256_storeu_ps(p + v * kLanes, _mm256_setzero_ps());
+      continue;
+    }
+    alpha[r] = m_new == m[r] ? 1.f : std::exp2(m[r] - m_new);  // the max rarely moves after a few tiles
+    const __m256 mn = _mm256_set1_ps(m_new);
+    __m256 sum = _mm256_setzero_ps();
+    for (int v = 0; v < kVecPerTile; ++v) {
+      const __m256 pv = exp2v(_mm256_sub_ps(t[v], mn));
+      _mm256_storeu_ps(p + v * kLanes, pv);
+      sum = _mm256_add_ps(sum, pv);
+    }
+    l[r] = l[r] * alpha[r] + hsum(sum);
+    m[r] = m_new;
+  }
+}
+
+void colsum(const float* s, const RowMask& mk, int rows, const float* off, float* cs) {
+  __m256 acc[kVecPerTile];
+  for (int v = 0; v < kVecPerTile; ++v) acc[v] = _mm256_setzero_ps();
+  for (int r = 0; r < rows; ++r) {
+    if (mk.lo[r] >= mk.hi[r]) continue;
+    __m256 t[kVecPerTile];
+    logits(s, mk, r, t);
+    const __m256 o = _mm256_set1_ps(off[r]);
+    for (int v = 0; v < kVecPerTile; ++v) acc[v] = _mm256_add_ps(acc[v], exp2v(_mm256_sub_ps(t[v], o)));
+  }
+  for (int v = 0; v < kVecPerTile; ++v)
+    _mm256_storeu_ps(cs + v * kLanes, _mm256_add_ps(_mm256_loadu_ps(cs + v * kLanes), acc[v]));
+}
+
+// O = alpha·O + P·V for R rows × C column vectors.
+template <int R, int C>
+void pv_block(const float* p, const float* v, int64_t ldv, int dv, const float* alpha, float* o, int col) {
+  __m256 acc[R][C];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const __m256 a = _mm256_set1_ps(alpha[r]);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c)
+      acc[r][c] = _mm256_mul_ps(a, _mm256_loadu_ps(o + int64_t(r) * dv + col + kLanes * c));
+  }
+#pragma GCC unroll 1
+  for (int j = 0; j < kKeyTile; ++j) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 b = _mm256_broadcast_ss(p + r * kKeyTile + j);
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c)
+        acc[r][c] = _mm256_fmadd_ps(b, _mm256_loadu_ps(v + j * ldv + col + kLanes * c), acc[r][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(o + int64_t(r) * dv + col + kLanes * c, acc[r][c]);
+}
+
+template <int R>
+void pv_rows(const float* p, const float* v, int64_t ldv, int dv, const float* alpha, float* o) {
+  int col = 0;
+  for (; col + 4 * kLanes <= dv; col += 4 * kLanes) pv_block<R, 4>(p, v, ldv, dv, alpha, o, col);
+  // dv is a multiple of 16: what is left is 0 or 2 vectors
+  if (col < dv) pv_block<R, 2>(p, v, ldv, dv, alpha, o, col);
+}
+
+void pv_f32(const float* p, const float* v, int64_t ldv, int dv, int rows, const float* alpha, float* o) {
+  for_row_tiles<3>(rows, [&](int r, auto n) {
+    pv_rows<decltype(n)::value>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv);
+  });
+}
+
+const TileKernels kAvx2{"avx2", qk_f32, nullptr, softmax, pv_f32, nullptr, colsum,
+                        nullptr, nullptr, nullptr, nullptr};
+
+}  // namespace
+
+const TileKernels* tile_kernels_avx2() { return &kAvx2; }
+
+}  // namespace ariadne::cpu
+
+#else
+
+namespace ariadne::cpu {
+const TileKernels* tile_kernels_avx2() { return nullptr; }
+}  // namespace ariadne::cpu
+
+#endif

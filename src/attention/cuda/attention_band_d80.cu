@@ -1,0 +1,7 @@
+// Band-walking window kernels for head dim 80 (bf16, fp16), one file per head dim so they compile
+// in parallel.
+#include "attention/cuda/attention_band.cuh"
+
+namespace ariadne::cuda {
+ARIADNE_INSTANTIATE_BAND(80)
+}  // namespace ariadne::cuda

@@ -1,7 +1,0 @@
-// Band-walking window kernels for head dim 64 (bf16, fp16), one file per head dim so they compile
-// in parallel.
-#include "cuda/attention_band.cuh"
-
-namespace ariadne::cuda {
-ARIADNE_INSTANTIATE_BAND(64)
-}  // namespace ariadne::cuda

@@ -1,7 +1,0 @@
-// Kernels for head dim 64 (bf16/fp16: the dense and band configurations, the band one with
-// diagnostics, the received pass), one file per head dim so the instantiations compile in parallel.
-#include "cuda/attention_fwd.cuh"
-
-namespace ariadne::cuda {
-ARIADNE_INSTANTIATE_FWD(64)
-}  // namespace ariadne::cuda

@@ -1,6 +1,0 @@
-// wgmma kernels for head dim 128 (bf16, fp16), one file per head dim so they compile in parallel.
-#include "cuda/attention_wgmma.cuh"
-
-namespace ariadne::cuda {
-ARIADNE_INSTANTIATE_WGMMA(128)
-}  // namespace ariadne::cuda

@@ -1,6 +1,0 @@
-// wgmma kernels for head dim 64 (bf16, fp16), one file per head dim so they compile in parallel.
-#include "cuda/attention_wgmma.cuh"
-
-namespace ariadne::cuda {
-ARIADNE_INSTANTIATE_WGMMA(64)
-}  // namespace ariadne::cuda

@@ -1,0 +1,121 @@
+// Internal: the CUDA estimators' kernels (src/estimate/cuda/estimate_score.cu, estimate_select.cu) and the
+// plain-old-data they read. The host side (estimate_cuda.cu) builds these tables from the CPU
+// estimator's Geometry, so both backends share one definition of sequences, rows and visibility.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ariadne::cuda {
+
+// One sequence (mirrors est::Seq).
+struct EstSeq {
+  int64_t q0, k0, lq, lk, off;  // off = lk − lq
+  int64_t row_base;             // first CSR row (seq_block_base · heads_q)
+  int32_t nqb, nqs, nks;        // query blocks, query strides, key strides
+  int32_t ks_base;              // first key-stride row of this sequence in Ksum
+};
+
+// Operands and geometry of the scoring kernels. Strides in elements; head_dim contiguous.
+struct ScoreParams {
+  const void* q;
+  const void* k;
+  int dtype;  // 0 f32, 1 bf16, 2 f16 (ariadne::DType order)
+  int64_t q_tok, q_head, k_tok, k_head;
+  float* ksum;                  // rr, f32 scoring: [heads_kv, total_ks, d] f32, Σ of each key stride
+  // rr, tensor-core scoring: the same sums split exactly into three bf16 terms (hi, mid, lo,
+  // Σ = K̄ for finite sums), [heads_kv, total_ks, 3, dpad] bf16, zero-padded past d.
+  void* ksplit;
+  int64_t total_ks;             // key-stride rows of all sequences
+  const EstSeq* seqs;
+  int num_seqs;
+  const int32_t* qblock_seq;    // [total query blocks]: sequence of each global query block
+  const int32_t* qblock_m;      // [total query blocks]: its block index inside the sequence
+  const int64_t* score_ptr;     // [rows + 1]
+  float* scores;                // [score_ptr[rows]], zeroed by the caller, accumulated here
+  // Per (row, visible key block) partials (max, Σexp): the CTA of (query block gb, KV head, z)
+  // owns kScoreRows · nvis(gb) pairs from scratch_base[gb] + (kvh · gridDim.z + z) · kScoreRows · nvis.
+  float2* scratch;
+  const int64_t* scratch_base;  // [total query blocks]
+  int heads_q, heads_kv, group, d;
+  int stride, block, spb;       // S, B, B / S
+  int heads_per_cta;            // query heads of one KV group handled by one CTA
+  int row_split;                // rounds of 64 rows per head (> 1 when B/S > 64; then
+                                // heads_per_cta = 1)
+  bool rr, paper;               // rr (else xattn); rr sampling offset
+  float qmul;                   // scale / S, folded into the queries as on the CPU (f32
+                                // scoring) or into the logits (tensor-core scoring)
+  // Tensor-core scoring (mma.sync bf16, estimate_score.cu): on when true, else the f32 kernel.
+  bool mma;
+  int dpad;                     // d rounded up to 16 (the mma k step)
+  bool sums_scalar = false;     // rr: the scalar key-stride-sum kernel even where the vector one applies
+  int qterms, kterms;           // bf16 terms of each operand: 1 bf16, 2 f16, 3 f32 (rr k: 3)
+  // The v2 tensor-core kernel (docs/rrattention.md, "Scoring kernel v2"): only where
+  // scores_v2_applies(); ksplit is then read as the same [heads_kv, total_ks, 3, dpad] array.
+  bool v2;
+  // The v3 kernel (docs/rrattention.md, "Scoring kernel v3"): only where scores_v3_applies(); then
+  // v3_ctas holds v3_num_ctas pairs (first global query block, query blocks) of one sequence, one
+  // per CTA, at most scores_v3_blocks_per_cta() blocks each (v2 is then off). v3_kind: 0 the
+  // 128-row mma.sync kernel, 1 the wgmma one (64 rows, dpad 128 only), 2 the wgmma one with fast
+  // partials (same scores, fewer instructions per chunk), 3 the same with 128 rows (two
+  // warpgroups sharing each K̄ tile), 4 kind 2 with approximate partials (the same logits; scores
+  // within docs/numerics.md's rules 2 and 3, not bit for bit), 5 kind 4 with K̄'s two high bf16
+  // terms only, 6 kind 5 with 128 rows.
+  bool v3;
+  int v3_kind;
+  const int32_t* v3_ctas;
+  int v3_num_ctas;
+};
+
+// Selection and CSR assembly.
+struct SelectParams {
+  const EstSeq* seqs;
+  int num_seqs;
+  const int32_t* qblock_seq;
+  const int32_t* qblock_m;
+  const int64_t* score_ptr;
+  const float* scores;
+  const double* tau;            // [heads_q]
+  uint8_t* keep;                // [score_ptr[rows]] 0/1 per visible block
+  int32_t* counts;              // [rows + 1] kept blocks per row (last entry 0, for the scan)
+  const int32_t* row_ptr;       // [rows + 1] (compaction)
+  int32_t* col_idx;             // [nnz]
+  int heads_q, block;
+  bool last_row, sink, diagonal, forced_first;
+};
+
+// Largest key-block count of one row the selection takes (16 per thread of its CTA).
+constexpr int kMaxSelectBlocks = 4096;
+// Rows (sampled query strides) of one scoring CTA and key strides per chunk.
+constexpr int kScoreRows = 64;
+constexpr int kScoreCols = 32;
+constexpr int kScoreThreads = 256;
+// Key strides per chunk of the tensor-core scoring kernel.
+constexpr int kMmaCols = 64;
+
+// Dynamic shared memory of the scoring kernel for these parameters (p.mma, p.v2 pick the kernel).
+size_t scores_smem_bytes(const ScoreParams& p);
+// Whether the v2 tensor-core kernel covers these parameters: tensor-core rr with blocks of 8 or
+// 16 key strides (B 64 / 128 at S 8, B 128 at S 16) and one row round; otherwise v1 runs.
+bool scores_v2_applies(const ScoreParams& p);
+// Whether the v3 kernel covers them: v2's cases with bf16 q (one term), and how many adjacent
+// query blocks one of its CTAs owns (128 or 64 rows by v3_kind / (heads_per_cta · B/S)).
+bool scores_v3_applies(const ScoreParams& p);
+int scores_v3_blocks_per_cta(const ScoreParams& p);
+
+// Kernel launches on `stream`; each returns the launch error.
+cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream);
+cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStream_t stream);
+cudaError_t launch_select(const SelectParams& p, int64_t total_qblocks, int max_visible, cudaStream_t stream);
+cudaError_t launch_compact(const SelectParams& p, int64_t rows, cudaStream_t stream);
+// kept[h] = nonzeros of query head h's rows (from row_ptr), int64 [heads_q]: the density per head
+// without reading the mask back to the host.
+cudaError_t launch_head_counts(const SelectParams& p, int64_t* kept, cudaStream_t stream);
+// counts [n] → row_ptr [n] exclusive prefix sum (n = rows + 1, so row_ptr[rows] = nnz), CUB's
+// convention for the temporary storage: tmp == nullptr only sets tmp_bytes (no work is enqueued);
+// otherwise tmp holds tmp_bytes (from such a query with the same n) and the scan runs on `stream`.
+cudaError_t exclusive_scan(const int32_t* counts, int32_t* row_ptr, int64_t n, void* tmp, size_t& tmp_bytes,
+                           cudaStream_t stream);
+
+}  // namespace ariadne::cuda

@@ -1,0 +1,56 @@
+// Internal: the Llama forward pass on the GPU (src/llm/cuda/llama_cuda.cu), driven layer by layer by
+// LlamaModel (src/llm/llama.cpp), which runs the attention of each layer itself through
+// ariadne::prefill / attention on the device tensors handed out here, so the CPU and GPU paths
+// share one attention step (methods, probes, comparisons). Plain C++ (no CUDA headers).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ariadne/attention.hpp"
+#include "ariadne/llm.hpp"
+
+namespace ariadne {
+
+#if defined(ARIADNE_WITH_CUDA)
+// One layer's host weights (f32, row-major [out, in] for matrices), as LlamaModel holds them.
+struct LlamaHostLayer {
+  const std::vector<float>*attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *wg, *wu, *wd;
+};
+
+// Device state: weights rounded to bf16 and uploaded once; an fp32 residual stream [rows, dim];
+// bf16 activations into every GEMM (cuBLASLt) and the attention; a bf16 KV cache per layer
+// [positions, kv_heads, head_dim]. Every kernel runs on the legacy default stream, the stream the
+// CUDA estimators use, so estimate and attention need no extra synchronization.
+class LlamaCuda {
+ public:
+  LlamaCuda(const LlamaConfig& config, const std::vector<float>& out_norm, const std::vector<float>& out_weight,
+            const std::vector<LlamaHostLayer>& layers, const std::vector<float>& inv_freq);
+  ~LlamaCuda();
+  LlamaCuda(const LlamaCuda&) = delete;
+  LlamaCuda& operator=(const LlamaCuda&) = delete;
+
+  // Starts a block of n rows at positions pos0 … pos0+n−1 with embeddings h [n, dim] (host f32):
+  // uploads them and makes room in the KV cache (rows before pos0 are kept).
+  void begin(const float* h, int64_t n, int64_t pos0);
+  // Layer l up to the attention: RMSNorm, q/k/v projections, RoPE, k/v written into the cache.
+  // Returns the attention's params: q [n, heads, head_dim], k and v [pos0+n, kv_heads, head_dim]
+  // (the cache), out [n, heads, head_dim], all bf16 device tensors; causal pattern, varlen with
+  // device cu_seqlens (n queries against pos0+n keys) when pos0 > 0; legacy default stream.
+  AttentionParams attention_inputs(int l);
+  // Output projection into the residual, then the SwiGLU MLP.
+  void finish_layer(int l);
+  // Logits [vocab] of the block's last row (waits for the GPU).
+  std::vector<float> logits();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// f32 host copy of `count` bf16 values in device memory (waits for the legacy default stream).
+std::vector<float> cuda_bf16_to_host(const void* device_ptr, int64_t count);
+#endif
+
+}  // namespace ariadne
