@@ -439,6 +439,34 @@ void bind_attention(nb::module_& m) {
           // stream (after the kernels that read them); nothing waits here.
         }
       },
+      nb::sig("def attention_into("
+        "q: " ARIADNE_SIG_QKV ", "
+        "k: " ARIADNE_SIG_QKV ", "
+        "v: " ARIADNE_SIG_QKV ", "
+        "out: " ARIADNE_SIG_OUT ", "
+        "lse: " ARIADNE_SIG_F32_OUT2 " | None = None, "
+        "pattern: Pattern = ..., "
+        "cu_seqlens_q: " ARIADNE_SIG_INTS " | None = None, "
+        "cu_seqlens_k: " ARIADNE_SIG_INTS " | None = None, "
+        "blocks: BlockMask | None = None, "
+        "sink: " ARIADNE_SIG_F32_IN1 " | None = None, "
+        "sink_mode: str = 'none', "
+        "scale: float = 0.0, "
+        "backend: str = 'auto', "
+        "stream: int = 0, "
+        "bf16_bits: bool = False, "
+        "entropy: " ARIADNE_SIG_F32_OUT2 " | None = None, "
+        "distance: " ARIADNE_SIG_F32_OUT2 " | None = None, "
+        "received: " ARIADNE_SIG_F32_OUT2 " | None = None, "
+        "coords_q: " ARIADNE_SIG_F32_IN2 " | None = None, "
+        "coords_k: " ARIADNE_SIG_F32_IN2 " | None = None, "
+        "order: " ARIADNE_SIG_INTS " | None = None, "
+        "block_size: int = 0, "
+        "block_heads: int = 0, "
+        "block_seq_base: " ARIADNE_SIG_INTS " | None = None, "
+        "block_row_ptr: " ARIADNE_SIG_INTS " | None = None, "
+        "block_col_idx: " ARIADNE_SIG_INTS " | None = None"
+        ") -> None"),
       "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "out"_a.noconvert(), "lse"_a.noconvert() = nb::none(),
       "pattern"_a = Pattern::full(), "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(),
       "blocks"_a = nb::none(), "sink"_a = nb::none(), "sink_mode"_a = "none", "scale"_a = 0.f,
@@ -460,6 +488,21 @@ void bind_attention(nb::module_& m) {
         const bool ok = ariadne::backend_supports(parse_backend(backend), c.p, &why);
         return std::pair<bool, std::string>(ok, why);
       },
+      nb::sig("def backend_supports("
+        "backend: str, "
+        "q: " ARIADNE_SIG_QKV ", "
+        "k: " ARIADNE_SIG_QKV ", "
+        "v: " ARIADNE_SIG_QKV ", "
+        "out: " ARIADNE_SIG_OUT ", "
+        "lse: " ARIADNE_SIG_F32_OUT2 " | None = None, "
+        "pattern: Pattern = ..., "
+        "cu_seqlens_q: " ARIADNE_SIG_INTS " | None = None, "
+        "cu_seqlens_k: " ARIADNE_SIG_INTS " | None = None, "
+        "blocks: BlockMask | None = None, "
+        "sink: " ARIADNE_SIG_F32_IN1 " | None = None, "
+        "sink_mode: str = 'none', "
+        "bf16_bits: bool = False"
+        ") -> tuple[bool, str]"),
       "backend"_a, "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "out"_a.noconvert(),
       "lse"_a.noconvert() = nb::none(), "pattern"_a = Pattern::full(), "cu_seqlens_q"_a = nb::none(),
       "cu_seqlens_k"_a = nb::none(), "blocks"_a = nb::none(), "sink"_a = nb::none(), "sink_mode"_a = "none",
