@@ -25,6 +25,7 @@ graphs); host metadata for CUDA tensors is uploaded on that stream without synch
 from __future__ import annotations
 
 import contextlib
+import ctypes
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -166,33 +167,62 @@ def _sink(x, q: Tensor) -> Optional[Tensor]:
     return torch.tensor(np.asarray(x, dtype=np.float32).reshape(-1).tolist(), dtype=torch.float32, device=q.device)
 
 
-# Pattern and BlockMask are native objects whose attributes dynamo cannot read (nanobind getters).
-# Under torch.compile these helpers run at trace time and their results are graph constants,
-# guarded on the object's identity: a pattern or mask is a constant of the compiled code (a new
-# object recompiles; changing a Pattern's fields in place after compiling is not seen).
+# Pattern and BlockMask are native objects whose attributes dynamo cannot read (nanobind getters),
+# and older torch (2.11) cannot pass them to assume_constant_result either. So the traced code
+# passes only their id() (an int dynamo guards with an identity match on the object), and these
+# helpers, run at trace time with the real values, read the object back and return constants.
+# A pattern or mask is therefore a constant of the compiled code: another object recompiles, and
+# changing a Pattern's fields in place after compiling is not seen. Every object read at trace time
+# is kept alive here, so that its id cannot be reused by another object the guard would accept.
+_TRACED: list = []
+
+
+def _object(object_id: int):
+    for o in _TRACED:
+        if id(o) == object_id:
+            return o
+    o = ctypes.cast(object_id, ctypes.py_object).value  # alive: the caller holds it during the call
+    _TRACED.append(o)
+    return o
+
+
 @torch._dynamo.assume_constant_result
+def _pattern_fields_of(pattern_id: int) -> Tuple[int, int, int]:
+    p = _object(pattern_id)
+    return int(p.window_left), int(p.window_right), int(p.chunk)
+
+
+@torch._dynamo.assume_constant_result
+def _mask_fields_of(mask_id: int) -> Tuple[int, int, bool]:
+    m = _object(mask_id)
+    return int(m.block), int(m.heads), len(m.seq_block_base) > 0
+
+
+@torch._dynamo.assume_constant_result
+def _mask_array_of(mask_id: int, name: str) -> Tensor:
+    return torch.from_numpy(np.array(getattr(_object(mask_id), name), dtype=np.int32))
+
+
 def _pattern_fields(pattern: _ariadne.Pattern) -> Tuple[int, int, int]:
-    return int(pattern.window_left), int(pattern.window_right), int(pattern.chunk)
-
-
-@torch._dynamo.assume_constant_result
-def _mask_fields(mask: _ariadne.BlockMask) -> Tuple[int, int, bool]:
-    return int(mask.block), int(mask.heads), len(mask.seq_block_base) > 0
-
-
-@torch._dynamo.assume_constant_result
-def _mask_array(mask: _ariadne.BlockMask, name: str) -> Tensor:
-    return torch.from_numpy(np.array(getattr(mask, name), dtype=np.int32))
+    if not torch.compiler.is_compiling():
+        return int(pattern.window_left), int(pattern.window_right), int(pattern.chunk)
+    return _pattern_fields_of(id(pattern))
 
 
 def _block_arrays(blocks) -> dict:
     """A BlockMask as the op's CSR arguments (host int32 tensors)."""
     if blocks is None:
         return {}
-    block, heads, has_base = _mask_fields(blocks)
-    return dict(block_size=block, block_heads=heads,
-                block_seq_base=_mask_array(blocks, "seq_block_base") if has_base else None,
-                block_row_ptr=_mask_array(blocks, "row_ptr"), block_col_idx=_mask_array(blocks, "col_idx"))
+    if torch.compiler.is_compiling():
+        mask_id = id(blocks)
+        block, heads, has_base = _mask_fields_of(mask_id)
+        arrays = {name: _mask_array_of(mask_id, name) for name in ("seq_block_base", "row_ptr", "col_idx")}
+    else:
+        block, heads, has_base = int(blocks.block), int(blocks.heads), len(blocks.seq_block_base) > 0
+        arrays = {name: torch.from_numpy(np.array(getattr(blocks, name), dtype=np.int32))
+                  for name in ("seq_block_base", "row_ptr", "col_idx")}
+    return dict(block_size=block, block_heads=heads, block_seq_base=arrays["seq_block_base"] if has_base else None,
+                block_row_ptr=arrays["row_ptr"], block_col_idx=arrays["col_idx"])
 
 
 def attention(
@@ -217,12 +247,15 @@ def attention(
     order: Optional[Union[Tensor, Sequence[int]]] = None,
 ) -> Tuple[Tensor, Optional[Tensor]]:
     """ariadne.attention for torch tensors, through the custom ops (see the module's docstring)."""
-    window_left, window_right, chunk = _pattern_fields(pattern)
-    args = dict(window_left=window_left, window_right=window_right, chunk=chunk, cu_seqlens_q=_ints(cu_seqlens), cu_seqlens_k=_ints(cu_seqlens_k), order=_ints(order),
-                sink=_sink(sink, q), sink_mode=sink_mode, scale=float(scale), backend=backend, **_block_arrays(blocks))
+    blocks_args = _block_arrays(blocks)
+    # Arguments by position: torch 2.11's in-place custom ops find mutated arguments by position only.
+    pattern_args = (*_pattern_fields(pattern), _ints(cu_seqlens), _ints(cu_seqlens_k),
+                    blocks_args.get("block_size", 0), blocks_args.get("block_heads", 0),
+                    blocks_args.get("block_seq_base"), blocks_args.get("block_row_ptr"),
+                    blocks_args.get("block_col_idx"), _ints(order), _sink(sink, q), sink_mode, float(scale))
     diagnostics = any(x is not None for x in (entropy, distance, received, coords_q, coords_k))
     if out is None and not isinstance(lse, Tensor) and not diagnostics:
-        res, lse_t = torch.ops.ariadne.attention(q, k, v, return_lse=bool(lse), **args)
+        res, lse_t = torch.ops.ariadne.attention(q, k, v, *pattern_args, bool(lse), False, backend)
         return res, (lse_t if lse else None)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -230,6 +263,6 @@ def attention(
         lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
     elif lse is False:
         lse = None
-    torch.ops.ariadne.attention_out(q, k, v, out, lse, entropy=entropy, distance=distance, received=received,
-                                    coords_q=coords_q, coords_k=coords_k, **args)
+    torch.ops.ariadne.attention_out(q, k, v, out, lse, *pattern_args, backend, entropy, distance, received, coords_q,
+                                    coords_k)
     return out, lse
