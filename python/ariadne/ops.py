@@ -114,36 +114,38 @@ def attention_out_op(
     k: Tensor,
     v: Tensor,
     out: Tensor,
-    lse: Optional[Tensor] = None,
-    window_left: int = -1,
-    window_right: int = -1,
-    chunk: int = 0,
-    cu_seqlens_q: Optional[Tensor] = None,
-    cu_seqlens_k: Optional[Tensor] = None,
-    block_size: int = 0,
-    block_heads: int = 0,
-    block_seq_base: Optional[Tensor] = None,
-    block_row_ptr: Optional[Tensor] = None,
-    block_col_idx: Optional[Tensor] = None,
-    order: Optional[Tensor] = None,
-    sink: Optional[Tensor] = None,
-    sink_mode: str = "none",
-    scale: float = 0.0,
-    backend: str = "auto",
-    entropy: Optional[Tensor] = None,
-    distance: Optional[Tensor] = None,
-    received: Optional[Tensor] = None,
-    coords_q: Optional[Tensor] = None,
-    coords_k: Optional[Tensor] = None,
+    lse: Optional[Tensor],
+    window_left: int,
+    window_right: int,
+    chunk: int,
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    block_size: int,
+    block_heads: int,
+    block_seq_base: Optional[Tensor],
+    block_row_ptr: Optional[Tensor],
+    block_col_idx: Optional[Tensor],
+    order: Optional[Tensor],
+    sink: Optional[Tensor],
+    sink_mode: str,
+    scale: float,
+    backend: str,
+    entropy: Optional[Tensor],
+    distance: Optional[Tensor],
+    received: Optional[Tensor],
+    coords_q: Optional[Tensor],
+    coords_k: Optional[Tensor],
 ) -> None:
-    """In-place attention into out (and lse and the diagnostics when given)."""
+    """In-place attention into out (and lse and the diagnostics when given). Every argument is
+    required (no defaults): torch 2.11 drops trailing arguments equal to their defaults before it
+    looks up the mutated ones by position."""
     _run(q, k, v, out, lse, window_left, window_right, chunk, cu_seqlens_q, cu_seqlens_k, block_size, block_heads,
          block_seq_base, block_row_ptr, block_col_idx, order, sink, sink_mode, scale, backend, entropy, distance,
          received, coords_q, coords_k)
 
 
 @attention_out_op.register_fake
-def _attention_out_fake(q, k, v, out, lse=None, *args, **kwargs):
+def _attention_out_fake(q, k, v, out, lse, *args):
     return None
 
 

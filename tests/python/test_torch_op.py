@@ -69,7 +69,7 @@ def test_opcheck_in_place():
     lse = torch.empty(4, 64)
     # By position: torch 2.11's in-place custom ops find mutated arguments by position only.
     args = (q, k, v, out, lse, -1, 0, 0, None, None, 0, 0, None, None, None, None, torch.zeros(4), "denominator", 0.0,
-            BACKEND)
+            BACKEND, None, None, None, None, None)
     torch.library.opcheck(torch.ops.ariadne.attention_out.default, args)
 
 
@@ -138,7 +138,7 @@ def test_errors_still_name_the_argument():
 class Block(torch.nn.Module):
     """Projection, ariadne attention (window + sink + GQA), output projection."""
 
-    def __init__(self, dim=64, hq=4, hkv=2, window=16, causal=False, cu=None, mask=None, lse=False):
+    def __init__(self, dim=64, hq=4, hkv=2, window=16, causal=False, cu=None, mask=None, lse=False, backend=BACKEND):
         super().__init__()
         self.hq, self.hkv, self.d = hq, hkv, dim // hq
         g = torch.Generator().manual_seed(5)
@@ -149,13 +149,13 @@ class Block(torch.nn.Module):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.2)
         self.sink = torch.nn.Parameter(torch.linspace(-1, 1, hq), requires_grad=False)
         self.pattern = ariadne.Pattern.window(window, 0 if causal else window)
-        self.cu, self.mask, self.lse = cu, mask, lse
+        self.cu, self.mask, self.lse, self.backend = cu, mask, lse, backend
 
     def forward(self, x):
         t = self.qkv(x).view(x.shape[0], self.hq + 2 * self.hkv, self.d)
         q, k, v = t[:, :self.hq], t[:, self.hq:self.hq + self.hkv], t[:, self.hq + self.hkv:]
         o, lse = ariadne.attention(q, k, v, pattern=self.pattern, sink=self.sink, cu_seqlens=self.cu,
-                                   blocks=self.mask, lse=self.lse, backend=BACKEND)
+                                   blocks=self.mask, lse=self.lse, backend=self.backend)
         y = self.proj(o.reshape(x.shape[0], -1))
         return (y, lse) if self.lse else y
 
@@ -255,7 +255,7 @@ def test_compiled_out_argument_functionalized():
 def test_cuda_graphs_reduce_overhead_replay_equals_eager():
     torch._dynamo.reset()
     cu = torch.tensor([0, 300, 1024], dtype=torch.int32, device="cuda")  # device metadata: capturable
-    module = Block(dim=512, hq=8, hkv=2, window=64, cu=cu).cuda().to(torch.bfloat16)
+    module = Block(dim=512, hq=8, hkv=2, window=64, cu=cu, backend="cuda").cuda().to(torch.bfloat16)
     for m in module.modules():
         if isinstance(m, Block):
             m.sink.data = m.sink.data.float()
