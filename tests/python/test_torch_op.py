@@ -261,6 +261,9 @@ def test_cuda_graphs_reduce_overhead_replay_equals_eager():
             m.sink.data = m.sink.data.float()
     xs = [torch.randn(1024, 512, device="cuda", dtype=torch.bfloat16, generator=torch.Generator("cuda").manual_seed(s))
           for s in range(4)]
+    from torch._dynamo.utils import counters
+
+    counters.clear()
     with torch.no_grad():
         compiled = torch.compile(module, mode="reduce-overhead", fullgraph=True)
         for x in xs:  # warm-up, recording, then replays
@@ -268,6 +271,8 @@ def test_cuda_graphs_reduce_overhead_replay_equals_eager():
             ref = module(x)
             assert torch.equal(got, ref)
     torch.cuda.synchronize()
+    # The graph did run as a CUDA graph: inductor skips cudagraphs (and says why) for, e.g., CPU tensors.
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA build and a GPU")
