@@ -18,9 +18,13 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
+// Built with += only: GCC 12 at -O3 raises a false -Wrestrict on "literal" + std::string.
 std::string join(const std::vector<int64_t>& v) {
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(v[i]);
+  }
   return s;
 }
 
@@ -33,28 +37,57 @@ std::string number(double x) {
 
 std::string signed_number(float x) {
   if (std::isinf(x)) return x > 0 ? "+inf" : "-inf";
-  return (x >= 0 ? "+" : "") + number(x);
+  std::string s = x >= 0 ? "+" : "";
+  s += number(x);
+  return s;
 }
 
 }  // namespace
 
 std::string name_of(const AttnCase& c) {
-  std::string n = "n" + join(c.tokens_q);
-  if (!c.tokens_k.empty() && c.tokens_k != c.tokens_q) n += "_k" + join(c.tokens_k);
-  n += "_h" + std::to_string(c.heads_q) + "x" + std::to_string(c.heads_kv) + "_d" + std::to_string(c.dim);
-  n += "_" + c.pattern;
-  if (c.sink_mode != SinkMode::none)
-    n += std::string("_sink:") + sink_mode_name(c.sink_mode) + (std::isnan(c.sink) ? ":rand" : signed_number(c.sink));
-  n += std::string("_") + dtype_name(c.dtype);
+  std::string n = "n";
+  n += join(c.tokens_q);
+  if (!c.tokens_k.empty() && c.tokens_k != c.tokens_q) {
+    n += "_k";
+    n += join(c.tokens_k);
+  }
+  n += "_h";
+  n += std::to_string(c.heads_q);
+  n += 'x';
+  n += std::to_string(c.heads_kv);
+  n += "_d";
+  n += std::to_string(c.dim);
+  n += '_';
+  n += c.pattern;
+  if (c.sink_mode != SinkMode::none) {
+    n += "_sink:";
+    n += sink_mode_name(c.sink_mode);
+    n += std::isnan(c.sink) ? std::string(":rand") : signed_number(c.sink);
+  }
+  n += '_';
+  n += dtype_name(c.dtype);
   if (c.f32_out && c.dtype != DType::f32) n += "_outf32";
-  if (c.order == TokenOrder::column_major) n += "_order:col" + std::to_string(c.grid_cols);
+  if (c.order == TokenOrder::column_major) {
+    n += "_order:col";
+    n += std::to_string(c.grid_cols);
+  }
   if (c.order == TokenOrder::shuffled) n += "_order:shuffled";
-  if (c.token_pad > 0) n += "_pad" + std::to_string(c.token_pad);
-  if (c.input_scale != 1) n += "_x" + number(c.input_scale);
-  if (c.logit_shift != 0) n += "_shift" + signed_number(c.logit_shift);
+  if (c.token_pad > 0) {
+    n += "_pad";
+    n += std::to_string(c.token_pad);
+  }
+  if (c.input_scale != 1) {
+    n += "_x";
+    n += number(c.input_scale);
+  }
+  if (c.logit_shift != 0) {
+    n += "_shift";
+    n += signed_number(c.logit_shift);
+  }
   if (c.diagnostics) n += "_diag";
   if (!c.lse) n += "_nolse";
-  n += "_s" + std::to_string(c.seed);
+  n += "_s";
+  n += std::to_string(c.seed);
   return n;
 }
 
@@ -132,8 +165,19 @@ AttnCase make(std::vector<int64_t> q, std::vector<int64_t> k, int hq, int hkv, i
 }
 
 std::string window(int64_t l, int64_t r) {
-  auto s = [](int64_t x) { return x == kUnbounded ? std::string("inf") : std::to_string(x); };
-  return "window:" + s(l) + "," + s(r);
+  auto side = [](int64_t x) { return x == kUnbounded ? std::string("inf") : std::to_string(x); };
+  std::string s = "window:";
+  s += side(l);
+  s += ',';
+  s += side(r);
+  return s;
+}
+
+// "a" + "b" + "c" without operator+ (see join).
+std::string cat(std::initializer_list<std::string> parts) {
+  std::string s;
+  for (const std::string& p : parts) s += p;
+  return s;
 }
 
 // The CPU backend's sweeps: every dtype, f32 out, with the diagnostics; GQA 2:1 and d 64 unless
@@ -174,7 +218,7 @@ void cpu_sweeps(std::vector<AttnCase>& t) {
     add({45}, {}, window(0, 0), dt);
     add({200, 64, 10}, {}, "chunk:64", dt);
     add({40}, {61}, "chunk:7", dt);
-    add({150}, {}, "chunk:48+" + window(10, kUnbounded), dt);
+    add({150}, {}, cat({"chunk:48+", window(10, kUnbounded)}), dt);
     // Block-sparse masks (half the visible blocks, no diagonal kept: some rows fully masked).
     struct B {
       int block;
@@ -183,7 +227,7 @@ void cpu_sweeps(std::vector<AttnCase>& t) {
     };
     for (const B& b : {B{64, "causal", {300}, {}}, B{48, "full", {150, 97}, {}}, B{16, "window:40,40", {130}, {}},
                        B{32, "causal", {70, 33}, {150, 33}}, B{100, "full", {250}, {}}})
-      add(b.q, b.k, std::string(b.dense) + "+blocks:0.5@" + std::to_string(b.block), dt, 4, 1);
+      add(b.q, b.k, cat({b.dense, "+blocks:0.5@", std::to_string(b.block)}), dt, 4, 1);
     // Sinks of both forms: ±10 and random per head.
     for (SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias})
       for (float v : {-10.f, 10.f, kNaN}) {
@@ -201,7 +245,7 @@ void cpu_sweeps(std::vector<AttnCase>& t) {
     // wraps many times, items start mid-sequence, GQA heads share an item's ring.
     add({1100, 70}, {}, window(100, 30), dt, 4, 2, 80);
     add({1090}, {1200}, "chunk:200", dt, 2, 1, 48);
-    add({1030}, {}, window(64, 64) + "+blocks:0.6@48", dt, 2, 1, 32);
+    add({1030}, {}, cat({window(64, 64), "+blocks:0.6@48"}), dt, 2, 1, 32);
   }
   // Denominator sinks of ±inf: −inf is the plain softmax, +inf takes every row's mass.
   for (float v : {-kInf, kInf}) {
@@ -235,7 +279,7 @@ void cpu_sweeps(std::vector<AttnCase>& t) {
         pat = window(l, pick(70));
         break;
       }
-      case 3: pat = "chunk:" + std::to_string(1 + pick(70)); break;
+      case 3: pat = cat({"chunk:", std::to_string(1 + pick(70))}); break;
       default: {
         const bool unbounded = pick(3) == 0;
         pat = window(unbounded ? kUnbounded : pick(90), 0);
@@ -251,7 +295,7 @@ void cpu_sweeps(std::vector<AttnCase>& t) {
     c.diagnostics = true;
     if (pick(3) == 0) {
       const double density = 0.6;
-      c.pattern += "+blocks:" + number(density) + "@" + std::to_string(16 * (1 + pick(5)));
+      c.pattern += cat({"+blocks:", number(density), "@", std::to_string(16 * (1 + pick(5)))});
     }
     if (pick(2) == 0) {
       c.sink_mode = pick(2) ? SinkMode::denominator : SinkMode::key0_bias;
@@ -670,7 +714,7 @@ void check_outputs(const PreparedCase& pc, const CaseOutputs& got, bool fp32_dia
 }
 
 bool run_case(const PreparedCase& pc, const CaseBackend& backend, std::string* why, CaseOutputs* got) {
-  SCOPED_TRACE(pc.name + " on " + backend.name + " (input seed " + std::to_string(pc.seed) + ")");
+  SCOPED_TRACE(cat({pc.name, " on ", backend.name, " (input seed ", std::to_string(pc.seed), ")"}));
   // The reference itself obeys the masked-row rule.
   const int64_t masked = check_masked_rows(pc, pc.ref, "reference");
   if (pc.c.must_mask) {
