@@ -88,7 +88,10 @@ TEST(HostileFiles, FifoIsRefusedWithoutBlocking) {
   TempDir t;
   const std::string fifo = t / "pipe";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  for (const auto& [name, read] : readers()) {
+  for (const auto& entry : readers()) {
+    // (not a structured binding: clang 14 cannot capture one in a lambda)
+    const char* name = entry.first;
+    const std::function<void(const std::string&)>& read = entry.second;
     std::atomic<bool> done{false}, rescued{false};
     std::thread watchdog([&] {
       for (int i = 0; i < 500 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -111,7 +114,10 @@ TEST(HostileFiles, DirectoriesDevicesLoopsAndMissingFilesAreNamedErrors) {
   const std::string loop = t / "loop";
   ASSERT_EQ(::symlink(loop.c_str(), loop.c_str()), 0);  // a symlink to itself
   const std::string dir = t.dir.string();
-  for (const auto& [name, read] : readers()) {
+  for (const auto& entry : readers()) {
+    // (not a structured binding: clang 14 cannot capture one in a lambda)
+    const char* name = entry.first;
+    const std::function<void(const std::string&)>& read = entry.second;
     EXPECT_MSG(error_of([&] { read(dir); }), dir + ": not a regular file (a directory)") << " (" << name << ")";
     EXPECT_MSG(error_of([&] { read("/dev/null"); }), "/dev/null: not a regular file (a character device)")
         << " (" << name << ")";
