@@ -312,9 +312,13 @@ void edge_cases(std::vector<AttnCase>& t) {
   // Host shapes: GQA 2:1, d 16, f32.
   auto host = [](std::vector<int64_t> q, std::vector<int64_t> k, std::string pat, int dim = 16,
                  DType dt = DType::f32) { return make(std::move(q), std::move(k), 4, 2, dim, std::move(pat), dt, 11); };
-  // Device shapes: GQA 2:1, d 64, bf16.
+  // Device shapes: GQA 2:1, d 64, bf16, f32 out.
   auto dev = [](std::vector<int64_t> q, std::vector<int64_t> k, std::string pat, int dim = 64,
-                DType dt = DType::bf16) { return make(std::move(q), std::move(k), 4, 2, dim, std::move(pat), dt, 23); };
+                DType dt = DType::bf16) {
+    AttnCase c = make(std::move(q), std::move(k), 4, 2, dim, std::move(pat), dt, 23);
+    c.f32_out = true;
+    return c;
+  };
   for (const bool sink : {false, true}) {
     // Queries bottom-right aligned on fewer causal keys, queries without keys, keys without
     // queries; block-sparse rows left empty by the sampling.
