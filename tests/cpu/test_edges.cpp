@@ -136,24 +136,35 @@ TEST_P(Edges, LogitsNear1e4) {
 // ---------------------------------------------------------------- sinks ±10 and ±inf
 
 // The sink's limits as identities (the table checks ±10 and ±inf against the reference): a
-// denominator sink of −inf is the plain softmax; a key-0 bias of −inf removes key 0, so query 0 of
-// each causal sequence, which sees only key 0, becomes an empty row.
+// denominator sink of −inf is the plain softmax, one of +inf takes all the mass (out 0, LSE +inf);
+// a key-0 bias of −inf removes key 0, so query 0 of each causal sequence, which sees only key 0,
+// becomes an empty row.
 TEST_P(Edges, SinkLimits) {
   const Case c = small_case("sinks", {33, 20}, {33, 20}, Pattern::causal());
   const Inputs plain = make_inputs(c);
   REQUIRE_SUPPORTED(plain.params);
   const Out none = run_on(plain.params, Backend::reference);
-  for (const SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias}) {
+  struct S {
+    SinkMode mode;
+    float value;
+  };
+  for (const S& s : {S{SinkMode::denominator, -kInf}, S{SinkMode::denominator, kInf}, S{SinkMode::key0_bias, -kInf}}) {
     Inputs in = make_inputs(c);
     in.sink = Buffer(DType::f32, {c.heads_q});
-    in.sink.fill(-kInf);
-    in.params.sink_mode = mode;
+    in.sink.fill(s.value);
+    in.params.sink_mode = s.mode;
     in.params.sink = in.sink.view();
-    const std::string what = std::string(sink_mode_name(mode)) + " -inf";
+    const std::string what = std::string(sink_mode_name(s.mode)) + (s.value > 0 ? " +inf" : " -inf");
     REQUIRE_SUPPORTED(in.params);
     const Out got = run_on(in.params, GetParam());
     const float* lse = got.lse.as<float>();
-    if (mode == SinkMode::denominator) {
+    const int64_t rows = in.total_q * c.heads_q;
+    if (s.mode == SinkMode::denominator && s.value > 0) {
+      for (int64_t i = 0; i < rows; ++i) EXPECT_EQ(lse[i], kInf) << what << ": lse entry " << i;
+      for (int64_t i = 0; i < rows * c.dim; ++i) ASSERT_EQ(got.out.as<float>()[i], 0.f) << what << ": out " << i;
+      continue;
+    }
+    if (s.mode == SinkMode::denominator) {
       EXPECT_TRUE(testing::close_enough(what.c_str(), testing::compare(got.out.view(), none.out.view()),
                                         testing::tolerance(c.dtype, testing::max_abs_logit(in))));
       EXPECT_TRUE(testing::lse_close(got.lse.view(), none.lse.view(), testing::tolerance(c.dtype, 10)));
