@@ -511,6 +511,7 @@ TEST_F(CudaEstimate, ScoringKernelsSmallCasesForSanitizers) {
 // whose last stride is partial, head dims with a zero-padded tail vector (72 → dpad 80), a stride
 // that is not a multiple of 8 (12: two load groups), token rows wider than the heads.
 TEST(CudaKeyStrideSums, VectorKernelEqualsScalarKernelAndHostSums) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng{uint32_t(seed_base())};
   std::uniform_real_distribution<float> uni(-3.f, 3.f);
   const std::vector<int64_t> lens = {1000, 77, 5};
