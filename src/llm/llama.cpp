@@ -166,13 +166,6 @@ PrefillResult run_prefill(const AttentionParams& p, const PrefillConfig& method,
   return r;
 }
 
-// ARIADNE_LLM_ESTPOOL=0 in the environment (read per layer): the run's estimate exactly as its
-// EstimateConfig says, for A/B timing of what attend() changes in one binary.
-bool estpool_wanted() {
-  const char* v = std::getenv("ARIADNE_LLM_ESTPOOL");
-  return v == nullptr || std::string(v) != "0";
-}
-
 // One layer's attention with the run's method (the params' tensors on the host or the device),
 // and what PrefillOptions asks to measure on it: dumps, the oracle comparison, probes.
 void attend(const AttentionParams& p, int l, const PrefillOptions& opt, LayerTrace& lt) {
@@ -197,7 +190,7 @@ void attend(const AttentionParams& p, int l, const PrefillOptions& opt, LayerTra
   }
   PrefillConfig method = opt.method;
   method.attention_backend = pick_backend(method.attention_backend, p);
-  if (!method.dense && p.q.device == Device::cuda && estpool_wanted()) {
+  if (!method.dense && p.q.device == Device::cuda && opt.pool_estimate) {
     // The run's own CUDA estimate: only the comparison (score) and keep_previous (run_prefill)
     // read its mask on the host, so without them the three synchronous copies are skipped. Its
     // result lives until this function returns, after the attention that reads it has been

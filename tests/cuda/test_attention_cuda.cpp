@@ -4,6 +4,8 @@
 // every failure prints it), uploads them and the pattern's arrays to the device, poisons out and
 // lse with NaN, runs attention(p, Backend::cuda) twice and checks: every element written and close
 // to the reference, LSE entry by entry, and the two runs bit-identical (a race would show there).
+// Each case runs on the library's route and on the mma.sync tile kernel forced through the plan's
+// overrides (the tile kernel serves every pattern; the Hopper kernels take the cases they apply to).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +14,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -20,7 +23,6 @@
 #include "ariadne/device.hpp"
 #include "common.hpp"
 #include "cuda/cuda_common.hpp"
-#include "attention/cuda/internal.hpp"
 
 namespace ariadne::testing {
 // gtest prints a parameter with this instead of its bytes.
@@ -77,10 +79,26 @@ std::vector<Case> sweep() {
   return cases;
 }
 
-class Sweep : public ::testing::TestWithParam<Case> {};
-TEST_P(Sweep, MatchesReference) { check_case(GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Cuda, Sweep, ::testing::ValuesIn(sweep()),
-                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+// The routes every case of this file runs on: the library's choice, and the tile kernel forced.
+constexpr CudaKernel kRoutes[] = {CudaKernel::automatic, CudaKernel::tile};
+
+void check_routes(const Case& c, bool f32_out = false) {
+  for (CudaKernel k : kRoutes) check_case(c, f32_out, on_kernel(k));
+}
+
+class Sweep : public ::testing::TestWithParam<std::tuple<Case, CudaKernel>> {};
+TEST_P(Sweep, MatchesReference) {
+  const auto& [c, kernel] = GetParam();
+  check_case(c, false, on_kernel(kernel), [&](int, const AttentionPlan& plan) {
+    if (kernel != CudaKernel::automatic) {
+      ASSERT_EQ(plan.cuda_kernel(), kernel) << plan.describe();
+    }
+  });
+}
+INSTANTIATE_TEST_SUITE_P(Cuda, Sweep, ::testing::Combine(::testing::ValuesIn(sweep()), ::testing::ValuesIn(kRoutes)),
+                         [](const ::testing::TestParamInfo<std::tuple<Case, CudaKernel>>& i) {
+                           return std::get<0>(i.param).name + "_" + cuda_kernel_name(std::get<1>(i.param));
+                         });
 
 // ---- edges ----
 TEST(CudaAttention, SinksBothFormsPlusMinus10) {
@@ -96,7 +114,7 @@ TEST(CudaAttention, SinksBothFormsPlusMinus10) {
           c.sink_value = sink;
           c.heads_q = 8;
           c.heads_kv = 2;
-          check_case(c);
+          check_routes(c);
         }
 }
 
@@ -107,19 +125,19 @@ TEST(CudaAttention, VarlenWithOneTokenAndEmptySequences) {
       Case c = mha_case(std::string("varlen_") + name + "_" + dtype_name(dt), {1, 0, 130, 64, 5, 200, 1}, 80, dt, pat);
       c.heads_q = 8;
       c.heads_kv = 2;
-      check_case(c);
+      check_routes(c);
     }
   // Block-sparse over a packed batch: CSR rows per (sequence, head, query block).
   Case c = mha_case("varlen_causal_blocks", {1, 0, 130, 64, 200}, 64, DType::bf16, Pattern::causal());
   c.block_density = 0.6;
-  check_case(c);
+  check_routes(c);
   // Sinks in a packed batch: key 0 is each sequence's own first key.
   for (SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias}) {
     Case s = mha_case(std::string("varlen_sink_") + sink_mode_name(mode), {1, 0, 70, 129}, 96, DType::f16,
                        Pattern::window(16, 16));
     s.sink_mode = mode;
     s.sink_value = std::numeric_limits<float>::quiet_NaN();
-    check_case(s);
+    check_routes(s);
   }
 }
 
@@ -132,11 +150,11 @@ TEST(CudaAttention, ChunkedPrefillAndQueriesWithoutKeys) {
     c.seq_k = {300, 0, 33};
     c.sink_mode = mode;
     c.sink_value = 1.5f;
-    check_case(c);
+    check_routes(c);
   }
   Case w = mha_case("prefill_window", {70}, 64, DType::f16, Pattern::window(40, 0));
   w.seq_k = {451};
-  check_case(w);
+  check_routes(w);
 }
 
 TEST(CudaAttention, StridedViewsAndF32Out) {
@@ -147,9 +165,9 @@ TEST(CudaAttention, StridedViewsAndF32Out) {
       c.token_pad = pad;
       c.heads_q = 8;
       c.heads_kv = 2;
-      check_case(c);
+      check_routes(c);
     }
-  check_case(mha_case("f32_out_causal", {150}, 64, DType::f16, Pattern::causal()), /*f32_out=*/true);
+  check_routes(mha_case("f32_out_causal", {150}, 64, DType::f16, Pattern::causal()), /*f32_out=*/true);
 }
 
 TEST(CudaAttention, LongRowsAndLargeLogits) {
@@ -157,10 +175,10 @@ TEST(CudaAttention, LongRowsAndLargeLogits) {
   Case c = mha_case("long_full_d80", {1500}, 80, DType::bf16, Pattern::full());
   c.heads_q = 2;
   c.heads_kv = 2;
-  check_case(c);
+  check_routes(c);
   Case big = mha_case("large_logits_causal_d128", {400}, 128, DType::f16, Pattern::causal());
   big.input_scale = 2.f;
-  check_case(big);
+  check_routes(big);
 }
 
 TEST(CudaAttention, FusedTokenOrder) {
@@ -191,11 +209,16 @@ TEST(CudaAttention, FusedTokenOrder) {
         d.p.out = out.view();
         d.p.lse = lse.view();
         d.p.order = static_cast<const int32_t*>(d_order.data());  // the public route (AttentionParams::order)
-        attention(d.p, Backend::cuda);
-        cuda_synchronize();
-        const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
-        EXPECT_TRUE(testing::close_enough("out", testing::compare(out.to_host().view(), want.out.view()), tol));
-        EXPECT_TRUE(testing::lse_close(lse.to_host().view(), want.lse.view(), tol));
+        for (CudaKernel k : kRoutes) {
+          SCOPED_TRACE(cuda_kernel_name(k));
+          out.fill_bytes(0xFF);
+          lse.fill_bytes(0xFF);
+          run(plan_attention(d.p, on_kernel(k)), d.p);
+          cuda_synchronize();
+          const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
+          EXPECT_TRUE(testing::close_enough("out", testing::compare(out.to_host().view(), want.out.view()), tol));
+          EXPECT_TRUE(testing::lse_close(lse.to_host().view(), want.lse.view(), tol));
+        }
       }
 }
 

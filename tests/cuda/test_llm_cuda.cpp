@@ -184,7 +184,7 @@ TEST(LlmCuda, SparseMethodsRunOnTheDevice) {
 
 // The run's own estimate without comparison: attend() then asks for no host copies and for
 // stream-ordered result arrays (pool memory reused layer after layer). The prefill must be the
-// same, bit for bit, as with the method's config taken as given (ARIADNE_LLM_ESTPOOL=0: copies,
+// same, bit for bit, as with the method's config taken as given (PrefillOptions::pool_estimate = false: copies,
 // cudaMalloc / cudaFree per layer), also with keep_previous, which reads the host mask. A result
 // released too early or a block reused while the attention still read it would change the logits.
 TEST(LlmCuda, PooledEstimateWithoutHostCopiesMatchesTheCopyingPath) {
@@ -202,8 +202,9 @@ TEST(LlmCuda, PooledEstimateWithoutHostCopiesMatchesTheCopyingPath) {
       PrefillTrace copying, pooled;
       std::vector<float> want, got;
       {
-        const cuda_testing::EnvGuard off("ARIADNE_LLM_ESTPOOL", "0");
-        want = gpu.prefill(tokens, po, &copying);
+        PrefillOptions copy = po;
+        copy.pool_estimate = false;
+        want = gpu.prefill(tokens, copy, &copying);
       }
       got = gpu.prefill(tokens, po, &pooled);
       ASSERT_EQ(got.size(), want.size());

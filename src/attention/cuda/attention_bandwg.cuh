@@ -80,7 +80,6 @@
 #include "attention/cuda/attention_band.cuh"
 #include "attention/cuda/attention_fwd.cuh"
 #include "attention/cuda/attention_wgmma.cuh"
-#include "attention/cuda/internal.hpp"
 #include "device/cuda/tensor_map.hpp"
 #include "device/cuda/wgmma.cuh"
 
@@ -1094,15 +1093,15 @@ inline cudaError_t encode_block_col_map(CUtensorMap* map, const void* base, bool
 // every SM work in one wave. V: the variant (ARIADNE_BANDWG_V, attention_cuda.cu): 1 (v11), 2
 // (v11e), 3 (v14: three consumer warpgroups).
 template <int D, class E, int V>
-cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
+cudaError_t launch_bandwg(const FwdParams& p, int run, bool chunk_pass_on, cudaStream_t stream) {
   constexpr bool V2 = V >= 2;
   using S = BandWgShape<D, V == 3 ? 3 : 2>;
   // A block_col order the copy engine can follow (FwdParams::order_units_h; the dispatcher checks
   // the shape; variant 3 only): the BC kernel and 5-D maps; other orders gather.
   const bool block_col = V == 3 && p.order != nullptr && p.order_units_h > 0;
-  // v43: a chunked call (not block_col) on variant 3 takes the kernel with the one-chunk pass,
-  // unless ARIADNE_BANDWG_CHUNK_PASS=0 (read per call) keeps the window kernel, for A/B runs.
-  const bool chunk_pass = V == 3 && !block_col && p.pattern.chunk > 0 && !env_is("ARIADNE_BANDWG_CHUNK_PASS", "0");
+  // A chunked call (not block_col) takes the kernel with the one-chunk pass unless the plan turned
+  // it off (AttentionOverrides::chunk_pass).
+  const bool chunk_pass = V == 3 && !block_col && p.pattern.chunk > 0 && chunk_pass_on;
   // The storage-order kernel and (variant 3) the block_col and chunk kernels (below variant 3
   // those two are the storage-order kernel again).
   constexpr auto storage = attention_bandwg_kernel<D, E, V>, bc = attention_bandwg_kernel<D, E, V, V == 3>,
@@ -1166,7 +1165,11 @@ cudaError_t launch_bandwg(const FwdParams& p, int run, cudaStream_t stream) {
 #define ARIADNE_BANDWG_KERNELS(X, D)                                                                 \
   X(launch_bandwg<D, Bf16, 1>) X(launch_bandwg<D, F16, 1>) X(launch_bandwg<D, Bf16, 2>)              \
   X(launch_bandwg<D, F16, 2>) X(launch_bandwg<D, Bf16, 3>) X(launch_bandwg<D, F16, 3>)
-#define ARIADNE_INSTANTIATE_BANDWG(D) ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_INSTANTIATE_ONE, D)
-ARIADNE_BANDWG_KERNELS(ARIADNE_BAND_DECLARE_ONE, 80)
+#define ARIADNE_BANDWG_INSTANTIATE_ONE(...) \
+  template cudaError_t __VA_ARGS__(const FwdParams&, int, bool, cudaStream_t);
+#define ARIADNE_BANDWG_DECLARE_ONE(...) \
+  extern template cudaError_t __VA_ARGS__(const FwdParams&, int, bool, cudaStream_t);
+#define ARIADNE_INSTANTIATE_BANDWG(D) ARIADNE_BANDWG_KERNELS(ARIADNE_BANDWG_INSTANTIATE_ONE, D)
+ARIADNE_BANDWG_KERNELS(ARIADNE_BANDWG_DECLARE_ONE, 80)
 
 }  // namespace ariadne::cuda
