@@ -2,6 +2,7 @@
 // gives attention()'s bits, a plan runs again on other tensors of its shapes, CUDA overrides and
 // mismatched params are errors naming why.
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 

@@ -149,7 +149,7 @@ TEST_F(CudaBandWg, SinksAndF32Out) {
 
 TEST_F(CudaBandWg, SmallCasesForSanitizers) {
   // Small enough for compute-sanitizer: a two-sequence batch with lk != lq, run length 1 (the ring
-  // restarts on every tile) and the launcher's choice, 3- and 4-chunk hulls and (v42) Qwen's
+  // restarts on every tile) and the launcher's choice, 3- and 4-chunk hulls and Qwen's
   // 64-token chunks, both sinks.
   for (int run : {0, 1})
     for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(64, 65), Pattern::chunked(64)}) {
@@ -192,7 +192,7 @@ TEST_F(CudaBandWg, V2StoresStayInsideTheOutputView) {
         d.p.out = ov;
         const AttentionPlan plan = plan_attention(d.p, wg_options());
         ASSERT_NO_FATAL_FAILURE(expect_bandwg(plan, c.name));
-        run(plan, d.p);
+        ariadne::run(plan, d.p);
         cuda_synchronize();
         const Buffer h = big.to_host();
         TensorView hv = h.view();
@@ -250,7 +250,7 @@ void check_ordered(const Case& base, const std::vector<int32_t>& order, bool f32
 }
 
 TEST_F(CudaBandWg, Chunks) {
-  // v42: chunked patterns (Qwen's 64-token windows) on this kernel: chunks of 1, 17, 48, 64
+  // Chunked patterns (Qwen's 64-token windows) on this kernel: chunks of 1, 17, 48, 64
   // (aligned with the 64-row tiles: one ring chunk a tile, no element mask) and 65 (the limit: 4
   // ring chunks a tile), chunk with a causal window and with a narrow two-sided one, over lengths
   // around the tiles, key offsets lk != lq, a varlen batch with empty and one-token sequences, both
@@ -336,7 +336,7 @@ TEST_F(CudaBandWg, ChunkPassAgainstTheWindowKernel) {
         d.p.lse = lse.view();
         const AttentionPlan plan = plan_attention(d.p, o);
         ASSERT_NO_FATAL_FAILURE(expect_bandwg(plan, c.name));
-        run(plan, d.p);
+        ariadne::run(plan, d.p);
         cuda_synchronize();
         out_bits[pass] = bytes_of(out.to_host());
         lse_bits[pass] = bytes_of(lse.to_host());
@@ -349,7 +349,7 @@ TEST_F(CudaBandWg, ChunkPassAgainstTheWindowKernel) {
 }
 
 TEST_F(CudaBandWg, FusedTokenOrder) {
-  // v13 (the gathering producer): column-major and random orders over the whole packed tensor, on
+  // The gathering producer: column-major and random orders over the whole packed tensor, on
   // lengths 77 and 300 (3- and 4-chunk hulls), 1500 queries over 1570 keys followed by a
   // 70-query sequence with no key (totals equal, as an order needs), and a varlen batch with empty
   // and one-token sequences and per-sequence key counts that differ from the query counts; runs of
@@ -442,7 +442,9 @@ bool takes_hint(const AttentionParams& p, BlockColGrid grid) {
   o.block_col = grid;
   const bool taken = plan_attention(p, o).ordered_tiles();
   o.overrides.ordered_tiles = Toggle::on;
-  if (!taken) EXPECT_THROW(plan_attention(p, o), Error) << "ordered_tiles = on where the hint cannot apply";
+  if (!taken) {
+    EXPECT_THROW(plan_attention(p, o), Error) << "ordered_tiles = on where the hint cannot apply";
+  }
   return taken;
 }
 
@@ -497,7 +499,7 @@ TEST_F(CudaBandWg, BlockColSmallForSanitizers) {
 }
 
 TEST_F(CudaBandWg, OrderedSmallCasesForSanitizers) {
-  // Small enough for compute-sanitizer: the gathering producer (v13) with run length 1 and the
+  // Small enough for compute-sanitizer: the gathering producer with run length 1 and the
   // launcher's choice, a 3- and a 4-chunk hull, a two-sequence batch.
   for (int run : {0, 1})
     for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(64, 65)}) {

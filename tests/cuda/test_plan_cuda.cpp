@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -70,8 +71,8 @@ struct Call {
 };
 
 struct Family {
-  const char* name;
-  CudaKernel kernel;  // what the plan must say
+  const char* name = "";
+  CudaKernel kernel = CudaKernel::automatic;  // what the plan must say
   Case c;
   AttentionOptions options;
   bool received = false;
@@ -81,35 +82,32 @@ struct Family {
 
 std::vector<Family> families() {
   std::vector<Family> f;
-  const auto opts = [](CudaKernel k) {
-    AttentionOptions o;
-    o.overrides.cuda_kernel = k;
-    return o;
+  const auto add = [&](const char* name, CudaKernel kernel, Case c, CudaKernel forced = CudaKernel::automatic) {
+    Family fam;
+    fam.name = name;
+    fam.kernel = kernel;
+    fam.c = std::move(c);
+    fam.options.overrides.cuda_kernel = forced;
+    f.push_back(std::move(fam));
   };
-  f.push_back({"tile", CudaKernel::tile, make_case("plan_tile_causal_d64", {300, 77}, 64, DType::bf16, Pattern::causal()),
-               opts(CudaKernel::tile)});
-  f.push_back({"wgmma", CudaKernel::wgmma, make_case("plan_wgmma_full_d128", {300}, 128, DType::bf16, Pattern::full()),
-               {}});
+  add("tile", CudaKernel::tile, make_case("plan_tile_causal_d64", {300, 77}, 64, DType::bf16, Pattern::causal()),
+      CudaKernel::tile);
+  add("wgmma", CudaKernel::wgmma, make_case("plan_wgmma_full_d128", {300}, 128, DType::bf16, Pattern::full()));
   Case sink = make_case("plan_wgmma_causal_sink_d80", {256, 1}, 80, DType::f16, Pattern::causal());
   sink.sink_mode = SinkMode::denominator;
   sink.sink_value = std::numeric_limits<float>::quiet_NaN();
-  f.push_back({"wgmma_sink", CudaKernel::wgmma, sink, {}});
-  f.push_back({"band", CudaKernel::band, make_case("plan_band_w64_d64", {300}, 64, DType::bf16, Pattern::window(64, 64)),
-               {}});
-  f.push_back({"bandwg", CudaKernel::bandwg,
-               make_case("plan_bandwg_w64_d80", {300}, 80, DType::bf16, Pattern::window(64, 64)), {}});
-  f.push_back({"bandwg_chunk", CudaKernel::bandwg,
-               make_case("plan_bandwg_chunk64_d80", {300}, 80, DType::f16, Pattern::chunked(64)), {}});
+  add("wgmma_sink", CudaKernel::wgmma, sink);
+  add("band", CudaKernel::band, make_case("plan_band_w64_d64", {300}, 64, DType::bf16, Pattern::window(64, 64)));
+  add("bandwg", CudaKernel::bandwg, make_case("plan_bandwg_w64_d80", {300}, 80, DType::bf16, Pattern::window(64, 64)));
+  add("bandwg_chunk", CudaKernel::bandwg,
+      make_case("plan_bandwg_chunk64_d80", {300}, 80, DType::f16, Pattern::chunked(64)));
   const Grid grid{32, 6};
-  Family bc{"bandwg_block_col", CudaKernel::bandwg,
-            make_case("plan_bandwg_blockcol", {int64_t(grid.tokens())}, 80, DType::bf16, Pattern::window(64, 64)), {}};
-  bc.order = order_conversion(make_order(OrderKind::block_row, {grid}), make_order(OrderKind::block_col, {grid}));
-  bc.block_col = BlockColGrid{grid.h, grid.w};
-  f.push_back(bc);
-  Family recv{"received", CudaKernel::band,
-              make_case("plan_received_w16_d64", {130, 75}, 64, DType::bf16, Pattern::window(16, 16)), {}};
-  recv.received = true;
-  f.push_back(recv);
+  add("bandwg_block_col", CudaKernel::bandwg,
+      make_case("plan_bandwg_blockcol", {int64_t(grid.tokens())}, 80, DType::bf16, Pattern::window(64, 64)));
+  f.back().order = order_conversion(make_order(OrderKind::block_row, {grid}), make_order(OrderKind::block_col, {grid}));
+  f.back().block_col = BlockColGrid{grid.h, grid.w};
+  add("received", CudaKernel::band, make_case("plan_received_w16_d64", {130, 75}, 64, DType::bf16, Pattern::window(16, 16)));
+  f.back().received = true;
   return f;
 }
 

@@ -1,4 +1,4 @@
-// The wgmma kernel's two copy paths (src/attention/cuda/attention_wgmma.cuh, bench/cuda-notes.md v12): TMA
+// The wgmma kernel's two copy paths (src/attention/cuda/attention_wgmma.cuh): TMA
 // box copies into swizzled tiles (the default), and the cp.async producer writing the same
 // layout (AttentionOverrides::tma = off, and every tile with rows past a sequence's end on either setting).
 //
@@ -200,7 +200,7 @@ TEST_F(WgmmaTma, OutputThroughTheCopyEngineBothWays) {
 }
 
 // Which calls store O through the copy engine by default: d 128 and 80 at every length, one
-// sequence or a batch; d 64 never (v45: its OT kernel measured 1.3-1.7% slower at N 4096 and
+// sequence or a batch; d 64 never (its OT kernel measured 1.3-1.7% slower at N 4096 and
 // 0.5-0.8% at 8K-32K causal, 1.5-2.7% faster only on batches of 1024-token rows);
 // AttentionOverrides::out_tma = off nowhere.
 TEST_F(WgmmaTma, OutputThroughTheCopyEngineRoutes) {

@@ -459,8 +459,8 @@ void run_cuda(const CudaPlan& plan, const AttentionParams& p) {
   cudaError_t err = cudaSuccess;
   switch (plan.kernel) {
     case CudaKernel::bandwg:
-      err = bf16 ? cuda::launch_bandwg<80, cuda::Bf16, 3>(fp, plan.band_run, plan.chunk_pass, st)
-                 : cuda::launch_bandwg<80, cuda::F16, 3>(fp, plan.band_run, plan.chunk_pass, st);
+      err = bf16 ? cuda::launch_bandwg<80, cuda::Bf16>(fp, plan.band_run, plan.chunk_pass, st)
+                 : cuda::launch_bandwg<80, cuda::F16>(fp, plan.band_run, plan.chunk_pass, st);
       break;
     case CudaKernel::band:
       switch (d) {
