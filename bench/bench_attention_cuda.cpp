@@ -17,20 +17,18 @@
 // megabytes, none of the work), as graph replays / single calls on the same sets (bench/README.md,
 // "Memory floor").
 //
-// Calls the backend routes to the Hopper wgmma kernel (the default for dense rows; ARIADNE_WGMMA=0
-// turns it off) report impl "ariadne_wgmma" (decided per case by cuda_uses_wgmma, so a case that
-// stays on the mma.sync kernel keeps "ariadne"); stack cases report "ariadne_wgmma" unless it is off.
+// Calls the plan routes to the Hopper wgmma kernel (the default for dense rows) report impl
+// "ariadne_wgmma" (decided per case by AttentionPlan::cuda_kernel, so a case that stays on another
+// kernel keeps "ariadne"); stack cases report "ariadne_wgmma" unless --kernel=tile. Every record
+// names its plan ("plan": AttentionPlan::describe).
 //
-// Usage: bench_attention_cuda [cases.json] [id-prefix[,id-prefix...] ...]
+// Usage: bench_attention_cuda [--OVERRIDE=VALUE ...] [cases.json] [id-prefix[,id-prefix...] ...]
+// Overrides (AttentionOverrides; a case the forced route cannot take fails): --kernel=auto|tile|
+// wgmma|band|bandwg, --tma=on|off, --out-tma=on|off, --pingpong=on|off, --launch-order=tiles|heads,
+// --tile-128-rows=on|off, --band-run=N, --ordered-tiles=on|off, --chunk-pass=on|off.
 #if defined(ARIADNE_WITH_CUDA)
 
 #include <cuda_runtime.h>
-
-#if defined(ARIADNE_BANDWG_TIMELINE)
-namespace ariadne::cuda {
-cudaError_t bandwg_timeline_read(unsigned long long* host, size_t words);  // attention_bandwg_d80.cu
-}
-#endif
 
 #include <algorithm>
 #include <chrono>
@@ -49,12 +47,58 @@ cudaError_t bandwg_timeline_read(unsigned long long* host, size_t words);  // at
 #include "ariadne/device.hpp"
 #include "ariadne/order.hpp"
 #include "ariadne/pattern.hpp"
-#include "attention/cuda/internal.hpp"
 #include "kernels/bench_kernels.hpp"
 
 namespace {
 
 using namespace ariadne;
+
+// The plan options every case runs with (from the command line).
+AttentionOptions g_options = [] {
+  AttentionOptions o;
+  o.backend = Backend::cuda;
+  return o;
+}();
+
+Toggle parse_toggle(const std::string& flag, const std::string& v) {
+  if (v == "on" || v == "1") return Toggle::on;
+  if (v == "off" || v == "0") return Toggle::off;
+  if (v == "auto") return Toggle::automatic;
+  ariadne::detail::fail(flag, ": '", v, "' is not one of on, off, auto");
+}
+
+// Reads one --OVERRIDE=VALUE argument into g_options; false when `arg` is not one.
+bool parse_override(const std::string& arg) {
+  if (arg.rfind("--", 0) != 0) return false;
+  const size_t eq = arg.find('=');
+  ARIADNE_CHECK(eq != std::string::npos, arg, ": expected --NAME=VALUE");
+  const std::string name = arg.substr(0, eq), v = arg.substr(eq + 1);
+  AttentionOverrides& o = g_options.overrides;
+  if (name == "--kernel") {
+    const std::pair<const char*, CudaKernel> kernels[] = {{"auto", CudaKernel::automatic}, {"tile", CudaKernel::tile},
+                                                          {"wgmma", CudaKernel::wgmma},    {"band", CudaKernel::band},
+                                                          {"bandwg", CudaKernel::bandwg}};
+    bool found = false;
+    for (const auto& [n, k] : kernels)
+      if (v == n) {
+        o.cuda_kernel = k;
+        found = true;
+      }
+    ARIADNE_CHECK(found, name, ": '", v, "' is not one of auto, tile, wgmma, band, bandwg");
+  } else if (name == "--tma") o.tma = parse_toggle(name, v);
+  else if (name == "--out-tma") o.out_tma = parse_toggle(name, v);
+  else if (name == "--pingpong") o.pingpong = parse_toggle(name, v);
+  else if (name == "--tile-128-rows") o.tile_128_rows = parse_toggle(name, v);
+  else if (name == "--ordered-tiles") o.ordered_tiles = parse_toggle(name, v);
+  else if (name == "--chunk-pass") o.chunk_pass = parse_toggle(name, v);
+  else if (name == "--band-run") o.band_run = std::stoi(v);
+  else if (name == "--launch-order") {
+    ARIADNE_CHECK(v == "tiles" || v == "heads" || v == "auto", name, ": '", v, "' is not one of tiles, heads, auto");
+    o.launch_order = v == "tiles" ? LaunchOrder::tile_major : v == "heads" ? LaunchOrder::heads_fastest : LaunchOrder::automatic;
+  } else
+    ariadne::detail::fail(arg, ": unknown option");
+  return true;
+}
 
 void check(cudaError_t e, const char* what) {
   ARIADNE_CHECK(e == cudaSuccess, "bench: ", what, ": ", cudaGetErrorString(e));
@@ -251,20 +295,35 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
     params.push_back(p);
   }
 
+  // One plan per buffer set (run() would re-encode the tensor maps for other pointers).
+  std::vector<AttentionPlan> plans;
+  for (const AttentionParams& p : params) plans.push_back(plan_attention(p, g_options));
+  const auto call = [&](int i) { run(plans[size_t(i % sets)], params[size_t(i % sets)]); };
+
   cudaEvent_t e0, e1;
   check(cudaEventCreate(&e0), "event");
   check(cudaEventCreate(&e1), "event");
   auto time_launches = [&](int n, int start) {
     const auto launches = [&] {
-      for (int i = 0; i < n; ++i) attention(params[(start + i) % sets], Backend::cuda);
+      for (int i = 0; i < n; ++i) call(start + i);
     };
     return timed_ms(stream, e0, e1, launches) / n;
   };
   // Window cases on a square image also run over the column-major traversal of the grid (the
   // token order of Ariadne's alternate layers) and over the identity order, both fused into the
-  // kernel's loads and stores via attention_cuda_ordered (empty: not such a case).
+  // kernel's loads and stores (AttentionParams::order; empty: not such a case).
   const int64_t side = int64_t(std::llround(std::sqrt(double(tokens))));
   std::vector<int32_t> col_order, id_order;
+  // The ordered calls: each set's params with `order`, and their plans.
+  const auto ordered = [&](const int32_t* order) {
+    std::vector<AttentionParams> ps = params;
+    std::vector<AttentionPlan> pl;
+    for (AttentionParams& p : ps) {
+      p.order = order;
+      pl.push_back(plan_attention(p, g_options));
+    }
+    return std::pair{ps, pl};
+  };
   if (batch == 1 && side * side == tokens && spec.dense.window_left != kUnbounded && !host.blocks.defined()) {
     col_order.resize(size_t(tokens));
     id_order.resize(size_t(tokens));
@@ -277,38 +336,12 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   // storage order first, then (window cases on a square grid) the identity and the column-major
   // order, so a profiler's launch-skip picks one: 1, 3 or 5.
   if (const char* prof = std::getenv("ARIADNE_BENCH_PROFILE"); prof != nullptr && std::string(prof) == "1") {
-    // A build with -DARIADNE_BANDWG_TIMELINE also writes the window kernel's per-CTA timeline of
-    // each path's second launch to ARIADNE_BENCH_TIMELINE.<id>.<path>.txt (scripts/bandwg-timeline).
-    const auto timeline = [&](const char* path) {
-#if defined(ARIADNE_BANDWG_TIMELINE)
-      check(cudaStreamSynchronize(stream), "timeline launch");
-      constexpr size_t kCtas = 4096, kWords = 128;  // attention_bandwg.cuh's timeline layout
-      std::vector<unsigned long long> w(kCtas * kWords);
-      check(cuda::bandwg_timeline_read(w.data(), w.size()), "timeline read");
-      const char* base = std::getenv("ARIADNE_BENCH_TIMELINE");
-      if (base == nullptr || std::string(path) == "discard") return;
-      std::ofstream f(std::string(base) + "." + id + "." + path + ".txt");
-      for (size_t c = 0; c < kCtas; ++c) {
-        if (w[c * kWords] == 0) continue;
-        for (size_t j = 0; j < kWords; ++j) f << w[c * kWords + j] << (j + 1 < kWords ? ' ' : '\n');
-      }
-#else
-      (void)path;
-#endif
-    };
-    for (int i = 0; i < 2; ++i) {
-      if (i == 1) timeline("discard");
-      attention(params[i % sets], Backend::cuda);
-    }
-    timeline("storage");
+    for (int i = 0; i < 2; ++i) call(i);
     if (!col_order.empty()) {
       const DeviceBuffer d_id = DeviceBuffer::from_ints(id_order), d_col = DeviceBuffer::from_ints(col_order);
       for (const DeviceBuffer* o : {&d_id, &d_col}) {
-        for (int i = 0; i < 2; ++i) {
-          if (i == 1) timeline("discard");
-          attention_cuda_ordered(params[i % sets], static_cast<const int32_t*>(o->data()));
-        }
-        timeline(o == &d_id ? "identity" : "column");
+        const auto [ps, pl] = ordered(static_cast<const int32_t*>(o->data()));
+        for (int i = 0; i < 2; ++i) run(pl[size_t(i % sets)], ps[size_t(i % sets)]);
       }
     }
     check(cudaStreamSynchronize(stream), "profile launches");
@@ -330,12 +363,12 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   std::vector<double> stream_ms;
   for (int b = 0; b < n_stream; ++b) stream_ms.push_back(time_launches(per_batch, b));
 
-  // Median per-launch time of one captured graph of `per_batch` calls of `call(set)`.
-  auto time_graph = [&](auto&& call) {
+  // Median per-launch time of one captured graph of `per_batch` calls of `graph_call(set index)`.
+  auto time_graph = [&](auto&& graph_call) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-    for (int i = 0; i < per_batch; ++i) call(params[i % sets]);
+    for (int i = 0; i < per_batch; ++i) graph_call(i % sets);
     check(cudaStreamEndCapture(stream, &graph), "capture end");
     check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
     check(cudaGraphLaunch(exec, stream), "graph warm-up");
@@ -346,40 +379,39 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
     check(cudaGraphDestroy(graph), "graph");
     return median(ms_per_launch);
   };
-  const double ms = time_graph([](const AttentionParams& p) { attention(p, Backend::cuda); });
-  const double ms_single =
-      single_call_ms(stream, sets, ms, [&](int i) { attention(params[size_t(i % sets)], Backend::cuda); });
+  const double ms = time_graph(call);
+  const double ms_single = single_call_ms(stream, sets, ms, call);
 
   // The memory floor (cuda_memory_floor; bench/README.md, "Memory floor"): one launch that reads
   // this case's q, k and v and writes its out once with none of the work, timed both ways on the
   // same rotated sets.
   const int64_t q_bytes = total * hq * d * dtype_size(dt), kv_bytes = total * hkv * d * dtype_size(dt);
-  const auto floor_call = [&](const AttentionParams& p) {
+  const auto floor_call = [&](int i) {
+    const AttentionParams& p = params[size_t(i % sets)];
     cuda_memory_floor(p.q.data, p.k.data, p.v.data, p.out.data, q_bytes, kv_bytes, stream);
   };
-  for (int i = 0; i < sets; ++i) floor_call(params[size_t(i)]);  // warm-up outside the capture
+  for (int i = 0; i < sets; ++i) floor_call(i);  // warm-up outside the capture
   const double ms_floor = time_graph(floor_call);
-  const double ms_floor_single =
-      single_call_ms(stream, sets, ms_floor, [&](int i) { floor_call(params[size_t(i % sets)]); });
+  const double ms_floor_single = single_call_ms(stream, sets, ms_floor, floor_call);
 
   double ms_colorder = 0, ms_idorder = 0;
   if (!col_order.empty()) {
     const DeviceBuffer d_order = DeviceBuffer::from_ints(col_order);
-    const auto* ord = static_cast<const int32_t*>(d_order.data());
-    attention_cuda_ordered(params[0], ord);  // warm-up outside the capture
-    ms_colorder = time_graph([&](const AttentionParams& p) { attention_cuda_ordered(p, ord); });
+    const auto [cps, cpl] = ordered(static_cast<const int32_t*>(d_order.data()));
+    run(cpl[0], cps[0]);  // warm-up outside the capture
+    ms_colorder = time_graph([&](int i) { run(cpl[size_t(i)], cps[size_t(i)]); });
     // The same path over the identity order: what the fused-order code costs by itself (the
     // gathering producer, the output's row copies), apart from where the rows lie.
     const DeviceBuffer d_id = DeviceBuffer::from_ints(id_order);
-    const auto* id_ord = static_cast<const int32_t*>(d_id.data());
-    ms_idorder = time_graph([&](const AttentionParams& p) { attention_cuda_ordered(p, id_ord); });
+    const auto [ips, ipl] = ordered(static_cast<const int32_t*>(d_id.data()));
+    ms_idorder = time_graph([&](int i) { run(ipl[size_t(i)], ips[size_t(i)]); });
   }
   check(cudaEventDestroy(e0), "event");
   check(cudaEventDestroy(e1), "event");
   check(cudaStreamDestroy(stream), "stream");
 
   // Pairs: heads differ only for block-sparse masks (one CSR row set per head).
-  const int bm = cuda_query_tile_rows(params[0]), bn = cuda_key_tile_rows(params[0]);
+  const int bm = plans[0].query_tile_rows(), bn = plans[0].key_tile_rows();
   Counts c;
   const int heads_counted = host.blocks.defined() ? hq : 1;
   for (int h = 0; h < heads_counted; ++h) {
@@ -391,7 +423,8 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   c.computed *= double(hq) / heads_counted;
   nlohmann::json r;
   r["id"] = id;
-  r["impl"] = cuda_uses_wgmma(params[0]) ? "ariadne_wgmma" : "ariadne";
+  r["impl"] = plans[0].cuda_kernel() == CudaKernel::wgmma ? "ariadne_wgmma" : "ariadne";
+  r["plan"] = plans[0].describe();
   r["ms"] = ms;
   r["tflops"] = 4.0 * d * c.pairs / (ms * 1e-3) / 1e12;
   r["ms_stream"] = median(stream_ms);
@@ -410,7 +443,7 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
 // The 32 attention layers of the Qwen2.5-VL-style encoder at a side x side image (bench/README.md,
 // "Stack cases"), each layer on its own q, k, v (16 heads, d 80, tokens in the native block-row
 // order). Layers that run in another order (Ariadne's column layers, Qwen's window order) take it
-// as a fused token order (attention_cuda_ordered): no gather of q, k, v, no inverse gather of the
+// as a fused token order (AttentionParams::order): no gather of q, k, v, no inverse gather of the
 // output, which stays in the native order. Timed as one captured graph of the 32 launches.
 nlohmann::json run_stack(const nlohmann::json& jc, std::mt19937_64& rng) {
   const std::string id = jc.at("id"), schedule = jc.at("schedule");
@@ -468,6 +501,7 @@ nlohmann::json run_stack(const nlohmann::json& jc, std::mt19937_64& rng) {
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   std::vector<AttentionParams> params;
+  std::vector<AttentionPlan> plans;
   double flops = 0;
   for (int i = 0; i < kLayers; ++i) {
     AttentionParams p;
@@ -479,12 +513,15 @@ nlohmann::json run_stack(const nlohmann::json& jc, std::mt19937_64& rng) {
     p.sink_mode = layers[i].sink;
     if (p.sink_mode != SinkMode::none) p.sink = sink.view();
     p.stream = stream;
-    validate(p);
+    p.order = layers[i].order;
     params.push_back(p);
+    AttentionOptions o = g_options;
+    o.block_col = layers[i].block_col;
+    plans.push_back(plan_attention(p, o));
     flops += 4.0 * kDim * kHeads * count_pairs(layers[i].pattern, n, n, 0, 64, 64).pairs;
   }
   auto stack = [&] {
-    for (int i = 0; i < kLayers; ++i) attention_cuda_ordered(params[i], layers[i].order, layers[i].block_col);
+    for (int i = 0; i < kLayers; ++i) run(plans[size_t(i)], params[size_t(i)]);
   };
   stack();  // warm-up
   check(cudaStreamSynchronize(stream), "warm-up");
@@ -509,8 +546,7 @@ nlohmann::json run_stack(const nlohmann::json& jc, std::mt19937_64& rng) {
   const double ms = median(ms_runs);
   nlohmann::json r;
   r["id"] = id;
-  const char* wgmma = std::getenv("ARIADNE_WGMMA");
-  r["impl"] = wgmma != nullptr && std::string(wgmma) == "0" ? "ariadne" : "ariadne_wgmma";
+  r["impl"] = g_options.overrides.cuda_kernel == CudaKernel::tile ? "ariadne" : "ariadne_wgmma";
   r["ms"] = ms;
   r["tflops"] = flops / (ms * 1e-3) / 1e12;
   r["ms_single"] = ms_single;
@@ -520,8 +556,13 @@ nlohmann::json run_stack(const nlohmann::json& jc, std::mt19937_64& rng) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc_in, char** argv_in) {
   try {
+    std::vector<char*> args{argv_in[0]};  // the positional arguments; overrides read into g_options
+    for (int i = 1; i < argc_in; ++i)
+      if (!parse_override(argv_in[i])) args.push_back(argv_in[i]);
+    const int argc = int(args.size());
+    char** argv = args.data();
     const std::string path = argc > 1 ? argv[1] : "bench/cases.json";
     std::ifstream f(path);
     ARIADNE_CHECK(f.good(), path, ": cannot open (pass the path of bench/cases.json)");

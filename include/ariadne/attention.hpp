@@ -12,6 +12,8 @@
 // gets out = 0 and lse = sink_h. docs/numerics.md states the tolerances each backend meets.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "ariadne/pattern.hpp"
@@ -83,8 +85,105 @@ void validate(const AttentionParams& p);
 // device tensors and a host copy of the order run it before uploading.
 void validate_order(const int32_t* order, int64_t total);
 
-// Runs attention on the chosen backend. automatic: cuda for device tensors, cpu for host tensors.
-// Throws ariadne::Error when the backend is not built or does not support the case.
+// ---- plan, then run ----
+// A plan is computed once per (shapes, strides, dtypes, pattern structure, device): it validates the
+// call, answers support, picks the kernel (one routing function per backend) and prepares the device
+// state (the wgmma kernel's tensor maps, the received pass's LSE scratch). run(plan, p) then launches
+// on p's tensors: it allocates nothing, reads no environment, queries no device, never synchronizes,
+// and is safe inside CUDA graph capture. attention(p) is plan_attention(p) + run.
+
+enum class Toggle : uint8_t { automatic, off, on };
+const char* toggle_name(Toggle t);
+
+// The CUDA backend's kernel families: the mma.sync tile kernel (every pattern), the sm_90a wgmma
+// kernel (dense and block-sparse rows without a left window bound), the per-warp band kernel
+// (narrow windows and chunks at head dim 64/80/96) and the sm_90a wgmma band kernel (those at
+// head dim 80).
+enum class CudaKernel : uint8_t { automatic, tile, wgmma, band, bandwg };
+const char* cuda_kernel_name(CudaKernel k);
+
+// The wgmma kernel's CTA launch order: tile-major (each head's query tiles heaviest first, head
+// after head) or heads-fastest (tile t of every head before tile t - 1 of any).
+enum class LaunchOrder : uint8_t { automatic, tile_major, heads_fastest };
+
+// Explicit route choices for tests and benchmarks (never read from the environment). automatic
+// everywhere is the library's own choice; a forced choice the call cannot take makes plan_attention
+// throw, naming the field and the reason (never a silent fallback).
+struct AttentionOverrides {
+  CudaKernel cuda_kernel = CudaKernel::automatic;  // needs Backend::cuda (or automatic on device tensors)
+  // wgmma kernel knobs (only with cuda_kernel wgmma, forced or chosen):
+  Toggle tma = Toggle::automatic;       // copy q, k, v with TMA (off: the cp.async producer)
+  Toggle out_tma = Toggle::automatic;   // store O through shared memory and TMA (head dim 80/128, 16-bit out)
+  Toggle pingpong = Toggle::automatic;  // consumers take turns at the softmax
+  LaunchOrder launch_order = LaunchOrder::automatic;
+  // tile kernel: 128-row query tiles (on) or 64-row tiles (off); automatic by shape.
+  Toggle tile_128_rows = Toggle::automatic;
+  // band kernels (band, bandwg): query tiles per CTA run; 0: the launcher picks (one wave).
+  int band_run = 0;
+  // bandwg with a block_col order (AttentionOptions::block_col): copy the ordered tiles with 5-D
+  // tensor maps (on, the default where it applies) or gather rows with cp.async (off).
+  Toggle ordered_tiles = Toggle::automatic;
+  // bandwg on chunked patterns: the kernel with the one-chunk pass (on, default) or the window kernel (off).
+  Toggle chunk_pass = Toggle::automatic;
+};
+
+// What a fused token order (AttentionParams::order) is, when the caller knows: order_conversion(
+// block_row, block_col) of one image of h x w patches, merge 2 (Qwen's storage order and the ariadne
+// schedule's column layers). The wgmma band kernel then copies the ordered tiles with the copy
+// engine (5-D tensor maps over the merge-unit grid) instead of gathering rows, where one sequence
+// holds the h·w tokens and h / 2 is a multiple of 16; elsewhere the hint is ignored. The hint is
+// trusted (the order array must be that conversion: it still addresses out and lse). {0, 0}: unknown.
+struct BlockColGrid {
+  int h = 0, w = 0;
+};
+
+struct AttentionOptions {
+  Backend backend = Backend::automatic;  // automatic: cuda for device tensors, cpu for host tensors
+  AttentionOverrides overrides;
+  BlockColGrid block_col;
+};
+
+namespace detail {
+struct PlanState;
+}
+
+// The outcome of plan_attention: the backend, the kernel and its configuration, and the prepared
+// device state (owned; released with the last copy of the plan). Copies share that state; runs of
+// one plan that use the LSE scratch (received without lse) must be ordered on one stream.
+class AttentionPlan {
+ public:
+  AttentionPlan() = default;
+  bool valid() const { return state_ != nullptr; }
+  Backend backend() const;
+  CudaKernel cuda_kernel() const;  // automatic on the host backends
+  int query_tile_rows() const;     // CUDA: 64 or 128 (16 on the band kernel: rows per warp); 0 on host backends
+  int key_tile_rows() const;       // CUDA: 64 (128 on wgmma, 16 on band); 0 on host backends
+  bool uses_tma() const;           // wgmma: q, k, v copied with TMA
+  bool stores_by_tma() const;      // wgmma: O stored through TMA (consumers whose rows stay in their sequence)
+  bool pingpong() const;           // wgmma: consumer ping-pong
+  bool ordered_tiles() const;      // bandwg: block_col order copied by 5-D tensor maps
+  std::string describe() const;    // one line: backend, kernel, tiles, knobs
+  const detail::PlanState& state() const;
+
+ private:
+  friend AttentionPlan plan_attention(const AttentionParams&, const AttentionOptions&);
+  std::shared_ptr<const detail::PlanState> state_;
+};
+
+// Validates p, checks that the backend supports it and that every forced override applies, and
+// prepares the launch. Throws ariadne::Error naming the field when any of those fails. For device
+// tensors it may query the device, encode tensor maps and allocate (the LSE scratch).
+AttentionPlan plan_attention(const AttentionParams& p, const AttentionOptions& options = {});
+
+// Runs a plan on p, whose shapes, strides, dtypes, devices, requested outputs, sink mode and pattern
+// structure (window, chunk, sequence count, varlen or not, block mask and its block, token order or
+// not) must be those it was planned for (pointers may differ); throws ariadne::Error naming the
+// mismatch. Allocates nothing and, on the CUDA backend, only enqueues work on p.stream.
+void run(const AttentionPlan& plan, const AttentionParams& p);
+
+// Runs attention on the chosen backend: plan_attention(p, {backend}) then run. automatic: cuda for
+// device tensors, cpu for host tensors. Throws ariadne::Error when the backend is not built or
+// does not support the case.
 void attention(const AttentionParams& p, Backend backend = Backend::automatic);
 
 // Whether `backend` can run `p`; when not, `why` (if given) says which feature is missing.

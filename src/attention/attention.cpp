@@ -2,9 +2,12 @@
 #include "ariadne/attention.hpp"
 
 #include <cmath>
+#include <iterator>
+#include <utility>
 #include <vector>
 
 #include "attention/backends.hpp"
+#include "attention/plan.hpp"
 
 namespace ariadne {
 
@@ -164,13 +167,179 @@ bool backend_supports(Backend backend, const AttentionParams& p, std::string* wh
   return no("unknown backend");
 }
 
-void attention(const AttentionParams& p, Backend backend) {
+const char* toggle_name(Toggle t) {
+  switch (t) {
+    case Toggle::automatic: return "auto";
+    case Toggle::off: return "off";
+    case Toggle::on: return "on";
+  }
+  return "?";
+}
+
+const char* cuda_kernel_name(CudaKernel k) {
+  switch (k) {
+    case CudaKernel::automatic: return "auto";
+    case CudaKernel::tile: return "tile";
+    case CudaKernel::wgmma: return "wgmma";
+    case CudaKernel::band: return "band";
+    case CudaKernel::bandwg: return "bandwg";
+  }
+  return "?";
+}
+
+namespace {
+
+detail::PlanSignature::View view_of(const TensorView& t) {
+  detail::PlanSignature::View v;
+  v.defined = t.defined();
+  if (!v.defined) return v;
+  v.dtype = t.dtype;
+  v.device = t.device;
+  for (int i = 0; i < 3 && i < t.rank; ++i) {
+    v.shape[size_t(i)] = t.shape[i];
+    v.stride[size_t(i)] = t.stride[i];
+  }
+  return v;
+}
+
+detail::PlanSignature signature_of(const AttentionParams& p) {
+  detail::PlanSignature s;
+  s.q = view_of(p.q);
+  s.k = view_of(p.k);
+  s.v = view_of(p.v);
+  s.out = view_of(p.out);
+  s.lse = view_of(p.lse);
+  s.entropy = view_of(p.entropy);
+  s.distance = view_of(p.distance);
+  s.received = view_of(p.received);
+  s.coords_q = view_of(p.coords_q);
+  s.coords_k = view_of(p.coords_k);
+  s.sink_mode = p.sink_mode;
+  if (p.sink_mode != SinkMode::none) s.sink = view_of(p.sink);
+  const Pattern& pat = p.pattern;
+  s.window_left = pat.window_left;
+  s.window_right = pat.window_right;
+  s.chunk = pat.chunk;
+  s.num_seqs = pat.num_seqs;
+  s.varlen_q = pat.cu_seqlens_q != nullptr;
+  s.varlen_k = pat.cu_seqlens_k != nullptr;
+  s.blocks = pat.blocks.defined();
+  s.block = pat.blocks.block;
+  s.block_heads = pat.blocks.heads;
+  s.order = p.order != nullptr;
+  return s;
+}
+
+bool same_view(const detail::PlanSignature::View& a, const detail::PlanSignature::View& b) {
+  return a.defined == b.defined &&
+         (!a.defined || (a.dtype == b.dtype && a.device == b.device && a.shape == b.shape && a.stride == b.stride));
+}
+
+std::string view_text(const detail::PlanSignature::View& v) {
+  if (!v.defined) return "not given";
+  std::string s = std::string(dtype_name(v.dtype)) + (v.device == Device::cuda ? " cuda [" : " cpu [");
+  for (size_t i = 0; i < 3; ++i) s += (i ? ", " : "") + std::to_string(v.shape[i]);
+  s += "] strides [";
+  for (size_t i = 0; i < 3; ++i) s += (i ? ", " : "") + std::to_string(v.stride[i]);
+  return s + "]";
+}
+
+// Throws naming the first field of p that differs from what the plan was made for.
+void check_matches(const detail::PlanSignature& want, const AttentionParams& p) {
+  const detail::PlanSignature got = signature_of(p);
+  using V = detail::PlanSignature::View;
+  const std::pair<const V*, const V*> views[] = {{&want.q, &got.q},           {&want.k, &got.k},
+                                                 {&want.v, &got.v},           {&want.out, &got.out},
+                                                 {&want.lse, &got.lse},       {&want.entropy, &got.entropy},
+                                                 {&want.distance, &got.distance}, {&want.received, &got.received},
+                                                 {&want.coords_q, &got.coords_q}, {&want.coords_k, &got.coords_k},
+                                                 {&want.sink, &got.sink}};
+  const char* names[] = {"q", "k", "v", "out", "lse", "entropy", "distance", "received", "coords_q", "coords_k", "sink"};
+  for (size_t i = 0; i < std::size(views); ++i)
+    ARIADNE_CHECK(same_view(*views[i].first, *views[i].second), "run: ", names[i], " is ", view_text(*views[i].second),
+                  ", the plan was made for ", view_text(*views[i].first));
+  ARIADNE_CHECK(want.sink_mode == got.sink_mode, "run: sink_mode is ", sink_mode_name(got.sink_mode),
+                ", the plan was made for ", sink_mode_name(want.sink_mode));
+  const auto field = [](const char* name, int64_t w, int64_t g) {
+    ARIADNE_CHECK(w == g, "run: pattern.", name, " is ", g, ", the plan was made for ", w);
+  };
+  field("window_left", want.window_left, got.window_left);
+  field("window_right", want.window_right, got.window_right);
+  field("chunk", want.chunk, got.chunk);
+  field("num_seqs", want.num_seqs, got.num_seqs);
+  field("cu_seqlens_q (given)", want.varlen_q, got.varlen_q);
+  field("cu_seqlens_k (given)", want.varlen_k, got.varlen_k);
+  field("blocks (given)", want.blocks, got.blocks);
+  field("blocks.block", want.block, got.block);
+  field("blocks.heads", want.block_heads, got.block_heads);
+  ARIADNE_CHECK(want.order == got.order, "run: order is ", got.order ? "given" : "not given", ", the plan was made ",
+                want.order ? "with" : "without", " a token order");
+}
+
+}  // namespace
+
+Backend AttentionPlan::backend() const { return state().backend; }
+CudaKernel AttentionPlan::cuda_kernel() const { return state().kernel; }
+int AttentionPlan::query_tile_rows() const { return state().query_tile_rows; }
+int AttentionPlan::key_tile_rows() const { return state().key_tile_rows; }
+bool AttentionPlan::uses_tma() const { return state().uses_tma; }
+bool AttentionPlan::stores_by_tma() const { return state().stores_by_tma; }
+bool AttentionPlan::pingpong() const { return state().pingpong; }
+bool AttentionPlan::ordered_tiles() const { return state().ordered_tiles; }
+const detail::PlanState& AttentionPlan::state() const {
+  ARIADNE_CHECK(state_ != nullptr, "attention plan: empty (made by plan_attention only)");
+  return *state_;
+}
+
+std::string AttentionPlan::describe() const {
+  const detail::PlanState& s = state();
+  std::string d = backend_name(s.backend);
+  if (s.backend != Backend::cuda) return d;
+  d += std::string(" ") + cuda_kernel_name(s.kernel) + " kernel, " + std::to_string(s.query_tile_rows) + "x" +
+       std::to_string(s.key_tile_rows) + " tiles";
+  if (s.kernel == CudaKernel::wgmma) {
+    d += s.uses_tma ? ", tma" : ", cp.async";
+    if (s.stores_by_tma) d += ", out by tma";
+    if (s.pingpong) d += ", ping-pong";
+  }
+  if (s.ordered_tiles) d += ", ordered tiles";
+  return d;
+}
+
+AttentionPlan plan_attention(const AttentionParams& p, const AttentionOptions& options) {
   validate(p);
+  Backend backend = options.backend;
   if (backend == Backend::automatic) backend = p.q.device == Device::cuda ? Backend::cuda : Backend::cpu;
+  auto state = std::make_shared<detail::PlanState>();
+  state->backend = backend;
+  state->signature = signature_of(p);
   std::string why;
-  ARIADNE_CHECK(backend_supports(backend, p, &why), "attention: backend '", backend_name(backend),
-                "' cannot run ", describe(p.pattern), ": ", why);
-  switch (backend) {
+  ARIADNE_CHECK(backend_supports(backend, p, &why), "attention: backend '", backend_name(backend), "' cannot run ",
+                describe(p.pattern), ": ", why);
+  if (backend == Backend::cuda) {
+#if defined(ARIADNE_WITH_CUDA)
+    state->cuda = plan_cuda(p, options, *state);
+#endif
+  } else {
+    const AttentionOverrides& ov = options.overrides;
+    const AttentionOverrides none;
+    ARIADNE_CHECK(ov.cuda_kernel == CudaKernel::automatic && ov.tma == none.tma && ov.out_tma == none.out_tma &&
+                      ov.pingpong == none.pingpong && ov.launch_order == none.launch_order &&
+                      ov.tile_128_rows == none.tile_128_rows && ov.band_run == none.band_run &&
+                      ov.ordered_tiles == none.ordered_tiles && ov.chunk_pass == none.chunk_pass,
+                  "attention: overrides (cuda_kernel = ", cuda_kernel_name(ov.cuda_kernel),
+                  ", ...) choose CUDA kernels; backend '", backend_name(backend), "' takes none");
+  }
+  AttentionPlan plan;
+  plan.state_ = std::move(state);
+  return plan;
+}
+
+namespace {
+
+// The launch of a plan on params that match it.
+void run_matched(const detail::PlanState& s, const AttentionParams& p) {
+  switch (s.backend) {
     case Backend::reference:
       if (p.order != nullptr) attention_host_ordered(p, attention_reference);
       else attention_reference(p);
@@ -181,11 +350,29 @@ void attention(const AttentionParams& p, Backend backend) {
       break;
     case Backend::cuda:
 #if defined(ARIADNE_WITH_CUDA)
-      attention_cuda(p);
+      run_cuda(*s.cuda, p);
 #endif
       break;
     case Backend::automatic: break;
   }
+}
+
+}  // namespace
+
+void run(const AttentionPlan& plan, const AttentionParams& p) {
+  const detail::PlanState& s = plan.state();
+  check_matches(s.signature, p);
+  // Host arrays behind the pattern (and a host order) may differ from the planned ones: the host
+  // backends check them again, as they are read anyway.
+  if (s.backend != Backend::cuda) validate(p);
+  run_matched(s, p);
+}
+
+void attention(const AttentionParams& p, Backend backend) {
+  AttentionOptions options;
+  options.backend = backend;
+  const AttentionPlan plan = plan_attention(p, options);
+  run_matched(plan.state(), p);
 }
 
 }  // namespace ariadne

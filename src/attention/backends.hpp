@@ -1,9 +1,11 @@
 // Internal: the backends behind ariadne::attention(). Each takes validated params.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "ariadne/attention.hpp"
+#include "attention/plan.hpp"
 
 namespace ariadne {
 
@@ -20,9 +22,14 @@ void attention_cpu(const AttentionParams& p);
 bool attention_cpu_supports(const AttentionParams& p, std::string* why);
 
 #if defined(ARIADNE_WITH_CUDA)
-// Hopper kernels (src/attention/cuda/). Tensors and pattern arrays are device memory.
-void attention_cuda(const AttentionParams& p);
+// Hopper kernels (src/attention/cuda/). Tensors and pattern arrays are device memory. plan_cuda
+// checks support and the overrides (throwing ariadne::Error naming the field), routes, prepares the
+// launch and fills the plan's public answers in `info`; run_cuda launches a plan on params that
+// match it (checked by the caller).
+struct CudaPlan;
 bool attention_cuda_supports(const AttentionParams& p, std::string* why);
+std::shared_ptr<CudaPlan> plan_cuda(const AttentionParams& p, const AttentionOptions& options, detail::PlanState& info);
+void run_cuda(const CudaPlan& plan, const AttentionParams& p);
 #endif
 
 }  // namespace ariadne

@@ -12,7 +12,6 @@
 
 #include <gtest/gtest.h>
 
-#include "attention/cuda/internal.hpp"
 
 namespace ariadne::cuda_testing {
 
@@ -51,11 +50,6 @@ EnvGuard::~EnvGuard() {
 }
 
 EnvUnset::EnvUnset(const char* name) : EnvGuard(name) { unsetenv(name); }
-
-RunLength::RunLength(int run) {
-  if (run > 0) setenv("ARIADNE_BAND_RUN", std::to_string(run).c_str(), 1);
-  else unsetenv("ARIADNE_BAND_RUN");
-}
 
 GridOrders grid_orders(int rows, int cols) {
   const int total = rows * cols;
@@ -142,7 +136,7 @@ std::vector<uint8_t> bytes_of(const Buffer& b) {
 }
 
 void check_runs(DeviceCase& d, DType out_dtype, const Buffer& want_out, const Buffer& want_lse, double tol,
-                const std::function<void(const AttentionParams&)>& before_launch) {
+                const AttentionOptions& options, const PlanCheck& check_plan, const PerRun& per_run) {
   std::vector<uint8_t> first_out, first_lse;
   for (int run = 0; run < 2; ++run) {
     DeviceBuffer out(out_dtype, want_out.shape());
@@ -151,10 +145,15 @@ void check_runs(DeviceCase& d, DType out_dtype, const Buffer& want_out, const Bu
     lse.fill_bytes(0xFF);
     d.p.out = out.view();
     d.p.lse = lse.view();
-    if (before_launch) {
-      ASSERT_NO_FATAL_FAILURE(before_launch(d.p));
+    AttentionOptions o = options;
+    o.backend = Backend::cuda;
+    if (per_run) per_run(run, o);
+    AttentionPlan plan;
+    ASSERT_NO_THROW(plan = plan_attention(d.p, o)) << "no plan for the route asked";
+    if (check_plan) {
+      ASSERT_NO_FATAL_FAILURE(check_plan(run, plan));
     }
-    attention(d.p, Backend::cuda);
+    ariadne::run(plan, d.p);
     cuda_synchronize();
     const Buffer out_h = out.to_host(), lse_h = lse.to_host();
     if (run == 0) {
@@ -169,23 +168,44 @@ void check_runs(DeviceCase& d, DType out_dtype, const Buffer& want_out, const Bu
   }
 }
 
-void check_case(Case c, bool f32_out, bool require_wgmma, int require_tma) {
+AttentionPlan plan_case(const Case& c, const AttentionOptions& options, bool f32_out) {
+  const testing::Inputs in = testing::make_inputs(c);
+  DeviceCase d = upload(in);
+  DeviceBuffer out(f32_out ? DType::f32 : c.dtype, {in.total_q, c.heads_q, c.dim});
+  d.p.out = out.view();
+  AttentionOptions o = options;
+  o.backend = Backend::cuda;
+  return plan_attention(d.p, o);
+}
+
+AttentionOptions on_kernel(CudaKernel k) {
+  AttentionOptions o;
+  o.backend = Backend::cuda;
+  o.overrides.cuda_kernel = k;
+  return o;
+}
+
+void check_case(Case c, bool f32_out, const AttentionOptions& options, const PlanCheck& check_plan) {
   c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
-  SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
+  SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ", kernel " +
+               cuda_kernel_name(options.overrides.cuda_kernel) + ")");
   const testing::Inputs in = testing::make_inputs(c);
   const testing::Result ref = testing::run_reference(in);
   DeviceCase d = upload(in);
-  // The routing asserts run with the outputs in place: the route may depend on the output dtype.
-  const auto routed = [&](const AttentionParams& p) {
-    if (require_wgmma) {
-      ASSERT_TRUE(cuda_uses_wgmma(p)) << "not routed to the wgmma kernel";
-    }
+  check_runs(d, f32_out ? DType::f32 : c.dtype, ref.out, ref.lse, testing::tolerance(c.dtype, testing::max_abs_logit(in)),
+             options, check_plan);
+}
+
+void check_wgmma_case(Case c, bool f32_out, int require_tma) {
+  AttentionOptions o = on_kernel(CudaKernel::wgmma);
+  if (require_tma >= 0) o.overrides.tma = require_tma == 1 ? Toggle::on : Toggle::off;
+  // The plan is asked with the outputs in place: the route may depend on the output dtype.
+  check_case(std::move(c), f32_out, o, [&](int, const AttentionPlan& plan) {
+    ASSERT_EQ(plan.cuda_kernel(), CudaKernel::wgmma) << "not routed to the wgmma kernel";
     if (require_tma >= 0) {
-      ASSERT_EQ(cuda_wgmma_uses_tma(p), require_tma == 1) << "not on the expected copy path";
+      ASSERT_EQ(plan.uses_tma(), require_tma == 1) << "not on the expected copy path";
     }
-  };
-  check_runs(d, f32_out ? DType::f32 : c.dtype, ref.out, ref.lse,
-             testing::tolerance(c.dtype, testing::max_abs_logit(in)), routed);
+  });
 }
 
 }  // namespace ariadne::cuda_testing

@@ -36,8 +36,9 @@ Case make_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DTy
                int heads_kv = 2);
 
 // Sets an environment variable for one scope (value null: leaves it as it is) and restores the
-// previous value, or its absence, at the end. Routing switches (ARIADNE_WGMMA, ARIADNE_TMA, ...)
-// must not leak from one test into the next: device-check runs the whole binary under each setting.
+// previous value, or its absence, at the end. Only the estimators' comparison switches
+// (tests/cuda/test_estimate_cuda.cpp) still use it: attention routes are chosen through
+// AttentionOverrides, and plans read no environment.
 class EnvGuard {
  public:
   explicit EnvGuard(const char* name, const char* value = nullptr);
@@ -50,21 +51,11 @@ class EnvGuard {
   bool had_ = false;
 };
 
-// An environment variable unset for one scope (the previous value, or its absence, restored at
-// the end): a test that must run the default route whatever the caller's environment says.
+// An environment variable unset for one scope (the previous value, or its absence, restored at the
+// end), for the estimator tests as EnvGuard.
 class EnvUnset : public EnvGuard {
  public:
   explicit EnvUnset(const char* name);
-};
-
-// ARIADNE_BAND_RUN (the band kernels' run length) for one scope, run <= 0 meaning unset (the
-// launcher's own choice); the previous value is restored after it.
-class RunLength {
- public:
-  explicit RunLength(int run);
-
- private:
-  EnvGuard guard_{"ARIADNE_BAND_RUN"};
 };
 
 // Two permutations of a rows x cols token grid stored row-major, for the fused-order tests: its
@@ -82,18 +73,32 @@ struct OrderedReference {
 };
 OrderedReference ordered_reference(const Case& c, const testing::Inputs& in, const std::vector<int32_t>& order);
 
-// The end of every kernel check: launches d.p (attention on the CUDA backend) twice, each time into
-// fresh out (out_dtype, want_out's shape) and lse (f32, want_lse's shape) buffers poisoned with 0xFF
-// (NaN in bf16, f16 and f32: an element the kernel does not write fails the comparison); run 0 must
-// match want_out / want_lse within `tol` (the tolerance rule), run 1 must equal run 0 bit for bit.
-// before_launch, when set, runs before each launch on d.p with those outputs in place (routing
-// asserts that depend on them); a fatal failure inside it ends the check.
+// The end of every kernel check: plans d.p (attention on the CUDA backend, `options`) and runs it
+// twice, each time into fresh out (out_dtype, want_out's shape) and lse (f32, want_lse's shape)
+// buffers poisoned with 0xFF (NaN in bf16, f16 and f32: an element the kernel does not write fails
+// the comparison); run 0 must match want_out / want_lse within `tol` (the tolerance rule), run 1
+// must equal run 0 bit for bit. per_run, when set, adjusts the options of each run (two routes
+// compared bit for bit); check_plan, when set, runs on each run's plan before its launch (routing
+// asserts); a fatal failure inside it ends the check.
+using PlanCheck = std::function<void(int run, const AttentionPlan& plan)>;
+using PerRun = std::function<void(int run, AttentionOptions& options)>;
 void check_runs(DeviceCase& d, DType out_dtype, const Buffer& want_out, const Buffer& want_lse, double tol,
-                const std::function<void(const AttentionParams&)>& before_launch = {});
+                const AttentionOptions& options = {}, const PlanCheck& check_plan = {}, const PerRun& per_run = {});
+
+// The plan the CUDA backend makes for a case (inputs uploaded, out in q's dtype or f32); the
+// buffers it was made for are gone when it returns, so it answers questions only.
+AttentionPlan plan_case(const Case& c, const AttentionOptions& options = {}, bool f32_out = false);
+
+// Options that force the CUDA backend onto kernel `k` (automatic: the library's choice).
+AttentionOptions on_kernel(CudaKernel k);
 
 // Runs one case on the device twice and checks it against the reference. f32_out: the output in
-// f32 instead of q's dtype. require_wgmma: fail unless the call is routed to the wgmma kernel.
-// require_tma: -1 any copy path; 1 / 0: fail unless that kernel does / does not copy with TMA.
-void check_case(Case c, bool f32_out = false, bool require_wgmma = false, int require_tma = -1);
+// f32 instead of q's dtype. options: the plan's (overrides force a route; a forced route the case
+// cannot take fails the test); check_plan: asserts on the plan before each launch.
+void check_case(Case c, bool f32_out = false, const AttentionOptions& options = {}, const PlanCheck& check_plan = {});
+
+// check_case forced onto the wgmma kernel (the plan must say so). require_tma: -1 the default copy
+// path; 1 / 0: forced to TMA / cp.async, and the plan must say so.
+void check_wgmma_case(Case c, bool f32_out = false, int require_tma = -1);
 
 }  // namespace ariadne::cuda_testing

@@ -1,8 +1,8 @@
 // The Hopper wgmma kernel (src/attention/cuda/attention_wgmma.cuh) against the double-precision CPU reference.
 //
-// The kernel is opt-in (ARIADNE_WGMMA=1) until validated, so each test sets the switch for its own
-// duration and every case first asserts that the backend really routes it to the wgmma kernel
-// (cuda_uses_wgmma): a silent fallback to the mma.sync kernel would make these tests pass without
+// Every case forces the kernel through AttentionOverrides::cuda_kernel and asserts that the plan
+// really routes it to the wgmma kernel
+// (AttentionPlan::cuda_kernel): a silent fallback to the mma.sync kernel would make these tests pass without
 // testing anything. Otherwise as test_attention_cuda.cpp: fresh random inputs per case (the seed
 // changes per process, ARIADNE_TEST_SEED pins it), out and lse poisoned with NaN, the tolerance
 // rule of tests/common.hpp, two runs compared bit for bit (a race would show there). Lengths are
@@ -21,7 +21,6 @@
 #include "ariadne/device.hpp"
 #include "common.hpp"
 #include "cuda/cuda_common.hpp"
-#include "attention/cuda/internal.hpp"
 
 namespace ariadne {
 namespace {
@@ -29,14 +28,11 @@ namespace {
 using testing::Case;
 using namespace cuda_testing;
 
-// ARIADNE_WGMMA=1 for one test, the previous value restored after it: the wgmma kernel is the
-// default for dense rows, but device-check also runs the whole binary with ARIADNE_WGMMA=0.
-class Wgmma : public ::testing::Test {
- protected:
-  EnvGuard wgmma_{"ARIADNE_WGMMA", "1"};
-};
+// Every case forces the wgmma kernel through the plan's overrides (a case it cannot take fails
+// the plan, and the test).
+class Wgmma : public ::testing::Test {};
 
-void check_wgmma(Case c, bool f32_out = false) { check_case(std::move(c), f32_out, /*require_wgmma=*/true); }
+void check_wgmma(Case c, bool f32_out = false) { check_wgmma_case(std::move(c), f32_out); }
 
 TEST_F(Wgmma, FullAndCausalEveryDimDtypeLength) {
   for (const auto& [pname, pat] : {std::pair{"full", Pattern::full()}, std::pair{"causal", Pattern::causal()},
@@ -124,22 +120,25 @@ TEST_F(Wgmma, StridedViewsAndF32Out) {
 }
 
 TEST_F(Wgmma, RoutesOnlyWhatItSupports) {
-  // The switch on: supported calls go to wgmma, the rest stay on the mma.sync kernel.
+  // By default supported calls go to wgmma, the rest stay on the other kernels.
   Case c = make_case("wgmma_route", {64}, 80, DType::bf16, Pattern::full());
   const testing::Inputs in = testing::make_inputs(c);
   DeviceCase d = upload(in);
   DeviceBuffer out(DType::bf16, {in.total_q, c.heads_q, c.dim});
   d.p.out = out.view();
   const AttentionParams& p = d.p;
-  EXPECT_TRUE(cuda_uses_wgmma(p));
-  EXPECT_EQ(cuda_query_tile_rows(p), 128);
+  const AttentionPlan plan = plan_attention(p);
+  EXPECT_EQ(plan.cuda_kernel(), CudaKernel::wgmma);
+  EXPECT_EQ(plan.query_tile_rows(), 128);
   AttentionParams w = p;
   w.pattern = Pattern::window(64, 64);
-  EXPECT_FALSE(cuda_uses_wgmma(w)) << "windows stay on the band kernel";
+  EXPECT_NE(plan_attention(w).cuda_kernel(), CudaKernel::wgmma) << "windows stay on the band kernel";
+  EXPECT_THROW(plan_attention(w, on_kernel(CudaKernel::wgmma)), Error) << "a window cannot be forced onto wgmma";
   w.pattern = Pattern::chunked(64);
-  EXPECT_FALSE(cuda_uses_wgmma(w)) << "chunks stay on the band kernel";
-  setenv("ARIADNE_WGMMA", "0", 1);
-  EXPECT_FALSE(cuda_uses_wgmma(p)) << "the switch off must route nothing";
+  EXPECT_NE(plan_attention(w).cuda_kernel(), CudaKernel::wgmma) << "chunks stay on the band kernel";
+  EXPECT_THROW(plan_attention(w, on_kernel(CudaKernel::wgmma)), Error) << "a chunk cannot be forced onto wgmma";
+  EXPECT_EQ(plan_attention(p, on_kernel(CudaKernel::tile)).cuda_kernel(), CudaKernel::tile)
+      << "the tile kernel forced must route nothing to wgmma";
 }
 
 }  // namespace

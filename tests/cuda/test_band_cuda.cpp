@@ -4,9 +4,9 @@
 // lq != lk) or hold one tile, asymmetric and one-sided windows at the eligibility limit, small and
 // large chunks, both sinks, GQA, f32 out, and the fused token order. Each case first checks that
 // the call is routed to the band kernel, so a change of eligibility cannot turn these tests into
-// tests of the tile kernel. Sliding windows take the kernel by default, chunks only when forced
-// (ARIADNE_BAND=1, read per call): the fixture forces it for each test. Run lengths are forced
-// through ARIADNE_BAND_RUN.
+// tests of the tile kernel. Sliding windows take the kernel by default (at head dim 80 the wgmma
+// band kernel does), chunks only when forced: every case forces it through
+// AttentionOverrides::cuda_kernel, and run lengths through AttentionOverrides::band_run.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -22,7 +22,6 @@
 #include "ariadne/device.hpp"
 #include "common.hpp"
 #include "cuda/cuda_common.hpp"
-#include "attention/cuda/internal.hpp"
 
 namespace ariadne {
 namespace {
@@ -30,19 +29,14 @@ namespace {
 using testing::Case;
 using namespace cuda_testing;
 
-// Every test here runs with the band kernel switched on, and the wgmma band kernel (which takes
-// head dim 80 windows by default; tests/cuda/test_bandwg_cuda.cpp) switched off.
-class CudaBand : public ::testing::Test {
- protected:
-  void SetUp() override {
-    setenv("ARIADNE_BAND", "1", 1);
-    setenv("ARIADNE_BANDWG", "0", 1);
-  }
-  void TearDown() override {
-    unsetenv("ARIADNE_BAND");
-    unsetenv("ARIADNE_BANDWG");
-  }
-};
+class CudaBand : public ::testing::Test {};
+
+// The options that force the band kernel, with run length `run` (0: the launcher's choice).
+AttentionOptions band_options(int run = 0) {
+  AttentionOptions o = on_kernel(CudaKernel::band);
+  o.overrides.band_run = run;
+  return o;
+}
 
 Case band_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat) {
   return make_case(name, std::move(seq_q), dim, dt, pat);  // GQA 4:1
@@ -50,10 +44,10 @@ Case band_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DTy
 
 // Routed to the band kernel, then the common check (fresh inputs, poisoned outputs, tolerance
 // rule, two bit-identical runs).
-void check_band(const Case& c, bool f32_out = false) {
-  const testing::Inputs in = testing::make_inputs(c);
-  ASSERT_TRUE(cuda_uses_band(in.params)) << c.name << ": not routed to the band kernel";
-  check_case(c, f32_out);
+void check_band(const Case& c, bool f32_out = false, int run = 0) {
+  check_case(c, f32_out, band_options(run), [&](int, const AttentionPlan& plan) {
+    ASSERT_EQ(plan.cuda_kernel(), CudaKernel::band) << c.name << ": not routed to the band kernel";
+  });
 }
 
 std::string wname(const Pattern& p) {
@@ -124,21 +118,20 @@ TEST_F(CudaBand, RunBoundariesInVarlenBatches) {
   // at these sizes. Key lengths differ from query lengths (bottom-right aligned), with empty and
   // one-token sequences on either side.
   for (int run : {0, 1, 2, 3, 5}) {
-    const RunLength scope(run);
     for (const auto& [name, pat] : {std::pair{"w64", Pattern::window(64, 64)}, std::pair{"w7_40", Pattern::window(7, 40)},
                                     std::pair{"chunk64", Pattern::chunked(64)}}) {
       Case c = band_case(std::string("band_varlen_") + name + "_run" + std::to_string(run), {1, 0, 130, 64, 5, 200, 1},
                          80, DType::bf16, pat);
       c.seq_k = {3, 4, 100, 64, 0, 260, 1};
-      check_band(c);
+      check_band(c, false, run);
       Case same = band_case(std::string("band_varlen_same_") + name + "_run" + std::to_string(run),
                             {65, 1, 128, 0, 191, 7}, 64, DType::f16, pat);
-      check_band(same);
+      check_band(same, false, run);
     }
     // One long sequence: many tiles per run, the ring wrapping several times.
     Case longc = band_case("band_long_w64_run" + std::to_string(run), {1111}, 80, DType::bf16, Pattern::window(64, 64));
     longc.heads_q = longc.heads_kv = 2;
-    check_band(longc);
+    check_band(longc, false, run);
   }
 }
 
@@ -160,13 +153,12 @@ TEST_F(CudaBand, SmallCasesForSanitizers) {
   // Small enough for compute-sanitizer: a two-sequence batch, run length 1 (ring restarts on
   // every tile and sequence) and the launcher's choice, both sinks.
   for (int run : {0, 1}) {
-    const RunLength scope(run);
     for (SinkMode mode : {SinkMode::none, SinkMode::denominator, SinkMode::key0_bias}) {
       Case c = band_case("band_small_run" + std::to_string(run) + "_" + sink_mode_name(mode), {150, 33}, 80,
                          DType::bf16, Pattern::window(64, 64));
       c.sink_mode = mode;
       c.sink_value = std::numeric_limits<float>::quiet_NaN();
-      check_band(c);
+      check_band(c, false, run);
     }
   }
 }
@@ -180,8 +172,7 @@ TEST_F(CudaBand, FusedTokenOrder) {
     for (const auto& [oname, order] : {std::pair{"colmajor", orders.column_major}, std::pair{"shuffled", orders.shuffled}})
       for (const auto& [pname, pat] : {std::pair{"w64", Pattern::window(64, 64)}, std::pair{"chunk64", Pattern::chunked(64)}})
         for (SinkMode mode : {SinkMode::none, SinkMode::denominator}) {
-          const RunLength scope(run);
-          Case c = band_case(std::string("band_order_") + oname + "_" + pname + "_run" + std::to_string(run) + "_" +
+                Case c = band_case(std::string("band_order_") + oname + "_" + pname + "_run" + std::to_string(run) + "_" +
                                  sink_mode_name(mode),
                              {total}, 80, DType::bf16, pat);
           c.sink_mode = mode;
@@ -189,7 +180,6 @@ TEST_F(CudaBand, FusedTokenOrder) {
           c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
           SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
           const testing::Inputs in = testing::make_inputs(c);
-          ASSERT_TRUE(cuda_uses_band(in.params));
 
           const OrderedReference want = ordered_reference(c, in, order);
 
@@ -200,8 +190,10 @@ TEST_F(CudaBand, FusedTokenOrder) {
           lse.fill_bytes(0xFF);
           d.p.out = out.view();
           d.p.lse = lse.view();
-          validate(d.p);
-          attention_cuda_ordered(d.p, static_cast<const int32_t*>(d_order.data()));
+          d.p.order = static_cast<const int32_t*>(d_order.data());
+          const AttentionPlan plan = plan_attention(d.p, band_options(run));
+          ASSERT_EQ(plan.cuda_kernel(), CudaKernel::band);
+          ariadne::run(plan, d.p);
           cuda_synchronize();
           const double tol = testing::tolerance(c.dtype, testing::max_abs_logit(in));
           EXPECT_TRUE(testing::close_enough("out", testing::compare(out.to_host().view(), want.out.view()), tol));
@@ -210,25 +202,30 @@ TEST_F(CudaBand, FusedTokenOrder) {
 }
 
 TEST_F(CudaBand, WideBandsStayOnTheTileKernel) {
-  // Past the eligibility bound (and head dim 128) the tile kernel serves the call; so does every
-  // call with ARIADNE_BAND=0, and a chunked pattern unless forced. Windows take it by default.
+  // Past the eligibility bound (and head dim 128) the band kernel cannot be forced and the tile
+  // kernel serves the call; so does every call with the tile kernel forced, and a chunked pattern
+  // unless the band kernel is forced. Windows take it by default (at head dim 80: the wgmma band kernel).
   Case wide = band_case("band_wide_w65_65", {300}, 80, DType::bf16, Pattern::window(65, 65));
-  EXPECT_FALSE(cuda_uses_band(testing::make_inputs(wide).params));
+  EXPECT_THROW(plan_case(wide, band_options()), Error);
+  EXPECT_EQ(plan_case(wide).cuda_kernel(), CudaKernel::tile);
   check_case(wide);
   Case d128 = band_case("band_d128_w64", {300}, 128, DType::bf16, Pattern::window(64, 64));
-  EXPECT_FALSE(cuda_uses_band(testing::make_inputs(d128).params));
+  EXPECT_THROW(plan_case(d128, band_options()), Error);
+  EXPECT_NE(plan_case(d128).cuda_kernel(), CudaKernel::band);
   Case chunk = band_case("band_chunk66", {300}, 80, DType::bf16, Pattern::chunked(66));
-  EXPECT_FALSE(cuda_uses_band(testing::make_inputs(chunk).params));
+  EXPECT_THROW(plan_case(chunk, band_options()), Error);
+  EXPECT_NE(plan_case(chunk).cuda_kernel(), CudaKernel::band);
   Case narrow = band_case("band_w64_switched_off", {300}, 80, DType::bf16, Pattern::window(64, 64));
-  EXPECT_TRUE(cuda_uses_band(testing::make_inputs(narrow).params));
+  EXPECT_EQ(plan_case(narrow, band_options()).cuda_kernel(), CudaKernel::band);
   Case chunk64 = band_case("band_chunk64_default", {300}, 80, DType::bf16, Pattern::chunked(64));
-  EXPECT_TRUE(cuda_uses_band(testing::make_inputs(chunk64).params));
-  unsetenv("ARIADNE_BAND");
-  EXPECT_TRUE(cuda_uses_band(testing::make_inputs(narrow).params));
-  EXPECT_FALSE(cuda_uses_band(testing::make_inputs(chunk64).params));
-  setenv("ARIADNE_BAND", "0", 1);
-  EXPECT_FALSE(cuda_uses_band(testing::make_inputs(narrow).params));
-  check_case(narrow);
+  EXPECT_EQ(plan_case(chunk64, band_options()).cuda_kernel(), CudaKernel::band);
+  EXPECT_EQ(plan_case(narrow).cuda_kernel(), CudaKernel::bandwg);  // d 80: the wgmma band kernel
+  Case narrow64 = band_case("band_w64_d64", {300}, 64, DType::bf16, Pattern::window(64, 64));
+  EXPECT_EQ(plan_case(narrow64).cuda_kernel(), CudaKernel::band);
+  Case chunk64_d64 = band_case("band_chunk64_d64", {300}, 64, DType::bf16, Pattern::chunked(64));
+  EXPECT_EQ(plan_case(chunk64_d64).cuda_kernel(), CudaKernel::tile) << "chunks are not the band kernel's by default";
+  EXPECT_EQ(plan_case(narrow, on_kernel(CudaKernel::tile)).cuda_kernel(), CudaKernel::tile);
+  check_case(narrow, false, on_kernel(CudaKernel::tile));
 }
 
 }  // namespace

@@ -3,16 +3,13 @@
 // 63, 65, 77, 300, 1500 + 70 keys), key hulls of 1 to 4 chunks (aligned ±64 sees 3, unaligned
 // windows and key offsets lk - lq that are not multiples of 64 see 4), runs of query tiles that
 // start, end or restart the ring inside a varlen batch, both sinks, GQA and f32 out. Token orders
-// are routed here by default (v13: the producer gathers rows with cp.async; FusedTokenOrder, and
-// Routing checks that ARIADNE_BANDWG_ORDER=0 keeps them on the band kernel).
-// Each case first checks that the call is routed to this kernel under the default routing (no
-// environment override but the one named), so a change of eligibility cannot turn these tests
-// into tests of another kernel. Run lengths are forced through ARIADNE_BAND_RUN. Every case runs under
-// each variant of the kernel: v11 (ARIADNE_BANDWG_V=1), variant 2 (ARIADNE_BANDWG_V=2: dead 16-key
-// pairs skipped, TMA-store epilogue; bench/cuda-notes.md, v11e) and variant 3 (the default: v14,
-// three consumer warpgroups, 4-chunk hulls in two passes), the latter two under the name
-// suffixed "_v2" / "_v3" (so on other random inputs). The checks are the common ones: fresh random inputs,
-// outputs poisoned first, the tolerance rule, and a second run that must be bit-identical.
+// are routed here by default (the producer gathers rows with cp.async; FusedTokenOrder, and
+// Routing checks that forcing the band kernel keeps them there).
+// Each case first checks that the plan routes the call to this kernel by default (no override but
+// the one named), so a change of eligibility cannot turn these tests into tests of another kernel.
+// Run lengths are forced through AttentionOverrides::band_run. Case names end in "_v3" (the
+// kernel's inputs as before). The checks are the common ones: fresh random inputs, outputs
+// poisoned first, the tolerance rule, and a second run that must be bit-identical.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -30,7 +27,6 @@
 #include "ariadne/order.hpp"
 #include "common.hpp"
 #include "cuda/cuda_common.hpp"
-#include "attention/cuda/internal.hpp"
 
 namespace ariadne {
 namespace {
@@ -38,43 +34,30 @@ namespace {
 using testing::Case;
 using namespace cuda_testing;
 
-// Every test here starts from the default routing.
-class CudaBandWg : public ::testing::Test {
- protected:
-  void SetUp() override {
-    unsetenv("ARIADNE_BAND");
-    unsetenv("ARIADNE_BANDWG");
-    unsetenv("ARIADNE_BAND_RUN");
-    unsetenv("ARIADNE_BANDWG_ORDER");
-  }
-  void TearDown() override {
-    unsetenv("ARIADNE_BANDWG");
-    unsetenv("ARIADNE_BANDWG_ORDER");
-  }
-  // ARIADNE_BANDWG_V is set per case by check_wg and restored after it by an EnvGuard.
-};
+class CudaBandWg : public ::testing::Test {};
 
 Case wg_case(const std::string& name, std::vector<int64_t> seq_q, DType dt, Pattern pat) {
   return make_case(name, std::move(seq_q), 80, dt, pat);  // head dim 80, GQA 4:1
 }
 
-constexpr int kVariants[] = {1, 2, 3};
-const char* variant_env(int variant) { return variant == 1 ? "1" : variant == 2 ? "2" : "3"; }
-const char* variant_suffix(int variant) { return variant == 1 ? "" : variant == 2 ? "_v2" : "_v3"; }
+// The default route with run length `run` (0: the launcher's choice).
+AttentionOptions wg_options(int run = 0) {
+  AttentionOptions o;
+  o.backend = Backend::cuda;
+  o.overrides.band_run = run;
+  return o;
+}
 
-// Runs the case under each variant of the kernel (see the header comment), the routing to the
-// kernel and to the variant asserted first.
-void check_wg(const Case& c, bool f32_out = false) {
-  for (int variant : kVariants) {
-    const EnvGuard restore("ARIADNE_BANDWG_V", variant_env(variant));
-    Case cv = c;
-    cv.name += variant_suffix(variant);
-    const testing::Inputs in = testing::make_inputs(cv);
-    ASSERT_TRUE(cuda_uses_bandwg(in.params)) << cv.name << ": not routed to the wgmma band kernel";
-    ASSERT_FALSE(cuda_uses_band(in.params)) << cv.name;
-    ASSERT_EQ(cuda_bandwg_variant(), variant) << cv.name;
-    check_case(cv, f32_out);
-  }
+void expect_bandwg(const AttentionPlan& plan, const std::string& name) {
+  ASSERT_EQ(plan.cuda_kernel(), CudaKernel::bandwg) << name << ": not routed to the wgmma band kernel (" << plan.describe()
+                                                    << ")";
+}
+
+// Runs the case on the default route, asserted to be this kernel first.
+void check_wg(const Case& c, bool f32_out = false, int run = 0) {
+  Case cv = c;
+  cv.name += "_v3";
+  check_case(cv, f32_out, wg_options(run), [&](int, const AttentionPlan& plan) { expect_bandwg(plan, cv.name); });
 }
 
 std::string wname(const Pattern& p) {
@@ -123,7 +106,6 @@ TEST_F(CudaBandWg, LongSequenceRuns) {
   // wraps many times, runs start mid-sequence and a run holds one tile (each consumer's share
   // differs), in both dtypes, with a denominator sink.
   for (int run : {0, 1, 3, 40}) {
-    const RunLength scope(run);
     for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(63, 65)}) {
       Case c = wg_case("bandwg_long_" + wname(w) + "_run" + std::to_string(run), {1500}, run == 3 ? DType::f16 : DType::bf16, w);
       c.seq_k = {1570};
@@ -131,7 +113,7 @@ TEST_F(CudaBandWg, LongSequenceRuns) {
       c.heads_kv = 1;
       c.sink_mode = SinkMode::denominator;
       c.sink_value = std::numeric_limits<float>::quiet_NaN();
-      check_wg(c);
+      check_wg(c, false, run);
     }
   }
 }
@@ -140,14 +122,13 @@ TEST_F(CudaBandWg, RunBoundariesInVarlenBatches) {
   // Empty and one-token sequences, key lengths shorter and longer than the query lengths (some
   // tiles see no key at all), runs crossing sequence ends (the ring restarts).
   for (int run : {0, 1, 2, 3, 5}) {
-    const RunLength scope(run);
     for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(7, 40)}) {
       Case c = wg_case("bandwg_varlen_" + wname(w) + "_run" + std::to_string(run), {1, 0, 130, 64, 5, 200, 1}, DType::bf16, w);
       c.seq_k = {3, 4, 100, 64, 0, 260, 1};
-      check_wg(c);
+      check_wg(c, false, run);
       Case same = wg_case("bandwg_varlen_same_" + wname(w) + "_run" + std::to_string(run), {65, 1, 128, 0, 191, 7},
                           DType::f16, w);
-      check_wg(same);
+      check_wg(same, false, run);
     }
   }
 }
@@ -168,25 +149,23 @@ TEST_F(CudaBandWg, SinksAndF32Out) {
 
 TEST_F(CudaBandWg, SmallCasesForSanitizers) {
   // Small enough for compute-sanitizer: a two-sequence batch with lk != lq, run length 1 (the ring
-  // restarts on every tile) and the launcher's choice, 3- and 4-chunk hulls and (v42) Qwen's
+  // restarts on every tile) and the launcher's choice, 3- and 4-chunk hulls and Qwen's
   // 64-token chunks, both sinks.
-  const EnvGuard force("ARIADNE_BANDWG_CHUNK", "1");  // the default, pinned against a caller's =0
   for (int run : {0, 1})
     for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(64, 65), Pattern::chunked(64)}) {
-      const RunLength scope(run);
       for (SinkMode mode : {SinkMode::none, SinkMode::denominator, SinkMode::key0_bias}) {
         Case c = wg_case("bandwg_small_run" + std::to_string(run) + "_" + wname(w) + "_" + sink_mode_name(mode),
                          {150, 33}, DType::bf16, w);
         c.seq_k = {155, 40};
         c.sink_mode = mode;
         c.sink_value = std::numeric_limits<float>::quiet_NaN();
-        check_wg(c);
+        check_wg(c, false, run);
       }
     }
 }
 
 TEST_F(CudaBandWg, V2StoresStayInsideTheOutputView) {
-  // Variants 2 and 3 store whole tiles with the copy engine, clipped by the output's map at the view's
+  // The kernel stores whole tiles with the copy engine, clipped by the output's map at the view's
   // rows and head dim: out is here a view inside a larger buffer (88 columns per head, 70 rows
   // more), whose bytes outside the view must keep their poison. Lengths: whole tiles only (256),
   // a partial last tile clipped at the view's end (300), varlen partial tiles that must fall back
@@ -194,10 +173,9 @@ TEST_F(CudaBandWg, V2StoresStayInsideTheOutputView) {
   // the backend accepts, 16-byte aligned rows, can be mapped; strides that cannot are rejected
   // before any kernel, which CudaAttention.RejectsWhatItCannotRun checks.)
   constexpr int64_t kExtraRows = 70, kCols = 88;  // 8 columns of padding per head
-  for (int variant : {2, 3})
+  for (int variant : {3})
     for (const std::vector<int64_t>& seqs : {std::vector<int64_t>{256}, {300}, {130, 70, 64}})
       for (DType dt : {DType::bf16, DType::f16}) {
-        const EnvGuard restore("ARIADNE_BANDWG_V", variant_env(variant));
         Case c = wg_case("bandwg_v" + std::to_string(variant) + "_view" + std::to_string(kCols) + "_n" +
                              std::to_string(seqs.size()) + "_" + std::to_string(seqs[0]) + "_" + dtype_name(dt),
                          seqs, dt, Pattern::window(64, 64));
@@ -212,9 +190,9 @@ TEST_F(CudaBandWg, V2StoresStayInsideTheOutputView) {
         TensorView ov = big.view();
         ov.shape = {in.total_q, c.heads_q, c.dim, 0};  // strides stay the buffer's: [kCols·heads, kCols, 1]
         d.p.out = ov;
-        ASSERT_TRUE(cuda_uses_bandwg(d.p)) << c.name;
-        ASSERT_EQ(cuda_bandwg_variant(), variant);
-        attention(d.p, Backend::cuda);
+        const AttentionPlan plan = plan_attention(d.p, wg_options());
+        ASSERT_NO_FATAL_FAILURE(expect_bandwg(plan, c.name));
+        ariadne::run(plan, d.p);
         cuda_synchronize();
         const Buffer h = big.to_host();
         TensorView hv = h.view();
@@ -247,14 +225,13 @@ std::vector<int32_t> column_major(int64_t total) {
   return order;
 }
 
-// A case with a fused token order on the wgmma band kernel (the default route since v13), under each
-// variant: the routing asserted, outputs poisoned, the reference run on explicitly gathered inputs
-// and scattered back to storage order (out and LSE), and a second run that must be bit-identical.
-void check_ordered(const Case& base, const std::vector<int32_t>& order, bool f32_out = false) {
-  for (int variant : kVariants) {
-    const EnvGuard restore("ARIADNE_BANDWG_V", variant_env(variant));
+// A case with a fused token order on the wgmma band kernel (its default route): the routing
+// asserted, outputs poisoned, the reference run on explicitly gathered inputs and scattered back to
+// storage order (out and LSE), and a second run that must be bit-identical.
+void check_ordered(const Case& base, const std::vector<int32_t>& order, bool f32_out = false, int run = 0) {
+  {
     Case c = base;
-    c.name += variant_suffix(variant);
+    c.name += "_v3";
     c.seed = base_seed() ^ std::hash<std::string>{}(c.name);
     SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
     const testing::Inputs in = testing::make_inputs(c);
@@ -267,22 +244,18 @@ void check_ordered(const Case& base, const std::vector<int32_t>& order, bool f32
     DeviceCase d = upload(in);
     const DeviceBuffer d_order = DeviceBuffer::from_ints(order);
     d.p.order = static_cast<const int32_t*>(d_order.data());  // the public route (AttentionParams::order)
-    ASSERT_TRUE(cuda_uses_bandwg(d.p)) << c.name << ": not routed to the wgmma band kernel";
-    ASSERT_FALSE(cuda_uses_band(d.p)) << c.name;
-    ASSERT_EQ(cuda_bandwg_variant(), variant) << c.name;
-    check_runs(d, f32_out ? DType::f32 : c.dtype, want.out, want.lse,
-               testing::tolerance(c.dtype, testing::max_abs_logit(in)));
+    check_runs(d, f32_out ? DType::f32 : c.dtype, want.out, want.lse, testing::tolerance(c.dtype, testing::max_abs_logit(in)),
+               wg_options(run), [&](int, const AttentionPlan& plan) { expect_bandwg(plan, c.name); });
   }
 }
 
 TEST_F(CudaBandWg, Chunks) {
-  // v42: chunked patterns (Qwen's 64-token windows) on this kernel: chunks of 1, 17, 48, 64
+  // Chunked patterns (Qwen's 64-token windows) on this kernel: chunks of 1, 17, 48, 64
   // (aligned with the 64-row tiles: one ring chunk a tile, no element mask) and 65 (the limit: 4
   // ring chunks a tile), chunk with a causal window and with a narrow two-sided one, over lengths
   // around the tiles, key offsets lk != lq, a varlen batch with empty and one-token sequences, both
   // sinks, runs of 1 and 3 tiles and the launcher's; then token orders (the gathering producer) over
-  // 64- and 48-token chunks. (ARIADNE_BANDWG_CHUNK=1, the default, pinned against a caller's =0.)
-  const EnvGuard force("ARIADNE_BANDWG_CHUNK", "1");
+  // 64- and 48-token chunks.
   struct P {
     const char* name;
     Pattern pattern;
@@ -299,13 +272,13 @@ TEST_F(CudaBandWg, Chunks) {
   int i = 0;
   for (const P& pp : patterns) {
     for (int64_t n : {1, 63, 65, 300, 1500}) {
-      const RunLength scope(i % 3 == 0 ? 0 : i % 3 == 1 ? 1 : 3);
+      const int run = i % 3 == 0 ? 0 : i % 3 == 1 ? 1 : 3;
       Case c = wg_case(std::string("bandwg_") + pp.name + "_n" + std::to_string(n), {n}, i % 2 ? DType::f16 : DType::bf16,
                        pp.pattern);
       c.sink_mode = i % 3 == 0 ? SinkMode::none : i % 3 == 1 ? SinkMode::denominator : SinkMode::key0_bias;
       c.sink_value = std::numeric_limits<float>::quiet_NaN();
       ++i;
-      check_wg(c);
+      check_wg(c, false, run);
     }
     Case v = wg_case(std::string("bandwg_") + pp.name + "_varlen", {1, 0, 130, 64, 5, 200, 1}, DType::bf16, pp.pattern);
     v.seq_k = {3, 4, 100, 64, 0, 260, 1};
@@ -320,27 +293,25 @@ TEST_F(CudaBandWg, Chunks) {
       std::iota(shuffled.begin(), shuffled.end(), 0);
       std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(uint32_t(base_seed()) + uint32_t(n)));
       for (const auto& [oname, order] : {std::pair{"colmajor", column_major(n)}, std::pair{"shuffled", shuffled}}) {
-        const RunLength scope(n == 300 ? 3 : 0);
         Case c = wg_case(std::string("bandwg_order_") + oname + "_" + wname(pat) + "_n" + std::to_string(n), {n},
                          n == 300 ? DType::f16 : DType::bf16, pat);
         c.sink_mode = n == 300 ? SinkMode::key0_bias : SinkMode::denominator;
         c.sink_value = std::numeric_limits<float>::quiet_NaN();
-        check_ordered(c, order);
+        check_ordered(c, order, false, n == 300 ? 3 : 0);
       }
     }
 }
 
 TEST_F(CudaBandWg, ChunkPassAgainstTheWindowKernel) {
-  // v43: variant 3 runs chunked calls on its chunk kernel (a one-chunk pass for one-chunk hulls,
-  // the two 2-chunk passes otherwise) unless ARIADNE_BANDWG_CHUNK_PASS=0 keeps the window kernel
-  // (the 3-chunk pass, its chunks past the hull masked). Both ways against the reference, and for
+  // Chunked calls run on the chunk kernel (a one-chunk pass for one-chunk hulls, the two 2-chunk
+  // passes otherwise) unless AttentionOverrides::chunk_pass = off keeps the window kernel (the
+  // 3-chunk pass, its chunks past the hull masked). Both ways against the reference, and for
   // 64-token chunks aligned with the tiles (every hull one chunk) bit for bit against each other:
   // the masked chunks' pairs are skipped and their P·V adds exact zeros, so the arithmetic is the same.
-  const EnvGuard v3("ARIADNE_BANDWG_V", "3"), force("ARIADNE_BANDWG_CHUNK", "1");
   int i = 0;
   for (const Pattern& pat : {Pattern::chunked(64), Pattern::chunked(48), Pattern::chunked(65)})
     for (const std::vector<int64_t>& seqs : {std::vector<int64_t>{1500}, std::vector<int64_t>{640, 1, 0, 200, 64}}) {
-      const RunLength scope(i % 2 ? 3 : 0);
+      const int run = i % 2 ? 3 : 0;
       Case c = wg_case("bandwg_chunkpass_" + wname(pat) + "_n" + std::to_string(seqs.size()), seqs,
                        i % 2 ? DType::f16 : DType::bf16, pat);
       c.sink_mode = i % 3 == 0 ? SinkMode::none : i % 3 == 1 ? SinkMode::denominator : SinkMode::key0_bias;
@@ -348,22 +319,24 @@ TEST_F(CudaBandWg, ChunkPassAgainstTheWindowKernel) {
       ++i;
       std::vector<uint8_t> out_bits[2], lse_bits[2];
       for (int pass : {1, 0}) {
-        const EnvGuard guard("ARIADNE_BANDWG_CHUNK_PASS", pass ? "1" : "0");
+        AttentionOptions o = wg_options(run);
+        o.overrides.chunk_pass = pass ? Toggle::on : Toggle::off;
         Case cp = c;
         cp.name += pass ? "_chunkkernel" : "_windowkernel";
-        check_case(cp);
+        check_case(cp, false, o, [&](int, const AttentionPlan& plan) { expect_bandwg(plan, cp.name); });
         Case same = c;  // the same inputs both ways
         same.seed = base_seed() ^ std::hash<std::string>{}(c.name);
         const testing::Inputs in = testing::make_inputs(same);
         DeviceCase d = upload(in);
-        ASSERT_TRUE(cuda_uses_bandwg(d.p)) << c.name;
         DeviceBuffer out(c.dtype, {in.total_q, int64_t(c.heads_q), int64_t(c.dim)});
         DeviceBuffer lse(DType::f32, {int64_t(c.heads_q), in.total_q});
         out.fill_bytes(0xFF);
         lse.fill_bytes(0xFF);
         d.p.out = out.view();
         d.p.lse = lse.view();
-        attention(d.p, Backend::cuda);
+        const AttentionPlan plan = plan_attention(d.p, o);
+        ASSERT_NO_FATAL_FAILURE(expect_bandwg(plan, c.name));
+        ariadne::run(plan, d.p);
         cuda_synchronize();
         out_bits[pass] = bytes_of(out.to_host());
         lse_bits[pass] = bytes_of(lse.to_host());
@@ -376,7 +349,7 @@ TEST_F(CudaBandWg, ChunkPassAgainstTheWindowKernel) {
 }
 
 TEST_F(CudaBandWg, FusedTokenOrder) {
-  // v13 (the gathering producer): column-major and random orders over the whole packed tensor, on
+  // The gathering producer: column-major and random orders over the whole packed tensor, on
   // lengths 77 and 300 (3- and 4-chunk hulls), 1500 queries over 1570 keys followed by a
   // 70-query sequence with no key (totals equal, as an order needs), and a varlen batch with empty
   // and one-token sequences and per-sequence key counts that differ from the query counts; runs of
@@ -400,7 +373,6 @@ TEST_F(CudaBandWg, FusedTokenOrder) {
       for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(63, 65)})
         for (SinkMode mode : {SinkMode::none, SinkMode::denominator, SinkMode::key0_bias}) {
           const int run = i % 3 == 0 ? 0 : i % 3 == 1 ? 1 : 3;
-          const RunLength scope(run);
           const DType dt = (i++ % 2) ? DType::f16 : DType::bf16;
           Case c = wg_case(std::string("bandwg_order_") + sh.name + "_" + oname + "_" + wname(w) + "_" +
                                sink_mode_name(mode) + "_run" + std::to_string(run) + "_" + dtype_name(dt),
@@ -408,7 +380,7 @@ TEST_F(CudaBandWg, FusedTokenOrder) {
           c.seq_k = sh.seq_k;
           c.sink_mode = mode;
           c.sink_value = std::numeric_limits<float>::quiet_NaN();  // random per head
-          check_ordered(c, order);
+          check_ordered(c, order, false, run);
         }
   }
   Case f32 = wg_case("bandwg_order_n300_f32out", {300}, DType::bf16, Pattern::window(64, 64));
@@ -418,14 +390,12 @@ TEST_F(CudaBandWg, FusedTokenOrder) {
 }
 
 // One block_col case: against the gathered-and-scattered reference, then bit for bit between the
-// copy engine (ARIADNE_BANDWG_TMA_ORDER=1) and the gather (=0) on the same call.
-void check_block_col(const Grid& grid, const Pattern& w, int run, SinkMode mode, DType dt, int variant) {
+// copy engine (AttentionOverrides::ordered_tiles on, the default) and the gather (off) on the same call.
+void check_block_col(const Grid& grid, const Pattern& w, int run, SinkMode mode, DType dt) {
   const std::vector<int32_t> order =
       order_conversion(make_order(OrderKind::block_row, {grid}), make_order(OrderKind::block_col, {grid}));
-  const EnvGuard restore("ARIADNE_BANDWG_V", variant_env(variant));
-  const RunLength scope(run);
   Case c = wg_case("bandwg_blockcol_" + std::to_string(grid.h) + "x" + std::to_string(grid.w) + "_" + wname(w) +
-                       "_run" + std::to_string(run) + "_" + sink_mode_name(mode) + variant_suffix(variant),
+                       "_run" + std::to_string(run) + "_" + sink_mode_name(mode) + "_v3",
                    {int64_t(grid.tokens())}, dt, w);
   c.sink_mode = mode;
   c.sink_value = std::numeric_limits<float>::quiet_NaN();
@@ -435,24 +405,22 @@ void check_block_col(const Grid& grid, const Pattern& w, int run, SinkMode mode,
   const OrderedReference want = ordered_reference(c, in, order);
   DeviceCase d = upload(in);
   const DeviceBuffer d_order = DeviceBuffer::from_ints(order);
-  const auto* ord = static_cast<const int32_t*>(d_order.data());
-  d.p.order = ord;
-  ASSERT_TRUE(cuda_uses_bandwg(d.p)) << "not routed to the wgmma band kernel";
-  d.p.order = nullptr;  // the order goes in through attention_cuda_ordered below
-  const BlockColGrid hint{grid.h, grid.w};
-  // Variant 3 (the default) takes the hint; variants 1 and 2 gather (both runs below then do).
-  ASSERT_EQ(cuda_block_col_tiles(d.p, ord, hint), variant == 3) << "the hint was not taken as expected";
+  d.p.order = static_cast<const int32_t*>(d_order.data());
   std::vector<uint8_t> tma_out, tma_lse;
-  for (const char* path : {"1", "0"}) {  // copy engine, then the gather of v13
-    const EnvGuard tma("ARIADNE_BANDWG_TMA_ORDER", path);
-    ASSERT_EQ(cuda_block_col_tiles(d.p, ord, hint), variant == 3 && std::string(path) == "1");
+  for (Toggle path : {Toggle::automatic, Toggle::off}) {  // copy engine (the default), then the gather
     DeviceBuffer out(c.dtype, want.out.shape());
     DeviceBuffer lse(DType::f32, want.lse.shape());
     out.fill_bytes(0xFF);  // NaN: an unwritten element fails
     lse.fill_bytes(0xFF);
     d.p.out = out.view();
     d.p.lse = lse.view();
-    attention_cuda_ordered(d.p, ord, hint);
+    AttentionOptions o = wg_options(run);
+    o.block_col = BlockColGrid{grid.h, grid.w};
+    o.overrides.ordered_tiles = path;
+    const AttentionPlan plan = plan_attention(d.p, o);
+    ASSERT_NO_FATAL_FAILURE(expect_bandwg(plan, c.name));
+    ASSERT_EQ(plan.ordered_tiles(), path == Toggle::automatic) << "the hint was not taken as expected";
+    ariadne::run(plan, d.p);
     cuda_synchronize();
     const Buffer out_h = out.to_host(), lse_h = lse.to_host();
     if (tma_out.empty()) {
@@ -468,12 +436,24 @@ void check_block_col(const Grid& grid, const Pattern& w, int run, SinkMode mode,
   }
 }
 
+// Whether a plan with this block_col hint copies ordered tiles; forcing it must then throw.
+bool takes_hint(const AttentionParams& p, BlockColGrid grid) {
+  AttentionOptions o = wg_options();
+  o.block_col = grid;
+  const bool taken = plan_attention(p, o).ordered_tiles();
+  o.overrides.ordered_tiles = Toggle::on;
+  if (!taken) {
+    EXPECT_THROW(plan_attention(p, o), Error) << "ordered_tiles = on where the hint cannot apply";
+  }
+  return taken;
+}
+
 // A block_col order with its hint (BlockColGrid): the producer copies the ordered tiles with 5-D
 // tensor maps instead of gathering rows. Grids 32 x 34 (one 16-unit tile per unit column: 1088
 // tokens) and 64 x 32 (two per column: 2048) in Qwen's block_row storage, windows with 3- and
-// 4-chunk hulls, both sinks, GQA 8 over 2, bf16 and f16, every variant, run lengths 1 and the
-// launcher's choice: against the gathered-and-scattered reference, and bit for bit against the
-// gather path (ARIADNE_BANDWG_TMA_ORDER=0) of the same call (both fill the same tiles). The hint
+// 4-chunk hulls, both sinks, GQA 8 over 2, bf16 and f16, run lengths 1 and the launcher's choice:
+// against the gathered-and-scattered reference, and bit for bit against the gather path
+// (AttentionOverrides::ordered_tiles = off) of the same call (both fill the same tiles). The hint
 // is ignored, and rows gathered, where the shape does not allow it: varlen packs, an odd unit-grid
 // height.
 TEST_F(CudaBandWg, BlockColOrderOnTheCopyEngine) {
@@ -488,132 +468,126 @@ TEST_F(CudaBandWg, BlockColOrderOnTheCopyEngine) {
         const SinkMode mode = i % 3 == 0 ? SinkMode::none : i % 3 == 1 ? SinkMode::denominator : SinkMode::key0_bias;
         const DType dt = i % 2 == 0 ? DType::bf16 : DType::f16;
         ++i;
-        for (int variant : kVariants) check_block_col(grid, w, run, mode, dt, variant);
+        check_block_col(grid, w, run, mode, dt);
       }
   // Ignored hints: a two-image pack, a unit-grid height of 17, a grid that does not match the length.
   Case pack = wg_case("bandwg_blockcol_pack", {1024, 1024}, DType::bf16, Pattern::window(64, 64));
   const testing::Inputs in = testing::make_inputs(pack);
   DeviceCase d = upload(in);
+  DeviceBuffer out(DType::bf16, {in.total_q, pack.heads_q, pack.dim});
+  d.p.out = out.view();
   const DeviceBuffer d_order = DeviceBuffer::from_ints(column_major(2048));
   const auto* ord = static_cast<const int32_t*>(d_order.data());
-  EXPECT_FALSE(cuda_block_col_tiles(d.p, ord, BlockColGrid{32, 64}));
+  d.p.order = ord;
+  EXPECT_FALSE(takes_hint(d.p, BlockColGrid{32, 64}));
   Case odd = wg_case("bandwg_blockcol_odd", {34 * 32}, DType::bf16, Pattern::window(64, 64));
   DeviceCase dodd = upload(testing::make_inputs(odd));
-  EXPECT_FALSE(cuda_block_col_tiles(dodd.p, ord, BlockColGrid{34, 32}));
-  EXPECT_FALSE(cuda_block_col_tiles(dodd.p, ord, BlockColGrid{32, 32}));
-  EXPECT_FALSE(cuda_block_col_tiles(dodd.p, nullptr, BlockColGrid{32, 34}));
+  DeviceBuffer out_odd(DType::bf16, {34 * 32, odd.heads_q, odd.dim});
+  dodd.p.out = out_odd.view();
+  dodd.p.order = ord;
+  EXPECT_FALSE(takes_hint(dodd.p, BlockColGrid{34, 32}));
+  EXPECT_FALSE(takes_hint(dodd.p, BlockColGrid{32, 32}));
+  dodd.p.order = nullptr;
+  EXPECT_FALSE(takes_hint(dodd.p, BlockColGrid{32, 34}));
 }
 
 // Small enough for compute-sanitizer: a 32 x 6 grid (192 tokens, three unit columns), both hulls,
-// run lengths 1 and the launcher's choice, the default variant (3).
+// run lengths 1 and the launcher's choice.
 TEST_F(CudaBandWg, BlockColSmallForSanitizers) {
   for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(64, 65)})
-    for (int run : {0, 1}) check_block_col(Grid{32, 6}, w, run, SinkMode::key0_bias, DType::bf16, 3);
+    for (int run : {0, 1}) check_block_col(Grid{32, 6}, w, run, SinkMode::key0_bias, DType::bf16);
 }
 
 TEST_F(CudaBandWg, OrderedSmallCasesForSanitizers) {
-  // Small enough for compute-sanitizer: the gathering producer (v13) with run length 1 and the
+  // Small enough for compute-sanitizer: the gathering producer with run length 1 and the
   // launcher's choice, a 3- and a 4-chunk hull, a two-sequence batch.
   for (int run : {0, 1})
     for (const Pattern& w : {Pattern::window(64, 64), Pattern::window(64, 65)}) {
-      const RunLength scope(run);
       Case c = wg_case("bandwg_order_small_run" + std::to_string(run) + "_" + wname(w), {150, 33}, DType::bf16, w);
       c.seq_k = {143, 40};
       c.sink_mode = SinkMode::key0_bias;
       c.sink_value = std::numeric_limits<float>::quiet_NaN();
-      check_ordered(c, column_major(183));
+      check_ordered(c, column_major(183), false, run);
     }
+}
+
+// Device params of a case (inputs uploaded, out allocated), for routing questions.
+struct RouteCase {
+  DeviceCase d;
+  DeviceBuffer out;
+  explicit RouteCase(const Case& c)
+      : d(upload(testing::make_inputs(c))), out(c.dtype, {d.p.q.shape[0], int64_t(c.heads_q), int64_t(c.dim)}) {
+    d.p.out = out.view();
+  }
+};
+
+CudaKernel routed(const AttentionParams& p, CudaKernel forced = CudaKernel::automatic) {
+  return plan_attention(p, on_kernel(forced)).cuda_kernel();
 }
 
 TEST_F(CudaBandWg, Routing) {
   // Head dim 80 sliding windows up to left + right = 129 take it by default; other head dims,
-  // wider windows, chunks, one-sided unbounded windows do not; ARIADNE_BANDWG=0 hands the call
-  // back to the per-warp band kernel and ARIADNE_BAND=0 to the tile kernel.
+  // wider windows, wider chunks, one-sided unbounded windows do not (and cannot be forced there);
+  // forcing the band kernel hands the call to the per-warp band kernel, forcing the tile kernel to that.
   Case narrow = wg_case("bandwg_route_w64", {300}, DType::bf16, Pattern::window(64, 64));
-  const AttentionParams pn = testing::make_inputs(narrow).params;
-  EXPECT_TRUE(cuda_uses_bandwg(pn));
-  EXPECT_FALSE(cuda_uses_band(pn));
-  {
-    const EnvUnset restore("ARIADNE_BANDWG_V");
-    EXPECT_EQ(cuda_bandwg_variant(), 3);  // variant 3 unless ARIADNE_BANDWG_V=1 or 2
-    setenv("ARIADNE_BANDWG_V", "x", 1);
-    EXPECT_EQ(cuda_bandwg_variant(), 3);
-    setenv("ARIADNE_BANDWG_V", "2", 1);
-    EXPECT_EQ(cuda_bandwg_variant(), 2);
-    setenv("ARIADNE_BANDWG_V", "1", 1);
-    EXPECT_EQ(cuda_bandwg_variant(), 1);
-    setenv("ARIADNE_BANDWG_V", "3", 1);
-    EXPECT_EQ(cuda_bandwg_variant(), 3);
-  }
+  RouteCase rn(narrow);
+  const AttentionParams& pn = rn.d.p;
+  EXPECT_EQ(routed(pn), CudaKernel::bandwg);
   Case d64 = narrow;
   d64.dim = 64;
-  EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(d64).params));
-  EXPECT_TRUE(cuda_uses_band(testing::make_inputs(d64).params));
+  RouteCase r64(d64);
+  EXPECT_EQ(routed(r64.d.p), CudaKernel::band);
+  EXPECT_THROW(routed(r64.d.p, CudaKernel::bandwg), Error);
   Case wide = wg_case("bandwg_route_w65_65", {300}, DType::bf16, Pattern::window(65, 65));
-  EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(wide).params));
-  // v42-v43: chunks up to 65 keys come here (=1 too), never under ARIADNE_BANDWG_CHUNK=0; wider
-  // chunks never.
+  RouteCase rw(wide);
+  EXPECT_NE(routed(rw.d.p), CudaKernel::bandwg);
+  EXPECT_THROW(routed(rw.d.p, CudaKernel::bandwg), Error);
+  // Chunks up to 65 keys come here; wider chunks never; the tile kernel forced keeps them there.
   Case chunk = wg_case("bandwg_route_chunk64", {300}, DType::bf16, Pattern::chunked(64));
-  EXPECT_TRUE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
+  RouteCase rc(chunk);
+  EXPECT_EQ(routed(rc.d.p), CudaKernel::bandwg);
   Case big_chunk = wg_case("bandwg_route_chunk64_n4096", {4096}, DType::bf16, Pattern::chunked(64));
-  const AttentionParams pbig = testing::make_inputs(big_chunk).params;
-  EXPECT_TRUE(cuda_uses_bandwg(pbig));
+  RouteCase rbig(big_chunk);
+  EXPECT_EQ(routed(rbig.d.p), CudaKernel::bandwg);
   Case chunk66 = wg_case("bandwg_route_chunk66", {4096}, DType::bf16, Pattern::chunked(66));
-  {
-    const EnvGuard on("ARIADNE_BANDWG_CHUNK", "1");
-    EXPECT_TRUE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
-    EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(chunk66).params));
-  }
-  {
-    const EnvGuard off("ARIADNE_BANDWG_CHUNK", "0");
-    EXPECT_FALSE(cuda_uses_bandwg(pbig));
-    EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
-  }
+  RouteCase r66(chunk66);
+  EXPECT_NE(routed(r66.d.p), CudaKernel::bandwg);
+  EXPECT_THROW(routed(r66.d.p, CudaKernel::bandwg), Error);
+  EXPECT_EQ(routed(rbig.d.p, CudaKernel::tile), CudaKernel::tile);
+  EXPECT_EQ(routed(rc.d.p, CudaKernel::tile), CudaKernel::tile);
   Case causal = wg_case("bandwg_route_causal", {300}, DType::bf16, Pattern::causal());
-  EXPECT_FALSE(cuda_uses_bandwg(testing::make_inputs(causal).params));
+  RouteCase rcausal(causal);
+  EXPECT_NE(routed(rcausal.d.p), CudaKernel::bandwg);
+  EXPECT_THROW(routed(rcausal.d.p, CudaKernel::bandwg), Error);
   // A token order (a gather per row, which the copy engine's tiles cannot do; the producer gathers
-  // with cp.async instead, v13) comes here by default and under ARIADNE_BANDWG_ORDER=1
-  // (FusedTokenOrder above); =0 keeps it on the band kernel (CudaBand.FusedTokenOrder tests it there).
-  AttentionParams ordered = pn;
-  const std::vector<int32_t> identity = [] {
+  // with cp.async instead) comes here by default (FusedTokenOrder above); forcing the band kernel
+  // keeps it there (CudaBand.FusedTokenOrder tests it there).
+  const DeviceBuffer identity = DeviceBuffer::from_ints([] {
     std::vector<int32_t> v(300);
     std::iota(v.begin(), v.end(), 0);
     return v;
-  }();
-  ordered.order = identity.data();
-  EXPECT_TRUE(cuda_uses_bandwg(ordered));
-  EXPECT_FALSE(cuda_uses_band(ordered));
-  {
-    const EnvGuard restore("ARIADNE_BANDWG_ORDER", "1");
-    EXPECT_TRUE(cuda_uses_bandwg(ordered));
-    EXPECT_FALSE(cuda_uses_band(ordered));
-    EXPECT_TRUE(cuda_uses_bandwg(pn));  // no order: unchanged
-    setenv("ARIADNE_BANDWG_ORDER", "0", 1);
-    EXPECT_FALSE(cuda_uses_bandwg(ordered));
-    EXPECT_TRUE(cuda_uses_band(ordered));
-    setenv("ARIADNE_BANDWG_ORDER", "1", 1);
-    setenv("ARIADNE_BANDWG", "0", 1);  // the kernel switched off takes no ordered call either
-    EXPECT_FALSE(cuda_uses_bandwg(ordered));
-    EXPECT_TRUE(cuda_uses_band(ordered));
-    unsetenv("ARIADNE_BANDWG");
-  }
+  }());
+  AttentionParams ordered = pn;
+  ordered.order = static_cast<const int32_t*>(identity.data());
+  EXPECT_EQ(routed(ordered), CudaKernel::bandwg);
+  EXPECT_EQ(routed(pn), CudaKernel::bandwg);  // no order: unchanged
+  EXPECT_EQ(routed(ordered, CudaKernel::band), CudaKernel::band);
   // A view whose rows are closer together than its heads (heads outermost) has no tensor map.
   AttentionParams heads_outer = pn;
   heads_outer.q.stride[0] = 80;
   heads_outer.q.stride[1] = 300 * 80;
-  EXPECT_FALSE(cuda_uses_bandwg(heads_outer));
-  setenv("ARIADNE_BAND", "1", 1);  // chunks forced onto the band kernels take this one at d 80, as windows do
-  EXPECT_TRUE(cuda_uses_bandwg(testing::make_inputs(chunk).params));
-  unsetenv("ARIADNE_BAND");
-  setenv("ARIADNE_BANDWG", "0", 1);
-  EXPECT_FALSE(cuda_uses_bandwg(pn));
-  EXPECT_TRUE(cuda_uses_band(pn));
-  check_case(narrow);
-  unsetenv("ARIADNE_BANDWG");
-  setenv("ARIADNE_BAND", "0", 1);
-  EXPECT_FALSE(cuda_uses_bandwg(pn));
-  EXPECT_FALSE(cuda_uses_band(pn));
-  unsetenv("ARIADNE_BAND");
+  EXPECT_NE(routed(heads_outer), CudaKernel::bandwg);
+  try {
+    routed(heads_outer, CudaKernel::bandwg);
+    ADD_FAILURE() << "a view without tensor maps was forced onto the wgmma band kernel";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("strides"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(routed(rc.d.p, CudaKernel::bandwg), CudaKernel::bandwg);
+  EXPECT_EQ(routed(pn, CudaKernel::band), CudaKernel::band);
+  check_case(narrow, false, on_kernel(CudaKernel::band),
+             [](int, const AttentionPlan& plan) { ASSERT_EQ(plan.cuda_kernel(), CudaKernel::band); });
+  EXPECT_EQ(routed(pn, CudaKernel::tile), CudaKernel::tile);
 }
 
 }  // namespace

@@ -1,8 +1,7 @@
 // Block-sparse CSR rows on both CUDA kernels against the double-precision CPU reference.
 //
-// Every case runs twice: with ARIADNE_WGMMA=1, asserting that the call is routed to the wgmma
-// kernel (blocks that are multiples of 128), and with ARIADNE_WGMMA=0, asserting that it is not
-// (the mma.sync kernel). A silent fallback would otherwise make the wgmma half test nothing.
+// Every case runs twice: forced onto the wgmma kernel (blocks that are multiples of 128) and onto
+// the mma.sync tile kernel (AttentionOverrides::cuda_kernel), each plan asserted to say so. A silent fallback would otherwise make the wgmma half test nothing.
 // As everywhere in tests/cuda: fresh random inputs per process (ARIADNE_TEST_SEED pins them), out
 // and lse poisoned with NaN before each call, the tolerance rule of tests/common.hpp, and a second
 // run compared bit for bit. Masks are random (10 / 25 / 50 / 100% of the visible blocks) or built
@@ -23,7 +22,6 @@
 #include "ariadne/device.hpp"
 #include "common.hpp"
 #include "cuda/cuda_common.hpp"
-#include "attention/cuda/internal.hpp"
 
 namespace ariadne {
 namespace {
@@ -75,10 +73,10 @@ void check_on(const std::string& name, const testing::Inputs& in, const testing:
               bool wgmma) {
   SCOPED_TRACE(name + (wgmma ? " [wgmma]" : " [mma.sync]") + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) +
                ")");
-  const EnvGuard sw("ARIADNE_WGMMA", wgmma ? "1" : "0");
   DeviceCase d = upload(in);
-  ASSERT_EQ(cuda_uses_wgmma(d.p), wgmma) << "routed to the wrong kernel";
-  check_runs(d, dtype, ref.out, ref.lse, testing::tolerance(dtype, testing::max_abs_logit(in)));
+  const CudaKernel k = wgmma ? CudaKernel::wgmma : CudaKernel::tile;
+  check_runs(d, dtype, ref.out, ref.lse, testing::tolerance(dtype, testing::max_abs_logit(in)), on_kernel(k),
+             [&](int, const AttentionPlan& plan) { ASSERT_EQ(plan.cuda_kernel(), k) << "routed to the wrong kernel"; });
 }
 
 // Fresh inputs for `c`, the mask from `rule` (or c.block_density's random mask when rule is
@@ -222,16 +220,14 @@ TEST(BlockSparseWgmma, VarlenAndChunkedPrefill) {
   check_both(s, random_rows(0.5, base_seed() + 37));
 }
 
-// ARIADNE_WGMMA_ORDER launches the wgmma kernel's grid tile-major ("tiles": (query tiles, heads))
-// or heads fastest ("heads": (heads, query tiles)); unset, launch_wgmma picks (heads fastest for
+// AttentionOverrides::launch_order launches the wgmma kernel's grid tile-major ((query tiles, heads))
+// or heads fastest ((heads, query tiles)); automatic, launch_wgmma picks (heads fastest for
 // short causal grids, which the other tests here and in test_attention_wgmma.cpp exercise). Every
 // CTA computes the same (head, tile) in either order, so the heads-fastest run must equal the
 // tile-major run bit for bit, and that one the reference: GQA masks per query head (16 heads over
 // 4), a dense causal varlen batch with empty and one-token sequences, and chunked prefill with a
 // key0 sink.
 TEST(BlockSparseWgmma, LaunchOrdersGiveTheSameBits) {
-  const EnvGuard on("ARIADNE_WGMMA", "1");
-  const EnvGuard order("ARIADNE_WGMMA_ORDER", "tiles");
   Case gqa = block_case("order_gqa_16_4", {520}, 128, DType::bf16, Pattern::causal());
   gqa.heads_q = 16;
   gqa.heads_kv = 4;
@@ -247,18 +243,22 @@ TEST(BlockSparseWgmma, LaunchOrdersGiveTheSameBits) {
     const testing::Result ref = testing::run_reference(in);
     DeviceCase d = upload(in);
     SCOPED_TRACE(c.name + " (ARIADNE_TEST_SEED=" + std::to_string(base_seed()) + ")");
-    int run = 0;
-    check_runs(d, c.dtype, ref.out, ref.lse, testing::tolerance(c.dtype, testing::max_abs_logit(in)),
-               [&](const AttentionParams& p) {
-                 ASSERT_TRUE(cuda_uses_wgmma(p)) << "not routed to the wgmma kernel";
-                 setenv("ARIADNE_WGMMA_ORDER", run++ == 0 ? "tiles" : "heads", 1);
-               });
-    EXPECT_EQ(run, 2);
+    int runs = 0;
+    check_runs(
+        d, c.dtype, ref.out, ref.lse, testing::tolerance(c.dtype, testing::max_abs_logit(in)),
+        on_kernel(CudaKernel::wgmma),
+        [&](int, const AttentionPlan& plan) {
+          ASSERT_EQ(plan.cuda_kernel(), CudaKernel::wgmma) << "not routed to the wgmma kernel";
+          ++runs;
+        },
+        [](int run, AttentionOptions& o) {
+          o.overrides.launch_order = run == 0 ? LaunchOrder::tile_major : LaunchOrder::heads_fastest;
+        });
+    EXPECT_EQ(runs, 2);
   }
 }
 
 TEST(BlockSparseWgmma, RoutesBlocksOfMultiplesOf128Only) {
-  const EnvGuard on("ARIADNE_WGMMA", "1");
   for (const auto& [block, want] : {std::pair{64, false}, std::pair{128, true}, std::pair{192, false},
                                     std::pair{256, true}}) {
     Case c = block_case("route_block" + std::to_string(block), {300}, 128, DType::bf16, Pattern::causal());
@@ -268,10 +268,13 @@ TEST(BlockSparseWgmma, RoutesBlocksOfMultiplesOf128Only) {
     DeviceCase d = upload(in);
     DeviceBuffer out(DType::bf16, {in.total_q, c.heads_q, c.dim});
     d.p.out = out.view();
-    EXPECT_EQ(cuda_uses_wgmma(d.p), want) << "block " << block;
+    const AttentionPlan plan = plan_attention(d.p);
+    EXPECT_EQ(plan.cuda_kernel() == CudaKernel::wgmma, want) << "block " << block;
     if (want) {
-      EXPECT_EQ(cuda_query_tile_rows(d.p), 128);
-      EXPECT_EQ(cuda_key_tile_rows(d.p), 128);
+      EXPECT_EQ(plan.query_tile_rows(), 128);
+      EXPECT_EQ(plan.key_tile_rows(), 128);
+    } else {
+      EXPECT_THROW(plan_attention(d.p, on_kernel(CudaKernel::wgmma)), Error) << "block " << block;
     }
   }
 }

@@ -26,7 +26,9 @@ DeviceBuffer upload_output(const Buffer& host, TensorView* view) {
   return d;
 }
 
-bool run_cuda(const PreparedCase& pc, CaseOutputs& o, std::string* why) {
+// `kernel`: the route, automatic (the library's choice) or a family forced through the plan's
+// overrides; a family that cannot take the case declines it (the case is then skipped for it).
+bool run_cuda_on(const PreparedCase& pc, CaseOutputs& o, std::string* why, CudaKernel kernel) {
   cuda_testing::DeviceCase d = cuda_testing::upload(pc.in);
   DeviceBuffer out = upload_output(o.out, &d.p.out);
   DeviceBuffer lse = upload_output(o.lse, &d.p.lse);
@@ -42,7 +44,18 @@ bool run_cuda(const PreparedCase& pc, CaseOutputs& o, std::string* why) {
   }
   // Asked with the outputs in place: the route may depend on them.
   if (!backend_supports(Backend::cuda, d.p, why)) return false;
-  attention(d.p, Backend::cuda);
+  AttentionOptions opts;
+  opts.backend = Backend::cuda;
+  opts.overrides.cuda_kernel = kernel;
+  AttentionPlan plan;
+  try {
+    plan = plan_attention(d.p, opts);
+  } catch (const Error& e) {
+    if (kernel == CudaKernel::automatic) throw;
+    *why = e.what();
+    return false;
+  }
+  run(plan, d.p);
   cuda_synchronize();
   o.out = out.to_host();
   if (o.lse.data() != nullptr) o.lse = lse.to_host();
@@ -52,6 +65,13 @@ bool run_cuda(const PreparedCase& pc, CaseOutputs& o, std::string* why) {
   return true;
 }
 
+bool run_cuda(const PreparedCase& pc, CaseOutputs& o, std::string* why) {
+  return run_cuda_on(pc, o, why, CudaKernel::automatic);
+}
+bool run_cuda_tile(const PreparedCase& pc, CaseOutputs& o, std::string* why) {
+  return run_cuda_on(pc, o, why, CudaKernel::tile);
+}
+
 class CudaCases : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(CudaCases, MatchesReference) {
@@ -59,6 +79,18 @@ TEST_P(CudaCases, MatchesReference) {
   CaseBackend b;
   b.name = "cuda";
   b.run = run_cuda;
+  b.repeat = true;
+  std::string why;
+  if (!run_case(pc, b, &why)) GTEST_SKIP() << why;
+}
+
+// The same cases on the mma.sync tile kernel, forced: the kernel that serves every pattern the
+// Hopper kernels do not, kept correct on the cases those kernels take by default.
+TEST_P(CudaCases, TileKernelMatchesReference) {
+  const PreparedCase pc = prepare(GetParam(), cuda_testing::base_seed());
+  CaseBackend b;
+  b.name = "cuda-tile";
+  b.run = run_cuda_tile;
   b.repeat = true;
   std::string why;
   if (!run_case(pc, b, &why)) GTEST_SKIP() << why;

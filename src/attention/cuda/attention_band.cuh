@@ -2,8 +2,7 @@
 //
 // Why a second kernel: the tile kernel (attention_fwd.cuh) gives each 64-row query tile its own
 // CTA, which loads its 3 K/V tiles and exits: on a ±64 window at N 4096 every K/V row crosses
-// L2 -> SM three times, and each short CTA drains its pipeline (bench/cuda-notes.md, v2-v4:
-// latency-bound at 17% occupancy). Here one CTA of 4 warps walks a run of consecutive 64-row
+// L2 -> SM three times, and each short CTA drains its pipeline (latency-bound at 17% occupancy). Here one CTA of 4 warps walks a run of consecutive 64-row
 // query tiles of one query head (across sequence ends in a packed batch) and keeps the keys
 // consecutive tiles share in a shared-memory ring, so each key is loaded about once per run, and
 // the next tile's Q and new keys are copied (cp.async) while the current tile computes.
@@ -17,18 +16,18 @@
 //     window: 9-10 chunks, useful fraction 129/144-160 instead of 129/192 for 64x64 tiles). Its
 //     whole score row (at most MAXC chunks) stays in registers, so the softmax is one pass: no
 //     running max, no rescaling of the output accumulators.
-// Eligible patterns (band_eligible in attention_cuda.cu): no block mask, and a bound on the keys 16
+// Eligible patterns (band_refuses in attention_cuda.cu): no block mask, and a bound on the keys 16
 // consecutive rows can see of at most 145 (window left + right <= 129, or chunk <= 65); everything
 // else, and diagnostics (entropy, distance), stays on the tile kernel. Head dims 64, 80, 96; sinks
 // (both forms), GQA, varlen with lq != lk (bottom-right aligned), f32/16-bit out, LSE and the
 // fused token order are handled here as in the tile kernel.
 //
-// Status (bench/cuda-notes.md, v7-v9): the default route for sliding windows since v9, where a
-// hot path (a warp that sees exactly 9 chunks, masks on the first and last only: every 16-aligned
+// The default route for sliding windows at head dims 64 and 96 (the wgmma band kernel takes head
+// dim 80 where it applies), where a hot path (a warp that sees exactly 9 chunks, masks on the first and last only: every 16-aligned
 // window of left + right = 128, ViT's ±64 among them) is straight-line code of ~730 instructions per
 // warp-tile; it measured 1.01-1.34x the tile kernel on ViT windows (1.26-1.46x in column order).
-// Chunked patterns reach it only with ARIADNE_BAND=1 (0.69-0.79x the tile kernel, whose 64x64
-// tiles fit 64-key chunks exactly). Still latency-bound at 8 warps per SM (112 KB of shared memory).
+// Chunked patterns reach it only when forced (AttentionOverrides::cuda_kernel = band: 0.69-0.79x
+// the tile kernel, whose 64x64 tiles fit 64-key chunks exactly). Still latency-bound at 8 warps per SM (112 KB of shared memory).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -51,7 +50,7 @@ struct BandShape {
   static constexpr int RS = D + 8;    // padded row pitch (conflict-free ldmatrix, as in FwdShape)
   static constexpr int C = D / 8;     // 16-byte pieces per row
   static constexpr size_t smem_bytes = size_t(2 * BM + 2 * NC * CK) * RS * 2;
-  // The most keys 16 consecutive query rows may see (band_eligible): an interval of W keys meets
+  // The most keys 16 consecutive query rows may see (band_refuses): an interval of W keys meets
   // at most floor((W + 30) / 16) 16-aligned chunks, which must not exceed MAXC.
   static constexpr int kMaxRowSpan = MAXC * CK + 15 - 30;
 };
@@ -65,7 +64,7 @@ struct BoolTag {
   static constexpr bool value = B;
 };
 
-// The dense rule of one sequence in int32 (band_eligible keeps lengths below 2^30; a window or
+// The dense rule of one sequence in int32 (band_refuses keeps lengths below 2^30; a window or
 // chunk wider than that acts as unbounded): Pattern::key_range of one row without 64-bit work.
 struct BandRule {
   int off, lk, left, right, chunk;

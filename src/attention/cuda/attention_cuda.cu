@@ -71,110 +71,89 @@ bool current_device_is_sm90() {
   return major == 9 && minor == 0;
 }
 
+// The band-walking kernels (attention_band.cuh, attention_bandwg.cuh) take narrow local patterns:
+// no block mask, no entropy/distance, head dim 64/80/96, rows and keys below 2^30 (their row bounds
+// are int32), and 16 consecutive rows seeing at most kMaxRowSpan keys (window left + right <= 129,
+// or chunk <= 65). Empty when the per-warp band kernel can take p, else why not.
+std::string band_refuses(const AttentionParams& p) {
+  const int d = p.head_dim();
+  if (d != 64 && d != 80 && d != 96) return "head_dim " + std::to_string(d) + " (the band kernel has 64, 80 and 96)";
+  const Pattern& pat = p.pattern;
+  if (pat.blocks.defined()) return "a block-sparse mask (the band kernels walk windows and chunks)";
+  if (p.entropy.defined() || p.distance.defined()) return "entropy/distance (tile kernel only)";
+  if (p.q.shape[0] >= (int64_t(1) << 30) || p.k.shape[0] >= (int64_t(1) << 30))
+    return "2^30 rows or more (int32 row bounds)";
+  int64_t span = -1;  // keys 16 consecutive query rows may see
+  if (pat.window_left != kUnbounded && pat.window_right != kUnbounded) span = pat.window_left + pat.window_right + 16;
+  if (pat.chunk > 0 && (span < 0 || 2 * pat.chunk + 14 < span)) span = 2 * pat.chunk + 14;
+  if (span < 0 || span > cuda::BandShape<64>::kMaxRowSpan)
+    return "a pattern that is not a narrow band (window left + right <= 129 or chunk <= 65)";
+  return {};
+}
+
+// The wgmma band kernel (attention_bandwg.cuh) takes the band kernel's calls at head dim 80 (ViT's)
+// on compute capability 9.0: sliding windows with left + right <= 129 (a 64-row tile's hull then
+// meets at most 4 chunks of 64 keys) and chunks of <= 65 tokens, alone or with a window (BandRule
+// clips each row's keys to its chunk), with or without a token order (the producer then gathers
+// rows with cp.async), for q/k/v views whose strides increase from head dim to heads to rows (its
+// tensor maps need that).
+std::string bandwg_refuses(const AttentionParams& p, bool sm90) {
+  if (std::string why = band_refuses(p); !why.empty()) return why;
+  if (p.head_dim() != 80) return "head_dim " + std::to_string(p.head_dim()) + " (the wgmma band kernel has 80 only)";
+  const Pattern& pat = p.pattern;
+  if (pat.chunk != 0 && pat.chunk > cuda::BandWgShape<80>::kMaxChunk) return "chunk above 65";
+  if (pat.chunk == 0 && (pat.window_left == kUnbounded || pat.window_right == kUnbounded ||
+                         pat.window_left + pat.window_right > cuda::BandWgShape<80>::kMaxSpan))
+    return "a window wider than left + right = 129";
+  for (const TensorView* t : {&p.q, &p.k, &p.v})
+    if (t->stride[2] != 1 || t->stride[1] < t->shape[2] || t->stride[0] < t->stride[1] * t->shape[1])
+      return "q/k/v strides that do not increase from head dim to heads to rows (tensor maps)";
+  if (!sm90) return "a device that is not compute capability 9.0";
+  return {};
+}
+
 // The wgmma kernel (attention_wgmma.cuh) runs dense rows (full, causal, any window_right without a
 // left bound, varlen, GQA, sinks) at head dims 64, 80 and 128 on compute capability 9.0, and
 // block-sparse rows on those patterns when the block is a multiple of its 128-row tiles (128,
 // RRAttention's default, 256, ...); blocks of 64 or 192 stay on the mma.sync kernel, whose 64-key
-// tiles divide them. It is the default for those calls; ARIADNE_WGMMA=0 in the environment (read
-// per call) keeps them on the mma.sync kernel, which is how device-check still tests that path.
-bool wgmma_eligible(const AttentionParams& p) {
-  if (env_is("ARIADNE_WGMMA", "0")) return false;
+// tiles divide them. A token order runs elsewhere: its gathers are in the other kernels' loads.
+std::string wgmma_refuses(const AttentionParams& p, bool sm90) {
   const int d = p.head_dim();
-  if (d != 64 && d != 80 && d != 128) return false;
+  if (d != 64 && d != 80 && d != 128) return "head_dim " + std::to_string(d) + " (the wgmma kernel has 64, 80 and 128)";
   const Pattern& pat = p.pattern;
-  if (pat.window_left != kUnbounded || pat.chunk > 0) return false;
-  if (pat.blocks.defined() && pat.blocks.block % cuda::WgShape<64>::BM != 0) return false;
-  if (p.entropy.defined() || p.distance.defined()) return false;  // diagnostics: mma.sync kernel
-  return current_device_is_sm90();
+  if (pat.window_left != kUnbounded) return "a left window bound (the wgmma kernel runs dense rows)";
+  if (pat.chunk > 0) return "a chunked pattern (the wgmma kernel runs dense rows)";
+  if (pat.blocks.defined() && pat.blocks.block % cuda::WgShape<64>::BM != 0)
+    return "block size " + std::to_string(pat.blocks.block) + " (the wgmma kernel needs a multiple of 128)";
+  if (p.entropy.defined() || p.distance.defined()) return "entropy/distance (tile kernel only)";
+  if (p.order != nullptr) return "a token order (the wgmma kernel has no gathers)";
+  if (!sm90) return "a device that is not compute capability 9.0";
+  return {};
 }
 
-// The band-walking kernel (attention_band.cuh) can take narrow local patterns: no block mask, no
-// entropy/distance, head dim 64/80/96, rows and keys below 2^30 (its row bounds are int32), and 16
-// consecutive rows seeing at most kMaxRowSpan keys (window left + right <= 129, or chunk <= 65).
-// Default route (v9, bench/cuda-notes.md): sliding windows (both sides bounded, no chunk), where
-// its hot path (9 chunks of 16 keys per 16-row warp, masks on the two edge chunks) applies to
-// 16-aligned windows such as ViT's ±64; chunked patterns stay on the tile kernel by default (the
-// band kernel measured slower there). ARIADNE_BAND=0 in the environment (read per call) keeps
-// every call on the tile kernel, ARIADNE_BAND=1 sends every eligible call to the band kernel.
-// ARIADNE_BAND_RUN=n fixes its run length (benchmark variants).
-// band_fits: the shapes the band kernels can take at all; band_eligible adds the default route.
-bool band_fits(const AttentionParams& p) {
-  const int d = p.head_dim();
-  if (d != 64 && d != 80 && d != 96) return false;
-  const Pattern& pat = p.pattern;
-  if (pat.blocks.defined() || p.entropy.defined() || p.distance.defined()) return false;
-  if (p.q.shape[0] >= (int64_t(1) << 30) || p.k.shape[0] >= (int64_t(1) << 30)) return false;
-  int64_t span = -1;  // keys 16 consecutive query rows may see
-  if (pat.window_left != kUnbounded && pat.window_right != kUnbounded) span = pat.window_left + pat.window_right + 16;
-  if (pat.chunk > 0 && (span < 0 || 2 * pat.chunk + 14 < span)) span = 2 * pat.chunk + 14;
-  return span >= 0 && span <= cuda::BandShape<64>::kMaxRowSpan;
-}
-bool band_eligible(const AttentionParams& p) {
-  if (env_is("ARIADNE_BAND", "0") || !band_fits(p)) return false;
-  return env_is("ARIADNE_BAND", "1") || p.pattern.chunk == 0;  // by default sliding windows only
-}
-
-// The wgmma band kernel (attention_bandwg.cuh) takes the band kernel's sliding windows at head dim
-// 80 (ViT's) on compute capability 9.0: window left + right <= 129 (a 64-row tile's hull then meets
-// at most 4 chunks of 64 keys), and chunks (below). Default route for those calls (bench/cuda-notes.md, v11);
-// ARIADNE_BANDWG=0 in the environment (read per call) keeps them on the per-warp band kernel, and
-// ARIADNE_BAND=0 keeps them on the tile kernel as before. ARIADNE_BAND_RUN fixes its run length too.
-// Its copies are the copy engine's tiles (TMA); a token order (a gather per row) switches the
-// producer to cp.async gathers (bandwg_routes; ARIADNE_BANDWG_ORDER=0 keeps ordered calls on the
-// band kernel); q/k/v views whose strides do not increase from head dim to heads to rows stay on
-// the band kernel.
-// Chunked patterns (session 14, v42: Qwen's 64-token windows): chunk <= 65, alone or with a window,
-// take the same kernel (BandRule clips each row's keys to its chunk; a 64-row tile's hull of <= 62 +
-// 2 x chunk keys meets at most 4 chunks of 64 keys); variant 3 runs them on its chunk kernel (v43:
-// a one-chunk pass for one-chunk hulls). Measured against the tile kernel (bench/cuda-notes.md,
-// v42-v43): 33-37% faster from N 4096 x 16 heads on, 2-3% at N 1024 x 16 heads (v42 without the
-// one-chunk pass was 8% slower there and routed only calls of >= 32768 rows x heads).
-// ARIADNE_BANDWG_CHUNK=0 (read per call) keeps chunked calls on the tile kernel (=1: here, the
-// default); ARIADNE_BAND=0 keeps every call off the band kernels.
-bool bandwg_eligible(const AttentionParams& p) {
-  if (env_is("ARIADNE_BANDWG", "0") || env_is("ARIADNE_BAND", "0")) return false;
-  if (!band_fits(p) || p.head_dim() != 80) return false;
-  const Pattern& pat = p.pattern;
-  const bool window = pat.window_left != kUnbounded && pat.window_right != kUnbounded &&
-                      pat.window_left + pat.window_right <= cuda::BandWgShape<80>::kMaxSpan;
-  const bool chunk =
-      pat.chunk > 0 && pat.chunk <= cuda::BandWgShape<80>::kMaxChunk && !env_is("ARIADNE_BANDWG_CHUNK", "0");
-  if (pat.chunk != 0 ? !chunk : !window) return false;
-  // The copy engine's tensor maps (encode_tile_map) need strides increasing from the head dim to
-  // the heads to the rows.
-  for (const TensorView* t : {&p.q, &p.k, &p.v})
-    if (t->stride[2] != 1 || t->stride[1] < t->shape[2] || t->stride[0] < t->stride[1] * t->shape[1]) return false;
-  return current_device_is_sm90();
-}
-
-// Whether a call with this token order (nullptr: none) runs on the wgmma band kernel. An ordered
-// call does unless ARIADNE_BANDWG_ORDER=0 in the environment (read per call): the producer
-// warpgroup then gathers the rows with cp.async instead of TMA (bench/cuda-notes.md, v13: column
-// order at N 4096 0.0279 ms there against 0.0330 on the band kernel, which =0 keeps).
-bool bandwg_routes(const AttentionParams& p, const int32_t* order) {
-  if (order != nullptr && env_is("ARIADNE_BANDWG_ORDER", "0")) return false;
-  return bandwg_eligible(p);
-}
-
-// ARIADNE_BAND_RUN=n (read per call): the band kernels' run length (0: their own choice).
-int band_run_env() {
-  const char* env = std::getenv("ARIADNE_BAND_RUN");
-  return env != nullptr ? std::atoi(env) : 0;
-}
-
-cudaError_t launch_bandwg_d80(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
-  const int run = band_run_env();
-  const bool bf16 = dtype == DType::bf16;
-  switch (cuda_bandwg_variant()) {
-    case 1: return bf16 ? cuda::launch_bandwg<80, cuda::Bf16, 1>(fp, run, st) : cuda::launch_bandwg<80, cuda::F16, 1>(fp, run, st);
-    case 3: return bf16 ? cuda::launch_bandwg<80, cuda::Bf16, 3>(fp, run, st) : cuda::launch_bandwg<80, cuda::F16, 3>(fp, run, st);
-    default: return bf16 ? cuda::launch_bandwg<80, cuda::Bf16, 2>(fp, run, st) : cuda::launch_bandwg<80, cuda::F16, 2>(fp, run, st);
+// Why kernel `k` cannot run p (empty: it can). The tile kernel runs every supported call.
+std::string kernel_refuses(CudaKernel k, const AttentionParams& p, bool sm90) {
+  switch (k) {
+    case CudaKernel::bandwg: return bandwg_refuses(p, sm90);
+    case CudaKernel::band: return band_refuses(p);
+    case CudaKernel::wgmma: return wgmma_refuses(p, sm90);
+    default: return {};
   }
 }
 
+// The routing decision, the one place it is made. The wgmma band kernel where it applies; then the
+// per-warp band kernel for sliding windows (its hot path, 9 chunks of 16 keys per 16-row warp with
+// masks on the two edge chunks, suits 16-aligned windows such as ViT's ±64; chunks at other head
+// dims measure faster on the tile kernel); then the wgmma kernel for dense rows; else the tile kernel.
+CudaKernel route(const AttentionParams& p, bool sm90) {
+  if (bandwg_refuses(p, sm90).empty()) return CudaKernel::bandwg;
+  if (band_refuses(p).empty() && p.pattern.chunk == 0) return CudaKernel::band;
+  if (wgmma_refuses(p, sm90).empty()) return CudaKernel::wgmma;
+  return CudaKernel::tile;
+}
+
 template <int D>
-cudaError_t launch_band_dim(const cuda::FwdParams& fp, DType dtype, cudaStream_t st) {
-  const int run = band_run_env();
+cudaError_t launch_band_dim(const cuda::FwdParams& fp, DType dtype, int run, cudaStream_t st) {
   return dtype == DType::bf16 ? cuda::launch_band<D, cuda::Bf16>(fp, run, st) : cuda::launch_band<D, cuda::F16>(fp, run, st);
 }
 
@@ -199,19 +178,12 @@ bool encode_map(CUtensorMap* map, const TensorView& t, int box_rows = cuda::WgSh
   return r == CUDA_SUCCESS;
 }
 
-// The wgmma kernel copies K/V (and Q) with TMA unless ARIADNE_TMA=0 is set (read per call: the
-// cp.async producer stays testable and comparable in one binary) or a map cannot be built.
-template <int D>
-cuda::WgMaps wgmma_maps(const AttentionParams& p) {
-  cuda::WgMaps m{};
-  if (env_is("ARIADNE_TMA", "0")) return m;
-  m.enabled = encode_map<D>(&m.q, p.q) && encode_map<D>(&m.k, p.k) && encode_map<D>(&m.v, p.v);
-  // d 128 and 80: the output's map, boxes of one consumer's 64 rows (WgMaps::out_tma), for 16-bit
-  // out; ARIADNE_WG_OUT_TMA=0 (read per call) keeps the per-thread stores (at d 80 the other kernel
-  // instantiation: bench/cuda-notes.md, v44).
-  if (D != 64 && m.enabled && p.out.dtype != DType::f32 && !env_is("ARIADNE_WG_OUT_TMA", "0"))
-    m.out_tma = encode_map<D>(&m.o, p.out, 64) ? 1 : 0;
-  return m;
+bool encode_map_dim(int d, CUtensorMap* map, const TensorView& t, int box_rows = 0) {
+  switch (d) {
+    case 64: return box_rows > 0 ? encode_map<64>(map, t, box_rows) : encode_map<64>(map, t);
+    case 80: return box_rows > 0 ? encode_map<80>(map, t, box_rows) : encode_map<80>(map, t);
+    default: return box_rows > 0 ? encode_map<128>(map, t, box_rows) : encode_map<128>(map, t);
+  }
 }
 
 // The mean number of 128-key tiles a 128-row query tile of the wgmma kernel visits, where the host
@@ -238,86 +210,64 @@ double mean_key_tiles(const AttentionParams& p) {
   return std::min(mean, std::ceil(double(total_k) / kTile));
 }
 
-// Consumer ping-pong (WgMaps::pingpong) on the d 128 kernel when its query tiles visit at most
-// this many key tiles on average (bench/cuda-notes.md, session 12, "v34": block-sparse 32K 10%
-// (~13 tiles) 3% faster with it, 25% (~32) 1.3%, causal 8K (~32) 1.9%; level at 51-128 tiles,
-// causal 128K (~512) 2% slower).
+// Consumer ping-pong (WgMaps::pingpong) on the d 128 kernel when its query tiles visit at most this
+// many key tiles on average: short rows gain from it (block-sparse 32K at 10% kept, ~13 tiles, 3%
+// faster; causal 8K, ~32 tiles, 1.9%), long rows lose (causal 128K, ~512 tiles, 2% slower). At
+// head dims 64 and 80 the softmax is a larger share of a tile and ping-pong always pays.
 constexpr double kPingPongTiles = 40;
 
-template <int D>
-bool wgmma_pingpong(const AttentionParams& p) {
-  // ARIADNE_WG_PINGPONG=1/0 in the environment (read per call) forces it on/off.
-  const char* pp = std::getenv("ARIADNE_WG_PINGPONG");
-  if (pp != nullptr) return std::string(pp) == "1";
-  if (D <= 80) return true;  // v12: the softmax is a larger share of a tile (full N 4096 d 80 1.12x)
+bool wgmma_default_pingpong(const AttentionParams& p) {
+  if (p.head_dim() <= 80) return true;
   const double mean = mean_key_tiles(p);
   return mean >= 0 && mean <= kPingPongTiles;
 }
 
-template <int D>
-cudaError_t launch_wgmma_dim(const cuda::FwdParams& fp, const AttentionParams& p, cudaStream_t st) {
-  cuda::WgMaps maps = wgmma_maps<D>(p);
-  // Consumer ping-pong (attention_wgmma.cuh): on for d 64 and 80, and for d 128 on short rows.
-  maps.pingpong = wgmma_pingpong<D>(p);
-  // Launch order (WgMaps::order): launch_wgmma picks unless ARIADNE_WGMMA_ORDER (read per call)
-  // is tiles or heads (tile-major, heads fastest).
-  const char* order = std::getenv("ARIADNE_WGMMA_ORDER");
-  const std::string o = order != nullptr ? order : "";
-  maps.order = o == "tiles" ? cuda::kOrderTileMajor : o == "heads" ? cuda::kOrderHeadsFastest : cuda::kOrderAuto;
-  return p.q.dtype == DType::bf16 ? cuda::launch_wgmma<D, cuda::Bf16>(fp, maps, st)
-                                  : cuda::launch_wgmma<D, cuda::F16>(fp, maps, st);
+// Whether a block_col hint lets the wgmma band kernel copy the ordered tiles with the copy engine:
+// one sequence (no cu_seqlens, or one) of grid.h x grid.w tokens, even sides, unit-grid height a
+// multiple of 16 (a 64-row tile is 16 units of one unit column). Empty when it does, else why not.
+std::string ordered_tiles_refuse(const AttentionParams& p, BlockColGrid grid) {
+  if (p.order == nullptr) return "no token order (AttentionParams::order)";
+  if (grid.h <= 0 || grid.w <= 0) return "no block_col grid (AttentionOptions::block_col)";
+  const bool one_seq = p.pattern.cu_seqlens_q == nullptr || p.pattern.num_seqs == 1;
+  if (!one_seq) return "more than one sequence";
+  if (grid.h % 32 != 0 || grid.w % 2 != 0) return "a grid whose height is not a multiple of 32 or width not even";
+  if (int64_t(grid.h) * grid.w != p.q.shape[0] || p.q.shape[0] != p.k.shape[0])
+    return "a grid of h x w != the rows of q and k";
+  return {};
 }
 
-// The tensor maps the wgmma launcher would build for p (a call it runs: head dim 64, 80 or 128);
-// at d 64 out_tma is always 0.
-cuda::WgMaps wgmma_maps_of(const AttentionParams& p) {
-  switch (p.head_dim()) {
-    case 64: return wgmma_maps<64>(p);
-    case 80: return wgmma_maps<80>(p);
-    default: return wgmma_maps<128>(p);
-  }
+// The knob values a forced toggle gives, or the automatic value; a toggle forced on where `why`
+// says it cannot apply is an error naming the field.
+bool resolve(Toggle t, bool automatic_value, const char* field, const std::string& why_not) {
+  if (t == Toggle::on) ARIADNE_CHECK(why_not.empty(), "overrides.", field, " = on: this call cannot: ", why_not);
+  if (t == Toggle::automatic) return automatic_value && why_not.empty();
+  return t == Toggle::on;
+}
+
+void require_kernel(Toggle t, const char* field, CudaKernel k, CudaKernel chosen) {
+  ARIADNE_CHECK(t == Toggle::automatic || chosen == k, "overrides.", field, " applies to the ", cuda_kernel_name(k),
+                " kernel; this call runs on the ", cuda_kernel_name(chosen), " kernel");
 }
 
 }  // namespace
 
-// A token order (AttentionParams::order) runs on the mma.sync kernel: its gathers are in that
-// kernel's loads only.
-bool cuda_uses_wgmma(const AttentionParams& p) { return p.order == nullptr && wgmma_eligible(p); }
-bool cuda_wgmma_uses_tma(const AttentionParams& p) { return cuda_uses_wgmma(p) && wgmma_maps_of(p).enabled != 0; }
-bool cuda_wgmma_pingpong(const AttentionParams& p) {
-  if (!cuda_uses_wgmma(p)) return false;
-  switch (p.head_dim()) {
-    case 64: return wgmma_pingpong<64>(p);
-    case 80: return wgmma_pingpong<80>(p);
-    default: return wgmma_pingpong<128>(p);
+// The CUDA backend's plan (AttentionPlan's state for Backend::cuda).
+struct CudaPlan {
+  CudaKernel kernel = CudaKernel::tile;
+  bool wide = false;        // tile kernel: 128-row query tiles
+  int band_run = 0;         // band kernels: tiles per run (0: the launcher's choice)
+  bool chunk_pass = false;  // bandwg: the one-chunk-pass kernel
+  int units_h = 0, units_w = 0;  // bandwg: the block_col merge-unit grid (ordered tiles), 0: none
+  cuda::WgMaps maps{};      // wgmma: tensor maps for the pointers below, and the schedule knobs
+  const void* mapped[4] = {nullptr, nullptr, nullptr, nullptr};  // q, k, v, out the maps address
+  float* lse_scratch = nullptr;  // the received pass's LSE when the caller asks for none (owned)
+  CudaPlan() = default;
+  CudaPlan(const CudaPlan&) = delete;
+  CudaPlan& operator=(const CudaPlan&) = delete;
+  ~CudaPlan() {
+    if (lse_scratch != nullptr) cudaFree(lse_scratch);
   }
-}
-bool cuda_wgmma_stores_by_tma(const AttentionParams& p) { return cuda_uses_wgmma(p) && wgmma_maps_of(p).out_tma != 0; }
-bool cuda_uses_bandwg(const AttentionParams& p) { return bandwg_routes(p, p.order); }
-// Variant 3 (bench/cuda-notes.md, v14: three consumer warpgroups on variant 2's dead-pair skip and
-// TMA-store epilogue) is the default since session 4, measured faster or equal on every window
-// case (N 4096 0.0211 ms against 0.0235, N 16384 0.0632 against 0.0768). ARIADNE_BANDWG_V (read
-// per call) selects 1 (v11) or 2 (v11e: two consumers); any other value, or none, is variant 3.
-int cuda_bandwg_variant() {
-  const char* env = std::getenv("ARIADNE_BANDWG_V");
-  if (env == nullptr) return 3;
-  const std::string v(env);
-  return v == "1" ? 1 : v == "2" ? 2 : 3;
-}
-bool cuda_uses_band(const AttentionParams& p) { return band_eligible(p) && !cuda_uses_bandwg(p); }
-
-int cuda_query_tile_rows(const AttentionParams& p) {
-  if (cuda_uses_bandwg(p)) return cuda::BandWgShape<80>::BM;
-  if (band_eligible(p)) return 16;  // each warp computes its own 16 rows' 16-key chunks
-  if (cuda_uses_wgmma(p)) return cuda::WgShape<64>::BM;
-  return choose_wide(p) ? cuda::WideConfig::BM : cuda::BandConfig::BM;
-}
-int cuda_key_tile_rows(const AttentionParams& p) {
-  if (cuda_uses_bandwg(p)) return cuda::BandWgShape<80>::CK;
-  if (band_eligible(p)) return cuda::BandShape<64>::CK;
-  if (cuda_uses_wgmma(p)) return cuda::WgShape<64>::BN;
-  return choose_wide(p) ? cuda::WideConfig::BN : cuda::BandConfig::BN;
-}
+};
 
 bool attention_cuda_supports(const AttentionParams& p, std::string* why) {
   if (p.q.device != Device::cuda || p.k.device != Device::cuda || p.v.device != Device::cuda ||
@@ -356,34 +306,113 @@ bool attention_cuda_supports(const AttentionParams& p, std::string* why) {
   return true;
 }
 
-void attention_cuda(const AttentionParams& p) { attention_cuda_ordered(p, p.order); }
+std::shared_ptr<CudaPlan> plan_cuda(const AttentionParams& p, const AttentionOptions& options, detail::PlanState& info) {
+  const AttentionOverrides& ov = options.overrides;
+  const bool sm90 = current_device_is_sm90();
+  auto plan = std::make_shared<CudaPlan>();
+  CudaKernel k = route(p, sm90);
+  if (ov.cuda_kernel != CudaKernel::automatic) {
+    const std::string no = kernel_refuses(ov.cuda_kernel, p, sm90);
+    ARIADNE_CHECK(no.empty(), "overrides.cuda_kernel = ", cuda_kernel_name(ov.cuda_kernel), ": this call cannot run there: ",
+                  no);
+    k = ov.cuda_kernel;
+  }
+  plan->kernel = k;
+  for (auto [t, field] : {std::pair{ov.tma, "tma"}, {ov.out_tma, "out_tma"}, {ov.pingpong, "pingpong"}})
+    require_kernel(t, field, CudaKernel::wgmma, k);
+  ARIADNE_CHECK(ov.launch_order == LaunchOrder::automatic || k == CudaKernel::wgmma,
+                "overrides.launch_order applies to the wgmma kernel; this call runs on the ", cuda_kernel_name(k), " kernel");
+  require_kernel(ov.tile_128_rows, "tile_128_rows", CudaKernel::tile, k);
+  require_kernel(ov.ordered_tiles, "ordered_tiles", CudaKernel::bandwg, k);
+  require_kernel(ov.chunk_pass, "chunk_pass", CudaKernel::bandwg, k);
+  ARIADNE_CHECK(ov.band_run >= 0, "overrides.band_run = ", ov.band_run, ", expected >= 0 (0: the launcher's choice)");
+  ARIADNE_CHECK(ov.band_run == 0 || k == CudaKernel::band || k == CudaKernel::bandwg,
+                "overrides.band_run applies to the band kernels; this call runs on the ", cuda_kernel_name(k), " kernel");
 
-void attention_cuda_ordered(const AttentionParams& p, const int32_t* order) {
-  attention_cuda_ordered(p, order, BlockColGrid{});
+  const int d = p.head_dim();
+  switch (k) {
+    case CudaKernel::tile: {
+      std::string no_wide;
+      if (p.entropy.defined() || p.distance.defined()) no_wide = "entropy/distance are compiled into 64-row tiles only";
+      else if (p.pattern.blocks.defined() && p.pattern.blocks.block % cuda::WideConfig::BM != 0)
+        no_wide = "a block size that is not a multiple of 128";
+      plan->wide = resolve(ov.tile_128_rows, choose_wide(p), "tile_128_rows", no_wide);
+      info.query_tile_rows = plan->wide ? cuda::WideConfig::BM : cuda::BandConfig::BM;
+      info.key_tile_rows = plan->wide ? cuda::WideConfig::BN : cuda::BandConfig::BN;
+      break;
+    }
+    case CudaKernel::band:
+      plan->band_run = ov.band_run;
+      info.query_tile_rows = 16;  // each warp computes its own 16 rows' 16-key chunks
+      info.key_tile_rows = cuda::BandShape<64>::CK;
+      break;
+    case CudaKernel::bandwg: {
+      plan->band_run = ov.band_run;
+      if (resolve(ov.ordered_tiles, true, "ordered_tiles", ordered_tiles_refuse(p, options.block_col))) {
+        plan->units_h = options.block_col.h / 2;
+        plan->units_w = options.block_col.w / 2;
+      }
+      const std::string no_pass = p.pattern.chunk == 0 ? std::string("no chunk in the pattern")
+                                  : plan->units_h > 0  ? std::string("ordered tiles (the block_col kernel has no chunk pass)")
+                                                       : std::string();
+      plan->chunk_pass = resolve(ov.chunk_pass, true, "chunk_pass", no_pass);
+      info.ordered_tiles = plan->units_h > 0;
+      info.query_tile_rows = cuda::BandWgShape<80>::BM;
+      info.key_tile_rows = cuda::BandWgShape<80>::CK;
+      break;
+    }
+    case CudaKernel::wgmma: {
+      cuda::WgMaps& m = plan->maps;
+      std::string no_tma;
+      if (ov.tma != Toggle::off) {
+        const bool built = encode_map_dim(d, &m.q, p.q) && encode_map_dim(d, &m.k, p.k) && encode_map_dim(d, &m.v, p.v);
+        if (!built) no_tma = "the driver could not build the q/k/v tensor maps";
+      }
+      m.enabled = resolve(ov.tma, true, "tma", no_tma) ? 1 : 0;
+      // d 128 and 80: the output's map, boxes of one consumer's 64 rows (WgMaps::out_tma), for 16-bit out.
+      std::string no_out;
+      if (d == 64) no_out = "head_dim 64 (its kernel stores per thread)";
+      else if (m.enabled == 0) no_out = "q/k/v not copied with TMA";
+      else if (p.out.dtype == DType::f32) no_out = "f32 out";
+      else if (ov.out_tma != Toggle::off && !encode_map_dim(d, &m.o, p.out, 64))
+        no_out = "the driver could not build the out tensor map";
+      m.out_tma = resolve(ov.out_tma, true, "out_tma", no_out) ? 1 : 0;
+      m.pingpong = ov.pingpong == Toggle::automatic ? wgmma_default_pingpong(p) : ov.pingpong == Toggle::on;
+      m.order = ov.launch_order == LaunchOrder::tile_major      ? cuda::kOrderTileMajor
+                : ov.launch_order == LaunchOrder::heads_fastest ? cuda::kOrderHeadsFastest
+                                                                : cuda::kOrderAuto;
+      plan->mapped[0] = p.q.data;
+      plan->mapped[1] = p.k.data;
+      plan->mapped[2] = p.v.data;
+      plan->mapped[3] = p.out.data;
+      info.uses_tma = m.enabled != 0;
+      info.stores_by_tma = m.out_tma != 0;
+      info.pingpong = m.pingpong != 0;
+      info.query_tile_rows = cuda::WgShape<64>::BM;
+      info.key_tile_rows = cuda::WgShape<64>::BN;
+      break;
+    }
+    case CudaKernel::automatic: break;
+  }
+  info.kernel = k;
+  // The received pass needs the forward's LSE: scratch owned by the plan when the caller asks for none.
+  if (p.received.defined() && !p.lse.defined() && p.q.shape[0] > 0) {
+    const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&plan->lse_scratch),
+                                     size_t(p.q.shape[0]) * p.heads_q() * sizeof(float));
+    ARIADNE_CHECK(e == cudaSuccess, "cuda: LSE scratch for the received pass: ", cudaGetErrorString(e));
+  }
+  return plan;
 }
 
-// Whether a block_col hint lets the wgmma band kernel copy the ordered tiles with the copy engine:
-// one sequence (no cu_seqlens, or one) of grid.h x grid.w tokens, even sides, unit-grid height a multiple
-// of 16 (a 64-row tile is 16 units of one unit column), variant 3 (the default: v24's BC kernel),
-// not switched off by ARIADNE_BANDWG_TMA_ORDER=0 (read per call). Else the rows are gathered (v13).
-bool cuda_block_col_tiles(const AttentionParams& p, const int32_t* order, BlockColGrid grid) {
-  if (order == nullptr || grid.h <= 0 || grid.w <= 0 || cuda_bandwg_variant() != 3) return false;
-  if (env_is("ARIADNE_BANDWG_TMA_ORDER", "0")) return false;
-  const bool one_seq = p.pattern.cu_seqlens_q == nullptr || p.pattern.num_seqs == 1;
-  return one_seq && grid.h % 32 == 0 && grid.w % 2 == 0 && int64_t(grid.h) * grid.w == p.q.shape[0] &&
-         p.q.shape[0] == p.k.shape[0];
-}
-
-void attention_cuda_ordered(const AttentionParams& p, const int32_t* order, BlockColGrid block_col) {
-  std::string why;
-  ARIADNE_CHECK(attention_cuda_supports(p, &why), why);
-  ARIADNE_CHECK(order == nullptr || p.q.shape[0] == p.k.shape[0], "cuda: a token order needs total_q == total_k (",
-                p.q.shape[0], " vs ", p.k.shape[0], ")");
+void run_cuda(const CudaPlan& plan, const AttentionParams& p) {
+  for (auto [t, name] : {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}})
+    ARIADNE_CHECK(rows_aligned(*t, 8), "cuda: ", name, " data must start on a 16-byte boundary");
+  ARIADNE_CHECK(rows_aligned(p.out, p.out.dtype == DType::f32 ? 2 : 8), "cuda: out data must be 16-byte aligned");
   const int64_t total_q = p.q.shape[0];
+  const auto st = static_cast<cudaStream_t>(p.stream);
   if (total_q == 0) {  // no query: every key receives nothing
     if (p.received.defined()) {
-      const cudaError_t e = cudaMemsetAsync(p.received.data, 0, size_t(p.received.numel()) * sizeof(float),
-                                            static_cast<cudaStream_t>(p.stream));
+      const cudaError_t e = cudaMemsetAsync(p.received.data, 0, size_t(p.received.numel()) * sizeof(float), st);
       ARIADNE_CHECK(e == cudaSuccess, "cuda: clearing received: ", cudaGetErrorString(e));
     }
     return;
@@ -394,12 +423,10 @@ void attention_cuda_ordered(const AttentionParams& p, const int32_t* order, Bloc
   fp.k = p.k.data;
   fp.v = p.v.data;
   fp.out = p.out.data;
-  fp.lse = p.lse.defined() ? static_cast<float*>(p.lse.data) : nullptr;
-  fp.order = order;
-  if (cuda_block_col_tiles(p, order, block_col)) {
-    fp.order_units_h = block_col.h / 2;
-    fp.order_units_w = block_col.w / 2;
-  }
+  fp.lse = p.lse.defined() ? static_cast<float*>(p.lse.data) : plan.lse_scratch;
+  fp.order = p.order;
+  fp.order_units_h = plan.units_h;
+  fp.order_units_w = plan.units_w;
   fp.sink = p.sink_mode != SinkMode::none ? static_cast<const float*>(p.sink.data) : nullptr;
   fp.q_tok = p.q.stride[0];
   fp.q_head = p.q.stride[1];
@@ -427,52 +454,73 @@ void attention_cuda_ordered(const AttentionParams& p, const int32_t* order, Bloc
   }
   fp.pattern = p.pattern;
 
-  const bool wide = choose_wide(p);
-  const auto st = static_cast<cudaStream_t>(p.stream);
-  // The received pass needs the LSE: a stream-ordered scratch buffer when the caller asked for none.
-  float* scratch = nullptr;
-  if (fp.received != nullptr && fp.lse == nullptr) {
-    const cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&scratch),
-                                          size_t(total_q) * p.heads_q() * sizeof(float), st);
-    ARIADNE_CHECK(e == cudaSuccess, "cuda: LSE scratch for the received pass: ", cudaGetErrorString(e));
-    fp.lse = scratch;
-  }
+  const int d = p.head_dim();
+  const bool bf16 = p.q.dtype == DType::bf16;
   cudaError_t err = cudaSuccess;
-  if (bandwg_routes(p, order)) {
-    err = launch_bandwg_d80(fp, p.q.dtype, st);
-  } else if (band_eligible(p)) {
-    switch (p.head_dim()) {
-      case 64: err = launch_band_dim<64>(fp, p.q.dtype, st); break;
-      case 80: err = launch_band_dim<80>(fp, p.q.dtype, st); break;
-      default: err = launch_band_dim<96>(fp, p.q.dtype, st); break;
+  switch (plan.kernel) {
+    case CudaKernel::bandwg:
+      err = bf16 ? cuda::launch_bandwg<80, cuda::Bf16>(fp, plan.band_run, plan.chunk_pass, st)
+                 : cuda::launch_bandwg<80, cuda::F16>(fp, plan.band_run, plan.chunk_pass, st);
+      break;
+    case CudaKernel::band:
+      switch (d) {
+        case 64: err = launch_band_dim<64>(fp, p.q.dtype, plan.band_run, st); break;
+        case 80: err = launch_band_dim<80>(fp, p.q.dtype, plan.band_run, st); break;
+        default: err = launch_band_dim<96>(fp, p.q.dtype, plan.band_run, st); break;
+      }
+      break;
+    case CudaKernel::wgmma: {
+      // The maps address the tensors given to plan_attention; others are re-encoded here (host only).
+      cuda::WgMaps maps = plan.maps;
+      if (maps.enabled != 0) {
+        const void* now[4] = {p.q.data, p.k.data, p.v.data, p.out.data};
+        bool ok = true;
+        if (now[0] != plan.mapped[0]) ok = ok && encode_map_dim(d, &maps.q, p.q);
+        if (now[1] != plan.mapped[1]) ok = ok && encode_map_dim(d, &maps.k, p.k);
+        if (now[2] != plan.mapped[2]) ok = ok && encode_map_dim(d, &maps.v, p.v);
+        if (maps.out_tma != 0 && now[3] != plan.mapped[3]) ok = ok && encode_map_dim(d, &maps.o, p.out, 64);
+        ARIADNE_CHECK(ok, "cuda: the driver could not encode the wgmma tensor maps for these tensors");
+      }
+      switch (d) {
+        case 64:
+          err = bf16 ? cuda::launch_wgmma<64, cuda::Bf16>(fp, maps, st) : cuda::launch_wgmma<64, cuda::F16>(fp, maps, st);
+          break;
+        case 80:
+          err = bf16 ? cuda::launch_wgmma<80, cuda::Bf16>(fp, maps, st) : cuda::launch_wgmma<80, cuda::F16>(fp, maps, st);
+          break;
+        default:
+          err = bf16 ? cuda::launch_wgmma<128, cuda::Bf16>(fp, maps, st) : cuda::launch_wgmma<128, cuda::F16>(fp, maps, st);
+          break;
+      }
+      break;
     }
-  } else if (order == nullptr && wgmma_eligible(p)) {
-    switch (p.head_dim()) {
-      case 64: err = launch_wgmma_dim<64>(fp, p, st); break;
-      case 80: err = launch_wgmma_dim<80>(fp, p, st); break;
-      default: err = launch_wgmma_dim<128>(fp, p, st); break;
-    }
-  } else {
-    switch (p.head_dim()) {
-      case 64: err = launch_dim<64>(fp, p.q.dtype, wide, st); break;
-      case 80: err = launch_dim<80>(fp, p.q.dtype, wide, st); break;
-      case 96: err = launch_dim<96>(fp, p.q.dtype, wide, st); break;
-      default: err = launch_dim<128>(fp, p.q.dtype, wide, st); break;
-    }
+    default:
+      switch (d) {
+        case 64: err = launch_dim<64>(fp, p.q.dtype, plan.wide, st); break;
+        case 80: err = launch_dim<80>(fp, p.q.dtype, plan.wide, st); break;
+        case 96: err = launch_dim<96>(fp, p.q.dtype, plan.wide, st); break;
+        default: err = launch_dim<128>(fp, p.q.dtype, plan.wide, st); break;
+      }
+      break;
   }
-  if (err != cudaSuccess && scratch != nullptr) cudaFreeAsync(scratch, st);
   ARIADNE_CHECK(err == cudaSuccess, "cuda: attention kernel launch failed: ", cudaGetErrorString(err));
   if (fp.received == nullptr) return;
 
   // Received attention: a second, transposed pass over the forward's sink-inclusive LSE.
-  switch (p.head_dim()) {
+  switch (d) {
     case 64: err = launch_received_dim<64>(fp, p.q.dtype, st); break;
     case 80: err = launch_received_dim<80>(fp, p.q.dtype, st); break;
     case 96: err = launch_received_dim<96>(fp, p.q.dtype, st); break;
     default: err = launch_received_dim<128>(fp, p.q.dtype, st); break;
   }
-  if (scratch != nullptr) cudaFreeAsync(scratch, st);
   ARIADNE_CHECK(err == cudaSuccess, "cuda: received-attention pass failed: ", cudaGetErrorString(err));
+}
+
+// The estimators' benchmark asks this; the plan answers it.
+bool cuda_uses_wgmma(const AttentionParams& p) {
+  AttentionOptions o;
+  o.backend = Backend::cuda;
+  return plan_attention(p, o).cuda_kernel() == CudaKernel::wgmma;
 }
 
 }  // namespace ariadne

@@ -11,7 +11,7 @@
 // (entropy, distance) are accumulated, compiled for the 64-row config only: 24 forward kernels,
 // plus 8 of the transposed received-attention pass.
 //
-// Configurations (measured on the H200, bench/cuda-notes.md): dense rows use FA2's layout, 4 warps
+// Configurations (measured on the H200): dense rows use FA2's layout, 4 warps
 // x 32 rows (each K/V fragment read from shared memory feeds two m-tiles); bands use 4 warps x 16
 // rows, whose 64-row tile keeps the key range of a ±64 window at 192 keys (useful fraction 0.67).
 #pragma once
@@ -76,7 +76,7 @@ struct FwdParams {
   Pattern pattern;
   // With `order`: the merge-unit grid (units_h x units_w) when the order is known to be Qwen's
   // block_col walk of one image stored in block_row order (merge 2; BlockColGrid in
-  // cuda/internal.hpp), which the wgmma band kernel copies with 5-D tensor maps; 0: unknown.
+  // AttentionOptions::block_col), which the wgmma band kernel copies with 5-D tensor maps; 0: unknown.
   int order_units_h = 0, order_units_w = 0;
 };
 

@@ -5,8 +5,8 @@
 //   - warpgroup 0, the producer, copies Q once and then K and V tiles of BN = 128 keys into a
 //     ring of STAGES shared buffers: one thread issues TMA box copies (cp.async.bulk.tensor, tensor
 //     maps built on the host) that complete on an mbarrier with expected transaction bytes; tiles
-//     with rows past the sequence's end, and calls without tensor maps (ARIADNE_TMA=0, or maps the
-//     driver refused), are copied by all 128 threads with cp.async (zero-filled past the end),
+//     with rows past the sequence's end, and calls without tensor maps (AttentionOverrides::tma
+//     off, or maps the driver refused), are copied by all 128 threads with cp.async (zero-filled past the end),
 //     completing through cp.async.mbarrier.arrive.noinc. K and V complete on separate barriers so
 //     S can start while V lands;
 //   - warpgroups 1 and 2, the consumers, own 64 query rows each: S = Q·Kᵀ by wgmma m64n128k16
@@ -16,16 +16,16 @@
 //     (FlashAttention-3's intra-warpgroup pipelining); a stage is released on its "empty" mbarrier
 //     once P·V of its tile has completed.
 // With ping-pong (d 64 and 80 by default, d 128 on short rows: attention_cuda.cu's
-// wgmma_pingpong) the two consumers take turns issuing their products (named barriers 1 and 2),
-// so one consumer's softmax runs under the other's tensor-core work. At d 128 and 80 (v44) a
+// wgmma_default_pingpong) the two consumers take turns issuing their products (named barriers 1
+// and 2), so one consumer's softmax runs under the other's tensor-core work. At d 128 and 80 a
 // consumer whose rows lie in its sequence stores O through its half of the Q buffer and TMA
 // (WgMaps::out_tma).
 // setmaxnreg moves registers from the producer (40) to the consumers (232): a consumer holds the
 // S and O accumulators (64 + D/2 floats) and P (32 words).
 //
-// Measured on the H200 (bench/cuda-notes.md, v6 and v12): the cp.async version ran 1.24-1.48x the
-// mma.sync kernel on full and causal rows, limited by the K/V copies (a variant without them ran
-// 1.26-1.70x faster); v12 moved the copies to TMA.
+// Measured on the H200: with cp.async copies this kernel runs 1.24-1.48x the mma.sync kernel on
+// full and causal rows, limited by the K/V copies (a variant without them ran 1.26-1.70x faster),
+// which is why the copies are TMA's.
 //
 // Shared tiles use wgmma's swizzled layouts, the ones TMA writes: a 128-row tile is D·2/W regions
 // of 128 rows x W bytes (W = 128 for D = 64 and 128, one TMA box of 64 columns per region; W = 32
@@ -74,9 +74,9 @@ struct WgShape {
 };
 
 // Tensor maps of q, k, v for the TMA copies: dims (head dim, tokens, heads), box (W/2, 128, 1),
-// swizzle W; `enabled` = 0: none (the producer copies with cp.async). Built by the dispatcher
+// swizzle W; `enabled` = 0: none (the producer copies with cp.async). Built by the plan
 // (attention_cuda.cu); passed as a __grid_constant__ parameter so the maps stay in parameter space.
-// pingpong != 0: the consumers take turns issuing their products (ARIADNE_WG_PINGPONG, v12).
+// pingpong != 0: the consumers take turns issuing their products (AttentionOverrides::pingpong).
 enum : int { kOrderTileMajor = 0, kOrderHeadsFastest = 1, kOrderAuto = 2 };
 struct WgMaps {
   CUtensorMap q, k, v;
@@ -91,7 +91,7 @@ struct WgMaps {
   // consumer's half of a query tile) and whether it was built (16-bit out the copy engine can
   // address); a consumer whose 64 rows all lie in its sequence then stores O through its half of
   // the Q buffer and the copy engine instead of D/4 scattered 4-byte stores a thread.
-  // ARIADNE_WG_OUT_TMA=0 turns it off.
+  // AttentionOverrides::out_tma = off turns it off.
   CUtensorMap o;
   int out_tma;
 };
@@ -137,10 +137,10 @@ __device__ __forceinline__ int swz_off(int r, int ch) {
 }
 
 // OT: the epilogue of a consumer whose 64 rows lie in its sequence may store O through its half
-// of the Q buffer and the copy engine (when maps.out_tma). Always on at d 128 (v35); at d 80 a
-// kernel of its own that launch_wgmma takes when the output's map was built (v44; the other
-// instantiation, for f32 out and ARIADNE_WG_OUT_TMA=0, keeps the main loop's code as it was:
-// bench/cuda-notes.md, v38).
+// of the Q buffer and the copy engine (when maps.out_tma). Always compiled in at d 128; at d 80 a
+// kernel of its own that launch_wgmma takes when the output's map was built (the other
+// instantiation, for f32 out and out_tma off, keeps the main loop's code: adding the branch to
+// one kernel changed its whole schedule).
 template <int D, class E, bool OT>
 __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams p, const __grid_constant__ WgMaps maps) {
   using S = WgShape<D>;
@@ -195,8 +195,7 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
       // head dim 128 (the LLM shapes) the row's first and last entry are tested first: the
       // estimators list only visible blocks, so the whole row usually lies inside, and two loads
       // replace ~2·log2(cnt) dependent ones at the start of every CTA (~18 at 128K). Not at the
-      // other head dims: the same lines changed the d 80 kernel's whole schedule
-      // (bench/cuda-notes.md, "Block-sparse rows bounded by their first and last entry").
+      // other head dims: the same lines changed the d 80 kernel's whole schedule.
       const auto [a, b] = [&]() -> std::pair<int, int> {
         if constexpr (D == 128) {
           const int lo_blk = int(range.lo) / B, hi_blk = (int(range.hi) + B - 1) / B;
@@ -521,8 +520,7 @@ __global__ void __launch_bounds__(384, 1) attention_wgmma_kernel(const FwdParams
 
 // kOrderAuto (WgMaps::order) launches heads fastest for rows whose work grows along the
 // sequence (causal, or any bounded right side without a left bound; dense or block-sparse) when
-// the grid is at most this many waves. Measured (bench/cuda-notes.md, "wgmma launch order";
-// H200): Llama 32/8 heads, d 128, causal 8K (15.5 waves) 1.009 -> 0.901 ms heads fastest, the
+// the grid is at most this many waves. Measured on the H200: Llama 32/8 heads, d 128, causal 8K (15.5 waves) 1.009 -> 0.901 ms heads fastest, the
 // longest-first order evening the last waves; SmolLM2's 8K prefill (9/3 heads, d 64, 4.4 waves)
 // dense 6.66 -> 5.84 ms, RR's block-sparse 4.86 -> 3.38 ms over 30 layers; at 32K (62 waves) and
 // 128K the tile-major order's L2 reuse (the CTAs in flight stream one KV head's keys together)

@@ -22,7 +22,6 @@
 
 #include "ariadne/error.hpp"
 #include "attention/backends.hpp"
-#include "attention/cuda/internal.hpp"
 #include "nn/cuda/nn_cuda.cuh"
 #include "vit/cuda/vit_cuda.hpp"
 
@@ -367,15 +366,13 @@ EncodeResult encode_cuda(const VitWeights& weights, const std::vector<float>& pi
       const bool ordered = fused && spec.kind != LayerKind::full && spec.order != OrderKind::block_row;
       p.order = ordered ? conversion(OrderKind::block_row, spec.order) : nullptr;
       const TokenOrder& col = order_of(spec.order);
-      if (ordered && spec.order == OrderKind::block_col && col.images() == 1 && col.merge == 2) {
-        // A block_col order of one image: the window kernel may copy its tiles with the copy
-        // engine (BlockColGrid, cuda/internal.hpp). validate() and attention_cuda_ordered's support
-        // check are what attention() runs first.
-        validate(p);
-        attention_cuda_ordered(p, p.order, BlockColGrid{col.grids[0].h, col.grids[0].w});
-      } else {
-        attention(p, Backend::cuda);
-      }
+      AttentionOptions options;
+      options.backend = Backend::cuda;
+      // A block_col order of one image: the window kernel may copy its tiles with the copy engine
+      // (AttentionOptions::block_col).
+      if (ordered && spec.order == OrderKind::block_col && col.images() == 1 && col.merge == 2)
+        options.block_col = BlockColGrid{col.grids[0].h, col.grids[0].w};
+      run(plan_attention(p, options), p);
     }
     clock.mark(&tm.attention);
     if (options.on_attention) {
