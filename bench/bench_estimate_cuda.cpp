@@ -22,7 +22,7 @@
 //                     ms_estimate does not include
 //   ms_attention      median of the block-sparse attention on that mask (CUDA events), default
 //                     routing: the wgmma kernel for B 128 on the H200 (attention_kernel says which)
-//   ms_attention_mma_sync  the same call with ARIADNE_WGMMA=0 (the mma.sync kernel)
+//   ms_attention_mma_sync  the same mask on the mma.sync tile kernel (forced through the plan's overrides)
 //   ms_dense          median of dense causal attention (default routing: wgmma; same inputs)
 //   ms_total          ms_estimate + ms_attention; speedup = ms_dense / ms_total
 //   ms_estimate_pooled, ms_host_overhead_pooled, ms_result_free_pooled, ms_total_pooled: the same
@@ -63,7 +63,6 @@
 #include "ariadne/device.hpp"
 #include "ariadne/estimate.hpp"
 #include "workloads/synthetic.hpp"
-#include "attention/cuda/internal.hpp"
 
 namespace {
 
@@ -87,15 +86,23 @@ DeviceBuffer to_device_bf16(const Buffer& f) {
 }
 
 // Median device time of `reps` attention calls (after one warm-up), CUDA events on stream 0.
-double time_attention(const AttentionParams& p, int reps) {
+// Median time of `reps` runs of one plan (made once, outside the timing) on the legacy stream;
+// `kernel` forces a kernel family through the plan's overrides (automatic: the library's route).
+double time_attention(const AttentionParams& p, int reps, CudaKernel kernel = CudaKernel::automatic,
+                      CudaKernel* ran = nullptr) {
+  AttentionOptions opts;
+  opts.backend = Backend::cuda;
+  opts.overrides.cuda_kernel = kernel;
+  const AttentionPlan plan = plan_attention(p, opts);
+  if (ran != nullptr) *ran = plan.cuda_kernel();
   cudaEvent_t e0, e1;
   check(cudaEventCreate(&e0), "event");
   check(cudaEventCreate(&e1), "event");
-  attention(p, Backend::cuda);
+  run(plan, p);
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
     check(cudaEventRecord(e0, nullptr), "record");
-    attention(p, Backend::cuda);
+    run(plan, p);
     check(cudaEventRecord(e1, nullptr), "record");
     check(cudaEventSynchronize(e1), "sync");
     float t = 0;
@@ -261,11 +268,10 @@ int main(int argc, char** argv) {
           AttentionParams ps = p;
           ps.pattern = Pattern::causal().with_blocks(r.device.view());
           ps.blocks_nnz = r.stats.kept_blocks;
-          const double ms_attn = time_attention(ps, 5);
-          const bool on_wgmma = cuda_uses_wgmma(ps);
-          setenv("ARIADNE_WGMMA", "0", 1);  // read per call: the same mask on the mma.sync kernel
-          const double ms_attn_mma = time_attention(ps, 3);
-          unsetenv("ARIADNE_WGMMA");
+          CudaKernel attn_kernel = CudaKernel::automatic;
+          const double ms_attn = time_attention(ps, 5, CudaKernel::automatic, &attn_kernel);
+          // The same mask on the mma.sync tile kernel, forced through the plan's overrides.
+          const double ms_attn_mma = time_attention(ps, 3, CudaKernel::tile);
 
           nlohmann::json j;
           j["id"] = std::string(estimator_name(method)) + "-n" + std::to_string(n) + "-s" + std::to_string(stride);
@@ -293,7 +299,7 @@ int main(int argc, char** argv) {
           };
           put_times(j, main_t);
           j["ms_attention"] = ms_attn;
-          j["attention_kernel"] = on_wgmma ? "wgmma" : "mma.sync";
+          j["attention_kernel"] = attn_kernel == CudaKernel::wgmma ? "wgmma" : "mma.sync";
           j["ms_attention_mma_sync"] = ms_attn_mma;
           j["mix"] = mix;
           j["seed"] = sc.seed;  // the synthetic draw: block F1 moves with it (docs/rrattention.md, τ sweep)

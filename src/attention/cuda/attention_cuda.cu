@@ -8,7 +8,6 @@
 #include <string>
 
 #include "attention/backends.hpp"
-#include "attention/cuda/internal.hpp"
 #include "attention/cuda/attention_band.cuh"
 #include "attention/cuda/attention_bandwg.cuh"
 #include "attention/cuda/attention_fwd.cuh"
@@ -516,11 +515,5 @@ void run_cuda(const CudaPlan& plan, const AttentionParams& p) {
   ARIADNE_CHECK(err == cudaSuccess, "cuda: received-attention pass failed: ", cudaGetErrorString(err));
 }
 
-// The estimators' benchmark asks this; the plan answers it.
-bool cuda_uses_wgmma(const AttentionParams& p) {
-  AttentionOptions o;
-  o.backend = Backend::cuda;
-  return plan_attention(p, o).cuda_kernel() == CudaKernel::wgmma;
-}
 
 }  // namespace ariadne
