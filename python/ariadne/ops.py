@@ -151,7 +151,7 @@ def _attention_out_fake(q, k, v, out, lse, *args):
 
 # ---- the front end: ariadne.attention's torch path ----
 
-def _ints(x, device: Optional[torch.device] = None) -> Optional[Tensor]:
+def _ints(x) -> Optional[Tensor]:
     """Metadata as an int32 contiguous tensor: lists and numpy arrays become host tensors (uploaded
     on the call's stream for CUDA q); tensors keep their device."""
     if x is None:

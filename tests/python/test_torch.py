@@ -1,6 +1,6 @@
 """ariadne.attention on torch tensors against torch's scaled_dot_product_attention: DLPack without
-copies (data pointers), strided views, bf16, GQA, sinks, streams. Needs torch (skipped without it,
-as in CI). Runs on CUDA when the build and the machine have it (then CUDA-only tests run too),
+copies (data pointers), strided views, bf16, GQA, sinks, streams. Needs torch (skipped without it;
+scripts/test-python installs CPU-usable torch for CI). Runs on CUDA when the build and the machine have it (then CUDA-only tests run too),
 else on the CPU with the best CPU backend the build supports."""
 
 import numpy as np

@@ -291,3 +291,33 @@ def test_cuda_host_metadata_runs_without_device_sync():
     out_d, _ = torch.ops.ariadne.attention(q, k, v, window_right=0, cu_seqlens_q=torch.tensor(cu_h, dtype=torch.int32,
                                            device="cuda"), **dev)
     assert torch.equal(out_h, out_d)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA build and a GPU")
+def test_cuda_host_metadata_does_not_wait_for_other_streams():
+    """A call with host cu_seqlens and a BlockMask returns while another stream is still busy: no
+    device-wide synchronization (a cudaDeviceSynchronize or cudaFree would wait for that stream)."""
+    q, k, v = _qkv(512, 8, 2, 64, dtype=torch.bfloat16, device="cuda")
+    cu_h = [0, 100, 512]
+    mask = ariadne.BlockMask.random(ariadne.Pattern.causal(), 128, 8, 512, 512, 0.5, 2, cu_seqlens_q=cu_h)
+    causal = ariadne.Pattern.causal()
+
+    def calls():
+        out, _ = ariadne.attention(q, k, v, pattern=causal, cu_seqlens=cu_h, blocks=mask)
+        ariadne.attention(q, k, v, pattern=causal, cu_seqlens=np.array(cu_h, np.int32), order=list(range(512)))
+        return out
+
+    calls()  # first launches load their kernels (lazy module loading synchronizes once)
+    torch.cuda.synchronize()
+    busy, side = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(busy):
+        torch.cuda._sleep(int(3e9))  # about 1.5 s of GPU time
+        done = torch.cuda.Event()
+        done.record(busy)
+    with torch.cuda.stream(side):
+        out = calls()
+    still_busy = not done.query()
+    torch.cuda.synchronize()
+    assert still_busy, "the calls waited for another stream"
+    ref, _ = ariadne.attention(q, k, v, pattern=causal, cu_seqlens=cu_h, blocks=mask)
+    assert torch.equal(out, ref)
