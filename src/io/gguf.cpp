@@ -525,7 +525,8 @@ const GgufTensor& GgufFile::tensor(const std::string& name) const {
 }
 
 std::vector<float> GgufFile::to_float(const GgufTensor& t) const {
-  std::vector<float> out(size_t(t.numel()));
+  std::vector<float> out;
+  with_path_errors(path_ + ": tensor '" + t.name + "'", "convert to f32", [&] { out.resize(size_t(t.numel())); });
   ggml_dequantize(t.type, t.data, t.numel(), out.data());
   return out;
 }
