@@ -67,8 +67,9 @@ struct GgufValue {
 
   bool is_integer() const;  // u8 … i64 and bool
   bool is_float() const { return type == GgufValueType::f32 || type == GgufValueType::f64; }
-  // Arrays: the number of elements; element k as an integer (u64 above INT64_MAX reads as
-  // INT64_MAX), a float (integers converted), or a string. Throw for a wrong item type or k.
+  // Arrays: the number of elements; element k as an integer (integer and bool arrays; u64 above
+  // INT64_MAX reads as INT64_MAX), a float (integers converted), or a string. Throw for a wrong
+  // item type or k.
   size_t size() const;
   int64_t int_at(size_t k) const;
   uint64_t uint_at(size_t k) const;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ariadne/error.hpp"
+#include "ariadne/image.hpp"
 #include "ariadne/shs.hpp"
 
 namespace ariadne {
@@ -13,6 +14,7 @@ namespace {
 // five stops, so that low and high received attention read apart on any photo.
 void colour(double t, uint8_t rgb[3]) {
   static const double stops[5][3] = {{0, 0, 4}, {87, 16, 110}, {188, 55, 84}, {249, 142, 9}, {252, 255, 164}};
+  if (std::isnan(t)) t = 0;  // NaN received attention: int(NaN) below would be undefined
   t = std::clamp(t, 0.0, 1.0) * 4.0;
   const int i = std::min(3, int(t));
   const double f = t - i;
@@ -25,11 +27,20 @@ void check_rgb(const Image& img, const char* what) {
                 what, ": background must be a non-empty RGB image");
 }
 
+// A picture of height × width pixels must stay within the decoders' limit (kMaxImagePixels, 2^28):
+// `shs --cell 2000` asked for a 196 GB heatmap and ended in bad_alloc.
+void check_picture(const char* what, int64_t height, int64_t width, const char* hint) {
+  ARIADNE_CHECK(height > 0 && width > 0 && height <= kMaxImagePixels && width <= kMaxImagePixels &&
+                    height * width <= kMaxImagePixels,
+                what, ": a ", width, "x", height, " picture exceeds the limit of ", kMaxImagePixels, " pixels", hint);
+}
+
 }  // namespace
 
 Image resize_rgb(const Image& img, int height, int width) {
   check_rgb(img, "resize_rgb");
   ARIADNE_CHECK(height > 0 && width > 0, "resize_rgb: target ", height, "x", width, " must be positive");
+  check_picture("resize_rgb", height, width, "");
   Image out;
   out.width = width;
   out.height = height;
@@ -58,9 +69,12 @@ Image heatmap_grid(const Image& background, const float* received, int heads, Gr
   check_rgb(background, "heatmap_grid");
   ARIADNE_CHECK(heads > 0 && cell > 0 && cols > 0 && grid.h > 0 && grid.w > 0, "heatmap_grid: heads ", heads,
                 ", cell ", cell, ", cols ", cols, ", grid ", grid.h, "x", grid.w, " must be positive");
-  const int tile_h = grid.h * cell, tile_w = grid.w * cell, gap = 2;
   cols = std::min(cols, heads);
-  const int rows = (heads + cols - 1) / cols;
+  const int rows = (heads + cols - 1) / cols, gap = 2;
+  // Sizes in int64 first: grid · cell · cols overflows int for a large cell.
+  check_picture("heatmap_grid", int64_t(rows) * (int64_t(grid.h) * cell + gap) + gap,
+                int64_t(cols) * (int64_t(grid.w) * cell + gap) + gap, " (use a smaller cell)");
+  const int tile_h = grid.h * cell, tile_w = grid.w * cell;
   const Image bg = resize_rgb(background, tile_h, tile_w);
   Image out;
   out.width = cols * tile_w + (cols + 1) * gap;
@@ -90,6 +104,7 @@ Image label_picture(const Image& background, const std::vector<int8_t>& labels, 
   check_rgb(background, "label_picture");
   ARIADNE_CHECK(int64_t(labels.size()) == grid.tokens() && cell > 0, "label_picture: ", labels.size(),
                 " labels for a ", grid.h, "x", grid.w, " grid");
+  check_picture("label_picture", int64_t(grid.h) * cell, int64_t(grid.w) * cell, " (use a smaller cell)");
   Image out = resize_rgb(background, grid.h * cell, grid.w * cell);
   for (int y = 0; y < out.height; ++y)
     for (int x = 0; x < out.width; ++x) {

@@ -243,6 +243,8 @@ void check_element(const GgufValue& v, size_t k, bool numeric) {
 
 int64_t GgufValue::int_at(size_t k) const {
   check_element(*this, k, true);
+  ARIADNE_CHECK(item_type != GgufValueType::f32 && item_type != GgufValueType::f64, "GGUF array: elements are ",
+                gguf_value_type_name(item_type), ", expected integers (read them with float_at)");
   switch (item_type) {
     case GgufValueType::u8: case GgufValueType::boolean: return element<uint8_t>(*this, k);
     case GgufValueType::i8: return element<int8_t>(*this, k);
@@ -255,16 +257,14 @@ int64_t GgufValue::int_at(size_t k) const {
       const uint64_t u = element<uint64_t>(*this, k);
       return u > uint64_t(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max() : int64_t(u);
     }
-    case GgufValueType::f32: return int64_t(element<float>(*this, k));
-    case GgufValueType::f64: return int64_t(element<double>(*this, k));
-    default: break;
+    default: break;  // floats: not converted (int64_t(NaN) is undefined); float_at reads them
   }
   return 0;
 }
 
 uint64_t GgufValue::uint_at(size_t k) const {
   check_element(*this, k, true);
-  if (item_type == GgufValueType::u64) return element<uint64_t>(*this, k);
+  if (item_type == GgufValueType::u64) return element<uint64_t>(*this, k);  // (int_at checks the rest)
   return uint64_t(int_at(k));
 }
 
@@ -525,7 +525,8 @@ const GgufTensor& GgufFile::tensor(const std::string& name) const {
 }
 
 std::vector<float> GgufFile::to_float(const GgufTensor& t) const {
-  std::vector<float> out(size_t(t.numel()));
+  std::vector<float> out;
+  with_path_errors(path_ + ": tensor '" + t.name + "'", "convert to f32", [&] { out.resize(size_t(t.numel())); });
   ggml_dequantize(t.type, t.data, t.numel(), out.data());
   return out;
 }

@@ -239,7 +239,8 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
                 "; only F32, BF16 and F16 can be read");
   const uint8_t* p = map_ + data_start_ + e.begin;
   const int64_t n = e.numel();
-  std::vector<float> out(static_cast<size_t>(n));
+  std::vector<float> out;
+  with_path_errors(path_ + ": tensor '" + name + "'", "convert to f32", [&] { out.resize(static_cast<size_t>(n)); });
   if (n == 0) return out;  // memcpy must not see the null data() of an empty vector
   if (e.dtype == DType::f32) {
     std::memcpy(out.data(), p, size_t(n) * 4);

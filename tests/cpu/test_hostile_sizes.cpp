@@ -7,9 +7,11 @@
 
 #include <malloc.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -186,6 +188,17 @@ TEST(HostileSizes, GgufMetadataArraysAreCompact) {
   const std::vector<uint8_t> many_keys = gguf_serialize(keys, {});
   EXPECT_MSG(error_of([&] { (void)GgufFile::parse(many_keys.data(), many_keys.size(), "keys.gguf"); }),
              "the metadata holds more than 65536 values");
+  // Float arrays read through float_at only (int64_t(NaN) would be undefined).
+  GgufValue floats;
+  floats.type = GgufValueType::array;
+  floats.item_type = GgufValueType::f32;
+  const float fv[2] = {1.5f, std::numeric_limits<float>::quiet_NaN()};
+  floats.raw.assign(reinterpret_cast<const uint8_t*>(fv), reinterpret_cast<const uint8_t*>(fv) + 8);
+  const std::vector<uint8_t> ff = gguf_serialize({{"f", floats}}, {});
+  const GgufFile g = GgufFile::parse(ff.data(), ff.size(), "f.gguf");
+  EXPECT_EQ(g.value("f").float_at(0), 1.5);
+  EXPECT_TRUE(std::isnan(g.value("f").float_at(1)));
+  EXPECT_THROW((void)g.value("f").int_at(1), Error);
   // Arrays still round-trip through the writer.
   const std::vector<uint8_t> ints = gguf_serialize({{"i", gguf_i32_array({1, -2, 3})}}, {});
   EXPECT_EQ(GgufFile::parse(ints.data(), ints.size(), "i.gguf").get_ints("i"), (std::vector<int64_t>{1, -2, 3}));

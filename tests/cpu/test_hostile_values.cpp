@@ -106,4 +106,22 @@ TEST(HostileValues, ShsOfNaNInputsIsAnErrorOrNaN) {
   EXPECT_TRUE(shs_summary_json(sum)["shs_index"].is_null());
 }
 
+// Heatmaps: `shs --cell 2000` asked for a 196 GB picture (bad_alloc); NaN received attention
+// reached int(NaN) in the colour map.
+TEST(HostileValues, HeatmapsRefuseHugeCellsAndDrawNaN) {
+  const Image bg{8, 8, 3, std::vector<uint8_t>(8 * 8 * 3, 100)};
+  const Grid g{32, 32};
+  std::vector<float> received(size_t(16 * g.tokens()), 1.f);
+  const std::string msg = error_of([&] { (void)heatmap_grid(bg, received.data(), 16, g, 2000, 4); });
+  EXPECT_NE(msg.find("heatmap_grid: a 256010x256010 picture exceeds the limit"), std::string::npos) << msg;
+  EXPECT_NE(error_of([&] { (void)label_picture(bg, std::vector<int8_t>(size_t(g.tokens()), 0), g, 100000); })
+                .find("label_picture: a 3200000x3200000 picture"),
+            std::string::npos);
+  received[5] = kNaN;
+  for (float& r : received) r = kNaN;
+  const Image h = heatmap_grid(bg, received.data(), 2, Grid{2, 2}, 3, 2);
+  EXPECT_EQ(h.channels, 3);
+  EXPECT_GT(h.width, 0);
+}
+
 }  // namespace
