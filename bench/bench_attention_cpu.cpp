@@ -1,6 +1,6 @@
-// Fast CPU attention (issue 3): GFLOP/s with mask-aware counts next to the machine's measured FMA
-// peak, on the issue's shapes: H 16, d 80 / 128, N 1024 / 4096, fp32 / bf16, and the patterns full,
-// window ±64, chunk 64 and block-sparse 50 % (blocks of 64 over the full pattern).
+// Fast CPU attention: GFLOP/s with mask-aware counts next to the machine's measured FMA peak, on
+// the CPU backend's reference shapes: H 16, d 80 / 128, N 1024 / 4096, fp32 / bf16, and the
+// patterns full, window ±64, chunk 64 and block-sparse 50 % (blocks of 64 over the full pattern).
 //
 // FLOPs = allowed (query, key) pairs × 4 × d × heads: one multiply-add for Q·Kᵀ and one for P·V per
 // pair and head-dim entry, as FlashAttention counts a forward pass. Masked pairs are not counted, so

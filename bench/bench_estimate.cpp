@@ -1,4 +1,4 @@
-// Pattern-estimation time on CPU: RRAttention vs XAttention at strides 8 and 16 (issue 5).
+// Pattern-estimation time on CPU: RRAttention vs XAttention at strides 8 and 16.
 //
 // Inputs: the synthetic mix (synthetic.hpp), 4 query heads / 1 KV head, d = 128, θ = 10000,
 // B = 128, τ = 0.95. Every iteration runs the whole estimator (operands, scores, selection, CSR)

@@ -19,8 +19,7 @@
 //                     of it ms_host_setup (before the first kernel is enqueued) and ms_host_finish
 //                     (after the final synchronization), EstimateStats' fields
 //   ms_result_free    median time to free the previous call's result (its device arrays), which
-//                     ms_estimate does not include (runs up to results v8 timed
-//                     `r = estimate(...)`: the estimate plus this)
+//                     ms_estimate does not include
 //   ms_attention      median of the block-sparse attention on that mask (CUDA events), default
 //                     routing: the wgmma kernel for B 128 on the H200 (attention_kernel says which)
 //   ms_attention_mma_sync  the same call with ARIADNE_WGMMA=0 (the mma.sync kernel)
@@ -36,21 +35,13 @@
 // measured in the same device-check step by bench/anchors.py and joined there (speedup columns).
 //
 //   bench_estimate_cuda [tokens ...] [--recall-max N] [--methods rr,xattn] [--xattn-max N] [--strides 8,16]
-//                       [--mix M] [--scoring mma,mma2,mma3,mma3e,mma3w,mma3f2,mma3a,mma3a2,mma3a2w,mma3n,f32]
+//                       [--mix M] [--scoring automatic,wgmma_approximate,wgmma_exact,mma_grouped,mma_rr,mma_generic,f32]
 //   default tokens 8192 32768 65536 131072; --xattn-max: XAttention only up to N tokens (its
 //   estimate takes seconds at 128K); --mix: the synthetic head mix (default SyntheticConfig's);
-//   --scoring: the scoring kernels to time (default mma3, the library's default: the v3 kernel,
-//   EstimateConfig::cuda_scoring_v3, on v2's cases with bf16 inputs (at head_dim 128 its wgmma
-//   variant's 64-row approximate build with two K̄ terms since session 7, as the library picks), v2
-//   or v1 elsewhere; mma2 the v2 tensor-core kernel,
-//   EstimateConfig::cuda_scoring_v2, which covers RR with B / S = 8 or 16 and is v1 elsewhere; mma3n v3's
-//   128-row mma.sync variant at every head_dim (ARIADNE_EST_V3_KIND=narrow, set around its calls); mma3w
-//   the wgmma variant's plain build and mma3f2 its 128-row fast-partials build (ARIADNE_EST_V3_FAST=0
-//   or 2 around their calls; the same scores); mma3a its 64-row build with approximate partials
-//   (ARIADNE_EST_V3_FAST=3: scores within docs/numerics.md's rules 2 and 3, not bit for bit), mma3a2
-//   the same with K̄'s two high terms only (ARIADNE_EST_V3_FAST=4), mma3a2w that with 128 rows (=5);
-//   mma3e the exact 64-row fast-partials build (ARIADNE_EST_V3_FAST=1; the default before session 7);
-//   mma the v1 tensor-core kernel; f32 the CUDA-core one). The first gives the case's row (attention, recall); each further one adds a row
+//   --scoring: the scoring kernels to time, by their CudaScoring names (EstimateConfig::overrides;
+//   default automatic, the library's choice). A kernel that cannot run a case (say mma_rr for
+//   XAttention) leaves that case to the library's choice; the "scoring" field of every row names the
+//   kernel that ran. The first gives the case's row (attention, recall); each further one adds a row
 //   "<id>-<kernel>" with its estimate times and its largest score difference and count of rows
 //   whose block list differs from the first's (vs_<first>_max_score_diff, vs_<first>_rows_differ)
 #if defined(ARIADNE_WITH_CUDA)
@@ -117,19 +108,6 @@ double time_attention(const AttentionParams& p, int reps) {
 }
 
 // Comma-separated integers ("8,16").
-// The v3 wgmma builds timed by name, each with the ARIADNE_EST_V3_FAST value that selects it (read
-// per call by the library; src/estimate/cuda/estimate_cuda.cu, scoring_v3_kind). "mma3" is the library's
-// default: the variable unset.
-constexpr std::pair<const char*, const char*> kV3Builds[] = {{"mma3w", "0"},  {"mma3e", "1"},  {"mma3f2", "2"},
-                                                             {"mma3a", "3"},  {"mma3a2", "4"}, {"mma3a2w", "5"}};
-
-// ARIADNE_EST_V3_FAST's value for a build name of kV3Builds, or nullptr.
-const char* v3_fast_value(const std::string& name) {
-  for (const auto& [n, v] : kV3Builds)
-    if (name == n) return v;
-  return nullptr;
-}
-
 std::vector<int> int_list(const std::string& s) {
   std::vector<int> out;
   size_t pos = 0;
@@ -150,7 +128,7 @@ int main(int argc, char** argv) {
     std::vector<Estimator> methods = {Estimator::rr, Estimator::xattn};
     std::vector<int> strides = {8, 16};
     std::string mix = SyntheticConfig{}.mix;
-    std::vector<std::string> scorings = {"mma3"};
+    std::vector<std::string> scorings = {"automatic"};
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--recall-max" && i + 1 < argc) recall_max = std::atoll(argv[++i]);
@@ -164,12 +142,7 @@ int main(int argc, char** argv) {
         while (pos <= m.size()) {
           const size_t comma = std::min(m.find(',', pos), m.size());
           scorings.push_back(m.substr(pos, comma - pos));
-          const std::string& sc = scorings.back();
-          ARIADNE_CHECK(sc == "mma" || sc == "mma2" || sc == "mma3" || sc == "mma3n" || sc == "f32" ||
-                            v3_fast_value(sc) != nullptr,
-                        "bench_estimate_cuda: --scoring '", m,
-                        "', expected mma, mma2, mma3, mma3e, mma3w, mma3f2, mma3a, mma3a2, mma3a2w, mma3n, f32, "
-                        "comma-separated");
+          parse_cuda_scoring(scorings.back());  // throws naming the kernels when unknown
           pos = comma + 1;
         }
       }
@@ -230,21 +203,29 @@ int main(int argc, char** argv) {
           c.host_copy = false;
           // Timings of one scoring kernel (the first of --scoring; the others follow the case).
           struct Timed {
+            EstimateConfig cfg;  // as run: the override dropped where its kernel cannot run the case
             EstimateResult r;
             double first = 0;
             std::vector<double> wall, samp, score, sel, stages, overhead, frees, setup, finish;
           };
-          const auto time_estimate = [&](const EstimateConfig& cfg) {
+          const auto time_estimate = [&](EstimateConfig cfg) {
             const auto ms_since = [](std::chrono::steady_clock::time_point t) {
               return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
             };
             Timed t;
             const auto tw = std::chrono::steady_clock::now();
-            t.r = estimate(q.view(), k.view(), Pattern::causal(), cfg, Backend::cuda);  // warm-up
+            try {
+              t.r = estimate(q.view(), k.view(), Pattern::causal(), cfg, Backend::cuda);  // warm-up
+            } catch (const Error&) {
+              if (cfg.overrides.scoring == CudaScoring::automatic) throw;
+              cfg.overrides.scoring = CudaScoring::automatic;  // the forced kernel cannot run this case
+              t.r = estimate(q.view(), k.view(), Pattern::causal(), cfg, Backend::cuda);
+            }
             t.first = ms_since(tw);
-            // A second warm-up, and medians of 7 / 9 calls: in session 7 the build timed first in a
-            // call read 0.4-1 ms slower at 128K than the same build timed later, with one warm-up
-            // and medians of 3 (docs/rrattention.md, "Scoring kernel v3, approximate partials").
+            t.cfg = cfg;
+            // A second warm-up, and medians of 7 / 9 calls: with one warm-up and medians of 3 the
+            // kernel timed first in a call read 0.4-1 ms slower at 128K than the same kernel timed
+            // later.
             t.r = estimate(q.view(), k.view(), Pattern::causal(), cfg, Backend::cuda);
             const int reps = n >= 65536 ? 7 : 9;
             for (int i = 0; i < reps; ++i) {
@@ -266,19 +247,9 @@ int main(int argc, char** argv) {
             }
             return t;
           };
-          c.cuda_f32_scoring = scorings[0] == "f32";
-          c.cuda_scoring_v2 = scorings[0] != "mma" && scorings[0] != "f32";
-          c.cuda_scoring_v3 = scorings[0].rfind("mma3", 0) == 0;
-          // ARIADNE_EST_V3_KIND and ARIADNE_EST_V3_FAST are read per call by the library: narrow
-          // for the calls of mma3n, kV3Builds' value for those builds, unset for every other kernel.
-          const auto variant = [&](const std::string& name) {
-            if (name == "mma3n") setenv("ARIADNE_EST_V3_KIND", "narrow", 1);
-            else unsetenv("ARIADNE_EST_V3_KIND");
-            if (const char* fast = v3_fast_value(name)) setenv("ARIADNE_EST_V3_FAST", fast, 1);
-            else unsetenv("ARIADNE_EST_V3_FAST");
-          };
-          variant(scorings[0]);
+          c.overrides.scoring = parse_cuda_scoring(scorings[0]);
           Timed main_t = time_estimate(c);
+          c = main_t.cfg;
           // The same estimate with the result's five arrays from the library's stream-ordered pool
           // (EstimateConfig::cuda_pooled_result, as the LLM path runs it): no cudaMalloc of ~2 x 4
           // bytes per visible block per call, and a cudaFreeAsync instead of cudaFree.
@@ -307,14 +278,6 @@ int main(int argc, char** argv) {
           j["block"] = c.block;
           j["stride"] = stride;
           j["tau"] = c.tau;
-          const auto v3_name = [] {
-            const char* k = std::getenv("ARIADNE_EST_V3_KIND");
-            const char* f = std::getenv("ARIADNE_EST_V3_FAST");
-            if (k != nullptr && std::string(k) == "narrow") return "mma3n";
-            for (const auto& [n, v] : kV3Builds)
-              if (f != nullptr && std::string(f) == v) return n;
-            return "mma3";
-          };
           const auto put_times = [&](nlohmann::json& o, const Timed& t) {
             o["ms_estimate"] = median(t.wall);
             o["ms_sampling"] = median(t.samp);
@@ -326,12 +289,7 @@ int main(int argc, char** argv) {
             o["ms_host_finish"] = median(t.finish);
             o["ms_estimate_first"] = t.first;
             o["ms_result_free"] = median(t.frees);
-            // The kernel that ran: mma3 / mma2 only where v3 / v2 covers the case (else the next
-            // older kernel ran).
-            o["scoring"] = !t.r.stats.tensor_core_scoring ? "f32"
-                           : t.r.stats.scoring_v3         ? v3_name()
-                           : t.r.stats.scoring_v2         ? "mma2"
-                                                          : "mma";
+            o["scoring"] = cuda_scoring_name(t.r.stats.scoring);  // the kernel that ran
           };
           put_times(j, main_t);
           j["ms_attention"] = ms_attn;
@@ -376,14 +334,10 @@ int main(int argc, char** argv) {
           // masks are from the first kernel's (host copies of both, τ 0.95).
           for (size_t v = 1; v < scorings.size(); ++v) {
             EstimateConfig cv = c;
-            cv.cuda_f32_scoring = scorings[v] == "f32";
-            cv.cuda_scoring_v2 = scorings[v] != "mma" && scorings[v] != "f32";
-            cv.cuda_scoring_v3 = scorings[v].rfind("mma3", 0) == 0;
-            variant(scorings[0]);
+            cv.overrides.scoring = parse_cuda_scoring(scorings[v]);
             EstimateConfig ha = c;
             ha.host_copy = true;
             const EstimateResult a = estimate(q.view(), k.view(), Pattern::causal(), ha, Backend::cuda);
-            variant(scorings[v]);
             const Timed tv = time_estimate(cv);
             nlohmann::json jv;
             jv["id"] = j["id"].get<std::string>() + "-" + scorings[v];
@@ -393,7 +347,7 @@ int main(int argc, char** argv) {
             jv["stride"] = stride;
             put_times(jv, tv);
             jv["density"] = tv.r.stats.density;
-            EstimateConfig hb = cv;
+            EstimateConfig hb = tv.cfg;
             hb.host_copy = true;
             const EstimateResult b = estimate(q.view(), k.view(), Pattern::causal(), hb, Backend::cuda);
             double worst = 0;
@@ -412,7 +366,6 @@ int main(int argc, char** argv) {
             std::cerr << jv.dump() << "\n";
             out.push_back(jv);
           }
-          variant("");
         }
     }
     std::cout << out.dump(1) << "\n";

@@ -1,4 +1,4 @@
-// Block-selection quality on the synthetic mix (issue 5): density, attention-mass recall and block
+// Block-selection quality on the synthetic mix: density, attention-mass recall and block
 // precision/recall/F1 against the exact oracle at the same τ, for RR (both sampling offsets, with
 // each protection on and off) and XAttention, at strides 8 and 16.
 //

@@ -3,7 +3,7 @@ equal density on real heads (τ sweep)"). Standard library only.
 
   python3 bench/llm_tau_sweep.py run --ariadne build/ariadne --tokens 1024 --prompts 1:0.1,2:0.3,3:0.5,4:0.7,5:0.9 \
       --out FILE.json
-      one `ariadne llm --accuracy 0 --probe --probe-tau-sweep ...` per prompt (seed:depth), passkey:
+      one `ariadne llm-probe --accuracy 0 --probe-tau-sweep ...` per prompt (seed:depth), passkey:
       the dense run's real q/k of all 30 layers, each probe (RR paper / released and XAttention at
       S 8 and 16, published protections and sink + diagonal) scored once and its oracle once, then
       selected anew at every τ of the list. Writes {"runs": [{"command": [...], "output": <the
@@ -36,9 +36,9 @@ def run(args):
     runs = json.load(open(args.out))["runs"] if os.path.exists(args.out) else []
     for prompt in args.prompts.split(","):
         seed, depth = prompt.split(":")
-        cmd = [args.ariadne, "llm", "--task", "passkey", "--tokens", str(args.tokens), "--seed", seed,
-               "--seeds", "1", "--depths", depth, "--method", "rr,xattn", "--offset", "paper,released",
-               "--tau", "0.95", "--stride", args.strides, "--block", "128", "--probe",
+        cmd = [args.ariadne, "llm-probe", "--task", "passkey", "--tokens", str(args.tokens), "--seed", seed,
+               "--seeds", "1", "--depth", depth, "--method", "rr,xattn", "--offset", "paper,released",
+               "--tau", "0.95", "--stride", args.strides, "--block", "128",
                "--probe-protect", "published,sink+diagonal", "--probe-tau-sweep", sweep,
                "--accuracy", "0", "--new", "7", "--threads", str(args.threads), "--json"]
         if args.gguf:

@@ -20,6 +20,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (void)f.get_ints(key);
       } catch (const ariadne::Error&) {
       }
+      // Compact arrays: every element through the accessor of its type, sizes consistent.
+      if (value.type == ariadne::GgufValueType::array) {
+        for (size_t k = 0; k < value.size(); ++k) {
+          if (value.item_type == ariadne::GgufValueType::string) (void)value.str_at(k);
+          else if (value.item_type != ariadne::GgufValueType::array) (void)value.float_at(k);
+        }
+        if (value.item_type == ariadne::GgufValueType::string && !value.ends.empty() &&
+            value.ends.back() != value.blob.size())
+          __builtin_trap();
+      }
     }
   } catch (const ariadne::Error&) {
   }

@@ -1,5 +1,6 @@
-// Shared test helpers: attention cases as data, fresh random inputs, and the tolerance rule of
-// docs/numerics.md. Used by tests/cpu (CI) and tests/cuda (device only).
+// Shared test helpers: the input generator (a Case: shapes, pattern, sink, dtype, seed → fresh
+// random inputs), the reference run, and the tolerance rule of docs/numerics.md. Used by tests/cpu
+// (CI) and tests/cuda (device only); the attention case table (cases.hpp) is built on them.
 #pragma once
 
 #include <cmath>

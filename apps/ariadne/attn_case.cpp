@@ -7,6 +7,7 @@
 
 #include "ariadne/device.hpp"
 #include "ariadne/flops.hpp"
+#include "cli.hpp"
 
 namespace ariadne::cli {
 namespace {
@@ -17,6 +18,14 @@ double now_ms() {
 }
 
 }  // namespace
+
+void check_attn_memory(const AttnCase& c) {
+  const double rows = double(c.tokens) * double(c.batch);
+  const double elems = rows * double(c.dim) * (2.0 * double(c.heads) + 2.0 * double(c.kv_heads));
+  const double bytes = elems * double(dtype_size(c.dtype)) + rows * double(c.heads) * 4.0 +
+                       (c.check != "no" ? rows * double(c.heads) * double(c.dim) * 4.0 : 0.0);
+  check_memory("attn", "--tokens", bytes);
+}
 
 nlohmann::json run_attn_case(const AttnCase& c) {
   const int64_t tokens = c.tokens, batch = c.batch, heads = c.heads, kv_heads = c.kv_heads, dim = c.dim;

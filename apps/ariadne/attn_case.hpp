@@ -22,6 +22,10 @@ struct AttnCase {
   std::string check = "auto";  // auto: check when the reference costs at most ~1 GFLOP
 };
 
+// Throws a UsageError naming --tokens when the case's buffers (inputs, output and, when checked,
+// the reference) would exceed the machine's physical memory.
+void check_attn_memory(const AttnCase& c);
+
 // Runs the case; returns {backend, tokens, ..., ms, pairs, gflops, checked, max_rel_err, rel_l2}.
 nlohmann::json run_attn_case(const AttnCase& c);
 

@@ -24,12 +24,35 @@ DemoPart::DemoPart(int rank, const char* key, const char* title, DemoFn run) {
 
 namespace {
 
+// Writes through a temporary file in the same folder, then renames: a failed write (a full disk)
+// neither leaves a truncated report nor destroys an earlier one; it throws naming the file.
+void write_text_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.flush();
+    if (!f) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw UsageError(path + ": write failed (disk full or not writable)", "", path);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw UsageError(path + ": cannot replace the file: " + ec.message(), "", path);
+}
+
+std::string part_keys() {
+  std::string s;
+  for (const auto& p : demo_parts()) s += (s.empty() ? "" : ", ") + p.key;
+  return s;
+}
+
 int run_demo(const Args& a) {
-  const std::string out = a.str("out", "demo-out");
+  const std::string out = a.str("out");
   const bool quick = a.flag("quick");
-  const std::vector<std::string> only = a.list("parts", "");
-  a.reject_unused();
-  std::filesystem::create_directories(out);
+  const std::vector<std::string> only = a.strs("part");
   auto parts = demo_parts();
   std::sort(parts.begin(), parts.end(), [](const auto& x, const auto& y) { return x.rank < y.rank; });
 
@@ -58,14 +81,24 @@ int run_demo(const Args& a) {
     md << "## " << part.title << "\n\n" << ctx.md.str() << "\n";
     report["parts"][part.key] = ctx.json;
   }
-  std::ofstream(out + "/report.md") << md.str();
-  std::ofstream(out + "/report.json") << report.dump(2) << "\n";
+  write_text_file(out + "/report.md", md.str());
+  write_text_file(out + "/report.json", report.dump(2) + "\n");
   if (a.json()) print_json(report);
   else std::cout << md.str();
   return failures == 0 ? 0 : 1;
 }
 
-const Command reg{"demo", "the main job on built-in data: writes DIR/report.md and report.json", run_demo};
+const Command reg{
+    "demo", "the main job on built-in data: writes DIR/report.md and report.json",
+    {path("out", PathKind::out_dir, "report folder (created)").defaulting("demo-out"),
+     boolean("quick", false, "smaller sizes (CI smoke run)"),
+     text_list("part", "", "run only these parts (cost, attention, encoder, shs, prefill, llm; default all)")
+         .checked([](const std::string& key) {
+           for (const auto& p : demo_parts())
+             if (p.key == key) return;
+           detail::fail("unknown part '", key, "', expected one of ", part_keys());
+         })},
+    run_demo};
 
 }  // namespace
 }  // namespace ariadne::cli

@@ -37,42 +37,42 @@ std::string fnv1a(const std::vector<float>& v) {
 }
 
 int run_encode(const Args& args) {
-  const std::vector<std::string> files = args.list("image", "");
-  ARIADNE_CHECK(!files.empty(), "ariadne encode: --image FILE is required (several: --image a.png,b.jpg)");
-  const std::vector<std::string> weight_files = args.list("weights", "");
+  const std::vector<std::string> files = args.strs("image");
+  const std::vector<std::string> weight_files = args.strs("weights");
   // Several schedules and orders (comma lists) run one after another on the same loaded weights and
   // pixels; the JSON is then {"runs": [one object per run]} and --save-output is a prefix.
-  const std::vector<std::string> schedule_names = args.list("schedule", "");
-  ARIADNE_CHECK(!schedule_names.empty(),
-                "ariadne encode: --schedule NAME is required (several: --schedule full,chunk)");
-  const std::string backend_name = args.str("backend", "cpu");
+  const std::vector<std::string> schedule_names = args.strs("schedule");
+  const std::string backend_name = args.str("backend");
   const ariadne::Backend backend = ariadne::parse_backend(backend_name);
-  ARIADNE_CHECK(backend != ariadne::Backend::automatic, "ariadne encode: --backend must be reference, cpu or cuda");
-  const ariadne::VitConfig preset = ariadne::VitConfig::named(args.str("config", "qwen2.5-vl"));
-  const uint64_t seed = uint64_t(args.integer("seed", 0));
-  const int64_t window = args.integer("window", 64);
-  const double sink_init = args.real("sink-init", 0.0);
+  const ariadne::VitConfig preset = ariadne::VitConfig::named(args.str("config"));
+  const uint64_t seed = uint64_t(args.i64("seed"));
+  const int64_t window = args.i64("window");
+  const double sink_init = args.real("sink-init");
   ariadne::EncodeOptions base_opt;
   base_opt.attention = backend;
-  base_opt.sink_mode = ariadne::parse_sink_mode(args.str("sink-mode", "denominator"));
-  ARIADNE_CHECK(base_opt.sink_mode != ariadne::SinkMode::none,
-                "ariadne encode: --sink-mode must be denominator or key0");
+  base_opt.sink_mode = ariadne::parse_sink_mode(args.str("sink"));
   ariadne::PreprocessOptions pre;
-  pre.min_pixels = args.integer("min-pixels", pre.min_pixels);
-  pre.max_pixels = args.integer("max-pixels", pre.max_pixels);
-  const int64_t threads = args.integer("threads", 0);
-  const int64_t repeat = args.integer("repeat", 1);
-  ARIADNE_CHECK(repeat >= 1, "ariadne encode: --repeat must be >= 1");
-  const std::vector<std::string> cuda_orders = args.list("cuda-order", "fused");
-  for (const auto& o : cuda_orders)
-    ARIADNE_CHECK(o == "fused" || o == "gather", "ariadne encode: --cuda-order must be fused or gather, got '", o, "'");
-  const std::string save = args.str("save-output", "");
-  const std::string save_pixels = args.str("save-pixels", "");
-  // CUDA: --stage-times 0 records no event between stages (the total alone, without their overhead).
-  base_opt.cuda_stage_times = args.integer("stage-times", 1) != 0;
+  pre.min_pixels = args.i64("min-pixels");
+  pre.max_pixels = args.i64("max-pixels");
+  if (pre.min_pixels > pre.max_pixels) args.fail("min-pixels", "exceeds --max-pixels");
+  const int64_t repeat = args.i64("repeat");
+  const std::vector<std::string> cuda_orders = args.strs("cuda-order");
+  const std::string save = args.str("save-output");
+  const std::string save_pixels = args.str("save-pixels");
+  // CUDA: --stage-times no records no event between stages (the total alone, without their overhead).
+  base_opt.cuda_stage_times = args.flag("stage-times");
   const bool json = args.json();
-  args.reject_unused();
-  if (threads > 0) ariadne::set_cpu_threads(int(threads));
+  // Every schedule is checked against the configuration now, before weights are loaded or any
+  // image is decoded (a bad second schedule must not cost the first run, nor leave its outputs).
+  for (const std::string& name : schedule_names) {
+    try {
+      ariadne::vit_schedule(name, preset, window);
+    } catch (const ariadne::Error& e) {
+      args.fail("schedule", e.what());
+    }
+  }
+  ariadne::cli::require_cuda_if_asked(args, "backend");
+  if (args.given("threads")) ariadne::set_cpu_threads(args.i32("threads"));
 
   auto t0 = Clock::now();
   const ariadne::VitWeights w = weight_files.empty()
@@ -190,6 +190,26 @@ int run_encode(const Args& args) {
   return 0;
 }
 
-const ariadne::cli::Command reg{"encode", "images through the vision encoder with an attention schedule", run_encode};
+using namespace ariadne::cli;
+const Command reg{
+    "encode", "images through the vision encoder with an attention schedule",
+    {path_list("image", PathKind::in_file, "PNG or JPEG images (several: a.png,b.jpg)").needed(),
+     path_list("weights", PathKind::in_file, "safetensors checkpoint shards (absent: seeded random weights)"),
+     text_list("schedule", "", "attention schedules: presets or short syntax (several run in turn)").needed(),
+     choice("backend", "cpu", {"reference", "cpu", "cuda"}, "attention and model backend"),
+     choice("config", "qwen2.5-vl", {"qwen2.5-vl", "small"}, "encoder configuration"),
+     integer("seed", 0, 0, int64_t(1) << 62, "seed of random weights"),
+     integer("window", 64, 1, 1 << 20, "window radius of window layers, in tokens"),
+     real("sink-init", 0.0, Range::any(), "sink logit of sink layers without one in the checkpoint"),
+     choice("sink", "denominator", {"denominator", "key0"}, "attention sink form of sink layers"),
+     integer("min-pixels", ariadne::PreprocessOptions{}.min_pixels, 1, int64_t(1) << 30, "smallest resized image area"),
+     integer("max-pixels", ariadne::PreprocessOptions{}.max_pixels, 1, int64_t(1) << 30, "largest resized image area"),
+     threads_option(),
+     integer("repeat", 1, 1, 10000, "encodes per run (the fastest is reported)"),
+     choice_list("cuda-order", "fused", {"fused", "gather"}, "CUDA token order: fused in the kernel, or gathers"),
+     path("save-output", PathKind::out_prefix, "write the output [units, out_hidden] f32 (several runs: a prefix)"),
+     path("save-pixels", PathKind::out_file, "write the encoder's input rows and grids (safetensors)"),
+     boolean("stage-times", true, "CUDA: time each stage (no: the total alone)")},
+    run_encode};
 
 }  // namespace

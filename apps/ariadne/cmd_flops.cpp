@@ -3,7 +3,6 @@
 #include <iostream>
 #include <string>
 
-#include "core/parse.hpp"
 #include "ariadne/error.hpp"
 #include "ariadne/flops.hpp"
 #include "ariadne/schedule.hpp"
@@ -14,30 +13,38 @@ namespace {
 using ariadne::cli::Args;
 
 int run_flops(const Args& args) {
-  const std::vector<std::string> sides = args.list("sides", "448,896,1792");
-  const std::vector<std::string> names = args.list("schedules", "full,chunk,ariadne");
-  const int64_t window = args.integer("window", 64);
+  const std::vector<int> sides = args.i32s("side");
+  const std::vector<std::string> names = args.strs("schedule");
+  const int64_t window = args.i64("window");
   ariadne::EncoderShape shape;
-  shape.heads = int(args.integer("heads", shape.heads));
-  shape.head_dim = int(args.integer("head-dim", shape.head_dim));
-  const auto [tq, tk] = ariadne::cli::parse_grid("tile", args.str("tile", "128x128"));
+  shape.heads = args.i32("heads");
+  shape.head_dim = args.i32("head-dim");
+  const auto [tq, tk] = args.grid("tile");
   const ariadne::TileShape tile{tq, tk};
   const bool json = args.json();
-  args.reject_unused();
-  ARIADNE_CHECK(!sides.empty(), "ariadne flops: --sides lists no side");
-  ARIADNE_CHECK(!names.empty(), "ariadne flops: --schedules lists no schedule");
 
   std::vector<ariadne::Schedule> schedules;
-  for (const std::string& n : names) schedules.push_back(ariadne::resolve_schedule(n, window));
+  for (const std::string& n : names) {
+    try {
+      schedules.push_back(ariadne::resolve_schedule(n, window));
+    } catch (const ariadne::Error& e) {
+      args.fail("schedule", e.what());
+    }
+  }
   // Every row is also compared with full attention (same shape, same side).
   const ariadne::Schedule full = ariadne::preset_schedule("full", window);
 
   nlohmann::json rows = nlohmann::json::array();
-  for (const std::string& side_text : sides) {
-    const auto parsed = ariadne::parse_int(side_text);
-    ARIADNE_CHECK(parsed && *parsed > 0 && *parsed <= 1 << 20, "ariadne flops: --sides expects positive integers (pixels), got '",
-                  side_text, "'");
-    const int side = int(*parsed);
+  // The FLOP counts are int64: refuse shapes whose full-attention count would not fit (the library
+  // does not check its products).
+  for (const int side : sides) {
+    const double n = double(side / shape.patch) * double(side / shape.patch);
+    for (const ariadne::Schedule& s : schedules)
+      if (16.0 * n * n * shape.heads * shape.head_dim * double(s.layers.size()) > 0x1p62)
+        args.fail("side", std::to_string(side) + " px with " + std::to_string(shape.heads) + " heads x " +
+                              std::to_string(shape.head_dim) + " dims: the paper-convention FLOP count exceeds 2^62");
+  }
+  for (const int side : sides) {
     const std::vector<ariadne::Grid> images{ariadne::image_grid(side, shape)};
     const ariadne::ScheduleCost ref = ariadne::schedule_cost(full, images, shape, tile);
     for (const ariadne::Schedule& s : schedules) {
@@ -79,7 +86,14 @@ int run_flops(const Args& args) {
   return 0;
 }
 
-ariadne::cli::Command reg{"flops", "attention FLOPs of schedules at image sides (exact, from the pattern)",
-                          run_flops};
+using namespace ariadne::cli;
+const Command reg{"flops", "attention FLOPs of schedules at image sides (exact, from the pattern)",
+                  {integer_list("side", "448,896,1792", 1, 1 << 16, "image sides in pixels (square images)"),
+                   text_list("schedule", "full,chunk,ariadne", "schedules: presets or short syntax"),
+                   integer("window", 64, 1, 1 << 20, "window radius of window layers, in tokens"),
+                   integer("heads", 16, 1, 4096, "attention heads of the encoder"),
+                   integer("head-dim", 80, 1, 4096, "head dimension of the encoder"),
+                   grid("tile", "128x128", 4096, "kernel tile, query rows x key columns")},
+                  run_flops};
 
 }  // namespace

@@ -15,17 +15,14 @@ using ariadne::cli::Args;
 int run_orders(const Args& args) {
   // Several images may be packed: --grid 4x8,2x4.
   std::vector<ariadne::Grid> grids;
-  for (const std::string& g : args.list("grid", ""))
-    grids.push_back([&] {
-      const auto [h, w] = ariadne::cli::parse_grid("grid", g);
-      return ariadne::Grid{h, w};
-    }());
-  ARIADNE_CHECK(!grids.empty(), "ariadne orders: --grid HxW is required (e.g. --grid 4x8)");
-  const ariadne::OrderKind kind = ariadne::parse_order(args.required("order"));
-  const int merge = int(args.integer("merge", 2));
-  const int window = int(args.integer("window", 4));
+  for (const auto& [h, w] : args.grids("grid")) grids.push_back(ariadne::Grid{h, w});
+  const ariadne::OrderKind kind = ariadne::parse_order(args.str("order"));
+  const int merge = args.i32("merge");
+  const int window = args.i32("qwen-window");
   const bool json = args.json();
-  args.reject_unused();
+  int64_t total = 0;
+  for (const ariadne::Grid& g : grids) total += int64_t(g.h) * g.w;
+  if (total > (int64_t(1) << 26)) args.fail("grid", "more than 2^26 patches in all");
   const ariadne::TokenOrder o = ariadne::make_order(kind, grids, merge, window);
 
   if (json) {
@@ -71,6 +68,12 @@ int run_orders(const Args& args) {
   return 0;
 }
 
-ariadne::cli::Command reg{"orders", "sequence position of every patch in a token order", run_orders};
+using namespace ariadne::cli;
+const Command reg{"orders", "sequence position of every patch in a token order",
+                  {grid_list("grid", "", 1 << 16, "patch grids of the packed images (e.g. 4x8,2x4)").needed(),
+                   choice("order", "", {"raster", "qwen_window", "block_row", "block_col"}, "token order").needed(),
+                   integer("merge", 2, 1, 64, "merge-unit side in patches"),
+                   integer("qwen-window", 4, 1, 4096, "qwen_window order: window side in merge units")},
+                  run_orders};
 
 }  // namespace

@@ -4,8 +4,8 @@
 //   ariadne prefill --tokens 8192 --heads 8 --kv-heads 2 --dim 128 --method rr --tau 0.95
 //                   --stride 8 --block 128 --synthetic sink:2,local:2,stripe:2,needle:2 --json
 //
-// Other options: --offset paper|released (RR sampling), --protect none|last,sink,diag (default:
-// as each method was released), --tau-heads T0,T1,... (one τ per query head), --backend
+// Other options: --offset paper|released (RR sampling), --protect published|none|sink+diagonal+last_row
+// (default published: as each method was released), --tau-heads T0,T1,... (one τ per query head), --backend
 // cpu|reference|cuda (cuda: q/k/v go to the GPU as bf16 and the estimator, the oracle and the
 // attention all run there), --theta (RoPE base), --seed, --threads, --metrics 0 (skip the oracle
 // and dense runs), --estimate-only (no attention: estimator time and mask quality only),
@@ -16,42 +16,19 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include "ariadne/device.hpp"
-#include "core/parse.hpp"
 #include "ariadne/prefill.hpp"
 #include "workloads/synthetic.hpp"
 #include "cli.hpp"
+#include "protect.hpp"
 
 namespace {
 
 using namespace ariadne;
 using nlohmann::json;
-
-Protections parse_protections(const std::string& s) {
-  Protections p;
-  if (s == "none") return p;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item == "last") p.last_row = true;
-    else if (item == "sink") p.sink = true;
-    else if (item == "diag") p.diagonal = true;
-    else detail::fail("--protect: unknown protection '", item, "', expected none or a list of last, sink, diag");
-  }
-  return p;
-}
-
-std::string protections_text(const Protections& p) {
-  std::string s;
-  for (auto [on, name] : {std::pair{p.last_row, "last"}, {p.sink, "sink"}, {p.diagonal, "diag"}})
-    if (on) {
-      if (!s.empty()) s.push_back(',');
-      s.append(name);
-    }
-  return s.empty() ? "none" : s;
-}
 
 // ‖a − b‖₂ / ‖b‖₂ over [tokens, heads, dim] outputs: overall (head = −1) or for one head.
 // A bf16 device copy of an f32 host buffer (the CUDA attention reads bf16 or f16).
@@ -77,48 +54,57 @@ double rel_l2(const Buffer& a, const Buffer& b, int head = -1) {
 }
 
 int run_prefill(const cli::Args& args) {
-  const int64_t tokens = args.integer("tokens", 8192);
+  const int64_t tokens = args.i64("tokens");
   SyntheticConfig sc;
   sc.tokens = tokens;
-  sc.heads_q = int(args.integer("heads", 32));
-  sc.heads_kv = int(args.integer("kv-heads", 8));
-  sc.dim = int(args.integer("dim", 128));
-  sc.rope_theta = args.real("theta", 10000);
-  sc.seed = uint64_t(args.integer("seed", 1));
-  const bool synthetic = args.has("synthetic");
-  if (synthetic) sc.mix = args.str("synthetic", sc.mix);
-  if (sc.mix.empty()) sc.mix = SyntheticConfig{}.mix;
+  sc.heads_q = args.i32("heads");
+  sc.heads_kv = args.i32("kv-heads");
+  sc.dim = args.i32("dim");
+  sc.rope_theta = args.real("theta");
+  sc.seed = uint64_t(args.i64("seed"));
+  const bool synthetic = args.given("synthetic");
+  if (synthetic) sc.mix = args.str("synthetic");
 
-  const std::string method = args.str("method", "rr");
+  const std::string method = args.str("method");
   PrefillConfig pc;
   pc.dense = method == "dense";
   EstimateConfig& ec = pc.estimate;
   if (!pc.dense) ec.method = parse_estimator(method);
-  ec.block = int32_t(args.integer("block", 128));
-  ec.stride = int32_t(args.integer("stride", 8));
-  ec.tau = args.real("tau", 0.95);
-  ec.offset = parse_rr_offset(args.str("offset", "paper"));
-  for (const std::string& t : args.list("tau-heads", "")) {  // optional per-head τ table
-    const auto v = parse_real(t);
-    ARIADNE_CHECK(v.has_value(), "prefill: --tau-heads expects numbers, got '", t, "'");
-    ec.tau_per_head.push_back(*v);
-  }
-  if (args.has("protect")) ec.protect = parse_protections(args.required("protect"));
-  const std::vector<double> sweep = args.tau_list("tau-sweep");  // τ values for select_mask on the same scores
+  ec.block = args.i32("block");
+  ec.stride = args.i32("stride");
+  ec.tau = args.real("tau");
+  ec.offset = parse_rr_offset(args.str("offset"));
+  ec.tau_per_head = args.reals("tau-heads");  // optional per-head τ table
+  ec.protect = cli::parse_protect(args.str("protect"), false);
+  const std::vector<double> sweep = args.reals("tau-sweep");  // τ values for select_mask on the same scores
   const bool has_sweep = !sweep.empty();
-  pc.attention_backend = parse_backend(args.str("backend", "cpu"));
-  const bool metrics = args.integer("metrics", 1) != 0;
-  if (args.has("threads")) set_cpu_threads(int(args.integer("threads", 0)));
+  pc.attention_backend = parse_backend(args.str("backend"));
+  const bool metrics = args.flag("metrics");
   const bool estimate_only = args.flag("estimate-only");
   const bool json_out = args.json();
-  args.reject_unused();
-  ARIADNE_CHECK(!(estimate_only && pc.dense), "prefill: --estimate-only needs an estimator method, not dense");
+  if (estimate_only && pc.dense) args.fail("estimate-only", "needs an estimator method, not dense");
   if (has_sweep) {
-    ARIADNE_CHECK(!pc.dense, "prefill: --tau-sweep needs an estimator method, not dense");
-    ARIADNE_CHECK(metrics, "prefill: --tau-sweep needs the oracle, not --metrics 0");
-    ARIADNE_CHECK(ec.tau_per_head.empty(), "prefill: --tau-sweep sets one τ for every head; drop --tau-heads");
+    if (pc.dense) args.fail("tau-sweep", "needs an estimator method, not dense");
+    if (!metrics) args.fail("tau-sweep", "needs the oracle, not --metrics no");
+    if (!ec.tau_per_head.empty()) args.fail("tau-sweep", "sets one τ for every head; drop --tau-heads");
   }
+  if (sc.heads_q % sc.heads_kv != 0) args.fail("kv-heads", "must divide --heads");
   validate(ec, sc.heads_q);
+  cli::require_cuda_if_asked(args, "backend");
+  if (synthetic) {  // the mix and the shapes, checked on a tiny prompt before the real one is built
+    SyntheticConfig tiny = sc;
+    tiny.tokens = std::min<int64_t>(tokens, 64);
+    try {
+      make_synthetic(tiny);
+    } catch (const Error& e) {
+      args.fail("synthetic", e.what());
+    }
+  }
+  // q, out, dense out and lse [tokens, heads, dim] f32, k and v [tokens, kv_heads, dim] (and bf16
+  // device copies, not counted: they live on the GPU).
+  cli::check_memory("prefill", "--tokens",
+                    4.0 * double(tokens) * (3.0 * sc.heads_q * double(sc.dim) + 2.0 * sc.heads_kv * double(sc.dim)));
+  if (args.given("threads")) set_cpu_threads(args.i32("threads"));
 
   // Inputs: the synthetic mix, or i.i.d. uniform q/k/v in [-1, 1] (no structure) without --synthetic.
   Synthetic data;
@@ -180,7 +166,7 @@ int run_prefill(const cli::Args& args) {
   j["stride"] = ec.stride;
   j["tau"] = ec.tau;
   j["offset"] = rr_offset_name(ec.offset);
-  j["protect"] = pc.dense ? "n/a" : protections_text(ec.protections());
+  j["protect"] = pc.dense ? "n/a" : cli::protections_text(ec.protections());
   j["backend"] = backend_name(pc.attention_backend);
   j["dtype"] = on_gpu ? "bf16" : "f32";
   j["synthetic"] = synthetic ? sc.mix : "random";
@@ -273,7 +259,32 @@ int run_prefill(const cli::Args& args) {
   return 0;
 }
 
-const ariadne::cli::Command reg{"prefill", "block-sparse causal prefill (RR / XAttention / oracle / dense)",
-                                run_prefill};
+using namespace ariadne::cli;
+const Command reg{
+    "prefill", "block-sparse causal prefill (RR / XAttention / oracle / dense)",
+    {integer("tokens", 8192, 1, 1 << 22, "prompt tokens"),
+     integer("heads", 32, 1, 1024, "query heads"),
+     integer("kv-heads", 8, 1, 1024, "key/value heads (must divide --heads)"),
+     integer("dim", 128, 1, 1024, "head dimension"),
+     real("theta", 10000, Range::above(1), "RoPE base of the synthetic heads"),
+     integer("seed", 1, 0, int64_t(1) << 62, "input seed"),
+     text("synthetic", "", "synthetic head mix, e.g. sink:2,local:2,stripe:2,needle:2 (bare: that mix; "
+                           "absent: i.i.d. uniform q/k/v)")
+         .bare_means(SyntheticConfig{}.mix),
+     choice("method", "rr", {"dense", "rr", "xattn", "oracle"}, "mask estimator, or dense attention"),
+     integer("block", 128, 1, 1 << 16, "block size B in tokens"),
+     integer("stride", 8, 1, 1 << 16, "sampling stride S (must divide --block)"),
+     real("tau", 0.95, Range::open_closed(0, 1), "attention-mass threshold"),
+     choice("offset", "paper", {"paper", "released"}, "RR's sampling offsets"),
+     real_list("tau-heads", "", Range::open_closed(0, 1), "one τ per query head"),
+     text("protect", "published", "protected blocks: published, none, or sink/diagonal/last_row joined by '+'")
+         .checked([](const std::string& s) { parse_protect(s, false); }),
+     real_list("tau-sweep", "", Range::open_closed(0, 1),
+               "after the run, the same scores selected anew at each τ (needs the oracle)"),
+     choice("backend", "cpu", {"cpu", "reference", "cuda"}, "attention backend (cuda: bf16 on the GPU)"),
+     boolean("metrics", true, "oracle and dense runs for mask quality and output error"),
+     threads_option(),
+     boolean("estimate-only", false, "the estimator alone: no attention")},
+    run_prefill};
 
 }  // namespace

@@ -21,21 +21,28 @@ char cell(int reached) {
 }
 
 int run_rf(const Args& args) {
-  const auto [h, w] = ariadne::cli::parse_grid("grid", args.str("grid", "10x14"));
-  const int64_t window = args.integer("window", 4);
-  const std::string spec = args.str("schedule", "RRRRCCC");
-  const int merge = int(args.integer("merge", 1));
-  const int qwen_window = int(args.integer("qwen-window", 4));
+  const auto [h, w] = args.grid("grid");
+  const int64_t window = args.i64("window");
+  const std::string spec = args.str("schedule");
+  const int merge = args.i32("merge");
+  const int qwen_window = args.i32("qwen-window");
   int row = h / 2, col = w / 2;  // default start: the centre patch
-  if (args.has("start")) {
-    const std::string s = args.str("start", "");
-    char extra = 0;
-    ARIADNE_CHECK(std::sscanf(s.c_str(), "%d,%d%c", &row, &col, &extra) == 2, "ariadne rf: --start expects ROW,COL",
-                  " (e.g. 5,7), got '", s, "'");
+  if (args.given("start")) {
+    const std::vector<int> rc = args.i32s("start");
+    if (rc.size() != 2) args.fail("start", "expected ROW,COL (e.g. 5,7)");
+    row = rc[0];
+    col = rc[1];
+    if (row >= h || col >= w)
+      args.fail("start", "(" + std::to_string(row) + ", " + std::to_string(col) + ") lies outside the " +
+                             std::to_string(h) + "x" + std::to_string(w) + " grid");
   }
   const bool json = args.json();
-  args.reject_unused();
-  const ariadne::Schedule sched = ariadne::resolve_schedule(spec, window);
+  ariadne::Schedule sched;
+  try {
+    sched = ariadne::resolve_schedule(spec, window);
+  } catch (const ariadne::Error& e) {
+    args.fail("schedule", e.what());
+  }
   const ariadne::ReceptiveField rf = ariadne::receptive_field(sched, {h, w}, row, col, merge, qwen_window);
 
   if (json) {
@@ -65,6 +72,14 @@ int run_rf(const Args& args) {
   return 0;
 }
 
-ariadne::cli::Command reg{"rf", "receptive-field coverage of a schedule from one start token", run_rf};
+using namespace ariadne::cli;
+const Command reg{"rf", "receptive-field coverage of a schedule from one start token",
+                  {grid("grid", "10x14", 4096, "patch grid"),
+                   integer("window", 4, 1, 1 << 20, "window radius of window layers, in tokens"),
+                   text("schedule", "RRRRCCC", "schedule: preset or short syntax"),
+                   integer("merge", 1, 1, 64, "merge-unit side in patches"),
+                   integer("qwen-window", 4, 1, 4096, "qwen_window order: window side in merge units"),
+                   integer_list("start", "", 0, 4096, "start patch ROW,COL (default: the centre)")},
+                  run_rf};
 
 }  // namespace

@@ -11,14 +11,19 @@ namespace {
 using ariadne::cli::Args;
 
 int run_schedule(const Args& args) {
-  const bool has_preset = args.has("preset"), has_spec = args.has("spec");
-  ARIADNE_CHECK(has_preset != has_spec, "ariadne schedule: give exactly one of --preset NAME or --spec STRING",
-                " (e.g. --spec '4x(RRRRCCCF)' --window 64)");
-  const int64_t window = args.integer("window", 64);
+  const bool has_preset = args.given("preset"), has_spec = args.given("spec");
+  if (has_preset == has_spec)
+    args.fail(has_preset ? "spec" : "preset",
+              "give exactly one of --preset NAME or --spec STRING (e.g. --spec '4x(RRRRCCCF)' --window 64)");
+  const int64_t window = args.i64("window");
   const bool json = args.json();
-  const ariadne::Schedule s = has_preset ? ariadne::preset_schedule(args.required("preset"), window)
-                                         : ariadne::parse_schedule(args.required("spec"), window);
-  args.reject_unused();
+  ariadne::Schedule s;
+  try {
+    s = has_preset ? ariadne::preset_schedule(args.str("preset"), window)
+                   : ariadne::parse_schedule(args.str("spec"), window);
+  } catch (const ariadne::Error& e) {
+    args.fail(has_preset ? "preset" : "spec", e.what());
+  }
 
   nlohmann::json layers = nlohmann::json::array();
   for (size_t i = 0; i < s.layers.size(); ++i) {
@@ -48,6 +53,11 @@ int run_schedule(const Args& args) {
   return 0;
 }
 
-ariadne::cli::Command reg{"schedule", "per-layer table of a schedule preset or short-syntax spec", run_schedule};
+using namespace ariadne::cli;
+const Command reg{"schedule", "per-layer table of a schedule preset or short-syntax spec",
+                  {text("preset", "", "a preset: full, chunk, ariadne, ..."),
+                   text("spec", "", "short syntax, e.g. '4x(RRRRCCCF)'"),
+                   integer("window", 64, 1, 1 << 20, "window radius of window layers, in tokens")},
+                  run_schedule};
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 
 #include "ariadne/error.hpp"
 #include "cli.hpp"
@@ -15,88 +16,94 @@ namespace {
 using ariadne::cli::Args;
 namespace fs = std::filesystem;
 
-std::vector<int32_t> int_list(const Args& a, const std::string& name, const std::vector<int32_t>& fallback) {
-  if (!a.has(name)) return fallback;
-  std::vector<int32_t> out;
-  for (const std::string& s : a.list(name, "")) {
-    char* end = nullptr;
-    const long v = std::strtol(s.c_str(), &end, 10);
-    ARIADNE_CHECK(!s.empty() && *end == '\0', "--", name, " expects comma-separated integer ids, got '", s, "'");
-    out.push_back(int32_t(v));
-  }
-  return out;
-}
-
 int run_shs_command(const Args& a) {
   ariadne::cli::ShsJob job;
-  const std::string images = a.required("images");
-  job.masks_dir = a.str("masks", "");
-  job.coco_file = a.str("coco", "");
-  job.purity = a.real("purity", 1.0);
-  ARIADNE_CHECK(job.purity >= 0.5 && job.purity <= 1.0, "--purity ", job.purity, " must lie in [0.5, 1]");
-  job.rule.foreground = int_list(a, "fg-ids", {});
-  job.rule.background = int_list(a, "bg-ids", {0});
-  job.rule.ignore = int_list(a, "ignore-ids", {255, ariadne::kCrowdLabel});
-  job.out_dir = a.str("out", "");
-  job.cell = int(a.integer("cell", 8));
-  job.max_heatmap_layers = int(a.integer("heatmap-layers", 1 << 30));
-  job.diag_backend = ariadne::parse_backend(a.str("diag-backend", "auto"));
-  const int64_t window = a.integer("window", 64);
-  const std::string schedule = a.str("schedule", "");
-  const int64_t threads = a.integer("threads", 0);
-  const int64_t limit = a.integer("limit", 0);
+  const std::vector<std::string> images = a.strs("image");
+  job.masks_dir = a.str("masks");
+  job.coco_file = a.str("coco");
+  job.purity = a.real("purity");
+  job.rule.foreground = a.i32s("fg-id");
+  job.rule.background = a.i32s("bg-id");
+  job.rule.ignore = a.i32s("ignore-id");
+  job.out_dir = a.str("out");
+  job.cell = a.i32("cell");
+  if (a.given("heatmap-layers")) job.max_heatmap_layers = a.i32("heatmap-layers");
+  job.diag_backend = ariadne::parse_backend(a.str("diag-backend"));
+  const int64_t window = a.i64("window");
+  const std::string schedule = a.str("schedule");
+  const int64_t limit = a.given("limit") ? a.i64("limit") : 0;
+  ariadne::cli::require_cuda_if_asked(a, "diag-backend");
+  ariadne::cli::require_cuda_if_asked(a, "backend");
+  if (job.masks_dir.empty() == job.coco_file.empty())
+    a.fail(job.masks_dir.empty() ? "masks" : "coco", "give exactly one mask source: --masks DIR or --coco FILE");
 
   ariadne::VitWeights weights;
-  job.qk_dir = a.str("qk", "");
+  job.qk_dir = a.str("qk");
+  job.encode.sink_mode = job.sink_mode = ariadne::parse_sink_mode(a.str("sink"));
   if (job.qk_dir.empty()) {
-    const std::vector<std::string> files = a.list("weights", "");
-    const ariadne::VitConfig preset = ariadne::VitConfig::named(a.str("config", "qwen2.5-vl"));
-    const uint64_t seed = uint64_t(a.integer("seed", 0));
-    const float sink_init = float(a.real("sink-init", 0.0));
-    const int64_t depth = a.integer("depth", 0);
-    ARIADNE_CHECK(!schedule.empty(), "ariadne shs: --schedule NAME is required with the encoder source");
-    job.encode.attention = ariadne::parse_backend(a.str("backend", "cpu"));
-    job.encode.sink_mode = ariadne::parse_sink_mode(a.str("sink-mode", "denominator"));
-    job.preprocess.min_pixels = a.integer("min-pixels", job.preprocess.min_pixels);
-    job.preprocess.max_pixels = a.integer("max-pixels", job.preprocess.max_pixels);
-    if (files.empty()) {
-      ariadne::VitConfig c = preset;
-      if (depth > 0) {  // random weights only: a shallower tower for quick looks
-        c.depth = int(depth);
-        c.full_layers.erase(std::remove_if(c.full_layers.begin(), c.full_layers.end(), [&](int l) { return l >= depth; }),
-                            c.full_layers.end());
-      }
-      weights = ariadne::random_vit_weights(c, seed, sink_init);
-    } else {
-      ARIADNE_CHECK(depth == 0, "ariadne shs: --depth applies to random weights only");
-      weights = ariadne::load_vit_weights(files, preset, sink_init);
+    for (const char* o : {"grid", "order", "merge"})
+      if (a.given(o)) a.fail(o, "applies to --qk dumps only");
+    const std::vector<std::string> files = a.strs("weights");
+    const ariadne::VitConfig preset = ariadne::VitConfig::named(a.str("config"));
+    const uint64_t seed = uint64_t(a.i64("seed"));
+    const float sink_init = float(a.real("sink-init"));
+    const int64_t depth = a.given("layers") ? a.i64("layers") : 0;
+    if (schedule.empty()) a.fail("schedule", "is required with the encoder source (no --qk)");
+    if (depth > 0 && !files.empty()) a.fail("layers", "applies to random weights only");
+    job.encode.attention = ariadne::parse_backend(a.str("backend"));
+    job.preprocess.min_pixels = a.i64("min-pixels");
+    job.preprocess.max_pixels = a.i64("max-pixels");
+    ariadne::VitConfig c = preset;
+    if (depth > 0) {  // random weights only: a shallower tower for quick looks
+      if (depth > c.depth) a.fail("layers", "exceeds the configuration's " + std::to_string(c.depth) + " layers");
+      c.depth = int(depth);
+      c.full_layers.erase(std::remove_if(c.full_layers.begin(), c.full_layers.end(), [&](int l) { return l >= depth; }),
+                          c.full_layers.end());
     }
+    try {
+      ariadne::vit_schedule(schedule, c, window);  // checked before the weights are built or loaded
+    } catch (const ariadne::Error& e) {
+      a.fail("schedule", e.what());
+    }
+    if (a.given("threads")) ariadne::set_cpu_threads(a.i32("threads"));
+    weights = files.empty() ? ariadne::random_vit_weights(c, seed, sink_init)
+                            : ariadne::load_vit_weights(files, preset, sink_init);
     job.weights = &weights;
     job.schedule = ariadne::vit_schedule(schedule, weights.config, window);
   } else {
-    const auto [h, w] = ariadne::cli::parse_grid("grid", a.required("grid"));
+    for (const char* o : {"weights", "config", "seed", "sink-init", "layers", "backend", "min-pixels", "max-pixels"})
+      if (a.given(o)) a.fail(o, "applies to the encoder source only (not with --qk)");
+    if (!a.given("grid")) a.fail("grid", "is required with --qk (the dumps' patch grid)");
+    if (!a.given("order")) a.fail("order", "is required with --qk (the dumps' token order)");
+    const auto [h, w] = a.grid("grid");
     job.grid = ariadne::Grid{h, w};
-    job.order = ariadne::parse_order(a.required("order"));
-    job.merge = int(a.integer("merge", job.order == ariadne::OrderKind::raster ? 1 : 2));
-    job.window_units = int(a.integer("qwen-window", 4));
-    job.sink_mode = ariadne::parse_sink_mode(a.str("sink-mode", "denominator"));
-    if (!schedule.empty()) job.schedule = ariadne::resolve_schedule(schedule, window);
+    job.order = ariadne::parse_order(a.str("order"));
+    job.merge = a.given("merge") ? a.i32("merge") : job.order == ariadne::OrderKind::raster ? 1 : 2;
+    job.window_units = a.i32("qwen-window");
+    if (!schedule.empty()) {
+      try {
+        job.schedule = ariadne::resolve_schedule(schedule, window);
+      } catch (const ariadne::Error& e) {
+        a.fail("schedule", e.what());
+      }
+    }
+    if (a.given("threads")) ariadne::set_cpu_threads(a.i32("threads"));
   }
   const bool json = a.json();
-  a.reject_unused();
-  if (threads > 0) ariadne::set_cpu_threads(int(threads));
 
-  // --images: a folder (every .jpg/.jpeg/.png in name order) or a comma-separated list of files.
-  if (fs::is_directory(images)) {
-    for (const auto& e : fs::directory_iterator(images)) {
+  // --image: a folder (every .jpg/.jpeg/.png in name order) or a comma-separated list of files.
+  if (images.size() == 1 && fs::is_directory(images[0])) {
+    for (const auto& e : fs::directory_iterator(images[0])) {
       std::string ext = e.path().extension().string();
       std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
       if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg" || ext == ".png")) job.images.push_back(e.path().string());
     }
     std::sort(job.images.begin(), job.images.end());
-    ARIADNE_CHECK(!job.images.empty(), "--images ", images, ": no .jpg, .jpeg or .png file");
+    if (job.images.empty()) a.fail("image", images[0] + ": no .jpg, .jpeg or .png file");
   } else {
-    job.images = a.list("images", "");
+    for (const std::string& f : images)
+      if (fs::is_directory(f)) a.fail("image", f + " is a folder: give one folder, or a list of files");
+    job.images = images;
   }
   if (limit > 0 && int64_t(job.images.size()) > limit) job.images.resize(size_t(limit));
 
@@ -122,6 +129,39 @@ int run_shs_command(const Args& a) {
   return 0;
 }
 
-const ariadne::cli::Command reg{"shs", "SHS-Index and companion diagnostics on images with masks", run_shs_command};
+using namespace ariadne::cli;
+constexpr int64_t kIdMin = std::numeric_limits<int32_t>::min(), kIdMax = std::numeric_limits<int32_t>::max();
+const Command reg{
+    "shs", "SHS-Index and companion diagnostics on images with masks",
+    {path_list("image", PathKind::in_any, "a folder of .jpg/.jpeg/.png images, or image files a.jpg,b.png").needed(),
+     path("masks", PathKind::in_dir, "label maps <stem>.png or <stem>.npy"),
+     path("coco", PathKind::in_file, "COCO annotations (images matched by file-name stem)"),
+     real("purity", 1.0, Range::closed(0.5, 1.0), "share of a patch's pixels that must carry its label"),
+     integer_list("fg-id", "", kIdMin, kIdMax, "foreground class ids (default: every id not background or void)"),
+     integer_list("bg-id", "0", kIdMin, kIdMax, "background class ids"),
+     integer_list("ignore-id", "255," + std::to_string(ariadne::kCrowdLabel), kIdMin, kIdMax, "void class ids"),
+     path("out", PathKind::out_dir, "folder for summary.json, received.npy and heatmaps"),
+     integer("cell", 8, 1, 64, "heatmap pixels per patch"),
+     integer("heatmap-layers", 0, 1, 1 << 20, "heatmaps for at most this many layers (default: all)").without_default(),
+     choice("diag-backend", "auto", {"auto", "reference", "cpu", "cuda"}, "backend of the diagnostic passes"),
+     integer("window", 64, 1, 1 << 20, "window radius of window layers, in tokens"),
+     text("schedule", "", "schedule: preset or short syntax (required with the encoder)"),
+     threads_option(),
+     integer("limit", 0, 1, int64_t(1) << 31, "score at most this many images (default: all)").without_default(),
+     path("qk", PathKind::in_dir, "q/k dumps <stem>/{q,k}_<layer>.npy instead of the encoder"),
+     path_list("weights", PathKind::in_file, "encoder: safetensors shards (absent: seeded random weights)"),
+     choice("config", "qwen2.5-vl", {"qwen2.5-vl", "small"}, "encoder configuration"),
+     integer("seed", 0, 0, int64_t(1) << 62, "encoder: seed of random weights"),
+     real("sink-init", 0.0, Range::any(), "encoder: sink logit of sink layers without one in the checkpoint"),
+     integer("layers", 0, 1, 1024, "encoder with random weights: the first N layers only").without_default(),
+     choice("backend", "cpu", {"reference", "cpu", "cuda"}, "encoder backend"),
+     choice("sink", "denominator", {"denominator", "key0"}, "attention sink form"),
+     integer("min-pixels", ariadne::PreprocessOptions{}.min_pixels, 1, int64_t(1) << 30, "encoder: smallest resized area"),
+     integer("max-pixels", ariadne::PreprocessOptions{}.max_pixels, 1, int64_t(1) << 30, "encoder: largest resized area"),
+     grid("grid", "", 1 << 16, "--qk: the dumps' patch grid"),
+     choice("order", "", {"raster", "qwen_window", "block_row", "block_col"}, "--qk: the dumps' token order"),
+     integer("merge", 2, 1, 64, "--qk: merge-unit side (default 1 for raster, else 2)").without_default(),
+     integer("qwen-window", 4, 1, 4096, "--qk: qwen_window order's window side in merge units")},
+    run_shs_command};
 
 }  // namespace

@@ -67,6 +67,38 @@ struct Protections {
   static Protections published(Estimator e);
 };
 
+// The CUDA scoring kernels (docs/design/estimate.md describes each). automatic: the routing's
+// choice for the case, in this order of preference:
+//   wgmma_approximate  RR, bf16 q and k, head_dim 113-128 (padded to 128), B / S = 8 or 16: the
+//                      default there (the Llama shape); cuda_exact_scoring picks wgmma_exact
+//   wgmma_exact        the same cases; scores bit for bit those of mma_generic
+//   mma_grouped        RR, bf16, B / S = 8 or 16, other head dims: 128 rows a CTA, adjacent query
+//                      blocks sharing each K̄ tile (mma.sync); bit for bit mma_generic's
+//   mma_rr             RR with B / S = 8 or 16, any dtype (f16 and f32 inputs); bit for bit
+//                      mma_generic's
+//   mma_generic        every method and shape (XAttention, the oracle, RR at other B / S)
+//   f32                CUDA-core f32 FMAs: under cuda_f32_scoring, or where the tensor-core tiles
+//                      exceed a CTA's shared memory
+enum class CudaScoring : uint8_t {
+  automatic,
+  wgmma_approximate,
+  wgmma_exact,
+  mma_grouped,
+  mma_rr,
+  mma_generic,
+  f32,
+};
+const char* cuda_scoring_name(CudaScoring s);
+CudaScoring parse_cuda_scoring(const std::string& s);  // the names above
+
+// Explicit choices for tests and benchmarks, never read from the environment.
+struct EstimateOverrides {
+  // CUDA backend: run this scoring kernel instead of the routing's choice (automatic). It takes
+  // precedence over cuda_f32_scoring and cuda_exact_scoring; a kernel that cannot run the case is
+  // an ariadne::Error saying why. The CPU backend ignores it.
+  CudaScoring scoring = CudaScoring::automatic;
+};
+
 struct EstimateConfig {
   Estimator method = Estimator::rr;
   int32_t block = 128;                 // B, tokens per block (query and key blocks)
@@ -95,31 +127,20 @@ struct EstimateConfig {
   // when the result is destroyed (see DeviceBuffer::stream_ordered). keep_workspace = false also
   // trims that pool.
   bool cuda_pooled_result = false;
-  // CUDA backend: compute the stride logits with the f32 CUDA-core kernel instead of the tensor-
-  // core one (bf16 mma.sync on exact bf16 splits of the operands; docs/numerics.md gives the
-  // difference). The environment variable ARIADNE_EST_F32=1 sets it for every call.
+  // Numerics of the CUDA scoring (the CPU backend ignores both):
+  // cuda_f32_scoring: the stride logits on the f32 CUDA-core kernel (the CPU's products, summed in
+  // another order) instead of the tensor-core kernels (bf16 mma on exact bf16 splits of the
+  // operands; docs/numerics.md gives the difference). Slower; for a caller who wants f32 FMAs.
   bool cuda_f32_scoring = false;
-  // CUDA backend, tensor-core scoring: the restructured v2 kernel (docs/rrattention.md, "Scoring
-  // kernel v2"; same scores bit for bit, 2.0-2.3x faster at 32K-128K) where it applies: RR with
-  // B / S = 8 or 16. Elsewhere, and when false, the v1 kernel runs. ARIADNE_EST_V2=0 or =1 in the
-  // environment (read per call) overrides it for every call.
-  bool cuda_scoring_v2 = true;
-  // CUDA backend, tensor-core scoring: the v3 kernel (docs/rrattention.md, "Scoring kernel v3";
-  // adjacent query blocks share each K̄ tile, and at head_dim 128 the logits run on asynchronous
-  // wgmma overlapping the softmax partials; same scores bit for bit; 1.4x v2 at 128K S 8, 2.0x at
-  // S 16) where it applies: v2's cases with bf16 inputs. It takes precedence over cuda_scoring_v2
-  // there; the default since session 4. ARIADNE_EST_V3=0 or =1 in the environment (read per call)
-  // overrides it for every call; ARIADNE_EST_V3_KIND=narrow keeps v3's mma.sync variant at
-  // head_dim 128 too.
-  bool cuda_scoring_v3 = true;
-  // CUDA backend, v3 at head_dim 128 (bf16 q, RR with B / S = 8 or 16): true runs the build whose
-  // scores equal the v1 kernel's and the f32 kernel's bit for bit on every input (and the CPU's on
-  // exact inputs); false (the default since session 7) the approximate one (docs/rrattention.md,
-  // "Scoring kernel v3, approximate partials": ex2.approx partials and K̄'s two high bf16 terms;
-  // scores within 1e-5 of the exact kernel's and 2e-5 of the CPU's, docs/numerics.md rules 2 and 3;
-  // 0.75-0.83x its scoring time at 128K S 8). Other head dims and dtypes are exact either way.
-  // ARIADNE_EST_V3_FAST in the environment (read per call) overrides it: 1 exact, 4 approximate.
+  // cuda_exact_scoring: where the default is the approximate build of the wgmma kernel (RR, bf16
+  // q, head_dim 128, B / S 8 or 16), run its exact build instead, whose scores equal the generic
+  // tensor-core kernel's and the f32 kernel's bit for bit on every input (and the CPU's on exact
+  // inputs). The approximate build (ex2.approx partials, K̄'s two high bf16 terms) keeps scores
+  // within 1e-5 of the exact kernels' and 2e-5 of the CPU's (docs/numerics.md rules 2 and 3) in
+  // ~0.8× the scoring time. Every other case is exact either way.
   bool cuda_exact_scoring = false;
+  // Choices that tests and benchmarks force; users leave them at their defaults.
+  EstimateOverrides overrides;
 
   Protections protections() const { return protect ? *protect : Protections::published(method); }
   double tau_of(int head) const { return tau_per_head.empty() ? tau : tau_per_head[size_t(head)]; }
@@ -143,10 +164,10 @@ struct EstimateStats {
   double density = 0;          // kept / visible
   std::vector<double> density_per_head;  // [heads_q]: kept / visible of each query head
   double mac = 0;              // multiply-adds spent on scoring (the cost model of SPEC C.5)
-  bool tensor_core_scoring = false;  // CUDA: the logits ran on the tensor-core kernel
-  bool scoring_v2 = false;           // CUDA: ... on its v2 variant (EstimateConfig::cuda_scoring_v2)
-  bool scoring_v3 = false;           // CUDA: ... on its v3 variant (EstimateConfig::cuda_scoring_v3)
-  bool approximate_scoring = false;  // CUDA: ... on an approximate build (EstimateConfig::cuda_exact_scoring)
+  // CUDA backend: the scoring kernel that ran (automatic on the CPU backend). Only
+  // CudaScoring::wgmma_approximate gives approximate scores; f32 is the CUDA-core kernel, the
+  // others run on tensor cores.
+  CudaScoring scoring = CudaScoring::automatic;
 };
 
 // The CUDA backend's output, in device memory (empty for the CPU backend). The same CSR and score

@@ -20,6 +20,9 @@
 // where for the 4-bit types nib_i = q[i] & 15 for i < 16 and q[i − 16] >> 4 for i >= 16.
 // Any other type is rejected when the file is opened (its size could not be validated).
 //
+// Metadata holds at most kGgufMaxValues values (keys plus elements of arrays of arrays; a model has a
+// few dozen keys and no nested arrays), so that a small crafted file cannot take gigabytes.
+//
 // Every count, length, size and offset is checked with overflow-safe arithmetic against the bytes
 // that remain; errors are ariadne::Error naming the file and the field or tensor
 // ("m.gguf: tensor 'blk.0.attn_q.weight': offset 96 + 4608 bytes runs past the end of the data").
@@ -29,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ariadne {
@@ -39,8 +43,16 @@ enum class GgufValueType : uint32_t {
 };
 const char* gguf_value_type_name(GgufValueType t);
 
+constexpr uint64_t kGgufMaxValues = uint64_t(1) << 16;
+
 // One metadata value. Integers (and bools) are held in `i` (u64 values above INT64_MAX in `u`
-// too), floats in `f`, strings in `str`; an array holds its elements in `items`.
+// too), floats in `f`, strings in `str`.
+//
+// Arrays are stored compactly, in memory proportional to their size in the file (a vocabulary of
+// 150,000 tokens is one blob, not 150,000 objects): arrays of numbers and bools keep the stored
+// little-endian element bytes in `raw`, arrays of strings keep the concatenated bytes in `blob`
+// and each string's end offset in `ends`; only arrays of arrays hold one GgufValue per element in
+// `items`. Read elements with size() and int_at / float_at / str_at.
 struct GgufValue {
   GgufValueType type = GgufValueType::u8;
   int64_t i = 0;
@@ -48,10 +60,20 @@ struct GgufValue {
   double f = 0;
   std::string str;
   GgufValueType item_type = GgufValueType::u8;  // arrays only
-  std::vector<GgufValue> items;                 // arrays only
+  std::vector<uint8_t> raw;                     // arrays of numbers / bools: count · element size bytes
+  std::string blob;                             // arrays of strings: the strings back to back
+  std::vector<uint64_t> ends;                   // arrays of strings: end of string k in blob
+  std::vector<GgufValue> items;                 // arrays of arrays only
 
   bool is_integer() const;  // u8 … i64 and bool
   bool is_float() const { return type == GgufValueType::f32 || type == GgufValueType::f64; }
+  // Arrays: the number of elements; element k as an integer (u64 above INT64_MAX reads as
+  // INT64_MAX), a float (integers converted), or a string. Throw for a wrong item type or k.
+  size_t size() const;
+  int64_t int_at(size_t k) const;
+  uint64_t uint_at(size_t k) const;
+  double float_at(size_t k) const;
+  std::string_view str_at(size_t k) const;
 };
 
 enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q8_0 = 8 };

@@ -32,11 +32,22 @@ Image decode_image(const uint8_t* data, size_t size, const std::string& name);
 
 // A PNG read for masks: one channel of raw values, no colour conversion. Palette images give the
 // palette index of each pixel; gray images their gray value (16-bit gray is reduced to its high
-// byte; bit depths below 8 are expanded to one index per byte, values unscaled). RGB(A) or
+// byte, read_png_values keeps it whole; bit depths below 8 are expanded to one index per byte, values unscaled). RGB(A) or
 // gray+alpha images are rejected: a mask must be single-channel or indexed.
 Image read_png_indexed(const std::string& path);
 
-// Writes an 8-bit PNG; channels 1 (gray), 3 (RGB) or 4 (RGBA). Throws naming the file.
+// A mask PNG at full depth: palette indices (1-8 bit) or gray values (1-16 bit, unscaled: a 16-bit
+// label 1000 reads as 1000), [height, width] row-major. Colour or alpha PNGs are rejected as in
+// read_png_indexed. read_label_map (mask.hpp) reads PNG masks through this.
+struct PngValues {
+  int width = 0, height = 0;
+  int bit_depth = 8;             // 8 (palette, gray of 1-8 bits) or 16
+  std::vector<uint16_t> values;  // [height, width]
+};
+PngValues read_png_values(const std::string& path);
+PngValues decode_png_values(const uint8_t* data, size_t size, const std::string& name);
+
+// Writes an 8-bit PNG atomically (file.hpp: a temporary file renamed over `path`); channels 1 (gray), 3 (RGB) or 4 (RGBA). Throws naming the file.
 void write_png(const std::string& path, const Image& image);
 
 }  // namespace ariadne

@@ -28,8 +28,8 @@
 // Per layer the run's own CUDA estimate keeps its result on the device (host_copy off unless
 // compare or keep_previous reads the host mask) in stream-ordered pool memory
 // (EstimateConfig::cuda_pooled_result), so no layer pays a cudaMalloc / device-wide cudaFree or
-// the copies; PrefillOptions::pool_estimate = false keeps the method's EstimateConfig as given,
-// for A/B timing in one binary. Results are the same either way.
+// the copies (PrefillOptions::device_estimate; false keeps the method's EstimateConfig as given).
+// Results are the same either way.
 #pragma once
 
 #include <cstdint>
@@ -111,9 +111,11 @@ struct PrefillOptions {
   // An experiment, not part of any published method: the run's mask (not the probes') also keeps
   // key block diag(m) − 1 in every row, the local window of each query block's first queries.
   bool keep_previous = false;
-  // GPU runs: the run's own estimate kept on the device in pool memory (see above); false: the
-  // method's EstimateConfig as given (host copies of every mask).
-  bool pool_estimate = true;
+  // GPU path: the run's own CUDA estimate per layer keeps its result on the device (host_copy
+  // off unless compare or keep_previous reads the host mask) in stream-ordered pool memory
+  // (EstimateConfig::cuda_pooled_result), so no layer pays a cudaMalloc / device-wide cudaFree or
+  // the copies. false runs it with method.estimate as given. The logits are the same either way.
+  bool device_estimate = true;
 };
 
 struct PrefillTrace {

@@ -21,7 +21,8 @@ struct LabelMap {
 // Id written by coco_label_map for crowd regions (iscrowd = 1): neither object nor background.
 constexpr int32_t kCrowdLabel = -1;
 
-// A mask file: PNG (palette index or gray value per pixel, via image.hpp's read_png_indexed) or
+// A mask file: PNG (palette index or gray value per pixel at full depth, 16-bit gray included, via
+// image.hpp's read_png_values) or
 // .npy (2-D integer or bool array [height, width]). Told apart by content, not by name.
 LabelMap read_label_map(const std::string& path);
 
@@ -62,8 +63,13 @@ struct CocoDataset {
   std::vector<CocoAnnotation> annotations;  // file order (later ones paint over earlier ones)
 
   // The image whose file_name has this base name without extension ("2011_000003" matches
-  // "JPEGImages/2011_000003.jpg"); nullptr when none does.
+  // "JPEGImages/2011_000003.jpg"); nullptr when none does. Two entries with that stem
+  // ("a/x.jpg", "b/x.png") throw naming both: the image cannot be bound to one of them.
   const CocoImage* find_by_stem(const std::string& stem) const;
+  // The entry of an image file: file_name equal to `image_path`, else the one entry with the same
+  // base name ("x.jpg"), else find_by_stem of its stem. Throws naming both entries when two match
+  // at the first step that finds any; nullptr when none does.
+  const CocoImage* find_image(const std::string& image_path) const;
 };
 
 // Reads and validates a COCO annotation file: "images" (unique integer ids, file names, positive

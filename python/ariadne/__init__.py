@@ -248,7 +248,19 @@ def attention(
 
     Returns (out, lse), lse None when not requested. Raises ariadne.Error (a ValueError) with the
     library's message on bad input. The GIL is released while the kernel runs.
+
+    torch tensors (without stream=) run through the custom ops torch.ops.ariadne.attention /
+    attention_out (ariadne.ops), so torch.compile(fullgraph=True) traces the call and CUDA graphs
+    capture it; the kernels then launch on torch's current stream of q's device.
     """
+    # torch tensors go through the torch.library custom ops (ariadne.ops), which torch.compile traces
+    # and CUDA graphs capture; they launch on torch's current stream. An explicit stream, numpy and
+    # CuPy arrays take the direct path below.
+    if stream is None and _framework(q) == "torch":
+        from . import ops
+
+        return ops.attention(q, k, v, pattern, sink, _sink_mode(sink, sink_mode), cu_seqlens, cu_seqlens_k, blocks,
+                             out, lse, scale, backend, entropy, distance, received, coords_q, coords_k, order)
     # Allocated like q; a q of the wrong rank is reported by the library's checks below.
     if out is None:
         out = _empty(q, tuple(q.shape), False)

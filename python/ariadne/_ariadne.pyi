@@ -134,7 +134,7 @@ class BlockMask:
 
     def __repr__(self) -> str: ...
 
-def attention_into(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArray, dict(writable=False)], v: Annotated[NDArray, dict(writable=False)], out: NDArray, lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, pattern: Pattern = ..., cu_seqlens_q: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, cu_seqlens_k: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, blocks: BlockMask | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'auto', stream: int = 0, bf16_bits: bool = False, entropy: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, distance: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, received: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, coords_q: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)] | None = None, coords_k: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)] | None = None, order: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None) -> None:
+def attention_into(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], k: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], v: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], out: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None))], lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, pattern: Pattern = ..., cu_seqlens_q: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, cu_seqlens_k: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, blocks: BlockMask | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'auto', stream: int = 0, bf16_bits: bool = False, entropy: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, distance: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, received: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, coords_q: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)] | None = None, coords_k: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)] | None = None, order: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, block_size: int = 0, block_heads: int = 0, block_seq_base: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, block_row_ptr: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, block_col_idx: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None) -> None:
     """
     Attention into caller-provided outputs (the package's attention() wraps this).
 
@@ -152,10 +152,14 @@ def attention_into(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDA
     coords_q / coords_k: float32 [tokens, 2] (row, col), needed by distance.
     order: None or int32 [total_q] permutation (host or q's device; total_q == total_k): logical row i of
        the pattern is stored at row order[i] of q, k, v, out, lse and the diagnostics (fused on CUDA).
+    block_size, block_heads, block_seq_base, block_row_ptr, block_col_idx: a BlockMask's fields as int32
+       arrays (host or q's device), instead of `blocks`; block_seq_base is needed with cu_seqlens_q.
+    Host metadata for CUDA tensors is uploaded on `stream` (cudaMallocAsync / cudaMemcpyAsync, freed
+       with cudaFreeAsync after the kernels): no device-wide synchronization; refused under capture.
     The GIL is released while the kernel runs. Errors raise ariadne.Error (a ValueError).
     """
 
-def backend_supports(backend: str, q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArray, dict(writable=False)], v: Annotated[NDArray, dict(writable=False)], out: NDArray, lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, pattern: Pattern = ..., cu_seqlens_q: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, cu_seqlens_k: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, blocks: BlockMask | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', bf16_bits: bool = False) -> tuple[bool, str]:
+def backend_supports(backend: str, q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], k: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], v: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], out: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None))], lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, pattern: Pattern = ..., cu_seqlens_q: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, cu_seqlens_k: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)] | None = None, blocks: BlockMask | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', bf16_bits: bool = False) -> tuple[bool, str]:
     """
     (supported, why): whether `backend` ('auto', 'reference', 'cpu', 'cuda') can run this call; `why`
     names the missing feature when it cannot. Arguments as for attention_into.
@@ -235,7 +239,7 @@ def make_order(kind: str, grids: Sequence[tuple[int, int]], merge: int = 2, wind
 def order_conversion(from_: TokenOrder, to: TokenOrder) -> NDArray[numpy.int32]:
     """int32 [total] gather index: x_to[i] = x_from[index[i]]."""
 
-def permute_tokens(src: Annotated[NDArray, dict(writable=False)], dst: NDArray, from_: TokenOrder, to: TokenOrder) -> None:
+def permute_tokens(src: Annotated[NDArray[numpy.float32 | numpy.float16], dict(writable=False)], dst: NDArray[numpy.float32 | numpy.float16], from_: TokenOrder, to: TokenOrder) -> None:
     """
     Host arrays [total, ...] (float32/bfloat16/float16, strides free): dst = src reordered from `from_` to `to`.
     """
@@ -466,7 +470,7 @@ class EstimateResult:
     def row_queries(self) -> Annotated[NDArray[numpy.int32], dict(writable=False)]:
         """int32 [rows]: queries in each row's query block."""
 
-def estimate(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArray, dict(writable=False)], method: str = 'rr', block: int = 128, stride: int = 8, tau: float = 0.95, tau_per_head: Sequence[float] = [], offset: str = 'paper', protect: Sequence[str] | None = None, scale: float = 0.0, cu_seqlens_q: Sequence[int] | None = None, cu_seqlens_k: Sequence[int] | None = None, backend: str = 'auto', bf16_bits: bool = False) -> EstimateResult:
+def estimate(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], k: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], method: str = 'rr', block: int = 128, stride: int = 8, tau: float = 0.95, tau_per_head: Sequence[float] = [], offset: str = 'paper', protect: Sequence[str] | None = None, scale: float = 0.0, cu_seqlens_q: Sequence[int] | None = None, cu_seqlens_k: Sequence[int] | None = None, backend: str = 'auto', bf16_bits: bool = False) -> EstimateResult:
     """
     Block-sparse mask of a causal prefill (estimate.hpp).
 
@@ -559,7 +563,7 @@ class PrefillResult:
     @property
     def stats(self) -> PrefillStats: ...
 
-def prefill_into(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArray, dict(writable=False)], v: Annotated[NDArray, dict(writable=False)], out: NDArray, lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, dense: bool = False, method: str = 'rr', block: int = 128, stride: int = 8, tau: float = 0.95, offset: str = 'paper', protect: Sequence[str] | None = None, scale: float = 0.0, cu_seqlens_q: Sequence[int] | None = None, cu_seqlens_k: Sequence[int] | None = None, estimate_backend: str = 'auto', attention_backend: str = 'auto', bf16_bits: bool = False) -> PrefillResult:
+def prefill_into(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], k: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], v: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], out: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None))], lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, dense: bool = False, method: str = 'rr', block: int = 128, stride: int = 8, tau: float = 0.95, offset: str = 'paper', protect: Sequence[str] | None = None, scale: float = 0.0, cu_seqlens_q: Sequence[int] | None = None, cu_seqlens_k: Sequence[int] | None = None, estimate_backend: str = 'auto', attention_backend: str = 'auto', bf16_bits: bool = False) -> PrefillResult:
     """
     Causal prefill: estimate a mask (unless dense), then attention on it, into out [total_q, heads_q,
     head_dim] (and lse float32 [heads_q, total_q]). Arguments as for estimate() and attention_into().
@@ -592,7 +596,7 @@ class LayerDiag:
     One layer of one image as the SHS diagnostics see it (spatial raster order).
     """
 
-    def __init__(self, received: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], received_no_sink: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)] | None = None, distance: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)], entropy: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> None:
+    def __init__(self, received: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)], received_no_sink: Annotated[NDArray[numpy.float32], dict(order='C', device='cpu', writable=False)] | None = None, *, distance: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)], entropy: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> None:
         """
         From arrays: received float32 [heads, tokens] (column sums of the attention matrix), optionally
         the same without the sink; distance, entropy float64 [heads] (means over queries).
@@ -624,7 +628,7 @@ class LayerDiag:
     def entropy(self) -> Annotated[NDArray[numpy.float64], dict(writable=False)]:
         """float64 [heads]: mean row entropy (nats)."""
 
-def diagnose_layer(q: Annotated[NDArray, dict(writable=False)], k: Annotated[NDArray, dict(writable=False)], order: TokenOrder, pattern: Pattern, cu_seqlens: Sequence[int] | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'auto', bf16_bits: bool = False) -> LayerDiag:
+def diagnose_layer(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], k: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], order: TokenOrder, pattern: Pattern, cu_seqlens: Sequence[int] | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'auto', bf16_bits: bool = False) -> LayerDiag:
     """
     Received attention, distance and entropy of one layer of one image: q, k [tokens, heads, dim] host
     arrays after RoPE in `order`'s sequence order; pattern (and cu_seqlens) as layer_pattern gives them.

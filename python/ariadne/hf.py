@@ -23,8 +23,9 @@ What is mapped from the model (per layer, as transformers passes it to attention
 Vision towers that split work by windows themselves (Qwen2.5-VL calls the attention function once
 per window or image when the implementation is not flash attention) work as they are.
 
-Under torch.compile (transformers compiles static-cache generation on GPUs by default) the function
-runs eagerly between the compiled regions (torch.compiler.disable).
+Under torch.compile (transformers compiles static-cache generation on GPUs by default) the ariadne
+calls are custom ops (ariadne.ops) inside the compiled graph; reading a padding mask or position ids
+on the host (which needs the values) breaks the graph at that point only.
 
 Not supported (raises NotImplementedError): dropout in training, softcapping, arbitrary 4D masks,
 padding masks with holes, and gradients (ariadne has no backward pass yet).
@@ -82,10 +83,10 @@ def _seen_keys(position_ids: Optional[torch.Tensor], q_len: int, kv_len: int) ->
     return seen if q_len <= seen < kv_len else kv_len
 
 
-# Opaque to torch.compile: dynamo cannot trace the native call (nor the host-side reading of the
-# padding mask), so a compiled model (transformers compiles static-cache generation on GPUs) runs
-# this function eagerly between its compiled regions.
-@torch.compiler.disable
+# Traced by torch.compile: ariadne.attention on torch tensors is the custom op ariadne::attention_out
+# (ariadne.ops), so a compiled model keeps it in its graph. The host-side reading of a padding mask
+# or of position ids (int() of a tensor) still splits the graph there; without a mask, position ids
+# or packing, the function traces whole.
 def attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,

@@ -11,8 +11,13 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#ifdef ARIADNE_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include "ariadne/attention.hpp"
 #include "ariadne/device.hpp"
+#include "ariadne/error.hpp"
 #include "ariadne/pattern.hpp"
 #include "bindings.hpp"
 #include "convert.hpp"
@@ -69,12 +74,67 @@ void check_mask_fits(const BlockMask& m, bool varlen, int32_t num_seqs, const st
                 qblocks * heads_q, " (query blocks of ", m.block, " tokens x ", heads_q, " heads)");
 }
 
+// Device copies of host metadata (cu_seqlens, block lists, orders) for one call, made in the order
+// of the caller's stream: cudaMallocAsync, cudaMemcpyAsync from the pageable host array (which
+// returns once the bytes are staged, so the host array may go at once) and, when the call is
+// over, cudaFreeAsync on the same stream, after the kernels that read them. Nothing here waits
+// for the device or for other streams. Under stream capture (CUDA graphs) a pageable upload
+// cannot be recorded, so host metadata is refused there: pass it as tensors on q's device.
+class StreamUploads {
+ public:
+  StreamUploads() = default;
+  StreamUploads(const StreamUploads&) = delete;
+  StreamUploads& operator=(const StreamUploads&) = delete;
+  ~StreamUploads() { release(); }
+
+  void set_stream(void* stream) { stream_ = stream; }
+  bool empty() const { return ptrs_.empty(); }
+
+  const int32_t* add(const int32_t* host, size_t n, const char* name) {
+#ifdef ARIADNE_WITH_CUDA
+    auto st = static_cast<cudaStream_t>(stream_);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(st, &capture), "cudaStreamIsCapturing");
+    ARIADNE_CHECK(capture == cudaStreamCaptureStatusNone, name,
+                  ": a host array cannot be uploaded while the stream is captured (CUDA graphs); pass it as an "
+                  "int32 tensor on q's device");
+    const size_t bytes = (n > 0 ? n : 1) * sizeof(int32_t);
+    void* ptr = nullptr;
+    check(cudaMallocAsync(&ptr, bytes, st), "cudaMallocAsync");
+    ptrs_.push_back(ptr);
+    if (n > 0) check(cudaMemcpyAsync(ptr, host, n * sizeof(int32_t), cudaMemcpyHostToDevice, st), "cudaMemcpyAsync");
+    return static_cast<const int32_t*>(ptr);
+#else
+    (void)host;
+    (void)n;
+    detail::fail(name, ": CUDA tensors need a build with the CUDA backend");
+#endif
+  }
+
+ private:
+#ifdef ARIADNE_WITH_CUDA
+  static void check(cudaError_t e, const char* what) {
+    ARIADNE_CHECK(e == cudaSuccess, what, ": ", cudaGetErrorString(e));
+  }
+#endif
+  void release() noexcept {
+#ifdef ARIADNE_WITH_CUDA
+    for (void* ptr : ptrs_) cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream_));
+#endif
+    ptrs_.clear();
+  }
+  void* stream_ = nullptr;
+  std::vector<void*> ptrs_;
+};
+
 // Everything one attention call needs, kept alive for the duration of the call: the parameters,
-// host copies of the metadata and, for CUDA tensors given host metadata, its device copies.
+// host copies of the metadata and, for CUDA tensors given host metadata, its device copies
+// (released in stream order when the call is over).
 struct Call {
   AttentionParams p;
   std::vector<int32_t> cu_q_host, cu_k_host;
-  std::vector<DeviceBuffer> uploads;
+  BlockMask csr_host;  // block arrays given as host arrays (block_row_ptr, ...)
+  StreamUploads uploads;
 
   bool device() const { return p.q.device == Device::cuda; }
 
@@ -85,14 +145,21 @@ struct Call {
       return a.data();
     }
     if (!on_host(a.device_type())) return a.data();
-    uploads.push_back(DeviceBuffer::from_ints(host_ints(a)));
-    return static_cast<const int32_t*>(uploads.back().data());
+    return uploads.add(a.data(), a.shape(0), name);
   }
-  const int32_t* upload(const std::vector<int32_t>& v) {
+  const int32_t* upload(const std::vector<int32_t>& v, const char* name) {
     if (!device()) return v.data();
-    uploads.push_back(DeviceBuffer::from_ints(v));
-    return static_cast<const int32_t*>(uploads.back().data());
+    return uploads.add(v.data(), v.size(), name);
   }
+};
+
+// Block-sparse rows given as arrays (the torch op's form of a BlockMask): host arrays are copied
+// into `c.csr_host` and checked as a BlockMask; device arrays (q's device) are used as they are,
+// with the checks their shapes allow.
+struct BlockArrays {
+  int32_t block = 0, heads = 0;
+  std::optional<IntsIn> seq_block_base, row_ptr, col_idx;
+  bool given() const { return row_ptr.has_value() || col_idx.has_value(); }
 };
 
 void build(Call& c, const AnyIn& q, const AnyIn& k, const AnyIn& v, const AnyOut& out, const std::optional<F32Out2>& lse,
@@ -101,7 +168,7 @@ void build(Call& c, const AnyIn& q, const AnyIn& k, const AnyIn& v, const AnyOut
            uintptr_t stream, bool bf16_bits, const std::optional<F32Out2>& entropy,
            const std::optional<F32Out2>& distance, const std::optional<F32Out2>& received,
            const std::optional<F32In2>& coords_q, const std::optional<F32In2>& coords_k,
-           const std::optional<IntsIn>& order = std::nullopt) {
+           const std::optional<IntsIn>& order = std::nullopt, const BlockArrays& csr = {}) {
   AttentionParams& p = c.p;
   p.q = as_view(q, "q", bf16_bits);
   p.k = as_view(k, "k", bf16_bits);
@@ -116,6 +183,7 @@ void build(Call& c, const AnyIn& q, const AnyIn& k, const AnyIn& v, const AnyOut
   if (coords_k) p.coords_k = as_view(*coords_k, "coords_k");
   p.scale = scale;
   p.stream = reinterpret_cast<void*>(stream);
+  c.uploads.set_stream(p.stream);
   p.sink_mode = parse_sink_mode(sink_mode);
   if (sink) p.sink = as_view(*sink, "sink");
   ARIADNE_CHECK(p.sink_mode == SinkMode::none || sink.has_value(), "sink: sink_mode is '", sink_mode,
@@ -144,15 +212,50 @@ void build(Call& c, const AnyIn& q, const AnyIn& k, const AnyIn& v, const AnyOut
       pat.cu_seqlens_k = c.ints_for_device(*cu_k, "cu_seqlens_k");
     }
   }
+  bool host_blocks = true;
+  if (csr.given()) {
+    ARIADNE_CHECK(blocks == nullptr, "blocks: given both as a BlockMask and as arrays");
+    ARIADNE_CHECK(csr.row_ptr && csr.col_idx, "block_row_ptr, block_col_idx: both are needed");
+    ARIADNE_CHECK(!cu_q || csr.seq_block_base, "block_seq_base: needed with cu_seqlens_q");
+    host_blocks = on_host(csr.row_ptr->device_type());
+    for (const std::optional<IntsIn>* a : {&csr.seq_block_base, &csr.col_idx})
+      ARIADNE_CHECK(!*a || on_host((*a)->device_type()) == host_blocks,
+                    "block arrays: all on the host or all on q's device");
+    if (host_blocks) {
+      c.csr_host = BlockMask{csr.block, csr.heads,
+                             csr.seq_block_base ? host_ints(*csr.seq_block_base) : std::vector<int32_t>{},
+                             host_ints(*csr.row_ptr), host_ints(*csr.col_idx)};
+      blocks = &c.csr_host;
+    } else {
+      ARIADNE_CHECK(c.device(), "block arrays: on a device but q is on the host");
+      ARIADNE_CHECK(csr.block > 0, "block_size: is ", csr.block, ", expected > 0");
+      ARIADNE_CHECK(csr.heads == int(p.q.shape[1]), "block_heads: the mask has rows for ", csr.heads,
+                    " heads, q has ", p.q.shape[1]);
+      ARIADNE_CHECK(!csr.seq_block_base || csr.seq_block_base->shape(0) == size_t(pat.num_seqs) + 1,
+                    "block_seq_base: has ", csr.seq_block_base ? csr.seq_block_base->shape(0) : 0,
+                    " entries, expected sequences + 1 = ", pat.num_seqs + 1);
+      ARIADNE_CHECK(cu_q || csr.row_ptr->shape(0) == size_t(ceil_div(p.q.shape[0], csr.block) * csr.heads) + 1,
+                    "block_row_ptr: has ", csr.row_ptr->shape(0), " entries, expected query blocks x heads + 1 = ",
+                    ceil_div(p.q.shape[0], csr.block) * csr.heads + 1);
+      BlockSparseView b;
+      b.block = csr.block;
+      b.heads = csr.heads;
+      b.seq_block_base = csr.seq_block_base ? csr.seq_block_base->data() : nullptr;
+      b.row_ptr = csr.row_ptr->data();
+      b.col_idx = csr.col_idx->data();
+      pat.blocks = b;
+      p.blocks_nnz = int64_t(csr.col_idx->shape(0));
+    }
+  }
   if (blocks) {
     check_mask_fits(*blocks, cu_q.has_value(), pat.num_seqs, cu_q && host_cu ? &c.cu_q_host : nullptr,
                     p.q.shape[0], int(p.q.shape[1]));
     BlockSparseView b;
     b.block = blocks->block;
     b.heads = blocks->heads;
-    b.seq_block_base = blocks->seq_block_base.empty() ? nullptr : c.upload(blocks->seq_block_base);
-    b.row_ptr = c.upload(blocks->row_ptr);
-    b.col_idx = c.upload(blocks->col_idx);
+    b.seq_block_base = blocks->seq_block_base.empty() ? nullptr : c.upload(blocks->seq_block_base, "block_seq_base");
+    b.row_ptr = c.upload(blocks->row_ptr, "block_row_ptr");
+    b.col_idx = c.upload(blocks->col_idx, "block_col_idx");
     pat.blocks = b;
     p.blocks_nnz = int64_t(blocks->col_idx.size());  // the CUDA backend's schedule hint
   }
@@ -180,9 +283,7 @@ void build(Call& c, const AnyIn& q, const AnyIn& k, const AnyIn& v, const AnyOut
     if (blocks) host.blocks = blocks->view();
     validate_pattern(host, p.q.shape[0], p.k.rank >= 1 ? p.k.shape[0] : 0, int(p.q.shape[1]));
   }
-  // Host-to-device copies from pageable memory may still be in flight when cudaMemcpy returns;
-  // kernels on the caller's stream must not start before they land.
-  if (!c.uploads.empty()) cuda_synchronize();
+  // The uploads are ordered before the kernels by the stream itself: no synchronization here.
 }
 
 constexpr const char* kAttentionDoc = R"doc(Attention into caller-provided outputs (the package's attention() wraps this).
@@ -201,6 +302,10 @@ entropy, distance: None or float32 [heads_q, total_q]; received: None or float32
 coords_q / coords_k: float32 [tokens, 2] (row, col), needed by distance.
 order: None or int32 [total_q] permutation (host or q's device; total_q == total_k): logical row i of
    the pattern is stored at row order[i] of q, k, v, out, lse and the diagnostics (fused on CUDA).
+block_size, block_heads, block_seq_base, block_row_ptr, block_col_idx: a BlockMask's fields as int32
+   arrays (host or q's device), instead of `blocks`; block_seq_base is needed with cu_seqlens_q.
+Host metadata for CUDA tensors is uploaded on `stream` (cudaMallocAsync / cudaMemcpyAsync, freed
+   with cudaFreeAsync after the kernels): no device-wide synchronization; refused under capture.
 The GIL is released while the kernel runs. Errors raise ariadne.Error (a ValueError).)doc";
 
 }  // namespace
@@ -319,24 +424,56 @@ void bind_attention(nb::module_& m) {
          const std::string& backend, uintptr_t stream, bool bf16_bits, const std::optional<F32Out2>& entropy,
          const std::optional<F32Out2>& distance, const std::optional<F32Out2>& received,
          const std::optional<F32In2>& coords_q, const std::optional<F32In2>& coords_k,
-         const std::optional<IntsIn>& order) {
+         const std::optional<IntsIn>& order, int32_t block_size, int32_t block_heads,
+         const std::optional<IntsIn>& block_seq_base, const std::optional<IntsIn>& block_row_ptr,
+         const std::optional<IntsIn>& block_col_idx) {
         Call c;
+        const BlockArrays csr{block_size, block_heads, block_seq_base, block_row_ptr, block_col_idx};
         build(c, q, k, v, out, lse, pattern, cu_q, cu_k, blocks, sink, sink_mode, scale, stream, bf16_bits, entropy,
-              distance, received, coords_q, coords_k, order);
+              distance, received, coords_q, coords_k, order, csr);
         const Backend b = parse_backend(backend);
         {
           nb::gil_scoped_release unlocked;
           attention(c.p, b);
-          // Device copies of host metadata are freed when `c` goes; the kernel must be done first.
-          if (!c.uploads.empty()) cuda_synchronize();
+          // Device copies of host metadata are freed when `c` goes, in the order of the call's
+          // stream (after the kernels that read them); nothing waits here.
         }
       },
+      nb::sig("def attention_into("
+        "q: " ARIADNE_SIG_QKV ", "
+        "k: " ARIADNE_SIG_QKV ", "
+        "v: " ARIADNE_SIG_QKV ", "
+        "out: " ARIADNE_SIG_OUT ", "
+        "lse: " ARIADNE_SIG_F32_OUT2 " | None = None, "
+        "pattern: Pattern = ..., "
+        "cu_seqlens_q: " ARIADNE_SIG_INTS " | None = None, "
+        "cu_seqlens_k: " ARIADNE_SIG_INTS " | None = None, "
+        "blocks: BlockMask | None = None, "
+        "sink: " ARIADNE_SIG_F32_IN1 " | None = None, "
+        "sink_mode: str = 'none', "
+        "scale: float = 0.0, "
+        "backend: str = 'auto', "
+        "stream: int = 0, "
+        "bf16_bits: bool = False, "
+        "entropy: " ARIADNE_SIG_F32_OUT2 " | None = None, "
+        "distance: " ARIADNE_SIG_F32_OUT2 " | None = None, "
+        "received: " ARIADNE_SIG_F32_OUT2 " | None = None, "
+        "coords_q: " ARIADNE_SIG_F32_IN2 " | None = None, "
+        "coords_k: " ARIADNE_SIG_F32_IN2 " | None = None, "
+        "order: " ARIADNE_SIG_INTS " | None = None, "
+        "block_size: int = 0, "
+        "block_heads: int = 0, "
+        "block_seq_base: " ARIADNE_SIG_INTS " | None = None, "
+        "block_row_ptr: " ARIADNE_SIG_INTS " | None = None, "
+        "block_col_idx: " ARIADNE_SIG_INTS " | None = None"
+        ") -> None"),
       "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "out"_a.noconvert(), "lse"_a.noconvert() = nb::none(),
       "pattern"_a = Pattern::full(), "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(),
       "blocks"_a = nb::none(), "sink"_a = nb::none(), "sink_mode"_a = "none", "scale"_a = 0.f,
       "backend"_a = "auto", "stream"_a = 0, "bf16_bits"_a = false, "entropy"_a.noconvert() = nb::none(),
       "distance"_a.noconvert() = nb::none(), "received"_a.noconvert() = nb::none(), "coords_q"_a = nb::none(),
-      "coords_k"_a = nb::none(), "order"_a = nb::none(), kAttentionDoc);
+      "coords_k"_a = nb::none(), "order"_a = nb::none(), "block_size"_a = 0, "block_heads"_a = 0,
+      "block_seq_base"_a = nb::none(), "block_row_ptr"_a = nb::none(), "block_col_idx"_a = nb::none(), kAttentionDoc);
 
   m.def(
       "backend_supports",
@@ -351,6 +488,21 @@ void bind_attention(nb::module_& m) {
         const bool ok = ariadne::backend_supports(parse_backend(backend), c.p, &why);
         return std::pair<bool, std::string>(ok, why);
       },
+      nb::sig("def backend_supports("
+        "backend: str, "
+        "q: " ARIADNE_SIG_QKV ", "
+        "k: " ARIADNE_SIG_QKV ", "
+        "v: " ARIADNE_SIG_QKV ", "
+        "out: " ARIADNE_SIG_OUT ", "
+        "lse: " ARIADNE_SIG_F32_OUT2 " | None = None, "
+        "pattern: Pattern = ..., "
+        "cu_seqlens_q: " ARIADNE_SIG_INTS " | None = None, "
+        "cu_seqlens_k: " ARIADNE_SIG_INTS " | None = None, "
+        "blocks: BlockMask | None = None, "
+        "sink: " ARIADNE_SIG_F32_IN1 " | None = None, "
+        "sink_mode: str = 'none', "
+        "bf16_bits: bool = False"
+        ") -> tuple[bool, str]"),
       "backend"_a, "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "out"_a.noconvert(),
       "lse"_a.noconvert() = nb::none(), "pattern"_a = Pattern::full(), "cu_seqlens_q"_a = nb::none(),
       "cu_seqlens_k"_a = nb::none(), "blocks"_a = nb::none(), "sink"_a = nb::none(), "sink_mode"_a = "none",

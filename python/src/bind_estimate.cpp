@@ -120,6 +120,22 @@ void bind_estimate(nb::module_& m) {
         nb::gil_scoped_release unlocked;
         return estimate(qv, kv, layout.p, config, b);
       },
+      nb::sig("def estimate("
+        "q: " ARIADNE_SIG_QKV ", "
+        "k: " ARIADNE_SIG_QKV ", "
+        "method: str = 'rr', "
+        "block: int = 128, "
+        "stride: int = 8, "
+        "tau: float = 0.95, "
+        "tau_per_head: Sequence[float] = [], "
+        "offset: str = 'paper', "
+        "protect: Sequence[str] | None = None, "
+        "scale: float = 0.0, "
+        "cu_seqlens_q: Sequence[int] | None = None, "
+        "cu_seqlens_k: Sequence[int] | None = None, "
+        "backend: str = 'auto', "
+        "bf16_bits: bool = False"
+        ") -> EstimateResult"),
       "q"_a.noconvert(), "k"_a.noconvert(), "method"_a = "rr", "block"_a = 128, "stride"_a = 8, "tau"_a = 0.95,
       "tau_per_head"_a = std::vector<double>{}, "offset"_a = "paper", "protect"_a = nb::none(), "scale"_a = 0.f,
       "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(), "backend"_a = "auto", "bf16_bits"_a = false,
@@ -185,6 +201,26 @@ void bind_estimate(nb::module_& m) {
         nb::gil_scoped_release unlocked;
         return prefill(p, config);
       },
+      nb::sig("def prefill_into("
+        "q: " ARIADNE_SIG_QKV ", "
+        "k: " ARIADNE_SIG_QKV ", "
+        "v: " ARIADNE_SIG_QKV ", "
+        "out: " ARIADNE_SIG_OUT ", "
+        "lse: " ARIADNE_SIG_F32_OUT2 " | None = None, "
+        "dense: bool = False, "
+        "method: str = 'rr', "
+        "block: int = 128, "
+        "stride: int = 8, "
+        "tau: float = 0.95, "
+        "offset: str = 'paper', "
+        "protect: Sequence[str] | None = None, "
+        "scale: float = 0.0, "
+        "cu_seqlens_q: Sequence[int] | None = None, "
+        "cu_seqlens_k: Sequence[int] | None = None, "
+        "estimate_backend: str = 'auto', "
+        "attention_backend: str = 'auto', "
+        "bf16_bits: bool = False"
+        ") -> PrefillResult"),
       "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "out"_a.noconvert(), "lse"_a.noconvert() = nb::none(),
       "dense"_a = false, "method"_a = "rr", "block"_a = 128, "stride"_a = 8, "tau"_a = 0.95, "offset"_a = "paper",
       "protect"_a = nb::none(), "scale"_a = 0.f, "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(),

@@ -107,6 +107,12 @@ void bind_layout(nb::module_& m) {
         nb::gil_scoped_release unlocked;
         permute_tokens(s, d, from, to);
       },
+      nb::sig("def permute_tokens("
+        "src: " ARIADNE_SIG_TOKENS_IN ", "
+        "dst: " ARIADNE_SIG_TOKENS_OUT ", "
+        "from_: TokenOrder, "
+        "to: TokenOrder"
+        ") -> None"),
       "src"_a.noconvert(), "dst"_a.noconvert(), "from_"_a, "to"_a,
       "Host arrays [total, ...] (float32/bfloat16/float16, strides free): dst = src reordered from `from_` to `to`.");
 

@@ -111,7 +111,7 @@ void bind_shs(nb::module_& m) {
               const F64In1& entropy) {
              new (self) LayerDiag(make_diag(received, std::move(received_no_sink), distance, entropy));
            },
-           "received"_a, "received_no_sink"_a = nb::none(), "distance"_a, "entropy"_a,
+           "received"_a, "received_no_sink"_a = nb::none(), nb::kw_only(), "distance"_a, "entropy"_a,
            "From arrays: received float32 [heads, tokens] (column sums of the attention matrix), optionally\n"
            "the same without the sink; distance, entropy float64 [heads] (means over queries).")
       .def_ro("heads", &LayerDiag::heads)
@@ -161,6 +161,18 @@ void bind_shs(nb::module_& m) {
         nb::gil_scoped_release unlocked;
         return diagnose_layer(in, b);
       },
+      nb::sig("def diagnose_layer("
+        "q: " ARIADNE_SIG_QKV ", "
+        "k: " ARIADNE_SIG_QKV ", "
+        "order: TokenOrder, "
+        "pattern: Pattern, "
+        "cu_seqlens: Sequence[int] | None = None, "
+        "sink: " ARIADNE_SIG_F32_IN1 " | None = None, "
+        "sink_mode: str = 'none', "
+        "scale: float = 0.0, "
+        "backend: str = 'auto', "
+        "bf16_bits: bool = False"
+        ") -> LayerDiag"),
       "q"_a.noconvert(), "k"_a.noconvert(), "order"_a, "pattern"_a, "cu_seqlens"_a = nb::none(), "sink"_a = nb::none(),
       "sink_mode"_a = "none", "scale"_a = 0.f, "backend"_a = "auto", "bf16_bits"_a = false,
       "Received attention, distance and entropy of one layer of one image: q, k [tokens, heads, dim] host\n"

@@ -28,6 +28,22 @@ using AnyOut = nb::ndarray<>;
 // Small metadata arrays: int32 offsets (cu_seqlens). Contiguous, any device.
 using IntsIn = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig>;
 
+// Types of array arguments in the signatures (nb::sig, hence the stubs) of functions whose arrays
+// take several dtypes, which an nb::ndarray type cannot say. q/k/v-like tensors: float32, float16
+// or bfloat16 (torch's, or ml_dtypes' as uint16 bits with bf16_bits=True), [tokens, heads, head_dim];
+// permute_tokens' src/dst: float32 or float16 [tokens, ...]. The library checks dtype and rank and
+// names the argument. The other macros spell what their nb::ndarray types already require, as
+// nanobind's own signatures do.
+#define ARIADNE_SIG_FLOATS "NDArray[numpy.float32 | numpy.float16 | numpy.uint16]"
+#define ARIADNE_SIG_QKV "Annotated[" ARIADNE_SIG_FLOATS ", dict(shape=(None, None, None), writable=False)]"
+#define ARIADNE_SIG_OUT "Annotated[" ARIADNE_SIG_FLOATS ", dict(shape=(None, None, None))]"
+#define ARIADNE_SIG_TOKENS_IN "Annotated[NDArray[numpy.float32 | numpy.float16], dict(writable=False)]"
+#define ARIADNE_SIG_TOKENS_OUT "NDArray[numpy.float32 | numpy.float16]"
+#define ARIADNE_SIG_INTS "Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)]"
+#define ARIADNE_SIG_F32_IN1 "Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)]"
+#define ARIADNE_SIG_F32_IN2 "Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)]"
+#define ARIADNE_SIG_F32_OUT2 "Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')]"
+
 // TensorView of `a`. dtype float32 / bfloat16 / float16, or uint16 when `u16_is_bf16` (the raw
 // bits of an ml_dtypes bfloat16 numpy array, which DLPack cannot describe); device cpu (or CUDA
 // pinned host memory) or cuda; rank 0..4. Anything else throws ariadne::Error naming `name`.

@@ -1,12 +1,23 @@
 // Tensor views, 16-bit float conversions and the owning host buffer.
 #include "ariadne/tensor.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <random>
 #include <sstream>
 
 namespace ariadne {
+
+namespace {
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
+}  // namespace
 
 const char* dtype_name(DType t) {
   switch (t) {
@@ -70,15 +81,21 @@ uint16_t float_to_f16(float f) {
 
 int64_t TensorView::numel() const {
   int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= shape[i];
-  return n;
+  bool empty = false;
+  for (int i = 0; i < rank; ++i) {
+    ARIADNE_CHECK(shape[i] >= 0, "tensor ", describe(), ": dim ", i, " has negative size ", shape[i]);
+    if (__builtin_mul_overflow(n, std::max<int64_t>(shape[i], 1), &n))
+      detail::fail("tensor ", describe(), ": element count overflows 64-bit integers");
+    empty = empty || shape[i] == 0;
+  }
+  return empty ? 0 : n;
 }
 
 bool TensorView::contiguous() const {
   int64_t s = 1;
   for (int i = rank - 1; i >= 0; --i) {
     if (shape[i] != 1 && stride[i] != s) return false;
-    s *= shape[i];
+    if (__builtin_mul_overflow(s, shape[i], &s)) return false;
   }
   return true;
 }
@@ -127,7 +144,9 @@ TensorView make_view(void* data, DType dtype, const std::vector<int64_t>& shape,
     ARIADNE_CHECK(shape[i] >= 0, "make_view: dim ", i, " has negative size ", shape[i]);
     t.shape[i] = shape[i];
     t.stride[i] = s;
-    s *= shape[i];
+    // The stride of the next dimension out; checked even past a zero dimension (see checked_numel).
+    if (__builtin_mul_overflow(s, std::max<int64_t>(shape[i], 1), &s))
+      detail::fail("make_view: shape ", shape_string(shape), ": element count overflows 64-bit integers");
   }
   return t;
 }
@@ -139,17 +158,17 @@ TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> sha
 void Buffer::Free::operator()(void* p) const { std::free(p); }
 
 Buffer::Buffer(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
-  int64_t n = numel();
-  ARIADNE_CHECK(n >= 0, "Buffer: negative element count");
-  const size_t bytes = size_t(n) * size_t(dtype_size(dtype));
-  const size_t rounded = (bytes + 63) / 64 * 64;
-  mem_.reset(std::aligned_alloc(64, rounded ? rounded : 64));
-  ARIADNE_CHECK(mem_ != nullptr, "Buffer: could not allocate ", bytes, " bytes");
+  const int64_t n = checked_numel(shape_, "Buffer of ", dtype_name(dtype));
+  const int64_t bytes = checked_mul(n, dtype_size(dtype), "Buffer of ", dtype_name(dtype), ": byte size");
+  const int64_t rounded = checked_add(bytes, 63, "Buffer of ", dtype_name(dtype), ": byte size") / 64 * 64;
+  mem_.reset(std::aligned_alloc(64, rounded ? size_t(rounded) : 64));
+  ARIADNE_CHECK(mem_ != nullptr, "Buffer ", dtype_name(dtype), shape_string(shape_), ": could not allocate ",
+                bytes, " bytes");
 }
 
 int64_t Buffer::numel() const {
   int64_t n = 1;
-  for (int64_t s : shape_) n *= s;
+  for (int64_t s : shape_) n *= s;  // checked in the constructor
   return n;
 }
 

@@ -28,15 +28,17 @@ int64_t count_pairs(const Pattern& p, int64_t total_q, int64_t total_k, int head
   if (!p.blocks.defined()) {
     for (int32_t s = 0; s < p.num_seqs; ++s) {
       const SeqExtent e = p.seq(s, total_q, total_k);
-      for (int64_t iq = 0; iq < e.lq; ++iq) pairs += p.keys_per_query(e, iq);
+      for (int64_t iq = 0; iq < e.lq; ++iq)
+        pairs = checked_add(pairs, p.keys_per_query(e, iq), "count_pairs: allowed pairs");
     }
-    return pairs * heads;
+    return checked_mul(pairs, heads, "count_pairs: allowed pairs · heads");
   }
   // validate_pattern checked that the mask has rows for exactly `heads` query heads.
   const int64_t B = p.blocks.block;
   for_each_listed_block(p, total_q, total_k, [&](int32_t, const SeqExtent& e, int32_t, int64_t qb, int64_t kb) {
     const int64_t k_lo = kb * B, k_hi = std::min(e.lk, k_lo + B);
-    for (int64_t iq = qb * B; iq < std::min(e.lq, qb * B + B); ++iq) pairs += dense_keys_in(p, e, iq, k_lo, k_hi);
+    for (int64_t iq = qb * B; iq < std::min(e.lq, qb * B + B); ++iq)
+      pairs = checked_add(pairs, dense_keys_in(p, e, iq, k_lo, k_hi), "count_pairs: allowed pairs");
   });
   return pairs;
 }
@@ -65,8 +67,8 @@ TileCount count_tiles(const Pattern& p, int64_t total_q, int64_t total_k, int he
         }
       }
     }
-    c.full *= heads;
-    c.partial *= heads;
+    c.full = checked_mul(c.full, heads, "count_tiles: full tiles · heads");
+    c.partial = checked_mul(c.partial, heads, "count_tiles: partial tiles · heads");
     return c;
   }
   const int64_t B = p.blocks.block;
@@ -109,18 +111,28 @@ ScheduleCost schedule_cost(const Schedule& schedule, const std::vector<Grid>& im
     if (it == seen.end()) {
       const Pattern pat = layer_pattern(l, *o);
       const int64_t n = o->tokens();
-      it = seen.emplace(key, std::make_pair(count_pairs(pat, n, n, shape.heads),
-                                            count_tiles(pat, n, n, shape.heads, tile))).first;
+      const int64_t pairs = count_pairs(pat, n, n, shape.heads);
+      // Refuse before the tile count (minutes on millions of tokens) when one layer's FLOPs already
+      // overflow; the totals are checked again below.
+      (void)checked_mul(pairs, checked_mul(4 * kPaperFlopFactor, shape.head_dim, "FLOPs per pair"), "schedule '",
+                        schedule.name, "' on ", n, " tokens: paper-convention FLOPs of one layer");
+      it = seen.emplace(key, std::make_pair(pairs, count_tiles(pat, n, n, shape.heads, tile))).first;
     }
     c.layer_pairs.push_back(it->second.first);
-    c.pairs += it->second.first;
-    c.tiles.full += it->second.second.full;
-    c.tiles.partial += it->second.second.partial;
+    c.pairs = checked_add(c.pairs, it->second.first, "schedule '", schedule.name, "': allowed pairs");
+    c.tiles.full = checked_add(c.tiles.full, it->second.second.full, "schedule '", schedule.name, "': tiles");
+    c.tiles.partial = checked_add(c.tiles.partial, it->second.second.partial, "schedule '", schedule.name, "': tiles");
   }
-  const int64_t per_pair = 4 * int64_t(shape.head_dim);
-  c.flops = c.pairs * per_pair;
-  c.flops_paper = kPaperFlopFactor * c.flops;
-  c.tile_flops = c.tiles.visited() * tile.q * tile.k * per_pair;
+  // Large images overflow int64 FLOP counts (28000² px is 4·10^6 tokens, 10^19 paper FLOPs): refuse
+  // rather than print a wrapped, negative figure.
+  const int64_t per_pair = checked_mul(4, shape.head_dim, "FLOPs per pair (4 · head_dim)");
+  const std::string what = "schedule '" + schedule.name + "' on " + std::to_string(c.tokens) + " tokens";
+  c.flops = checked_mul(c.pairs, per_pair, what, ": FLOPs (pairs · 4 · head_dim)");
+  c.flops_paper = checked_mul(kPaperFlopFactor, c.flops, what, ": paper-convention FLOPs (4 · FLOPs)");
+  const int64_t tile_pairs = checked_mul(tile.q, tile.k, what, ": pairs per tile");
+  c.tile_flops = checked_mul(checked_mul(checked_add(c.tiles.full, c.tiles.partial, what, ": tiles"), tile_pairs,
+                                         what, ": tile pairs"),
+                             per_pair, what, ": tile FLOPs");
   c.useful_fraction = c.tile_flops > 0 ? double(c.flops) / double(c.tile_flops) : 0.0;
   return c;
 }

@@ -1,5 +1,6 @@
 // Per-layer diagnostics through the attention engine, the SHS accumulator and its JSON form.
 #include <cmath>
+#include <limits>
 
 #include "ariadne/error.hpp"
 #include "ariadne/shs.hpp"
@@ -15,6 +16,20 @@ double mean_of(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
   return s / double(v.size());
+}
+
+// The first NaN or infinite element of a host q or k, named: the attention of a NaN input is NaN
+// (or, through a fully poisoned row, zero everywhere), and an AUROC over all-equal values is a
+// clean-looking ½. Diagnostics refuse such input instead.
+void require_finite(const TensorView& t, const char* name) {
+  if (t.device != Device::cpu) return;
+  for (int64_t a = 0; a < t.shape[0]; ++a)
+    for (int64_t b = 0; b < t.shape[1]; ++b)
+      for (int64_t c = 0; c < t.shape[2]; ++c) {
+        const float v = t.get({a, b, c});
+        ARIADNE_CHECK(std::isfinite(v), name, ": element (token ", a, ", head ", b, ", dim ", c, ") is ", v,
+                      ": the diagnostics need finite q and k (", t.describe(), ")");
+      }
 }
 
 nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
@@ -38,6 +53,8 @@ LayerDiag diagnose_layer(const LayerInput& in, Backend backend) {
                 in.k.shape[0], " tokens, but the ", order.grids[0].h, "x", order.grids[0].w, " grid has ", n);
   const int hq = int(in.q.shape[1]);
   const int64_t dim = in.q.shape[2];
+  require_finite(in.q, "q");
+  require_finite(in.k, "k");
 
   Buffer out(DType::f32, {n, hq, dim}), received(DType::f32, {hq, n}), entropy(DType::f32, {hq, n}),
       distance(DType::f32, {hq, n});
@@ -140,8 +157,12 @@ const ImageScores& ShsAccumulator::add(const std::string& name, Grid grid, const
           (is_fg ? r0_fg : r0_bg) += d.received_no_sink[size_t(h * n + i)];
         }
       }
-      s.auroc = auroc(fg, bg);
-      s.folded = std::max(s.auroc, 1.0 - s.auroc);
+      // NaN received attention (NaN weights, a NaN sink) gives NaN scores, not an error deep in auroc.
+      bool finite = true;
+      for (double x : fg) finite = finite && std::isfinite(x);
+      for (double x : bg) finite = finite && std::isfinite(x);
+      s.auroc = finite ? auroc(fg, bg) : kNaN;
+      s.folded = finite ? std::max(s.auroc, 1.0 - s.auroc) : kNaN;
       if (sink) {
         s.sink_fg = r0_fg > 0 ? (r0_fg - r_fg) / r0_fg : kNaN;
         s.sink_bg = r0_bg > 0 ? (r0_bg - r_bg) / r0_bg : kNaN;
@@ -180,7 +201,7 @@ ShsSummary ShsAccumulator::summary() const {
         raw[i].push_back(hs.auroc);
         all.push_back(hs.folded);
         layer_fold[size_t(l)].push_back(hs.folded);
-        const double dom = hs.auroc > 0.5 ? 1.0 : 0.0;
+        const double dom = std::isnan(hs.auroc) ? kNaN : hs.auroc > 0.5 ? 1.0 : 0.0;
         dominant.push_back(dom);
         layer_dom[size_t(l)].push_back(dom);
         if (sink_layer_[size_t(l)] && std::isfinite(hs.sink_fg) && std::isfinite(hs.sink_bg)) {

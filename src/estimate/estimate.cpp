@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "estimate/internal.hpp"
 
@@ -29,6 +30,28 @@ RROffset parse_rr_offset(const std::string& s) {
   if (s == "paper") return RROffset::paper;
   if (s == "released") return RROffset::released;
   detail::fail("estimator: unknown RR sampling offset '", s, "', expected paper or released");
+}
+
+namespace {
+constexpr std::pair<CudaScoring, const char*> kScoringNames[] = {
+    {CudaScoring::automatic, "automatic"},     {CudaScoring::wgmma_approximate, "wgmma_approximate"},
+    {CudaScoring::wgmma_exact, "wgmma_exact"}, {CudaScoring::mma_grouped, "mma_grouped"},
+    {CudaScoring::mma_rr, "mma_rr"},           {CudaScoring::mma_generic, "mma_generic"},
+    {CudaScoring::f32, "f32"},
+};
+}  // namespace
+
+const char* cuda_scoring_name(CudaScoring s) {
+  for (const auto& [k, name] : kScoringNames)
+    if (k == s) return name;
+  return "?";
+}
+
+CudaScoring parse_cuda_scoring(const std::string& s) {
+  for (const auto& [k, name] : kScoringNames)
+    if (s == name) return k;
+  detail::fail("estimator: unknown CUDA scoring kernel '", s,
+               "', expected automatic, wgmma_approximate, wgmma_exact, mma_grouped, mma_rr, mma_generic or f32");
 }
 
 Protections Protections::published(Estimator e) {

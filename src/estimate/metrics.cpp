@@ -1,5 +1,8 @@
 // Metrics of a block mask against the oracle: attention-mass recall and block precision/recall/F1,
 // at the oracle's τ or, for a τ sweep, at each τ of a list.
+#include <cmath>
+#include <limits>
+
 #include "estimate/internal.hpp"
 
 namespace ariadne {
@@ -54,13 +57,18 @@ MaskMetrics compare_to_truth(const BlockMask& mask, const BlockMask& truth, cons
   }
   double g = 0, t = 0;
   m.mass_recall_per_head.resize(size_t(heads));
+  // Empty sets count as perfect (nothing claimed, nothing missed), but masses that are NaN (from
+  // NaN or infinite q/k) give a NaN recall: `total > 0` is false for NaN, which read as 1.0.
+  const auto recall_of = [](double got_mass, double total_mass) {
+    if (std::isnan(got_mass) || std::isnan(total_mass)) return std::numeric_limits<double>::quiet_NaN();
+    return total_mass > 0 ? got_mass / total_mass : 1.0;
+  };
   for (int h = 0; h < heads; ++h) {
-    m.mass_recall_per_head[size_t(h)] = total[size_t(h)] > 0 ? got[size_t(h)] / total[size_t(h)] : 1.0;
+    m.mass_recall_per_head[size_t(h)] = recall_of(got[size_t(h)], total[size_t(h)]);
     g += got[size_t(h)];
     t += total[size_t(h)];
   }
-  // Empty sets count as perfect (nothing claimed, nothing missed).
-  m.mass_recall = t > 0 ? g / t : 1.0;
+  m.mass_recall = recall_of(g, t);
   m.precision = m.kept ? double(m.true_positive) / double(m.kept) : 1.0;
   m.recall = m.oracle_kept ? double(m.true_positive) / double(m.oracle_kept) : 1.0;
   m.f1 = m.precision + m.recall > 0 ? 2 * m.precision * m.recall / (m.precision + m.recall) : 0.0;

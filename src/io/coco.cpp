@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -11,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ariadne/error.hpp"
+#include "ariadne/file.hpp"
 #include "ariadne/image.hpp"
 #include "ariadne/mask.hpp"
 
@@ -122,10 +122,41 @@ CocoRle rle_encode(const std::vector<uint8_t>& mask, int height, int width) {
   return r;
 }
 
+namespace {
+
+// The one image of `ds` for which key(file_name) == want; nullptr when none; an error naming both
+// entries when two match (binding to the first one silently scored the wrong image).
+template <class Key>
+const CocoImage* find_unique(const CocoDataset& ds, const std::string& want, const char* what, Key key) {
+  const CocoImage* found = nullptr;
+  size_t at = 0;
+  for (size_t i = 0; i < ds.images.size(); ++i) {
+    const CocoImage& im = ds.images[i];
+    if (key(im.file_name) != want) continue;
+    ARIADNE_CHECK(found == nullptr, ds.path, ": images[", at, "] (id ", found ? found->id : 0, ", '",
+                  found ? found->file_name : "", "') and images[", i, "] (id ", im.id, ", '", im.file_name,
+                  "') both have the ", what, " '", want, "': the image cannot be matched to one entry (rename one)");
+    found = &im;
+    at = i;
+  }
+  return found;
+}
+
+}  // namespace
+
 const CocoImage* CocoDataset::find_by_stem(const std::string& stem) const {
-  for (const CocoImage& im : images)
-    if (std::filesystem::path(im.file_name).stem().string() == stem) return &im;
-  return nullptr;
+  return find_unique(*this, stem, "file stem",
+                     [](const std::string& f) { return std::filesystem::path(f).stem().string(); });
+}
+
+const CocoImage* CocoDataset::find_image(const std::string& image_path) const {
+  if (const CocoImage* im = find_unique(*this, image_path, "file name", [](const std::string& f) { return f; }))
+    return im;
+  const std::string base = std::filesystem::path(image_path).filename().string();
+  if (const CocoImage* im = find_unique(*this, base, "file name",
+                                        [](const std::string& f) { return std::filesystem::path(f).filename().string(); }))
+    return im;
+  return find_by_stem(std::filesystem::path(image_path).stem().string());
 }
 
 CocoDataset parse_coco(const std::string& json_text, const std::string& name) {
@@ -272,11 +303,10 @@ CocoDataset parse_coco(const std::string& json_text, const std::string& name) {
 }
 
 CocoDataset read_coco(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  ARIADNE_CHECK(f.good(), path, ": cannot open the COCO annotation file");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_coco(ss.str(), path);
+  return with_path_errors(path, "read the COCO annotation file", [&] {
+    const std::vector<uint8_t> bytes = read_input_file(path);  // refuses FIFOs, directories, devices
+    return parse_coco(std::string(bytes.begin(), bytes.end()), path);
+  });
 }
 
 LabelMap coco_label_map(const CocoDataset& coco, const CocoImage& image) {

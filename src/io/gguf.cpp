@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "ariadne/error.hpp"
+#include "ariadne/file.hpp"
 #include "ariadne/tensor.hpp"
 
 namespace ariadne {
@@ -65,6 +66,12 @@ class Cursor {
     pos_ += sizeof(T);
     return v;
   }
+  // The next n bytes (already checked with need()).
+  const uint8_t* take(uint64_t n) {
+    const uint8_t* q = p_ + pos_;
+    pos_ += n;
+    return q;
+  }
   std::string string(const std::string& what) {
     const uint64_t len = read<uint64_t>(what + " (string length)");
     need(len, what + " (string of " + std::to_string(len) + " bytes)");
@@ -80,7 +87,22 @@ class Cursor {
   const std::string& name_;
 };
 
-GgufValue read_value(Cursor& c, uint32_t type, const std::string& what, const std::string& file, int depth) {
+// Bytes of one stored element of a fixed-size type (0 for string and array).
+uint64_t fixed_value_bytes(GgufValueType t) {
+  return t == GgufValueType::string || t == GgufValueType::array ? 0 : min_value_bytes(uint32_t(t));
+}
+
+// Values created so far (keys and elements of arrays of arrays), against kGgufMaxValues.
+struct Budget {
+  uint64_t values = 0;
+  void take(const std::string& file, const std::string& what) {
+    ARIADNE_CHECK(++values <= kGgufMaxValues, file, ": ", what, ": the metadata holds more than ", kGgufMaxValues,
+                  " values (keys and nested array elements; a model has a few dozen): corrupt or hostile file");
+  }
+};
+
+GgufValue read_value(Cursor& c, uint32_t type, const std::string& what, const std::string& file, int depth,
+                     Budget& budget) {
   GgufValue v;
   ARIADNE_CHECK(min_value_bytes(type) != 0, file, ": ", what, ": unknown value type ", type, " (expected 0..12)");
   v.type = GgufValueType(type);
@@ -116,9 +138,33 @@ GgufValue read_value(Cursor& c, uint32_t type, const std::string& what, const st
                     what, ": array count ", count, " of ", gguf_value_type_name(GgufValueType(et)),
                     " cannot fit in the ", c.left(), " bytes that remain (truncated file or corrupt count)");
       v.item_type = GgufValueType(et);
-      v.items.reserve(size_t(count));
-      for (uint64_t i = 0; i < count; ++i)
-        v.items.push_back(read_value(c, et, what + "[" + std::to_string(i) + "]", file, depth + 1));
+      if (const uint64_t eb = fixed_value_bytes(v.item_type); eb != 0) {
+        // Numbers and bools: the stored bytes as they are (min_bytes = count · eb was checked above).
+        const uint8_t* p = c.take(min_bytes);
+        v.raw.assign(p, p + min_bytes);
+        if (v.item_type == GgufValueType::boolean)
+          for (uint64_t k = 0; k < count; ++k)
+            ARIADNE_CHECK(v.raw[size_t(k)] <= 1, file, ": ", what, "[", k, "]: bool byte is ", int(v.raw[size_t(k)]),
+                          ", expected 0 or 1");
+      } else if (v.item_type == GgufValueType::string) {
+        v.ends.reserve(size_t(count));
+        for (uint64_t k = 0; k < count; ++k) {
+          // Labels built only on failure: a vocabulary has 10^5 strings.
+          if (c.left() < 8) c.need(8, what + "[" + std::to_string(k) + "] (string length)");
+          const uint64_t len = c.read<uint64_t>(what);
+          if (c.left() < len) c.need(len, what + "[" + std::to_string(k) + "] (string of " + std::to_string(len) + " bytes)");
+          const uint8_t* p = c.take(len);
+          v.blob.append(reinterpret_cast<const char*>(p), size_t(len));
+          v.ends.push_back(v.blob.size());
+        }
+      } else {
+        v.items.reserve(size_t(count));
+        for (uint64_t k = 0; k < count; ++k) {
+          const std::string wk = what + "[" + std::to_string(k) + "]";
+          budget.take(file, wk);
+          v.items.push_back(read_value(c, et, wk, file, depth + 1, budget));
+        }
+      }
       break;
     }
   }
@@ -170,6 +216,71 @@ bool GgufValue::is_integer() const {
     default:
       return false;
   }
+}
+
+size_t GgufValue::size() const {
+  ARIADNE_CHECK(type == GgufValueType::array, "GGUF value: size() of a ", gguf_value_type_name(type),
+                ", expected an array");
+  if (item_type == GgufValueType::string) return ends.size();
+  if (item_type == GgufValueType::array) return items.size();
+  return raw.size() / size_t(fixed_value_bytes(item_type));
+}
+
+namespace {
+// Element k of a numeric array, as its stored type.
+template <class T>
+T element(const GgufValue& v, size_t k) {
+  T x;
+  std::memcpy(&x, v.raw.data() + k * sizeof(T), sizeof(T));
+  return x;
+}
+void check_element(const GgufValue& v, size_t k, bool numeric) {
+  ARIADNE_CHECK(k < v.size(), "GGUF array: element ", k, " out of range (", v.size(), " elements)");
+  ARIADNE_CHECK(!numeric || fixed_value_bytes(v.item_type) != 0, "GGUF array: elements are ",
+                gguf_value_type_name(v.item_type), ", expected numbers");
+}
+}  // namespace
+
+int64_t GgufValue::int_at(size_t k) const {
+  check_element(*this, k, true);
+  switch (item_type) {
+    case GgufValueType::u8: case GgufValueType::boolean: return element<uint8_t>(*this, k);
+    case GgufValueType::i8: return element<int8_t>(*this, k);
+    case GgufValueType::u16: return element<uint16_t>(*this, k);
+    case GgufValueType::i16: return element<int16_t>(*this, k);
+    case GgufValueType::u32: return element<uint32_t>(*this, k);
+    case GgufValueType::i32: return element<int32_t>(*this, k);
+    case GgufValueType::i64: return element<int64_t>(*this, k);
+    case GgufValueType::u64: {
+      const uint64_t u = element<uint64_t>(*this, k);
+      return u > uint64_t(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max() : int64_t(u);
+    }
+    case GgufValueType::f32: return int64_t(element<float>(*this, k));
+    case GgufValueType::f64: return int64_t(element<double>(*this, k));
+    default: break;
+  }
+  return 0;
+}
+
+uint64_t GgufValue::uint_at(size_t k) const {
+  check_element(*this, k, true);
+  if (item_type == GgufValueType::u64) return element<uint64_t>(*this, k);
+  return uint64_t(int_at(k));
+}
+
+double GgufValue::float_at(size_t k) const {
+  check_element(*this, k, true);
+  if (item_type == GgufValueType::f32) return element<float>(*this, k);
+  if (item_type == GgufValueType::f64) return element<double>(*this, k);
+  return double(int_at(k));
+}
+
+std::string_view GgufValue::str_at(size_t k) const {
+  check_element(*this, k, false);
+  ARIADNE_CHECK(item_type == GgufValueType::string, "GGUF array: elements are ", gguf_value_type_name(item_type),
+                ", expected strings");
+  const size_t b = k == 0 ? 0 : size_t(ends[k - 1]);
+  return std::string_view(blob).substr(b, size_t(ends[k]) - b);
 }
 
 const char* ggml_type_name(GgmlType t) {
@@ -248,21 +359,16 @@ void ggml_dequantize(GgmlType type, const uint8_t* src, int64_t n, float* dst) {
 }
 
 GgufFile GgufFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  ARIADNE_CHECK(fd >= 0, path, ": cannot open (", std::strerror(errno), ")");
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    const int e = errno;
-    ::close(fd);
-    detail::fail(path, ": cannot stat (", std::strerror(e), ")");
-  }
+  uint64_t size = 0;
+  const int fd = open_input_file(path, &size);  // refuses FIFOs, directories, devices
   auto map = std::make_shared<Mapping>();
-  map->size = size_t(st.st_size);
+  map->size = size_t(size);
   if (map->size > 0) map->addr = mmap(nullptr, map->size, PROT_READ, MAP_PRIVATE, fd, 0);
   const int e = errno;
   ::close(fd);
   ARIADNE_CHECK(map->size == 0 || map->addr != MAP_FAILED, path, ": cannot map (", std::strerror(e), ")");
-  GgufFile f = parse(static_cast<const uint8_t*>(map->addr), map->size, path);
+  GgufFile f = with_path_errors(path, "read the GGUF metadata",
+                                [&] { return parse(static_cast<const uint8_t*>(map->addr), map->size, path); });
   f.mapping_ = map;
   return f;
 }
@@ -282,11 +388,13 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& na
   uint64_t need = 0;
   ARIADNE_CHECK(!mul_overflows(n_kv, 13, &need) && need <= c.left(), name, ": header: metadata_kv_count ", n_kv,
                 " cannot fit in the ", c.left(), " bytes that remain (truncated file or corrupt count)");
+  Budget budget;
   for (uint64_t i = 0; i < n_kv; ++i) {
     const std::string where = "metadata entry " + std::to_string(i);
+    budget.take(name, where);
     std::string key = c.string(where + " key");
     const uint32_t type = c.read<uint32_t>("metadata '" + key + "' value type");
-    GgufValue v = read_value(c, type, "metadata '" + key + "'", name, 0);
+    GgufValue v = read_value(c, type, "metadata '" + key + "'", name, 0, budget);
     ARIADNE_CHECK(f.kv_.count(key) == 0, name, ": metadata key '", key, "' appears twice");
     f.kv_.emplace(std::move(key), std::move(v));
   }
@@ -321,7 +429,11 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& na
     const int64_t bv = ggml_block_values(t.type);
     ARIADNE_CHECK(t.dims[0] % bv == 0, name, ": ", what, ": row length ", t.dims[0], " is not a multiple of the ",
                   ggml_type_name(t.type), " block of ", bv);
-    t.bytes = numel / uint64_t(bv) * uint64_t(ggml_block_bytes(t.type));  // numel < 2^62: no overflow
+    // 2^62 F32 elements are 2^64 bytes: the size wrapped to 0 and passed the bounds check below.
+    t.bytes = checked_mul_u64(numel / uint64_t(bv), uint64_t(ggml_block_bytes(t.type)), name, ": ", what,
+                              ": byte size (", numel, " values of ", ggml_type_name(t.type), ")");
+    ARIADNE_CHECK(t.bytes <= uint64_t(std::numeric_limits<int64_t>::max()), name, ": ", what, ": byte size ",
+                  t.bytes, " exceeds 2^63");
     t.offset = c.read<uint64_t>(what + " offset");
     ARIADNE_CHECK(t.offset % f.alignment_ == 0, name, ": ", what, ": offset ", t.offset,
                   " is not a multiple of the alignment ", f.alignment_);
@@ -390,8 +502,8 @@ std::vector<std::string> GgufFile::get_strings(const std::string& key) const {
   ARIADNE_CHECK(v.type == GgufValueType::array && v.item_type == GgufValueType::string, path_, ": metadata '", key,
                 "' is ", gguf_value_type_name(v.type), ", expected an array of strings");
   std::vector<std::string> out;
-  out.reserve(v.items.size());
-  for (const GgufValue& x : v.items) out.push_back(x.str);
+  out.reserve(v.size());
+  for (size_t k = 0; k < v.size(); ++k) out.emplace_back(v.str_at(k));
   return out;
 }
 std::vector<int64_t> GgufFile::get_ints(const std::string& key) const {
@@ -401,8 +513,8 @@ std::vector<int64_t> GgufFile::get_ints(const std::string& key) const {
   ARIADNE_CHECK(v.type == GgufValueType::array && probe.is_integer(), path_, ": metadata '", key, "' is ",
                 gguf_value_type_name(v.type), ", expected an array of integers");
   std::vector<int64_t> out;
-  out.reserve(v.items.size());
-  for (const GgufValue& x : v.items) out.push_back(x.i);
+  out.reserve(v.size());
+  for (size_t k = 0; k < v.size(); ++k) out.push_back(v.int_at(k));
   return out;
 }
 
@@ -455,8 +567,18 @@ void put_value(std::vector<uint8_t>& b, const GgufValue& v) {
     case GgufValueType::string: put_string(b, v.str); break;
     case GgufValueType::array:
       put<uint32_t>(b, uint32_t(v.item_type));
-      put<uint64_t>(b, v.items.size());
-      for (const GgufValue& x : v.items) put_value(b, x);
+      put<uint64_t>(b, v.size());
+      if (v.item_type == GgufValueType::array) {
+        for (const GgufValue& x : v.items) put_value(b, x);
+      } else if (v.item_type == GgufValueType::string) {
+        for (size_t k = 0; k < v.size(); ++k) {
+          const std::string_view sv = v.str_at(k);
+          put<uint64_t>(b, sv.size());
+          b.insert(b.end(), sv.begin(), sv.end());
+        }
+      } else {
+        b.insert(b.end(), v.raw.begin(), v.raw.end());
+      }
       break;
   }
 }
@@ -590,14 +712,18 @@ GgufValue gguf_str_array(const std::vector<std::string>& v) {
   GgufValue x;
   x.type = GgufValueType::array;
   x.item_type = GgufValueType::string;
-  for (const std::string& s : v) x.items.push_back(gguf_str(s));
+  for (const std::string& s : v) {
+    x.blob += s;
+    x.ends.push_back(x.blob.size());
+  }
   return x;
 }
 GgufValue gguf_i32_array(const std::vector<int32_t>& v) {
   GgufValue x;
   x.type = GgufValueType::array;
   x.item_type = GgufValueType::i32;
-  for (int32_t s : v) x.items.push_back(gguf_i32(s));
+  x.raw.resize(v.size() * 4);
+  if (!v.empty()) std::memcpy(x.raw.data(), v.data(), v.size() * 4);
   return x;
 }
 

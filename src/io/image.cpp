@@ -9,29 +9,20 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 
 #include <jpeglib.h>
 #include <png.h>
 
 #include "ariadne/error.hpp"
+#include "ariadne/file.hpp"
 
 namespace ariadne {
 
 namespace {
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  ARIADNE_CHECK(f.good(), path, ": cannot open (", std::strerror(errno), ")");
-  const std::streamoff n = f.tellg();
-  ARIADNE_CHECK(n >= 0, path, ": cannot read its size");
-  std::vector<uint8_t> buf(static_cast<size_t>(n));
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(buf.data()), n);
-  ARIADNE_CHECK(f.good() || n == 0, path, ": read failed");
-  return buf;
-}
+// Images are at most 2^28 pixels; no compressed file needs more than 1 GiB.
+std::vector<uint8_t> read_file(const std::string& path) { return read_input_file(path, uint64_t(1) << 30); }
 
 bool is_png(const uint8_t* d, size_t n) { return n >= 8 && png_sig_cmp(d, 0, 8) == 0; }
 bool is_jpeg(const uint8_t* d, size_t n) { return n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF; }
@@ -43,7 +34,9 @@ void check_size(const std::string& name, uint64_t w, uint64_t h) {
 }
 
 // ---------------------------------------------------------------- PNG
-enum class PngMode { rgb, indexed };
+// rgb: any PNG to 8-bit RGB. indexed: one 8-bit channel of palette indices or gray values (16-bit
+// gray reduced to its high byte). values: the same at full depth, 16-bit gray kept whole.
+enum class PngMode { rgb, indexed, values };
 
 struct PngCtx {
   const uint8_t* data = nullptr;
@@ -55,6 +48,7 @@ struct PngCtx {
   bool wrong_type = false;  // indexed mode on a colour or alpha image
   uint32_t width = 0, height = 0;
   int channels = 0;
+  int sample_bytes = 1;  // after the transforms: 2 for 16-bit values mode
   size_t rowbytes = 0;
 };
 
@@ -93,9 +87,10 @@ bool png_header(PngCtx* c) {
     }
     if (depth < 8) png_set_packing(c->png);  // one value per byte, unscaled
   }
-  if (depth == 16) png_set_strip_16(c->png);
+  if (depth == 16 && c->mode != PngMode::values) png_set_strip_16(c->png);
   png_set_interlace_handling(c->png);
   png_read_update_info(c->png, c->info);
+  c->sample_bytes = png_get_bit_depth(c->png, c->info) == 16 ? 2 : 1;
   c->width = png_get_image_width(c->png, c->info);
   c->height = png_get_image_height(c->png, c->info);
   c->channels = png_get_channels(c->png, c->info);
@@ -110,7 +105,14 @@ bool png_body(PngCtx* c, png_bytep* rows) {
   return true;
 }
 
-Image decode_png(const uint8_t* data, size_t size, const std::string& name, PngMode mode) {
+// Decoded rows, [height, width, channels] samples of sample_bytes each (16-bit ones big-endian,
+// as PNG stores them).
+struct PngPixels {
+  int width = 0, height = 0, channels = 0, sample_bytes = 1;
+  std::vector<uint8_t> bytes;
+};
+
+PngPixels decode_png_pixels(const uint8_t* data, size_t size, const std::string& name, PngMode mode) {
   auto c = std::make_unique<PngCtx>();
   c->data = data;
   c->size = size;
@@ -127,16 +129,28 @@ Image decode_png(const uint8_t* data, size_t size, const std::string& name, PngM
   ARIADNE_CHECK(!c->wrong_type, name, ": a mask PNG must be gray or palette (single channel), this one has colour or alpha");
   check_size(name, c->width, c->height);
   const int want = mode == PngMode::rgb ? 3 : 1;
-  ARIADNE_CHECK(c->channels == want && c->rowbytes == size_t(c->width) * size_t(want), name,
+  const int sb = mode == PngMode::values ? c->sample_bytes : 1;
+  ARIADNE_CHECK(c->channels == want && c->rowbytes == size_t(c->width) * size_t(want) * size_t(sb), name,
                 ": PNG decoded to ", c->channels, " channels, expected ", want);
-  Image img;
-  img.width = int(c->width);
-  img.height = int(c->height);
-  img.channels = want;
-  img.pixels.resize(size_t(c->height) * c->rowbytes);
+  PngPixels px;
+  px.width = int(c->width);
+  px.height = int(c->height);
+  px.channels = want;
+  px.sample_bytes = sb;
+  px.bytes.resize(size_t(c->height) * c->rowbytes);
   std::vector<png_bytep> rows(c->height);
-  for (uint32_t y = 0; y < c->height; ++y) rows[y] = img.pixels.data() + size_t(y) * c->rowbytes;
+  for (uint32_t y = 0; y < c->height; ++y) rows[y] = px.bytes.data() + size_t(y) * c->rowbytes;
   ARIADNE_CHECK(png_body(c.get(), rows.data()), name, ": corrupt PNG (", c->msg, ")");
+  return px;
+}
+
+Image decode_png(const uint8_t* data, size_t size, const std::string& name, PngMode mode) {
+  PngPixels px = decode_png_pixels(data, size, name, mode);
+  Image img;
+  img.width = px.width;
+  img.height = px.height;
+  img.channels = px.channels;
+  img.pixels = std::move(px.bytes);
   return img;
 }
 
@@ -220,14 +234,41 @@ Image decode_image(const uint8_t* data, size_t size, const std::string& name) {
 }
 
 Image read_image(const std::string& path) {
-  const std::vector<uint8_t> buf = read_file(path);
-  return decode_image(buf.data(), buf.size(), path);
+  return with_path_errors(path, "read the image", [&] {
+    const std::vector<uint8_t> buf = read_file(path);
+    return decode_image(buf.data(), buf.size(), path);
+  });
 }
 
 Image read_png_indexed(const std::string& path) {
-  const std::vector<uint8_t> buf = read_file(path);
-  ARIADNE_CHECK(is_png(buf.data(), buf.size()), path, ": not a PNG file (mask files must be PNG)");
-  return decode_png(buf.data(), buf.size(), path, PngMode::indexed);
+  return with_path_errors(path, "read the mask", [&] {
+    const std::vector<uint8_t> buf = read_file(path);
+    ARIADNE_CHECK(is_png(buf.data(), buf.size()), path, ": not a PNG file (mask files must be PNG)");
+    return decode_png(buf.data(), buf.size(), path, PngMode::indexed);
+  });
+}
+
+PngValues decode_png_values(const uint8_t* data, size_t size, const std::string& name) {
+  ARIADNE_CHECK(is_png(data, size), name, ": not a PNG file (mask files must be PNG)");
+  const PngPixels px = decode_png_pixels(data, size, name, PngMode::values);
+  PngValues v;
+  v.width = px.width;
+  v.height = px.height;
+  v.bit_depth = px.sample_bytes == 2 ? 16 : 8;
+  const size_t n = size_t(px.width) * size_t(px.height);
+  v.values.resize(n);
+  if (px.sample_bytes == 2)
+    for (size_t i = 0; i < n; ++i) v.values[i] = uint16_t((px.bytes[2 * i] << 8) | px.bytes[2 * i + 1]);
+  else
+    for (size_t i = 0; i < n; ++i) v.values[i] = px.bytes[i];
+  return v;
+}
+
+PngValues read_png_values(const std::string& path) {
+  return with_path_errors(path, "read the mask", [&] {
+    const std::vector<uint8_t> buf = read_file(path);
+    return decode_png_values(buf.data(), buf.size(), path);
+  });
 }
 
 void write_png(const std::string& path, const Image& image) {
@@ -244,10 +285,18 @@ void write_png(const std::string& path, const Image& image) {
   pi.width = png_uint_32(image.width);
   pi.height = png_uint_32(image.height);
   pi.format = image.channels == 1 ? PNG_FORMAT_GRAY : image.channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_RGBA;
-  const int ok = png_image_write_to_file(&pi, path.c_str(), 0, image.pixels.data(), 0, nullptr);
+  // Encoded in memory, then written atomically (a failed write leaves an existing file as it was).
+  png_alloc_size_t bytes = 0;
+  int ok = png_image_write_to_memory(&pi, nullptr, &bytes, 0, image.pixels.data(), 0, nullptr);
+  std::vector<uint8_t> encoded;
+  if (ok) {
+    encoded.resize(size_t(bytes));
+    ok = png_image_write_to_memory(&pi, encoded.data(), &bytes, 0, image.pixels.data(), 0, nullptr);
+  }
   const std::string msg = pi.message;
   png_image_free(&pi);
-  ARIADNE_CHECK(ok, path, ": cannot write PNG (", msg, ")");
+  ARIADNE_CHECK(ok, path, ": cannot encode PNG (", msg, ")");
+  write_file_atomic(path, encoded.data(), size_t(bytes));
 }
 
 }  // namespace ariadne

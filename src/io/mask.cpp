@@ -1,37 +1,49 @@
 // Label maps from mask files, nearest-neighbour resize, polygon rasterization.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 
 #include "ariadne/error.hpp"
+#include "ariadne/file.hpp"
 #include "ariadne/image.hpp"
 #include "ariadne/mask.hpp"
 #include "ariadne/npy.hpp"
 
 namespace ariadne {
 
-LabelMap read_label_map(const std::string& path) {
+namespace {
+
+LabelMap read_label_map_file(const std::string& path) {
   uint8_t head[8] = {};
   {
-    std::ifstream f(path, std::ios::binary);
-    ARIADNE_CHECK(f.good(), path, ": cannot open the mask for reading");
-    f.read(reinterpret_cast<char*>(head), 8);
+    const int fd = open_input_file(path);  // refuses FIFOs, directories, devices
+    ssize_t got;
+    do got = ::read(fd, head, sizeof head);
+    while (got < 0 && errno == EINTR);
+    const int e = errno;
+    ::close(fd);
+    ARIADNE_CHECK(got >= 0, path, ": cannot read the mask (", std::strerror(e), ")");
   }
   static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   LabelMap m;
   if (std::memcmp(head, kPng, 8) == 0) {
-    const Image img = read_png_indexed(path);
+    // Full depth: a 16-bit label map keeps labels above 255 (its high byte alone turned 15 into 0).
+    const PngValues img = read_png_values(path);
     m.height = img.height;
     m.width = img.width;
-    m.ids.assign(img.pixels.begin(), img.pixels.end());
+    m.ids.assign(img.values.begin(), img.values.end());
     return m;
   }
   if (head[0] == 0x93 && std::memcmp(head + 1, "NUMPY", 5) == 0) {
     const NpyArray a = read_npy(path);
     ARIADNE_CHECK(a.shape.size() == 2, path, ": shape has ", a.shape.size(),
                   " dimensions, expected a 2-D label map [height, width]");
-    ARIADNE_CHECK(a.shape[0] > 0 && a.shape[1] > 0 && a.shape[0] * a.shape[1] <= kMaxImagePixels, path,
+    ARIADNE_CHECK(a.shape[0] > 0 && a.shape[1] > 0 && a.shape[0] <= kMaxImagePixels && a.shape[1] <= kMaxImagePixels &&
+                      a.shape[0] * a.shape[1] <= kMaxImagePixels,
+                  path,
                   ": shape (", a.shape[0], ", ", a.shape[1], ") is empty or larger than ", kMaxImagePixels,
                   " pixels");
     m.height = int(a.shape[0]);
@@ -40,6 +52,12 @@ LabelMap read_label_map(const std::string& path) {
     return m;
   }
   detail::fail(path, ": not a mask file: expected a PNG or a .npy array");
+}
+
+}  // namespace
+
+LabelMap read_label_map(const std::string& path) {
+  return with_path_errors(path, "read the mask", [&] { return read_label_map_file(path); });
 }
 
 LabelMap resize_nearest(const LabelMap& m, int height, int width) {

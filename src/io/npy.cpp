@@ -5,10 +5,10 @@
 
 #include <cctype>
 #include <cstring>
-#include <fstream>
 #include <limits>
 
 #include "ariadne/error.hpp"
+#include "ariadne/file.hpp"
 #include "ariadne/tensor.hpp"
 
 namespace ariadne {
@@ -88,11 +88,7 @@ uint32_t read_le(const uint8_t* p, int bytes) {
 
 }  // namespace
 
-int64_t NpyArray::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t NpyArray::numel() const { return checked_numel(shape, name, ": shape"); }
 
 std::vector<float> NpyArray::to_float() const {
   const int64_t n = numel();
@@ -212,15 +208,10 @@ NpyArray parse_npy(const uint8_t* data, size_t size, const std::string& name) {
   ARIADNE_CHECK(d[0] != '>' || a.itemsize == 1, name, ": descr '", d,
                 "': big-endian data is not supported, expected little-endian ('<')");
 
-  // Size: the product of the shape must match the bytes after the header exactly.
-  int64_t n = 1;
-  for (size_t i = 0; i < a.shape.size(); ++i) {
-    const int64_t s = a.shape[i];
-    ARIADNE_CHECK(s == 0 || n <= std::numeric_limits<int64_t>::max() / a.itemsize / s, name, ": shape: entry ", i,
-                  " makes the array larger than any file");
-    n *= s;
-  }
-  const size_t expected = size_t(n) * size_t(a.itemsize);
+  // Size: the product of the shape must match the bytes after the header exactly. Zero-size
+  // arrays too must not overflow in the product of their other entries (checked_numel).
+  const int64_t n = checked_numel(a.shape, name, ": shape");
+  const size_t expected = size_t(checked_mul(n, a.itemsize, name, ": data size (elements · item size)"));
   ARIADNE_CHECK(size - data_start == expected, name, ": data size: the shape and dtype need ", expected,
                 " bytes after the header, the file has ", size - data_start);
   a.data.assign(data + data_start, data + size);
@@ -228,35 +219,34 @@ NpyArray parse_npy(const uint8_t* data, size_t size, const std::string& name) {
 }
 
 NpyArray read_npy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  ARIADNE_CHECK(f.good(), path, ": cannot open for reading");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  ARIADNE_CHECK(!f.bad(), path, ": read error");
-  return parse_npy(bytes.data(), bytes.size(), path);
+  return with_path_errors(path, "read the array", [&] {
+    const std::vector<uint8_t> bytes = read_input_file(path);  // refuses FIFOs, directories, devices
+    return parse_npy(bytes.data(), bytes.size(), path);
+  });
 }
 
 void write_npy(const std::string& path, const float* data, const std::vector<int64_t>& shape) {
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
-  int64_t n = 1;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    ARIADNE_CHECK(shape[i] >= 0, path, ": shape entry ", i, " is negative");
+  const int64_t n = checked_numel(shape, path, ": shape");
+  const size_t bytes = size_t(checked_mul(n, 4, path, ": data size"));
+  ARIADNE_CHECK(n == 0 || data != nullptr, path, ": no data for ", n, " elements");
+  for (size_t i = 0; i < shape.size(); ++i)
     header += std::to_string(shape[i]) + (shape.size() == 1 || i + 1 < shape.size() ? ", " : "");
-    n *= shape[i];
-  }
   if (!shape.empty() && header.back() == ' ') header.pop_back();
   header += "), }";
   // Pad with spaces so that the data starts on a 64-byte boundary (10 bytes of preamble).
   const size_t total = (10 + header.size() + 1 + 63) / 64 * 64;
   header.append(total - 10 - header.size() - 1, ' ');
   header += '\n';
-  std::ofstream f(path, std::ios::binary);
-  ARIADNE_CHECK(f.good(), path, ": cannot open for writing");
+  ARIADNE_CHECK(header.size() <= 0xffff, path, ": shape of ", shape.size(), " entries does not fit a version 1.0 header");
   const uint8_t pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, uint8_t(header.size() & 0xff),
                            uint8_t(header.size() >> 8)};
-  f.write(reinterpret_cast<const char*>(pre), 10);
-  f.write(header.data(), std::streamsize(header.size()));
-  f.write(reinterpret_cast<const char*>(data), std::streamsize(n * 4));
-  ARIADNE_CHECK(f.good(), path, ": write error");
+  // Atomic: a failed write leaves an existing file at `path` as it was.
+  write_file_atomic(path, [&](const WriteFn& write) {
+    write(pre, 10);
+    write(header.data(), header.size());
+    if (bytes) write(data, bytes);
+  });
 }
 
 }  // namespace ariadne

@@ -9,11 +9,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <set>
 
 #include <nlohmann/json.hpp>
+
+#include "ariadne/file.hpp"
 
 namespace ariadne {
 
@@ -58,7 +59,7 @@ bool as_count(const nlohmann::json& v, uint64_t* out) {
 
 int64_t SafetensorsEntry::numel() const {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;  // validated not to overflow when the file was opened
+  for (int64_t d : shape) n *= d;  // checked_numel when the file was opened
   return n;
 }
 
@@ -72,21 +73,15 @@ const char* safetensors_dtype_name(DType t) {
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  ARIADNE_CHECK(fd >= 0, path, ": cannot open (", std::strerror(errno), ")");
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    detail::fail(path, ": not a regular file");
-  }
-  map_size_ = uint64_t(st.st_size);
+  const int fd = open_input_file(path, &map_size_);  // refuses FIFOs, directories, devices
   if (map_size_ < 8) {
     ::close(fd);
     detail::fail(path, ": ", map_size_, " bytes, too short for a safetensors file (needs an 8-byte header length)");
   }
   void* m = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
   ::close(fd);  // the mapping keeps the file alive
-  ARIADNE_CHECK(m != MAP_FAILED, path, ": mmap failed (", std::strerror(errno), ")");
+  ARIADNE_CHECK(m != MAP_FAILED, path, ": mmap failed (", std::strerror(map_errno), ")");
   map_ = static_cast<const uint8_t*>(m);
   try {
     uint64_t n = 0;
@@ -156,6 +151,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         ARIADNE_CHECK(!mul_overflows(bytes, dim, &bytes), where, ": shape ", v["shape"].dump(), " overflows 64 bits");
         e.shape.push_back(int64_t(dim));
       }
+      // Zero-size tensors too: no partial product of the shape (a stride, a row count) may overflow.
+      (void)checked_numel(e.shape, where, ": shape ", v["shape"].dump());
       uint64_t b = 0, en = 0;
       ARIADNE_CHECK(as_count(v["data_offsets"][0], &b) && as_count(v["data_offsets"][1], &en), where,
                     ": data_offsets ", v["data_offsets"].dump(), " are not non-negative integers");
@@ -184,6 +181,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     }
     ARIADNE_CHECK(expect == data_size, path, ": the tensors end at byte ", expect, " of a ", data_size,
                   "-byte data buffer (trailing bytes)");
+  } catch (const std::bad_alloc&) {
+    unmap();
+    detail::fail(path, ": cannot read the header (out of memory)");
   } catch (...) {
     unmap();
     throw;
@@ -280,19 +280,18 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
   }
   std::string header = h.dump();
   header.append((8 - (8 + header.size()) % 8) % 8, ' ');
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  ARIADNE_CHECK(f.good(), path, ": cannot open for writing (", std::strerror(errno), ")");
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
-  f.write(reinterpret_cast<const char*>(len), 8);
-  f.write(header.data(), std::streamsize(header.size()));
-  for (const SafetensorsTensor* t : sorted) {
-    uint64_t bytes = uint64_t(dtype_size(t->dtype));
-    for (int64_t d : t->shape) bytes *= uint64_t(d);
-    if (bytes) f.write(static_cast<const char*>(t->data), std::streamsize(bytes));
-  }
-  f.flush();
-  ARIADNE_CHECK(f.good(), path, ": write failed (", std::strerror(errno), ")");
+  // Atomic: a failed write (a full disk) leaves an existing file at `path` as it was.
+  write_file_atomic(path, [&](const WriteFn& write) {
+    uint8_t len[8];
+    for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
+    write(len, 8);
+    write(header.data(), header.size());
+    for (const SafetensorsTensor* t : sorted) {
+      uint64_t bytes = uint64_t(dtype_size(t->dtype));
+      for (int64_t d : t->shape) bytes *= uint64_t(d);  // checked above
+      if (bytes) write(t->data, size_t(bytes));
+    }
+  });
 }
 
 }  // namespace ariadne

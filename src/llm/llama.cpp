@@ -190,7 +190,7 @@ void attend(const AttentionParams& p, int l, const PrefillOptions& opt, LayerTra
   }
   PrefillConfig method = opt.method;
   method.attention_backend = pick_backend(method.attention_backend, p);
-  if (!method.dense && p.q.device == Device::cuda && opt.pool_estimate) {
+  if (!method.dense && p.q.device == Device::cuda && opt.device_estimate) {
     // The run's own CUDA estimate: only the comparison (score) and keep_previous (run_prefill)
     // read its mask on the host, so without them the three synchronous copies are skipped. Its
     // result lives until this function returns, after the attention that reads it has been

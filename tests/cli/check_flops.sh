@@ -2,7 +2,7 @@
 # `ariadne flops`: the paper's whole-encoder figures (SPEC A.7) and argument errors.
 source "$(dirname "$0")/lib.sh"
 
-"$ARIADNE" flops --json --sides 448,896,1792 --schedules full,chunk,ariadne | python3 -c '
+"$ARIADNE" flops --json --side 448,896,1792 --schedule full,chunk,ariadne | python3 -c '
 import json, sys
 rows = json.load(sys.stdin)
 by = {(r["schedule"], r["side"]): r for r in rows}
@@ -28,12 +28,12 @@ assert abs(a["vs_full"] - ratio) < 1e-9, a["vs_full"]
 ' || fail "figures do not match the paper"
 
 # Human output is a table that names every schedule.
-out=$("$ARIADNE" flops --sides 896 --schedules full,ariadne)
+out=$("$ARIADNE" flops --side 896 --schedule full,ariadne)
 echo "$out" | grep -q "ariadne" || fail "table lacks the ariadne row"
 echo "$out" | grep -q "11.00T" || fail "table lacks the 11.00T figure"
 
-expect_error "bad side" flops --sides 450
-expect_error "non-numeric side" flops --sides big
-expect_error "unknown schedule" flops --schedules nonsense
+expect_error "bad side" flops --side 450
+expect_error "non-numeric side" flops --side big
+expect_error "unknown schedule" flops --schedule nonsense
 expect_error "bad tile" flops --tile 128
 expect_error "unknown option" flops --sidez 448

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `ariadne llm`: argument and file errors always; with SmolLM2 present (scripts/setup), a short
-# greedy continuation, one 256-token passkey task through dense and RR with --probe, and the probes'
-# τ sweep (--probe-tau-sweep) on two such prompts with its option errors.
+# `ariadne llm` and `ariadne llm-probe`: argument and file errors always; with SmolLM2 present
+# (scripts/setup), a short greedy continuation, one 256-token passkey task through dense and RR with
+# probes (llm-probe), and the probes' τ sweep (--probe-tau-sweep) on two such prompts with its option
+# errors.
 source "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -17,8 +18,8 @@ if [ ! -f "$model" ]; then
   echo "check_llm: SmolLM2 GGUF absent, model checks skipped (run scripts/setup)"
   exit 0
 fi
-"$ARIADNE" llm --gguf "$model" --task passkey --tokens 256 --depths 0.5 --method rr --tau 0.95 --stride 8 \
-  --block 64 --probe --new 6 --json | python3 -c '
+"$ARIADNE" llm-probe --gguf "$model" --task passkey --tokens 256 --depth 0.5 --method rr --tau 0.95 --stride 8 \
+  --block 64 --new 6 --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 assert d["model"]["layers"] == 30 and d["model"]["context"] == 8192, d["model"]
@@ -35,8 +36,8 @@ for r in d["runs"]:
 ' || fail "llm passkey run printed wrong figures"
 # --probe-tau-sweep: each probe scored once and selected anew at every τ; the point at the probe's
 # τ is the probe's own pooled figures, and density, mass recall and the oracle's density rise with τ.
-"$ARIADNE" llm --gguf "$model" --task passkey --tokens 256 --depths 0.3,0.7 --method rr,xattn --offset paper,released \
-  --tau 0.95 --stride 8 --block 64 --probe --probe-protect published,sink+diagonal --probe-tau-sweep 0.5,0.9,0.95,0.99,1 \
+"$ARIADNE" llm-probe --gguf "$model" --task passkey --tokens 256 --depth 0.3,0.7 --method rr,xattn --offset paper,released \
+  --tau 0.95 --stride 8 --block 64 --probe-protect published,sink+diagonal --probe-tau-sweep 0.5,0.9,0.95,0.99,1 \
   --accuracy 0 --new 6 --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
@@ -56,15 +57,21 @@ for name, s in cases.items():
             assert a[k] <= b[k] + 1e-12, (name, k, a, b)
     assert sw[0]["density"] < sw[-1]["density"] and sw[-1]["density"] == 1.0, (name, sw)
 ' || fail "llm --probe-tau-sweep printed wrong figures"
-sweep_args=(llm --gguf "$model" --task passkey --tokens 256 --depths 0.5 --method rr --block 64 --accuracy 0 --new 1)
-expect_error "probe tau sweep out of range" "${sweep_args[@]}" --probe --probe-tau-sweep 0.9,1.5
-expect_error "probe tau sweep not a number" "${sweep_args[@]}" --probe --probe-tau-sweep 0.9,x
-expect_error "probe tau sweep without a list" "${sweep_args[@]}" --probe --probe-tau-sweep
-expect_error "probe tau sweep without --probe" "${sweep_args[@]}" --probe-tau-sweep 0.9
-err=$("$ARIADNE" "${sweep_args[@]}" --probe --probe-tau-sweep 0.9,x 2>&1 >/dev/null) || true
+sweep_args=(llm-probe --gguf "$model" --task passkey --tokens 256 --depth 0.5 --method rr --block 64 --accuracy 0 --new 1)
+expect_error "probe tau sweep out of range" "${sweep_args[@]}" --probe-tau-sweep 0.9,1.5
+expect_error "probe tau sweep not a number" "${sweep_args[@]}" --probe-tau-sweep 0.9,x
+expect_error "probe tau sweep without a list" "${sweep_args[@]}" --probe-tau-sweep
+err=$("$ARIADNE" "${sweep_args[@]}" --probe-tau-sweep 0.9,x 2>&1 >/dev/null) || true
 echo "$err" | grep -q -- "--probe-tau-sweep" || fail "the --probe-tau-sweep error does not name the option: $err"
-expect_error "probe tau sweep with dense only" llm --gguf "$model" --task passkey --tokens 256 --depths 0.5 \
-  --method dense --block 64 --new 1 --probe --probe-tau-sweep 0.9
+expect_error "probe tau sweep with dense only" llm-probe --gguf "$model" --task passkey --tokens 256 --depth 0.5 \
+  --method dense --block 64 --new 1 --probe-tau-sweep 0.9
+# Options are checked before the model is loaded or any run starts, and bounded by the model.
+expect_error "negative --new" llm --gguf "$model" --task passkey --tokens 256 --new -1
+expect_error "zero seeds" llm --gguf "$model" --task passkey --tokens 256 --seeds 0
+expect_error "prefix number" llm --gguf "$model" --task passkey --tokens 256abc
+expect_error "beyond the context" llm --gguf "$model" --task passkey --tokens 9000 --depth 0.5 --new 1
+expect_error "a probe option on llm" llm --gguf "$model" --task passkey --tokens 256 --probe-tau-sweep 0.9
+expect_error "block 0" llm --gguf "$model" --task passkey --tokens 256 --block 0
 "$ARIADNE" llm --gguf "$model" --prompt "The capital of France is" --new 2 --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)

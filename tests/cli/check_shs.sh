@@ -50,7 +50,7 @@ for layer in range(2):
 write_npy('%s/sink_1.npy' % sys.argv[2], (heads,), [1.0, 1.0, 1.0])
 PY
 
-"$ARIADNE" shs --json --images "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" --grid 12x18 \
+"$ARIADNE" shs --json --image "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" --grid 12x18 \
   --order block_row --schedule "RF" --window 8 --out "$tmp/out" | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
@@ -76,20 +76,20 @@ assert "(2, 3, 216)" in b[10:10 + n].decode() and len(b) == 10 + n + 2 * 3 * 216
 
 # The same dumps with COCO polygons as masks (the same objects, drawn by our rasterizer).
 coco=/usr/share/doc/labelme-examples/examples/instance_segmentation/data_dataset_coco/annotations.json
-"$ARIADNE" shs --json --images "$tmp/img" --coco "$coco" --qk "$tmp/qk" --grid 12x18 --order block_row | python3 -c '
+"$ARIADNE" shs --json --image "$tmp/img" --coco "$coco" --qk "$tmp/qk" --grid 12x18 --order block_row | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 assert d["per_head"][0][0] > 0.9 and d["per_head_auroc"][0][1] < 0.1, d["per_head"]
 assert d["masks"]["coco"].endswith("annotations.json") and "sink_allocation" in d
 ' || fail "COCO masks do not reproduce the planted specialists"
 
-expect_error "no mask source" shs --images "$tmp/img" --qk "$tmp/qk" --grid 12x18 --order block_row
-expect_error "grid mismatch" shs --images "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" --grid 12x16 --order block_row
-expect_error "schedule order mismatch" shs --images "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" \
+expect_error "no mask source" shs --image "$tmp/img" --qk "$tmp/qk" --grid 12x18 --order block_row
+expect_error "grid mismatch" shs --image "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" --grid 12x16 --order block_row
+expect_error "schedule order mismatch" shs --image "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" \
   --grid 12x18 --order block_row --schedule CC
 head -c 200 "$tmp/qk/2011_000003/k_1.npy" > "$tmp/k.npy" && mv "$tmp/k.npy" "$tmp/qk/2011_000003/k_1.npy"
-expect_error "truncated dump" shs --images "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" --grid 12x18 --order block_row
-msg=$("$ARIADNE" shs --images "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" --grid 12x18 \
+expect_error "truncated dump" shs --image "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" --grid 12x18 --order block_row
+msg=$("$ARIADNE" shs --image "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" --grid 12x18 \
   --order block_row 2>&1 || true)
 echo "$msg" | grep -q "k_1.npy: data size" || fail "a truncated dump's error does not name the file and the field: $msg"
-expect_error "purity out of range" shs --images "$tmp/img" --masks "$voc/SegmentationClass" --schedule full --depth 1 --purity 0.3
+expect_error "purity out of range" shs --image "$tmp/img" --masks "$voc/SegmentationClass" --schedule full --layers 1 --purity 0.3

@@ -1,8 +1,10 @@
-// Numerical edges on every host backend (issue 10): fully masked rows, logits near ±1e4, sinks ±10
-// and ±inf, NaN/Inf inputs (the propagation rule of docs/numerics.md, "Non-finite inputs"),
-// zero-length and one-token sequences, large head dims and 64-bit offsets (token stride × tokens
-// beyond 2^31 elements). Parametrized over Backend::reference and Backend::cpu; a backend that says
-// it cannot run a case (backend_supports) skips it with its reason.
+// Numerical edges on every host backend that are identities rather than comparisons with the
+// reference: logits shifted by ±1e4, the sinks' limits, NaN/Inf inputs (the propagation rule of
+// docs/numerics.md, "Non-finite inputs"), no queries or no keys at all, one query on one key, and
+// 64-bit offsets (token stride × tokens beyond 2^31 elements). Parametrized over Backend::reference
+// and Backend::cpu; a backend that says it cannot run a case (backend_supports) skips it with its
+// reason. The edge cases that compare with the reference (fully masked rows, sinks ±10 and ±inf,
+// one-token and decode shapes, head dims 1 to 512) are rows of the case table (tests/cases.hpp).
 #include <sys/mman.h>
 
 #include <cmath>
@@ -39,13 +41,6 @@ Out run_on(const AttentionParams& src, Backend b) {
   p.lse = r.lse.view();
   attention(p, b);
   return r;
-}
-
-// Whether every query row of (sequence, head) has no allowed key, by the pattern's own rule.
-bool row_masked(const Pattern& pat, const SeqExtent& e, int32_t s, int h, int64_t iq) {
-  for (int64_t ik = 0; ik < e.lk; ++ik)
-    if (pat.allowed(s, e, h, iq, ik)) return false;
-  return true;
 }
 
 bool row_all(const Buffer& out, int64_t row, int h, bool (*pred)(float)) {
@@ -87,64 +82,6 @@ Case small_case(const char* name, std::vector<int64_t> sq, std::vector<int64_t> 
   c.pattern = pat;
   c.seed = 11;
   return c;
-}
-
-// ---------------------------------------------------------------- fully masked rows
-
-TEST_P(Edges, FullyMaskedRowsGiveZeroAndMinusInf) {
-  // seq 0: 6 queries bottom-right aligned on 4 causal keys: queries 0 and 1 see nothing;
-  // seq 1: queries without keys; seq 2: keys without queries; seq 3: ordinary.
-  Case c = small_case("masked", {6, 5, 0, 3}, {4, 0, 3, 3}, Pattern::causal());
-  for (const bool blocks : {false, true}) {
-    if (blocks) {  // block-sparse rows left empty by the sampling (no diagonal kept)
-      c = small_case("masked-blocks", {40, 9}, {40, 9}, Pattern::causal());
-      c.block_density = 0.25;
-      c.block = 4;
-    }
-    const Inputs in = make_inputs(c);
-    REQUIRE_SUPPORTED(in.params);
-    const Out ref = run_on(in.params, Backend::reference);
-    const Out got = run_on(in.params, GetParam());
-    const Pattern& pat = in.params.pattern;
-    int64_t masked = 0;
-    for (int32_t s = 0; s < pat.num_seqs; ++s) {
-      const SeqExtent e = pat.seq(s, in.total_q, in.total_k);
-      for (int h = 0; h < c.heads_q; ++h)
-        for (int64_t iq = 0; iq < e.lq; ++iq) {
-          const int64_t row = e.q0 + iq;
-          const float lse = got.lse.as<float>()[h * in.total_q + row];
-          if (row_masked(pat, e, s, h, iq)) {
-            ++masked;
-            EXPECT_TRUE(row_all(got.out, row, h, is_zero)) << c.name << ": masked row " << row << " head " << h;
-            EXPECT_TRUE(std::isinf(lse) && lse < 0) << c.name << ": masked row " << row << " lse " << lse;
-          } else {
-            EXPECT_TRUE(row_all(got.out, row, h, is_finite)) << c.name << ": row " << row << " head " << h;
-            EXPECT_TRUE(std::isfinite(lse)) << c.name << ": row " << row << " lse " << lse;
-          }
-        }
-    }
-    EXPECT_GT(masked, 0) << c.name << ": the case must contain fully masked rows";
-    EXPECT_TRUE(testing::close_enough(c.name.c_str(), testing::compare(got.out.view(), ref.out.view()),
-                                      testing::tolerance(c.dtype, testing::max_abs_logit(in))));
-    EXPECT_TRUE(testing::lse_close(got.lse.view(), ref.lse.view(), testing::tolerance(c.dtype, 1)));
-
-    // The same rows with a denominator sink: out 0, lse = sink.
-    Inputs ins = make_inputs(c);
-    ins.sink = Buffer(DType::f32, {c.heads_q});
-    ins.sink.fill(2.5f);
-    ins.params.sink_mode = SinkMode::denominator;
-    ins.params.sink = ins.sink.view();
-    const Out gs = run_on(ins.params, GetParam());
-    for (int32_t s = 0; s < pat.num_seqs; ++s) {
-      const SeqExtent e = pat.seq(s, in.total_q, in.total_k);
-      for (int h = 0; h < c.heads_q; ++h)
-        for (int64_t iq = 0; iq < e.lq; ++iq)
-          if (row_masked(pat, e, s, h, iq)) {
-            EXPECT_TRUE(row_all(gs.out, e.q0 + iq, h, is_zero)) << c.name << " + sink";
-            EXPECT_EQ(gs.lse.as<float>()[h * in.total_q + e.q0 + iq], 2.5f) << c.name << " + sink";
-          }
-    }
-  }
 }
 
 // ---------------------------------------------------------------- logits near ±1e4
@@ -198,7 +135,11 @@ TEST_P(Edges, LogitsNear1e4) {
 
 // ---------------------------------------------------------------- sinks ±10 and ±inf
 
-TEST_P(Edges, Sinks) {
+// The sink's limits as identities (the table checks ±10 and ±inf against the reference): a
+// denominator sink of −inf is the plain softmax, one of +inf takes all the mass (out 0, LSE +inf);
+// a key-0 bias of −inf removes key 0, so query 0 of each causal sequence, which sees only key 0,
+// becomes an empty row.
+TEST_P(Edges, SinkLimits) {
   const Case c = small_case("sinks", {33, 20}, {33, 20}, Pattern::causal());
   const Inputs plain = make_inputs(c);
   REQUIRE_SUPPORTED(plain.params);
@@ -207,39 +148,33 @@ TEST_P(Edges, Sinks) {
     SinkMode mode;
     float value;
   };
-  for (const S& s : {S{SinkMode::denominator, 10.f}, S{SinkMode::denominator, -10.f},
-                    S{SinkMode::denominator, kInf}, S{SinkMode::denominator, -kInf}, S{SinkMode::key0_bias, 10.f},
-                    S{SinkMode::key0_bias, -10.f}, S{SinkMode::key0_bias, -kInf}}) {
+  for (const S& s : {S{SinkMode::denominator, -kInf}, S{SinkMode::denominator, kInf}, S{SinkMode::key0_bias, -kInf}}) {
     Inputs in = make_inputs(c);
     in.sink = Buffer(DType::f32, {c.heads_q});
     in.sink.fill(s.value);
     in.params.sink_mode = s.mode;
     in.params.sink = in.sink.view();
-    const std::string what = std::string(sink_mode_name(s.mode)) + " " + std::to_string(s.value);
+    const std::string what = std::string(sink_mode_name(s.mode)) + (s.value > 0 ? " +inf" : " -inf");
     REQUIRE_SUPPORTED(in.params);
     const Out got = run_on(in.params, GetParam());
-    const Out ref = run_on(in.params, Backend::reference);
     const float* lse = got.lse.as<float>();
     const int64_t rows = in.total_q * c.heads_q;
-    if (s.mode == SinkMode::denominator && s.value == kInf) {
-      // All the mass goes to the sink.
+    if (s.mode == SinkMode::denominator && s.value > 0) {
       for (int64_t i = 0; i < rows; ++i) EXPECT_EQ(lse[i], kInf) << what << ": lse entry " << i;
       for (int64_t i = 0; i < rows * c.dim; ++i) ASSERT_EQ(got.out.as<float>()[i], 0.f) << what << ": out " << i;
       continue;
     }
-    // -inf denominator sink: the plain softmax.
-    const Out& expect = s.mode == SinkMode::denominator && s.value == -kInf ? none : ref;
-    EXPECT_TRUE(testing::close_enough(what.c_str(), testing::compare(got.out.view(), expect.out.view()),
-                                      testing::tolerance(c.dtype, testing::max_abs_logit(in) + 10)));
-    EXPECT_TRUE(testing::lse_close(got.lse.view(), expect.lse.view(), testing::tolerance(c.dtype, 10)));
-    if (s.mode == SinkMode::key0_bias && s.value == -kInf) {
-      // Key 0 is removed: query 0 of each causal sequence sees only key 0, so its row is empty.
-      for (int h = 0; h < c.heads_q; ++h)
-        for (const int64_t row : {int64_t(0), int64_t(33)}) {
-          EXPECT_TRUE(row_all(got.out, row, h, is_zero)) << what << ": row " << row;
-          EXPECT_TRUE(std::isinf(lse[h * in.total_q + row]) && lse[h * in.total_q + row] < 0) << what;
-        }
+    if (s.mode == SinkMode::denominator) {
+      EXPECT_TRUE(testing::close_enough(what.c_str(), testing::compare(got.out.view(), none.out.view()),
+                                        testing::tolerance(c.dtype, testing::max_abs_logit(in))));
+      EXPECT_TRUE(testing::lse_close(got.lse.view(), none.lse.view(), testing::tolerance(c.dtype, 10)));
+      continue;
     }
+    for (int h = 0; h < c.heads_q; ++h)
+      for (const int64_t row : {int64_t(0), int64_t(33)}) {
+        EXPECT_TRUE(row_all(got.out, row, h, is_zero)) << what << ": row " << row;
+        EXPECT_TRUE(std::isinf(lse[h * in.total_q + row]) && lse[h * in.total_q + row] < 0) << what;
+      }
   }
 }
 
@@ -361,42 +296,6 @@ TEST_P(Edges, ZeroLengthAndOneToken) {
       }
     }
   }
-  // Packed batches of one-token sequences, and one query against many keys (decode shape).
-  for (const Case& c : {small_case("ones", {1, 1, 0, 1}, {1, 1, 1, 0}, Pattern::causal()),
-                        small_case("decode", {1, 1}, {300, 7}, Pattern::causal()),
-                        small_case("decode-window", {1}, {300}, Pattern::window(16, 0))}) {
-    const Inputs in = make_inputs(c);
-    REQUIRE_SUPPORTED(in.params);
-    const Out ref = run_on(in.params, Backend::reference);
-    const Out got = run_on(in.params, GetParam());
-    EXPECT_TRUE(testing::close_enough(c.name.c_str(), testing::compare(got.out.view(), ref.out.view()),
-                                      testing::tolerance(c.dtype, testing::max_abs_logit(in))));
-    EXPECT_TRUE(testing::lse_close(got.lse.view(), ref.lse.view(), testing::tolerance(c.dtype, 1)));
-  }
-}
-
-// ---------------------------------------------------------------- head dims
-
-TEST_P(Edges, HeadDims) {
-  int ran = 0;
-  for (const int d : {1, 3, 256, 512}) {
-    for (const DType dt : {DType::f32, DType::bf16}) {
-      Case c = small_case("dims", {37, 5}, {37, 5}, Pattern::causal());
-      c.dim = d;
-      c.dtype = dt;
-      // Built with append, not "d" + std::string: GCC 12 at -O3 raises a false -Wrestrict there.
-      c.name = std::string("d").append(std::to_string(d)).append("_").append(dtype_name(dt));
-      const Inputs in = make_inputs(c);
-      if (!supported(in.params)) continue;  // the fast backend may cover fewer head dims
-      ++ran;
-      const Out ref = run_on(in.params, Backend::reference);
-      const Out got = run_on(in.params, GetParam());
-      EXPECT_TRUE(testing::close_enough(c.name.c_str(), testing::compare(got.out.view(), ref.out.view()),
-                                        testing::tolerance(dt, testing::max_abs_logit(in))));
-      EXPECT_TRUE(testing::lse_close(got.lse.view(), ref.lse.view(), testing::tolerance(dt, testing::max_abs_logit(in))));
-    }
-  }
-  if (ran == 0) GTEST_SKIP() << skipped_;
 }
 
 // ---------------------------------------------------------------- 64-bit offsets

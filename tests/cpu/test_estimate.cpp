@@ -1,4 +1,4 @@
-// Estimators (issue 5): RR, XAttention and the oracle against plain double implementations written
+// Estimators: RR, XAttention and the oracle against plain double implementations written
 // here from the formulas of SPEC B.2 / C.4 / C.5, the selection rule, sampling positions,
 // protections, metrics, determinism and bad parameters.
 #include <algorithm>

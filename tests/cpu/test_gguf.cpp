@@ -103,7 +103,7 @@ TEST(Gguf, EveryValueTypeRoundTrips) {
   EXPECT_EQ(f.get_strings("strs"), (std::vector<std::string>{"a", "", "bc"}));
   EXPECT_EQ(f.get_ints("ints"), (std::vector<int64_t>{1, -2, 3}));
   ASSERT_EQ(f.value("nested").items.size(), 2u);
-  EXPECT_EQ(f.value("nested").items[0].items[0].i, 7);
+  EXPECT_EQ(f.value("nested").items[0].int_at(0), 7);  // inner arrays are stored compactly
   // Typed getters refuse other types and absent keys, naming the key.
   EXPECT_THROW(f.get_string("u8"), Error);
   EXPECT_THROW(f.get_strings("ints"), Error);

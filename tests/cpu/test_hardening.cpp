@@ -1,7 +1,7 @@
-// Regression tests for defects the hardening pass (issue 10) found in the readers and parsers.
-// Each input below once hit undefined behaviour or exhausted the stack; each must now throw
-// ariadne::Error naming the input and the field. The sanitizer build (scripts/test) runs them with
-// ASan + UBSan, where the old code fails loudly.
+// Malformed inputs for the readers and parsers that reach undefined behaviour or exhaust the stack
+// unless every size, offset and nesting depth is checked; each must throw ariadne::Error naming
+// the input and the field. The sanitizer build (scripts/test) runs them with ASan + UBSan, where a
+// missing check fails loudly.
 #include <gtest/gtest.h>
 
 #include <string>

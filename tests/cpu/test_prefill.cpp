@@ -1,4 +1,4 @@
-// Sparse prefill (issue 5): estimate + block-sparse attention equals attention on the estimated
+// Sparse prefill: estimate + block-sparse attention equals attention on the estimated
 // mask, dense prefill equals causal attention, τ = 1 equals dense, stats and errors.
 #include <cmath>
 #include <limits>

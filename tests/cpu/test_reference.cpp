@@ -1,4 +1,4 @@
-// Properties of the exact reference (issue 2). Each property compares two reference runs that must
+// Properties of the exact reference. Each property compares two reference runs that must
 // agree; the hand-computed cases pin the absolute values.
 #include <cmath>
 #include <limits>

@@ -1,4 +1,4 @@
-// Synthetic long-context generator (issue 5): determinism, the mix syntax, and that each planted
+// Synthetic long-context generator: determinism, the mix syntax, and that each planted
 // head type shows its structure in the exact attention (the oracle's block masses).
 #include <cmath>
 

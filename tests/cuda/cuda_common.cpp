@@ -36,21 +36,6 @@ Case make_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DTy
   return c;
 }
 
-EnvGuard::EnvGuard(const char* name, const char* value) : name_(name) {
-  if (const char* old = std::getenv(name)) {
-    saved_ = old;
-    had_ = true;
-  }
-  if (value != nullptr) setenv(name, value, 1);
-}
-
-EnvGuard::~EnvGuard() {
-  if (had_) setenv(name_.c_str(), saved_.c_str(), 1);
-  else unsetenv(name_.c_str());
-}
-
-EnvUnset::EnvUnset(const char* name) : EnvGuard(name) { unsetenv(name); }
-
 GridOrders grid_orders(int rows, int cols) {
   const int total = rows * cols;
   GridOrders o{std::vector<int32_t>(total), std::vector<int32_t>(total)};

@@ -35,29 +35,6 @@ std::vector<uint8_t> bytes_of(const Buffer& b);
 Case make_case(const std::string& name, std::vector<int64_t> seq_q, int dim, DType dt, Pattern pat, int heads_q = 8,
                int heads_kv = 2);
 
-// Sets an environment variable for one scope (value null: leaves it as it is) and restores the
-// previous value, or its absence, at the end. Only the estimators' comparison switches
-// (tests/cuda/test_estimate_cuda.cpp) still use it: attention routes are chosen through
-// AttentionOverrides, and plans read no environment.
-class EnvGuard {
- public:
-  explicit EnvGuard(const char* name, const char* value = nullptr);
-  ~EnvGuard();
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-
- private:
-  std::string name_, saved_;
-  bool had_ = false;
-};
-
-// An environment variable unset for one scope (the previous value, or its absence, restored at the
-// end), for the estimator tests as EnvGuard.
-class EnvUnset : public EnvGuard {
- public:
-  explicit EnvUnset(const char* name);
-};
-
 // Two permutations of a rows x cols token grid stored row-major, for the fused-order tests: its
 // column-major traversal (Ariadne's alternate layers) and a random shuffle (seeded by base_seed()).
 struct GridOrders {

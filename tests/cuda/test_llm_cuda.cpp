@@ -184,7 +184,7 @@ TEST(LlmCuda, SparseMethodsRunOnTheDevice) {
 
 // The run's own estimate without comparison: attend() then asks for no host copies and for
 // stream-ordered result arrays (pool memory reused layer after layer). The prefill must be the
-// same, bit for bit, as with the method's config taken as given (PrefillOptions::pool_estimate = false: copies,
+// same, bit for bit, as with the method's config taken as given (device_estimate = false: copies,
 // cudaMalloc / cudaFree per layer), also with keep_previous, which reads the host mask. A result
 // released too early or a block reused while the attention still read it would change the logits.
 TEST(LlmCuda, PooledEstimateWithoutHostCopiesMatchesTheCopyingPath) {
@@ -201,11 +201,9 @@ TEST(LlmCuda, PooledEstimateWithoutHostCopiesMatchesTheCopyingPath) {
       po.keep_previous = previous;
       PrefillTrace copying, pooled;
       std::vector<float> want, got;
-      {
-        PrefillOptions copy = po;
-        copy.pool_estimate = false;
-        want = gpu.prefill(tokens, copy, &copying);
-      }
+      PrefillOptions as_given = po;
+      as_given.device_estimate = false;
+      want = gpu.prefill(tokens, as_given, &copying);
       got = gpu.prefill(tokens, po, &pooled);
       ASSERT_EQ(got.size(), want.size());
       EXPECT_TRUE(got == want) << "logits differ from the copying path";

@@ -139,7 +139,8 @@ def test_report_table_ratios_and_markers(tmp_path):
     assert rep.main(["--anchors", str(tmp_path / "a.json"), "--ours", str(tmp_path / "o.json"),
                      "--results", str(results)]) == 0
     text = results.read_text()
-    assert "kept text" in text and text.endswith("tail\n") and "old" not in text
+    # The whole file is written: text outside the marked parts (old chapters) does not survive.
+    assert "kept text" not in text and "tail" not in text and "old" not in text
     assert text.count("<!-- gpu-table:begin -->") == 1
     row = [line for line in text.splitlines() if line.startswith("| vit-n4096-b1-full")][0]
     assert "2.00×" in row and "4.00×" in row        # 0.2 / 0.1 and 0.4 / 0.1
@@ -231,6 +232,105 @@ def test_report_rejects_bad_input(tmp_path, capsys):
     half.write_text("<!-- gpu-table:begin -->\n")
     assert rep.main(["--anchors", str(tmp_path / "a.json"), "--results", str(half)]) == 2
     assert "only one of the markers" in capsys.readouterr().err
+
+
+def estimate_records():
+    common = {"kind": "estimate", "method": "rr", "block": 128, "tau": 0.95, "ms_dense": 200.0,
+              "attention_kernel": "wgmma", "ms_sampling": 0.1, "ms_selection": 0.4, "ms_host_overhead": 0.3}
+    return [dict(common, id="rr-n131072-s8", tokens=131072, stride=8, ms_estimate=8.0, ms_scoring=7.0,
+                 ms_estimate_pooled=7.5, ms_attention=92.0, ms_total=100.0, ms_total_pooled=99.5, density=0.391),
+            dict(common, id="rr-n32768-s8", tokens=32768, stride=8, ms_estimate=0.8, ms_scoring=0.5,
+                 ms_attention=4.2, ms_total=5.0, ms_dense=12.0, density=0.351, mass_recall=0.9215, block_f1=0.509),
+            {"id": "rr-n32768-s8", "kind": "estimate-scoring", "scoring": "mma3e", "ms_estimate": 0.9,
+             "ms_scoring": 0.6, "vs_mma3_max_score_diff": 1.5e-7, "vs_mma3_rows_differ": 1, "rows": 8192}]
+
+
+def test_report_estimate_table(tmp_path, capsys):
+    # The block-sparse prefill table: every total against our dense kernel and each dense anchor.
+    rep = load_report()
+    write(tmp_path / "e.json", estimate_records())
+    write(tmp_path / "ea.json", [{"id": "env", "env": {"gpu": "G", "date": "D0", "cudnn": 91900}},
+                                 {"id": "llm-n131072-causal", "impl": "sdpa_cudnn", "ms": 250.0, "tflops": 1.0},
+                                 {"id": "llm-n131072-causal", "impl": "sdpa_flash", "ms": 400.0, "tflops": 1.0},
+                                 {"id": "llm-n32768-causal", "impl": "sdpa_cudnn", "ms": 15.0, "tflops": 1.0}])
+    assert rep.main(["--estimate", str(tmp_path / "e.json"), "--estimate-anchors", str(tmp_path / "ea.json"),
+                     "--print"]) == 0
+    out = capsys.readouterr().out
+    row = [line for line in out.splitlines() if line.startswith("| rr-n131072-s8 | 8.000")][0]
+    # dense 200 / 100, cuDNN 250 / 100 (pooled 250 / 99.5), FA2 400 / 100
+    assert "| 2.00× | 2.50× (2.51×) | 4.00× (4.02×) |" in row and "92.00 (wgmma)" in row
+    short = [line for line in out.splitlines() if line.startswith("| rr-n32768-s8 | 0.800")][0]
+    assert "| 2.40× | 3.00× | — |" in short and short.endswith("| 0.351 | 0.9215 | 0.509 |")  # no FA2 at 32K
+    assert "Measured D0 on G" in out and "cuDNN 9.19.0" in out
+    # A second scoring kernel on the same case: its own times and its differences to the first.
+    assert "| rr-n32768-s8 | mma3e | 0.900 (0.600) | 1.5e-07 against mma3, 1 of 8192 |" in out
+    write(tmp_path / "bad.json", [dict(estimate_records()[0], ms_total=0)])
+    assert rep.main(["--estimate", str(tmp_path / "bad.json"), "--print"]) == 2
+    assert "'ms_total' must be a positive number" in capsys.readouterr().err
+
+
+def test_report_writes_the_whole_file_and_keeps_history(tmp_path):
+    # RESULTS.md is written whole: the generated parts, the kept part copied as it stands, and the
+    # headline history from bench/history.md; a part without inputs in this call stays as it was.
+    rep = load_report()
+    write(tmp_path / "a.json", [{"id": "vit-n4096-b1-full", "impl": "sdpa_cudnn", "ms": 0.2, "tflops": 1.0}])
+    write(tmp_path / "o.json", [{"id": "vit-n4096-b1-full", "impl": "ariadne", "ms": 0.1, "tflops": 1.0}])
+    write(tmp_path / "e.json", estimate_records())
+    history = tmp_path / "history.md"
+    history.write_text("# Headline figures over time\n\nHow to add a row.\n\n| date | change | figures |\n"
+                       "| --- | --- | --- |\n| 2026-11-29 | first kernel | full 0.59× cuDNN |\n")
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Old\n\n## Seventh session (2026-11-30): a dated chapter\n\nnotes\n\n"
+                       "<!-- kept:begin -->\n### CPU table\n\n| a | b |\n|---|---|\n| 1 | 2 |\n<!-- kept:end -->\n")
+    args = ["--results", str(results), "--history", str(history)]
+    assert rep.main(["--anchors", str(tmp_path / "a.json"), "--ours", str(tmp_path / "o.json"),
+                     "--estimate", str(tmp_path / "e.json"), "--source", "device-check on abc1234"] + args) == 0
+    text = results.read_text()
+    assert "dated chapter" not in text and "notes" not in text and "# Old" not in text
+    assert "<!-- kept:begin -->\n### CPU table\n\n| a | b |\n|---|---|\n| 1 | 2 |\n<!-- kept:end -->" in text
+    assert "<!-- history:begin -->\n| date | change | figures |\n| --- | --- | --- |\n" \
+           "| 2026-11-29 | first kernel | full 0.59× cuDNN |\n<!-- history:end -->" in text
+    assert "How to add a row" not in text                      # only the table is copied
+    assert text.count("Produced by: device-check on abc1234.") == 2
+    order = [text.index(m) for m in ("<!-- gpu-table:begin", "<!-- estimate-table:begin", "<!-- kept:begin",
+                                     "<!-- history:begin")]
+    assert order == sorted(order)
+    first = text
+    # A GPU-only run keeps the estimate table; a new history row appears on the next write.
+    with open(history, "a") as f:
+        f.write("| 2026-11-30 | second kernel | full 1.17× cuDNN |\n")
+    assert rep.main(["--anchors", str(tmp_path / "a.json"), "--ours", str(tmp_path / "o.json")] + args) == 0
+    text = results.read_text()
+    est = lambda t: t[t.index("<!-- estimate-table:begin"):t.index("<!-- estimate-table:end")]
+    assert est(text) == est(first) and "| rr-n131072-s8 | 8.000 (7.000)" in est(text)
+    assert "| 2026-11-30 | second kernel | full 1.17× cuDNN |\n<!-- history:end -->" in text
+    assert "Produced by: device-check on abc1234." in est(text) and text.count("Produced by:") == 1
+    # Writing again with the same inputs gives the same file.
+    again = text
+    assert rep.main(["--anchors", str(tmp_path / "a.json"), "--ours", str(tmp_path / "o.json")] + args) == 0
+    assert results.read_text() == again
+
+
+def test_report_rejects_a_history_without_table(tmp_path, capsys):
+    rep = load_report()
+    write(tmp_path / "a.json", [])
+    (tmp_path / "h.md").write_text("# no table here\n")
+    assert rep.main(["--anchors", str(tmp_path / "a.json"), "--results", str(tmp_path / "R.md"),
+                     "--history", str(tmp_path / "h.md")]) == 2
+    assert "has no markdown table" in capsys.readouterr().err
+    half = tmp_path / "R2.md"
+    half.write_text("<!-- kept:begin -->\nx\n")
+    assert rep.main(["--anchors", str(tmp_path / "a.json"), "--results", str(half)]) == 2
+    assert "only one of the markers <!-- kept:begin -->" in capsys.readouterr().err
+
+
+def test_committed_results_carry_every_part():
+    # bench/RESULTS.md as committed: the four parts once each, no dated chapters.
+    with open(os.path.join(ROOT, "bench", "RESULTS.md")) as f:
+        text = f.read()
+    for name in ("gpu-table", "estimate-table", "kept", "history"):
+        assert text.count(f"<!-- {name}:begin -->") == 1 and text.count(f"<!-- {name}:end -->") == 1
+    assert "session" not in text.lower().replace("device-session-check", "")
 
 
 def test_anchors_smoke_on_cpu(tmp_path):

@@ -5,7 +5,9 @@ Regenerate with scripts/py-stubs after changing a binding. Stub text depends on 
 stubgen version, so the comparison runs only with the version that wrote the committed file.
 """
 
+import ast
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -23,6 +25,18 @@ def test_committed_stubs_match_the_module(tmp_path):
     subprocess.run([sys.executable, "-m", "nanobind.stubgen", "-q", "-m", "ariadne._ariadne", "-o", str(fresh)],
                    check=True)
     assert fresh.read_text() == STUB.read_text(), "stale stubs: run scripts/py-stubs and commit the result"
+
+
+def test_stubs_are_valid_python():
+    """The stubs parse (a signature with a required argument after a defaulted one would not)."""
+    ast.parse(STUB.read_text())
+
+
+def test_array_arguments_are_typed():
+    """Every array argument of the stubs names its dtype (typed stubs): no bare NDArray."""
+    text = STUB.read_text()
+    assert "Annotated[NDArray, " not in text and not re.search(r": NDArray[,)]", text)
+    assert "q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None)" in text
 
 
 LEAK_SCRIPT = """

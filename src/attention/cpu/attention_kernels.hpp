@@ -1,7 +1,7 @@
 // Internal: the tile primitives of the fast CPU attention, one table per instruction set.
 //
-// The driver (attention_cpu.cpp) owns tiling, masks, the online-softmax bookkeeping, threads and
-// diagnostics; the table below holds only the few loops whose speed matters, so each ISA file
+// The driver (runner.hpp and its files) owns tiling, masks, the online-softmax bookkeeping, threads
+// and diagnostics; the table below holds only the few loops whose speed matters, so each ISA file
 // (attention_avx512.cpp, attention_avx2.cpp, attention_generic.cpp) is small and the choice between
 // them is one pointer picked at run time from the CPU's features.
 //
@@ -106,11 +106,13 @@ const TileKernels* tile_kernels_generic();
 const TileKernels* tile_kernels_avx2();    // null when not compiled for x86
 const TileKernels* tile_kernels_avx512();  // null when not compiled for x86
 
-// The table attention_cpu uses: the best one the CPU supports, or the one named by the environment
-// variable ARIADNE_CPU_ISA ("generic", "avx2", "avx512"; an unsupported name throws).
+// The table attention_cpu uses (runtime.cpp): the best one the CPU supports, or the one named by
+// the environment variable ARIADNE_CPU_ISA ("generic", "avx2", "avx512"; an unsupported name
+// throws), read once at the first call.
 const TileKernels& active_tile_kernels();
-// Tests and benchmarks: force a table by name ("generic" | "avx2" | "avx512" | "" = best again).
-// Throws ariadne::Error when this CPU cannot run it.
+// Tests and benchmarks: force a table by name ("generic" | "avx2" | "avx512" | "" = the
+// configured one again: ARIADNE_CPU_ISA's, else the best). Throws ariadne::Error when this CPU
+// cannot run it.
 void force_tile_kernels(const char* name);
 // Whether this CPU (and the build) can run the named table.
 bool tile_kernels_available(const char* name);

@@ -4,7 +4,6 @@
 #pragma once
 
 #include "ariadne/attention.hpp"
-#include "device/env.hpp"  // env_is, for the estimators' switches (src/estimate/cuda)
 
 namespace ariadne {
 

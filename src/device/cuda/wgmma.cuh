@@ -34,8 +34,7 @@ __device__ __forceinline__ uint64_t desc_swizzled(uint32_t smem_byte_addr, uint3
 // address (bits 0-13: address >> 4) and lbo, the high word sbo and the mode. Moving the start by a
 // byte offset adds offset >> 4 to the low word alone (shared-memory addresses are below 2^18, so the
 // address field never carries into lbo), so a kernel builds the words once per buffer and each
-// wgmma's descriptor costs one add, where desc_swizzled per k-step masks, shifts and ORs again
-// (bench/cuda-notes.md, v46).
+// wgmma's descriptor costs one add, where desc_swizzled per k-step masks, shifts and ORs again.
 struct DescWords {
   uint32_t lo, hi;
 };

@@ -1,11 +1,14 @@
-// Internal: the CUDA estimators' kernels (src/estimate/cuda/estimate_score.cu, estimate_select.cu) and the
-// plain-old-data they read. The host side (estimate_cuda.cu) builds these tables from the CPU
+// Internal: the CUDA estimators' kernels (key_sums.cu, score_*.cu, estimate_select.cu in
+// src/estimate/cuda) and the plain-old-data they read. The host side (estimate_cuda.cu) builds these tables from the CPU
 // estimator's Geometry, so both backends share one definition of sequences, rows and visibility.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
+
+#include "ariadne/estimate.hpp"
 
 namespace ariadne::cuda {
 
@@ -46,26 +49,23 @@ struct ScoreParams {
   bool rr, paper;               // rr (else xattn); rr sampling offset
   float qmul;                   // scale / S, folded into the queries as on the CPU (f32
                                 // scoring) or into the logits (tensor-core scoring)
-  // Tensor-core scoring (mma.sync bf16, estimate_score.cu): on when true, else the f32 kernel.
+  // Tensor-core scoring (bf16 operands, f32 accumulation): on when true, else the f32 kernel.
   bool mma;
   int dpad;                     // d rounded up to 16 (the mma k step)
-  bool sums_scalar = false;     // rr: the scalar key-stride-sum kernel even where the vector one applies
+  bool grouped;                 // kernel is mma_grouped or wgmma_* (group_ctas is set)
   int qterms, kterms;           // bf16 terms of each operand: 1 bf16, 2 f16, 3 f32 (rr k: 3)
-  // The v2 tensor-core kernel (docs/rrattention.md, "Scoring kernel v2"): only where
-  // scores_v2_applies(); ksplit is then read as the same [heads_kv, total_ks, 3, dpad] array.
-  bool v2;
-  // The v3 kernel (docs/rrattention.md, "Scoring kernel v3"): only where scores_v3_applies(); then
-  // v3_ctas holds v3_num_ctas pairs (first global query block, query blocks) of one sequence, one
-  // per CTA, at most scores_v3_blocks_per_cta() blocks each (v2 is then off). v3_kind: 0 the
-  // 128-row mma.sync kernel, 1 the wgmma one (64 rows, dpad 128 only), 2 the wgmma one with fast
-  // partials (same scores, fewer instructions per chunk), 3 the same with 128 rows (two
-  // warpgroups sharing each K̄ tile), 4 kind 2 with approximate partials (the same logits; scores
-  // within docs/numerics.md's rules 2 and 3, not bit for bit), 5 kind 4 with K̄'s two high bf16
-  // terms only, 6 kind 5 with 128 rows.
-  bool v3;
-  int v3_kind;
-  const int32_t* v3_ctas;
-  int v3_num_ctas;
+  // The scoring kernel (never automatic; the host routes, scoring_refusal says where each runs).
+  // mma_rr reads ksplit as the [heads_kv, total_ks, 3, dpad] array; the grouped kernels
+  // (mma_grouped, wgmma_*) take group_ctas: num_group_ctas pairs (first global query block,
+  // query blocks) of one sequence, one per CTA, at most group_blocks blocks each.
+  CudaScoring kernel;
+  bool approximate;             // kernel is wgmma_approximate
+  int group_blocks;
+  const int32_t* group_ctas;
+  int num_group_ctas;
+  // The kernels read none of grouped, kernel, approximate, group_blocks, num_group_ctas. Their
+  // offsets and types are those of the fields they replaced: the kernels that take the address of
+  // their ScoreParams copy it field by field, so a change here changes their machine code.
 };
 
 // Selection and CSR assembly.
@@ -94,19 +94,30 @@ constexpr int kScoreThreads = 256;
 // Key strides per chunk of the tensor-core scoring kernel.
 constexpr int kMmaCols = 64;
 
-// Dynamic shared memory of the scoring kernel for these parameters (p.mma, p.v2 pick the kernel).
+// Dynamic shared memory of the scoring kernel p.kernel for these parameters.
 size_t scores_smem_bytes(const ScoreParams& p);
-// Whether the v2 tensor-core kernel covers these parameters: tensor-core rr with blocks of 8 or
-// 16 key strides (B 64 / 128 at S 8, B 128 at S 16) and one row round; otherwise v1 runs.
-bool scores_v2_applies(const ScoreParams& p);
-// Whether the v3 kernel covers them: v2's cases with bf16 q (one term), and how many adjacent
-// query blocks one of its CTAs owns (128 or 64 rows by v3_kind / (heads_per_cta · B/S)).
-bool scores_v3_applies(const ScoreParams& p);
-int scores_v3_blocks_per_cta(const ScoreParams& p);
+// Why kernel k cannot score the case p describes (p.kernel is ignored), or "" when it can:
+// its method, block / stride, dtype and head-dim conditions (estimate.hpp, CudaScoring) and
+// its shared memory against `smem_optin`, the device's per-CTA limit.
+std::string scoring_refusal(const ScoreParams& p, CudaScoring k, size_t smem_optin);
+// Adjacent query blocks one CTA of a grouped kernel (p.kernel) owns: its rows / (heads_per_cta · B/S).
+int scores_blocks_per_cta(const ScoreParams& p);
+inline bool scores_grouped(CudaScoring k) {
+  return k == CudaScoring::mma_grouped || k == CudaScoring::wgmma_exact || k == CudaScoring::wgmma_approximate;
+}
 
 // Kernel launches on `stream`; each returns the launch error.
 cudaError_t launch_key_stride_sums(const ScoreParams& p, cudaStream_t stream);
 cudaError_t launch_scores(const ScoreParams& p, int64_t total_qblocks, cudaStream_t stream);
+// The scoring kernels of each file (launch_scores dispatches): grid (x, heads_kv, z).
+cudaError_t launch_scores_generic(const ScoreParams& p, dim3 grid, size_t smem, cudaStream_t stream);
+cudaError_t launch_scores_grouped(const ScoreParams& p, dim3 grid, size_t smem, cudaStream_t stream);
+cudaError_t launch_scores_wgmma(const ScoreParams& p, dim3 grid, size_t smem, cudaStream_t stream);
+size_t scores_generic_smem_bytes(const ScoreParams& p);
+size_t scores_grouped_smem_bytes(const ScoreParams& p);
+size_t scores_wgmma_smem_bytes();
+// Rows of one CTA of the grouped kernels.
+constexpr int kGroupedRows = 128, kWgRows = 64;
 cudaError_t launch_select(const SelectParams& p, int64_t total_qblocks, int max_visible, cudaStream_t stream);
 cudaError_t launch_compact(const SelectParams& p, int64_t rows, cudaStream_t stream);
 // kept[h] = nonzeros of query head h's rows (from row_ptr), int64 [heads_q]: the density per head

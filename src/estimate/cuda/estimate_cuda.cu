@@ -5,7 +5,7 @@
 // Stages (stream 0, the legacy default stream, so it orders against any caller's work):
 //   sampling   rr: key-stride sums K̄ (one pass over k); xattn: nothing (the scoring kernel reads
 //              q and k in place, no re-layout and no repeated KV heads)
-//   scoring    logits, row softmax, block sums (estimate_score.cu)
+//   scoring    logits, row softmax, block sums (score_*.cu; route_scoring picks the kernel)
 //   selection  per-row sort and threshold, counts → scan → row_ptr → col_idx, kept blocks per
 //              head (estimate_select.cu); all on the device: col_idx is sized for every visible
 //              block, so nothing waits for the host between the scan and the compaction
@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -32,7 +31,6 @@
 #include <vector>
 
 #include "estimate/cuda/estimate.cuh"
-#include "attention/cuda/internal.hpp"
 #include "estimate/internal.hpp"
 
 namespace ariadne::est {
@@ -66,29 +64,25 @@ size_t smem_optin() {
   return size_t(optin);
 }
 
-// `configured` unless environment variable `name` (read per call) says 0 or 1: the A/B switches
-// ARIADNE_EST_V2 (EstimateConfig::cuda_scoring_v2) and ARIADNE_EST_V3 (cuda_scoring_v3).
-bool switch_or(const char* name, bool configured) {
-  if (env_is(name, "0")) return false;
-  if (env_is(name, "1")) return true;
-  return configured;
-}
-
-// The v3 kernel (ScoreParams::v3_kind) for head dims padded to dpad: the wgmma one where it
-// applies (dpad 128), the 128-row mma.sync one elsewhere or when ARIADNE_EST_V3_KIND=narrow (read
-// per call; docs/rrattention.md, "Scoring kernel v3"). Where the wgmma kernel runs, the default is
-// its approximate 64-row build with K̄'s two high terms (kind 5; "Scoring kernel v3, approximate
-// partials": scores within docs/numerics.md's rules 2 and 3), or with `exact` its fast-partials
-// build (kind 2: v1's scores bit for bit). ARIADNE_EST_V3_FAST (read per call) picks a build
-// whatever the config: 0 the plain wgmma one (kind 1), 1 the exact fast one (kind 2), 2 that with
-// 128 rows (kind 3), 3 approximate partials with three K̄ terms (kind 4), 4 the default
-// approximate one (kind 5), 5 that with 128 rows (kind 6).
-int scoring_v3_kind(int dpad, bool exact) {
-  if (env_is("ARIADNE_EST_V3_KIND", "narrow")) return 0;
-  if (dpad != 128) return 0;
-  const char* f = std::getenv("ARIADNE_EST_V3_FAST");
-  if (f != nullptr && f[0] >= '0' && f[0] <= '5' && f[1] == '\0') return f[0] - '0' + 1;
-  return exact ? 2 : 5;
+// The scoring kernel for the case `p` describes (its kernel field ignored): the override when one
+// is set (an error saying why when it cannot run the case), else the first of wgmma (its exact
+// build under cuda_exact_scoring, else its approximate one), mma_grouped, mma_rr and mma_generic
+// that can, and f32 under cuda_f32_scoring or where no tensor-core kernel fits. estimate.hpp's
+// CudaScoring lists the cases each serves.
+CudaScoring route_scoring(const EstimateConfig& c, const cuda::ScoreParams& p, size_t optin) {
+  const CudaScoring forced = c.overrides.scoring;
+  if (forced != CudaScoring::automatic) {
+    const std::string why = cuda::scoring_refusal(p, forced, optin);
+    ARIADNE_CHECK(why.empty(), "estimate (cuda): EstimateConfig::overrides.scoring = ", cuda_scoring_name(forced),
+                  " cannot run this case: ", why);
+    return forced;
+  }
+  if (c.cuda_f32_scoring || !cuda::scoring_refusal(p, CudaScoring::mma_generic, optin).empty())
+    return CudaScoring::f32;
+  const CudaScoring wgmma = c.cuda_exact_scoring ? CudaScoring::wgmma_exact : CudaScoring::wgmma_approximate;
+  for (const CudaScoring k : {wgmma, CudaScoring::mma_grouped, CudaScoring::mma_rr})
+    if (cuda::scoring_refusal(p, k, optin).empty()) return k;
+  return CudaScoring::mma_generic;
 }
 
 int64_t last_key_stride(const EstimateConfig& c, int64_t stride, const Seq& e, int64_t i, int h) {
@@ -315,59 +309,47 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
     scratch_pairs += int64_t(qb_vis[size_t(gb)]) * g.heads_kv * zc * cuda::kScoreRows;
   }
 
-  // Tensor-core scoring unless asked for f32 (config or ARIADNE_EST_F32=1) or its tiles would not
-  // fit in a CTA's shared memory (d 256 with f32 inputs on a part with less than ~220 KB).
+  // The case as the routing sees it, then the kernel (route_scoring).
   const int qterms = q.dtype == DType::bf16 ? 1 : q.dtype == DType::f16 ? 2 : 3;
   const int dpad = int((g.dim + 15) / 16 * 16);
-  bool use_mma = !config.cuda_f32_scoring && !env_is("ARIADNE_EST_F32", "1");
-  if (use_mma) {
-    cuda::ScoreParams probe{};
-    probe.mma = true;
-    probe.d = int(g.dim);
-    probe.dpad = dpad;
-    probe.qterms = qterms;
-    probe.kterms = rr ? 3 : qterms;
-    use_mma = cuda::scores_smem_bytes(probe) <= smem_optin();
-  }
-  // The v3 scoring kernel where asked for (config, or ARIADNE_EST_V3) and it covers the case: its
-  // CTAs own up to blocks_per_cta adjacent query blocks of one sequence, listed (first global
-  // block, blocks) with the longest first (work grows with the block index: the last CTAs to start
-  // are then short ones, not whole diagonal sweeps).
   cuda::ScoreParams kind{};
-  kind.mma = use_mma;
   kind.rr = rr;
+  kind.d = int(g.dim);
+  kind.dpad = dpad;
   kind.qterms = qterms;
   kind.kterms = rr ? 3 : qterms;
   kind.spb = spb;
   kind.heads_per_cta = hpc;
   kind.row_split = spb > cuda::kScoreRows ? spb / cuda::kScoreRows : 1;
-  kind.dpad = dpad;
-  kind.v3 = true;
-  kind.v3_kind = scoring_v3_kind(dpad, config.cuda_exact_scoring);
-  // (8 KB left for the kernel's static shared memory: the row and group tables.)
-  const bool use_v3 = switch_or("ARIADNE_EST_V3", config.cuda_scoring_v3) && cuda::scores_v3_applies(kind) &&
-                      cuda::scores_smem_bytes(kind) + 8192 <= smem_optin();
-  std::vector<int32_t> v3_ctas;
-  if (use_v3) {
-    const int per_cta = cuda::scores_v3_blocks_per_cta(kind);
+  kind.kernel = route_scoring(config, kind, smem_optin());
+  kind.mma = kind.kernel != CudaScoring::f32;
+  const bool use_mma = kind.mma;
+  // The grouped kernels' CTAs own up to scores_blocks_per_cta adjacent query blocks of one
+  // sequence, listed (first global block, blocks) with the longest first (work grows with the
+  // block index: the last CTAs to start are then short ones, not whole diagonal sweeps).
+  const bool grouped = cuda::scores_grouped(kind.kernel);
+  std::vector<int32_t> group_ctas;
+  if (grouped) {
+    kind.group_blocks = cuda::scores_blocks_per_cta(kind);
+    const int per_cta = kind.group_blocks;
     std::vector<std::pair<int64_t, int64_t>> order;  // (last block's visible key blocks, CTA)
     for (size_t s = 0; s < g.seqs.size(); ++s) {
       const Seq& e = g.seqs[s];
       for (int64_t m = 0; m < e.nqb; m += per_cta) {
         const int64_t n = std::min<int64_t>(per_cta, e.nqb - m);
-        order.emplace_back(qb_vis[size_t(sbb[s] + m + n - 1)], int64_t(v3_ctas.size() / 2));
-        v3_ctas.push_back(int32_t(sbb[s] + m));
-        v3_ctas.push_back(int32_t(n));
+        order.emplace_back(qb_vis[size_t(sbb[s] + m + n - 1)], int64_t(group_ctas.size() / 2));
+        group_ctas.push_back(int32_t(sbb[s] + m));
+        group_ctas.push_back(int32_t(n));
       }
     }
     std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
     std::vector<int32_t> sorted;
-    sorted.reserve(v3_ctas.size());
+    sorted.reserve(group_ctas.size());
     for (const auto& o : order) {
-      sorted.push_back(v3_ctas[size_t(2 * o.second)]);
-      sorted.push_back(v3_ctas[size_t(2 * o.second + 1)]);
+      sorted.push_back(group_ctas[size_t(2 * o.second)]);
+      sorted.push_back(group_ctas[size_t(2 * o.second + 1)]);
     }
-    v3_ctas.swap(sorted);
+    group_ctas.swap(sorted);
   }
 
   // Staging layout (bytes): the device tables [0, tables_end) mirrored one to one, then the
@@ -378,8 +360,8 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   const size_t off_qb_m = align_up(off_qb_seq + qb_seq.size() * sizeof(int32_t));
   const size_t off_sbase = align_up(off_qb_m + qb_m.size() * sizeof(int32_t));
   const size_t off_tau = align_up(off_sbase + scratch_base.size() * sizeof(int64_t));
-  const size_t off_v3 = align_up(off_tau + tau.size() * sizeof(double));
-  const size_t tables_end = align_up(off_v3 + v3_ctas.size() * sizeof(int32_t));
+  const size_t off_groups = align_up(off_tau + tau.size() * sizeof(double));
+  const size_t tables_end = align_up(off_groups + group_ctas.size() * sizeof(int32_t));
   const size_t kept_bytes = size_t(g.heads_q) * sizeof(int64_t);
   const size_t off_score_ptr = tables_end;
   const size_t score_ptr_bytes = size_t(g.rows + 1) * sizeof(int64_t);
@@ -432,7 +414,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   put(off_qb_m, qb_m.data(), qb_m.size() * sizeof(int32_t));
   put(off_sbase, scratch_base.data(), scratch_base.size() * sizeof(int64_t));
   put(off_tau, tau.data(), tau.size() * sizeof(double));
-  put(off_v3, v3_ctas.data(), v3_ctas.size() * sizeof(int32_t));
+  put(off_groups, group_ctas.data(), group_ctas.size() * sizeof(int32_t));
   int64_t* sp_host = reinterpret_cast<int64_t*>(host + off_score_ptr);
   est::row_score_ptr(g, sp_host);
   ARIADNE_CHECK(sp_host[g.rows] == nvis_total, "estimate (cuda): visible blocks ", sp_host[g.rows], " against ",
@@ -477,17 +459,16 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   sp.qmul = scale / float(stride);
   sp.mma = use_mma;
   sp.dpad = dpad;
-  sp.sums_scalar = env_is("ARIADNE_EST_SUMS_SCALAR", "1");  // the scalar sums kernel, for comparison
   sp.qterms = qterms;
   sp.kterms = rr ? 3 : qterms;
   sp.ksplit = use_mma ? d_ksum : nullptr;
   if (use_mma) sp.ksum = nullptr;
-  // The v2 tensor-core kernel where asked for (config, or ARIADNE_EST_V2) and it covers the case.
-  sp.v3 = use_v3;
-  sp.v3_kind = kind.v3_kind;
-  sp.v3_ctas = use_v3 ? reinterpret_cast<const int32_t*>(tables + off_v3) : nullptr;
-  sp.v3_num_ctas = int(v3_ctas.size() / 2);
-  sp.v2 = !use_v3 && switch_or("ARIADNE_EST_V2", config.cuda_scoring_v2) && cuda::scores_v2_applies(sp);
+  sp.kernel = kind.kernel;
+  sp.grouped = grouped;
+  sp.approximate = kind.kernel == CudaScoring::wgmma_approximate;
+  sp.group_blocks = kind.group_blocks;
+  sp.group_ctas = grouped ? reinterpret_cast<const int32_t*>(tables + off_groups) : nullptr;
+  sp.num_group_ctas = int(group_ctas.size() / 2);
 
   const Protections prot = config.protections();
   cuda::SelectParams sel{};
@@ -547,10 +528,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   const auto t_synced = std::chrono::steady_clock::now();
   s.ms_sampling = ev.ms(0, 1);
   s.ms_scoring = ev.ms(1, 2);
-  s.tensor_core_scoring = use_mma;
-  s.scoring_v2 = sp.v2;
-  s.scoring_v3 = sp.v3;
-  s.approximate_scoring = sp.v3 && sp.v3_kind >= 4;
+  s.scoring = sp.kernel;
   s.ms_selection = ev.ms(2, 3);
 
   std::vector<int64_t> kept(size_t(g.heads_q), 0);

@@ -16,8 +16,8 @@
 // the threshold, and exactly the CPU's when the scores are dyadic (tests/cuda, crafted rows).
 // Rows have at most kMaxSelectBlocks visible blocks (512K tokens at B 128).
 //
-// The bitonic sort this replaces moved 16 bytes of shared memory per key and step (55 steps at
-// 1024 blocks) and took ~1.2 ms at 128K tokens (docs/rrattention.md, "Selection: radix descent").
+// A bitonic sort moves 16 bytes of shared memory per key and step (55 steps at 1024 blocks) and
+// takes ~1.2 ms at 128K tokens (docs/design/estimate.md).
 #include <cub/device/device_scan.cuh>
 
 #include <cstdint>

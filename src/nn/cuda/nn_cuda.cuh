@@ -1,5 +1,5 @@
 // Internal: dense-layer pieces on the GPU, shared by the vision encoder (src/vit/cuda/vit_cuda.cu) and
-// meant for the Llama GPU path (issue 9). Row-major bf16 device arrays; every reduction and every
+// the Llama GPU path (src/llm/cuda/llama_cuda.cu). Row-major bf16 device arrays; every reduction and every
 // element-wise formula is evaluated in fp32 and rounded to bf16 once where the tensor is stored.
 // All calls are asynchronous on the given stream; errors of a launch throw ariadne::Error.
 #pragma once

@@ -1,0 +1,273 @@
+// The fast CPU backend's forward pass: work items over (sequence, head, query tile), the key tiles
+// each query tile visits, the online softmax through the ISA's tile primitives, the diagnostics
+// that ride on it, and the finalize that writes out, LSE, entropy and distance (runner.hpp).
+#include <omp.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attention/cpu/runner.hpp"
+
+namespace ariadne::cpu {
+namespace {
+
+// Writes n fp32 values, each multiplied by `mul`, as a row of t starting at element `off`.
+void store_row(const TensorView& t, int64_t off, int n, const float* src, float mul, const TileKernels& k) {
+  switch (t.dtype) {
+    case DType::f32: {
+      float* dst = static_cast<float*>(t.data) + off;
+#if defined(__SSE2__)
+      // Streaming stores: the output is written once and is usually far larger than the caches,
+      // so skipping the read-for-ownership of each line saves a third of the output traffic.
+      // The worker loops end with an sfence (forward below).
+      if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0 && n % 4 == 0) {
+        const __m128 m = _mm_set1_ps(mul);
+        for (int c = 0; c < n; c += 4) _mm_stream_ps(dst + c, _mm_mul_ps(_mm_loadu_ps(src + c), m));
+        break;
+      }
+#endif
+      for (int c = 0; c < n; ++c) dst[c] = src[c] * mul;
+      break;
+    }
+    case DType::bf16: {
+      uint16_t* dst = static_cast<uint16_t*>(t.data) + off;
+      if (k.store_bf16 != nullptr) {
+        k.store_bf16(src, mul, n, dst);
+        break;
+      }
+      for (int c = 0; c < n; ++c) dst[c] = float_to_bf16(src[c] * mul);
+      break;
+    }
+    case DType::f16: {
+      uint16_t* dst = static_cast<uint16_t*>(t.data) + off;
+      for (int c = 0; c < n; ++c) dst[c] = float_to_f16(src[c] * mul);
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+// Key tiles one query tile visits, in increasing order.
+void Runner::plan_visits(Scratch& sc, int32_t s, const SeqExtent& e, int h, int64_t q_lo, int64_t q_hi) const {
+  sc.visits.clear();
+  const KeyRange kr = pat_.key_range(e, q_lo, q_hi);
+  if (kr.empty()) return;
+  if (!pat_.blocks.defined()) {
+    for (int64_t t = kr.lo / kKeyTile; t * kKeyTile < kr.hi; ++t) sc.visits.push_back({t, ~0u});
+    return;
+  }
+  const int64_t row = pat_.block_row(s, e, h, q_lo / pat_.blocks.block), B = pat_.blocks.block;
+  for (int32_t i = pat_.blocks.row_ptr[row]; i < pat_.blocks.row_ptr[row + 1]; ++i) {
+    const int64_t kb = pat_.blocks.col_idx[i];
+    const int64_t a = std::max(kb * B, kr.lo), b = std::min((kb + 1) * B, kr.hi);
+    for (int64_t t = a / kKeyTile; a < b && t * kKeyTile < b; ++t) {
+      const int64_t j0 = std::max(a, t * kKeyTile) - t * kKeyTile, j1 = std::min(b, (t + 1) * kKeyTile) - t * kKeyTile;
+      uint32_t bits = 0;
+      for (int64_t j = j0; j < j1; ++j) bits |= 1u << j;
+      if (!sc.visits.empty() && sc.visits.back().tile == t) sc.visits.back().keymask |= bits;
+      else sc.visits.push_back({t, bits});
+    }
+  }
+}
+
+// Rows' allowed intervals clipped to key tile t; returns the first and one past the last row
+// that sees any key of it (first >= last: none). sc.dense: those rows all see the whole tile.
+std::pair<int, int> Runner::clip_rows(Scratch& sc, int rows, int64_t t) const {
+  const int64_t base = t * kKeyTile;
+  int first = rows, last = 0;
+  sc.dense = true;
+  for (int r = 0; r < rows; ++r) {
+    const int64_t lo = std::clamp<int64_t>(sc.row_lo[r] - base, 0, kKeyTile);
+    const int64_t hi = std::clamp<int64_t>(sc.row_hi[r] - base, 0, kKeyTile);
+    sc.lo[r] = int32_t(lo);
+    sc.hi[r] = int32_t(hi);
+    if (lo < hi) {
+      first = std::min(first, r);
+      last = r + 1;
+    }
+  }
+  for (int r = first; r < last; ++r) sc.dense = sc.dense && sc.lo[r] == 0 && sc.hi[r] == kKeyTile;
+  return {first, last};
+}
+
+void Runner::forward() {
+  std::vector<WorkItem> items;
+  for (int32_t s = 0; s < pat_.num_seqs; ++s) {
+    const SeqExtent& e = seqs_[size_t(s)];
+    if (!stream_) {
+      for (int h = 0; h < hq_; ++h)
+        for_query_tiles(e, [&](int64_t lo, int64_t hi) { items.push_back({s, h, lo, hi}); });
+      continue;
+    }
+    std::vector<int64_t> starts;  // first row of every kStreamRun-th query tile, then lq
+    int count = 0;
+    for_query_tiles(e, [&](int64_t lo, int64_t) {
+      if (count++ % kStreamRun == 0) starts.push_back(lo);
+    });
+    starts.push_back(e.lq);
+    for (int g = 0; g < hq_ / group_; ++g)
+      for (size_t i = 0; i + 1 < starts.size(); ++i) items.push_back({s, g, starts[i], starts[i + 1]});
+  }
+#pragma omp parallel num_threads(threads_)
+  {
+    Scratch sc = make_scratch();
+#pragma omp for schedule(dynamic, 1)
+    for (size_t i = 0; i < items.size(); ++i) {
+      const WorkItem& it = items[i];
+      if (!stream_) {
+        forward_tile(sc, it.seq, it.head, it.lo, it.hi);
+        continue;
+      }
+      std::fill(sc.ring_tag.begin(), sc.ring_tag.end(), -1);  // the ring holds another head's tiles
+      const SeqExtent& e = seqs_[size_t(it.seq)];
+      for (int64_t lo = it.lo; lo < it.hi;) {
+        const int64_t hi = query_tile_end(e, lo);
+        plan_prefetch(sc, e, it.head, lo, hi, hi, hi < it.hi ? query_tile_end(e, hi) : hi);
+        for (int h = it.head * group_; h < (it.head + 1) * group_; ++h) forward_tile(sc, it.seq, h, lo, hi);
+        lo = hi;
+      }
+    }
+#if defined(__SSE2__)
+    _mm_sfence();  // order this thread's streaming stores before the region ends
+#endif
+  }
+}
+
+// Query rows [q_lo, q_hi) of sequence s, head h: one query tile.
+void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q_hi) const {
+  const int g = h / group_;
+  const SeqExtent& e = seqs_[size_t(s)];
+  const int rows = int(q_hi - q_lo);
+  load_q(sc, e, h, q_lo, rows);
+  for (int r = 0; r < rows; ++r) {
+    const KeyRange kr = pat_.key_range(e, q_lo + r, q_lo + r + 1);
+    sc.row_lo[r] = kr.lo;
+    sc.row_hi[r] = kr.empty() ? kr.lo : kr.hi;
+    sc.m[r] = kNegInf;
+    sc.l[r] = 0.f;
+    sc.ent[r] = sc.dist[r] = 0.0;
+  }
+  std::fill(sc.o.begin(), sc.o.begin() + int64_t(rows) * dv_, 0.f);
+  plan_visits(sc, s, e, h, q_lo, q_hi);
+
+  RowMask mk;
+  mk.scale2 = scale2_;
+  mk.bias2 = p_.sink_mode == SinkMode::key0_bias ? float(double(sink(h)) * kLog2e) : 0.f;
+  mk.moving_max = stream_;
+  for (size_t vi = 0; vi < sc.visits.size(); ++vi) {
+    const TileVisit& v = sc.visits[vi];
+    // Block-sparse visits jump between key tiles, which the hardware prefetcher cannot follow
+    // (in stream mode the next tile is packed only when it is reached).
+    if (pat_.blocks.defined() && !stream_ && vi + 1 < sc.visits.size())
+      prefetch_tile(tile(sc, g, s, sc.visits[vi + 1].tile));
+    const auto [r0, r1] = clip_rows(sc, rows, v.tile);
+    if (r0 >= r1) continue;
+    const Tile tl = tile(sc, g, s, v.tile);
+    mk.keymask = v.keymask;
+    mk.dense = sc.dense && v.keymask == ~0u;
+    mk.apply_bias = p_.sink_mode == SinkMode::key0_bias && v.tile == 0;
+    for (int c0 = r0; c0 < r1; c0 += chunk_rows_) {
+      const int c1 = std::min(r1, c0 + chunk_rows_), n = c1 - c0;
+      if (stream_) prefetch_some(sc);
+      qk(sc, tl.k, c0, n);
+      mk.lo = sc.lo.data() + c0;
+      mk.hi = sc.hi.data() + c0;
+      if (diag_) {
+        std::copy(sc.m.begin() + c0, sc.m.begin() + c1, sc.m_old.begin() + c0);
+        std::copy(sc.l.begin() + c0, sc.l.begin() + c1, sc.l_old.begin() + c0);
+      }
+      float* S = sc.s.data() + c0 * kKeyTile;
+      k_.softmax(S, mk, n, sc.m.data() + c0, sc.l.data() + c0, sc.alpha.data() + c0,
+                 diag_ ? sc.t.data() + c0 * kKeyTile : nullptr);
+      if (diag_) accumulate_diagnostics(sc, e, q_lo, v.tile, c0, c1);
+      float* O = sc.o.data() + int64_t(c0) * dv_;
+      if (bf16_)
+        k_.pv_bf16(S, static_cast<const uint16_t*>(tl.v), dv_, n, sc.alpha.data() + c0, O);
+      else
+        k_.pv_f32(S, static_cast<const float*>(tl.v), tl.ldv, dv_, n, sc.alpha.data() + c0, O);
+    }
+  }
+  finalize(sc, e, h, q_lo, rows);
+}
+
+// Entropy and distance ride on the online softmax: A = Σ_j p_j (t_j − m) and D = Σ_j p_j ‖c_i − c_j‖
+// are rescaled with the same α as l; at the end H = ln l − ln2·A/l and distance = D/l. Keeping t − m
+// (not t) avoids cancellation when logits are large.
+void Runner::accumulate_diagnostics(Scratch& sc, const SeqExtent& e, int64_t q_lo, int64_t tile, int r0, int r1) const {
+  const bool want_dist = p_.distance.defined();
+  for (int r = r0; r < r1; ++r) {
+    if (sc.m[r] == kNegInf) continue;
+    const double a = sc.alpha[r], m_new = sc.m[r];
+    const float* p = sc.s.data() + r * kKeyTile;
+    const float* t = sc.t.data() + r * kKeyTile;
+    double acc = 0, dist = 0;
+    for (int j = 0; j < kKeyTile; ++j) {
+      if (p[j] == 0.f) continue;
+      acc += double(p[j]) * (double(t[j]) - m_new);
+      if (want_dist) {
+        const int64_t qi = e.q0 + q_lo + r, kj = e.k0 + tile * kKeyTile + j;
+        const double dr = double(cq_[size_t(2 * qi)]) - ck_[size_t(2 * kj)];
+        const double dc = double(cq_[size_t(2 * qi + 1)]) - ck_[size_t(2 * kj + 1)];
+        dist += double(p[j]) * std::sqrt(dr * dr + dc * dc);
+      }
+    }
+    const double shift = sc.l_old[r] > 0.f ? (double(sc.m_old[r]) - m_new) * sc.l_old[r] : 0.0;
+    sc.ent[r] = a * (sc.ent[r] + shift) + acc;
+    sc.dist[r] = a * sc.dist[r] + dist;
+  }
+}
+
+void Runner::finalize(Scratch& sc, const SeqExtent& e, int h, int64_t q_lo, int rows) const {
+  const bool denom = p_.sink_mode == SinkMode::denominator;
+  const double sink2 = denom ? double(sink(h)) * kLog2e : 0.0;
+  float* lse_out = static_cast<float*>(p_.lse.data);
+  float* ent_out = static_cast<float*>(p_.entropy.data);
+  float* dist_out = static_cast<float*>(p_.distance.data);
+  const bool want_lse = lse_out != nullptr || !lse2_.empty();
+  for (int r = 0; r < rows; ++r) {
+    const int64_t row = e.q0 + q_lo + r;
+    const int64_t out_off = row_offset(p_.out, row, h);
+    const double l = sc.l[r], m = sc.m[r];
+    double lse2;  // base-2 log of the normalizer, sink included
+    float lse;
+    if (std::isnan(l)) {  // a NaN or +inf logit poisoned the row (softmax kernels): out and LSE NaN
+      lse2 = l;
+      store_row(p_.out, out_off, d_, sc.o.data() + int64_t(r) * dv_, float(l), k_);
+      lse = float(l);
+    } else if (l > 0 && !denom) {  // Z = l·2^m: out = O / l; the logarithm only when it is output
+      store_row(p_.out, out_off, d_, sc.o.data() + int64_t(r) * dv_, float(1.0 / l), k_);
+      lse2 = want_lse ? m + std::log2(l) : 0.0;
+      lse = float(lse2 * kLn2);
+    } else if (l > 0) {
+      lse2 = m + std::log2(l);
+      if (std::isinf(sink2)) {
+        if (sink2 > 0) lse2 = sink2;  // +inf takes all the mass: out 0, lse +inf
+      } else {
+        const double hi = std::max(lse2, sink2);
+        lse2 = hi + std::log2(std::exp2(lse2 - hi) + std::exp2(sink2 - hi));
+      }
+      const float inv = float(std::exp2(m - lse2));  // out = O·2^m / Z
+      store_row(p_.out, out_off, d_, sc.o.data() + int64_t(r) * dv_, inv, k_);
+      lse = float(lse2 * kLn2);
+    } else {  // no allowed key: out 0; LSE is the sink alone or −inf
+      store_row(p_.out, out_off, d_, sc.o.data() + int64_t(r) * dv_, 0.f, k_);
+      lse2 = denom ? sink2 : -std::numeric_limits<double>::infinity();
+      lse = denom ? sink(h) : kNegInf;
+    }
+    const int64_t si = int64_t(h) * total_q_ + row;
+    if (lse_out) lse_out[si] = lse;
+    // NaN rows keep NaN in every output (l > 0 is false for NaN; `live` is not).
+    const bool live = l > 0 || std::isnan(l);
+    if (!lse2_.empty()) lse2_[size_t(si)] = live ? float(lse2) : kNegInf;
+    if (ent_out) ent_out[si] = live ? float(std::log(l) - kLn2 * sc.ent[r] / l) : 0.f;
+    if (dist_out) dist_out[si] = live ? float(sc.dist[r] / l) : 0.f;
+  }
+}
+
+}  // namespace ariadne::cpu
