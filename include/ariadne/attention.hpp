@@ -131,8 +131,9 @@ struct AttentionOverrides {
 // block_row, block_col) of one image of h x w patches, merge 2 (Qwen's storage order and the ariadne
 // schedule's column layers). The wgmma band kernel then copies the ordered tiles with the copy
 // engine (5-D tensor maps over the merge-unit grid) instead of gathering rows, where one sequence
-// holds the h·w tokens and h / 2 is a multiple of 16; elsewhere the hint is ignored. The hint is
-// trusted (the order array must be that conversion: it still addresses out and lse). {0, 0}: unknown.
+// holds the h·w tokens and h / 2 is a multiple of 16; elsewhere the hint is ignored (unless
+// AttentionOverrides::ordered_tiles = on, which makes it an error). The hint is trusted (the order
+// array must be that conversion: it still addresses out and lse). {0, 0}: unknown.
 struct BlockColGrid {
   int h = 0, w = 0;
 };
