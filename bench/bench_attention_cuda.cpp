@@ -332,7 +332,7 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
       id_order[size_t(i)] = int32_t(i);
     }
   }
-  // ARIADNE_BENCH_PROFILE=1 (scripts/ncu-kernel): no timing, 2 launches of each path instead,
+  // ARIADNE_BENCH_PROFILE=1 (for a profiler such as Nsight Compute): no timing, 2 launches of each path instead,
   // storage order first, then (window cases on a square grid) the identity and the column-major
   // order, so a profiler's launch-skip picks one: 1, 3 or 5.
   if (const char* prof = std::getenv("ARIADNE_BENCH_PROFILE"); prof != nullptr && std::string(prof) == "1") {

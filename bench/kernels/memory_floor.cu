@@ -1,9 +1,8 @@
 // cuda_memory_floor (bench_kernels.hpp): the compulsory traffic of an attention call and nothing else,
 // for the benchmarks' floor column (bench/README.md, "Memory floor"). One thread a 16-byte word,
-// 512 threads a block: of the launch shapes bench/tools/copy_floor.cu compared on the H200 (grid-
-// stride loops of 1-16 blocks per SM with 1-4 words in flight a thread, and this one), the fastest
-// or within 1% of it on every ViT cell, single calls and graph replays alike
-// (bench/results/2026-12-01-h200-s16/call2-floors/).
+// 512 threads a block: of the launch shapes compared on the H200 (grid-stride loops of 1-16 blocks
+// per SM with 1-4 words in flight a thread, and this one), the fastest or within 1% of it on every
+// ViT cell, single calls and graph replays alike (docs/design/bandwg.md, "Memory floor").
 #include <cuda_runtime.h>
 
 #include <cstdint>
