@@ -2,7 +2,7 @@
 // for the benchmarks' floor column (bench/README.md, "Memory floor"). One thread a 16-byte word,
 // 512 threads a block: of the launch shapes compared on the H200 (grid-stride loops of 1-16 blocks
 // per SM with 1-4 words in flight a thread, and this one), the fastest or within 1% of it on every
-// ViT cell, single calls and graph replays alike (docs/design/bandwg.md, "Memory floor").
+// ViT cell, single calls and graph replays alike (docs/design/bandwg.md, "the memory floor").
 #include <cuda_runtime.h>
 
 #include <cstdint>
