@@ -515,5 +515,4 @@ void run_cuda(const CudaPlan& plan, const AttentionParams& p) {
   ARIADNE_CHECK(err == cudaSuccess, "cuda: received-attention pass failed: ", cudaGetErrorString(err));
 }
 
-
 }  // namespace ariadne
