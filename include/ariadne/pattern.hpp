@@ -163,6 +163,21 @@ struct Pattern {
     if (r.hi < r.lo) r.hi = r.lo;
     return r;
   }
+  // The transpose of key_range: local queries that may see any key in [k_lo, k_hi) (half-open), a
+  // superset bound, exact for window and chunk. The backward walks it for each key tile.
+  ARIADNE_HD KeyRange query_range(const SeqExtent& e, int64_t k_lo, int64_t k_hi) const {
+    if (k_hi <= k_lo) return KeyRange{0, 0};
+    int64_t p_lo = 0 + e.offset(), p_hi = e.lq + e.offset();  // positions of the sequence's queries
+    if (window_right != kUnbounded) p_lo = max64(p_lo, k_lo - window_right);
+    if (window_left != kUnbounded) p_hi = min64(p_hi, k_hi - 1 + window_left + 1);
+    if (chunk > 0) {
+      p_lo = max64(p_lo, floordiv(k_lo, chunk) * chunk);
+      p_hi = min64(p_hi, (floordiv(k_hi - 1, chunk) + 1) * chunk);
+    }
+    KeyRange r{p_lo - e.offset(), p_hi - e.offset()};
+    if (r.hi < r.lo) r.hi = r.lo;
+    return r;
+  }
   // none: no pair allowed; full: every pair allowed (no element mask needed); else partial.
   // Tiles are clipped to the sequence by the caller (q_hi <= lq, k_hi <= lk).
   ARIADNE_HD TileKind classify(const SeqExtent& e, int64_t q_lo, int64_t q_hi, int64_t k_lo,

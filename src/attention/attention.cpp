@@ -187,10 +187,10 @@ const char* cuda_kernel_name(CudaKernel k) {
   return "?";
 }
 
-namespace {
+namespace detail {
 
-detail::PlanSignature::View view_of(const TensorView& t) {
-  detail::PlanSignature::View v;
+PlanSignature::View view_of(const TensorView& t) {
+  PlanSignature::View v;
   v.defined = t.defined();
   if (!v.defined) return v;
   v.dtype = t.dtype;
@@ -202,8 +202,8 @@ detail::PlanSignature::View view_of(const TensorView& t) {
   return v;
 }
 
-detail::PlanSignature signature_of(const AttentionParams& p) {
-  detail::PlanSignature s;
+PlanSignature signature_of(const AttentionParams& p) {
+  PlanSignature s;
   s.q = view_of(p.q);
   s.k = view_of(p.k);
   s.v = view_of(p.v);
@@ -230,12 +230,12 @@ detail::PlanSignature signature_of(const AttentionParams& p) {
   return s;
 }
 
-bool same_view(const detail::PlanSignature::View& a, const detail::PlanSignature::View& b) {
+bool same_view(const PlanSignature::View& a, const PlanSignature::View& b) {
   return a.defined == b.defined &&
          (!a.defined || (a.dtype == b.dtype && a.device == b.device && a.shape == b.shape && a.stride == b.stride));
 }
 
-std::string view_text(const detail::PlanSignature::View& v) {
+std::string view_text(const PlanSignature::View& v) {
   if (!v.defined) return "not given";
   std::string s = std::string(dtype_name(v.dtype)) + (v.device == Device::cuda ? " cuda [" : " cpu [");
   for (size_t i = 0; i < 3; ++i) s += (i ? ", " : "") + std::to_string(v.shape[i]);
@@ -245,9 +245,9 @@ std::string view_text(const detail::PlanSignature::View& v) {
 }
 
 // Throws naming the first field of p that differs from what the plan was made for.
-void check_matches(const detail::PlanSignature& want, const AttentionParams& p) {
-  const detail::PlanSignature got = signature_of(p);
-  using V = detail::PlanSignature::View;
+void check_matches(const PlanSignature& want, const AttentionParams& p) {
+  const PlanSignature got = signature_of(p);
+  using V = PlanSignature::View;
   const std::pair<const V*, const V*> views[] = {{&want.q, &got.q},           {&want.k, &got.k},
                                                  {&want.v, &got.v},           {&want.out, &got.out},
                                                  {&want.lse, &got.lse},       {&want.entropy, &got.entropy},
@@ -276,7 +276,7 @@ void check_matches(const detail::PlanSignature& want, const AttentionParams& p) 
                 want.order ? "with" : "without", " a token order");
 }
 
-}  // namespace
+}  // namespace detail
 
 Backend AttentionPlan::backend() const { return state().backend; }
 CudaKernel AttentionPlan::cuda_kernel() const { return state().kernel; }
@@ -312,7 +312,7 @@ AttentionPlan plan_attention(const AttentionParams& p, const AttentionOptions& o
   if (backend == Backend::automatic) backend = p.q.device == Device::cuda ? Backend::cuda : Backend::cpu;
   auto state = std::make_shared<detail::PlanState>();
   state->backend = backend;
-  state->signature = signature_of(p);
+  state->signature = detail::signature_of(p);
   std::string why;
   ARIADNE_CHECK(backend_supports(backend, p, &why), "attention: backend '", backend_name(backend), "' cannot run ",
                 describe(p.pattern), ": ", why);
@@ -361,7 +361,7 @@ void run_matched(const detail::PlanState& s, const AttentionParams& p) {
 
 void run(const AttentionPlan& plan, const AttentionParams& p) {
   const detail::PlanState& s = plan.state();
-  check_matches(s.signature, p);
+  detail::check_matches(s.signature, p);
   // Host arrays behind the pattern (and a host order) may differ from the planned ones: the host
   // backends check them again, as they are read anyway.
   if (s.backend != Backend::cuda) validate(p);

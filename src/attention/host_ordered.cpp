@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "ariadne/attention_backward.hpp"
 #include "ariadne/order.hpp"
 #include "attention/backends.hpp"
 
@@ -38,6 +39,19 @@ void scatter_stat(const Buffer& src, const TensorView& dst, const int32_t* order
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < n; ++i) to[h * n + order[i]] = from[h * n + i];
 }
+
+// Logical-order copy of per-row statistics [heads, total] f32: logical column i <- stored order[i].
+Buffer gathered_stat(const TensorView& src, const int32_t* order) {
+  const int64_t heads = src.shape[0], n = src.shape[1];
+  Buffer dst(DType::f32, {heads, n});
+  const float* from = static_cast<const float*>(src.data);
+  float* to = dst.as<float>();
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < n; ++i) to[h * n + i] = from[h * n + order[i]];
+  return dst;
+}
+
+Buffer like(const TensorView& t) { return Buffer(t.dtype, {t.shape[0], t.shape[1], t.shape[2]}); }
 
 }  // namespace
 
@@ -78,6 +92,33 @@ void attention_host_ordered(const AttentionParams& p, void (*run)(const Attentio
   if (p.entropy.defined()) scatter_stat(ent, p.entropy, order);
   if (p.distance.defined()) scatter_stat(dist, p.distance, order);
   if (p.received.defined()) scatter_stat(recv, p.received, order);
+}
+
+void attention_backward_host_ordered(const AttentionParams& p, const AttentionGrads& g,
+                                     void (*run)(const AttentionParams&, const AttentionGrads&)) {
+  const int32_t* order = p.order;
+  const std::vector<int32_t> index(order, order + p.q.shape[0]);
+  AttentionParams lp = p;
+  lp.order = nullptr;
+  const Buffer q = gathered(p.q, index), k = gathered(p.k, index), v = gathered(p.v, index),
+               out = gathered(p.out, index), dout = gathered(g.dout, index), lse = gathered_stat(p.lse, order);
+  lp.q = q.view();
+  lp.k = k.view();
+  lp.v = v.view();
+  lp.out = out.view();
+  lp.lse = lse.view();
+  const Buffer dq = like(g.dq), dk = like(g.dk), dv = like(g.dv);
+  AttentionGrads lg = g;
+  lg.dout = dout.view();
+  lg.dq = dq.view();
+  lg.dk = dk.view();
+  lg.dv = dv.view();
+
+  run(lp, lg);
+
+  scatter_rows(dq, g.dq, order);
+  scatter_rows(dk, g.dk, order);
+  scatter_rows(dv, g.dv, order);
 }
 
 }  // namespace ariadne

@@ -32,6 +32,13 @@ struct PlanSignature {
   int32_t block = 0, block_heads = 0;
 };
 
+PlanSignature::View view_of(const TensorView& t);
+PlanSignature signature_of(const AttentionParams& p);
+bool same_view(const PlanSignature::View& a, const PlanSignature::View& b);
+std::string view_text(const PlanSignature::View& v);
+// Throws naming the first field of p that differs from what the plan was made for.
+void check_matches(const PlanSignature& want, const AttentionParams& p);
+
 struct PlanState {
   Backend backend = Backend::cpu;
   CudaKernel kernel = CudaKernel::automatic;
@@ -40,6 +47,24 @@ struct PlanState {
   PlanSignature signature;
 #if defined(ARIADNE_WITH_CUDA)
   std::shared_ptr<CudaPlan> cuda;
+#endif
+};
+
+#if defined(ARIADNE_WITH_CUDA)
+}  // namespace detail
+struct CudaBackwardPlan;  // src/attention/cuda/backward_cuda.cu
+namespace detail {
+#endif
+
+// What an AttentionBackwardPlan holds (ariadne/attention_backward.hpp).
+struct BackwardPlanState {
+  Backend backend = Backend::cpu;
+  bool deterministic = false;
+  std::string kernel;  // describe(): the CUDA kernel and its tiles; empty on host backends
+  PlanSignature signature;  // the forward's params (out and lse are inputs here)
+  PlanSignature::View dout, dq, dk, dv, dsink;
+#if defined(ARIADNE_WITH_CUDA)
+  std::shared_ptr<CudaBackwardPlan> cuda;
 #endif
 };
 

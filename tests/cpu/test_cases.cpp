@@ -3,10 +3,7 @@
 // diagnostics runs again without received attention, which sends narrow patterns down the stream
 // path (K and V packed per work item into a ring instead of once per call); the arithmetic is the
 // same, so out, LSE, entropy and distance must be bit-identical to the first run.
-//
-// The table itself is compiled here, once per test program (tests/cuda/test_cases_cuda.cpp does
-// the same for the CUDA one): the test executables glob tests/cpu and tests/cuda only.
-#include "cases.cpp"  // NOLINT(bugprone-suspicious-include)
+#include "cases.hpp"
 
 #include <cstdlib>
 #include <cstring>

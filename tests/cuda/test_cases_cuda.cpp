@@ -5,9 +5,7 @@
 // race would show there). Inputs are drawn per process (ARIADNE_TEST_SEED pins them; every failure
 // prints the input seed). Cases the backend declines (f32 inputs, head dims without a kernel, ...)
 // are skipped with its reason.
-//
-// The table itself is compiled here, once per test program (as in tests/cpu/test_cases.cpp).
-#include "cases.cpp"  // NOLINT(bugprone-suspicious-include)
+#include "cases.hpp"
 
 #include <string>
 

@@ -21,13 +21,6 @@ bool fail_why(std::string* why, const std::string& msg) {
   return false;
 }
 
-// cp.async and the epilogue move 16 bytes at a time, so every row start must be 16-byte aligned:
-// the base pointer and the token/head strides (in 2-byte elements) multiples of 8.
-bool rows_aligned(const TensorView& t, int64_t elems) {
-  return reinterpret_cast<uintptr_t>(t.data) % (elems * dtype_size(t.dtype)) == 0 &&
-         t.stride[0] % elems == 0 && t.stride[1] % elems == 0;
-}
-
 template <int D>
 cudaError_t launch_dim(const cuda::FwdParams& fp, DType dtype, bool wide, cudaStream_t st) {
   using namespace cuda;

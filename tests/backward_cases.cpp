@@ -1,0 +1,146 @@
+#include "backward_cases.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+namespace ariadne::testing {
+namespace {
+
+bool has(const Buffer& b) { return b.data() != nullptr; }
+
+Buffer converted(const Buffer& src, DType dt) {
+  Buffer b(dt, src.shape());
+  const TensorView from = src.view(), to = b.view();
+  const int64_t n0 = from.shape[0], n1 = from.shape[1], n2 = from.shape[2];
+  for (int64_t i = 0; i < n0; ++i)
+    for (int64_t j = 0; j < n1; ++j)
+      for (int64_t c = 0; c < n2; ++c) to.set({i, j, c}, from.get({i, j, c}));
+  return b;
+}
+
+// Whether row `row` of head `h` of a [tokens, heads, dim] view is exactly zero.
+bool row_zero(const TensorView& t, int64_t row, int64_t h) {
+  for (int64_t c = 0; c < t.shape[2]; ++c)
+    if (t.get({row, h, c}) != 0.f) return false;
+  return true;
+}
+
+}  // namespace
+
+BackwardCase prepare_backward(const PreparedCase& pc) {
+  const AttnCase& c = pc.c;
+  const int64_t tq = pc.in.total_q;
+  BackwardCase bc;
+  // The forward on the reference, into f32 out and an LSE (the case may ask for none).
+  Buffer out32(DType::f32, {tq, c.heads_q, c.dim});
+  bc.lse = Buffer(DType::f32, {c.heads_q, tq});
+  AttentionParams p = pc.in.params;
+  if (!pc.order.empty()) p.order = pc.order.data();
+  p.out = out32.view();
+  p.lse = bc.lse.view();
+  attention(p, Backend::reference);
+  bc.out = c.f32_out ? std::move(out32) : converted(out32, c.dtype);
+
+  bc.dout = Buffer(c.dtype, {tq, c.heads_q, c.dim});
+  bc.dout.fill_random(pc.seed * 0x9E3779B97F4A7C15ull + 11);
+  bc.dq = Buffer(DType::f32, {tq, c.heads_q, c.dim});
+  bc.dk = Buffer(DType::f32, {pc.in.total_k, c.heads_kv, c.dim});
+  bc.dv = Buffer(DType::f32, {pc.in.total_k, c.heads_kv, c.dim});
+  if (c.sink_mode != SinkMode::none) bc.dsink = Buffer(DType::f32, {c.heads_q});
+  BackwardOutputs ref{std::move(bc.dq), std::move(bc.dk), std::move(bc.dv), std::move(bc.dsink)};
+  attention_backward(backward_params(pc, bc), grads_of(bc, ref), Backend::reference);
+  bc.dq = std::move(ref.dq);
+  bc.dk = std::move(ref.dk);
+  bc.dv = std::move(ref.dv);
+  bc.dsink = std::move(ref.dsink);
+  // docs/numerics.md, "Gradients": twice the forward's tolerance (P and dS are rounded to the
+  // input dtype before their products, as out's P is in the forward).
+  bc.tol = 2 * pc.tol;
+  return bc;
+}
+
+BackwardOutputs poisoned_grads(const PreparedCase& pc, bool f32_grads) {
+  const AttnCase& c = pc.c;
+  const DType dt = f32_grads ? DType::f32 : c.dtype;
+  BackwardOutputs o;
+  o.dq = Buffer(dt, {pc.in.total_q, c.heads_q, c.dim});
+  o.dk = Buffer(dt, {pc.in.total_k, c.heads_kv, c.dim});
+  o.dv = Buffer(dt, {pc.in.total_k, c.heads_kv, c.dim});
+  for (Buffer* b : {&o.dq, &o.dk, &o.dv}) b->fill(std::numeric_limits<float>::quiet_NaN());
+  if (c.sink_mode != SinkMode::none) {
+    o.dsink = Buffer(DType::f32, {c.heads_q});
+    o.dsink.fill(std::numeric_limits<float>::quiet_NaN());
+  }
+  return o;
+}
+
+AttentionParams backward_params(const PreparedCase& pc, const BackwardCase& bc) {
+  AttentionParams p = pc.in.params;
+  if (!pc.order.empty()) p.order = pc.order.data();
+  p.out = bc.out.view();
+  p.lse = bc.lse.view();
+  return p;
+}
+
+AttentionGrads grads_of(const BackwardCase& bc, const BackwardOutputs& o) {
+  AttentionGrads g;
+  g.dout = bc.dout.view();
+  g.dq = o.dq.view();
+  g.dk = o.dk.view();
+  g.dv = o.dv.view();
+  if (has(o.dsink)) g.dsink = o.dsink.view();
+  return g;
+}
+
+void check_grads(const PreparedCase& pc, const BackwardCase& bc, const BackwardOutputs& got) {
+  const AttnCase& c = pc.c;
+  const double tol = std::max(bc.tol, tolerance(got.dq.dtype(), 0));
+  const std::pair<const char*, std::pair<const Buffer*, const Buffer*>> grads[] = {
+      {"dq", {&got.dq, &bc.dq}}, {"dk", {&got.dk, &bc.dk}}, {"dv", {&got.dv, &bc.dv}}};
+  for (const auto& [name, bufs] : grads) {
+    EXPECT_TRUE(close_enough(name, compare(bufs.first->view(), bufs.second->view()), tol));
+    const TensorView g = bufs.first->view(), r = bufs.second->view();
+    for (int64_t row = 0; row < r.shape[0]; ++row)
+      for (int64_t h = 0; h < r.shape[1]; ++h)
+        if (row_zero(r, row, h)) {
+          EXPECT_TRUE(row_zero(g, row, h)) << name << " row " << row << " head " << h << " should be zero";
+        }
+  }
+  if (c.sink_mode != SinkMode::none && has(got.dsink)) {
+    EXPECT_TRUE(close_enough("dsink", compare(got.dsink.view(), bc.dsink.view()), tol));
+  }
+}
+
+bool run_backward_case(const PreparedCase& pc, const BackwardCase& bc, const BackwardBackend& backend,
+                       std::string* why) {
+  SCOPED_TRACE(pc.name + " on " + backend.name + " (input seed " + std::to_string(pc.seed) + ")");
+  BackwardOutputs first = poisoned_grads(pc, backend.f32_grads);
+  if (!backend.run(pc, bc, first, why)) return false;
+  check_grads(pc, bc, first);
+  if (backend.repeat) {
+    BackwardOutputs second = poisoned_grads(pc, backend.f32_grads);
+    EXPECT_TRUE(backend.run(pc, bc, second, why));
+    for (const auto& [a, b] : {std::pair{&first.dq, &second.dq}, {&first.dk, &second.dk}, {&first.dv, &second.dv},
+                               {&first.dsink, &second.dsink}}) {
+      if (!has(*a)) continue;
+      const size_t bytes = size_t(a->numel()) * size_t(dtype_size(a->dtype()));
+      EXPECT_EQ(std::memcmp(a->data(), b->data(), bytes), 0) << "a second run differs from the first";
+    }
+  }
+  return true;
+}
+
+std::vector<AttnCase> backward_cases(int64_t max_tokens) {
+  std::vector<AttnCase> out;
+  for (const AttnCase& c : cases()) {
+    int64_t tq = 0;
+    for (int64_t t : c.tokens_q) tq += t;
+    if (c.diagnostics || tq > max_tokens) continue;
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace ariadne::testing
