@@ -22,7 +22,12 @@
 // kernel keeps "ariadne"); stack cases report "ariadne_wgmma" unless --kernel=tile. Every record
 // names its plan ("plan": AttentionPlan::describe).
 //
-// Usage: bench_attention_cuda [--OVERRIDE=VALUE ...] [cases.json] [id-prefix[,id-prefix...] ...]
+// --backward: the backward instead (attention_backward on each set's forward results, dout random):
+// impl "ariadne_bwd" with "ms_single" the backward alone, "ms_fwdbwd_single" forward + backward and
+// "ms_det_single" the deterministic plan's backward, all single calls as the anchors time theirs
+// (bench/anchors_backward.py); TFLOP/s at 2.5x the forward's FLOPs (five products instead of two).
+//
+// Usage: bench_attention_cuda [--backward] [--OVERRIDE=VALUE ...] [cases.json] [id-prefix[,id-prefix...] ...]
 // Overrides (AttentionOverrides; a case the forced route cannot take fails): --kernel=auto|tile|
 // wgmma|band|bandwg, --tma=on|off, --out-tma=on|off, --pingpong=on|off, --launch-order=tiles|heads,
 // --tile-128-rows=on|off, --band-run=N, --ordered-tiles=on|off, --chunk-pass=on|off.
@@ -44,6 +49,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ariadne/attention.hpp"
+#include "ariadne/attention_backward.hpp"
 #include "ariadne/device.hpp"
 #include "ariadne/order.hpp"
 #include "ariadne/pattern.hpp"
@@ -52,6 +58,8 @@
 namespace {
 
 using namespace ariadne;
+
+bool g_backward = false;  // --backward
 
 // The plan options every case runs with (from the command line).
 AttentionOptions g_options = [] {
@@ -220,6 +228,78 @@ double single_call_ms(cudaStream_t stream, int sets, double rough_ms, F&& call) 
   return median(ms);
 }
 
+// The backward of one case on its buffer sets (params / plans of the forward, one per set): each
+// set's forward runs once for out and lse, then the backward is timed alone, after the forward, and
+// on the deterministic plan.
+nlohmann::json backward_record(const std::string& id, const Pattern& host, int64_t total, DType dt,
+                               const std::vector<AttentionParams>& params, const std::vector<AttentionPlan>& plans,
+                               cudaStream_t stream, std::mt19937_64& rng) {
+  const int sets = int(params.size());
+  const int hq = params[0].heads_q(), hkv = params[0].heads_kv(), d = params[0].head_dim();
+  struct Grads {
+    DeviceBuffer dout, dq, dk, dv, dsink;
+  };
+  std::vector<Grads> grads;
+  std::vector<AttentionGrads> views;
+  std::vector<AttentionBackwardPlan> fast, det;
+  for (int i = 0; i < sets; ++i) {
+    run(plans[size_t(i)], params[size_t(i)]);
+    Grads g{DeviceBuffer(dt, {total, hq, d}), DeviceBuffer(dt, {total, hq, d}), DeviceBuffer(dt, {total, hkv, d}),
+            DeviceBuffer(dt, {total, hkv, d}), {}};
+    fill_random(g.dout, dt, rng);
+    AttentionGrads v;
+    v.dout = g.dout.view();
+    v.dq = g.dq.view();
+    v.dk = g.dk.view();
+    v.dv = g.dv.view();
+    if (params[0].sink_mode != SinkMode::none) {
+      g.dsink = DeviceBuffer(DType::f32, {hq});
+      v.dsink = g.dsink.view();
+    }
+    grads.push_back(std::move(g));
+    views.push_back(v);
+    BackwardOptions o;
+    o.backend = Backend::cuda;
+    fast.push_back(plan_attention_backward(params[size_t(i)], v, o));
+    o.deterministic = true;
+    det.push_back(plan_attention_backward(params[size_t(i)], v, o));
+  }
+  const auto bwd = [&](int i) { run(fast[size_t(i % sets)], params[size_t(i % sets)], views[size_t(i % sets)]); };
+  const auto bwd_det = [&](int i) { run(det[size_t(i % sets)], params[size_t(i % sets)], views[size_t(i % sets)]); };
+  const auto fwd_bwd = [&](int i) {
+    run(plans[size_t(i % sets)], params[size_t(i % sets)]);
+    bwd(i);
+  };
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "event");
+  check(cudaEventCreate(&e1), "event");
+  for (int i = 0; i < 2 * sets; ++i) bwd_det(i);  // warm-up: module load, shared-memory opt-in
+  const double rough = timed_ms(stream, e0, e1, [&] {
+                         for (int i = 0; i < sets; ++i) bwd(i);
+                       }) / sets;
+  check(cudaEventDestroy(e0), "event");
+  check(cudaEventDestroy(e1), "event");
+  const double ms = single_call_ms(stream, sets, rough, bwd);
+  const double ms_fwdbwd = single_call_ms(stream, sets, rough * 1.5, fwd_bwd);
+  const double ms_det = single_call_ms(stream, sets, rough, bwd_det);
+  check(cudaStreamSynchronize(stream), "backward");
+  Counts c;
+  const int heads_counted = host.blocks.defined() ? hq : 1;
+  for (int h = 0; h < heads_counted; ++h) c.pairs += count_pairs(host, total, total, h, 64, 64).pairs;
+  c.pairs *= double(hq) / heads_counted;
+  nlohmann::json r;
+  r["id"] = id;
+  r["impl"] = "ariadne_bwd";
+  r["plan"] = fast[0].describe();
+  r["ms"] = ms;
+  r["ms_single"] = ms;
+  r["ms_fwdbwd_single"] = ms_fwdbwd;
+  r["ms_det_single"] = ms_det;
+  r["tflops"] = 2.5 * 4.0 * d * c.pairs / (ms * 1e-3) / 1e12;
+  r["sets"] = sets;
+  return r;
+}
+
 nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   const std::string id = jc.at("id");
   const int64_t batch = jc.at("batch"), tokens = jc.at("tokens");
@@ -299,6 +379,11 @@ nlohmann::json run_case(const nlohmann::json& jc, std::mt19937_64& rng) {
   std::vector<AttentionPlan> plans;
   for (const AttentionParams& p : params) plans.push_back(plan_attention(p, g_options));
   const auto call = [&](int i) { run(plans[size_t(i % sets)], params[size_t(i % sets)]); };
+  if (g_backward) {
+    nlohmann::json r = backward_record(id, host, total, dt, params, plans, stream, rng);
+    check(cudaStreamDestroy(stream), "stream");
+    return r;
+  }
 
   cudaEvent_t e0, e1;
   check(cudaEventCreate(&e0), "event");
@@ -559,8 +644,10 @@ nlohmann::json run_stack(const nlohmann::json& jc, std::mt19937_64& rng) {
 int main(int argc_in, char** argv_in) {
   try {
     std::vector<char*> args{argv_in[0]};  // the positional arguments; overrides read into g_options
-    for (int i = 1; i < argc_in; ++i)
-      if (!parse_override(argv_in[i])) args.push_back(argv_in[i]);
+    for (int i = 1; i < argc_in; ++i) {
+      if (std::string(argv_in[i]) == "--backward") g_backward = true;
+      else if (!parse_override(argv_in[i])) args.push_back(argv_in[i]);
+    }
     const int argc = int(args.size());
     char** argv = args.data();
     const std::string path = argc > 1 ? argv[1] : "bench/cases.json";
@@ -584,8 +671,9 @@ int main(int argc_in, char** argv_in) {
         }
       }
       if (!wanted) continue;
-      const nlohmann::json r =
-          jc.value("kind", std::string("attention")) == "stack" ? run_stack(jc, rng) : run_case(jc, rng);
+      const bool stack = jc.value("kind", std::string("attention")) == "stack";
+      if (stack && g_backward) continue;  // the stacks' backward: not measured yet
+      const nlohmann::json r = stack ? run_stack(jc, rng) : run_case(jc, rng);
       std::cerr << r.dump() << "\n";
       out.push_back(r);
     }

@@ -5,7 +5,8 @@
 //   - dout drawn fresh from the case's seed; every gradient poisoned with NaN before the run;
 //   - dq, dk, dv and dsink against the reference backward (double, recomputed forward) under the
 //     gradient tolerance: every element written, rel. L2 and max abs as for the forward's out;
-//   - rows of dq whose query sees no key are exactly zero, as are dk, dv rows of keys no query sees;
+//   - rows of dq whose query sees no key (by the pattern's rule) are exactly zero, as are the dk, dv
+//     rows of keys no query sees;
 //   - when the backend asks for it, a second run into fresh gradients is bit-identical to the first.
 #pragma once
 

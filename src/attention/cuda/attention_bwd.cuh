@@ -14,9 +14,9 @@
 //           whole walk (GQA sums the group's heads there) and are stored once.
 //   finish: dq = the accumulator in dq's dtype; dsink reduced from its partials in a fixed order.
 //
-// Deterministic mode orders the dQ additions: the pairs that add into one query tile do so in the
-// order of their key tiles, each waiting on a per-(head, query tile) counter for its rank. CTAs are
-// launched in key-tile order, so a waited-for CTA is always resident or done.
+// Deterministic mode orders the dQ additions: the pairs that add into one query tile do so in
+// descending key-tile order, each waiting on a per-(head, query tile) counter for its rank
+// (bwd_rank). CTAs launch in that order, so a waited-for CTA is always resident or done.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -106,36 +106,37 @@ __device__ __forceinline__ bool bwd_visits(const Pattern& pat, int s, const SeqE
   return pat.block_listed(pat.block_row(s, e, h, qt * kBwdBQ / pat.blocks.block), k_lo / pat.blocks.block);
 }
 
-// The rank of key tile kt among the key tiles that visit query tile qt (deterministic mode). The
-// dense visitors are an interval: its first tile is the first whose unclipped query bound passes
-// q_lo (binary search on a monotone predicate), moved past any tile that sees no query at all.
-// Block-sparse counts the visitors inside the listed blocks before kt.
+// The rank of key tile kt among the key tiles that visit query tile qt (deterministic mode), in
+// descending key-tile order: the tiles add into a query tile from the last to the first. The main
+// kernel walks its query tiles ascending and launches key tiles descending, so along a band
+// (window, chunk) the tile that meets a query tile first adds first and the adds run in lockstep
+// with the walk; a waited-for CTA always has a lower launch index, so it is resident or done. The
+// dense visitors are an interval whose last tile is found by binary search (query_range(t).lo is
+// nondecreasing in t; empty ranges keep their lo), moved below any tile that sees no query at all.
+// Block-sparse counts the visitors inside the listed blocks after kt.
 __device__ inline int bwd_rank(const Pattern& pat, int s, const SeqExtent& e, int h, int64_t kt, int64_t qt) {
-  const int64_t q_lo = qt * kBwdBQ;
+  const int64_t q_hi = (qt + 1) * kBwdBQ;
   const int64_t nkt = (e.lk + kBwdBK - 1) / kBwdBK;
-  const int64_t off = e.offset();
-  auto query_end = [&](int64_t t) {  // query_range(t).hi before clipping to its lo
-    const int64_t k_hi = (t + 1) * kBwdBK < e.lk ? (t + 1) * kBwdBK : e.lk;
-    int64_t p_hi = e.lq + off;
-    if (pat.window_left != kUnbounded) p_hi = Pattern::min64(p_hi, k_hi + pat.window_left);
-    if (pat.chunk > 0) p_hi = Pattern::min64(p_hi, (Pattern::floordiv(k_hi - 1, pat.chunk) + 1) * pat.chunk);
-    return p_hi - off;
+  auto query_lo = [&](int64_t t) {
+    const int64_t k_lo = t * kBwdBK, k_hi = k_lo + kBwdBK < e.lk ? k_lo + kBwdBK : e.lk;
+    return pat.query_range(e, k_lo, k_hi).lo;
   };
-  int64_t lo = 0, hi = nkt;
+  int64_t lo = kt, hi = nkt;  // the first tile past kt whose queries all lie past the tile
   while (lo < hi) {
     const int64_t mid = (lo + hi) / 2;
-    if (query_end(mid) > q_lo) hi = mid; else lo = mid + 1;
+    if (query_lo(mid) >= q_hi) hi = mid; else lo = mid + 1;
   }
-  while (lo < kt && !bwd_visits_dense(pat, e, lo * kBwdBK, qt)) ++lo;
-  if (!pat.blocks.defined()) return int(kt - lo);
+  int64_t last = lo - 1;
+  while (last > kt && !bwd_visits_dense(pat, e, last * kBwdBK, qt)) --last;
+  if (!pat.blocks.defined()) return int(last - kt);
   const int32_t per = pat.blocks.block / kBwdBK;
-  const int64_t row = pat.block_row(s, e, h, q_lo / pat.blocks.block);
+  const int64_t row = pat.block_row(s, e, h, qt * kBwdBQ / pat.blocks.block);
   int rank = 0;
-  for (int32_t i = pat.blocks.row_ptr[row]; i < pat.blocks.row_ptr[row + 1]; ++i)
-    for (int j = 0; j < per; ++j) {
+  for (int32_t i = pat.blocks.row_ptr[row + 1] - 1; i >= pat.blocks.row_ptr[row]; --i)
+    for (int j = per - 1; j >= 0; --j) {
       const int64_t t = int64_t(pat.blocks.col_idx[i]) * per + j;
-      if (t >= kt) return rank;
-      if (t >= lo && bwd_visits_dense(pat, e, t * kBwdBK, qt)) ++rank;
+      if (t <= kt) return rank;
+      if (t <= last && bwd_visits_dense(pat, e, t * kBwdBK, qt)) ++rank;
     }
   return rank;
 }
@@ -210,7 +211,8 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_kernel(const BwdPar
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
   const int kvh = blockIdx.y;
   const int32_t* cuk = pat.cu_seqlens_k != nullptr ? pat.cu_seqlens_k : pat.cu_seqlens_q;
-  const auto [s, kt] = cover_tile<BK>(pat, cuk, blockIdx.x);
+  // Key tiles launch last to first (bwd_rank: the deterministic order waits only on earlier CTAs).
+  const auto [s, kt] = cover_tile<BK>(pat, cuk, int64_t(gridDim.x) - 1 - blockIdx.x);
   const SeqExtent e = pat.seq(s, p.total_q, p.total_k);
   const int64_t k_lo = kt * BK;
   if (k_lo >= e.lk) return;
