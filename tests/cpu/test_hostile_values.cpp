@@ -12,6 +12,7 @@
 #include "ariadne/order.hpp"
 #include "ariadne/shs.hpp"
 #include "ariadne/tensor.hpp"
+#include "common.hpp"
 
 namespace {
 
@@ -19,15 +20,7 @@ using namespace ariadne;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ariadne::testing::error_of;
 
 // Mass recall from NaN oracle masses: `total > 0` is false for NaN and read as a perfect 1.0.
 TEST(HostileValues, MassRecallOfNaNMassesIsNaN) {
