@@ -113,13 +113,8 @@ struct OutTensor {
 };
 
 double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = double(a[i]) - double(ref[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  ARIADNE_CHECK(a.size() == ref.size(), "llm: output of ", a.size(), " values compared with ", ref.size());
+  return relative_l2_error(a.data(), ref.data(), a.size());
 }
 
 // The run's prefill; with keep_previous the estimate's mask also gets key block diag(m) − 1 of
