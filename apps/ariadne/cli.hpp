@@ -169,6 +169,12 @@ void check_memory(const std::string& command, const std::string& option, double 
 // (before any work, rather than after inputs are built).
 void require_cuda_if_asked(const Args& a, const std::string& option);
 
+// Inside a catch block: rethrows the exception in flight with `written` (the output files this run
+// has already written) named in its message, so that a command failing midway says what it left
+// behind; the exception is rethrown unchanged when nothing was written. A UsageError keeps its
+// option and file; a filesystem error or bad_alloc becomes an Error naming its path.
+[[noreturn]] void rethrow_naming_outputs(const std::vector<std::string>& written);
+
 // Edit distance (for "did you mean --tokens?").
 size_t edit_distance(const std::string& a, const std::string& b);
 
