@@ -1,5 +1,5 @@
-// The declared-options framework of cli.hpp: parsing, validation, help.
-#include "cli.hpp"
+// The declared options of cli_options.hpp: parsing and validation.
+#include "cli_options.hpp"
 
 #include <unistd.h>
 
@@ -7,8 +7,6 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <iomanip>
-#include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
