@@ -61,13 +61,13 @@ rm -f "$tmp/pixels.safetensors" "$tmp/out.safetensors"
 msg=$("$ARIADNE" encode --image "$data/image_0.png,$tmp/bad.png" --config small --schedule full \
   --save-pixels "$tmp/pixels.safetensors" --save-output "$tmp/out.safetensors" 2>&1 >/dev/null) \
   && fail "encode with a bad second image succeeded"
-echo "$msg" | grep -q "bad.png" || fail "the bad image's error does not name it: $msg"
+grep -q "bad.png" <<<"$msg" || fail "the bad image's error does not name it: $msg"
 [ ! -e "$tmp/pixels.safetensors" ] && [ ! -e "$tmp/out.safetensors" ] || fail "encode with a bad second image wrote outputs"
 # Every run's output file is checked up front: a directory in the way of the second run's file.
 mkdir -p "$tmp/blocked_full_fused.safetensors"
 msg=$("$ARIADNE" encode --image "$data/image_0.png" --config small --schedule chunk,full --save-output "$tmp/blocked_" \
   2>&1 >/dev/null) && fail "encode with a folder in the way of an output succeeded"
-echo "$msg" | grep -q -- "--save-output.*blocked_full_fused.safetensors" || fail "the error does not name the output: $msg"
+grep -q -- "--save-output.*blocked_full_fused.safetensors" <<<"$msg" || fail "the error does not name the output: $msg"
 
 expect_error "not an image" encode --image "$data/weights.safetensors" --config small --schedule full
 expect_error "not a checkpoint" encode --image "$data/image_0.png" --weights "$data/image_0.png" --schedule full

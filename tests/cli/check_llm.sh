@@ -102,7 +102,7 @@ expect_error "probe tau sweep out of range" "${sweep_args[@]}" --probe-tau-sweep
 expect_error "probe tau sweep not a number" "${sweep_args[@]}" --probe-tau-sweep 0.9,x
 expect_error "probe tau sweep without a list" "${sweep_args[@]}" --probe-tau-sweep
 err=$("$ARIADNE" "${sweep_args[@]}" --probe-tau-sweep 0.9,x 2>&1 >/dev/null) || true
-echo "$err" | grep -q -- "--probe-tau-sweep" || fail "the --probe-tau-sweep error does not name the option: $err"
+grep -q -- "--probe-tau-sweep" <<<"$err" || fail "the --probe-tau-sweep error does not name the option: $err"
 expect_error "probe tau sweep with dense only" llm-probe --gguf "$model" --task passkey --tokens 256 --depth 0.5 \
   --method dense --block 64 --new 1 --probe-tau-sweep 0.9
 # Options are checked before the model is loaded or any run starts, and bounded by the model.

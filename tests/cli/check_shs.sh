@@ -98,7 +98,7 @@ for bad in corrupt nomask samestem; do
   msg=$("$ARIADNE" shs --image "$tmp/img2" --masks "$voc/SegmentationClass" --schedule full --config small --layers 1 \
     --out "$tmp/out2" 2>&1 >/dev/null) || rc=$?
   [ "$rc" -eq 1 ] || fail "shs with a bad second image ($bad) exited $rc, expected 1"
-  echo "$msg" | grep -qF "$want" || fail "shs with a bad second image ($bad): the error does not say '$want': $msg"
+  grep -qF "$want" <<<"$msg" || fail "shs with a bad second image ($bad): the error does not say '$want': $msg"
   [ -z "$(find "$tmp/out2" -type f 2>/dev/null)" ] || fail "shs with a bad second image ($bad) wrote $(find "$tmp/out2" -type f)"
 done
 # A failure after the first image's outputs (a truncated dump of the second image, found when its
@@ -112,8 +112,8 @@ done
 head -c 200 "$tmp/qk/2011_000003/k_1.npy" >"$tmp/qk2/zz_copy/k_1.npy"
 msg=$("$ARIADNE" shs --image "$tmp/img2" --masks "$tmp/masks2" --qk "$tmp/qk2" --grid 12x18 --order block_row \
   --out "$tmp/out2" 2>&1 >/dev/null) && fail "shs with a truncated second dump succeeded"
-echo "$msg" | grep -q "zz_copy/k_1.npy: data size" || fail "the truncated dump's error does not name it: $msg"
-echo "$msg" | grep -q "had already written .* $tmp/out2/2011_000003/received.npy" \
+grep -q "zz_copy/k_1.npy: data size" <<<"$msg" || fail "the truncated dump's error does not name it: $msg"
+grep -q "had already written .* $tmp/out2/2011_000003/received.npy" <<<"$msg" \
   || fail "the error does not name the outputs already written: $msg"
 
 expect_error "no mask source" shs --image "$tmp/img" --qk "$tmp/qk" --grid 12x18 --order block_row
@@ -124,5 +124,5 @@ head -c 200 "$tmp/qk/2011_000003/k_1.npy" > "$tmp/k.npy" && mv "$tmp/k.npy" "$tm
 expect_error "truncated dump" shs --image "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" --grid 12x18 --order block_row
 msg=$("$ARIADNE" shs --image "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" --grid 12x18 \
   --order block_row 2>&1 || true)
-echo "$msg" | grep -q "k_1.npy: data size" || fail "a truncated dump's error does not name the file and the field: $msg"
+grep -q "k_1.npy: data size" <<<"$msg" || fail "a truncated dump's error does not name the file and the field: $msg"
 expect_error "purity out of range" shs --image "$tmp/img" --masks "$voc/SegmentationClass" --schedule full --layers 1 --purity 0.3
