@@ -3,8 +3,9 @@
 //
 // Input: the command line's words separated by NUL bytes. Beyond "no crash": a parse either
 // throws UsageError or yields values that every accessor of their declared type reads back
-// without throwing, inside the declared range or choices. The table has no output folder (those
-// are created while parsing) and no required option (it would end almost every run at once).
+// without throwing, inside the declared range or choices. The table has no output path (parsing
+// creates output folders, and tries a file in the folder of an output file) and no required
+// option (it would end almost every run at once).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -42,8 +43,6 @@ const OptionTable& table() {
       text("mode", "", "bare means 'all'").bare_means("all"),
       path("weights", PathKind::in_file, "an input file"),
       path_list("image", PathKind::in_any, "input files or folders"),
-      path("save", PathKind::out_file, "an output file"),
-      path("prefix", PathKind::out_prefix, "an output prefix"),
       threads_option(),
   };
   return t;

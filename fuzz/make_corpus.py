@@ -250,7 +250,7 @@ def cli_options():
         ["--heatmap-layers", "3"], ["--mode"], ["--mode", "some"], ["--mode", "--json"],
         ["--protect", "sink+diagonal"], ["--protect", "a!b"], ["--name", ""], ["--name", "a b"],
         ["--weights", "/nonexistent/w.safetensors"], ["--weights", "/dev/null"], ["--weights", "/"],
-        ["--image", ".,/"], ["--save", "/"], ["--save", "/nonexistent/dir/out.safetensors"], ["--prefix", "run_"],
+        ["--image", ".,/"], ["--image", "/nonexistent"],
         ["--threads", "100000"], ["--threads", "0"], ["--threads", "16"], ["--tokn", "3"], ["--", "3"], ["-x"],
         ["positional"], ["--tokens", "1", "--tau", "0.5", "--method", "rr,xattn", "--grid", "2x3", "--json"],
     ]
