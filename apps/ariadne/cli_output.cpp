@@ -5,8 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
-#include <new>
 #include <iostream>
+#include <new>
 #include <sstream>
 
 #include "ariadne/device.hpp"
