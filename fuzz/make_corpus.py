@@ -234,6 +234,30 @@ def strings():
         put("schedule", "s%02d" % (len(os.listdir(d)) if os.path.isdir(d) else 0), s)
 
 
+# ---------------------------------------------------------------- CLI command lines
+def cli_options():
+    # fuzz_cli_options: one command line per seed, words separated by NUL bytes, against its table.
+    lines = [
+        [], ["--tokens", "256"], ["--tokens=256"], ["--tokens", "256abc"], ["--tokens"], ["--tokens", "--json"],
+        ["--tokens", "99999999999999999999"], ["--tokens", "-1"], ["--tokens", "1", "--tokens", "2"],
+        ["--heads", "-4"], ["--heads", "4294967298"], ["--ids", "1,2,3"], ["--ids", "1,,3"], ["--ids", ","],
+        ["--tau", "0.9"], ["--tau", "0.9x"], ["--tau", "0"], ["--tau", "nan"], ["--tau", "1e-320"],
+        ["--scale", "inf"], ["--scale", "-1e308"], ["--depth", "0,0.5,1"], ["--depth", "1.5"],
+        ["--json"], ["--json", "no"], ["--json", "false"], ["--json", "maybe"], ["--json=yes"], ["--json="],
+        ["--stage-times", "0"], ["--backend", "cuda"], ["--backend", "gpu"], ["--method", "dense,rr,oracle"],
+        ["--method", "rr,"], ["--grid", "4x8"], ["--grid", "4294967300x8"], ["--grid", "99999999999x8"],
+        ["--grid", "0x8"], ["--grid", "4X8"], ["--grid", "x"], ["--grids", "1x1,4096x4096"],
+        ["--heatmap-layers", "3"], ["--mode"], ["--mode", "some"], ["--mode", "--json"],
+        ["--protect", "sink+diagonal"], ["--protect", "a!b"], ["--name", ""], ["--name", "a b"],
+        ["--weights", "/nonexistent/w.safetensors"], ["--weights", "/dev/null"], ["--weights", "/"],
+        ["--image", ".,/"], ["--image", "/nonexistent"],
+        ["--threads", "100000"], ["--threads", "0"], ["--threads", "16"], ["--tokn", "3"], ["--", "3"], ["-x"],
+        ["positional"], ["--tokens", "1", "--tau", "0.5", "--method", "rr,xattn", "--grid", "2x3", "--json"],
+    ]
+    for i, words in enumerate(lines):
+        put("cli_options", "s%02d" % i, b"\0".join(w.encode() for w in words))
+
+
 def gstr(b):
     return struct.pack("<Q", len(b)) + b
 
@@ -290,6 +314,7 @@ if __name__ == "__main__":
     npys()
     cocos()
     strings()
+    cli_options()
     ggufs()
     total = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(ROOT) for f in fs)
     print(f"corpus: {total} bytes", file=sys.stderr)

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "ariadne/attention.hpp"
+#include "ariadne/error.hpp"
 #include "ariadne/tensor.hpp"
 
 namespace ariadne::testing {
@@ -63,4 +64,21 @@ Diff compare(const TensorView& out, const TensorView& ref);
 // LSE: finite entries within tol·max(1,|ref|) absolute, −inf exactly where the reference has −inf.
 ::testing::AssertionResult lse_close(const TensorView& lse, const TensorView& ref, double tol);
 
+// The message of the ariadne::Error that f() throws, or "(no error)" when it returns: tests check
+// that an error names the file, tensor or field. Any other exception propagates (a test failure).
+inline constexpr const char* kNoError = "(no error)";
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return kNoError;
+}
+
+
 }  // namespace ariadne::testing
+
+// Expects `part` inside the string `msg` (an error message), printing the message when not.
+#define EXPECT_MSG(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)

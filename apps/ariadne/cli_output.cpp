@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <new>
 #include <sstream>
 
 #include "ariadne/device.hpp"
@@ -24,6 +26,26 @@ void check_memory(const std::string& command, const std::string& option, double 
     os << "this run needs about " << std::fixed << std::setprecision(1) << bytes / 1e9
        << " GB of buffers, more than 80% of this machine's " << phys / 1e9 << " GB; lower " << option;
     throw UsageError(os.str(), option);
+  }
+}
+
+void rethrow_naming_outputs(const std::vector<std::string>& written) {
+  if (written.empty()) throw;
+  std::string note = "; this run had already written " + std::to_string(written.size()) + " file(s): ";
+  constexpr size_t kListed = 8;
+  for (size_t i = 0; i < written.size() && i < kListed; ++i) note += (i ? ", " : "") + written[i];
+  if (written.size() > kListed) note += ", ... (" + std::to_string(written.size() - kListed) + " more)";
+  try {
+    throw;
+  } catch (const UsageError& e) {
+    throw UsageError(e.what() + note, e.option(), e.file());
+  } catch (const Error& e) {
+    throw Error(e.what() + note);
+  } catch (const std::filesystem::filesystem_error& e) {
+    const std::string p = e.path1().string();
+    throw Error((p.empty() ? "" : p + ": ") + e.code().message() + note);
+  } catch (const std::bad_alloc&) {
+    throw Error("out of memory: the request is too large for this machine" + note);
   }
 }
 

@@ -2,12 +2,11 @@
 // of DIR/report.md and a record of DIR/report.json.
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include "ariadne/attention.hpp"
 #include "ariadne/device.hpp"
+#include "ariadne/file.hpp"
 #include "cli.hpp"
 #include "demo.hpp"
 
@@ -24,23 +23,14 @@ DemoPart::DemoPart(int rank, const char* key, const char* title, DemoFn run) {
 
 namespace {
 
-// Writes through a temporary file in the same folder, then renames: a failed write (a full disk)
-// neither leaves a truncated report nor destroys an earlier one; it throws naming the file.
+// Atomic (file.hpp): a failed write (a full disk) neither leaves a truncated report nor destroys an
+// earlier one; the error names the file (also as the JSON error's "file").
 void write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    f.flush();
-    if (!f) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw UsageError(path + ": write failed (disk full or not writable)", "", path);
-    }
+  try {
+    write_file_atomic(path, text.data(), text.size());
+  } catch (const Error& e) {
+    throw UsageError(e.what(), "", path);
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw UsageError(path + ": cannot replace the file: " + ec.message(), "", path);
 }
 
 std::string part_keys() {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ariadne/error.hpp"
+#include "ariadne/file.hpp"
 #include "ariadne/safetensors.hpp"
 #include "ariadne/vit.hpp"
 #include "cli.hpp"
@@ -62,31 +63,54 @@ int run_encode(const Args& args) {
   // CUDA: --stage-times no records no event between stages (the total alone, without their overhead).
   base_opt.cuda_stage_times = args.flag("stage-times");
   const bool json = args.json();
+  const bool several = schedule_names.size() * cuda_orders.size() > 1;
   // Every schedule is checked against the configuration now, before weights are loaded or any
-  // image is decoded (a bad second schedule must not cost the first run, nor leave its outputs).
+  // image is decoded (a bad second schedule must not cost the first run, nor leave its outputs),
+  // and so is every output file it will write.
+  auto output_file = [&](const std::string& schedule_name, const std::string& cuda_order) {
+    return several ? save + schedule_name + "_" + cuda_order + ".safetensors" : save;
+  };
   for (const std::string& name : schedule_names) {
+    std::string resolved;
     try {
-      ariadne::vit_schedule(name, preset, window);
+      resolved = ariadne::vit_schedule(name, preset, window).name;
     } catch (const ariadne::Error& e) {
       args.fail("schedule", e.what());
+    }
+    if (!save.empty())
+      for (const std::string& order : cuda_orders) {
+        try {
+          ariadne::check_output_file(output_file(resolved, order));
+        } catch (const ariadne::Error& e) {
+          args.fail("save-output", e.what());
+        }
+      }
+  }
+  if (!save_pixels.empty()) {
+    try {
+      ariadne::check_output_file(save_pixels);
+    } catch (const ariadne::Error& e) {
+      args.fail("save-pixels", e.what());
     }
   }
   ariadne::cli::require_cuda_if_asked(args, "backend");
   if (args.given("threads")) ariadne::set_cpu_threads(args.i32("threads"));
 
+  // Images are decoded before the weights are loaded: a bad image fails in milliseconds.
   auto t0 = Clock::now();
+  std::vector<ariadne::Image> images;
+  for (const auto& f : files) images.push_back(ariadne::read_image(f));
+  const double t_decode = ms_since(t0);
+
+  t0 = Clock::now();
   const ariadne::VitWeights w = weight_files.empty()
                                     ? ariadne::random_vit_weights(preset, seed, float(sink_init))
                                     : ariadne::load_vit_weights(weight_files, preset, float(sink_init));
   const double t_weights = ms_since(t0);
-
-  t0 = Clock::now();
-  std::vector<ariadne::Image> images;
-  for (const auto& f : files) images.push_back(ariadne::read_image(f));
-  const double t_decode = ms_since(t0);
   t0 = Clock::now();
   const ariadne::PixelBatch px = ariadne::preprocess(images, w.config, pre);
   const double t_pre = ms_since(t0);
+  std::vector<std::string> written;  // named by the error of a run that fails after them
   if (!save_pixels.empty()) {  // the encoder's input rows and grids (HF's pixel_values / image_grid_thw layout)
     std::vector<float> thw;  // f32: the writer's dtypes are the float ones
     for (const auto& g : px.grids) thw.insert(thw.end(), {1.f, float(g.h), float(g.w)});
@@ -95,8 +119,8 @@ int run_encode(const Args& args) {
         {{"pixel_values", ariadne::DType::f32, {px.tokens(), px.patch_dim}, px.values.data()},
          {"grid_thw", ariadne::DType::f32, {int64_t(px.grids.size()), 3}, thw.data()}},
         {});
+    written.push_back(save_pixels);
   }
-  const bool several = schedule_names.size() * cuda_orders.size() > 1;
   auto run_one = [&](const std::string& schedule_name, const std::string& cuda_order) -> nlohmann::json {
     const ariadne::Schedule schedule = ariadne::vit_schedule(schedule_name, w.config, window);
     ariadne::EncodeOptions opt = base_opt;
@@ -109,10 +133,12 @@ int run_encode(const Args& args) {
       totals.push_back(again.times.total);
       if (again.times.total < r.times.total) r = std::move(again);
     }
-    if (!save.empty())  // [units, out_hidden] f32 in native order, for comparisons outside
-      ariadne::write_safetensors(several ? save + schedule.name + "_" + cuda_order + ".safetensors" : save,
+    if (!save.empty()) {  // [units, out_hidden] f32 in native order, for comparisons outside
+      ariadne::write_safetensors(output_file(schedule.name, cuda_order),
                                  {{"output", ariadne::DType::f32, {r.units, r.out_hidden}, r.out.data()}},
                                  {{"schedule", schedule.name}, {"weights", w.source}});
+      written.push_back(output_file(schedule.name, cuda_order));
+    }
 
     double sum = 0, abs_sum = 0;
     for (float v : r.out) {
@@ -184,8 +210,12 @@ int run_encode(const Args& args) {
     return nlohmann::json();
   };
   nlohmann::json runs = nlohmann::json::array();
-  for (const auto& name : schedule_names)
-    for (const auto& order : cuda_orders) runs.push_back(run_one(name, order));
+  try {
+    for (const auto& name : schedule_names)
+      for (const auto& order : cuda_orders) runs.push_back(run_one(name, order));
+  } catch (...) {
+    ariadne::cli::rethrow_naming_outputs(written);
+  }
   if (json) ariadne::cli::print_json(several ? nlohmann::json{{"runs", runs}} : runs[0]);
   return 0;
 }

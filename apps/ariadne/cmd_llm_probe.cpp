@@ -81,11 +81,13 @@ int run_qk(const Args& args) {
     }
   }
   if (layer_ids.empty()) args.fail("qk", dir + ": no q_LL.npy file");
-  for (const int l : layer_ids) {
-    char name[32];
-    std::snprintf(name, sizeof name, "/q_%02d.npy", l);
-    if (!fs::is_regular_file(dir + name)) args.fail("layer", dir + name + " is missing or not a regular file");
-  }
+  // Every layer's q and k are there before the first layer is measured.
+  for (const int l : layer_ids)
+    for (const char* kind : {"q", "k"}) {
+      char name[32];
+      std::snprintf(name, sizeof name, "/%s_%02d.npy", kind, l);
+      if (!fs::is_regular_file(dir + name)) args.fail("layer", dir + name + " is missing or not a regular file");
+    }
   if (args.given("threads")) set_cpu_threads(args.i32("threads"));
 
   json layers = json::array();
@@ -150,7 +152,8 @@ int run_qk(const Args& args) {
       json cj = {{"config", m.label()}, {"ms_estimate", ms}, {"density", est.stats.density},
                  {"mass_recall", mm.mass_recall}, {"precision", mm.precision}, {"recall", mm.recall}, {"f1", mm.f1},
                  {"breakdown", breakdown_json(all)}};
-      double err = 0, ms_attn = 0;
+      // Without v nothing is measured: NaN (null in JSON), not an error of 0 in the summary's means.
+      double err = std::nan(""), ms_attn = std::nan("");
       if (with_v) {
         PrefillConfig pc;
         pc.estimate = ec;
@@ -158,12 +161,7 @@ int run_qk(const Args& args) {
           const double t = ariadne::prefill(p, pc).stats.ms_attention;
           ms_attn = i == 0 ? t : std::min(ms_attn, t);
         }
-        double num = 0, den = 0;
-        for (size_t i = 0; i < out.size(); ++i) {
-          num += (double(out[i]) - dense_out[i]) * (double(out[i]) - dense_out[i]);
-          den += double(dense_out[i]) * dense_out[i];
-        }
-        err = den > 0 ? std::sqrt(num / den) : 0;
+        err = relative_l2_error(out.data(), dense_out.data(), out.size());  // NaN (JSON null) when undefined
         cj["ms_attention"] = ms_attn;
         cj["out_rel_err"] = err;
       }

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "ariadne/error.hpp"
+#include "ariadne/file.hpp"
 #include "cli.hpp"
 #include "shs_run.hpp"
 
@@ -37,39 +38,38 @@ int run_shs_command(const Args& a) {
   if (job.masks_dir.empty() == job.coco_file.empty())
     a.fail(job.masks_dir.empty() ? "masks" : "coco", "give exactly one mask source: --masks DIR or --coco FILE");
 
-  ariadne::VitWeights weights;
   job.qk_dir = a.str("qk");
   job.encode.sink_mode = job.sink_mode = ariadne::parse_sink_mode(a.str("sink"));
+  // Encoder source: the configuration and the weights to build once every input is checked.
+  ariadne::VitConfig config;
+  std::vector<std::string> weight_files;
+  ariadne::VitConfig preset;
   if (job.qk_dir.empty()) {
     for (const char* o : {"grid", "order", "merge"})
       if (a.given(o)) a.fail(o, "applies to --qk dumps only");
-    const std::vector<std::string> files = a.strs("weights");
-    const ariadne::VitConfig preset = ariadne::VitConfig::named(a.str("config"));
-    const uint64_t seed = uint64_t(a.i64("seed"));
-    const float sink_init = float(a.real("sink-init"));
+    weight_files = a.strs("weights");
+    preset = ariadne::VitConfig::named(a.str("config"));
     const int64_t depth = a.given("layers") ? a.i64("layers") : 0;
     if (schedule.empty()) a.fail("schedule", "is required with the encoder source (no --qk)");
-    if (depth > 0 && !files.empty()) a.fail("layers", "applies to random weights only");
+    if (depth > 0 && !weight_files.empty()) a.fail("layers", "applies to random weights only");
     job.encode.attention = ariadne::parse_backend(a.str("backend"));
     job.preprocess.min_pixels = a.i64("min-pixels");
     job.preprocess.max_pixels = a.i64("max-pixels");
-    ariadne::VitConfig c = preset;
+    if (job.preprocess.min_pixels > job.preprocess.max_pixels) a.fail("min-pixels", "exceeds --max-pixels");
+    config = preset;
     if (depth > 0) {  // random weights only: a shallower tower for quick looks
-      if (depth > c.depth) a.fail("layers", "exceeds the configuration's " + std::to_string(c.depth) + " layers");
-      c.depth = int(depth);
-      c.full_layers.erase(std::remove_if(c.full_layers.begin(), c.full_layers.end(), [&](int l) { return l >= depth; }),
-                          c.full_layers.end());
+      if (depth > config.depth)
+        a.fail("layers", "exceeds the configuration's " + std::to_string(config.depth) + " layers");
+      config.depth = int(depth);
+      config.full_layers.erase(std::remove_if(config.full_layers.begin(), config.full_layers.end(),
+                                              [&](int l) { return l >= depth; }),
+                               config.full_layers.end());
     }
     try {
-      ariadne::vit_schedule(schedule, c, window);  // checked before the weights are built or loaded
+      ariadne::vit_schedule(schedule, config, window);  // checked before the weights are built or loaded
     } catch (const ariadne::Error& e) {
       a.fail("schedule", e.what());
     }
-    if (a.given("threads")) ariadne::set_cpu_threads(a.i32("threads"));
-    weights = files.empty() ? ariadne::random_vit_weights(c, seed, sink_init)
-                            : ariadne::load_vit_weights(files, preset, sink_init);
-    job.weights = &weights;
-    job.schedule = ariadne::vit_schedule(schedule, weights.config, window);
   } else {
     for (const char* o : {"weights", "config", "seed", "sink-init", "layers", "backend", "min-pixels", "max-pixels"})
       if (a.given(o)) a.fail(o, "applies to the encoder source only (not with --qk)");
@@ -87,27 +87,41 @@ int run_shs_command(const Args& a) {
         a.fail("schedule", e.what());
       }
     }
-    if (a.given("threads")) ariadne::set_cpu_threads(a.i32("threads"));
   }
   const bool json = a.json();
 
   // --image: a folder (every .jpg/.jpeg/.png in name order) or a comma-separated list of files.
-  if (images.size() == 1 && fs::is_directory(images[0])) {
-    for (const auto& e : fs::directory_iterator(images[0])) {
-      std::string ext = e.path().extension().string();
-      std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
-      if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg" || ext == ".png")) job.images.push_back(e.path().string());
+  ariadne::with_path_errors(images[0], "list the images", [&] {
+    if (images.size() == 1 && fs::is_directory(images[0])) {
+      for (const auto& e : fs::directory_iterator(images[0])) {
+        std::string ext = e.path().extension().string();
+        std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+        if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg" || ext == ".png"))
+          job.images.push_back(e.path().string());
+      }
+      std::sort(job.images.begin(), job.images.end());
+      if (job.images.empty()) a.fail("image", images[0] + ": no .jpg, .jpeg or .png file");
+    } else {
+      for (const std::string& f : images)
+        if (fs::is_directory(f)) a.fail("image", f + " is a folder: give one folder, or a list of files");
+      job.images = images;
     }
-    std::sort(job.images.begin(), job.images.end());
-    if (job.images.empty()) a.fail("image", images[0] + ": no .jpg, .jpeg or .png file");
-  } else {
-    for (const std::string& f : images)
-      if (fs::is_directory(f)) a.fail("image", f + " is a folder: give one folder, or a list of files");
-    job.images = images;
-  }
+  });
   if (limit > 0 && int64_t(job.images.size()) > limit) job.images.resize(size_t(limit));
 
-  const ariadne::cli::ShsRunResult r = ariadne::cli::run_shs(job, &std::cerr);
+  // Every image, mask and dump folder is checked before the weights are built and before any
+  // output is written.
+  const ariadne::cli::ShsInputs inputs = ariadne::cli::check_shs_inputs(job);
+  if (a.given("threads")) ariadne::set_cpu_threads(a.i32("threads"));
+  ariadne::VitWeights weights;
+  if (job.qk_dir.empty()) {
+    const float sink_init = float(a.real("sink-init"));
+    weights = weight_files.empty() ? ariadne::random_vit_weights(config, uint64_t(a.i64("seed")), sink_init)
+                                   : ariadne::load_vit_weights(weight_files, preset, sink_init);
+    job.weights = &weights;
+    job.schedule = ariadne::vit_schedule(schedule, weights.config, window);
+  }
+  const ariadne::cli::ShsRunResult r = ariadne::cli::run_shs(job, inputs, &std::cerr);
   if (json) {
     ariadne::cli::print_json(r.json);
     return 0;

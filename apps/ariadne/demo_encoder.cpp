@@ -3,6 +3,8 @@
 #include <cmath>
 #include <iomanip>
 
+#include "ariadne/error.hpp"
+#include "ariadne/estimate.hpp"
 #include "ariadne/flops.hpp"
 #include "ariadne/vit.hpp"
 #include "demo.hpp"
@@ -24,15 +26,6 @@ Image sample_image(int side) {
       im.pixels.push_back(uint8_t(disc ? 40 : 255 * y / side));
     }
   return im;
-}
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
 }
 
 void run_encoder(DemoContext& ctx) {
@@ -67,7 +60,8 @@ void run_encoder(DemoContext& ctx) {
     if (full_out.empty()) full_out = r.out;
     const ScheduleCost cost = schedule_cost(s, px.grids, shape);
     const auto& t = r.times;
-    const double diff = rel_l2(r.out, full_out);
+    ARIADNE_CHECK(r.out.size() == full_out.size(), "demo: the schedules' outputs differ in size");
+    const double diff = relative_l2_error(r.out.data(), full_out.data(), r.out.size());
     md << std::fixed << "| " << name << " | `" << s.letters() << "` | " << r.order_changes << " | "
        << r.attention_backend << " | " << std::setprecision(3) << double(cost.flops) / 1e9 << " | "
        << std::setprecision(1) << t.patch_embed << " | " << t.qkv + t.proj << " | " << t.attention << " | " << t.mlp

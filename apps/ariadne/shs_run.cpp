@@ -5,14 +5,16 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <map>
 #include <memory>
 #include <ostream>
 
 #include "ariadne/error.hpp"
+#include "ariadne/file.hpp"
 #include "ariadne/image.hpp"
 #include "ariadne/mask.hpp"
 #include "ariadne/npy.hpp"
+#include "cli.hpp"
 
 namespace ariadne::cli {
 
@@ -58,36 +60,94 @@ std::vector<int> spread(int n, int k) {
   return out;
 }
 
-}  // namespace
+// A mask must cover its image pixel for pixel.
+void check_size(const std::string& path, const Image& img, int64_t mask_w, int64_t mask_h) {
+  ARIADNE_CHECK(mask_h == img.height && mask_w == img.width, path, ": image is ", img.width, "x", img.height,
+                " but its mask is ", mask_w, "x", mask_h, " (width x height)");
+}
 
-ShsRunResult run_shs(const ShsJob& job, std::ostream* log) {
-  ARIADNE_CHECK(!job.images.empty(), "shs: no image given");
-  ARIADNE_CHECK(job.masks_dir.empty() != job.coco_file.empty(), "shs: give exactly one of --masks DIR and --coco FILE");
+// Images and masks are decoded here and again in the run: a second decode costs far less than
+// encoding, and keeping every image would cost memory.
+std::vector<ShsImageInput> check_images(const ShsJob& job, const CocoDataset& coco) {
+  std::vector<ShsImageInput> out;
+  std::map<std::string, std::string> by_stem;
+  for (const std::string& path : job.images) {
+    ShsImageInput in;
+    in.path = path;
+    in.stem = fs::path(path).stem().string();
+    if (const auto [it, fresh] = by_stem.emplace(in.stem, path); !fresh)
+      detail::fail("shs: images ", it->second, " and ", path, " have the same stem '", in.stem,
+                   "' (masks, dumps and outputs are found by stem)");
+    const Image img = read_image(path);
+    if (!job.masks_dir.empty()) {
+      in.mask_file = find_mask(job.masks_dir, in.stem);
+      const LabelMap mask = read_label_map(in.mask_file);
+      check_size(path, img, mask.width, mask.height);
+    } else {
+      const CocoImage* entry = coco.find_image(path);
+      ARIADNE_CHECK(entry != nullptr, job.coco_file, ": no entry in 'images' for ", path,
+                    " (by file name, base name or stem '", in.stem, "')");
+      in.coco_entry = entry - coco.images.data();
+      check_size(path, img, entry->width, entry->height);
+    }
+    if (!job.qk_dir.empty()) {
+      fs::path dir = fs::path(job.qk_dir) / in.stem;
+      if (!with_path_errors(dir.string(), "read", [&] { return fs::is_directory(dir); })) {
+        ARIADNE_CHECK(job.images.size() == 1, "--qk ", job.qk_dir, ": no folder '", in.stem,
+                      "' (with several images each needs qk_dir/<stem>/q_<layer>.npy ...)");
+        dir = job.qk_dir;
+      }
+      for (const char* f : {"q_0.npy", "k_0.npy"})
+        ARIADNE_CHECK(with_path_errors(dir.string(), "read", [&] { return fs::exists(dir / f); }), dir.string(),
+                      ": no ", f, " (expected q_<layer>.npy and k_<layer>.npy from layer 0)");
+      in.qk_dir = dir.string();
+    }
+    out.push_back(std::move(in));
+  }
+  return out;
+}
+
+void finish_summary(const ShsJob& job, const nlohmann::json& images, ShsRunResult& res) {
   const bool from_encoder = job.weights != nullptr;
-  ARIADNE_CHECK(from_encoder != !job.qk_dir.empty(),
-                "shs: give exactly one attention source: the encoder (--weights / --schedule) or --qk DIR");
-  CocoDataset coco;
-  if (!job.coco_file.empty()) coco = read_coco(job.coco_file);
-  const int patch = from_encoder ? job.weights->config.patch : 14;
-  if (!job.out_dir.empty()) fs::create_directories(job.out_dir);
+  res.json = shs_summary_json(res.summary);
+  res.json["purity"] = job.purity;
+  res.json["images"] = images;
+  res.json["masks"] = job.masks_dir.empty() ? nlohmann::json{{"coco", job.coco_file}}
+                                            : nlohmann::json{{"dir", job.masks_dir}};
+  // Stated at the top level too, so that no reader of the JSON can miss untrained weights.
+  res.json["random_weights"] = from_encoder && job.weights->random;
+  if (from_encoder) {
+    const VitWeights& w = *job.weights;
+    res.json["source"] = {{"kind", "encoder"},
+                          {"weights", w.source},
+                          {"random_weights", w.random},
+                          {"seed", w.random ? nlohmann::json(w.seed) : nlohmann::json()},
+                          {"config", w.config.describe()}};
+    res.json["schedule"] = {{"name", job.schedule.name}, {"letters", job.schedule.letters()}};
+  } else {
+    res.json["source"] = {{"kind", "qk"}, {"dir", job.qk_dir}, {"order", order_name(job.order)}, {"random_weights", false}};
+    res.json["schedule"] = job.schedule.layers.empty()
+                               ? nlohmann::json{{"name", "full (no --schedule)"}}
+                               : nlohmann::json{{"name", job.schedule.name}, {"letters", job.schedule.letters()}};
+  }
+  if (!job.out_dir.empty()) {
+    res.json["files"] = res.files;
+    const std::string text = res.json.dump(2) + "\n";
+    write_file_atomic((fs::path(job.out_dir) / "summary.json").string(), text.data(), text.size());
+  }
+}
 
-  ShsRunResult res;
+void run_images(const ShsJob& job, const ShsInputs& inputs, int patch, std::ostream* log, ShsRunResult& res) {
+  const bool from_encoder = job.weights != nullptr;
   std::unique_ptr<ShsAccumulator> acc;
   nlohmann::json images = nlohmann::json::array();
-  std::string diag_backend;
-  for (const std::string& path : job.images) {
-    const std::string stem = fs::path(path).stem().string();
+  for (const ShsImageInput& input : inputs.images) {
+    const std::string& path = input.path;
+    const std::string& stem = input.stem;
     const Image img = read_image(path);
-    LabelMap mask;
-    if (!job.masks_dir.empty()) {
-      mask = read_label_map(find_mask(job.masks_dir, stem));
-    } else {
-      const CocoImage* ci = coco.find_by_stem(stem);
-      ARIADNE_CHECK(ci != nullptr, job.coco_file, ": no entry in 'images' whose file_name has the stem '", stem, "'");
-      mask = coco_label_map(coco, *ci);
-    }
-    ARIADNE_CHECK(mask.height == img.height && mask.width == img.width, path, ": image is ", img.width, "x",
-                  img.height, " but its mask is ", mask.width, "x", mask.height, " (width x height)");
+    const LabelMap mask = input.coco_entry >= 0 ? coco_label_map(inputs.coco, inputs.coco.images[size_t(input.coco_entry)])
+                                                : read_label_map(input.mask_file);
+    check_size(path, img, mask.width, mask.height);
 
     std::vector<LayerDiag> diags;
     Grid grid;
@@ -110,12 +170,7 @@ ShsRunResult run_shs(const ShsJob& job, std::ostream* log) {
     } else {
       grid = job.grid;
       const TokenOrder order = make_order(job.order, {grid}, job.merge, job.window_units);
-      fs::path dir = fs::path(job.qk_dir) / stem;
-      if (!fs::is_directory(dir)) {
-        ARIADNE_CHECK(job.images.size() == 1, "--qk ", job.qk_dir, ": no folder '", stem,
-                      "' (with several images each needs qk_dir/<stem>/q_<layer>.npy ...)");
-        dir = job.qk_dir;
-      }
+      const fs::path dir = input.qk_dir;
       for (int l = 0;; ++l) {
         const fs::path qf = dir / ("q_" + std::to_string(l) + ".npy"), kf = dir / ("k_" + std::to_string(l) + ".npy"),
                        sf = dir / ("sink_" + std::to_string(l) + ".npy");
@@ -169,7 +224,7 @@ ShsRunResult run_shs(const ShsJob& job, std::ostream* log) {
     }
     if (!job.out_dir.empty()) {
       const fs::path d = fs::path(job.out_dir) / stem;
-      fs::create_directories(d);
+      prepare_output_dir(d.string());
       std::vector<float> all;
       for (const LayerDiag& ld : diags) all.insert(all.end(), ld.received.begin(), ld.received.end());
       write_npy((d / "received.npy").string(), all.data(), {layers, heads, grid.tokens()});
@@ -203,34 +258,38 @@ ShsRunResult run_shs(const ShsJob& job, std::ostream* log) {
   }
 
   res.summary = acc->summary();
-  res.json = shs_summary_json(res.summary);
-  res.json["purity"] = job.purity;
-  res.json["images"] = images;
-  res.json["masks"] = job.masks_dir.empty() ? nlohmann::json{{"coco", job.coco_file}}
-                                            : nlohmann::json{{"dir", job.masks_dir}};
-  // Stated at the top level too, so that no reader of the JSON can miss untrained weights.
-  res.json["random_weights"] = from_encoder && job.weights->random;
-  if (from_encoder) {
-    const VitWeights& w = *job.weights;
-    res.json["source"] = {{"kind", "encoder"},
-                          {"weights", w.source},
-                          {"random_weights", w.random},
-                          {"seed", w.random ? nlohmann::json(w.seed) : nlohmann::json()},
-                          {"config", w.config.describe()}};
-    res.json["schedule"] = {{"name", job.schedule.name}, {"letters", job.schedule.letters()}};
-  } else {
-    res.json["source"] = {{"kind", "qk"}, {"dir", job.qk_dir}, {"order", order_name(job.order)}, {"random_weights", false}};
-    res.json["schedule"] = job.schedule.layers.empty()
-                               ? nlohmann::json{{"name", "full (no --schedule)"}}
-                               : nlohmann::json{{"name", job.schedule.name}, {"letters", job.schedule.letters()}};
-  }
-  if (!job.out_dir.empty()) {
-    res.json["files"] = res.files;
-    std::ofstream f(fs::path(job.out_dir) / "summary.json");
-    f << res.json.dump(2) << "\n";
-    ARIADNE_CHECK(f.good(), job.out_dir, "/summary.json: write error");
+  finish_summary(job, images, res);
+}
+
+}  // namespace
+
+ShsInputs check_shs_inputs(const ShsJob& job) {
+  ARIADNE_CHECK(!job.images.empty(), "shs: no image given");
+  ARIADNE_CHECK(job.masks_dir.empty() != job.coco_file.empty(), "shs: give exactly one of --masks DIR and --coco FILE");
+  ShsInputs in;
+  if (!job.coco_file.empty()) in.coco = read_coco(job.coco_file);
+  in.images = check_images(job, in.coco);
+  return in;
+}
+
+ShsRunResult run_shs(const ShsJob& job, const ShsInputs& inputs, std::ostream* log) {
+  const bool from_encoder = job.weights != nullptr;
+  ARIADNE_CHECK(from_encoder != !job.qk_dir.empty(),
+                "shs: give exactly one attention source: the encoder (--weights / --schedule) or --qk DIR");
+  ARIADNE_CHECK(inputs.images.size() == job.images.size(), "shs: the checked inputs are not this job's");
+  const int patch = from_encoder ? job.weights->config.patch : 14;
+  if (!job.out_dir.empty()) prepare_output_dir(job.out_dir);
+  ShsRunResult res;
+  try {
+    run_images(job, inputs, patch, log, res);
+  } catch (...) {
+    std::vector<std::string> written;
+    for (const std::string& f : res.files) written.push_back((fs::path(job.out_dir) / f).string());
+    rethrow_naming_outputs(written);
   }
   return res;
 }
+
+ShsRunResult run_shs(const ShsJob& job, std::ostream* log) { return run_shs(job, check_shs_inputs(job), log); }
 
 }  // namespace ariadne::cli

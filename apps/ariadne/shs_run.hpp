@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ariadne/mask.hpp"
 #include "ariadne/shs.hpp"
 #include "ariadne/vit.hpp"
 
@@ -46,6 +47,29 @@ struct ShsRunResult {
   std::vector<std::string> files;  // written files (relative to out_dir)
 };
 
+// One image's inputs, found and checked before the run.
+struct ShsImageInput {
+  std::string path, stem;
+  std::string mask_file;     // --masks: <stem>.png or <stem>.npy
+  int64_t coco_entry = -1;   // --coco: its index in ShsInputs::coco.images (CocoDataset::find_image)
+  std::string qk_dir;        // --qk: the folder of its dumps
+};
+struct ShsInputs {
+  CocoDataset coco;  // the parsed --coco file (empty with --masks)
+  std::vector<ShsImageInput> images;
+};
+
+// Every input of every image of `job` (its images, masks_dir or coco_file, and qk_dir; not the
+// weights), checked before the encoder runs or any file is written, so that a bad second image
+// cannot leave the first one's outputs behind: stems are unique (masks, dumps and outputs are
+// found by stem), each image decodes, its mask exists and has the image's size, its dump folder
+// has q_0.npy and k_0.npy. Throws ariadne::Error naming the file.
+ShsInputs check_shs_inputs(const ShsJob& job);
+
+// Runs the job on checked inputs. The outputs are written as each image finishes; a failure after
+// some were written names them in its message (rethrow_naming_outputs, cli.hpp).
+ShsRunResult run_shs(const ShsJob& job, const ShsInputs& inputs, std::ostream* log);
+// check_shs_inputs, then the run.
 ShsRunResult run_shs(const ShsJob& job, std::ostream* log);
 
 }  // namespace ariadne::cli

@@ -258,6 +258,11 @@ struct MaskMetrics {
 // scores are the true masses; its mask is the ground-truth block set at its τ.
 MaskMetrics compare_to_oracle(const BlockMask& mask, const EstimateResult& oracle);
 
+// ‖out − ref‖₂ / ‖ref‖₂ over n values (sums in double): the output error of a sparse attention
+// run against dense. NaN when it has no meaning: a NaN or infinity in either input, or an
+// all-zero `ref` (0/0, or any error against nothing); never a clean-looking 0.
+double relative_l2_error(const float* out, const float* ref, size_t n);
+
 // One point of a τ sweep: the estimator's mask and the oracle's mask, both selected anew at `tau`.
 struct TauSweepPoint {
   double tau = 0;

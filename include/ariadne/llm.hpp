@@ -84,7 +84,8 @@ struct LayerTrace {
   std::vector<double> mass_recall_per_head;  // [heads]
   std::vector<double> f1_per_head;           // [heads]
   std::vector<MaskBreakdown> breakdown_per_head;  // [heads]: where the mask differs from the oracle's
-  double out_rel_err = 0;                    // ‖o − o_dense‖₂ / ‖o_dense‖₂ on this layer's q/k/v
+  // ‖o − o_dense‖₂ / ‖o_dense‖₂ on this layer's q/k/v (relative_l2_error: NaN when undefined)
+  double out_rel_err = 0;
   std::vector<LayerTrace> probes;            // one per PrefillOptions::probes entry
   // A probe's trace with PrefillOptions::probe_tau_sweep: its scores and its oracle's block masses
   // selected anew at each τ of the list (tau_sweep, estimate.hpp), in the list's order.
@@ -128,7 +129,8 @@ struct PrefillTrace {
 class LlamaModel {
  public:
   // Reads the configuration and dequantizes every weight. Throws ariadne::Error naming the file
-  // and key/tensor when something is missing or of the wrong shape.
+  // and key/tensor when something is missing or of the wrong shape, or when a dequantized weight
+  // is NaN or infinite (a NaN block scale, for one).
   static LlamaModel from_gguf(const GgufFile& file);
   const LlamaConfig& config() const { return cfg_; }
   // Where the forward pass runs: Backend::cpu (the default) or Backend::cuda (see above; throws
@@ -136,6 +138,11 @@ class LlamaModel {
   void set_backend(Backend b);
   Backend backend() const;
 
+  // The positions of one sequence are bounded by config().context (when the file states one):
+  // prefill, decode and generate throw ariadne::Error saying so for a longer request, generate
+  // before any work (the prompt plus n_new). Logits with a NaN or an infinity throw naming the
+  // step (prefill, or decode at its position) instead of reaching argmax.
+  //
   // Runs the prompt (fills the KV cache, replacing any earlier one) and returns the logits of its
   // last position [vocab]. trace (optional) receives the per-layer measurements.
   std::vector<float> prefill(const std::vector<int32_t>& tokens, const PrefillOptions& options,

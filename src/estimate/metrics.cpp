@@ -78,6 +78,18 @@ MaskMetrics compare_to_truth(const BlockMask& mask, const BlockMask& truth, cons
 
 }  // namespace
 
+double relative_l2_error(const float* out, const float* ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = double(out[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  // `den > 0` is false for NaN: without this test a NaN reference read as error 0.
+  if (!std::isfinite(num) || !std::isfinite(den) || !(den > 0)) return std::numeric_limits<double>::quiet_NaN();
+  return std::sqrt(num / den);
+}
+
 MaskMetrics compare_to_oracle(const BlockMask& mask, const EstimateResult& oracle) {
   return compare_to_truth(mask, oracle.mask, oracle);
 }

@@ -34,13 +34,34 @@ int positive_int(const GgufFile& f, const std::string& key) {
   return int(v);
 }
 
-// Dequantizes a weight and checks its GGUF dims ({inner, outer} for a matrix).
+// A dequantized weight must be finite: one NaN or infinity (a NaN block scale poisons its whole
+// block) turns every logit it reaches into NaN, and argmax over NaN logits would answer token 0.
+// The check costs one pass over values that dequantization has just written.
+void check_finite_weight(const GgufFile& f, const std::string& name, const std::vector<float>& v) {
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i]))
+      detail::fail(f.path(), ": tensor '", name, "': element ", i, " is ", v[i],
+                   " after dequantization (a NaN or infinite value or block scale), expected finite weights");
+}
+
+// Dequantizes a weight and checks its GGUF dims ({inner, outer} for a matrix) and its values.
 std::vector<float> load(const GgufFile& f, const std::string& name, std::vector<int64_t> dims) {
   const GgufTensor& t = f.tensor(name);
   ARIADNE_CHECK(t.dims == dims, f.path(), ": tensor '", name, "': dims ", t.dims.size(), "-d [",
                 t.dims[0], t.dims.size() > 1 ? ", " + std::to_string(t.dims[1]) : std::string(), "], expected [",
                 dims[0], dims.size() > 1 ? ", " + std::to_string(dims[1]) : std::string(), "]");
-  return f.to_float(t);
+  std::vector<float> v = f.to_float(t);
+  check_finite_weight(f, name, v);
+  return v;
+}
+
+// Finite weights can still overflow on the way (huge norms or activations): logits with a NaN or
+// an infinity are refused, naming the step, rather than handed to argmax.
+void check_finite_logits(const std::vector<float>& logits, const std::string& step) {
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!std::isfinite(logits[i]))
+      detail::fail("llm: the output logits of ", step, " are not finite (the logit of token ", i, " is ", logits[i],
+                   "): an activation overflowed f32 on the way; check the model's weights");
 }
 
 TensorView view3(float* p, int64_t n, int64_t h, int64_t d) { return make_view(p, DType::f32, {n, h, d}); }
@@ -113,13 +134,8 @@ struct OutTensor {
 };
 
 double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = double(a[i]) - double(ref[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  ARIADNE_CHECK(a.size() == ref.size(), "llm: output of ", a.size(), " values compared with ", ref.size());
+  return relative_l2_error(a.data(), ref.data(), a.size());
 }
 
 // The run's prefill; with keep_previous the estimate's mask also gets key block diag(m) − 1 of
@@ -420,6 +436,7 @@ LlamaModel LlamaModel::from_gguf(const GgufFile& f) {
 
   const int64_t D = c.dim, Q = int64_t(c.heads) * c.head_dim, KV = int64_t(c.kv_heads) * c.head_dim, F = c.ffn;
   m.embed_ = f.to_float(emb);
+  check_finite_weight(f, "token_embd.weight", m.embed_);
   m.out_norm_ = load(f, "output_norm.weight", {D});
   if (!c.tied) m.out_ = load(f, "output.weight", {D, c.vocab});
   for (int l = 0; l < c.layers; ++l) {
@@ -549,6 +566,9 @@ std::vector<float> LlamaModel::prefill(const std::vector<int32_t>& tokens, const
                                        PrefillTrace* trace) {
   ARIADNE_CHECK(!tokens.empty(), "llm prefill: empty prompt");
   ARIADNE_CHECK(tokens.size() < size_t(1) << 30, "llm prefill: ", tokens.size(), " tokens is too many");
+  ARIADNE_CHECK(cfg_.context <= 0 || int64_t(tokens.size()) <= cfg_.context, "llm prefill: the prompt has ",
+                tokens.size(), " tokens, more than the model's context of ", cfg_.context,
+                " (llama.context_length)");
   const auto t0 = Clock::now();
   const int64_t n = int64_t(tokens.size()), D = cfg_.dim;
   std::vector<float> h(size_t(n * D));
@@ -563,6 +583,8 @@ std::vector<float> LlamaModel::prefill(const std::vector<int32_t>& tokens, const
   if (trace != nullptr) *trace = PrefillTrace{};
   run_layers(h.data(), n, &options, trace);
   std::vector<float> logits = logits_of(h.data() + (n - 1) * D);  // waits for the GPU on its path
+  check_finite_logits(logits,
+                      "the prefill of " + std::to_string(n) + " tokens (position " + std::to_string(n - 1) + ")");
   if (trace != nullptr) {
     trace->ms_total = ms_since(t0);
     double d = 0;
@@ -576,15 +598,26 @@ std::vector<float> LlamaModel::decode(int32_t token) {
   ARIADNE_CHECK(cached_ > 0, "llm decode: no prompt was prefilled");
   ARIADNE_CHECK(token >= 0 && token < cfg_.vocab, "llm decode: token id ", token, " is outside the vocabulary of ",
                 cfg_.vocab);
+  ARIADNE_CHECK(cfg_.context <= 0 || cached_ < cfg_.context, "llm decode: position ", cached_,
+                " is beyond the model's context of ", cfg_.context, " tokens (llama.context_length)");
+  const int64_t pos = cached_;
   std::vector<float> h(embed_.begin() + int64_t(token) * cfg_.dim, embed_.begin() + int64_t(token + 1) * cfg_.dim);
   run_layers(h.data(), 1, nullptr, nullptr);
-  return logits_of(h.data());
+  std::vector<float> logits = logits_of(h.data());
+  check_finite_logits(logits, "the decode step at position " + std::to_string(pos) + " (token " +
+                                  std::to_string(token) + ")");
+  return logits;
 }
 
 std::vector<int32_t> LlamaModel::generate(const std::vector<int32_t>& prompt, int n_new, const PrefillOptions& options,
                                           PrefillTrace* trace, int32_t stop) {
+  ARIADNE_CHECK(n_new >= 0, "llm generate: ", n_new, " new tokens asked, expected 0 or more");
+  // The whole request against the context before any work: the prompt and every new token.
+  ARIADNE_CHECK(cfg_.context <= 0 || int64_t(prompt.size()) + n_new <= cfg_.context, "llm generate: the prompt's ",
+                prompt.size(), " tokens + ", n_new, " new tokens exceed the model's context of ", cfg_.context,
+                " tokens (llama.context_length)");
   std::vector<int32_t> out;
-  if (n_new <= 0) return out;
+  if (n_new == 0) return out;
   std::vector<float> logits = prefill(prompt, options, trace);
   for (int i = 0; i < n_new; ++i) {
     const int32_t t = argmax(logits);

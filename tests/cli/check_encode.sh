@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `ariadne encode`: the HF parity pair through the CLI (tokens, grids, shape, weights not random),
-# random weights reported as such, the output file, argument errors.
+# random weights reported as such, the output files (none written when an input is bad), argument
+# errors.
 source "$(dirname "$0")/lib.sh"
 data="$(cd "$(dirname "$0")/../data/vit" && pwd)"
 tmp=$(mktemp -d)
@@ -54,5 +55,19 @@ expect_error "bad cuda order" encode --image "$data/image_0.png" --config small 
 if ! nvidia-smi -L >/dev/null 2>&1; then
   expect_error "cuda path without a GPU" encode --image "$data/image_0.png" --config small --schedule full --backend cuda
 fi
+# A bad second image fails before the weights are loaded and before any output is written.
+printf 'not an image' >"$tmp/bad.png"
+rm -f "$tmp/pixels.safetensors" "$tmp/out.safetensors"
+msg=$("$ARIADNE" encode --image "$data/image_0.png,$tmp/bad.png" --config small --schedule full \
+  --save-pixels "$tmp/pixels.safetensors" --save-output "$tmp/out.safetensors" 2>&1 >/dev/null) \
+  && fail "encode with a bad second image succeeded"
+grep -q "bad.png" <<<"$msg" || fail "the bad image's error does not name it: $msg"
+[ ! -e "$tmp/pixels.safetensors" ] && [ ! -e "$tmp/out.safetensors" ] || fail "encode with a bad second image wrote outputs"
+# Every run's output file is checked up front: a directory in the way of the second run's file.
+mkdir -p "$tmp/blocked_full_fused.safetensors"
+msg=$("$ARIADNE" encode --image "$data/image_0.png" --config small --schedule chunk,full --save-output "$tmp/blocked_" \
+  2>&1 >/dev/null) && fail "encode with a folder in the way of an output succeeded"
+grep -q -- "--save-output.*blocked_full_fused.safetensors" <<<"$msg" || fail "the error does not name the output: $msg"
+
 expect_error "not an image" encode --image "$data/weights.safetensors" --config small --schedule full
 expect_error "not a checkpoint" encode --image "$data/image_0.png" --weights "$data/image_0.png" --schedule full

@@ -29,8 +29,8 @@ assert abs(a["vs_full"] - ratio) < 1e-9, a["vs_full"]
 
 # Human output is a table that names every schedule.
 out=$("$ARIADNE" flops --side 896 --schedule full,ariadne)
-echo "$out" | grep -q "ariadne" || fail "table lacks the ariadne row"
-echo "$out" | grep -q "11.00T" || fail "table lacks the 11.00T figure"
+grep -q "ariadne" <<<"$out" || fail "table lacks the ariadne row"
+grep -q "11.00T" <<<"$out" || fail "table lacks the 11.00T figure"
 
 expect_error "bad side" flops --side 450
 expect_error "non-numeric side" flops --side big

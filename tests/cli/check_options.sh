@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The declared option tables (apps/ariadne/cli.hpp): --help of every command, unknown options,
-# missing values, strict numbers and booleans, range-checked narrowing, bounded sizes, checks before
-# any work, and --json errors as one JSON object on stdout.
+# The declared option tables (apps/ariadne/cli_options.hpp): --help of every command, unknown
+# options, missing values, strict numbers and booleans, range-checked narrowing, bounded sizes,
+# checks before any work, and --json errors as one JSON object on stdout.
 source "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -14,7 +14,7 @@ expect_message() {
   local err rc=0
   err=$("$ARIADNE" "$@" 2>&1 >/dev/null) || rc=$?
   [ "$rc" -eq 1 ] || fail "$what: 'ariadne $*' exited $rc, expected 1 (stderr: $err)"
-  echo "$err" | grep -qF -- "$text" || fail "$what: 'ariadne $*' does not say '$text' (got: $err)"
+  grep -qF -- "$text" <<<"$err" || fail "$what: 'ariadne $*' does not say '$text' (got: $err)"
 }
 
 # ---- help ----
@@ -23,7 +23,7 @@ expect_message() {
 cmp -s "$tmp/help" "$tmp/help2" || fail "ariadne help and ariadne --help differ"
 commands=$(sed -n 's/^  \([a-z][a-z-]*\)  .*/\1/p' "$tmp/help")
 for c in attn demo encode flops llm llm-probe orders prefill rf schedule shs; do
-  echo "$commands" | grep -qx "$c" || fail "ariadne --help does not list '$c' (got: $commands)"
+  grep -qx "$c" <<<"$commands" || fail "ariadne --help does not list '$c' (got: $commands)"
 done
 # Each command's --help exits 0, prints its usage and lists every option it declares (a sample
 # of each command's own options, and --json everywhere).
@@ -42,9 +42,9 @@ declare -A sample=(
 )
 for c in $commands; do
   out=$("$ARIADNE" "$c" --help) || fail "ariadne $c --help exited non-zero"
-  echo "$out" | grep -q "^usage: ariadne $c " || fail "ariadne $c --help prints no usage line"
+  grep -q "^usage: ariadne $c " <<<"$out" || fail "ariadne $c --help prints no usage line"
   for o in --json ${sample[$c]:-}; do
-    echo "$out" | grep -qE -- "^  $o( |\$)" || fail "ariadne $c --help does not list $o"
+    grep -qE -- "^  $o( |\$)" <<<"$out" || fail "ariadne $c --help does not list $o"
   done
   "$ARIADNE" help "$c" | cmp -s - <(echo "$out") || fail "ariadne help $c differs from ariadne $c --help"
 done
@@ -56,7 +56,7 @@ expect_message "unknown option" "unknown option --tokenz for 'attn'; did you mea
 expect_message "unknown option elsewhere" "unknown option --sidez for 'flops'" flops --sidez 448
 rc=0
 err=$("$ARIADNE" atn --tokens 4 2>&1 >/dev/null) || rc=$?
-[ "$rc" -eq 2 ] && echo "$err" | grep -qF "unknown command 'atn'; did you mean 'attn'?" \
+[ "$rc" -eq 2 ] && grep -qF "unknown command 'atn'; did you mean 'attn'?" <<<"$err" \
   || fail "unknown command: exit $rc, $err"
 expect_message "missing value" "option --tokens needs a value" attn --tokens
 expect_message "missing value before an option" "option --tokens needs a value" attn --tokens --heads 2
@@ -82,7 +82,7 @@ expect_message "bad bool" "option --json: expected yes, no, true, false, 1 or 0,
 expect_message "bad bool value" "option --metrics: expected yes, no" prefill --metrics 2
 expect_message "bad choice" "option --sink: expected one of none, denominator, key0, got 'sinks'" attn --sink sinks
 out=$("$ARIADNE" attn --tokens 64 --heads 2 --dim 64 --repeat 1 --json false) || fail "--json false failed"
-echo "$out" | grep -q "^attention full" || fail "--json false printed JSON or nothing: $out"
+grep -q "^attention full" <<<"$out" || fail "--json false printed JSON or nothing: $out"
 "$ARIADNE" attn --tokens 64 --heads 2 --dim 64 --repeat 1 --json=yes | python3 -c 'import json, sys; json.load(sys.stdin)' \
   || fail "--json=yes is not JSON"
 

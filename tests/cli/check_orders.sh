@@ -26,7 +26,7 @@ assert d["order"][:8] == [0, 1, 8, 9, 16, 17, 24, 25], d["order"]
 ' || fail "block_col 4x8 positions are wrong"
 
 out=$("$ARIADNE" orders --grid 4x8 --order raster)
-echo "$out" | grep -q "31" || fail "the grid picture lacks position 31"
+grep -q "31" <<<"$out" || fail "the grid picture lacks position 31"
 
 "$ARIADNE" schedule --json --preset ariadne | python3 -c '
 import json, sys
@@ -53,4 +53,4 @@ expect_error "unknown preset" schedule --preset ariadne2
 expect_error "parse error" schedule --spec "4x(RRZ)"
 expect_error "preset and spec" schedule --preset full --spec RRR
 msg=$("$ARIADNE" schedule --spec "4x(RRZ)" 2>&1 || true)
-echo "$msg" | grep -q "position 6" || fail "parse error does not name position 6 (got: $msg)"
+grep -q "position 6" <<<"$msg" || fail "parse error does not name position 6 (got: $msg)"

@@ -29,7 +29,7 @@ assert d["start"] == [0, 0] and d["reached"][0][0] == 0, d["start"]
 ' || fail "--start is not honoured"
 
 out=$("$ARIADNE" rf --grid 10x14 --window 4 --schedule RRRRCCC)
-echo "$out" | grep -q '\*' || fail "the picture lacks the start mark"
+grep -q '\*' <<<"$out" || fail "the picture lacks the start mark"
 
 expect_error "start outside" rf --grid 10x14 --start 10,0
 expect_error "bad start" rf --grid 10x14 --start 5

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `ariadne shs` on q/k dumps with planted heads (FG-, BG-attending and uniform) over a real VOC
-# photo and mask of labelme-examples, in block_row token order; then argument and file errors.
+# photo and mask of labelme-examples, in block_row token order; then bad second images (nothing
+# written, or the written files named), argument and file errors.
 source "$(dirname "$0")/lib.sh"
 
 voc=/usr/share/doc/labelme-examples/examples/instance_segmentation/data_dataset_voc
@@ -83,6 +84,38 @@ assert d["per_head"][0][0] > 0.9 and d["per_head_auroc"][0][1] < 0.1, d["per_hea
 assert d["masks"]["coco"].endswith("annotations.json") and "sink_allocation" in d
 ' || fail "COCO masks do not reproduce the planted specialists"
 
+# Every image is checked before any output is written: a corrupt second image, a second image
+# without a mask, or two images with one stem fail with nothing in --out.
+for bad in corrupt nomask samestem; do
+  rm -rf "$tmp/img2" "$tmp/out2" && mkdir -p "$tmp/img2"
+  cp "$voc/JPEGImages/2011_000003.jpg" "$tmp/img2/"
+  case $bad in
+    corrupt) printf 'not a JPEG' >"$tmp/img2/zz_bad.jpg"; want="zz_bad.jpg" ;;
+    nomask) cp "$voc/JPEGImages/2011_000003.jpg" "$tmp/img2/zz_nomask.jpg"; want="no mask for image 'zz_nomask'" ;;
+    samestem) cp "$tmp/img2/2011_000003.jpg" "$tmp/img2/2011_000003.jpeg"; want="have the same stem '2011_000003'" ;;
+  esac
+  rc=0
+  msg=$("$ARIADNE" shs --image "$tmp/img2" --masks "$voc/SegmentationClass" --schedule full --config small --layers 1 \
+    --out "$tmp/out2" 2>&1 >/dev/null) || rc=$?
+  [ "$rc" -eq 1 ] || fail "shs with a bad second image ($bad) exited $rc, expected 1"
+  grep -qF "$want" <<<"$msg" || fail "shs with a bad second image ($bad): the error does not say '$want': $msg"
+  [ -z "$(find "$tmp/out2" -type f 2>/dev/null)" ] || fail "shs with a bad second image ($bad) wrote $(find "$tmp/out2" -type f)"
+done
+# A failure after the first image's outputs (a truncated dump of the second image, found when its
+# layer is read) names the files already written.
+rm -rf "$tmp/img2" "$tmp/out2" "$tmp/masks2" "$tmp/qk2" && mkdir -p "$tmp/img2" "$tmp/masks2" "$tmp/qk2"
+for stem in 2011_000003 zz_copy; do
+  cp "$voc/JPEGImages/2011_000003.jpg" "$tmp/img2/$stem.jpg"
+  cp "$voc/SegmentationClass/2011_000003.npy" "$tmp/masks2/$stem.npy"
+  cp -r "$tmp/qk/2011_000003" "$tmp/qk2/$stem"
+done
+head -c 200 "$tmp/qk/2011_000003/k_1.npy" >"$tmp/qk2/zz_copy/k_1.npy"
+msg=$("$ARIADNE" shs --image "$tmp/img2" --masks "$tmp/masks2" --qk "$tmp/qk2" --grid 12x18 --order block_row \
+  --out "$tmp/out2" 2>&1 >/dev/null) && fail "shs with a truncated second dump succeeded"
+grep -q "zz_copy/k_1.npy: data size" <<<"$msg" || fail "the truncated dump's error does not name it: $msg"
+grep -q "had already written .* $tmp/out2/2011_000003/received.npy" <<<"$msg" \
+  || fail "the error does not name the outputs already written: $msg"
+
 expect_error "no mask source" shs --image "$tmp/img" --qk "$tmp/qk" --grid 12x18 --order block_row
 expect_error "grid mismatch" shs --image "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" --grid 12x16 --order block_row
 expect_error "schedule order mismatch" shs --image "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" \
@@ -91,5 +124,5 @@ head -c 200 "$tmp/qk/2011_000003/k_1.npy" > "$tmp/k.npy" && mv "$tmp/k.npy" "$tm
 expect_error "truncated dump" shs --image "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" --grid 12x18 --order block_row
 msg=$("$ARIADNE" shs --image "$tmp/img" --masks "$voc/SegmentationClass" --qk "$tmp/qk" --grid 12x18 \
   --order block_row 2>&1 || true)
-echo "$msg" | grep -q "k_1.npy: data size" || fail "a truncated dump's error does not name the file and the field: $msg"
+grep -q "k_1.npy: data size" <<<"$msg" || fail "a truncated dump's error does not name the file and the field: $msg"
 expect_error "purity out of range" shs --image "$tmp/img" --masks "$voc/SegmentationClass" --schedule full --layers 1 --purity 0.3

@@ -13,5 +13,5 @@ expect_error() {
   local err rc=0
   err=$("$ARIADNE" "$@" 2>&1 >/dev/null) || rc=$?
   [ "$rc" -eq 1 ] || fail "$what: 'ariadne $*' exited $rc, expected 1"
-  echo "$err" | grep -q "error" || fail "$what: 'ariadne $*' printed no error message (got: $err)"
+  grep -q "error" <<<"$err" || fail "$what: 'ariadne $*' printed no error message (got: $err)"
 }

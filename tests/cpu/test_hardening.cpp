@@ -10,20 +10,13 @@
 #include "ariadne/mask.hpp"
 #include "ariadne/pattern.hpp"
 #include "ariadne/schedule.hpp"
+#include "common.hpp"
 
 namespace {
 
 using namespace ariadne;
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ariadne::testing::error_of;
 
 // images[].width · height overflowed int64 (signed overflow) before the size limit was checked.
 TEST(Hardening, CocoHugeImageSizeIsRejectedWithoutOverflow) {

@@ -30,23 +30,14 @@
 #include "ariadne/mask.hpp"
 #include "ariadne/npy.hpp"
 #include "ariadne/safetensors.hpp"
+#include "common.hpp"
 
 namespace {
 
 using namespace ariadne;
 namespace fs = std::filesystem;
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-#define EXPECT_MSG(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
+using ariadne::testing::error_of;
 
 // A fresh folder per test, removed afterwards.
 struct TempDir {

@@ -23,22 +23,13 @@
 #include "ariadne/safetensors.hpp"
 #include "ariadne/schedule.hpp"
 #include "ariadne/tensor.hpp"
+#include "common.hpp"
 
 namespace {
 
 using namespace ariadne;
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-#define EXPECT_MSG(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
+using ariadne::testing::error_of;
 
 constexpr int64_t k2p62 = int64_t(1) << 62;
 

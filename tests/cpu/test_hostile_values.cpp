@@ -6,12 +6,14 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "ariadne/error.hpp"
 #include "ariadne/estimate.hpp"
 #include "ariadne/order.hpp"
 #include "ariadne/shs.hpp"
 #include "ariadne/tensor.hpp"
+#include "common.hpp"
 
 namespace {
 
@@ -19,15 +21,7 @@ using namespace ariadne;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ariadne::testing::error_of;
 
 // Mass recall from NaN oracle masses: `total > 0` is false for NaN and read as a perfect 1.0.
 TEST(HostileValues, MassRecallOfNaNMassesIsNaN) {
@@ -122,6 +116,22 @@ TEST(HostileValues, HeatmapsRefuseHugeCellsAndDrawNaN) {
   const Image h = heatmap_grid(bg, received.data(), 2, Grid{2, 2}, 3, 2);
   EXPECT_EQ(h.channels, 3);
   EXPECT_GT(h.width, 0);
+}
+
+
+// The output error of a sparse run against dense (`llm-probe --qk`, the Llama traces): a NaN or
+// all-zero dense output read as error 0 (`den > 0 ? … : 0`); it is NaN, the JSON's null.
+TEST(HostileValues, RelativeErrorAgainstNaNOrZeroReferenceIsNaN) {
+  const std::vector<float> ref = {1, -2, 2}, out = {1, -2, 2.5f}, zero = {0, 0, 0};
+  EXPECT_DOUBLE_EQ(relative_l2_error(out.data(), ref.data(), 3), 0.5 / 3);
+  EXPECT_EQ(relative_l2_error(ref.data(), ref.data(), 3), 0);
+  const std::vector<float> nan_ref = {1, kNaN, 2}, inf_out = {1, std::numeric_limits<float>::infinity(), 2};
+  EXPECT_TRUE(std::isnan(relative_l2_error(out.data(), nan_ref.data(), 3)));
+  EXPECT_TRUE(std::isnan(relative_l2_error(nan_ref.data(), ref.data(), 3)));
+  EXPECT_TRUE(std::isnan(relative_l2_error(inf_out.data(), ref.data(), 3)));
+  EXPECT_TRUE(std::isnan(relative_l2_error(zero.data(), zero.data(), 3)));  // 0/0
+  EXPECT_TRUE(std::isnan(relative_l2_error(out.data(), zero.data(), 3)));   // an error against nothing
+  EXPECT_TRUE(std::isnan(relative_l2_error(out.data(), ref.data(), 0)));    // no values
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "ariadne/llm.hpp"
 #include "workloads/llm_tasks.hpp"
 #include "ariadne/tokenizer.hpp"
+#include "common.hpp"
 
 namespace ariadne {
 namespace {
@@ -26,8 +28,10 @@ struct Tiny {
   GgufFile file;
 };
 
-// Random weights; matrices Q4_1 / Q8_0 / F16 so each decoder is exercised, norms F32.
-std::vector<uint8_t> tiny_llama_bytes(bool with_output) {
+// Random weights; matrices Q4_1 / Q8_0 / F16 so each decoder is exercised, norms F32. `edit`
+// (optional) changes the encoded tensors before they are written (a NaN scale, huge norms).
+using TensorEdit = std::function<void(std::vector<GgufWriterTensor>&)>;
+std::vector<uint8_t> tiny_llama_bytes(bool with_output, uint32_t context = 2048, const TensorEdit& edit = {}) {
   std::mt19937_64 rng(21);
   std::normal_distribution<float> nd(0.f, 0.25f);
   auto vals = [&](int64_t n, float scale, float shift) {
@@ -55,9 +59,10 @@ std::vector<uint8_t> tiny_llama_bytes(bool with_output) {
     add(p + "ffn_up.weight", {kDim, kFfn}, GgmlType::f16, vals(kDim * kFfn, 0.5f, 0));
     add(p + "ffn_down.weight", {kFfn, kDim}, GgmlType::q4_1, vals(kFfn * kDim, 0.5f, 0));
   }
+  if (edit) edit(ts);
   return gguf_serialize({{"general.architecture", gguf_str("llama")},
                          {"llama.block_count", gguf_u32(kLayers)},
-                         {"llama.context_length", gguf_u32(2048)},
+                         {"llama.context_length", gguf_u32(context)},
                          {"llama.embedding_length", gguf_u32(kDim)},
                          {"llama.feed_forward_length", gguf_u32(kFfn)},
                          {"llama.attention.head_count", gguf_u32(kHeads)},
@@ -524,6 +529,60 @@ TEST(Llm, RefusesBadModels) {
   po.method.dense = true;
   EXPECT_THROW(m.prefill({}, po), Error);
   EXPECT_THROW(m.prefill({kVocab}, po), Error);
+}
+
+GgufWriterTensor& tensor_named(std::vector<GgufWriterTensor>& ts, const std::string& name) {
+  for (GgufWriterTensor& t : ts)
+    if (t.name == name) return t;
+  throw std::logic_error("no tensor " + name);
+}
+
+// A NaN block scale made every logit NaN, and argmax over NaN logits answered token 0: the model
+// now refuses the weight at load, naming the tensor and the element.
+TEST(Llm, NaNBlockScaleIsRefusedNamingTheTensor) {
+  for (const char* name : {"blk.1.attn_v.weight", "token_embd.weight"}) {  // both Q8_0: an f16 scale per 32 values
+    const std::vector<uint8_t> bytes = tiny_llama_bytes(false, 2048, [&](std::vector<GgufWriterTensor>& ts) {
+      std::vector<uint8_t>& b = tensor_named(ts, name).bytes;
+      b[34] = 0x00, b[35] = 0x7e;  // the second block's scale: f16 NaN (0x7e00, little-endian)
+    });
+    const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "nan.gguf");
+    const std::string msg = testing::error_of([&] { (void)LlamaModel::from_gguf(f); });
+    EXPECT_MSG(msg, std::string("nan.gguf: tensor '") + name + "': element 32 is nan");
+  }
+}
+
+// Finite weights that overflow on the way (output norm weights of 1e38) give infinite or NaN
+// logits: an error naming the step, never a token.
+TEST(Llm, NonFiniteLogitsAreAnErrorNamingTheStep) {
+  const std::vector<uint8_t> bytes = tiny_llama_bytes(false, 2048, [](std::vector<GgufWriterTensor>& ts) {
+    const std::vector<float> huge(size_t(kDim), 1e38f);
+    tensor_named(ts, "output_norm.weight").bytes = ggml_quantize(GgmlType::f32, huge.data(), kDim);
+  });
+  LlamaModel m = LlamaModel::from_gguf(GgufFile::parse(bytes.data(), bytes.size(), "huge.gguf"));
+  PrefillOptions po;
+  po.method.dense = true;
+  const std::string msg = testing::error_of([&] { (void)m.generate({1, 2, 3}, 4, po); });
+  EXPECT_MSG(msg, "llm: the output logits of the prefill of 3 tokens (position 2) are not finite");
+}
+
+// The library bounds a sequence by the model's context (the CLI checked it alone): prefill,
+// decode and generate refuse to go beyond llama.context_length, generate before any work.
+TEST(Llm, RequestsBeyondTheContextAreRefused) {
+  const std::vector<uint8_t> bytes = tiny_llama_bytes(false, 8);
+  LlamaModel m = LlamaModel::from_gguf(GgufFile::parse(bytes.data(), bytes.size(), "ctx8.gguf"));
+  ASSERT_EQ(m.config().context, 8);
+  PrefillOptions po;
+  po.method.dense = true;
+  const std::vector<int32_t> six = {1, 2, 3, 4, 5, 6};
+  EXPECT_MSG(testing::error_of([&] { (void)m.generate(six, 3, po); }),
+             "llm generate: the prompt's 6 tokens + 3 new tokens exceed the model's context of 8 tokens");
+  EXPECT_EQ(m.cached(), 0);  // refused before the prefill
+  EXPECT_EQ(m.generate(six, 2, po).size(), 2u);  // 6 + 2 fits exactly
+  EXPECT_MSG(testing::error_of([&] { (void)m.generate(six, -1, po); }), "-1 new tokens asked");
+  EXPECT_MSG(testing::error_of([&] { (void)m.prefill(std::vector<int32_t>(9, 1), po); }),
+             "llm prefill: the prompt has 9 tokens, more than the model's context of 8");
+  (void)m.prefill(std::vector<int32_t>(8, 1), po);
+  EXPECT_MSG(testing::error_of([&] { (void)m.decode(1); }), "llm decode: position 8 is beyond the model's context of 8");
 }
 
 TEST(Llm, RetrievalTasksAndScoring) {

@@ -1,5 +1,5 @@
-// The declared-options framework of cli.hpp: parsing, validation, help.
-#include "cli.hpp"
+// The declared options of cli_options.hpp: parsing and validation.
+#include "cli_options.hpp"
 
 #include <unistd.h>
 
@@ -7,11 +7,11 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <iomanip>
-#include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+
+#include "ariadne/file.hpp"
 
 namespace ariadne::cli {
 namespace {
@@ -73,6 +73,16 @@ std::pair<int, int> parse_grid_value(const std::string& option, const std::strin
   return {int(h), int(w)};
 }
 
+// Runs a check of file.hpp; its Error (which names the path) becomes the option's UsageError.
+template <class F>
+void as_option_error(const std::string& option, const std::string& path, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    throw UsageError("option " + option + ": " + e.what(), option, path);
+  }
+}
+
 // Checks one path value up front: inputs exist and are regular files (never a FIFO: reading one
 // blocks) or folders; output folders are created now and must be writable; output files need a
 // writable folder and must not be folders.
@@ -105,11 +115,7 @@ void check_path(const std::string& option, PathKind kind, const std::string& p) 
       return;
     case PathKind::out_dir:
       if (exists && !fs::is_directory(st)) bad("exists and is not a folder");
-      if (!exists) {
-        fs::create_directories(p, ec);
-        if (ec) bad("cannot create the folder: " + ec.message());
-      }
-      if (::access(p.c_str(), W_OK) != 0) bad("the folder is not writable");
+      as_option_error(option, p, [&] { prepare_output_dir(p, true); });
       return;
     case PathKind::out_file:
     case PathKind::out_prefix: {
@@ -118,7 +124,12 @@ void check_path(const std::string& option, PathKind kind, const std::string& p) 
       if (parent.empty()) parent = ".";
       const fs::file_status ps = fs::status(parent, ec);
       if (ec || !fs::is_directory(ps)) bad("its folder " + parent.string() + " does not exist");
-      if (::access(parent.c_str(), W_OK) != 0) bad("its folder " + parent.string() + " is not writable");
+      // The writers' own checks (file.hpp): a file can be created in the folder, and an existing
+      // output is a regular file.
+      as_option_error(option, p, [&] {
+        if (kind == PathKind::out_file) check_output_file(p);
+        else prepare_output_dir(parent.string(), false);
+      });
       return;
     }
   }
