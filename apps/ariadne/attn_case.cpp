@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "ariadne/attention_backward.hpp"
 #include "ariadne/device.hpp"
 #include "ariadne/flops.hpp"
 #include "cli.hpp"
@@ -17,13 +18,35 @@ double now_ms() {
   return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
 }
 
+// max |a - ref| / max |ref| and ‖a - ref‖₂ / ‖ref‖₂ over every element (a non-finite a counts
+// as an infinite difference).
+struct Errors {
+  double max_rel = 0, rel_l2 = 0;
+};
+Errors errors_of(const TensorView& a, const TensorView& ref) {
+  double num = 0, den = 0, max_abs = 0, ref_max = 0;
+  const int64_t n0 = ref.shape[0], n1 = ref.rank > 1 ? ref.shape[1] : 1, n2 = ref.rank > 2 ? ref.shape[2] : 1;
+  for (int64_t t = 0; t < n0; ++t)
+    for (int64_t h = 0; h < n1; ++h)
+      for (int64_t c = 0; c < n2; ++c) {
+        const double o = ref.rank == 1 ? a.get({t}) : a.get({t, h, c}), e = ref.rank == 1 ? ref.get({t}) : ref.get({t, h, c});
+        num += (o - e) * (o - e);
+        den += e * e;
+        max_abs = std::max(max_abs, std::isfinite(o) ? std::abs(o - e) : INFINITY);
+        ref_max = std::max(ref_max, std::abs(e));
+      }
+  return {max_abs / std::max(ref_max, 1e-30), std::sqrt(num / std::max(den, 1e-300))};
+}
+
 }  // namespace
 
 void check_attn_memory(const AttnCase& c) {
   const double rows = double(c.tokens) * double(c.batch);
   const double elems = rows * double(c.dim) * (2.0 * double(c.heads) + 2.0 * double(c.kv_heads));
-  const double bytes = elems * double(dtype_size(c.dtype)) + rows * double(c.heads) * 4.0 +
-                       (c.check != "no" ? rows * double(c.heads) * double(c.dim) * 4.0 : 0.0);
+  double bytes = elems * double(dtype_size(c.dtype)) + rows * double(c.heads) * 4.0 +
+                 (c.check != "no" ? rows * double(c.heads) * double(c.dim) * 4.0 : 0.0);
+  // The backward: dout, dq, dk, dv in the input dtype and, checked, the reference's f32 gradients.
+  if (c.backward) bytes += elems * double(dtype_size(c.dtype)) + (c.check != "no" ? elems * 4.0 : 0.0);
   check_memory("attn", "--tokens", bytes);
 }
 
@@ -136,20 +159,81 @@ nlohmann::json run_attn_case(const AttnCase& c) {
     r.out = ref.view();
     r.lse = TensorView{};
     attention(r, Backend::reference);
-    double num = 0, den = 0, max_abs = 0, ref_max = 0;
-    const TensorView ov = out.view(), rv = ref.view();
-    for (int64_t t = 0; t < total; ++t)
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t c = 0; c < dim; ++c) {
-          const double o = ov.get({t, h, c}), e = rv.get({t, h, c});
-          num += (o - e) * (o - e);
-          den += e * e;
-          max_abs = std::max(max_abs, std::isfinite(o) ? std::abs(o - e) : INFINITY);
-          ref_max = std::max(ref_max, std::abs(e));
-        }
-    j["max_rel_err"] = max_abs / std::max(ref_max, 1e-30);
-    j["rel_l2"] = std::sqrt(num / std::max(den, 1e-300));
+    const Errors e = errors_of(out.view(), ref.view());
+    j["max_rel_err"] = e.max_rel;
+    j["rel_l2"] = e.rel_l2;
   }
+  if (!c.backward) return j;
+
+  // ---- the backward on the forward's out and lse, dout seeded ----
+  Buffer hdout(dtype, {total, heads, dim});
+  hdout.fill_random(uint64_t(seed) * 3 + 4);
+  AttentionGrads g;
+  Buffer gq(dtype, {total, heads, dim}), gk(dtype, {total, kv_heads, dim}), gv(dtype, {total, kv_heads, dim}),
+      gs(DType::f32, {heads});
+  DeviceBuffer ddout, ddq, ddk, ddv, ddsink;
+  if (backend == Backend::cuda) {
+    ddout = DeviceBuffer::from_host(hdout);
+    ddq = DeviceBuffer(dtype, {total, heads, dim});
+    ddk = DeviceBuffer(dtype, {total, kv_heads, dim});
+    ddv = DeviceBuffer(dtype, {total, kv_heads, dim});
+    ddsink = DeviceBuffer(DType::f32, {heads});
+    g.dout = ddout.view();
+    g.dq = ddq.view();
+    g.dk = ddk.view();
+    g.dv = ddv.view();
+    if (sink_mode != SinkMode::none) g.dsink = ddsink.view();
+  } else {
+    g.dout = hdout.view();
+    g.dq = gq.view();
+    g.dk = gk.view();
+    g.dv = gv.view();
+    if (sink_mode != SinkMode::none) g.dsink = gs.view();
+  }
+  BackwardOptions bo;
+  bo.backend = backend;
+  bo.deterministic = c.deterministic;
+  const AttentionBackwardPlan plan = plan_attention_backward(run, g, bo);
+  ariadne::run(plan, run, g);  // warm-up
+  if (backend == Backend::cuda) cuda_synchronize();
+  std::vector<double> bt;
+  for (int64_t rep = 0; rep < reps; ++rep) {
+    const double t0 = now_ms();
+    ariadne::run(plan, run, g);
+    if (backend == Backend::cuda) cuda_synchronize();
+    bt.push_back(now_ms() - t0);
+  }
+  std::sort(bt.begin(), bt.end());
+  const double bms = bt[bt.size() / 2];
+  if (backend == Backend::cuda) {
+    gq = ddq.to_host();
+    gk = ddk.to_host();
+    gv = ddv.to_host();
+    if (sink_mode != SinkMode::none) gs = ddsink.to_host();
+  }
+  nlohmann::json b = {{"ms", bms}, {"gflops", 2.5 * 4.0 * double(pairs) * double(dim) / (bms * 1e6)},
+                      {"deterministic", plan.deterministic()}, {"plan", plan.describe()}, {"checked", do_check}};
+  if (do_check) {
+    // The reference backward on the host copies of out and lse.
+    Buffer rq(DType::f32, {total, heads, dim}), rk(DType::f32, {total, kv_heads, dim}),
+        rv(DType::f32, {total, kv_heads, dim}), rs(DType::f32, {heads});
+    AttentionParams r = host;
+    AttentionGrads rg;
+    rg.dout = hdout.view();
+    rg.dq = rq.view();
+    rg.dk = rk.view();
+    rg.dv = rv.view();
+    if (sink_mode != SinkMode::none) rg.dsink = rs.view();
+    attention_backward(r, rg, Backend::reference);
+    const std::pair<const char*, std::pair<const Buffer*, const Buffer*>> grads[] = {
+        {"dq", {&gq, &rq}}, {"dk", {&gk, &rk}}, {"dv", {&gv, &rv}}, {"dsink", {&gs, &rs}}};
+    for (const auto& [name, bufs] : grads) {
+      if (std::string(name) == "dsink" && sink_mode == SinkMode::none) continue;
+      const Errors e = errors_of(bufs.first->view(), bufs.second->view());
+      b[name] = {{"max_rel_err", e.max_rel}, {"rel_l2", e.rel_l2}};
+    }
+  }
+  j["backward"] = b;
   return j;
 }
 

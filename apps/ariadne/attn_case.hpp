@@ -20,13 +20,17 @@ struct AttnCase {
   int64_t reps = 5;
   uint64_t seed = 1;
   std::string check = "auto";  // auto: check when the reference costs at most ~1 GFLOP
+  bool backward = false;       // also time the backward (attention_backward) and check its gradients
+  bool deterministic = false;  // the backward's deterministic mode (CUDA)
 };
 
 // Throws a UsageError naming --tokens when the case's buffers (inputs, output and, when checked,
 // the reference) would exceed the machine's physical memory.
 void check_attn_memory(const AttnCase& c);
 
-// Runs the case; returns {backend, tokens, ..., ms, pairs, gflops, checked, max_rel_err, rel_l2}.
+// Runs the case; returns {backend, tokens, ..., ms, pairs, gflops, checked, max_rel_err, rel_l2},
+// with "backward": {ms, gflops (at 2.5x the forward's FLOPs), deterministic, checked, and per
+// gradient dq/dk/dv/dsink its max_rel_err and rel_l2} when the case asks for the backward.
 nlohmann::json run_attn_case(const AttnCase& c);
 
 }  // namespace ariadne::cli

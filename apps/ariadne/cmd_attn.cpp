@@ -4,6 +4,7 @@
 //   ariadne attn --tokens 4096 --heads 16 --kv-heads 16 --dim 80 --pattern window:64,64
 //                [--batch 1] [--sink none|denominator|key0] [--sink-value 0.5] [--dtype f32|bf16|f16]
 //                [--backend cpu|reference|cuda] [--repeat 5] [--seed 1] [--check auto|yes|no] [--json]
+//                [--backward [--deterministic]]
 #include <iostream>
 #include <limits>
 
@@ -28,6 +29,9 @@ int run_attn(const Args& a) {
   c.reps = a.i64("repeat");
   c.seed = uint64_t(a.i64("seed"));
   c.check = a.str("check");
+  c.backward = a.flag("backward");
+  c.deterministic = a.flag("deterministic");
+  if (c.deterministic && !c.backward) a.fail("deterministic", "applies to the backward: add --backward");
   if (c.tokens * c.batch >= (int64_t(1) << 31))
     a.fail("tokens", "tokens x batch = " + std::to_string(c.tokens * c.batch) + " exceeds 2^31 packed rows");
   if (c.heads % c.kv_heads != 0) a.fail("kv-heads", "must divide --heads");
@@ -48,6 +52,15 @@ int run_attn(const Args& a) {
               << ", relative L2 = " << j["rel_l2"].get<double>() << "\n";
   else
     std::cout << "  (not checked against the reference: --check yes to force)\n";
+  if (c.backward) {
+    const nlohmann::json& b = j["backward"];
+    std::cout << "backward (" << b["plan"].get<std::string>() << ")\n  " << b["ms"].get<double>() << " ms (median of "
+              << c.reps << "), " << b["gflops"].get<double>() << " GFLOP/s at 2.5x the forward's FLOPs\n";
+    for (const char* name : {"dq", "dk", "dv", "dsink"})
+      if (b.contains(name))
+        std::cout << "  " << name << ": max |g-ref| / max|ref| = " << b[name]["max_rel_err"].get<double>()
+                  << ", relative L2 = " << b[name]["rel_l2"].get<double>() << "\n";
+  }
   return 0;
 }
 
@@ -67,7 +80,9 @@ const Command reg{"attn", "one attention call on random inputs: time and error v
                    integer("repeat", 5, 1, 100000, "timed calls (the median is reported)"),
                    integer("seed", 1, 0, int64_t(1) << 62, "input seed"),
                    choice("check", "auto", {"auto", "yes", "no"},
-                          "compare with the exact reference (auto: when it costs at most ~1 GFLOP)")},
+                          "compare with the exact reference (auto: when it costs at most ~1 GFLOP)"),
+                   boolean("backward", false, "also time the backward and check its gradients against the reference"),
+                   boolean("deterministic", false, "the backward's bitwise-reproducible mode (CUDA)")},
                   run_attn};
 
 }  // namespace

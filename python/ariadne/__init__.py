@@ -74,7 +74,8 @@ from ._ariadne import (
 __all__ = [
     "BlockMask", "EncodeResult", "Error", "EstimateResult", "EstimateStats", "HeadScore", "ImageScores", "LayerDiag",
     "LayerPlan", "LayerSpec", "MaskMetrics", "Pattern", "PixelBatch", "PrefillResult", "ReceptiveField", "Schedule",
-    "ScheduleCost", "ShsAccumulator", "TileCount", "TokenOrder", "VitConfig", "VitWeights", "attention", "auroc",
+    "ScheduleCost", "ShsAccumulator", "TileCount", "TokenOrder", "VitConfig", "VitWeights", "attention",
+    "attention_backward", "auroc",
     "backend_supports", "compare_to_oracle", "count_pairs", "count_tiles", "cpu_threads", "cuda_available",
     "decode_image", "diagnose_layer", "encode", "estimate", "flops", "image_grid", "label_patches", "layer_pattern",
     "load_vit_weights", "order", "order_conversion", "patch_fractions", "permute_tokens", "prefill", "preprocess",
@@ -275,6 +276,51 @@ def attention(
             _f32(sink), _sink_mode(sink, sink_mode), float(scale), backend, _stream_of(q, stream), bf16, entropy,
             distance, received, coords_q, coords_k, _ints(order))
     return out, lse
+
+
+def attention_backward(
+    q: Array,
+    k: Array,
+    v: Array,
+    out: Array,
+    lse: Array,
+    dout: Array,
+    pattern: Pattern = Pattern.full(),
+    sink: Optional[Array] = None,
+    sink_mode: Optional[str] = None,
+    cu_seqlens: Optional[Union[Array, Sequence[int]]] = None,
+    cu_seqlens_k: Optional[Union[Array, Sequence[int]]] = None,
+    blocks: Optional[BlockMask] = None,
+    order: Optional[Union[Array, Sequence[int]]] = None,
+    scale: float = 0.0,
+    backend: str = "auto",
+    stream: Optional[int] = None,
+    deterministic: bool = False,
+) -> Tuple[Array, Array, Array, Optional[Array]]:
+    """Gradients of `attention` with respect to q, k, v and the sink: (dq, dk, dv, dsink).
+
+    out and lse are the forward's results (attention(..., lse=True)); dout is dL/d out, shaped like
+    out. Every other argument is that of `attention`, for the same call. dq, dk and dv come in the
+    dtype and shape of q, k and v; dsink float32 [heads_q] with a sink, else None. deterministic:
+    bitwise-reproducible dq on CUDA (the host backends always are). torch tensors (without stream=)
+    go through torch.ops.ariadne.attention_backward; torch autograd through ariadne.attention calls
+    it by itself.
+    """
+    mode = _sink_mode(sink, sink_mode)
+    if stream is None and _framework(q) == "torch":
+        from . import ops
+
+        return ops.attention_backward(q, k, v, out, lse, dout, pattern, sink, mode, cu_seqlens, cu_seqlens_k, blocks,
+                                      order, scale, backend, deterministic)
+    dq, dk, dv = (_empty(x, tuple(x.shape), False) for x in (q, k, v))
+    dsink = _empty(q, (q.shape[1],), True) if mode != "none" else None
+    bf16 = any(_is_ml_dtypes_bf16(x) for x in (q, k, v, out, dout))
+    with _on_device(q):
+        _ariadne.attention_backward_into(
+            _bits(q), _bits(k), _bits(v), _bits(out), lse, _bits(dout), _bits(dq), _bits(dk), _bits(dv), dsink,
+            pattern, _ints(cu_seqlens), _ints(cu_seqlens_k), blocks, _f32(sink), mode, float(scale), backend,
+            _stream_of(q, stream), bf16, _ints(order), deterministic=bool(deterministic))
+    return dq, dk, dv, dsink
 
 
 def backend_supports(

@@ -27,8 +27,9 @@ Under torch.compile (transformers compiles static-cache generation on GPUs by de
 calls are custom ops (ariadne.ops) inside the compiled graph; reading a padding mask or position ids
 on the host (which needs the values) breaks the graph at that point only.
 
-Not supported (raises NotImplementedError): dropout in training, softcapping, arbitrary 4D masks,
-padding masks with holes, and gradients (ariadne has no backward pass yet).
+Training works: with gradients enabled the calls are the differentiable op (q, k, v and a module's
+learnable `sinks` get their gradients). Not supported (raises NotImplementedError): dropout in
+training, softcapping, arbitrary 4D masks and padding masks with holes.
 """
 
 from __future__ import annotations
@@ -106,8 +107,6 @@ def attention_forward(
         raise NotImplementedError("ariadne HF backend: attention dropout in training")
     if kwargs.get("softcap") is not None:
         raise NotImplementedError("ariadne HF backend: logit softcapping")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
-        raise NotImplementedError("ariadne HF backend: no backward pass; run under torch.no_grad()")
     if attention_mask is not None and attention_mask.dim() != 2:
         raise NotImplementedError(
             "ariadne HF backend: a 4D attention mask; register() installs the 2D padding-mask function for the name")
@@ -120,13 +119,26 @@ def attention_forward(
     if s_aux is None:
         s_aux = getattr(module, "sinks", None)
     pattern = _pattern(bool(is_causal), sliding_window)
-    sink = None if s_aux is None else s_aux.detach().to(torch.float32).reshape(-1).contiguous()
+    # Not detached: learnable sinks (a module's `sinks` parameter) get their gradient.
+    sink = None if s_aux is None else s_aux.to(torch.float32).reshape(-1).contiguous()
+    # Training: the functional op (differentiable), its results copied into `out` by autograd-aware
+    # slice assignment; inference writes into `out` directly.
+    grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (query, key, value, sink))
     scale = 0.0 if scaling is None else float(scaling)
     backend = _BACKEND["name"]
 
     batch, heads_q, q_len, head_dim = query.shape
     kv_len = key.shape[2]
-    out = torch.empty(batch, q_len, heads_q, head_dim, dtype=query.dtype, device=query.device)
+    out = (torch.zeros if grad else torch.empty)(batch, q_len, heads_q, head_dim, dtype=query.dtype,
+                                                 device=query.device)
+
+    def attend(q, k, v, dst, **args):
+        if grad:
+            dst[...] = ariadne.attention(q, k, v, pattern=pattern, sink=sink, scale=scale, backend=backend, **args)[0]
+        else:
+            ariadne.attention(q, k, v, pattern=pattern, sink=sink, out=dst, scale=scale, backend=backend, **args)
+
     # [batch, heads, len, dim] -> per batch row [len, heads, dim]: a strided view, no copy.
     qs, ks, vs = (t.transpose(1, 2) for t in (query, key, value))
 
@@ -134,16 +146,14 @@ def attention_forward(
     if cu_q is None and batch == 1 and attention_mask is None and q_len == kv_len:
         cu_q = _packed_from_positions(kwargs.get("position_ids"), q_len)
     if cu_q is not None and batch == 1 and attention_mask is None:
-        ariadne.attention(qs[0], ks[0], vs[0], pattern=pattern, sink=sink, cu_seqlens=cu_q.to(torch.int32),
-                          cu_seqlens_k=None if cu_k is None else cu_k.to(torch.int32), out=out[0], scale=scale,
-                          backend=backend)
+        attend(qs[0], ks[0], vs[0], out[0], cu_seqlens=cu_q.to(torch.int32),
+               cu_seqlens_k=None if cu_k is None else cu_k.to(torch.int32))
         return out, None
 
     seen = _seen_keys(kwargs.get("position_ids"), q_len, kv_len) if attention_mask is None else kv_len
     for b in range(batch):
         if attention_mask is None:
-            ariadne.attention(qs[b], ks[b, :seen], vs[b, :seen], pattern=pattern, sink=sink, out=out[b], scale=scale,
-                              backend=backend)
+            attend(qs[b], ks[b, :seen], vs[b, :seen], out[b])
             continue
         # Keys [start, end) are real tokens. The mask may be shorter than kv_len (a static cache:
         # the slots past it are unused). In a prefill (q_len == kv_len) query j is token j; with a
@@ -153,13 +163,13 @@ def attention_forward(
             q_lo, q_hi = start, end
         else:
             q_lo, q_hi = max(start - (end - q_len), 0), q_len
-        out[b].zero_()
+        if not grad:
+            out[b].zero_()
         if q_hi <= q_lo:
             continue
         # The last real query sits at the last real key, so ariadne's bottom-right alignment of
         # queries to keys holds for the trimmed sequence.
-        ariadne.attention(qs[b, q_lo:q_hi], ks[b, start:end], vs[b, start:end], pattern=pattern, sink=sink,
-                          out=out[b, q_lo:q_hi], scale=scale, backend=backend)
+        attend(qs[b, q_lo:q_hi], ks[b, start:end], vs[b, start:end], out[b, q_lo:q_hi])
     return out, None
 
 

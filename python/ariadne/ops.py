@@ -11,7 +11,11 @@ tensors, no copies) and fake (meta) kernels that only allocate:
 - `ariadne::attention` (functional): returns (out, lse). out is a new tensor like q (contiguous,
   dtype of q, or float32 with out_f32=True); lse float32 [heads_q, total_q] when return_lse, else
   an empty float32 tensor [0].
-- `ariadne::attention_out` (in place): writes out (and lse, entropy, distance, received when given),
+  Differentiable in q, k, v and sink (torch.library autograd: the backward op below on the saved
+  out and lse; the LSE itself is not differentiable).
+- `ariadne::attention_backward` (functional): (dq, dk, dv, dsink) from q, k, v, out, lse and dout,
+  with the pattern arguments of ariadne::attention and `deterministic`.
+- `ariadne::attention_out` (in place, not differentiable): writes out (and lse, entropy, distance, received when given),
   returns nothing. ariadne.attention(..., out=t) routes here.
 
 The pattern is encoded as op arguments: window_left / window_right (-1 = unbounded side) and chunk
@@ -149,6 +153,90 @@ def _attention_out_fake(q, k, v, out, lse, *args):
     return None
 
 
+@torch.library.custom_op("ariadne::attention_backward", mutates_args=(), device_types=("cpu", "cuda"))
+def attention_backward_op(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    dout: Tensor,
+    window_left: int = -1,
+    window_right: int = -1,
+    chunk: int = 0,
+    cu_seqlens_q: Optional[Tensor] = None,
+    cu_seqlens_k: Optional[Tensor] = None,
+    block_size: int = 0,
+    block_heads: int = 0,
+    block_seq_base: Optional[Tensor] = None,
+    block_row_ptr: Optional[Tensor] = None,
+    block_col_idx: Optional[Tensor] = None,
+    order: Optional[Tensor] = None,
+    sink: Optional[Tensor] = None,
+    sink_mode: str = "none",
+    scale: float = 0.0,
+    backend: str = "auto",
+    deterministic: bool = False,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients (dq, dk, dv, dsink) of ariadne::attention; dsink float32 [heads_q], or [0] without a sink."""
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dsink = torch.empty((q.shape[1],) if sink_mode != "none" else (0,), dtype=torch.float32, device=q.device)
+    with _device_ctx(q):
+        _ariadne.attention_backward_into(
+            q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), dout.detach(), dq, dk, dv,
+            dsink if sink_mode != "none" else None, _pattern(window_left, window_right, chunk), cu_seqlens_q,
+            cu_seqlens_k, None, None if sink is None else sink.detach(), sink_mode, float(scale), backend, _stream(q),
+            False, order, block_size=int(block_size), block_heads=int(block_heads), block_seq_base=block_seq_base,
+            block_row_ptr=block_row_ptr, block_col_idx=block_col_idx, deterministic=bool(deterministic))
+    return dq, dk, dv, dsink
+
+
+@attention_backward_op.register_fake
+def _attention_backward_fake(q, k, v, out, lse, dout, window_left=-1, window_right=-1, chunk=0, cu_seqlens_q=None,
+                             cu_seqlens_k=None, block_size=0, block_heads=0, block_seq_base=None, block_row_ptr=None,
+                             block_col_idx=None, order=None, sink=None, sink_mode="none", scale=0.0, backend="auto",
+                             deterministic=False):
+    dsink = q.new_empty((q.shape[1],) if sink_mode != "none" else (0,), dtype=torch.float32)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsink
+
+
+# ---- autograd of ariadne::attention: the backward op on the saved out and lse ----
+# The arguments of ariadne::attention after q, k, v, by position (the order of attention_op).
+_META = ("window_left", "window_right", "chunk", "cu_seqlens_q", "cu_seqlens_k", "block_size", "block_heads",
+         "block_seq_base", "block_row_ptr", "block_col_idx", "order", "sink", "sink_mode", "scale", "return_lse",
+         "out_f32", "backend")
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v = inputs[:3]
+    meta = dict(zip(_META, inputs[3:]))
+    out, lse = output
+    ctx.mark_non_differentiable(lse)  # the LSE is an output for inspection; its gradient is not formed
+    ctx.meta = {key: val for key, val in meta.items() if not isinstance(val, Tensor) and val is not None}
+    ctx.tensor_names = [key for key, val in meta.items() if isinstance(val, Tensor)]
+    ctx.save_for_backward(q, k, v, out, lse, *[meta[key] for key in ctx.tensor_names])
+
+
+def _backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, *tensors = ctx.saved_tensors
+    meta = dict(ctx.meta)
+    meta.update(zip(ctx.tensor_names, tensors))
+    torch._check(lse.numel() > 0, lambda: "ariadne::attention: gradients need the LSE; call the op with "
+                                          "return_lse=True (ariadne.attention does when an input requires grad)")
+    args = {key: meta.get(key) for key in _META if key not in ("return_lse", "out_f32")}
+    dout = grad_out.to(q.dtype).contiguous()
+    # torch's switch for deterministic algorithms selects the backward's deterministic mode.
+    dq, dk, dv, dsink = torch.ops.ariadne.attention_backward(
+        q, k, v, out, lse, dout, **args, deterministic=torch.are_deterministic_algorithms_enabled())
+    grads = [dq, dk, dv] + [None] * len(_META)
+    if meta.get("sink") is not None and ctx.needs_input_grad[3 + _META.index("sink")]:
+        grads[3 + _META.index("sink")] = dsink
+    return tuple(grads)
+
+
+attention_op.register_autograd(_backward, setup_context=_setup_context)
+
+
 # ---- the front end: ariadne.attention's torch path ----
 
 def _ints(x) -> Optional[Tensor]:
@@ -164,8 +252,8 @@ def _ints(x) -> Optional[Tensor]:
 def _sink(x, q: Tensor) -> Optional[Tensor]:
     if x is None:
         return None
-    if isinstance(x, Tensor):
-        return x.detach().to(device=q.device, dtype=torch.float32).reshape(-1).contiguous()
+    if isinstance(x, Tensor):  # not detached: a sink that requires grad gets one (autograd of ariadne::attention)
+        return x.to(device=q.device, dtype=torch.float32).reshape(-1).contiguous()
     return torch.tensor(np.asarray(x, dtype=np.float32).reshape(-1).tolist(), dtype=torch.float32, device=q.device)
 
 
@@ -227,6 +315,20 @@ def _block_arrays(blocks) -> dict:
                 block_row_ptr=arrays["row_ptr"], block_col_idx=arrays["col_idx"])
 
 
+def attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, dout: Tensor,
+                       pattern: _ariadne.Pattern, sink=None, sink_mode: str = "none", cu_seqlens=None,
+                       cu_seqlens_k=None, blocks=None, order=None, scale: float = 0.0, backend: str = "auto",
+                       deterministic: bool = False) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+    """ariadne.attention_backward for torch tensors, through ariadne::attention_backward."""
+    blocks_args = _block_arrays(blocks)
+    dq, dk, dv, dsink = torch.ops.ariadne.attention_backward(
+        q, k, v, out, lse, dout, *_pattern_fields(pattern), _ints(cu_seqlens), _ints(cu_seqlens_k),
+        blocks_args.get("block_size", 0), blocks_args.get("block_heads", 0), blocks_args.get("block_seq_base"),
+        blocks_args.get("block_row_ptr"), blocks_args.get("block_col_idx"), _ints(order), _sink(sink, q), sink_mode,
+        float(scale), backend, bool(deterministic))
+    return dq, dk, dv, (dsink if sink_mode != "none" else None)
+
+
 def attention(
     q: Tensor,
     k: Tensor,
@@ -257,7 +359,10 @@ def attention(
                     blocks_args.get("block_col_idx"), _ints(order), _sink(sink, q), sink_mode, float(scale))
     diagnostics = any(x is not None for x in (entropy, distance, received, coords_q, coords_k))
     if out is None and not isinstance(lse, Tensor) and not diagnostics:
-        res, lse_t = torch.ops.ariadne.attention(q, k, v, *pattern_args, bool(lse), False, backend)
+        # The backward reads the forward's LSE: it is kept whenever a gradient may be asked for.
+        needs_lse = bool(lse) or (torch.is_grad_enabled() and any(
+            isinstance(t, Tensor) and t.requires_grad for t in (q, k, v, pattern_args[11])))
+        res, lse_t = torch.ops.ariadne.attention(q, k, v, *pattern_args, needs_lse, False, backend)
         return res, (lse_t if lse else None)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)

@@ -16,6 +16,7 @@
 #endif
 
 #include "ariadne/attention.hpp"
+#include "ariadne/attention_backward.hpp"
 #include "ariadne/device.hpp"
 #include "ariadne/error.hpp"
 #include "ariadne/pattern.hpp"
@@ -34,6 +35,7 @@ using namespace nb::literals;
 using F32Out2 = nb::ndarray<float, nb::ndim<2>, nb::c_contig>;
 using F32In1 = nb::ndarray<const float, nb::ndim<1>, nb::c_contig>;
 using F32In2 = nb::ndarray<const float, nb::ndim<2>>;
+using F32Out1 = nb::ndarray<float, nb::ndim<1>, nb::c_contig>;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -474,6 +476,76 @@ void bind_attention(nb::module_& m) {
       "distance"_a.noconvert() = nb::none(), "received"_a.noconvert() = nb::none(), "coords_q"_a = nb::none(),
       "coords_k"_a = nb::none(), "order"_a = nb::none(), "block_size"_a = 0, "block_heads"_a = 0,
       "block_seq_base"_a = nb::none(), "block_row_ptr"_a = nb::none(), "block_col_idx"_a = nb::none(), kAttentionDoc);
+
+  m.def(
+      "attention_backward_into",
+      [](const AnyIn& q, const AnyIn& k, const AnyIn& v, const AnyIn& out, const F32Out2& lse, const AnyIn& dout,
+         const AnyOut& dq, const AnyOut& dk, const AnyOut& dv, const std::optional<F32Out1>& dsink,
+         const Pattern& pattern, const std::optional<IntsIn>& cu_q, const std::optional<IntsIn>& cu_k,
+         const BlockMask* blocks, const std::optional<F32In1>& sink, const std::string& sink_mode, float scale,
+         const std::string& backend, uintptr_t stream, bool bf16_bits, const std::optional<IntsIn>& order,
+         int32_t block_size, int32_t block_heads, const std::optional<IntsIn>& block_seq_base,
+         const std::optional<IntsIn>& block_row_ptr, const std::optional<IntsIn>& block_col_idx, bool deterministic) {
+        Call c;
+        const BlockArrays csr{block_size, block_heads, block_seq_base, block_row_ptr, block_col_idx};
+        // out is read here, not written: build() takes it through the writable view type only for
+        // its shape checks, so the read-only array is viewed the same way.
+        build(c, q, k, v, AnyOut(out), lse, pattern, cu_q, cu_k, blocks, sink, sink_mode, scale, stream,
+              bf16_bits, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, order, csr);
+        AttentionGrads g;
+        g.dout = as_view(dout, "dout", bf16_bits);
+        g.dq = as_view(dq, "dq", bf16_bits);
+        g.dk = as_view(dk, "dk", bf16_bits);
+        g.dv = as_view(dv, "dv", bf16_bits);
+        if (dsink) g.dsink = as_view(*dsink, "dsink");
+        BackwardOptions options;
+        options.backend = parse_backend(backend);
+        options.deterministic = deterministic;
+        {
+          nb::gil_scoped_release unlocked;
+          run(plan_attention_backward(c.p, g, options), c.p, g);
+        }
+      },
+      nb::sig("def attention_backward_into("
+        "q: " ARIADNE_SIG_QKV ", "
+        "k: " ARIADNE_SIG_QKV ", "
+        "v: " ARIADNE_SIG_QKV ", "
+        "out: " ARIADNE_SIG_QKV ", "
+        "lse: " ARIADNE_SIG_F32_OUT2 ", "
+        "dout: " ARIADNE_SIG_QKV ", "
+        "dq: " ARIADNE_SIG_OUT ", "
+        "dk: " ARIADNE_SIG_OUT ", "
+        "dv: " ARIADNE_SIG_OUT ", "
+        "dsink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C')] | None = None, "
+        "pattern: Pattern = ..., "
+        "cu_seqlens_q: " ARIADNE_SIG_INTS " | None = None, "
+        "cu_seqlens_k: " ARIADNE_SIG_INTS " | None = None, "
+        "blocks: BlockMask | None = None, "
+        "sink: " ARIADNE_SIG_F32_IN1 " | None = None, "
+        "sink_mode: str = 'none', "
+        "scale: float = 0.0, "
+        "backend: str = 'auto', "
+        "stream: int = 0, "
+        "bf16_bits: bool = False, "
+        "order: " ARIADNE_SIG_INTS " | None = None, "
+        "block_size: int = 0, "
+        "block_heads: int = 0, "
+        "block_seq_base: " ARIADNE_SIG_INTS " | None = None, "
+        "block_row_ptr: " ARIADNE_SIG_INTS " | None = None, "
+        "block_col_idx: " ARIADNE_SIG_INTS " | None = None, "
+        "deterministic: bool = False"
+        ") -> None"),
+      "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "out"_a.noconvert(), "lse"_a.noconvert(),
+      "dout"_a.noconvert(), "dq"_a.noconvert(), "dk"_a.noconvert(), "dv"_a.noconvert(),
+      "dsink"_a.noconvert() = nb::none(), "pattern"_a = Pattern::full(), "cu_seqlens_q"_a = nb::none(),
+      "cu_seqlens_k"_a = nb::none(), "blocks"_a = nb::none(), "sink"_a = nb::none(), "sink_mode"_a = "none",
+      "scale"_a = 0.f, "backend"_a = "auto", "stream"_a = 0, "bf16_bits"_a = false, "order"_a = nb::none(),
+      "block_size"_a = 0, "block_heads"_a = 0, "block_seq_base"_a = nb::none(), "block_row_ptr"_a = nb::none(),
+      "block_col_idx"_a = nb::none(), "deterministic"_a = false,
+      "Gradients of attention (ariadne/attention_backward.hpp) into caller-provided dq, dk, dv (dtype of q or\n"
+      "float32) and dsink (float32 [heads_q], with a sink). out and lse are the forward's results; dout is\n"
+      "dL/d out (dtype of q, or float32 on the host backends). Every other argument as for attention_into.\n"
+      "deterministic: bitwise-reproducible dq on CUDA (the host backends always are).");
 
   m.def(
       "backend_supports",

@@ -4,7 +4,6 @@
 // Then the plan/run contract and the errors of bad gradients.
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -267,15 +266,6 @@ struct Fixture {
   }
 };
 
-std::string error_text(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(BackwardApi, PlanRunEqualsOneCall) {
   Fixture F;
   Buffer dq(DType::f32, {F.P.tq(), 2, 5});
@@ -298,13 +288,13 @@ TEST(BackwardApi, RunRefusesAMismatchedGradient) {
   Buffer dk16(DType::bf16, {F.P.tk(), 2, 5});
   AttentionGrads g = F.g();
   g.dk = dk16.view();
-  EXPECT_NE(error_text([&] { run(plan, F.p(), g); }).find("run: dk is bf16"), std::string::npos);
+  EXPECT_NE(error_of([&] { run(plan, F.p(), g); }).find("run: dk is bf16"), std::string::npos);
 }
 
 TEST(BackwardApi, ErrorsNameTheTensorAndField) {
   Fixture F;
   auto err = [&](AttentionParams p, AttentionGrads g) {
-    return error_text([&] { attention_backward(p, g, Backend::reference); });
+    return error_of([&] { attention_backward(p, g, Backend::reference); });
   };
   AttentionParams p = F.p();
   p.lse = {};

@@ -5,7 +5,7 @@ it runs ariadne's CUDA backend in bf16; without a GPU it runs on the CPU in floa
 CPU backend the build supports (the reference until the fast one lands). ARIADNE_HF_DEVICE=cpu|cuda
 forces a device, ARIADNE_HF_DTYPE=bf16|f16|f32 a dtype. Models are small and random (no download):
 a Llama, a sliding-window Mistral, a GPT-OSS with sinks, and a Qwen2.5-VL vision tower (window
-layers + full layers).
+layers + full layers); the tower and the GPT-OSS also train (gradients against the reference's).
 """
 
 import copy
@@ -246,14 +246,19 @@ def test_mistral_sliding_window_matches_sdpa():
     assert rel_l2(c, b) > 10 * TOL
 
 
-def test_gpt_oss_sinks_match_eager():
-    from transformers import GptOssConfig, GptOssForCausalLM
+def _gpt_oss_config():
+    from transformers import GptOssConfig
 
-    config = GptOssConfig(vocab_size=256, hidden_size=128, intermediate_size=128, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_local_experts=4,
-                          num_experts_per_tok=2, sliding_window=16, max_position_embeddings=512,
-                          layer_types=["sliding_attention", "full_attention"])
-    ref, ours = _pair(GptOssForCausalLM, config, "eager")
+    return GptOssConfig(vocab_size=256, hidden_size=128, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_local_experts=4,
+                        num_experts_per_tok=2, sliding_window=16, max_position_embeddings=512,
+                        layer_types=["sliding_attention", "full_attention"])
+
+
+def test_gpt_oss_sinks_match_eager():
+    from transformers import GptOssForCausalLM
+
+    ref, ours = _pair(GptOssForCausalLM, _gpt_oss_config(), "eager")
     with torch.no_grad():
         for layer in list(ref.model.layers) + list(ours.model.layers):
             layer.self_attn.sinks.copy_(torch.linspace(-2, 3, layer.self_attn.sinks.numel()))
@@ -291,10 +296,68 @@ def test_qwen2_5_vl_vision_tower_matches_sdpa():
     assert rel_l2(a, b) < TOL
 
 
-def test_no_backward():
-    from transformers import LlamaForCausalLM
+def test_qwen2_5_vl_vision_tower_trains_like_sdpa():
+    """Gradients of every parameter of a small random Qwen2.5-VL tower (window and full layers, two
+    images) under ariadne equal those under sdpa; then a few optimizer steps lower the loss."""
+    from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
 
-    _, ours = _pair(LlamaForCausalLM, _llama_config(), "sdpa")
-    ids = torch.randint(0, 256, (1, 8), device=DEVICE)
-    with pytest.raises(NotImplementedError, match="no backward"):
-        ours(input_ids=ids)
+    config = Qwen2_5_VLVisionConfig(depth=2, hidden_size=320, num_heads=4, intermediate_size=640,
+                                    out_hidden_size=64, fullatt_block_indexes=[1], window_size=112,
+                                    patch_size=14, spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+    ref, ours = _pair(Qwen2_5_VisionTransformerPretrainedModel, config, "sdpa")
+    grid_thw = torch.tensor([[1, 8, 12], [1, 4, 8]], device=DEVICE)
+    tokens = int((grid_thw[:, 1] * grid_thw[:, 2]).sum())
+    g = torch.Generator().manual_seed(3)
+    pixels = torch.randn(tokens, 3 * 2 * 14 * 14, generator=g).to(DEVICE, DTYPE)
+    target = torch.randn(tokens // 4, 64, generator=g).to(DEVICE, DTYPE)
+
+    def loss_of(model):
+        out = model(pixels, grid_thw=grid_thw)
+        out = getattr(out, "pooler_output", out)
+        return ((out.float() - target.float()) ** 2).mean()
+
+    for model in (ref, ours):
+        model.train()
+        model.zero_grad()
+    CALLS["n"] = 0
+    loss_of(ours).backward()
+    assert ours_ran(2)
+    loss_of(ref).backward()
+    named = dict(ref.named_parameters())
+    for name, p in ours.named_parameters():
+        assert p.grad is not None, f"{name}: no gradient"
+        assert rel_l2(p.grad, named[name].grad) < 4 * TOL, f"{name}: gradient differs from sdpa's"
+
+    opt = torch.optim.SGD(ours.parameters(), lr=0.05)
+    losses = []
+    for _ in range(4):
+        opt.zero_grad()
+        loss = loss_of(ours)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert losses[-1] < losses[0], losses
+
+
+def test_gpt_oss_learnable_sinks_get_eager_gradients():
+    """GPT-OSS keeps its sinks as parameters: their gradients (and every other) under ariadne equal
+    those of transformers' eager attention, which implements sinks."""
+    from transformers import GptOssForCausalLM
+
+    ref, ours = _pair(GptOssForCausalLM, _gpt_oss_config(), "eager")
+    with torch.no_grad():
+        for layer in list(ref.model.layers) + list(ours.model.layers):
+            layer.self_attn.sinks.copy_(torch.linspace(-2, 3, layer.self_attn.sinks.numel()))
+    ids = torch.randint(0, 256, (1, 40), device=DEVICE)
+    for model in (ref, ours):
+        model.train()
+        model.zero_grad()
+        model(input_ids=ids, labels=ids).loss.backward()
+    named = dict(ref.named_parameters())
+    sinks = [name for name, _ in ours.named_parameters() if name.endswith("sinks")]
+    assert sinks, "the model has no sink parameters"
+    for name, p in ours.named_parameters():
+        if named[name].grad is None:
+            continue
+        assert rel_l2(p.grad, named[name].grad) < 4 * TOL, f"{name}: gradient differs from eager's"

@@ -211,8 +211,11 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_kernel(const BwdPar
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
   const int kvh = blockIdx.y;
   const int32_t* cuk = pat.cu_seqlens_k != nullptr ? pat.cu_seqlens_k : pat.cu_seqlens_q;
-  // Key tiles launch last to first (bwd_rank: the deterministic order waits only on earlier CTAs).
-  const auto [s, kt] = cover_tile<BK>(pat, cuk, int64_t(gridDim.x) - 1 - blockIdx.x);
+  // Key tiles launch first to last: under a causal mask the first see the most queries, and the
+  // heaviest CTAs start first. The deterministic mode launches them last to first, so that the
+  // order of its adds (bwd_rank) only waits on CTAs launched earlier.
+  const int64_t launch = p.counters != nullptr ? int64_t(gridDim.x) - 1 - blockIdx.x : int64_t(blockIdx.x);
+  const auto [s, kt] = cover_tile<BK>(pat, cuk, launch);
   const SeqExtent e = pat.seq(s, p.total_q, p.total_k);
   const int64_t k_lo = kt * BK;
   if (k_lo >= e.lk) return;
