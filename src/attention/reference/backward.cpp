@@ -11,25 +11,15 @@
 #include <vector>
 
 #include "attention/backends.hpp"
+#include "attention/reference/rows.hpp"
 
 namespace ariadne {
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-std::vector<double> load_head(const TensorView& t, int64_t row0, int64_t rows, int64_t head) {
-  const int64_t d = t.shape[2];
-  std::vector<double> out(size_t(rows * d));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < d; ++c) out[size_t(r * d + c)] = t.get({row0 + r, head, c});
-  return out;
-}
-
-double dot(const double* a, const double* b, int64_t d) {
-  double s = 0;
-  for (int64_t i = 0; i < d; ++i) s += a[i] * b[i];
-  return s;
-}
+using reference::dot;
+using reference::load_head;
 
 // One query head of one sequence, in double.
 struct Head {
