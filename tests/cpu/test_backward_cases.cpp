@@ -1,0 +1,142 @@
+// The backward case table (tests/backward_cases.hpp) on the CPU backend, once per kernel table
+// this CPU can run, against the reference backward; every run is repeated and must be
+// bit-identical. Then the edges the table's backward selection leaves out (its CPU sweeps carry
+// diagnostics, which a backward does not take): the same cases without diagnostics, up to a size
+// that keeps the suite quick; dout and out in f32 over 16-bit inputs; and the thread-count
+// invariance the design gives (backward.hpp: every output element belongs to one work item).
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "backward_cases.hpp"
+#include "cpu/force_isa.hpp"
+
+namespace ariadne {
+namespace {
+
+using namespace testing;
+
+BackwardBackend cpu_backward(const char* isa, bool f32_grads) {
+  BackwardBackend b;
+  b.name = std::string("cpu/") + isa + (f32_grads ? " (f32 gradients)" : "");
+  b.f32_grads = f32_grads;
+  b.repeat = true;
+  b.run = [isa](const PreparedCase& pc, const BackwardCase& bc, BackwardOutputs& o, std::string* why) {
+    const AttentionParams p = backward_params(pc, bc);
+    const AttentionGrads g = grads_of(bc, o);
+    if (!backend_supports_backward(Backend::cpu, p, g, why)) return false;
+    const ForceIsa force(isa);
+    attention_backward(p, g, Backend::cpu);
+    return true;
+  };
+  return b;
+}
+
+// Every available table in q's dtype; the configured table also into f32 gradients.
+void run_all_isas(const AttnCase& c) {
+  const PreparedCase pc = prepare(c, salt());
+  const BackwardCase bc = prepare_backward(pc);
+  for (const char* isa : kIsas) {
+    if (!cpu::tile_kernels_available(isa)) continue;
+    std::string why;
+    if (!run_backward_case(pc, bc, cpu_backward(isa, false), &why)) GTEST_SKIP() << why;
+  }
+  if (c.dtype != DType::f32) {
+    std::string why;
+    EXPECT_TRUE(run_backward_case(pc, bc, cpu_backward("", true), &why)) << why;
+  }
+}
+
+class CpuBackwardCases : public ::testing::TestWithParam<AttnCase> {};
+TEST_P(CpuBackwardCases, MatchesReference) { run_all_isas(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Table, CpuBackwardCases, ::testing::ValuesIn(backward_cases()), test_name);
+
+// The table's diagnostics cases (the CPU sweeps: lengths off the tiles, head dims 16..128, packed
+// batches with empty and one-token sequences, GQA 4:1 over strided views, lq < lk and lq > lk,
+// fully masked rows, windows, chunks, block masks, sinks ±10 and random, logits near ±1e4, the
+// random shapes) without their diagnostics, those of at most 400 query tokens (the reference's
+// time is the suite's), minus any whose name the backward table already has.
+std::vector<AttnCase> sweep_cases() {
+  std::set<std::string> have;
+  for (const AttnCase& c : backward_cases()) have.insert(name_of(c));
+  std::vector<AttnCase> out;
+  for (AttnCase c : cases()) {
+    if (!c.diagnostics) continue;
+    int64_t tq = 0;
+    for (int64_t t : c.tokens_q) tq += t;
+    if (tq > 400) continue;
+    c.diagnostics = false;
+    if (have.insert(name_of(c)).second) out.push_back(c);
+  }
+  return out;
+}
+
+class CpuBackwardSweeps : public ::testing::TestWithParam<AttnCase> {};
+TEST_P(CpuBackwardSweeps, MatchesReference) { run_all_isas(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Sweeps, CpuBackwardSweeps, ::testing::ValuesIn(sweep_cases()), test_name);
+
+// dout and out in f32 while q, k, v are bf16 (a mixed-precision training step).
+TEST(CpuBackward, F32DoutAndOutOverHalfInputs) {
+  AttnCase c;
+  c.tokens_q = {70, 33};
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  c.dim = 80;
+  c.pattern = "window:16,16";
+  c.sink_mode = SinkMode::denominator;
+  c.sink = 1.5f;
+  c.dtype = DType::bf16;
+  c.f32_out = true;
+  const PreparedCase pc = prepare(c, salt());
+  BackwardCase bc = prepare_backward(pc);
+  Buffer dout32(DType::f32, bc.dout.shape());
+  const TensorView from = bc.dout.view(), to = dout32.view();
+  for (int64_t i = 0; i < from.shape[0]; ++i)
+    for (int64_t h = 0; h < from.shape[1]; ++h)
+      for (int64_t x = 0; x < from.shape[2]; ++x) to.set({i, h, x}, from.get({i, h, x}));
+  bc.dout = std::move(dout32);  // the same values: the reference gradients still hold
+  for (const bool f32_grads : {false, true}) {
+    std::string why;
+    EXPECT_TRUE(run_backward_case(pc, bc, cpu_backward("", f32_grads), &why)) << why;
+  }
+}
+
+// The gradients do not depend on the thread count, bit for bit.
+TEST(CpuBackward, IdenticalAcrossThreadCounts) {
+  const int saved = cpu_threads();
+  std::vector<AttnCase> picks;
+  for (const char* filter :
+       {"n300_h8x2_d128_full_bf16", "n300_h8x2_d64_window:64,64_bf16", "n300_h8x2_d64_causal+blocks:0.5@64_bf16",
+        "n100,33_h4x2_d64_causal_sink:key0+10_bf16", "n200,9_h4x2_d64_causal+blocks:0.2@64_sink:denominator+2.5",
+        "n1,1,0,1_k1,1,1,0_h4x2_d16"})
+    for (const AttnCase& c : backward_cases())
+      if (name_of(c).find(filter) != std::string::npos) {
+        picks.push_back(c);
+        break;
+      }
+  ASSERT_EQ(picks.size(), 6u);
+  for (const AttnCase& c : picks) {
+    SCOPED_TRACE(name_of(c));
+    const PreparedCase pc = prepare(c, salt());
+    const BackwardCase bc = prepare_backward(pc);
+    BackwardOutputs runs[2] = {poisoned_grads(pc, false), poisoned_grads(pc, false)};
+    const int threads[2] = {1, 3};
+    for (int i = 0; i < 2; ++i) {
+      set_cpu_threads(threads[i]);
+      attention_backward(backward_params(pc, bc), grads_of(bc, runs[i]), Backend::cpu);
+    }
+    set_cpu_threads(saved);
+    check_grads(pc, bc, runs[0]);
+    for (auto m : {&BackwardOutputs::dq, &BackwardOutputs::dk, &BackwardOutputs::dv, &BackwardOutputs::dsink}) {
+      const Buffer& a = runs[0].*m;
+      const Buffer& b = runs[1].*m;
+      if (a.data() == nullptr) continue;
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), size_t(a.numel()) * size_t(dtype_size(a.dtype()))))
+          << "1 and 3 threads differ";
+    }
+  }
+  set_cpu_threads(saved);
+}
+
+}  // namespace
+}  // namespace ariadne
