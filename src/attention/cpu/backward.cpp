@@ -177,8 +177,8 @@ bool attention_backward_cpu_supports(const AttentionParams& p, const AttentionGr
 }
 
 void attention_backward_cpu(const AttentionParams& p, const AttentionGrads& g) {
-  ARIADNE_CHECK(p.q.device == Device::cpu, "attention_backward_cpu: q is on ", p.q.device == Device::cuda ? "cuda" : "?",
-                ", expected host memory");
+  ARIADNE_CHECK(p.q.device == Device::cpu, "attention_backward_cpu: q is on ",
+                p.q.device == Device::cuda ? "cuda" : "?", ", expected host memory");
   cpu::BackwardRunner(p, g).run();
 }
 

@@ -48,6 +48,15 @@ void transpose_block(const float* src, int n, float* dst) {
   }
 }
 
+// Σ of one row of 32, in a fixed order: lane sums of 8 interleaved partials (vectorizable
+// without reassociation), then the partials in order.
+float row_sum(const float* x) {
+  float part[8] = {};
+  for (int j = 0; j < kKeyTile; j += 8)
+    for (int l = 0; l < 8; ++l) part[l] += x[j + l];
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
 }  // namespace
 
 void BackwardRunner::load_rows(Scratch& sc, const SeqExtent& e, int h, int64_t q_lo, int rows) const {
@@ -156,7 +165,8 @@ void BackwardRunner::key_item(Scratch& sc, int32_t s, int g, int64_t t) {
       }
       load_rows(sc, e, h, q_lo, rows);
       bool dense = false;
-      const auto [r0, r1] = clip_rows_to_tile(sc.row_lo.data(), sc.row_hi.data(), rows, t, sc.lo.data(), sc.hi.data(), &dense);
+      const auto [r0, r1] =
+          clip_rows_to_tile(sc.row_lo.data(), sc.row_hi.data(), rows, t, sc.lo.data(), sc.hi.data(), &dense);
       if (r0 >= r1) continue;
       mk.lo = sc.lo.data() + r0;
       mk.hi = sc.hi.data() + r0;
@@ -233,8 +243,7 @@ void BackwardRunner::query_item(Scratch& sc, int32_t s, int h, int64_t q_lo, int
     const int64_t row0 = e.q0 + q_lo + r0;
     float* P = sc.p_all.data() + vi * block;
     p_dp(sc, mk, g, s, sc.visits[vi].tile, q_rows(h, row0), do_rows(h, row0), r0, r1, P, sc.dp_all.data() + vi * block);
-    for (int r = r0; r < r1; ++r)
-      for (int j = 0; j < kKeyTile; ++j) sc.z[size_t(r)] += P[r * kKeyTile + j];
+    for (int r = r0; r < r1; ++r) sc.z[size_t(r)] += row_sum(P + r * kKeyTile);
   }
   // D = Σ_j (p_j / z) dP_j: a row that sees one key divides p by itself (exactly 1).
   for (size_t vi = 0; vi < sc.visits.size(); ++vi) {
@@ -244,8 +253,9 @@ void BackwardRunner::query_item(Scratch& sc, int32_t s, int h, int64_t q_lo, int
     for (int r = r0; r < r1; ++r) {
       const float z = float(sc.z[size_t(r)]);
       if (!(z > 0.f) && z == z) continue;  // no mass on any key: D stays 0
-      for (int j = 0; j < kKeyTile; ++j)
-        sc.dsum[size_t(r)] += double(P[r * kKeyTile + j] / z * dP[r * kKeyTile + j]);
+      float terms[kKeyTile];
+      for (int j = 0; j < kKeyTile; ++j) terms[j] = P[r * kKeyTile + j] / z * dP[r * kKeyTile + j];
+      sc.dsum[size_t(r)] += row_sum(terms);
     }
   }
   for (int r = 0; r < rows; ++r) {
