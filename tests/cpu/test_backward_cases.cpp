@@ -2,11 +2,13 @@
 // this CPU can run, against the reference backward; every run is repeated and must be
 // bit-identical. Then the edges the table's backward selection leaves out (its CPU sweeps carry
 // diagnostics, which a backward does not take): the same cases without diagnostics, up to a size
-// that keeps the suite quick; dout and out in f32 over 16-bit inputs; and the thread-count
-// invariance the design gives (backward.hpp: every output element belongs to one work item).
+// that keeps the suite quick; dout and out in f32 over 16-bit inputs; strided dout and gradient
+// views; and the thread-count invariance the design gives (backward.hpp: every output element
+// belongs to one work item).
 #include <cstring>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "backward_cases.hpp"
 #include "cpu/force_isa.hpp"
@@ -99,6 +101,65 @@ TEST(CpuBackward, F32DoutAndOutOverHalfInputs) {
     std::string why;
     EXPECT_TRUE(run_backward_case(pc, bc, cpu_backward("", f32_grads), &why)) << why;
   }
+}
+
+// Rows of `tokens` × `heads` × `dim` stored `pad` elements apart beyond heads · dim, filled with x.
+struct Strided {
+  Buffer b;
+  TensorView v;
+  Strided(DType dt, int64_t tokens, int heads, int dim, int64_t pad, float x)
+      : b(dt, {tokens, int64_t(heads) * dim + pad}) {
+    b.fill(x);
+    v = make_view(b.data(), dt, {tokens, heads, dim});
+    v.stride[0] = int64_t(heads) * dim + pad;
+  }
+};
+
+// dout, dq, dk and dv as strided views (rows padded, head_dim contiguous) give the contiguous
+// run's gradients bit for bit and leave the padding alone.
+TEST(CpuBackward, StridedDoutAndGradients) {
+  AttnCase c;
+  c.tokens_q = {90, 45};
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  c.dim = 80;
+  c.pattern = "window:20,9";
+  c.sink_mode = SinkMode::key0_bias;
+  c.sink = 1.f;
+  c.token_pad = 7;
+  const PreparedCase pc = prepare(c, salt());
+  const BackwardCase bc = prepare_backward(pc);
+  BackwardOutputs plain = poisoned_grads(pc, false);
+  std::string why;
+  ASSERT_TRUE(cpu_backward("", false).run(pc, bc, plain, &why)) << why;
+  check_grads(pc, bc, plain);
+
+  const int64_t tq = pc.in.total_q, tk = pc.in.total_k;
+  const float fill = 7.f;
+  Strided dout(c.dtype, tq, c.heads_q, c.dim, 5, fill), dq(c.dtype, tq, c.heads_q, c.dim, 3, fill),
+      dk(c.dtype, tk, c.heads_kv, c.dim, 11, fill), dv(c.dtype, tk, c.heads_kv, c.dim, 1, fill);
+  const TensorView src = bc.dout.view();
+  for (int64_t i = 0; i < tq; ++i)
+    for (int64_t h = 0; h < c.heads_q; ++h)
+      for (int64_t x = 0; x < c.dim; ++x) dout.v.set({i, h, x}, src.get({i, h, x}));
+  AttentionGrads g;
+  g.dout = dout.v;
+  g.dq = dq.v;
+  g.dk = dk.v;
+  g.dv = dv.v;
+  Buffer dsink(DType::f32, {c.heads_q});
+  g.dsink = dsink.view();
+  attention_backward(backward_params(pc, bc), g, Backend::cpu);
+  for (const auto& [got, want] : {std::pair{&dq, &plain.dq}, {&dk, &plain.dk}, {&dv, &plain.dv}}) {
+    const TensorView a = got->v, b = want->view();
+    for (int64_t i = 0; i < a.shape[0]; ++i) {
+      for (int64_t h = 0; h < a.shape[1]; ++h)
+        for (int64_t x = 0; x < a.shape[2]; ++x) ASSERT_EQ(a.get({i, h, x}), b.get({i, h, x})) << i << " " << h;
+      for (int64_t x = a.shape[1] * a.shape[2]; x < a.stride[0]; ++x)
+        ASSERT_EQ(got->b.view().get({i, x}), fill) << "padding written at row " << i;
+    }
+  }
+  EXPECT_EQ(0, std::memcmp(dsink.data(), plain.dsink.data(), size_t(c.heads_q) * sizeof(float)));
 }
 
 // The gradients do not depend on the thread count, bit for bit.
