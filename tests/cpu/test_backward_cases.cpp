@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "backward_cases.hpp"
 #include "cpu/force_isa.hpp"
@@ -77,17 +78,23 @@ class CpuBackwardSweeps : public ::testing::TestWithParam<AttnCase> {};
 TEST_P(CpuBackwardSweeps, MatchesReference) { run_all_isas(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Sweeps, CpuBackwardSweeps, ::testing::ValuesIn(sweep_cases()), test_name);
 
-// dout and out in f32 while q, k, v are bf16 (a mixed-precision training step).
-TEST(CpuBackward, F32DoutAndOutOverHalfInputs) {
+// A packed batch of the ViT's shape (GQA 4:1, d 80, bf16) with a sink.
+AttnCase vit_case(std::vector<int64_t> tokens, std::string pattern, SinkMode mode, float sink) {
   AttnCase c;
-  c.tokens_q = {70, 33};
+  c.tokens_q = std::move(tokens);
   c.heads_q = 8;
   c.heads_kv = 2;
   c.dim = 80;
-  c.pattern = "window:16,16";
-  c.sink_mode = SinkMode::denominator;
-  c.sink = 1.5f;
+  c.pattern = std::move(pattern);
+  c.sink_mode = mode;
+  c.sink = sink;
   c.dtype = DType::bf16;
+  return c;
+}
+
+// dout and out in f32 while q, k, v are bf16 (a mixed-precision training step).
+TEST(CpuBackward, F32DoutAndOutOverHalfInputs) {
+  AttnCase c = vit_case({70, 33}, "window:16,16", SinkMode::denominator, 1.5f);
   c.f32_out = true;
   const PreparedCase pc = prepare(c, salt());
   BackwardCase bc = prepare_backward(pc);
@@ -118,14 +125,7 @@ struct Strided {
 // dout, dq, dk and dv as strided views (rows padded, head_dim contiguous) give the contiguous
 // run's gradients bit for bit and leave the padding alone.
 TEST(CpuBackward, StridedDoutAndGradients) {
-  AttnCase c;
-  c.tokens_q = {90, 45};
-  c.heads_q = 8;
-  c.heads_kv = 2;
-  c.dim = 80;
-  c.pattern = "window:20,9";
-  c.sink_mode = SinkMode::key0_bias;
-  c.sink = 1.f;
+  AttnCase c = vit_case({90, 45}, "window:20,9", SinkMode::key0_bias, 1.f);
   c.token_pad = 7;
   const PreparedCase pc = prepare(c, salt());
   const BackwardCase bc = prepare_backward(pc);
