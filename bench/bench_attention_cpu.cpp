@@ -10,6 +10,9 @@
 // same threads the attention uses; BM_Bf16DotPeak does the same with vdpbf16ps (2 multiply-adds
 // per fp32 lane). Counters "peak_frac" divide by the fp32 FMA peak measured at start-up.
 //
+// BM_AttentionBackward times the backward (attention_backward.hpp) on the ViT shapes, from a
+// plan made once, with GFLOP/s at 2.5× the forward's count (see below).
+//
 // Flags besides Google Benchmark's: none. Environment: ARIADNE_THREADS, ARIADNE_CPU_ISA.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "ariadne/attention.hpp"
+#include "ariadne/attention_backward.hpp"
 #include "attention/cpu/attention_kernels.hpp"
 
 namespace ariadne {
@@ -182,6 +186,17 @@ Problem make_problem(int64_t n, int heads, int d, DType dt, PatternKind kind) {
   return pr;
 }
 
+// The counters both attention benchmarks report: GFLOP/s of `gflop` per iteration, its share of the
+// measured FMA peak, the peak, the thread count; the label names pattern, dtype and ISA table.
+void report(benchmark::State& st, double gflop, PatternKind kind, DType dt) {
+  st.counters["GFLOPs"] = benchmark::Counter(gflop * double(st.iterations()), benchmark::Counter::kIsRate);
+  st.counters["peak_frac"] =
+      benchmark::Counter(gflop * double(st.iterations()) / g_fma_peak, benchmark::Counter::kIsRate);
+  st.counters["fma_peak_GFLOPs"] = g_fma_peak;
+  st.counters["threads"] = cpu_threads();
+  st.SetLabel(std::string(kPatternNames[kind]) + " " + dtype_name(dt) + " " + cpu::active_tile_kernels().name);
+}
+
 void BM_Attention(benchmark::State& st) {
   const int64_t n = st.range(0);
   const int d = int(st.range(1));
@@ -194,13 +209,7 @@ void BM_Attention(benchmark::State& st) {
     benchmark::DoNotOptimize(pr.out.data());
     benchmark::ClobberMemory();
   }
-  const double gflops = pr.flops * 1e-9;
-  st.counters["GFLOPs"] = benchmark::Counter(gflops * double(st.iterations()), benchmark::Counter::kIsRate);
-  st.counters["peak_frac"] =
-      benchmark::Counter(gflops * double(st.iterations()) / g_fma_peak, benchmark::Counter::kIsRate);
-  st.counters["fma_peak_GFLOPs"] = g_fma_peak;
-  st.counters["threads"] = cpu_threads();
-  st.SetLabel(std::string(kPatternNames[kind]) + " " + dtype_name(dt) + " " + cpu::active_tile_kernels().name);
+  report(st, pr.flops * 1e-9, kind, dt);
 }
 
 void attention_args(benchmark::internal::Benchmark* b) {
@@ -211,6 +220,59 @@ void attention_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"N", "d", "bf16", "pattern"});
 }
 BENCHMARK(BM_Attention)->Apply(attention_args)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// ---- backward ----
+// FLOPs = allowed pairs × 10 × d × heads: the five products of a backward (S and dP recomputed,
+// dq, dk, dv), 2.5× the forward's count as FlashAttention counts a backward pass. Ariadne's CPU
+// backward computes S and dP twice (once per pass: backward.hpp), work not counted here.
+struct BackwardProblem {
+  Problem fwd;
+  Buffer lse, dout, dq, dk, dv;
+  AttentionGrads grads;
+};
+
+BackwardProblem make_backward_problem(int64_t n, int heads, int d, DType dt, PatternKind kind) {
+  BackwardProblem bp;
+  bp.fwd = make_problem(n, heads, d, dt, kind);
+  bp.lse = Buffer(DType::f32, {heads, n});
+  bp.fwd.params.lse = bp.lse.view();
+  attention(bp.fwd.params, Backend::cpu);
+  bp.dout = Buffer(dt, {n, heads, d});
+  bp.dout.fill_random(4);
+  for (Buffer* b : {&bp.dq, &bp.dk, &bp.dv}) *b = Buffer(dt, {n, heads, d});
+  bp.grads.dout = bp.dout.view();
+  bp.grads.dq = bp.dq.view();
+  bp.grads.dk = bp.dk.view();
+  bp.grads.dv = bp.dv.view();
+  return bp;
+}
+
+void BM_AttentionBackward(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  const int d = int(st.range(1));
+  const DType dt = st.range(2) == 0 ? DType::f32 : DType::bf16;
+  const auto kind = PatternKind(st.range(3));
+  constexpr int kHeads = 16;
+  BackwardProblem bp = make_backward_problem(n, kHeads, d, dt, kind);
+  BackwardOptions opt;
+  opt.backend = Backend::cpu;
+  const AttentionBackwardPlan plan = plan_attention_backward(bp.fwd.params, bp.grads, opt);
+  for (auto _ : st) {
+    run(plan, bp.fwd.params, bp.grads);
+    benchmark::DoNotOptimize(bp.dq.data());
+    benchmark::ClobberMemory();
+  }
+  report(st, bp.fwd.flops * 2.5 * 1e-9, kind, dt);
+}
+
+// The ViT shapes of issue 30: d 80, full and window ±64.
+void backward_args(benchmark::internal::Benchmark* b) {
+  for (int64_t n : {1024, 4096})
+    for (int64_t dt : {0, 1})
+      for (int64_t kind : {kFull, kWindow64}) b->Args({n, 80, dt, kind});
+  b->ArgNames({"N", "d", "bf16", "pattern"});
+}
+BENCHMARK(BM_AttentionBackward)->Apply(backward_args)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace ariadne

@@ -1,7 +1,9 @@
 """Joins bench_attention_cpu's Google Benchmark JSON with torch_sdpa.py's lines and prints the
 tables of bench/RESULTS.md. Usage: compare_cpu.py ARIADNE_JSON[,MORE] TORCH_JSONL[,MORE] (several
 runs are merged, keeping the fastest repetition of each shape on both sides) [FMA_PEAK_GFLOPS]: absolute times, GFLOP/s (mask-aware), share of the measured FMA peak,
-the ratio to PyTorch SDPA, and the three target ratios of issue 3. Standard library only."""
+the ratio to PyTorch SDPA, and the three target ratios of issue 3; then the backward's table
+(BM_AttentionBackward against torch_sdpa.py --backward) when the runs have it. Standard library
+only."""
 import json
 import re
 import sys
@@ -22,11 +24,11 @@ def load_ariadne(paths):
             key = name.split("/")[0][3:]
             peak[key] = max(peak.get(key, 0), b["GFLOPs"])
             continue
-        m = re.match(r"BM_Attention/N:(\d+)/d:(\d+)/bf16:(\d)/pattern:(\d)", name)
+        m = re.match(r"BM_Attention(Backward)?/N:(\d+)/d:(\d+)/bf16:(\d)/pattern:(\d)", name)
         if not m:
             continue
-        n, d, bf, pat = (int(x) for x in m.groups())
-        key = (n, d, "bf16" if bf else "f32", PATTERNS[pat])
+        n, d, bf, pat = (int(x) for x in m.groups()[1:])
+        key = (n, d, "bf16" if bf else "f32", PATTERNS[pat], "backward" if m.group(1) else "forward")
         if key in rows and rows[key]["ms"] <= b["real_time"]:
             continue
         rows[key] = {"ms": b["real_time"], "gflops": b["GFLOPs"], "fma_peak": b["fma_peak_GFLOPs"]}
@@ -42,7 +44,7 @@ def main():
     for path in sys.argv[2].split(","):
         for line in open(path):
             r = json.loads(line)
-            key = (r["N"], r["d"], r["dtype"], r["pattern"])
+            key = (r["N"], r["d"], r["dtype"], r["pattern"], r.get("pass", "forward"))
             torch[key] = min(torch.get(key, r["ms"]), r["ms"])
             version = r["torch"]
     print(f"machine: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz; "
@@ -56,6 +58,25 @@ def main():
     for key, o in ours.items():
         o["peak_frac"] = o["gflops"] / fma if fma else 0
         o["own_peak_frac"] = o["gflops"] / (bf16_peak if key[2] == "bf16" and bf16_peak else fma) if fma else 0
+    forward = {k: o for k, o in ours.items() if k[4] == "forward"}
+    backward = {k: o for k, o in ours.items() if k[4] == "backward"}
+    if forward:
+        print_forward(forward, torch, fma)
+    if backward:
+        print("\nBackward alone (GFLOP/s at 2.5x the forward's mask-aware count; torch: SDPA's backward "
+              "through autograd, dq/dk/dv in the input dtype on both sides):\n")
+        print("| N | d | dtype | pattern | ariadne ms | GFLOP/s | % fp32 FMA peak | torch SDPA backward ms | speed-up vs torch |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for key in sorted(backward, key=lambda k: (k[0], k[1], k[2] != "f32", PATTERNS.index(k[3]))):
+            o = backward[key]
+            t = torch.get(key)
+            ratio = f"{t / o['ms']:.2f}x" if t else "-"
+            tms = f"{t:.1f}" if t else "-"
+            print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {o['ms']:.1f} | {o['gflops']:.1f} | "
+                  f"{100 * o['peak_frac']:.0f}% | {tms} | {ratio} |")
+
+
+def print_forward(ours, torch, fma):
     print("| N | d | dtype | pattern | ariadne ms | GFLOP/s | % fp32 FMA peak | % own peak (bf16: dot) | torch SDPA ms | speed-up vs torch |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for key in sorted(ours, key=lambda k: (k[0], k[1], k[2] != "f32", PATTERNS.index(k[3]))):
@@ -68,9 +89,9 @@ def main():
     print("\nTargets (N 4096):")
     for d in (80, 128):
         for dt in ("f32", "bf16"):
-            full = ours.get((4096, d, dt, "full"))
-            win = ours.get((4096, d, dt, "window64"))
-            t = torch.get((4096, d, dt, "full"))
+            full = ours.get((4096, d, dt, "full", "forward"))
+            win = ours.get((4096, d, dt, "window64", "forward"))
+            t = torch.get((4096, d, dt, "full", "forward"))
             if not full:
                 continue
             line = f"- d {d} {dt}: full {full['ms']:.1f} ms = {100 * full['peak_frac']:.0f}% of FMA peak"
@@ -79,7 +100,7 @@ def main():
             if win:
                 line += f"; window±64 {full['ms'] / win['ms']:.1f}x faster than full"
             print(line)
-        f32, bf = ours.get((4096, d, "f32", "full")), ours.get((4096, d, "bf16", "full"))
+        f32, bf = ours.get((4096, d, "f32", "full", "forward")), ours.get((4096, d, "bf16", "full", "forward"))
         if f32 and bf:
             print(f"- d {d}: bf16 full is {f32['ms'] / bf['ms']:.2f}x fp32 full")
 

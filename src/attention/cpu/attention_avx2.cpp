@@ -183,8 +183,18 @@ void pv_f32(const float* p, const float* v, int64_t ldv, int dv, int rows, const
   });
 }
 
+void probs(const float* s, const RowMask& mk, int rows, const float* off, float* p) {
+  for (int r = 0; r < rows; ++r) {
+    __m256 t[kVecPerTile];
+    logits(s, mk, r, t);  // the whole row is read before p (which may be s) is written
+    const __m256 o = _mm256_set1_ps(off[r]);
+    for (int v = 0; v < kVecPerTile; ++v)
+      _mm256_storeu_ps(p + r * kKeyTile + v * kLanes, exp2v(_mm256_sub_ps(t[v], o)));
+  }
+}
+
 const TileKernels kAvx2{"avx2", qk_f32, nullptr, softmax, pv_f32, nullptr, colsum,
-                        nullptr, nullptr, nullptr, nullptr};
+                        nullptr, nullptr, nullptr, nullptr, probs};
 
 }  // namespace
 

@@ -382,8 +382,18 @@ void store_bf16(const float* src, float mul, int n, uint16_t* dst) {
   }
 }
 
+void probs(const float* s, const RowMask& mk, int rows, const float* off, float* p) {
+  for (int r = 0; r < rows; ++r) {
+    __m512 t0, t1;
+    logits(s, mk, r, t0, t1);  // the whole row is read before p (which may be s) is written
+    const __m512 o = _mm512_set1_ps(off[r]);
+    _mm512_storeu_ps(p + r * kKeyTile, exp2v(_mm512_sub_ps(t0, o)));
+    _mm512_storeu_ps(p + r * kKeyTile + 16, exp2v(_mm512_sub_ps(t1, o)));
+  }
+}
+
 const TileKernels kAvx512{"avx512", qk_f32,     qk_bf16,     softmax,     pv_f32, pv_bf16, colsum,
-                          pack_k_f32, pack_k_bf16, pack_v_bf16, store_bf16};
+                          pack_k_f32, pack_k_bf16, pack_v_bf16, store_bf16, probs};
 
 }  // namespace
 

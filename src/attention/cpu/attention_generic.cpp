@@ -83,8 +83,16 @@ void colsum(const float* s, const RowMask& mk, int rows, const float* off, float
     }
 }
 
+void probs(const float* s, const RowMask& mk, int rows, const float* off, float* p) {
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < kKeyTile; ++j) {
+      const float t = logit2(s, mk, r, j);
+      p[r * kKeyTile + j] = t == kNegInf ? 0.f : std::exp2(t - off[r]);
+    }
+}
+
 const TileKernels kGeneric{"generic", qk_f32, nullptr, softmax, pv_f32, nullptr, colsum,
-                           nullptr, nullptr, nullptr, nullptr};
+                           nullptr, nullptr, nullptr, nullptr, probs};
 
 }  // namespace
 

@@ -100,6 +100,12 @@ struct TileKernels {
   void (*pack_v_bf16)(const uint16_t* base, int64_t stride, int n, int d, int dv, uint32_t* v);
   // dst[c] = bf16(src[c]·mul), round to nearest even, c < n.
   void (*store_bf16)(const float* src, float mul, int n, uint16_t* dst);
+
+  // ---- backward ----
+  // The probabilities from a saved LSE: p[r][j] = 2^(t_rj − off[r]) over allowed (r, j), 0 where
+  // masked; s = raw dots, t as in softmax. off[r] must not be NaN or −inf (−inf − −inf is NaN):
+  // a row without keys passes 0 with lo >= hi, and the driver handles NaN rows. p may be s.
+  void (*probs)(const float* s, const RowMask& mask, int rows, const float* off, float* p);
 };
 
 const TileKernels* tile_kernels_generic();

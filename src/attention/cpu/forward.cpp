@@ -14,86 +14,53 @@
 #include "attention/cpu/runner.hpp"
 
 namespace ariadne::cpu {
-namespace {
 
-// Writes n fp32 values, each multiplied by `mul`, as a row of t starting at element `off`.
-void store_row(const TensorView& t, int64_t off, int n, const float* src, float mul, const TileKernels& k) {
-  switch (t.dtype) {
-    case DType::f32: {
-      float* dst = static_cast<float*>(t.data) + off;
-#if defined(__SSE2__)
-      // Streaming stores: the output is written once and is usually far larger than the caches,
-      // so skipping the read-for-ownership of each line saves a third of the output traffic.
-      // The worker loops end with an sfence (forward below).
-      if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0 && n % 4 == 0) {
-        const __m128 m = _mm_set1_ps(mul);
-        for (int c = 0; c < n; c += 4) _mm_stream_ps(dst + c, _mm_mul_ps(_mm_loadu_ps(src + c), m));
-        break;
-      }
-#endif
-      for (int c = 0; c < n; ++c) dst[c] = src[c] * mul;
-      break;
-    }
-    case DType::bf16: {
-      uint16_t* dst = static_cast<uint16_t*>(t.data) + off;
-      if (k.store_bf16 != nullptr) {
-        k.store_bf16(src, mul, n, dst);
-        break;
-      }
-      for (int c = 0; c < n; ++c) dst[c] = float_to_bf16(src[c] * mul);
-      break;
-    }
-    case DType::f16: {
-      uint16_t* dst = static_cast<uint16_t*>(t.data) + off;
-      for (int c = 0; c < n; ++c) dst[c] = float_to_f16(src[c] * mul);
-      break;
-    }
-  }
-}
-
-}  // namespace
-
-// Key tiles one query tile visits, in increasing order.
-void Runner::plan_visits(Scratch& sc, int32_t s, const SeqExtent& e, int h, int64_t q_lo, int64_t q_hi) const {
-  sc.visits.clear();
-  const KeyRange kr = pat_.key_range(e, q_lo, q_hi);
+void key_tile_visits(const Pattern& pat, int32_t s, const SeqExtent& e, int h, int64_t q_lo, int64_t q_hi,
+                     std::vector<TileVisit>& visits) {
+  visits.clear();
+  const KeyRange kr = pat.key_range(e, q_lo, q_hi);
   if (kr.empty()) return;
-  if (!pat_.blocks.defined()) {
-    for (int64_t t = kr.lo / kKeyTile; t * kKeyTile < kr.hi; ++t) sc.visits.push_back({t, ~0u});
+  if (!pat.blocks.defined()) {
+    for (int64_t t = kr.lo / kKeyTile; t * kKeyTile < kr.hi; ++t) visits.push_back({t, ~0u});
     return;
   }
-  const int64_t row = pat_.block_row(s, e, h, q_lo / pat_.blocks.block), B = pat_.blocks.block;
-  for (int32_t i = pat_.blocks.row_ptr[row]; i < pat_.blocks.row_ptr[row + 1]; ++i) {
-    const int64_t kb = pat_.blocks.col_idx[i];
+  const int64_t row = pat.block_row(s, e, h, q_lo / pat.blocks.block), B = pat.blocks.block;
+  for (int32_t i = pat.blocks.row_ptr[row]; i < pat.blocks.row_ptr[row + 1]; ++i) {
+    const int64_t kb = pat.blocks.col_idx[i];
     const int64_t a = std::max(kb * B, kr.lo), b = std::min((kb + 1) * B, kr.hi);
     for (int64_t t = a / kKeyTile; a < b && t * kKeyTile < b; ++t) {
       const int64_t j0 = std::max(a, t * kKeyTile) - t * kKeyTile, j1 = std::min(b, (t + 1) * kKeyTile) - t * kKeyTile;
       uint32_t bits = 0;
       for (int64_t j = j0; j < j1; ++j) bits |= 1u << j;
-      if (!sc.visits.empty() && sc.visits.back().tile == t) sc.visits.back().keymask |= bits;
-      else sc.visits.push_back({t, bits});
+      if (!visits.empty() && visits.back().tile == t) visits.back().keymask |= bits;
+      else visits.push_back({t, bits});
     }
   }
 }
 
-// Rows' allowed intervals clipped to key tile t; returns the first and one past the last row
-// that sees any key of it (first >= last: none). sc.dense: those rows all see the whole tile.
-std::pair<int, int> Runner::clip_rows(Scratch& sc, int rows, int64_t t) const {
+std::pair<int, int> clip_rows_to_tile(const int64_t* row_lo, const int64_t* row_hi, int rows, int64_t t, int32_t* lo,
+                                      int32_t* hi, bool* dense) {
   const int64_t base = t * kKeyTile;
   int first = rows, last = 0;
-  sc.dense = true;
   for (int r = 0; r < rows; ++r) {
-    const int64_t lo = std::clamp<int64_t>(sc.row_lo[r] - base, 0, kKeyTile);
-    const int64_t hi = std::clamp<int64_t>(sc.row_hi[r] - base, 0, kKeyTile);
-    sc.lo[r] = int32_t(lo);
-    sc.hi[r] = int32_t(hi);
-    if (lo < hi) {
+    lo[r] = int32_t(std::clamp<int64_t>(row_lo[r] - base, 0, kKeyTile));
+    hi[r] = int32_t(std::clamp<int64_t>(row_hi[r] - base, 0, kKeyTile));
+    if (lo[r] < hi[r]) {
       first = std::min(first, r);
       last = r + 1;
     }
   }
-  for (int r = first; r < last; ++r) sc.dense = sc.dense && sc.lo[r] == 0 && sc.hi[r] == kKeyTile;
+  *dense = true;
+  for (int r = first; r < last; ++r) *dense = *dense && lo[r] == 0 && hi[r] == kKeyTile;
   return {first, last};
+}
+
+void Runner::plan_visits(Scratch& sc, int32_t s, const SeqExtent& e, int h, int64_t q_lo, int64_t q_hi) const {
+  key_tile_visits(pat_, s, e, h, q_lo, q_hi, sc.visits);
+}
+
+std::pair<int, int> Runner::clip_rows(Scratch& sc, int rows, int64_t t) const {
+  return clip_rows_to_tile(sc.row_lo.data(), sc.row_hi.data(), rows, t, sc.lo.data(), sc.hi.data(), &sc.dense);
 }
 
 void Runner::forward() {

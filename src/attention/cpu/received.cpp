@@ -11,11 +11,11 @@
 namespace ariadne::cpu {
 
 // Key-block bits of key tile t for one CSR row (block-sparse patterns).
-uint32_t Runner::block_bits(int64_t row, int64_t t, int64_t lk) const {
-  const int64_t B = pat_.blocks.block, k_lo = t * kKeyTile, k_hi = std::min(k_lo + kKeyTile, lk);
+uint32_t tile_block_bits(const Pattern& pat, int64_t row, int64_t t, int64_t lk) {
+  const int64_t B = pat.blocks.block, k_lo = t * kKeyTile, k_hi = std::min(k_lo + kKeyTile, lk);
   uint32_t bits = 0;
   for (int64_t kb = k_lo / B; kb * B < k_hi; ++kb) {
-    if (!pat_.block_listed(row, kb)) continue;
+    if (!pat.block_listed(row, kb)) continue;
     const int64_t a = std::max(kb * B, k_lo) - k_lo, b = std::min((kb + 1) * B, k_hi) - k_lo;
     for (int64_t j = a; j < b; ++j) bits |= 1u << j;
   }
@@ -54,7 +54,7 @@ void Runner::received_item(Scratch& sc, const WorkItem& it, float* recv) const {
     if (kr.hi <= k_lo || kr.lo >= k_hi) return;
     uint32_t bits = ~0u;
     if (pat_.blocks.defined()) {
-      bits = block_bits(pat_.block_row(s, e, h, q_lo / pat_.blocks.block), t, e.lk);
+      bits = tile_block_bits(pat_, pat_.block_row(s, e, h, q_lo / pat_.blocks.block), t, e.lk);
       if (bits == 0) return;
     }
     const int rows = int(q_hi - q_lo);

@@ -30,6 +30,9 @@ inline int64_t row_offset(const TensorView& t, int64_t token, int64_t head) {
 
 // Row of `n` elements of t starting at element `off`, widened to fp32 (tiles.cpp).
 void convert_row(const TensorView& t, int64_t off, int n, float* dst);
+// Writes n fp32 values, each multiplied by `mul`, as a row of t starting at element `off`
+// (tiles.cpp). fp32 rows may be written with streaming stores: a worker ends with an sfence.
+void store_row(const TensorView& t, int64_t off, int n, const float* src, float mul, const TileKernels& k);
 
 struct WorkItem {
   int32_t seq;
@@ -42,6 +45,19 @@ struct TileVisit {
   int64_t tile;
   uint32_t keymask;
 };
+
+// ---- the tile walk, shared by the forward, the received pass and the backward (forward.cpp) ----
+// Key tiles query rows [q_lo, q_hi) of head h visit, in increasing order, each with the keys the
+// block mask allows (all without one). With a block mask the rows lie in one query block.
+void key_tile_visits(const Pattern& pat, int32_t s, const SeqExtent& e, int h, int64_t q_lo, int64_t q_hi,
+                     std::vector<TileVisit>& visits);
+// Rows' allowed key intervals [row_lo, row_hi) clipped to key tile t into lo/hi (0..32); returns the
+// first and one past the last row that sees any key of it (first >= last: none). *dense: those
+// rows all see the whole tile.
+std::pair<int, int> clip_rows_to_tile(const int64_t* row_lo, const int64_t* row_hi, int rows, int64_t t, int32_t* lo,
+                                      int32_t* hi, bool* dense);
+// Key-block bits of key tile t for one CSR row (block-sparse patterns; received.cpp).
+uint32_t tile_block_bits(const Pattern& pat, int64_t row, int64_t t, int64_t lk);
 
 class Runner {
  public:
@@ -178,7 +194,6 @@ class Runner {
   // ---- received attention: the transposed pass (received.cpp) ----
   void received();
   void received_item(Scratch& sc, const WorkItem& it, float* recv) const;
-  uint32_t block_bits(int64_t row, int64_t t, int64_t lk) const;
 
   const AttentionParams& p_;
   const Pattern& pat_;

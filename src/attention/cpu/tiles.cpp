@@ -2,6 +2,10 @@
 // (call-wide, shared by every query tile and every head of a GQA group, or per work item into the
 // stream ring), the query tile read in place or converted, and the prefetches that keep the next
 // query tile's rows coming (runner.hpp).
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -22,6 +26,41 @@ void convert_row(const TensorView& t, int64_t off, int n, float* dst) {
     case DType::f16: {
       const uint16_t* src = static_cast<const uint16_t*>(t.data) + off;
       for (int c = 0; c < n; ++c) dst[c] = f16_to_float(src[c]);
+      break;
+    }
+  }
+}
+
+// Writes n fp32 values, each multiplied by `mul`, as a row of t starting at element `off`.
+void store_row(const TensorView& t, int64_t off, int n, const float* src, float mul, const TileKernels& k) {
+  switch (t.dtype) {
+    case DType::f32: {
+      float* dst = static_cast<float*>(t.data) + off;
+#if defined(__SSE2__)
+      // Streaming stores: the output is written once and is usually far larger than the caches,
+      // so skipping the read-for-ownership of each line saves a third of the output traffic.
+      // The worker loops end with an sfence (forward.cpp, backward.cpp).
+      if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0 && n % 4 == 0) {
+        const __m128 m = _mm_set1_ps(mul);
+        for (int c = 0; c < n; c += 4) _mm_stream_ps(dst + c, _mm_mul_ps(_mm_loadu_ps(src + c), m));
+        break;
+      }
+#endif
+      for (int c = 0; c < n; ++c) dst[c] = src[c] * mul;
+      break;
+    }
+    case DType::bf16: {
+      uint16_t* dst = static_cast<uint16_t*>(t.data) + off;
+      if (k.store_bf16 != nullptr) {
+        k.store_bf16(src, mul, n, dst);
+        break;
+      }
+      for (int c = 0; c < n; ++c) dst[c] = float_to_bf16(src[c] * mul);
+      break;
+    }
+    case DType::f16: {
+      uint16_t* dst = static_cast<uint16_t*>(t.data) + off;
+      for (int c = 0; c < n; ++c) dst[c] = float_to_f16(src[c] * mul);
       break;
     }
   }
