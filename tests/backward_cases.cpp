@@ -1,5 +1,6 @@
 #include "backward_cases.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -273,6 +274,9 @@ bool run_backward_case(const PreparedCase& pc, const BackwardCase& bc, const Bac
 }
 
 std::vector<AttnCase> backward_cases(int64_t max_tokens) {
+#if defined(ARIADNE_SANITIZED)
+  max_tokens = std::min<int64_t>(max_tokens, 300);  // CMakeLists.txt: smaller sweeps under the sanitizers
+#endif
   std::vector<AttnCase> out;
   for (const AttnCase& c : cases()) {
     int64_t tq = 0;
