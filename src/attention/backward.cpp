@@ -9,19 +9,19 @@
 namespace ariadne {
 namespace {
 
-void check_grad(const TensorView& t, const char* name, const TensorView& like, const char* like_name, DType dtype,
-                Device dev) {
-  ARIADNE_CHECK(t.defined(), name, ": required (the gradient ", name[0] == 'd' && name[1] == 'o' ? "of out" : "written",
-                "), not given");
+// A gradient tensor shaped like `like` (its forward tensor), in q's dtype or f32, on q's device.
+void check_grad(const TensorView& t, const char* name, const TensorView& like, const char* like_name,
+                const AttentionParams& p) {
+  ARIADNE_CHECK(t.defined(), name, ": required (the gradient of ", like_name, "), not given");
   require_rank(t, name, 3);
   for (int i = 0; i < 3; ++i) {
     static const char* what[] = {"tokens", "heads", "head_dim"};
     ARIADNE_CHECK(t.shape[i] == like.shape[i], name, ": dim ", i, " (", what[i], ") is ", t.shape[i], ", expected ",
                   like.shape[i], " as in ", like_name);
   }
-  require_dtype(t, name, {dtype, DType::f32});
+  require_dtype(t, name, {p.q.dtype, DType::f32});
   require_inner_contiguous(t, name);
-  require_device(t, name, dev);
+  require_device(t, name, p.q.device);
 }
 
 }  // namespace
@@ -31,18 +31,17 @@ void validate_backward(const AttentionParams& p, const AttentionGrads& g) {
   ARIADNE_CHECK(p.lse.defined(), "lse: the backward needs the forward's LSE [heads_q, total_q] (not given)");
   ARIADNE_CHECK(!p.entropy.defined() && !p.distance.defined() && !p.received.defined(),
                 "backward: entropy, distance and received are forward diagnostics; leave them undefined");
-  const Device dev = p.q.device;
-  check_grad(g.dout, "dout", p.out, "out", p.q.dtype, dev);
-  check_grad(g.dq, "dq", p.q, "q", p.q.dtype, dev);
-  check_grad(g.dk, "dk", p.k, "k", p.q.dtype, dev);
-  check_grad(g.dv, "dv", p.v, "v", p.q.dtype, dev);
+  check_grad(g.dout, "dout", p.out, "out", p);
+  check_grad(g.dq, "dq", p.q, "q", p);
+  check_grad(g.dk, "dk", p.k, "k", p);
+  check_grad(g.dv, "dv", p.v, "v", p);
   if (g.dsink.defined()) {
     ARIADNE_CHECK(p.sink_mode != SinkMode::none, "dsink: given, but sink_mode is none (there is no sink to differentiate)");
     require_rank(g.dsink, "dsink", 1);
     require_dtype(g.dsink, "dsink", {DType::f32});
     require_dim(g.dsink, "dsink", 0, p.heads_q(), "heads_q");
     ARIADNE_CHECK(g.dsink.stride[0] == 1, "dsink: must be contiguous");
-    require_device(g.dsink, "dsink", dev);
+    require_device(g.dsink, "dsink", p.q.device);
   }
 }
 
