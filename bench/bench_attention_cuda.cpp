@@ -24,7 +24,9 @@
 //
 // --backward: the backward instead (attention_backward on each set's forward results, dout random):
 // impl "ariadne_bwd" with "ms_single" the backward alone, "ms_fwdbwd_single" forward + backward and
-// "ms_det_single" the deterministic plan's backward, all single calls as the anchors time theirs
+// "ms_det_single" the deterministic plan's backward, "ms_<kernel>_single" each main kernel's that the
+// default plan did not take (forced: tile, and wgmma where it runs the call; "ms_<kernel>_det_single"
+// its deterministic plan), all single calls as the anchors time theirs
 // (bench/anchors_backward.py); TFLOP/s at 2.5x the forward's FLOPs (five products instead of two).
 //
 // Usage: bench_attention_cuda [--backward] [--OVERRIDE=VALUE ...] [cases.json] [id-prefix[,id-prefix...] ...]
@@ -242,6 +244,12 @@ nlohmann::json backward_record(const std::string& id, const Pattern& host, int64
   std::vector<Grads> grads;
   std::vector<AttentionGrads> views;
   std::vector<AttentionBackwardPlan> fast, det;
+  // The main kernels the default plan did not take, forced, default and deterministic plans.
+  struct Forced {
+    CudaKernel kernel;
+    std::vector<AttentionBackwardPlan> plans, det;
+  };
+  std::vector<Forced> forced;
   for (int i = 0; i < sets; ++i) {
     run(plans[size_t(i)], params[size_t(i)]);
     Grads g{DeviceBuffer(dt, {total, hq, d}), DeviceBuffer(dt, {total, hq, d}), DeviceBuffer(dt, {total, hkv, d}),
@@ -263,6 +271,22 @@ nlohmann::json backward_record(const std::string& id, const Pattern& host, int64
     fast.push_back(plan_attention_backward(params[size_t(i)], v, o));
     o.deterministic = true;
     det.push_back(plan_attention_backward(params[size_t(i)], v, o));
+    for (const CudaKernel k : {CudaKernel::tile, CudaKernel::wgmma}) {
+      if (k == fast.back().cuda_kernel()) continue;
+      if (i == 0) forced.push_back({k, {}, {}});
+      for (Forced& f : forced) {
+        if (f.kernel != k) continue;
+        BackwardOptions fo = o;
+        fo.cuda_kernel = k;
+        try {
+          fo.deterministic = false;
+          f.plans.push_back(plan_attention_backward(params[size_t(i)], v, fo));
+          fo.deterministic = true;
+          f.det.push_back(plan_attention_backward(params[size_t(i)], v, fo));
+        } catch (const Error&) {  // this kernel does not take the call: no column
+        }
+      }
+    }
   }
   const auto bwd = [&](int i) { run(fast[size_t(i % sets)], params[size_t(i % sets)], views[size_t(i % sets)]); };
   const auto bwd_det = [&](int i) { run(det[size_t(i % sets)], params[size_t(i % sets)], views[size_t(i % sets)]); };
@@ -282,6 +306,17 @@ nlohmann::json backward_record(const std::string& id, const Pattern& host, int64
   const double ms = single_call_ms(stream, sets, rough, bwd);
   const double ms_fwdbwd = single_call_ms(stream, sets, rough * 1.5, fwd_bwd);
   const double ms_det = single_call_ms(stream, sets, rough, bwd_det);
+  std::vector<std::pair<std::string, double>> forced_ms;
+  for (const Forced& f : forced) {
+    if (int(f.plans.size()) != sets) continue;
+    for (const auto* plans : {&f.plans, &f.det}) {
+      for (int i = 0; i < sets; ++i) run((*plans)[size_t(i)], params[size_t(i)], views[size_t(i)]);  // warm-up
+      const double t = single_call_ms(stream, sets, rough * 2, [&](int i) {
+        run((*plans)[size_t(i % sets)], params[size_t(i % sets)], views[size_t(i % sets)]);
+      });
+      forced_ms.emplace_back(std::string("ms_") + cuda_kernel_name(f.kernel) + (plans == &f.det ? "_det" : "") + "_single", t);
+    }
+  }
   check(cudaStreamSynchronize(stream), "backward");
   Counts c;
   const int heads_counted = host.blocks.defined() ? hq : 1;
@@ -295,6 +330,7 @@ nlohmann::json backward_record(const std::string& id, const Pattern& host, int64
   r["ms_single"] = ms;
   r["ms_fwdbwd_single"] = ms_fwdbwd;
   r["ms_det_single"] = ms_det;
+  for (const auto& [key, t] : forced_ms) r[key] = t;
   r["tflops"] = 2.5 * 4.0 * d * c.pairs / (ms * 1e-3) / 1e12;
   r["sets"] = sets;
   return r;

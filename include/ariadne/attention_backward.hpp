@@ -37,6 +37,11 @@ struct BackwardOptions {
   // Bitwise-reproducible results run to run. The reference and CPU backends always are (for a given
   // thread count); on CUDA it orders the fp32 accumulation of dq across key tiles.
   bool deterministic = false;
+  // The CUDA main kernel (tests and benchmarks): automatic routes by the call (docs/design/backward.md);
+  // tile (every call) or wgmma (compute capability 9.0, head dims 64, 80 and 128, blocks that are
+  // multiples of 128) force one, and a forced kernel the call cannot take is an error naming why.
+  // band and bandwg are forward kernels only.
+  CudaKernel cuda_kernel = CudaKernel::automatic;
 };
 
 // Checks p as validate() does (minus the outputs it writes) plus: lse given, no diagnostics, every
@@ -58,6 +63,7 @@ class AttentionBackwardPlan {
   bool valid() const { return state_ != nullptr; }
   Backend backend() const;
   bool deterministic() const;
+  CudaKernel cuda_kernel() const;  // the CUDA main kernel (tile or wgmma); automatic on the host backends
   std::string describe() const;
   const detail::BackwardPlanState& state() const;
 

@@ -53,6 +53,9 @@ bool attention_cuda_supports(const AttentionParams& p, std::string* why);
 std::shared_ptr<CudaPlan> plan_cuda(const AttentionParams& p, const AttentionOptions& options, detail::PlanState& info);
 void run_cuda(const CudaPlan& plan, const AttentionParams& p);
 
+// Whether the current device is compute capability 9.0 (the Hopper kernels' sm_90a build).
+bool current_device_is_sm90();
+
 // The backward kernels (src/attention/cuda/backward_cuda.cu), planned and run like the forward's.
 bool attention_backward_cuda_supports(const AttentionParams& p, const AttentionGrads& g, std::string* why);
 std::shared_ptr<CudaBackwardPlan> plan_cuda_backward(const AttentionParams& p, const AttentionGrads& g,

@@ -72,6 +72,7 @@ bool backend_supports_backward(Backend backend, const AttentionParams& p, const 
 
 Backend AttentionBackwardPlan::backend() const { return state().backend; }
 bool AttentionBackwardPlan::deterministic() const { return state().deterministic; }
+CudaKernel AttentionBackwardPlan::cuda_kernel() const { return state().cuda_kernel; }
 const detail::BackwardPlanState& AttentionBackwardPlan::state() const {
   ARIADNE_CHECK(state_ != nullptr, "attention backward plan: empty (made by plan_attention_backward only)");
   return *state_;
@@ -90,6 +91,9 @@ AttentionBackwardPlan plan_attention_backward(const AttentionParams& p, const At
   validate_backward(p, g);
   Backend backend = options.backend;
   if (backend == Backend::automatic) backend = p.q.device == Device::cuda ? Backend::cuda : Backend::cpu;
+  ARIADNE_CHECK(options.cuda_kernel == CudaKernel::automatic || backend == Backend::cuda,
+                "attention_backward: cuda_kernel '", cuda_kernel_name(options.cuda_kernel),
+                "' needs the cuda backend, not '", backend_name(backend), "'");
   std::string why;
   ARIADNE_CHECK(backend_supports_backward(backend, p, g, &why), "attention_backward: backend '", backend_name(backend),
                 "' cannot run ", describe(p.pattern), ": ", why);

@@ -61,6 +61,7 @@ struct BackwardPlanState {
   Backend backend = Backend::cpu;
   bool deterministic = false;
   std::string kernel;  // describe(): the CUDA kernel and its tiles; empty on host backends
+  CudaKernel cuda_kernel = CudaKernel::automatic;  // the CUDA main kernel; automatic on host backends
   PlanSignature signature;  // the forward's params (out and lse are inputs here)
   PlanSignature::View dout, dq, dk, dv, dsink;
 #if defined(ARIADNE_WITH_CUDA)

@@ -1,13 +1,15 @@
 // The CUDA backward (attention_backward.hpp) against the reference backward on the case table
 // (tests/backward_cases.hpp): each case runs on the default plan with gradients in q's dtype, then
-// deterministically with f32 gradients twice, bit-identical. Then CUDA graph capture (replays equal
-// the eager bits), determinism on a long sequence with many key tiles per query tile, and the
-// errors of calls the kernels do not take.
+// deterministically with f32 gradients twice, bit-identical, and then on each main kernel the
+// default plan did not take, forced (the tile kernel, the wgmma kernel where it runs: both modes),
+// so that both main kernels meet every case they take. Then CUDA graph capture (replays equal the eager bits), determinism on a long sequence with
+// many key tiles per query tile, and the errors of calls the kernels do not take.
 #include <cuda_runtime.h>
 
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ariadne/attention_backward.hpp"
@@ -63,14 +65,24 @@ struct DeviceBackward {
   }
 };
 
+// Runs the backward on the CUDA backend; `took` (if given) receives the main kernel the plan chose.
 bool run_cuda_backward(const PreparedCase& pc, const BackwardCase& bc, BackwardOutputs& o, std::string* why,
-                       bool deterministic) {
+                       bool deterministic, CudaKernel kernel = CudaKernel::automatic, CudaKernel* took = nullptr) {
   DeviceBackward db(pc, bc, o);
   if (!backend_supports_backward(Backend::cuda, db.d.p, db.g, why)) return false;
   BackwardOptions opts;
   opts.backend = Backend::cuda;
   opts.deterministic = deterministic;
-  const AttentionBackwardPlan plan = plan_attention_backward(db.d.p, db.g, opts);
+  opts.cuda_kernel = kernel;
+  AttentionBackwardPlan plan;
+  try {
+    plan = plan_attention_backward(db.d.p, db.g, opts);
+  } catch (const Error& e) {
+    if (kernel == CudaKernel::automatic) throw;
+    if (why != nullptr) *why = e.what();  // a forced kernel that does not take the call
+    return false;
+  }
+  if (took != nullptr) *took = plan.cuda_kernel();
   run(plan, db.d.p, db.g);
   cuda_synchronize();
   db.download(o);
@@ -82,9 +94,10 @@ class CudaBackwardCases : public ::testing::TestWithParam<AttnCase> {};
 TEST_P(CudaBackwardCases, MatchesTheReference) {
   const PreparedCase pc = prepare(GetParam(), cuda_testing::base_seed());
   const BackwardCase bc = prepare_backward(pc);
+  CudaKernel took = CudaKernel::automatic;
   BackwardBackend fast{"cuda", false, false,
-                       [](const PreparedCase& c, const BackwardCase& b, BackwardOutputs& o, std::string* why) {
-                         return run_cuda_backward(c, b, o, why, false);
+                       [&took](const PreparedCase& c, const BackwardCase& b, BackwardOutputs& o, std::string* why) {
+                         return run_cuda_backward(c, b, o, why, false, CudaKernel::automatic, &took);
                        }};
   std::string why;
   if (!run_backward_case(pc, bc, fast, &why)) GTEST_SKIP() << why;
@@ -93,6 +106,23 @@ TEST_P(CudaBackwardCases, MatchesTheReference) {
                         return run_cuda_backward(c, b, o, w, true);
                       }};
   EXPECT_TRUE(run_backward_case(pc, bc, det, &why)) << why;
+  for (const CudaKernel k : {CudaKernel::tile, CudaKernel::wgmma}) {
+    if (k == took) continue;
+    for (const bool deterministic : {false, true}) {
+      const std::string name = std::string("cuda ") + cuda_kernel_name(k) + " kernel (forced)" +
+                               (deterministic ? ", deterministic, f32 gradients" : "");
+      BackwardBackend forced{name, deterministic, deterministic,
+                             [k, deterministic](const PreparedCase& c, const BackwardCase& b, BackwardOutputs& o,
+                                                std::string* w) {
+                               return run_cuda_backward(c, b, o, w, deterministic, k);
+                             }};
+      // The tile kernel takes every case the backend takes; the wgmma kernel declines some (its
+      // refusal is checked by ForcedKernelsNameWhyTheyCannotRun).
+      if (!run_backward_case(pc, bc, forced, &why)) {
+        EXPECT_EQ(k, CudaKernel::wgmma) << why;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, CudaBackwardCases, ::testing::ValuesIn(backward_cases(700)), test_name);
@@ -215,6 +245,33 @@ TEST(CudaBackward, RefusesWhatTheKernelsDoNotTake) {
     ADD_FAILURE() << "run accepted a dq of another dtype";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("run: dq is f32"), std::string::npos) << e.what();
+  }
+}
+
+// A forced main kernel the call cannot take is an error naming why; a forward-only kernel too.
+TEST(CudaBackward, ForcedKernelsNameWhyTheyCannotRun) {
+  for (const auto& [dim, pattern, expect] :
+       {std::tuple{96, "causal", "head_dim 96"}, std::tuple{64, "causal+blocks:0.5@64", "block size 64"}}) {
+    AttnCase c;
+    c.tokens_q = {200};
+    c.dim = dim;
+    c.pattern = pattern;
+    const PreparedCase pc = prepare(c, cuda_testing::base_seed());
+    const BackwardCase bc = prepare_backward(pc);
+    DeviceBackward db(pc, bc, poisoned_grads(pc, false));
+    BackwardOptions opts;
+    opts.backend = Backend::cuda;
+    opts.cuda_kernel = CudaKernel::wgmma;
+    try {
+      plan_attention_backward(db.d.p, db.g, opts);
+      ADD_FAILURE() << "a forced wgmma plan accepted " << pattern << " at d " << dim;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    }
+    opts.cuda_kernel = CudaKernel::automatic;
+    EXPECT_EQ(plan_attention_backward(db.d.p, db.g, opts).cuda_kernel(), CudaKernel::tile) << pattern;
+    opts.cuda_kernel = CudaKernel::band;
+    EXPECT_THROW(plan_attention_backward(db.d.p, db.g, opts), Error);
   }
 }
 

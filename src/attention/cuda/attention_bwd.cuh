@@ -90,20 +90,27 @@ __device__ __forceinline__ CtaTile cover_tile(const Pattern& pat, const int32_t*
 
 // The dense part of the walk: whether key tile [k_lo, k_lo + BK) (clipped to lk) may see query
 // tile qt. Both ends of query_range are nondecreasing in the key, so the key tiles that see one
-// query tile are an interval.
+// query tile are an interval. BK: the kernel's key tile (64 here, 128 in attention_bwd_wgmma.cuh).
+template <int BK>
 __device__ __forceinline__ bool bwd_visits_dense(const Pattern& pat, const SeqExtent& e, int64_t k_lo, int64_t qt) {
-  const int64_t k_hi = k_lo + kBwdBK < e.lk ? k_lo + kBwdBK : e.lk;
+  const int64_t k_hi = k_lo + BK < e.lk ? k_lo + BK : e.lk;
   const KeyRange qr = pat.query_range(e, k_lo, k_hi);
   const int64_t q_lo = qt * kBwdBQ;
   return !qr.empty() && qr.lo < q_lo + kBwdBQ && qr.hi > q_lo;
 }
-// The whole walk predicate: dense part and, block-sparse, the CSR row of (s, h, qt) lists the key
-// block. The one predicate both the walk and the deterministic ranks use.
+// Block-sparse, whether the CSR row of (s, h, qt) lists the key block holding k_lo. A walk over a key
+// tile's own query range [qt_first, qt_end) needs only this test: the dense part holds there.
+__device__ __forceinline__ bool bwd_block_listed(const Pattern& pat, int s, const SeqExtent& e, int h, int64_t k_lo,
+                                                 int64_t qt) {
+  return pat.block_listed(pat.block_row(s, e, h, qt * kBwdBQ / pat.blocks.block), k_lo / pat.blocks.block);
+}
+// The whole walk predicate: dense part and, block-sparse, the listed block. The one predicate both
+// the walk and the deterministic ranks use.
+template <int BK>
 __device__ __forceinline__ bool bwd_visits(const Pattern& pat, int s, const SeqExtent& e, int h, int64_t k_lo,
                                            int64_t qt) {
-  if (!bwd_visits_dense(pat, e, k_lo, qt)) return false;
-  if (!pat.blocks.defined()) return true;
-  return pat.block_listed(pat.block_row(s, e, h, qt * kBwdBQ / pat.blocks.block), k_lo / pat.blocks.block);
+  if (!bwd_visits_dense<BK>(pat, e, k_lo, qt)) return false;
+  return !pat.blocks.defined() || bwd_block_listed(pat, s, e, h, k_lo, qt);
 }
 
 // The rank of key tile kt among the key tiles that visit query tile qt (deterministic mode), in
@@ -113,12 +120,13 @@ __device__ __forceinline__ bool bwd_visits(const Pattern& pat, int s, const SeqE
 // with the walk; a waited-for CTA always has a lower launch index, so it is resident or done. The
 // dense visitors are an interval whose last tile is found by binary search (query_range(t).lo is
 // nondecreasing in t; empty ranges keep their lo), moved below any tile that sees no query at all.
-// Block-sparse counts the visitors inside the listed blocks after kt.
+// Block-sparse counts the visitors inside the listed blocks after kt (blocks are multiples of BK).
+template <int BK>
 __device__ inline int bwd_rank(const Pattern& pat, int s, const SeqExtent& e, int h, int64_t kt, int64_t qt) {
   const int64_t q_hi = (qt + 1) * kBwdBQ;
-  const int64_t nkt = (e.lk + kBwdBK - 1) / kBwdBK;
+  const int64_t nkt = (e.lk + BK - 1) / BK;
   auto query_lo = [&](int64_t t) {
-    const int64_t k_lo = t * kBwdBK, k_hi = k_lo + kBwdBK < e.lk ? k_lo + kBwdBK : e.lk;
+    const int64_t k_lo = t * BK, k_hi = k_lo + BK < e.lk ? k_lo + BK : e.lk;
     return pat.query_range(e, k_lo, k_hi).lo;
   };
   int64_t lo = kt, hi = nkt;  // the first tile past kt whose queries all lie past the tile
@@ -127,18 +135,45 @@ __device__ inline int bwd_rank(const Pattern& pat, int s, const SeqExtent& e, in
     if (query_lo(mid) >= q_hi) hi = mid; else lo = mid + 1;
   }
   int64_t last = lo - 1;
-  while (last > kt && !bwd_visits_dense(pat, e, last * kBwdBK, qt)) --last;
+  while (last > kt && !bwd_visits_dense<BK>(pat, e, last * BK, qt)) --last;
   if (!pat.blocks.defined()) return int(last - kt);
-  const int32_t per = pat.blocks.block / kBwdBK;
+  const int32_t per = pat.blocks.block / BK;
   const int64_t row = pat.block_row(s, e, h, qt * kBwdBQ / pat.blocks.block);
   int rank = 0;
   for (int32_t i = pat.blocks.row_ptr[row + 1] - 1; i >= pat.blocks.row_ptr[row]; --i)
     for (int j = per - 1; j >= 0; --j) {
       const int64_t t = int64_t(pat.blocks.col_idx[i]) * per + j;
       if (t <= kt) return rank;
-      if (t <= last && bwd_visits_dense(pat, e, t * kBwdBK, qt)) ++rank;
+      if (t <= last && bwd_visits_dense<BK>(pat, e, t * BK, qt)) ++rank;
     }
   return rank;
+}
+
+// The deterministic mode's turn of one (key tile kt, query tile qt) pair at adding into dQ: the
+// counter of (head h, query tile) reaches the pair's rank, then the CTA adds, then bwd_pass_turn
+// bumps it. Null (no wait, nothing to bump) in the default mode. Every thread of the CTA calls both.
+template <int BK>
+__device__ __forceinline__ int* bwd_wait_turn(const BwdParams& p, int s, const SeqExtent& e, int h, int64_t kt,
+                                              int64_t qt, int tid) {
+  const Pattern& pat = p.pattern;
+  int* counter = p.counters != nullptr ? p.counters + int64_t(h) * p.query_tiles +
+                                             (pat.cu_seqlens_q != nullptr ? s + pat.cu_seqlens_q[s] / kBwdBQ : 0) + qt
+                                       : nullptr;
+  if (counter != nullptr) {
+    if (tid == 0) {
+      const int rank = bwd_rank<BK>(pat, s, e, h, kt, qt);
+      while (atomicAdd(counter, 0) != rank) __nanosleep(32);
+      __threadfence();
+    }
+    __syncthreads();
+  }
+  return counter;
+}
+__device__ __forceinline__ void bwd_pass_turn(int* counter, int tid) {
+  if (counter == nullptr) return;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) atomicAdd(counter, 1);
 }
 
 // ---- prep: D, the cleared accumulator and partials, the denominator sink's terms ----
@@ -229,7 +264,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_kernel(const BwdPar
   // Pairs in walk order: head by head of the group, query tiles ascending.
   auto visits = [&](int64_t i) {
     const int h = kvh * p.group + int(i / (qt_end - qt_first));
-    return bwd_visits(pat, s, e, h, k_lo, qt_first + i % (qt_end - qt_first));
+    return bwd_visits<BK>(pat, s, e, h, k_lo, qt_first + i % (qt_end - qt_first));
   };
   auto next_pair = [&](int64_t i) {
     while (i < pairs && !visits(i)) ++i;
@@ -400,17 +435,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_kernel(const BwdPar
     // ---- dQ = (dS·scale)·K, 16 query rows per warp, in DH column parts (D 128: two, so that
     // the part's accumulators fit beside dK and dV) ----
     __syncthreads();
-    int* counter = p.counters != nullptr ? p.counters + int64_t(h) * p.query_tiles +
-                                               (pat.cu_seqlens_q != nullptr ? s + pat.cu_seqlens_q[s] / BQ : 0) + qt
-                                         : nullptr;
-    if (counter != nullptr) {
-      if (tid == 0) {
-        const int rank = bwd_rank(pat, s, e, h, kt, qt);
-        while (atomicAdd(counter, 0) != rank) __nanosleep(32);
-        __threadfence();
-      }
-      __syncthreads();
-    }
+    int* const counter = bwd_wait_turn<BK>(p, s, e, h, kt, qt, tid);
     constexpr int DH = D > 96 ? 2 : 1, DP = D / DH;  // parts and their columns
 #pragma unroll 1
     for (int part = 0; part < DH; ++part) {
@@ -446,11 +471,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_kernel(const BwdPar
         }
       }
     }
-    if (counter != nullptr) {
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) atomicAdd(counter, 1);
-    }
+    bwd_pass_turn(counter, tid);
     buf ^= 1;
     cur = nxt;
   }
@@ -501,6 +522,25 @@ __global__ void __launch_bounds__(256) attention_bwd_finish_kernel(const BwdPara
   }
 }
 
+// The prep launch and the finish launch, shared by both main kernels (this file's and the wgmma one's).
+template <int D, class E>
+void launch_bwd_prep(const BwdParams& p, cudaStream_t stream) {
+  const unsigned prep_blocks = unsigned((p.total_q + kBwdPrepRows - 1) / kBwdPrepRows);
+  attention_bwd_prep_kernel<D, E><<<dim3(prep_blocks, unsigned(p.heads_q)), 128, 0, stream>>>(p);
+}
+template <int D, class E>
+void launch_bwd_finish(const BwdParams& p, cudaStream_t stream) {
+  const int64_t work = p.total_q * p.heads_q * (D / 2);
+  const unsigned blocks = unsigned(work / 256 + 1 < 4096 ? work / 256 + 1 : 4096);
+  attention_bwd_finish_kernel<D, E><<<blocks, 256, 0, stream>>>(p);
+}
+// The CTAs of a main kernel with key tiles of BK rows: one per tile, the varlen cover for packed
+// sequences (sequence s owns tiles [s + cu[s]/BK, s + 1 + cu[s+1]/BK)).
+template <int BK>
+int64_t bwd_key_tiles(const BwdParams& p) {
+  return p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_k / BK + 1 : (p.total_k + BK - 1) / BK;
+}
+
 // The three launches on `stream`; instantiated per head dim in attention_bwd_d<D>.cu.
 template <int D, class E>
 cudaError_t launch_bwd(const BwdParams& p, cudaStream_t stream) {
@@ -509,14 +549,10 @@ cudaError_t launch_bwd(const BwdParams& p, cudaStream_t stream) {
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes));
   if (configured != cudaSuccess) return configured;
-  const unsigned prep_blocks = unsigned((p.total_q + kBwdPrepRows - 1) / kBwdPrepRows);
-  attention_bwd_prep_kernel<D, E><<<dim3(prep_blocks, unsigned(p.heads_q)), 128, 0, stream>>>(p);
-  const int64_t tiles = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + p.total_k / kBwdBK + 1
-                                                          : (p.total_k + kBwdBK - 1) / kBwdBK;
-  kernel<<<dim3(unsigned(tiles), unsigned(p.heads_q / p.group)), kBwdThreads, S::smem_bytes, stream>>>(p);
-  const int64_t work = p.total_q * p.heads_q * (D / 2);
-  const unsigned blocks = unsigned(work / 256 + 1 < 4096 ? work / 256 + 1 : 4096);
-  attention_bwd_finish_kernel<D, E><<<blocks, 256, 0, stream>>>(p);
+  launch_bwd_prep<D, E>(p, stream);
+  kernel<<<dim3(unsigned(bwd_key_tiles<kBwdBK>(p)), unsigned(p.heads_q / p.group)), kBwdThreads, S::smem_bytes,
+           stream>>>(p);
+  launch_bwd_finish<D, E>(p, stream);
   return cudaGetLastError();
 }
 

@@ -52,17 +52,6 @@ bool choose_wide(const AttentionParams& p) {
   return ctas >= 2 * 132;
 }
 
-// Whether the current device is compute capability 9.0: wgmma and setmaxnreg are sm_90a
-// instructions, which the Hopper kernels (wgmma, bandwg) are built for.
-bool current_device_is_sm90() {
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-    return false;
-  return major == 9 && minor == 0;
-}
-
 // The band-walking kernels (attention_band.cuh, attention_bandwg.cuh) take narrow local patterns:
 // no block mask, no entropy/distance, head dim 64/80/96, rows and keys below 2^30 (their row bounds
 // are int32), and 16 consecutive rows seeing at most kMaxRowSpan keys (window left + right <= 129,
@@ -242,6 +231,17 @@ void require_kernel(Toggle t, const char* field, CudaKernel k, CudaKernel chosen
 }
 
 }  // namespace
+
+// Whether the current device is compute capability 9.0: wgmma and setmaxnreg are sm_90a
+// instructions, which the Hopper kernels (wgmma, bandwg) are built for.
+bool current_device_is_sm90() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+}
 
 // The CUDA backend's plan (AttentionPlan's state for Backend::cuda).
 struct CudaPlan {

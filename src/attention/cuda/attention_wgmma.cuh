@@ -126,14 +126,14 @@ __device__ __forceinline__ int lower_bound_i32(const int32_t* cols, int n, int v
   return lo;
 }
 
-// Element offset of the 16-byte chunk ch (0 .. D/8 - 1) of row r in a 128-row tile swizzled with
+// Element offset of the 16-byte chunk ch (0 .. D/8 - 1) of row r in a ROWS-row tile swizzled with
 // span W: region ch / (W/16), row r of it, the chunk XOR-ed with the row's place in its 8-row atom
 // (CU_TENSOR_MAP_SWIZZLE_<W>B: address bits 4.. XOR bits 7..).
-template <int W>
+template <int W, int ROWS = 128>
 __device__ __forceinline__ int swz_off(int r, int ch) {
   constexpr int cpr = W / 16;  // chunks per region row
   const int c = ch % cpr;
-  return (ch / cpr) * 128 * (W / 2) + r * (W / 2) + ((c ^ ((r * W >> 7) & (cpr - 1))) * 8);
+  return (ch / cpr) * ROWS * (W / 2) + r * (W / 2) + ((c ^ ((r * W >> 7) & (cpr - 1))) * 8);
 }
 
 // OT: the epilogue of a consumer whose 64 rows lie in its sequence may store O through its half

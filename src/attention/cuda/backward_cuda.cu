@@ -6,6 +6,7 @@
 
 #include "attention/backends.hpp"
 #include "attention/cuda/attention_bwd.cuh"
+#include "attention/cuda/attention_bwd_wgmma.cuh"
 
 namespace ariadne {
 
@@ -18,6 +19,7 @@ struct CudaBackwardPlan {
   int sink_parts = 0;
   int64_t query_tiles = 0;
   bool deterministic = false;
+  CudaKernel kernel = CudaKernel::tile;  // the main kernel: tile (attention_bwd.cuh) or wgmma
   CudaBackwardPlan() = default;
   CudaBackwardPlan(const CudaBackwardPlan&) = delete;
   CudaBackwardPlan& operator=(const CudaBackwardPlan&) = delete;
@@ -44,6 +46,19 @@ T* device_alloc(size_t count, const char* what) {
   ARIADNE_CHECK(e == cudaSuccess, "cuda backward: allocating the ", what, " (", count * sizeof(T), " bytes): ",
                 cudaGetErrorString(e));
   return static_cast<T*>(ptr);
+}
+
+// Why the wgmma backward kernel (attention_bwd_wgmma.cuh) cannot run p (empty: it can): head dims
+// 64, 80 and 128, block masks whose block is a multiple of its 128-key tiles, compute capability
+// 9.0. Every pattern, sink, GQA ratio, order and lq/lk shape the tile kernel runs it runs too.
+std::string wgmma_backward_refuses(const AttentionParams& p) {
+  const int d = p.head_dim();
+  if (d != 64 && d != 80 && d != 128)
+    return "head_dim " + std::to_string(d) + " (the wgmma backward has 64, 80 and 128)";
+  if (p.pattern.blocks.defined() && p.pattern.blocks.block % cuda::BwdWgShape<64>::BK != 0)
+    return "block size " + std::to_string(p.pattern.blocks.block) + " (the wgmma backward needs a multiple of 128)";
+  if (!current_device_is_sm90()) return "a device that is not compute capability 9.0";
+  return {};
 }
 
 }  // namespace
@@ -80,7 +95,24 @@ std::shared_ptr<CudaBackwardPlan> plan_cuda_backward(const AttentionParams& p, c
                                                           : (total_q + cuda::kBwdBQ - 1) / cuda::kBwdBQ;
     plan->counters = device_alloc<int>(size_t(hq * plan->query_tiles), "deterministic counters");
   }
-  info.kernel = "tile kernel, 64x64 tiles";
+  // The routing decision. automatic takes the tile kernel: the wgmma kernel is built and compiled
+  // but has not yet passed the device suite (docs/design/backward.md, "The Hopper kernel"); it
+  // runs when forced, and becomes the default where it takes the call once it passes.
+  switch (options.cuda_kernel) {
+    case CudaKernel::automatic: plan->kernel = CudaKernel::tile; break;
+    case CudaKernel::tile: plan->kernel = CudaKernel::tile; break;
+    case CudaKernel::wgmma: {
+      const std::string why = wgmma_backward_refuses(p);
+      ARIADNE_CHECK(why.empty(), "attention_backward: cuda_kernel 'wgmma' cannot run this call: ", why);
+      plan->kernel = CudaKernel::wgmma;
+      break;
+    }
+    default:
+      ARIADNE_CHECK(false, "attention_backward: cuda_kernel '", cuda_kernel_name(options.cuda_kernel),
+                    "' is a forward kernel (the backward has tile and wgmma)");
+  }
+  info.cuda_kernel = plan->kernel;
+  info.kernel = plan->kernel == CudaKernel::wgmma ? "wgmma kernel, 128 keys x 64 queries" : "tile kernel, 64x64 tiles";
   return plan;
 }
 
@@ -150,6 +182,16 @@ void run_cuda_backward(const CudaBackwardPlan& plan, const AttentionParams& p, c
 
   const bool bf16 = p.q.dtype == DType::bf16;
   cudaError_t e = cudaErrorInvalidValue;
+  if (plan.kernel == CudaKernel::wgmma) {
+    switch (p.head_dim()) {
+      case 64: e = bf16 ? cuda::launch_bwd_wgmma<64, cuda::Bf16>(bp, st) : cuda::launch_bwd_wgmma<64, cuda::F16>(bp, st); break;
+      case 80: e = bf16 ? cuda::launch_bwd_wgmma<80, cuda::Bf16>(bp, st) : cuda::launch_bwd_wgmma<80, cuda::F16>(bp, st); break;
+      case 128: e = bf16 ? cuda::launch_bwd_wgmma<128, cuda::Bf16>(bp, st) : cuda::launch_bwd_wgmma<128, cuda::F16>(bp, st); break;
+      default: break;
+    }
+    ARIADNE_CHECK(e == cudaSuccess, "cuda backward: launch failed: ", cudaGetErrorString(e));
+    return;
+  }
   switch (p.head_dim()) {
     case 64: e = bf16 ? cuda::launch_bwd<64, cuda::Bf16>(bp, st) : cuda::launch_bwd<64, cuda::F16>(bp, st); break;
     case 80: e = bf16 ? cuda::launch_bwd<80, cuda::Bf16>(bp, st) : cuda::launch_bwd<80, cuda::F16>(bp, st); break;

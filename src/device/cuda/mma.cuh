@@ -56,6 +56,10 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
+// Two transposed 8x8 matrices, their row addresses from lanes 0-15 (the others' are ignored).
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
 
 // mma.sync m16n8k16 with f32 accumulators for the PTX input type T: the same asm for both element types.
 #define ARIADNE_MMA_M16N8K16(T)                                                                               \
