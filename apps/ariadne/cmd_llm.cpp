@@ -18,7 +18,8 @@ namespace {
 
 int run_llm(const Args& a) {
   if (a.given("prompt")) {
-    for (const char* o : {"task", "tokens", "depth", "seeds", "seed", "method", "tau", "stride", "offset", "protect"})
+    for (const char* o : {"task", "tokens", "depth", "seeds", "seed", "method", "tau", "stride", "offset", "rr-schedule",
+                          "protect"})
       if (a.given(o)) a.fail(o, "applies to task runs, not to --prompt");
   }
   TaskLoop loop;

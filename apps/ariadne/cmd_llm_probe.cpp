@@ -63,12 +63,10 @@ int run_qk(const Args& args) {
       args.given("method") ? args.strs("method") : std::vector<std::string>{"rr", "xattn"};
   for (const std::string& m : methods) {
     if (m == "dense") args.fail("method", "--qk measures estimators: rr, xattn or oracle");
-    for (const std::string& o : args.strs("offset")) {
+    for (const auto& [o, sc] : rr_variants(args, m))
       for (const double t : args.reals("tau"))
         for (const int st : args.i32s("stride"))
-          for (const std::string& pr : args.strs("probe-protect")) specs.push_back({m, t, st, parse_rr_offset(o), pr});
-      if (m != "rr") break;
-    }
+          for (const std::string& pr : args.strs("probe-protect")) specs.push_back({m, t, st, o, pr, sc});
   }
   std::vector<int> layer_ids;
   if (args.given("layer")) {
@@ -132,7 +130,8 @@ int run_qk(const Args& args) {
     json cfgs = json::array();
     std::map<double, EstimateResult> oracles;
     for (const MethodSpec& m : specs) {
-      const EstimateConfig ec = estimate_config(m, block);
+      EstimateConfig ec = estimate_config(m, block);
+      ec.layer = l;  // RR's layer and hybrid schedules rotate with it
       if (!oracles.count(ec.tau)) {
         EstimateConfig oc = ec;
         oc.method = Estimator::oracle;
@@ -210,12 +209,10 @@ int run_llm_probe(const Args& a) {
     if (a.i32("block") % s != 0) a.fail("probe-stride", std::to_string(s) + " does not divide --block");
   for (const std::string& m : a.strs("method")) {
     if (m == "dense" || m == "oracle") continue;  // the oracle is its own ground truth
-    for (const std::string& o : a.strs("offset")) {
+    for (const auto& [o, sc] : rr_variants(a, m))
       for (const double t : taus)
         for (const int s : strides)
-          for (const std::string& pr : a.strs("probe-protect")) loop.probe_specs.push_back({m, t, s, parse_rr_offset(o), pr});
-      if (m != "rr") break;
-    }
+          for (const std::string& pr : a.strs("probe-protect")) loop.probe_specs.push_back({m, t, s, o, pr, sc});
   }
   if (!loop.probe_tau_sweep.empty() && loop.probe_specs.empty())
     a.fail("probe-tau-sweep", "needs probes: --method must name an estimator (rr, xattn)");

@@ -74,6 +74,8 @@ int run_prefill(const cli::Args& args) {
   ec.stride = args.i32("stride");
   ec.tau = args.real("tau");
   ec.offset = parse_rr_offset(args.str("offset"));
+  ec.schedule = parse_rr_schedule(args.str("rr-schedule"));
+  ec.layer = args.i32("layer");
   ec.tau_per_head = args.reals("tau-heads");  // optional per-head τ table
   ec.protect = cli::parse_protect(args.str("protect"), false);
   const std::vector<double> sweep = args.reals("tau-sweep");  // τ values for select_mask on the same scores
@@ -166,6 +168,8 @@ int run_prefill(const cli::Args& args) {
   j["stride"] = ec.stride;
   j["tau"] = ec.tau;
   j["offset"] = rr_offset_name(ec.offset);
+  j["rr_schedule"] = rr_schedule_name(ec.schedule);
+  j["layer"] = ec.layer;
   j["protect"] = pc.dense ? "n/a" : cli::protections_text(ec.protections());
   j["backend"] = backend_name(pc.attention_backend);
   j["dtype"] = on_gpu ? "bf16" : "f32";
@@ -276,6 +280,9 @@ const Command reg{
      integer("stride", 8, 1, 1 << 16, "sampling stride S (must divide --block)"),
      real("tau", 0.95, Range::open_closed(0, 1), "attention-mass threshold"),
      choice("offset", "paper", {"paper", "released"}, "RR's sampling offsets"),
+     choice("rr-schedule", "head", {"head", "none", "layer", "hybrid"},
+            "RR's schedule, which index rotates the sampled position: head (published), none, layer, head + layer"),
+     integer("layer", 0, 0, (1 << 30) - 1, "the layer index the layer and hybrid RR schedules rotate with"),
      real_list("tau-heads", "", Range::open_closed(0, 1), "one τ per query head"),
      text("protect", "published", "protected blocks: published, none, or sink/diagonal/last_row joined by '+'")
          .checked([](const std::string& s) { parse_protect(s, false); }),

@@ -147,6 +147,7 @@ std::string MethodSpec::label() const {
   std::ostringstream os;
   os << name;
   if (name == "rr") os << " " << rr_offset_name(offset);
+  if (name == "rr" && schedule != RRSchedule::head) os << " " << rr_schedule_name(schedule) << "-RR";
   os << " tau=" << tau << " S=" << stride;
   if (protect != "published") os << " protect=" << protect;
   return os.str();
@@ -159,8 +160,17 @@ EstimateConfig estimate_config(const MethodSpec& m, int32_t block) {
   ec.stride = m.stride;
   ec.block = block;
   ec.offset = m.offset;
+  ec.schedule = m.schedule;
   ec.protect = parse_protect(m.protect, true);
   return ec;
+}
+
+std::vector<std::pair<RROffset, RRSchedule>> rr_variants(const Args& a, const std::string& method) {
+  if (method != "rr") return {{RROffset::paper, RRSchedule::head}};
+  std::vector<std::pair<RROffset, RRSchedule>> v;
+  for (const std::string& o : a.strs("offset"))
+    for (const std::string& s : a.strs("rr-schedule")) v.emplace_back(parse_rr_offset(o), parse_rr_schedule(s));
+  return v;
 }
 
 OptionTable llm_task_options() {
@@ -180,6 +190,9 @@ OptionTable llm_task_options() {
       real_list("tau", "0.95", Range::open_closed(0, 1), "attention-mass thresholds"),
       integer_list("stride", "8", 1, 4096, "sampling strides S (must divide --block)"),
       choice_list("offset", "paper", {"paper", "released"}, "RR's sampling offsets (each a method of its own)"),
+      choice_list("rr-schedule", "head", {"head", "none", "layer", "hybrid"},
+                  "RR's schedules, which index rotates the sampled position: head (published), none, layer or "
+                  "head + layer (each a method of its own; CPU estimators for all but head)"),
       text_list("protect", "published",
                 "protections of the sparse runs: published, none, or sink/diagonal/last_row (and previous, an "
                 "experiment) joined by '+'")
@@ -197,14 +210,12 @@ std::vector<MethodSpec> run_methods(const Args& a) {
       methods.push_back({"dense", 1, 0});
       continue;
     }
-    for (const std::string& o : a.strs("offset")) {
+    for (const auto& [o, sc] : rr_variants(a, m))
       for (const double t : a.reals("tau"))
         for (const int s : a.i32s("stride")) {
-          for (const std::string& pr : a.strs("protect")) methods.push_back({m, t, s, parse_rr_offset(o), pr});
+          for (const std::string& pr : a.strs("protect")) methods.push_back({m, t, s, o, pr, sc});
           if (m == "oracle") break;  // the oracle samples nothing: one stride is enough
         }
-      if (m != "rr") break;  // the offset is RR's alone
-    }
   }
   // The anchor runs first so each instance has its dense answer.
   if (methods.empty() || methods.front().name != "dense") methods.insert(methods.begin(), MethodSpec{"dense", 1, 0});
@@ -295,7 +306,8 @@ int run_task_loop(const Args& args, LoadedModel& lm, const TaskLoop& loop) {
             const bool ok = retrieval_correct(text, task.answer);
             json run = {{"task", kind}, {"tokens", task.tokens}, {"depth", task.depth}, {"seed", task.seed},
                         {"method", m.name}, {"tau", m.tau}, {"stride", m.stride},
-                        {"offset", m.name == "rr" ? rr_offset_name(m.offset) : ""}, {"protect", m.protect},
+                        {"offset", m.name == "rr" ? rr_offset_name(m.offset) : ""},
+                        {"rr_schedule", m.name == "rr" ? rr_schedule_name(m.schedule) : ""}, {"protect", m.protect},
                         {"answer", task.answer},
                         {"generated", text}, {"correct", ok}, {"density", tr.density},
                         {"ms_prefill", tr.ms_total}, {"ms_attention", tr.ms_attention},

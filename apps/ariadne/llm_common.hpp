@@ -23,8 +23,13 @@ struct MethodSpec {
   int stride = 0;
   RROffset offset = RROffset::paper;  // rr only
   std::string protect = "published";  // protect.hpp syntax
+  RRSchedule schedule = RRSchedule::head;  // rr only
   std::string label() const;
 };
+
+// RR's sampling variants of --offset x --rr-schedule for estimator `method` (every pair for rr; the
+// defaults alone for the others, which sample nothing).
+std::vector<std::pair<RROffset, RRSchedule>> rr_variants(const Args& a, const std::string& method);
 
 EstimateConfig estimate_config(const MethodSpec& m, int32_t block);
 nlohmann::json breakdown_json(const MaskBreakdown& b);

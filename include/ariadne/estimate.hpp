@@ -15,7 +15,11 @@
 //  rr      RRAttention. Query head h samples one query per query stride i, at
 //            paper:    P(i,h) = iS + (S − 1 − (h mod S))
 //            released: P(i,h) = iS + (h mod S)
-//          (clamped to the stride's last query when the final stride is short). Key strides are
+//          (clamped to the stride's last query when the final stride is short), with h the
+//          rotation index of the RR schedule: the query head (head, the method as published),
+//          0 (none: every head samples the same position), the layer ℓ (layer: one position
+//          per layer, shared by its heads) or h + ℓ (hybrid); the paper's ablation (its table 6)
+//          compares the four, docs/rrattention.md defines them. Key strides are
 //          summed per KV head: K̄_j = Σ_{t<S} k_{jS+t} (missing keys of a short final stride are 0).
 //          I(i,j) = scale · q_P·K̄_j / S over the visible key strides jS <= P + (lk − lq) (the
 //          released code's rule: the diagonal stride's sum includes up to S−1 keys after the
@@ -51,11 +55,15 @@ namespace ariadne {
 
 enum class Estimator : uint8_t { rr, xattn, oracle };
 enum class RROffset : uint8_t { paper, released };
+// RR's schedule: which index rotates the sampled position (see above): head, none, layer, hybrid.
+enum class RRSchedule : uint8_t { head, none, layer, hybrid };
 
 const char* estimator_name(Estimator e);
 Estimator parse_estimator(const std::string& s);  // "rr" | "xattn" | "oracle"
 const char* rr_offset_name(RROffset o);
 RROffset parse_rr_offset(const std::string& s);   // "paper" | "released"
+const char* rr_schedule_name(RRSchedule s);
+RRSchedule parse_rr_schedule(const std::string& s);  // "head" | "none" | "layer" | "hybrid"
 
 // Always-kept blocks, OR-ed with the estimator's selection.
 struct Protections {
@@ -106,6 +114,9 @@ struct EstimateConfig {
   double tau = 0.95;                   // τ ∈ (0, 1]: share of each row's score mass to keep
   std::vector<double> tau_per_head;    // empty, or one τ per query head (overrides tau)
   RROffset offset = RROffset::paper;   // rr only: which sampling formula
+  RRSchedule schedule = RRSchedule::head;  // rr only: which index rotates it (CPU backend: all;
+                                           // CUDA: head)
+  int32_t layer = 0;                   // ℓ >= 0, the layer being estimated (schedules layer, hybrid)
   std::optional<Protections> protect;  // unset: Protections::published(method)
   float scale = 0.f;                   // softmax scale; 0 selects 1/sqrt(head_dim)
   // CUDA backend: also copy the mask and the scores back into EstimateResult::mask / scores.
@@ -223,9 +234,11 @@ EstimateResult estimate(const TensorView& q, const TensorView& k, const Pattern&
                         const EstimateConfig& config, Backend backend = Backend::automatic);
 bool estimate_supports(Backend backend, const TensorView& q, std::string* why = nullptr);
 
-// RR's sampled query (local index) of query stride i for query head h in a sequence of lq queries:
-// iS + (S − 1 − (h mod S)) (paper) or iS + (h mod S) (released), clamped to lq − 1.
-int64_t rr_sample_position(RROffset offset, int32_t stride, int64_t i, int head, int64_t lq);
+// RR's sampled query (local index) of query stride i in a sequence of lq queries for rotation
+// index r: iS + (S − 1 − (r mod S)) (paper) or iS + (r mod S) (released), clamped to lq − 1. The
+// rotation index of query head h at layer ℓ is rr_rotation(schedule, h, ℓ): h, 0, ℓ or h + ℓ.
+int64_t rr_sample_position(RROffset offset, int32_t stride, int64_t i, int rotation, int64_t lq);
+int rr_rotation(RRSchedule schedule, int head, int32_t layer);
 
 // The selection rule alone, on one row of normalized scores (tests and other estimators use it).
 // scores: the row's visible key blocks 0 … n−1. forced: blocks kept whatever their score.

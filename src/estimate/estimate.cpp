@@ -32,6 +32,32 @@ RROffset parse_rr_offset(const std::string& s) {
   detail::fail("estimator: unknown RR sampling offset '", s, "', expected paper or released");
 }
 
+const char* rr_schedule_name(RRSchedule s) {
+  switch (s) {
+    case RRSchedule::head: return "head";
+    case RRSchedule::none: return "none";
+    case RRSchedule::layer: return "layer";
+    case RRSchedule::hybrid: return "hybrid";
+  }
+  return "?";
+}
+
+RRSchedule parse_rr_schedule(const std::string& s) {
+  for (const RRSchedule r : {RRSchedule::head, RRSchedule::none, RRSchedule::layer, RRSchedule::hybrid})
+    if (s == rr_schedule_name(r)) return r;
+  detail::fail("estimator: unknown RR schedule '", s, "', expected head, none, layer or hybrid");
+}
+
+int rr_rotation(RRSchedule schedule, int head, int32_t layer) {
+  switch (schedule) {
+    case RRSchedule::head: return head;
+    case RRSchedule::none: return 0;
+    case RRSchedule::layer: return layer;
+    case RRSchedule::hybrid: return head + layer;  // both >= 0 and below 2^31 / 2: no overflow
+  }
+  return head;
+}
+
 namespace {
 constexpr std::pair<CudaScoring, const char*> kScoringNames[] = {
     {CudaScoring::automatic, "automatic"},     {CudaScoring::wgmma_approximate, "wgmma_approximate"},
@@ -77,6 +103,8 @@ void validate(const EstimateConfig& c, int heads_q) {
                   h, "] is ", c.tau_per_head[h], ", expected in (0, 1]");
   ARIADNE_CHECK(std::isfinite(c.scale) && c.scale >= 0, "estimate config: scale is ", c.scale,
                 ", expected a finite value >= 0 (0 selects 1/sqrt(head_dim))");
+  ARIADNE_CHECK(c.layer >= 0 && c.layer < (1 << 30), "estimate config: layer is ", c.layer,
+                ", expected in [0, 2^30)");
 }
 
 namespace est {

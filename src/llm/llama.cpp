@@ -206,6 +206,7 @@ void attend(const AttentionParams& p, int l, const PrefillOptions& opt, LayerTra
   }
   PrefillConfig method = opt.method;
   method.attention_backend = pick_backend(method.attention_backend, p);
+  method.estimate.layer = l;  // RR's layer and hybrid schedules rotate with it
   if (!method.dense && p.q.device == Device::cuda && opt.device_estimate) {
     // The run's own CUDA estimate: only the comparison (score) and keep_previous (run_prefill)
     // read its mask on the host, so without them the three synchronous copies are skipped. Its
@@ -292,6 +293,7 @@ void attend(const AttentionParams& p, int l, const PrefillOptions& opt, LayerTra
     PrefillConfig pc = method;
     pc.dense = false;
     pc.estimate = ec;
+    pc.estimate.layer = l;
     pc.estimate.host_copy = true;  // score() and tau_sweep() read the probe's mask and scores on the host
     // The probe's mask against its oracle, and with probe_tau_sweep its scores and the oracle's
     // masses (oracle_for: one oracle per block) selected anew at every τ of the list.

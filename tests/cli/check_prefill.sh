@@ -21,6 +21,22 @@ assert len(d["density_per_head"]) == 4
 assert d["head_types"] == ["sink", "local", "stripe", "needle"], d["head_types"]
 ' || fail "rr prefill JSON"
 
+# RR's schedules: the JSON names the schedule and layer; "none" and "layer" at a layer that is a
+# multiple of S sample the same position for every head, so they give one mask.
+sched=$(mktemp -d)
+trap 'rm -rf "$sched"' EXIT
+for sch in none layer; do
+  "$ARIADNE" prefill "${common[@]}" --method rr --estimate-only --rr-schedule $sch --layer 16 --json >"$sched/$sch.json" ||
+    fail "rr --rr-schedule $sch"
+done
+python3 - "$sched/none.json" "$sched/layer.json" <<'PY' || fail "rr schedules none / layer 16"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert (a["rr_schedule"], b["rr_schedule"], b["layer"]) == ("none", "layer", 16), (a["rr_schedule"], b["rr_schedule"])
+assert a["density_per_head"] == b["density_per_head"] and a["mass_recall"] == b["mass_recall"], (a, b)
+PY
+expect_error "unknown RR schedule" prefill --tokens 256 --rr-schedule bogus --backend reference
+
 # The oracle against itself: F1 1, and dense: density 1, error 0.
 "$ARIADNE" prefill "${common[@]}" --method oracle --tau 0.9 --json | python3 -c '
 import json, sys

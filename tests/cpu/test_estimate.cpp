@@ -256,6 +256,69 @@ TEST(Estimate, SamplingPositionsPaperAndReleased) {
   }
 }
 
+TEST(Estimate, RRSchedulesRotateByTheirIndex) {
+  EXPECT_EQ(rr_rotation(RRSchedule::head, 5, 3), 5);
+  EXPECT_EQ(rr_rotation(RRSchedule::none, 5, 3), 0);
+  EXPECT_EQ(rr_rotation(RRSchedule::layer, 5, 3), 3);
+  EXPECT_EQ(rr_rotation(RRSchedule::hybrid, 5, 3), 8);
+  for (const RRSchedule s : {RRSchedule::head, RRSchedule::none, RRSchedule::layer, RRSchedule::hybrid})
+    EXPECT_EQ(parse_rr_schedule(rr_schedule_name(s)), s);
+  EXPECT_THROW(parse_rr_schedule("heads"), Error);
+
+  // Every query head holds the same values (one KV head), so under head-RR head j's rows differ from
+  // head 0's only by the sampled position j mod S. Another schedule that gives head h rotation r
+  // must then give it exactly head-RR's rows of head r mod S: masks and scores, bit for bit.
+  Case cs = small_case("schedules", {700}, {}, 31);
+  cs.heads_q = 8;
+  cs.heads_kv = 1;
+  Inputs in = testing::make_inputs(cs);
+  for (int64_t t = 0; t < in.total_q; ++t)
+    for (int h = 1; h < cs.heads_q; ++h)
+      for (int64_t u = 0; u < cs.dim; ++u) in.params.q.set({t, h, u}, in.params.q.get({t, 0, u}));
+  for (const RROffset off : {RROffset::paper, RROffset::released}) {
+    EstimateConfig c;
+    c.block = 64;
+    c.stride = 8;
+    c.tau = 0.9;
+    c.offset = off;
+    const EstimateResult base = estimate(in.params.q, in.params.k, in.params.pattern, c);
+    const int64_t nqb = (700 + 63) / 64;
+    for (const RRSchedule sch : {RRSchedule::none, RRSchedule::layer, RRSchedule::hybrid})
+      for (const int32_t layer : {0, 3, 8, 13}) {
+        SCOPED_TRACE(std::string(rr_offset_name(off)) + " " + rr_schedule_name(sch) + " layer " + std::to_string(layer));
+        c.schedule = sch;
+        c.layer = layer;
+        const EstimateResult got = estimate(in.params.q, in.params.k, in.params.pattern, c);
+        for (int h = 0; h < cs.heads_q; ++h) {
+          const int like = rr_rotation(sch, h, layer) % 8;
+          for (int64_t m = 0; m < nqb; ++m) {
+            const int64_t r = h * nqb + m, rb = like * nqb + m;
+            const auto row = [](const EstimateResult& e, int64_t i) {
+              return std::vector<int32_t>(e.mask.col_idx.begin() + e.mask.row_ptr[size_t(i)],
+                                          e.mask.col_idx.begin() + e.mask.row_ptr[size_t(i) + 1]);
+            };
+            const auto scores = [](const EstimateResult& e, int64_t i) {
+              return std::vector<float>(e.scores.begin() + e.score_ptr[size_t(i)],
+                                        e.scores.begin() + e.score_ptr[size_t(i) + 1]);
+            };
+            ASSERT_EQ(row(got, r), row(base, rb)) << "head " << h << " block " << m;
+            ASSERT_EQ(scores(got, r), scores(base, rb)) << "head " << h << " block " << m;
+          }
+        }
+      }
+    // The schedules do differ from head-RR (the check above is not vacuous): none gives every head
+    // head 0's rows, which head-RR's head 3 does not share.
+    c.schedule = RRSchedule::none;
+    c.layer = 0;
+    const EstimateResult none = estimate(in.params.q, in.params.k, in.params.pattern, c);
+    EXPECT_NE(std::vector<float>(none.scores.begin() + none.score_ptr[size_t(3 * nqb)], none.scores.end()),
+              std::vector<float>(base.scores.begin() + base.score_ptr[size_t(3 * nqb)], base.scores.end()));
+  }
+  EstimateConfig bad;
+  bad.layer = -1;
+  EXPECT_THROW(validate(bad, 8), Error);
+}
+
 TEST(Estimate, RRReadsOnlyTheSampledQueries) {
   // Changing a query that no head samples leaves every score bit-identical; changing a sampled one
   // changes its head's scores. Head 1 with S = 8 samples offset 6 (paper) or 1 (released).

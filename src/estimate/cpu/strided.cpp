@@ -14,7 +14,7 @@ namespace ariadne::est {
 namespace {
 
 int64_t rr_position(const EstimateConfig& c, const Seq& e, int64_t i, int h) {
-  return rr_sample_position(c.offset, c.stride, i, h, e.lq);
+  return rr_sample_position(c.offset, c.stride, i, rr_rotation(c.schedule, h, c.layer), e.lq);
 }
 
 // Last visible key stride of query-stride row i: key stride j is visible when jS <= p, p the key
@@ -125,8 +125,8 @@ double score_strided(const Geometry& g, const TensorView& q, const TensorView& k
 
 namespace ariadne {
 
-int64_t rr_sample_position(RROffset offset, int32_t stride, int64_t i, int head, int64_t lq) {
-  const int64_t s = stride, hm = head % s;
+int64_t rr_sample_position(RROffset offset, int32_t stride, int64_t i, int rotation, int64_t lq) {
+  const int64_t s = stride, hm = rotation % s;
   // A short final stride has fewer than S queries: its sample is clamped to the last one.
   const int64_t pos = i * s + (offset == RROffset::paper ? s - 1 - hm : hm);
   return std::min(pos, lq - 1);
