@@ -216,6 +216,9 @@ int run_llm_probe(const Args& a) {
   }
   if (!loop.probe_tau_sweep.empty() && loop.probe_specs.empty())
     a.fail("probe-tau-sweep", "needs probes: --method must name an estimator (rr, xattn)");
+  for (const MethodSpec& m : loop.probe_specs)
+    if (m.name == "flexprefill" && !loop.probe_tau_sweep.empty())
+      a.fail("probe-tau-sweep", "flexprefill selects by its own rule, not by a threshold on scores: probe it per --probe-tau (γ)");
   LoadedModel m = load_model(a);
   return run_task_loop(a, m, loop);
 }

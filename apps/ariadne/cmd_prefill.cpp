@@ -76,6 +76,9 @@ int run_prefill(const cli::Args& args) {
   ec.offset = parse_rr_offset(args.str("offset"));
   ec.schedule = parse_rr_schedule(args.str("rr-schedule"));
   ec.layer = args.i32("layer");
+  ec.flex_js_tau = args.real("flex-js-tau");
+  ec.flex_min_budget = args.i64("flex-min-budget");
+  ec.flex_max_budget = args.i64("flex-max-budget");
   ec.tau_per_head = args.reals("tau-heads");  // optional per-head τ table
   ec.protect = cli::parse_protect(args.str("protect"), false);
   const std::vector<double> sweep = args.reals("tau-sweep");  // τ values for select_mask on the same scores
@@ -87,6 +90,8 @@ int run_prefill(const cli::Args& args) {
   if (estimate_only && pc.dense) args.fail("estimate-only", "needs an estimator method, not dense");
   if (has_sweep) {
     if (pc.dense) args.fail("tau-sweep", "needs an estimator method, not dense");
+    if (ec.method == Estimator::flexprefill)
+      args.fail("tau-sweep", "flexprefill selects by its own rule, not by a threshold on scores: run it per --tau (γ)");
     if (!metrics) args.fail("tau-sweep", "needs the oracle, not --metrics no");
     if (!ec.tau_per_head.empty()) args.fail("tau-sweep", "sets one τ for every head; drop --tau-heads");
   }
@@ -275,7 +280,7 @@ const Command reg{
      text("synthetic", "", "synthetic head mix, e.g. sink:2,local:2,stripe:2,needle:2 (bare: that mix; "
                            "absent: i.i.d. uniform q/k/v)")
          .bare_means(SyntheticConfig{}.mix),
-     choice("method", "rr", {"dense", "rr", "xattn", "oracle"}, "mask estimator, or dense attention"),
+     choice("method", "rr", {"dense", "rr", "xattn", "oracle", "flexprefill"}, "mask estimator, or dense attention"),
      integer("block", 128, 1, 1 << 16, "block size B in tokens"),
      integer("stride", 8, 1, 1 << 16, "sampling stride S (must divide --block)"),
      real("tau", 0.95, Range::open_closed(0, 1), "attention-mass threshold"),
@@ -283,6 +288,9 @@ const Command reg{
      choice("rr-schedule", "head", {"head", "none", "layer", "hybrid"},
             "RR's schedule, which index rotates the sampled position: head (published), none, layer, head + layer"),
      integer("layer", 0, 0, (1 << 30) - 1, "the layer index the layer and hybrid RR schedules rotate with"),
+     real("flex-js-tau", 0.1, Range::closed(0, 1), "flexprefill: query-aware when sqrt(JSD) is below it (--tau is γ)"),
+     integer("flex-min-budget", 1024, 0, int64_t(1) << 30, "flexprefill: minimum budget in tokens"),
+     integer("flex-max-budget", 0, 0, int64_t(1) << 30, "flexprefill: maximum budget in tokens (0: none)"),
      real_list("tau-heads", "", Range::open_closed(0, 1), "one τ per query head"),
      text("protect", "published", "protected blocks: published, none, or sink/diagonal/last_row joined by '+'")
          .checked([](const std::string& s) { parse_protect(s, false); }),

@@ -36,6 +36,13 @@
 //  oracle  Exact block mass of full causal softmax attention: per query the LSE of its row, then
 //          Σ exp(s − LSE) per key block, one query block at a time (no N×N matrix). Selection as
 //          rr without protections (unless asked for): the ground truth of block precision/recall.
+//  flexprefill FlexPrefill (Lai et al., ICLR 2025; src/estimate/cpu/flexprefill.cpp states its
+//          rule): an exact probe of the last B queries gives vertical (per key) and slash (per
+//          distance) scores; per head, budgets that reach γ = tau of each, and a query-aware test
+//          (sqrt JSD of the pooled q̄·K̄ estimate against the pooled vertical scores < flex_js_tau)
+//          that adds the blocks of the block-causal q̄·K̄ map up to γ of its mass. Its own selection:
+//          select_mask and tau_sweep refuse it (re-run estimate() per γ). The row scores are the
+//          q̄·K̄ map's rows. CPU backend only.
 //
 // Ties in the descending order are broken by the smaller key-block index, so results do not
 // depend on the thread count. τ >= 1 keeps every visible block.
@@ -53,13 +60,13 @@
 
 namespace ariadne {
 
-enum class Estimator : uint8_t { rr, xattn, oracle };
+enum class Estimator : uint8_t { rr, xattn, oracle, flexprefill };
 enum class RROffset : uint8_t { paper, released };
 // RR's schedule: which index rotates the sampled position (see above): head, none, layer, hybrid.
 enum class RRSchedule : uint8_t { head, none, layer, hybrid };
 
 const char* estimator_name(Estimator e);
-Estimator parse_estimator(const std::string& s);  // "rr" | "xattn" | "oracle"
+Estimator parse_estimator(const std::string& s);  // "rr" | "xattn" | "oracle" | "flexprefill"
 const char* rr_offset_name(RROffset o);
 RROffset parse_rr_offset(const std::string& s);   // "paper" | "released"
 const char* rr_schedule_name(RRSchedule s);
@@ -117,6 +124,11 @@ struct EstimateConfig {
   RRSchedule schedule = RRSchedule::head;  // rr only: which index rotates it (CPU backend: all;
                                            // CUDA: head)
   int32_t layer = 0;                   // ℓ >= 0, the layer being estimated (schedules layer, hybrid)
+  // flexprefill only (γ is tau): the query-aware threshold on sqrt(JSD) and the budgets in tokens
+  // (defaults of its released scripts: τ 0.1, min budget 1024, no max budget: 0).
+  double flex_js_tau = 0.1;
+  int64_t flex_min_budget = 1024;
+  int64_t flex_max_budget = 0;
   std::optional<Protections> protect;  // unset: Protections::published(method)
   float scale = 0.f;                   // softmax scale; 0 selects 1/sqrt(head_dim)
   // CUDA backend: also copy the mask and the scores back into EstimateResult::mask / scores.

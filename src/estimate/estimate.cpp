@@ -13,6 +13,7 @@ const char* estimator_name(Estimator e) {
     case Estimator::rr: return "rr";
     case Estimator::xattn: return "xattn";
     case Estimator::oracle: return "oracle";
+    case Estimator::flexprefill: return "flexprefill";
   }
   return "?";
 }
@@ -21,7 +22,8 @@ Estimator parse_estimator(const std::string& s) {
   if (s == "rr") return Estimator::rr;
   if (s == "xattn") return Estimator::xattn;
   if (s == "oracle") return Estimator::oracle;
-  detail::fail("estimator: unknown method '", s, "', expected rr, xattn or oracle");
+  if (s == "flexprefill") return Estimator::flexprefill;
+  detail::fail("estimator: unknown method '", s, "', expected rr, xattn, oracle or flexprefill");
 }
 
 const char* rr_offset_name(RROffset o) { return o == RROffset::paper ? "paper" : "released"; }
@@ -85,6 +87,7 @@ Protections Protections::published(Estimator e) {
     case Estimator::rr: return Protections{true, true, true};
     case Estimator::xattn: return Protections{false, true, true};
     case Estimator::oracle: return Protections{};
+    case Estimator::flexprefill: return Protections{};  // its rule keeps column 0 and the diagonal
   }
   return Protections{};
 }
@@ -105,6 +108,12 @@ void validate(const EstimateConfig& c, int heads_q) {
                 ", expected a finite value >= 0 (0 selects 1/sqrt(head_dim))");
   ARIADNE_CHECK(c.layer >= 0 && c.layer < (1 << 30), "estimate config: layer is ", c.layer,
                 ", expected in [0, 2^30)");
+  ARIADNE_CHECK(std::isfinite(c.flex_js_tau) && c.flex_js_tau >= 0, "estimate config: flex_js_tau is ",
+                c.flex_js_tau, ", expected a finite value >= 0");
+  ARIADNE_CHECK(c.flex_min_budget >= 0 && c.flex_min_budget < (int64_t(1) << 40), "estimate config: flex_min_budget is ",
+                c.flex_min_budget, ", expected in [0, 2^40) tokens");
+  ARIADNE_CHECK(c.flex_max_budget >= 0 && c.flex_max_budget < (int64_t(1) << 40), "estimate config: flex_max_budget is ",
+                c.flex_max_budget, ", expected in [0, 2^40) tokens (0: none)");
 }
 
 namespace est {
@@ -370,6 +379,9 @@ BlockMask select_mask(const EstimateResult& scored, const EstimateConfig& config
       }
   }
 
+  ARIADNE_CHECK(config.method != Estimator::flexprefill,
+                "select_mask: flexprefill selects by its own rule, not a threshold on its scores (run estimate() "
+                "again at each γ)");
   // One row at a time, in parallel; the CSR is then assembled in row order.
   const Protections prot = config.protections();
   const bool forced_first = config.method == Estimator::xattn;
@@ -384,6 +396,16 @@ BlockMask select_mask(const EstimateResult& scored, const EstimateConfig& config
     lists[size_t(row)] = select_blocks(scored.scores.data() + scored.score_ptr[size_t(row)], nvis,
                                        whole ? 1.0 : config.tau_of(row_head[size_t(row)]), forced, forced_first);
   }
+  return est::assemble_mask(scored, lists, row_head, stats);
+}
+
+namespace est {
+
+BlockMask assemble_mask(const EstimateResult& scored, const std::vector<std::vector<int32_t>>& lists,
+                        const std::vector<int32_t>& row_head, EstimateStats* stats) {
+  const BlockMask& geo = scored.mask;
+  const int heads = scored.heads;
+  const int64_t rows = int64_t(lists.size());
   BlockMask mask;
   mask.block = geo.block;
   mask.heads = heads;
@@ -413,6 +435,8 @@ BlockMask select_mask(const EstimateResult& scored, const EstimateConfig& config
   }
   return mask;
 }
+
+}  // namespace est
 
 namespace {
 // automatic follows q's device; the explicit backends stay as asked.
@@ -462,8 +486,10 @@ EstimateResult estimate(const TensorView& q, const TensorView& k, const Pattern&
   est::init_rows(g, r);
   double ms_sampling = 0;
   const auto t_score = std::chrono::steady_clock::now();
-  r.stats.mac = config.method == Estimator::oracle ? est::score_oracle(g, q, k, scale, r, ms_sampling)
-                                                   : est::score_strided(g, q, k, config, scale, r, ms_sampling);
+  std::vector<std::vector<int32_t>> flex_lists;  // flexprefill: its own selection, per row
+  if (config.method == Estimator::flexprefill) r.stats.mac = est::score_flexprefill(g, q, k, config, scale, r, flex_lists);
+  else if (config.method == Estimator::oracle) r.stats.mac = est::score_oracle(g, q, k, scale, r, ms_sampling);
+  else r.stats.mac = est::score_strided(g, q, k, config, scale, r, ms_sampling);
   r.stats.ms_sampling = ms_sampling;
   r.stats.ms_scoring = est::ms_since(t_score) - ms_sampling;
 
@@ -474,7 +500,26 @@ EstimateResult estimate(const TensorView& q, const TensorView& k, const Pattern&
   r.mask.seq_block_base.assign(1, 0);
   for (const est::Seq& e : g.seqs)
     r.mask.seq_block_base.push_back(r.mask.seq_block_base.back() + int32_t(e.nqb));
-  r.mask = select_mask(r, config, &r.stats);
+  if (config.method == Estimator::flexprefill) {
+    std::vector<int32_t> row_head(size_t(g.rows));
+    for (int64_t row = 0; row < g.rows; ++row) row_head[size_t(row)] = g.row(row).h;
+    const Protections prot = config.protections();
+    for (int64_t row = 0; row < g.rows; ++row) {  // protections asked for, OR-ed in
+      std::vector<int32_t>& l = flex_lists[size_t(row)];
+      const est::Geometry::Row rw = g.row(row);
+      const est::Seq& e = g.seqs[size_t(rw.s)];
+      const int64_t nvis = r.visible(row);
+      if (prot.sink) l.push_back(0);
+      if (prot.diagonal) l.push_back(int32_t(nvis - 1));
+      if (prot.last_row && rw.m == e.nqb - 1)
+        for (int64_t c = 0; c < nvis; ++c) l.push_back(int32_t(c));
+      std::sort(l.begin(), l.end());
+      l.erase(std::unique(l.begin(), l.end()), l.end());
+    }
+    r.mask = est::assemble_mask(r, flex_lists, row_head, &r.stats);
+  } else {
+    r.mask = select_mask(r, config, &r.stats);
+  }
   EstimateStats& st = r.stats;
   st.ms_selection = est::ms_since(t_sel);
   st.ms_total = est::ms_since(t0);

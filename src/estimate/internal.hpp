@@ -88,6 +88,14 @@ double score_strided(const Geometry& g, const TensorView& q, const TensorView& k
                      const EstimateConfig& c, float scale, EstimateResult& r, double& ms_sampling);
 double score_oracle(const Geometry& g, const TensorView& q, const TensorView& k, float scale,
                     EstimateResult& r, double& ms_sampling);
+// FlexPrefill (src/estimate/cpu/flexprefill.cpp): fills r.scores (the q̄·K̄ map's rows) and its own
+// selection, one sorted key-block list per row, into `lists`; returns the MAC count.
+double score_flexprefill(const Geometry& g, const TensorView& q, const TensorView& k, const EstimateConfig& c,
+                         float scale, EstimateResult& r, std::vector<std::vector<int32_t>>& lists);
+// The CSR mask of per-row key-block lists (sorted) in the result's row geometry (scored.mask's
+// seq_block_base), and the density statistics per head (row_head: each row's query head).
+BlockMask assemble_mask(const EstimateResult& scored, const std::vector<std::vector<int32_t>>& lists,
+                        const std::vector<int32_t>& row_head, EstimateStats* stats);
 
 #if defined(ARIADNE_WITH_CUDA)
 // The CUDA estimator (src/estimate/cuda/estimate_cuda.cu): config validated, backend checked; fills the

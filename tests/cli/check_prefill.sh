@@ -37,6 +37,16 @@ assert a["density_per_head"] == b["density_per_head"] and a["mass_recall"] == b[
 PY
 expect_error "unknown RR schedule" prefill --tokens 256 --rr-schedule bogus --backend reference
 
+# FlexPrefill: a sparse mask on the mix past its dense fallback, its own selection (no τ sweep).
+"$ARIADNE" prefill --tokens 2048 --heads 4 --kv-heads 2 --dim 64 --block 64 --backend reference \
+  --synthetic sink:1,local:1,stripe:1,needle:1 --method flexprefill --tau 0.95 --flex-min-budget 256 --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["method"] == "flexprefill", d["method"]
+assert 0 < d["density"] < 1 and d["mass_recall"] > 0.5, (d["density"], d["mass_recall"])
+' || fail "flexprefill prefill JSON"
+expect_error "flexprefill tau sweep" prefill --tokens 256 --method flexprefill --estimate-only --tau-sweep 0.9 --backend reference
+
 # The oracle against itself: F1 1, and dense: density 1, error 0.
 "$ARIADNE" prefill "${common[@]}" --method oracle --tau 0.9 --json | python3 -c '
 import json, sys

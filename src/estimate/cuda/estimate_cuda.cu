@@ -218,6 +218,7 @@ std::string estimate_cuda_refusal(const TensorView& q, const EstimateConfig* con
   if (q.rank == 3 && q.shape[2] > 256)
     return "head_dim " + std::to_string(q.shape[2]) + " exceeds the CUDA estimator's 256 (shared-memory tiles)";
   if (config == nullptr) return "";
+  if (config->method == Estimator::flexprefill) return "flexprefill runs on the CPU backend only";
   if (config->method == Estimator::rr && config->schedule != RRSchedule::head)
     return std::string("RR schedule '") + rr_schedule_name(config->schedule) +
            "': the CUDA scoring kernels rotate the sample by head only (the CPU backend runs every schedule)";
