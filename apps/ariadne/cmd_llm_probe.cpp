@@ -14,14 +14,18 @@
 // --probe-tau-sweep T0,... selects each probe's scores (one scoring pass) anew at every τ: the
 // summary's probe entries gain `tau_sweep`. --accuracy no skips the sparse generation runs.
 // --dump DIR writes q_LL.npy [heads, tokens, head_dim] and k_LL.npy, v_LL.npy [kv_heads, tokens,
-// head_dim] of the first dense run (f32, q/k after RoPE), which --qk reads back.
+// head_dim] of the first dense run (f32, q/k after RoPE), which --qk reads back; with --picture OUT
+// it draws each configuration's mask over the oracle's block masses per layer and head.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <map>
 
+#include "ariadne/image.hpp"
+#include "ariadne/mask_picture.hpp"
 #include "ariadne/npy.hpp"
 #include "ariadne/prefill.hpp"
 #include "llm_common.hpp"
@@ -54,6 +58,7 @@ int run_qk(const Args& args) {
                         "per-layer", "probe-tau", "probe-stride", "probe-outputs", "probe-tau-sweep", "accuracy", "dump"})
     if (args.given(o)) args.fail(o, "does not apply to --qk (the estimators on dumped heads, no model)");
   const std::string dir = args.str("qk");
+  const std::string picture_dir = args.str("picture");
   const int32_t block = args.i32("block");
   const int repeat = args.i32("repeat");
   for (const int s : args.i32s("stride"))
@@ -146,6 +151,19 @@ int run_qk(const Args& args) {
         ms = i == 0 ? est.stats.ms_total : std::min(ms, est.stats.ms_total);
       }
       const MaskMetrics mm = compare_to_oracle(est.mask, oracle);
+      if (!picture_dir.empty()) {
+        // The mask over the oracle's masses for each asked head (mask_picture.hpp); the name
+        // carries the layer, the head and the configuration.
+        std::string tag = m.label();
+        for (char& ch : tag)
+          if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '-') ch = '_';
+        for (const int h : args.i32s("picture-heads")) {
+          if (h >= H) args.fail("picture-heads", "head " + std::to_string(h) + " of a layer with " + std::to_string(H) + " heads");
+          char name[48];
+          std::snprintf(name, sizeof name, "/L%02d_h%02d_", l, h);
+          write_png(picture_dir + name + tag + ".png", mask_picture(est.mask, oracle, 0, h, args.i32("picture-cell")));
+        }
+      }
       MaskBreakdown all;
       for (const MaskBreakdown& b : mask_breakdown(est.mask, oracle)) all += b;
       json cj = {{"config", m.label()}, {"ms_estimate", ms}, {"density", est.stats.density},
@@ -193,7 +211,7 @@ int run_qk(const Args& args) {
 
 int run_llm_probe(const Args& a) {
   if (a.given("qk")) return run_qk(a);
-  for (const char* o : {"layer", "repeat"})
+  for (const char* o : {"layer", "repeat", "picture", "picture-heads", "picture-cell"})
     if (a.given(o)) a.fail(o, "applies to --qk only");
   TaskLoop loop;
   loop.methods = run_methods(a);
@@ -242,6 +260,11 @@ OptionTable llm_probe_options() {
       path("qk", PathKind::in_dir, "the estimators on the dumped heads of this folder, no model"),
       integer_list("layer", "", 0, 999, "--qk: the layers to read (default: every q_LL.npy)"),
       integer("repeat", 1, 1, 1000, "--qk: timed repetitions (the best is reported)"),
+      path("picture", PathKind::out_dir,
+           "--qk: folder for one PNG per layer, head (--picture-heads) and configuration: the mask over the oracle's "
+           "block masses (green kept, red missed, blue extra)"),
+      integer_list("picture-heads", "0", 0, 1023, "--qk: the query heads of --picture"),
+      integer("picture-cell", 4, 1, 64, "--qk: pixels per block of --picture"),
   };
   t.insert(t.end(), more.begin(), more.end());
   return t;

@@ -20,6 +20,8 @@
 #include <sstream>
 
 #include "ariadne/device.hpp"
+#include "ariadne/image.hpp"
+#include "ariadne/mask_picture.hpp"
 #include "ariadne/prefill.hpp"
 #include "workloads/synthetic.hpp"
 #include "cli.hpp"
@@ -85,6 +87,8 @@ int run_prefill(const cli::Args& args) {
   const bool has_sweep = !sweep.empty();
   pc.attention_backend = parse_backend(args.str("backend"));
   const bool metrics = args.flag("metrics");
+  const std::string picture_dir = args.str("picture");
+  if (!picture_dir.empty() && !metrics) args.fail("picture", "needs the oracle, not --metrics no");
   const bool estimate_only = args.flag("estimate-only");
   const bool json_out = args.json();
   if (estimate_only && pc.dense) args.fail("estimate-only", "needs an estimator method, not dense");
@@ -212,6 +216,16 @@ int run_prefill(const cli::Args& args) {
     j["block_f1"] = mm.f1;
     j["oracle_density"] = oracle.stats.density;
     j["ms_oracle"] = oracle.stats.ms_total;
+    if (!picture_dir.empty()) {
+      // One picture per query head: the mask over the oracle's block masses (mask_picture.hpp).
+      json files = json::array();
+      for (int h = 0; h < sc.heads_q; ++h) {
+        const std::string file = picture_dir + "/" + method + "_h" + std::to_string(h) + ".png";
+        write_png(file, mask_picture(mask, oracle, 0, h, args.i32("picture-cell")));
+        files.push_back(file);
+      }
+      j["pictures"] = files;
+    }
     if (has_sweep) {
       // The same scores and masses, selected anew at each τ (select_mask; no second scoring pass).
       const auto t_sweep = std::chrono::steady_clock::now();
@@ -298,6 +312,10 @@ const Command reg{
                "after the run, the same scores selected anew at each τ (needs the oracle)"),
      choice("backend", "cpu", {"cpu", "reference", "cuda"}, "attention backend (cuda: bf16 on the GPU)"),
      boolean("metrics", true, "oracle and dense runs for mask quality and output error"),
+     path("picture", PathKind::out_dir,
+          "folder for one PNG per query head: the mask over the oracle's block masses (green kept, red missed, "
+          "blue extra; needs --metrics yes)"),
+     integer("picture-cell", 4, 1, 64, "pixels per block of --picture"),
      threads_option(),
      boolean("estimate-only", false, "the estimator alone: no attention")},
     run_prefill};

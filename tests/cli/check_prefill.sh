@@ -47,6 +47,19 @@ assert 0 < d["density"] < 1 and d["mass_recall"] > 0.5, (d["density"], d["mass_r
 ' || fail "flexprefill prefill JSON"
 expect_error "flexprefill tau sweep" prefill --tokens 256 --method flexprefill --estimate-only --tau-sweep 0.9 --backend reference
 
+# --picture: one PNG per head of the mask over the oracle's masses, 8 pixels a block.
+"$ARIADNE" prefill "${common[@]}" --method xattn --estimate-only --picture "$sched/pic" --picture-cell 8 --json | python3 -c '
+import json, struct, sys
+d = json.load(sys.stdin)
+assert len(d["pictures"]) == 4, d["pictures"]
+for p in d["pictures"]:
+    head = open(p, "rb").read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", p
+    w, h = struct.unpack(">II", head[16:24])
+    assert (w, h) == (16 * 8, 16 * 8), (p, w, h)  # 1024 tokens in blocks of 64
+' || fail "prefill --picture"
+expect_error "picture without the oracle" prefill --tokens 256 --picture "$sched/pic2" --metrics no --backend reference
+
 # The oracle against itself: F1 1, and dense: density 1, error 0.
 "$ARIADNE" prefill "${common[@]}" --method oracle --tau 0.9 --json | python3 -c '
 import json, sys
