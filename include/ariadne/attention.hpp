@@ -28,8 +28,13 @@ const char* sink_mode_name(SinkMode m);
 SinkMode parse_sink_mode(const std::string& s);  // "none" | "denominator" | "key0"
 const char* backend_name(Backend b);
 Backend parse_backend(const std::string& s);     // "auto" | "reference" | "cpu" | "cuda"
+// What Backend::automatic runs for tensors like q: cuda for device tensors, reference for host f64
+// (the only backend that takes it), cpu for the other host tensors.
+Backend automatic_backend(const TensorView& q);
 
 struct AttentionParams {
+  // q, k, v: f32, bf16 or f16; or f64 on the host for the reference backend (exact checks such as a
+  // float64 gradcheck), whose sink may then be f64 too.
   TensorView q;    // [total_q, heads_q, head_dim]; head_dim contiguous, other strides free
   TensorView k;    // [total_k, heads_kv, head_dim]
   TensorView v;    // [total_k, heads_kv, head_dim]

@@ -25,12 +25,16 @@
 
 namespace ariadne {
 
-enum class DType : uint8_t { f32, bf16, f16 };
+// f64 is a host dtype for exact checks (float64 gradcheck of the autograd op): the reference
+// backend computes in double anyway and reads and writes it exactly; the fast backends and the
+// other features refuse it, naming the tensor.
+enum class DType : uint8_t { f32, bf16, f16, f64 };
 enum class Device : uint8_t { cpu, cuda };
 
-constexpr int dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+constexpr int dtype_size(DType t) { return t == DType::f64 ? 8 : t == DType::f32 ? 4 : 2; }
 const char* dtype_name(DType t);
-DType parse_dtype(std::string_view s);  // "f32"/"fp32"/"float32", "bf16"/"bfloat16", "f16"/"fp16"/"float16"
+// "f32"/"fp32"/"float32", "bf16"/"bfloat16", "f16"/"fp16"/"float16", "f64"/"fp64"/"float64"
+DType parse_dtype(std::string_view s);
 
 // ---- 16-bit float conversions (bit exact, round to nearest even; usable in kernels) ----
 ARIADNE_HD float bf16_to_float(uint16_t h) {
@@ -71,6 +75,9 @@ struct TensorView {
   // Reads one element as float (host memory only; slow, for references and tests).
   float get(std::initializer_list<int64_t> idx) const;
   void set(std::initializer_list<int64_t> idx, float value) const;
+  // The same in double: exact for f64 (get/set round through float), widened for the others.
+  double get_f64(std::initializer_list<int64_t> idx) const;
+  void set_f64(std::initializer_list<int64_t> idx, double value) const;
   std::string describe() const;  // "bf16[4096, 16, 80] strides [3840, 80, 1] cpu"
 };
 

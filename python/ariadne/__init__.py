@@ -145,16 +145,24 @@ def _ints(x: Optional[Union[Array, Sequence[int]]]) -> Optional[Array]:
     return x
 
 
-def _f32(x: Optional[Array]) -> Optional[Array]:
-    """Sink values as float32 (they are one number per head: a copy costs nothing)."""
+def _is_f64(q: Array) -> bool:
+    return str(q.dtype) in ("float64", "torch.float64")
+
+
+def _f32(x: Optional[Array], q: Optional[Array] = None) -> Optional[Array]:
+    """Sink values as float32, or float64 with float64 q (the reference backend's exact checks);
+    they are one number per head: a copy costs nothing."""
     if x is None:
         return None
+    wide = q is not None and _is_f64(q)
     if isinstance(x, (list, tuple, float, int)):
-        return np.asarray(x, dtype=np.float32).reshape(-1)
+        return np.asarray(x, dtype=np.float64 if wide else np.float32).reshape(-1)
     if _framework(x) == "torch":
         import torch
 
-        return x.detach().to(torch.float32).contiguous()
+        return x.detach().to(torch.float64 if wide else torch.float32).contiguous()
+    if _framework(x) == "numpy":
+        return np.ascontiguousarray(x, dtype=np.float64 if wide else np.float32).reshape(-1)
     return x
 
 
@@ -273,7 +281,7 @@ def attention(
     with _on_device(q):
         _ariadne.attention_into(
             _bits(q), _bits(k), _bits(v), _bits(out), lse, pattern, _ints(cu_seqlens), _ints(cu_seqlens_k), blocks,
-            _f32(sink), _sink_mode(sink, sink_mode), float(scale), backend, _stream_of(q, stream), bf16, entropy,
+            _f32(sink, q), _sink_mode(sink, sink_mode), float(scale), backend, _stream_of(q, stream), bf16, entropy,
             distance, received, coords_q, coords_k, _ints(order))
     return out, lse
 
@@ -301,7 +309,7 @@ def attention_backward(
 
     out and lse are the forward's results (attention(..., lse=True)); dout is dL/d out, shaped like
     out. Every other argument is that of `attention`, for the same call. dq, dk and dv come in the
-    dtype and shape of q, k and v; dsink float32 [heads_q] with a sink, else None. deterministic:
+    dtype and shape of q, k and v; dsink float32 [heads_q] (float64 with float64 q) with a sink, else None. deterministic:
     bitwise-reproducible dq on CUDA (the host backends always are). torch tensors (without stream=)
     go through torch.ops.ariadne.attention_backward; torch autograd through ariadne.attention calls
     it by itself.
@@ -313,12 +321,12 @@ def attention_backward(
         return ops.attention_backward(q, k, v, out, lse, dout, pattern, sink, mode, cu_seqlens, cu_seqlens_k, blocks,
                                       order, scale, backend, deterministic)
     dq, dk, dv = (_empty(x, tuple(x.shape), False) for x in (q, k, v))
-    dsink = _empty(q, (q.shape[1],), True) if mode != "none" else None
+    dsink = _empty(q, (q.shape[1],), not _is_f64(q)) if mode != "none" else None  # float64 beside float64 q
     bf16 = any(_is_ml_dtypes_bf16(x) for x in (q, k, v, out, dout))
     with _on_device(q):
         _ariadne.attention_backward_into(
             _bits(q), _bits(k), _bits(v), _bits(out), lse, _bits(dout), _bits(dq), _bits(dk), _bits(dv), dsink,
-            pattern, _ints(cu_seqlens), _ints(cu_seqlens_k), blocks, _f32(sink), mode, float(scale), backend,
+            pattern, _ints(cu_seqlens), _ints(cu_seqlens_k), blocks, _f32(sink, q), mode, float(scale), backend,
             _stream_of(q, stream), bf16, _ints(order), deterministic=bool(deterministic))
     return dq, dk, dv, dsink
 
@@ -342,7 +350,7 @@ def backend_supports(
         out = _empty(q, tuple(q.shape), False)
     bf16 = any(_is_ml_dtypes_bf16(x) for x in (q, k, v, out))
     return _backend_supports(backend, _bits(q), _bits(k), _bits(v), _bits(out), None, pattern, _ints(cu_seqlens),
-                             _ints(cu_seqlens_k), blocks, _f32(sink), _sink_mode(sink, sink_mode), bf16)
+                             _ints(cu_seqlens_k), blocks, _f32(sink, q), _sink_mode(sink, sink_mode), bf16)
 
 
 def _grids(grids: Union[Grid, Sequence[Grid]]) -> list:
@@ -497,7 +505,7 @@ def diagnose_layer(
     spatial raster order: received [heads, tokens]."""
     bf16 = _is_ml_dtypes_bf16(q) or _is_ml_dtypes_bf16(k)
     cu = None if cu_seqlens is None else [int(x) for x in cu_seqlens]
-    return _ariadne.diagnose_layer(_bits(q), _bits(k), order, pattern, cu, _f32(sink), _sink_mode(sink, sink_mode),
+    return _ariadne.diagnose_layer(_bits(q), _bits(k), order, pattern, cu, _f32(sink, q), _sink_mode(sink, sink_mode),
                                    float(scale), backend, bf16)
 
 

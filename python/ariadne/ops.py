@@ -21,7 +21,8 @@ tensors, no copies) and fake (meta) kernels that only allocate:
 The pattern is encoded as op arguments: window_left / window_right (-1 = unbounded side) and chunk
 as ints (Pattern.causal() is window(-1, 0)); cu_seqlens_q / cu_seqlens_k, order and the block mask
 (block_size, block_heads, block_seq_base, block_row_ptr, block_col_idx: a BlockMask's CSR arrays)
-as optional int32 tensors; sink a float32 tensor [heads_q] with sink_mode 'none' / 'denominator' /
+as optional int32 tensors; sink a float32 tensor [heads_q] (float64 with float64 q, which runs on
+the reference backend: torch.autograd.gradcheck in double) with sink_mode 'none' / 'denominator' /
 'key0'. The kernels launch on torch's current stream of q's device (the capture stream under CUDA
 graphs); host metadata for CUDA tensors is uploaded on that stream without synchronizing.
 """
@@ -178,9 +179,10 @@ def attention_backward_op(
     backend: str = "auto",
     deterministic: bool = False,
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Gradients (dq, dk, dv, dsink) of ariadne::attention; dsink float32 [heads_q], or [0] without a sink."""
+    """Gradients (dq, dk, dv, dsink) of ariadne::attention; dsink [heads_q] in the sink's dtype (float32, or
+    float64 with float64 q), or [0] without a sink."""
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    dsink = torch.empty((q.shape[1],) if sink_mode != "none" else (0,), dtype=torch.float32, device=q.device)
+    dsink = torch.empty((q.shape[1],) if sink_mode != "none" else (0,), dtype=_sink_dtype(q), device=q.device)
     with _device_ctx(q):
         _ariadne.attention_backward_into(
             q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), dout.detach(), dq, dk, dv,
@@ -196,7 +198,7 @@ def _attention_backward_fake(q, k, v, out, lse, dout, window_left=-1, window_rig
                              cu_seqlens_k=None, block_size=0, block_heads=0, block_seq_base=None, block_row_ptr=None,
                              block_col_idx=None, order=None, sink=None, sink_mode="none", scale=0.0, backend="auto",
                              deterministic=False):
-    dsink = q.new_empty((q.shape[1],) if sink_mode != "none" else (0,), dtype=torch.float32)
+    dsink = q.new_empty((q.shape[1],) if sink_mode != "none" else (0,), dtype=_sink_dtype(q))
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsink
 
 
@@ -249,12 +251,18 @@ def _ints(x) -> Optional[Tensor]:
     return torch.tensor(np.asarray(x, dtype=np.int32).reshape(-1).tolist(), dtype=torch.int32)  # a few numbers
 
 
+def _sink_dtype(q: Tensor) -> torch.dtype:
+    """Sinks are float32, or float64 beside float64 q (the reference backend's exact checks, e.g.
+    torch.autograd.gradcheck in double)."""
+    return torch.float64 if q.dtype == torch.float64 else torch.float32
+
+
 def _sink(x, q: Tensor) -> Optional[Tensor]:
     if x is None:
         return None
     if isinstance(x, Tensor):  # not detached: a sink that requires grad gets one (autograd of ariadne::attention)
-        return x.to(device=q.device, dtype=torch.float32).reshape(-1).contiguous()
-    return torch.tensor(np.asarray(x, dtype=np.float32).reshape(-1).tolist(), dtype=torch.float32, device=q.device)
+        return x.to(device=q.device, dtype=_sink_dtype(q)).reshape(-1).contiguous()
+    return torch.tensor(np.asarray(x, dtype=np.float64).reshape(-1).tolist(), dtype=_sink_dtype(q), device=q.device)
 
 
 # Pattern and BlockMask are native objects whose attributes dynamo cannot read (nanobind getters),

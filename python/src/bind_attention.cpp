@@ -33,9 +33,7 @@ using namespace nb::literals;
 // that a wrong dtype or layout is refused before any kernel runs; never converted (a converted
 // copy would receive the results and be thrown away).
 using F32Out2 = nb::ndarray<float, nb::ndim<2>, nb::c_contig>;
-using F32In1 = nb::ndarray<const float, nb::ndim<1>, nb::c_contig>;
 using F32In2 = nb::ndarray<const float, nb::ndim<2>>;
-using F32Out1 = nb::ndarray<float, nb::ndim<1>, nb::c_contig>;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -166,7 +164,7 @@ struct BlockArrays {
 
 void build(Call& c, const AnyIn& q, const AnyIn& k, const AnyIn& v, const AnyOut& out, const std::optional<F32Out2>& lse,
            const Pattern& pattern, const std::optional<IntsIn>& cu_q, const std::optional<IntsIn>& cu_k,
-           const BlockMask* blocks, const std::optional<F32In1>& sink, const std::string& sink_mode, float scale,
+           const BlockMask* blocks, const std::optional<AnyIn>& sink, const std::string& sink_mode, float scale,
            uintptr_t stream, bool bf16_bits, const std::optional<F32Out2>& entropy,
            const std::optional<F32Out2>& distance, const std::optional<F32Out2>& received,
            const std::optional<F32In2>& coords_q, const std::optional<F32In2>& coords_k,
@@ -296,7 +294,8 @@ out: [total_q, heads_q, head_dim], dtype of q or float32, written in place (no c
 lse: None or float32 [heads_q, total_q], C-contiguous, written in place (natural log, includes the sink).
 cu_seqlens_q / cu_seqlens_k: None or int32 [sequences + 1] packed-batch offsets (host or q's device).
 blocks: None or a BlockMask (CSR rows per sequence, head and query block).
-sink: None or float32 [heads_q], logits in the units of the scaled scores; sink_mode 'none',
+sink: None or float32 [heads_q] (float32 or float64 with float64 q, which runs on the reference
+backend), logits in the units of the scaled scores; sink_mode 'none',
    'denominator' (GPT-OSS/FA4/cuDNN) or 'key0' (MiMo-V2.5 reference).
 scale: 0 selects 1/sqrt(head_dim). stream: cudaStream_t as an int (0 = default stream).
 bf16_bits: read uint16 q/k/v/out as bfloat16 bits (ml_dtypes numpy arrays).
@@ -422,7 +421,7 @@ void bind_attention(nb::module_& m) {
       "attention_into",
       [](const AnyIn& q, const AnyIn& k, const AnyIn& v, const AnyOut& out, const std::optional<F32Out2>& lse,
          const Pattern& pattern, const std::optional<IntsIn>& cu_q, const std::optional<IntsIn>& cu_k,
-         const BlockMask* blocks, const std::optional<F32In1>& sink, const std::string& sink_mode, float scale,
+         const BlockMask* blocks, const std::optional<AnyIn>& sink, const std::string& sink_mode, float scale,
          const std::string& backend, uintptr_t stream, bool bf16_bits, const std::optional<F32Out2>& entropy,
          const std::optional<F32Out2>& distance, const std::optional<F32Out2>& received,
          const std::optional<F32In2>& coords_q, const std::optional<F32In2>& coords_k,
@@ -442,16 +441,16 @@ void bind_attention(nb::module_& m) {
         }
       },
       nb::sig("def attention_into("
-        "q: " ARIADNE_SIG_QKV ", "
-        "k: " ARIADNE_SIG_QKV ", "
-        "v: " ARIADNE_SIG_QKV ", "
-        "out: " ARIADNE_SIG_OUT ", "
+        "q: " ARIADNE_SIG_ATTN_QKV ", "
+        "k: " ARIADNE_SIG_ATTN_QKV ", "
+        "v: " ARIADNE_SIG_ATTN_QKV ", "
+        "out: " ARIADNE_SIG_ATTN_OUT ", "
         "lse: " ARIADNE_SIG_F32_OUT2 " | None = None, "
         "pattern: Pattern = ..., "
         "cu_seqlens_q: " ARIADNE_SIG_INTS " | None = None, "
         "cu_seqlens_k: " ARIADNE_SIG_INTS " | None = None, "
         "blocks: BlockMask | None = None, "
-        "sink: " ARIADNE_SIG_F32_IN1 " | None = None, "
+        "sink: " ARIADNE_SIG_SINK_IN " | None = None, "
         "sink_mode: str = 'none', "
         "scale: float = 0.0, "
         "backend: str = 'auto', "
@@ -480,9 +479,9 @@ void bind_attention(nb::module_& m) {
   m.def(
       "attention_backward_into",
       [](const AnyIn& q, const AnyIn& k, const AnyIn& v, const AnyIn& out, const F32Out2& lse, const AnyIn& dout,
-         const AnyOut& dq, const AnyOut& dk, const AnyOut& dv, const std::optional<F32Out1>& dsink,
+         const AnyOut& dq, const AnyOut& dk, const AnyOut& dv, const std::optional<AnyOut>& dsink,
          const Pattern& pattern, const std::optional<IntsIn>& cu_q, const std::optional<IntsIn>& cu_k,
-         const BlockMask* blocks, const std::optional<F32In1>& sink, const std::string& sink_mode, float scale,
+         const BlockMask* blocks, const std::optional<AnyIn>& sink, const std::string& sink_mode, float scale,
          const std::string& backend, uintptr_t stream, bool bf16_bits, const std::optional<IntsIn>& order,
          int32_t block_size, int32_t block_heads, const std::optional<IntsIn>& block_seq_base,
          const std::optional<IntsIn>& block_row_ptr, const std::optional<IntsIn>& block_col_idx, bool deterministic) {
@@ -507,21 +506,21 @@ void bind_attention(nb::module_& m) {
         }
       },
       nb::sig("def attention_backward_into("
-        "q: " ARIADNE_SIG_QKV ", "
-        "k: " ARIADNE_SIG_QKV ", "
-        "v: " ARIADNE_SIG_QKV ", "
-        "out: " ARIADNE_SIG_QKV ", "
+        "q: " ARIADNE_SIG_ATTN_QKV ", "
+        "k: " ARIADNE_SIG_ATTN_QKV ", "
+        "v: " ARIADNE_SIG_ATTN_QKV ", "
+        "out: " ARIADNE_SIG_ATTN_QKV ", "
         "lse: " ARIADNE_SIG_F32_OUT2 ", "
-        "dout: " ARIADNE_SIG_QKV ", "
-        "dq: " ARIADNE_SIG_OUT ", "
-        "dk: " ARIADNE_SIG_OUT ", "
-        "dv: " ARIADNE_SIG_OUT ", "
-        "dsink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C')] | None = None, "
+        "dout: " ARIADNE_SIG_ATTN_QKV ", "
+        "dq: " ARIADNE_SIG_ATTN_OUT ", "
+        "dk: " ARIADNE_SIG_ATTN_OUT ", "
+        "dv: " ARIADNE_SIG_ATTN_OUT ", "
+        "dsink: " ARIADNE_SIG_SINK_OUT " | None = None, "
         "pattern: Pattern = ..., "
         "cu_seqlens_q: " ARIADNE_SIG_INTS " | None = None, "
         "cu_seqlens_k: " ARIADNE_SIG_INTS " | None = None, "
         "blocks: BlockMask | None = None, "
-        "sink: " ARIADNE_SIG_F32_IN1 " | None = None, "
+        "sink: " ARIADNE_SIG_SINK_IN " | None = None, "
         "sink_mode: str = 'none', "
         "scale: float = 0.0, "
         "backend: str = 'auto', "
@@ -543,7 +542,7 @@ void bind_attention(nb::module_& m) {
       "block_size"_a = 0, "block_heads"_a = 0, "block_seq_base"_a = nb::none(), "block_row_ptr"_a = nb::none(),
       "block_col_idx"_a = nb::none(), "deterministic"_a = false,
       "Gradients of attention (ariadne/attention_backward.hpp) into caller-provided dq, dk, dv (dtype of q or\n"
-      "float32) and dsink (float32 [heads_q], with a sink). out and lse are the forward's results; dout is\n"
+      "float32) and dsink ([heads_q] in the sink's dtype, with a sink). out and lse are the forward's results; dout is\n"
       "dL/d out (dtype of q, or float32 on the host backends). Every other argument as for attention_into.\n"
       "deterministic: bitwise-reproducible dq on CUDA (the host backends always are).");
 
@@ -551,7 +550,7 @@ void bind_attention(nb::module_& m) {
       "backend_supports",
       [](const std::string& backend, const AnyIn& q, const AnyIn& k, const AnyIn& v, const AnyOut& out,
          const std::optional<F32Out2>& lse, const Pattern& pattern, const std::optional<IntsIn>& cu_q,
-         const std::optional<IntsIn>& cu_k, const BlockMask* blocks, const std::optional<F32In1>& sink,
+         const std::optional<IntsIn>& cu_k, const BlockMask* blocks, const std::optional<AnyIn>& sink,
          const std::string& sink_mode, bool bf16_bits) {
         Call c;
         build(c, q, k, v, out, lse, pattern, cu_q, cu_k, blocks, sink, sink_mode, 0.f, 0, bf16_bits, std::nullopt,
@@ -562,16 +561,16 @@ void bind_attention(nb::module_& m) {
       },
       nb::sig("def backend_supports("
         "backend: str, "
-        "q: " ARIADNE_SIG_QKV ", "
-        "k: " ARIADNE_SIG_QKV ", "
-        "v: " ARIADNE_SIG_QKV ", "
-        "out: " ARIADNE_SIG_OUT ", "
+        "q: " ARIADNE_SIG_ATTN_QKV ", "
+        "k: " ARIADNE_SIG_ATTN_QKV ", "
+        "v: " ARIADNE_SIG_ATTN_QKV ", "
+        "out: " ARIADNE_SIG_ATTN_OUT ", "
         "lse: " ARIADNE_SIG_F32_OUT2 " | None = None, "
         "pattern: Pattern = ..., "
         "cu_seqlens_q: " ARIADNE_SIG_INTS " | None = None, "
         "cu_seqlens_k: " ARIADNE_SIG_INTS " | None = None, "
         "blocks: BlockMask | None = None, "
-        "sink: " ARIADNE_SIG_F32_IN1 " | None = None, "
+        "sink: " ARIADNE_SIG_SINK_IN " | None = None, "
         "sink_mode: str = 'none', "
         "bf16_bits: bool = False"
         ") -> tuple[bool, str]"),

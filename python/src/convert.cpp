@@ -24,11 +24,13 @@ TensorView view_of(const nb::ndarray<nb::ro>& a, const char* name, bool u16_is_b
   const dl::dtype dt = a.dtype();
   ARIADNE_CHECK(dt.lanes == 1, name, ": vector dtypes (lanes = ", int(dt.lanes), ") are not supported");
   if (dt.code == uint8_t(dl::dtype_code::Float) && dt.bits == 32) t.dtype = DType::f32;
+  else if (dt.code == uint8_t(dl::dtype_code::Float) && dt.bits == 64) t.dtype = DType::f64;
   else if (dt.code == uint8_t(dl::dtype_code::Float) && dt.bits == 16) t.dtype = DType::f16;
   else if (dt.code == uint8_t(dl::dtype_code::Bfloat) && dt.bits == 16) t.dtype = DType::bf16;
   else if (u16_is_bf16 && dt.code == uint8_t(dl::dtype_code::UInt) && dt.bits == 16) t.dtype = DType::bf16;
   else
-    detail::fail(name, ": dtype ", dlpack_dtype_name(dt), " is not supported, expected float32, bfloat16 or float16");
+    detail::fail(name, ": dtype ", dlpack_dtype_name(dt),
+                 " is not supported, expected float32, bfloat16, float16 (or float64 for the reference backend)");
 
   switch (a.device_type()) {
     case kDLCPU:

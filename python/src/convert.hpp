@@ -37,10 +37,17 @@ using IntsIn = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig>;
 #define ARIADNE_SIG_FLOATS "NDArray[numpy.float32 | numpy.float16 | numpy.uint16]"
 #define ARIADNE_SIG_QKV "Annotated[" ARIADNE_SIG_FLOATS ", dict(shape=(None, None, None), writable=False)]"
 #define ARIADNE_SIG_OUT "Annotated[" ARIADNE_SIG_FLOATS ", dict(shape=(None, None, None))]"
+// Attention's operands and gradients: those dtypes, or float64 on the host (the reference backend).
+#define ARIADNE_SIG_ATTN_FLOATS "NDArray[numpy.float32 | numpy.float16 | numpy.uint16 | numpy.float64]"
+#define ARIADNE_SIG_ATTN_QKV "Annotated[" ARIADNE_SIG_ATTN_FLOATS ", dict(shape=(None, None, None), writable=False)]"
+#define ARIADNE_SIG_ATTN_OUT "Annotated[" ARIADNE_SIG_ATTN_FLOATS ", dict(shape=(None, None, None))]"
 #define ARIADNE_SIG_TOKENS_IN "Annotated[NDArray[numpy.float32 | numpy.float16], dict(writable=False)]"
 #define ARIADNE_SIG_TOKENS_OUT "NDArray[numpy.float32 | numpy.float16]"
 #define ARIADNE_SIG_INTS "Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', writable=False)]"
 #define ARIADNE_SIG_F32_IN1 "Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)]"
+// Attention sinks and their gradient: float32, or float64 with float64 q (the reference backend).
+#define ARIADNE_SIG_SINK_IN "Annotated[NDArray[numpy.float32 | numpy.float64], dict(shape=(None,), writable=False)]"
+#define ARIADNE_SIG_SINK_OUT "Annotated[NDArray[numpy.float32 | numpy.float64], dict(shape=(None,))]"
 #define ARIADNE_SIG_F32_IN2 "Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)]"
 #define ARIADNE_SIG_F32_OUT2 "Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')]"
 

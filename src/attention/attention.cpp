@@ -82,6 +82,11 @@ void validate_order(const int32_t* order, int64_t total) {
   }
 }
 
+Backend automatic_backend(const TensorView& q) {
+  if (q.device == Device::cuda) return Backend::cuda;
+  return q.dtype == DType::f64 ? Backend::reference : Backend::cpu;
+}
+
 void validate(const AttentionParams& p) {
   require_rank(p.q, "q", 3);
   require_rank(p.k, "k", 3);
@@ -89,7 +94,9 @@ void validate(const AttentionParams& p) {
   require_rank(p.out, "out", 3);
   const Device dev = p.q.device;
   for (auto [t, name] : {std::pair{&p.k, "k"}, {&p.v, "v"}, {&p.out, "out"}}) require_device(*t, name, dev);
-  require_dtype(p.q, "q", {DType::f32, DType::bf16, DType::f16});
+  require_dtype(p.q, "q", {DType::f32, DType::bf16, DType::f16, DType::f64});
+  ARIADNE_CHECK(p.q.dtype != DType::f64 || dev == Device::cpu,
+                "q: f64 tensors are host tensors (the reference backend's exact checks), got a device tensor");
   require_dtype(p.k, "k", {p.q.dtype});
   require_dtype(p.v, "v", {p.q.dtype});
   require_dtype(p.out, "out", {p.q.dtype, DType::f32});
@@ -124,7 +131,8 @@ void validate(const AttentionParams& p) {
   }
   if (p.sink_mode != SinkMode::none) {
     require_rank(p.sink, "sink", 1);
-    require_dtype(p.sink, "sink", {DType::f32});
+    if (p.q.dtype == DType::f64) require_dtype(p.sink, "sink", {DType::f32, DType::f64});
+    else require_dtype(p.sink, "sink", {DType::f32});
     require_dim(p.sink, "sink", 0, hq, "heads_q");
     require_device(p.sink, "sink", dev);
     ARIADNE_CHECK(p.sink.stride[0] == 1, "sink: must be contiguous");
@@ -150,7 +158,7 @@ bool backend_supports(Backend backend, const AttentionParams& p, std::string* wh
   };
   switch (backend) {
     case Backend::automatic:
-      return backend_supports(p.q.device == Device::cuda ? Backend::cuda : Backend::cpu, p, why);
+      return backend_supports(automatic_backend(p.q), p, why);
     case Backend::reference:
       return p.q.device == Device::cpu ? true : no("the reference runs on host tensors only");
     case Backend::cpu:
@@ -309,7 +317,7 @@ std::string AttentionPlan::describe() const {
 AttentionPlan plan_attention(const AttentionParams& p, const AttentionOptions& options) {
   validate(p);
   Backend backend = options.backend;
-  if (backend == Backend::automatic) backend = p.q.device == Device::cuda ? Backend::cuda : Backend::cpu;
+  if (backend == Backend::automatic) backend = automatic_backend(p.q);
   auto state = std::make_shared<detail::PlanState>();
   state->backend = backend;
   state->signature = detail::signature_of(p);

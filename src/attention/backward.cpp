@@ -38,7 +38,8 @@ void validate_backward(const AttentionParams& p, const AttentionGrads& g) {
   if (g.dsink.defined()) {
     ARIADNE_CHECK(p.sink_mode != SinkMode::none, "dsink: given, but sink_mode is none (there is no sink to differentiate)");
     require_rank(g.dsink, "dsink", 1);
-    require_dtype(g.dsink, "dsink", {DType::f32});
+    if (p.q.dtype == DType::f64) require_dtype(g.dsink, "dsink", {DType::f32, DType::f64});
+    else require_dtype(g.dsink, "dsink", {DType::f32});
     require_dim(g.dsink, "dsink", 0, p.heads_q(), "heads_q");
     ARIADNE_CHECK(g.dsink.stride[0] == 1, "dsink: must be contiguous");
     require_device(g.dsink, "dsink", p.q.device);
@@ -52,7 +53,7 @@ bool backend_supports_backward(Backend backend, const AttentionParams& p, const 
   };
   switch (backend) {
     case Backend::automatic:
-      return backend_supports_backward(p.q.device == Device::cuda ? Backend::cuda : Backend::cpu, p, g, why);
+      return backend_supports_backward(automatic_backend(p.q), p, g, why);
     case Backend::reference:
       return p.q.device == Device::cpu ? true : no("the reference runs on host tensors only");
     case Backend::cpu:
@@ -90,7 +91,7 @@ AttentionBackwardPlan plan_attention_backward(const AttentionParams& p, const At
                                               const BackwardOptions& options) {
   validate_backward(p, g);
   Backend backend = options.backend;
-  if (backend == Backend::automatic) backend = p.q.device == Device::cuda ? Backend::cuda : Backend::cpu;
+  if (backend == Backend::automatic) backend = automatic_backend(p.q);
   ARIADNE_CHECK(options.cuda_kernel == CudaKernel::automatic || backend == Backend::cuda,
                 "attention_backward: cuda_kernel '", cuda_kernel_name(options.cuda_kernel),
                 "' needs the cuda backend, not '", backend_name(backend), "'");

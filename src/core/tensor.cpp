@@ -24,6 +24,7 @@ const char* dtype_name(DType t) {
     case DType::f32: return "f32";
     case DType::bf16: return "bf16";
     case DType::f16: return "f16";
+    case DType::f64: return "f64";
   }
   return "?";
 }
@@ -32,7 +33,8 @@ DType parse_dtype(std::string_view s) {
   if (s == "f32" || s == "fp32" || s == "float32") return DType::f32;
   if (s == "bf16" || s == "bfloat16") return DType::bf16;
   if (s == "f16" || s == "fp16" || s == "float16") return DType::f16;
-  detail::fail("dtype: '", s, "' is not one of f32, bf16, f16");
+  if (s == "f64" || s == "fp64" || s == "float64") return DType::f64;
+  detail::fail("dtype: '", s, "' is not one of f32, bf16, f16, f64");
 }
 
 // IEEE half conversions written out (no reliance on compiler _Float16 support); round to nearest even.
@@ -100,26 +102,32 @@ bool TensorView::contiguous() const {
   return true;
 }
 
-static float load_as_float(const void* base, DType t, int64_t off) {
+static double load_as_double(const void* base, DType t, int64_t off) {
   switch (t) {
     case DType::f32: return static_cast<const float*>(base)[off];
     case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(base)[off]);
     case DType::f16: return f16_to_float(static_cast<const uint16_t*>(base)[off]);
+    case DType::f64: return static_cast<const double*>(base)[off];
   }
   return 0;
 }
 
-static void store_from_float(void* base, DType t, int64_t off, float v) {
+static void store_from_double(void* base, DType t, int64_t off, double v) {
   switch (t) {
-    case DType::f32: static_cast<float*>(base)[off] = v; break;
-    case DType::bf16: static_cast<uint16_t*>(base)[off] = float_to_bf16(v); break;
-    case DType::f16: static_cast<uint16_t*>(base)[off] = float_to_f16(v); break;
+    case DType::f32: static_cast<float*>(base)[off] = float(v); break;
+    case DType::bf16: static_cast<uint16_t*>(base)[off] = float_to_bf16(float(v)); break;
+    case DType::f16: static_cast<uint16_t*>(base)[off] = float_to_f16(float(v)); break;
+    case DType::f64: static_cast<double*>(base)[off] = v; break;
   }
 }
 
-float TensorView::get(std::initializer_list<int64_t> idx) const { return load_as_float(data, dtype, offset(idx)); }
+float TensorView::get(std::initializer_list<int64_t> idx) const { return float(load_as_double(data, dtype, offset(idx))); }
 void TensorView::set(std::initializer_list<int64_t> idx, float value) const {
-  store_from_float(data, dtype, offset(idx), value);
+  store_from_double(data, dtype, offset(idx), value);
+}
+double TensorView::get_f64(std::initializer_list<int64_t> idx) const { return load_as_double(data, dtype, offset(idx)); }
+void TensorView::set_f64(std::initializer_list<int64_t> idx, double value) const {
+  store_from_double(data, dtype, offset(idx), value);
 }
 
 std::string TensorView::describe() const {
@@ -176,14 +184,14 @@ TensorView Buffer::view() const { return make_view(mem_.get(), dtype_, shape_); 
 
 void Buffer::fill(float value) {
   const int64_t n = numel();
-  for (int64_t i = 0; i < n; ++i) store_from_float(mem_.get(), dtype_, i, value);
+  for (int64_t i = 0; i < n; ++i) store_from_double(mem_.get(), dtype_, i, value);
 }
 
 void Buffer::fill_random(uint64_t seed, float lo, float hi) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
   const int64_t n = numel();
-  for (int64_t i = 0; i < n; ++i) store_from_float(mem_.get(), dtype_, i, dist(rng));
+  for (int64_t i = 0; i < n; ++i) store_from_double(mem_.get(), dtype_, i, dist(rng));
 }
 
 void require_rank(const TensorView& t, const char* name, int rank) {

@@ -222,6 +222,11 @@ void load_row(const TensorView& t, int64_t token, int64_t head, float mul, float
       for (int64_t i = 0; i < d; ++i) dst[i] = f16_to_float(p[i]) * mul;
       break;
     }
+    case DType::f64: {  // refused by make_geometry; kept total
+      const double* p = static_cast<const double*>(t.data) + off;
+      for (int64_t i = 0; i < d; ++i) dst[i] = float(p[i]) * mul;
+      break;
+    }
   }
 }
 

@@ -68,6 +68,7 @@ const char* safetensors_dtype_name(DType t) {
     case DType::f32: return "F32";
     case DType::bf16: return "BF16";
     case DType::f16: return "F16";
+    case DType::f64: return "F64";
   }
   return "?";
 }

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -317,6 +318,94 @@ TEST(BackwardApi, ErrorsNameTheTensorAndField) {
   p = F.p();
   p.received = recv.view();
   EXPECT_NE(err(p, F.g()).find("forward diagnostics"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ariadne::testing
+
+namespace ariadne::testing {
+namespace {
+
+// f64 through the public API (the reference backend, what a float64 gradcheck calls): the forward
+// of f32-representable inputs equals the f32 run rounded once, and the backward matches central
+// differences of the library's own f64 forward to 1e-6 (an f32 path could not: its rounding alone
+// is ~1e-7 of the outputs, ~1e-2 of an FD quotient at this step). The fast backends refuse f64.
+TEST(BackwardApi, Float64RunsExactlyOnTheReference) {
+  const int64_t n = 9, hq = 2, hkv = 1, d = 4;
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  auto f64_buffer = [&](std::vector<int64_t> shape) {
+    Buffer b(DType::f64, shape);
+    for (int64_t i = 0; i < b.numel(); ++i) b.as<double>()[i] = double(float(u(rng)));  // f32-representable
+    return b;
+  };
+  Buffer q = f64_buffer({n, hq, d}), k = f64_buffer({n, hkv, d}), v = f64_buffer({n, hkv, d}), sink = f64_buffer({hq});
+  Buffer out(DType::f64, {n, hq, d}), lse(DType::f32, {hq, n});
+  AttentionParams p;
+  p.q = q.view();
+  p.k = k.view();
+  p.v = v.view();
+  p.out = out.view();
+  p.lse = lse.view();
+  p.pattern = Pattern::window(3, 1);
+  p.sink_mode = SinkMode::denominator;
+  p.sink = sink.view();
+  std::string why;
+  EXPECT_FALSE(backend_supports(Backend::cpu, p, &why));
+  EXPECT_NE(why.find("f64 runs on the reference backend"), std::string::npos) << why;
+  EXPECT_EQ(automatic_backend(p.q), Backend::reference);
+  attention(p);  // automatic: the reference
+
+  // The same values in f32 (sink too): out rounded to f32 is the f32 run's out exactly.
+  auto to_f32 = [](const Buffer& b) {
+    Buffer f(DType::f32, b.shape());
+    for (int64_t i = 0; i < b.numel(); ++i) f.as<float>()[i] = float(b.as<double>()[i]);
+    return f;
+  };
+  Buffer q32 = to_f32(q), k32 = to_f32(k), v32 = to_f32(v), s32 = to_f32(sink), out32(DType::f32, {n, hq, d});
+  AttentionParams p32 = p;
+  p32.q = q32.view();
+  p32.k = k32.view();
+  p32.v = v32.view();
+  p32.sink = s32.view();
+  p32.out = out32.view();
+  p32.lse = TensorView{};
+  attention(p32, Backend::reference);
+  for (int64_t i = 0; i < out.numel(); ++i) ASSERT_EQ(float(out.as<double>()[i]), out32.as<float>()[i]) << i;
+
+  // Gradients of L = Σ w · out against central differences of the f64 forward.
+  Buffer w = f64_buffer({n, hq, d});
+  AttentionGrads g;
+  Buffer dq(DType::f64, {n, hq, d}), dk(DType::f64, {n, hkv, d}), dv(DType::f64, {n, hkv, d}), ds(DType::f64, {hq});
+  g.dout = w.view();
+  g.dq = dq.view();
+  g.dk = dk.view();
+  g.dv = dv.view();
+  g.dsink = ds.view();
+  attention_backward(p, g);
+  auto loss = [&]() {
+    Buffer o(DType::f64, {n, hq, d});
+    AttentionParams pl = p;
+    pl.out = o.view();
+    pl.lse = TensorView{};
+    attention(pl, Backend::reference);
+    double s = 0;
+    for (int64_t i = 0; i < o.numel(); ++i) s += o.as<double>()[i] * w.as<double>()[i];
+    return s;
+  };
+  const double eps = 1e-5;
+  for (auto [x, gx, name] : {std::tuple{&q, &dq, "q"}, {&k, &dk, "k"}, {&v, &dv, "v"}, {&sink, &ds, "sink"}})
+    for (int64_t i = 0; i < x->numel(); ++i) {
+      double& xi = x->as<double>()[i];
+      const double keep = xi;
+      xi = keep + eps;
+      const double up = loss();
+      xi = keep - eps;
+      const double down = loss();
+      xi = keep;
+      const double fd = (up - down) / (2 * eps), got = gx->as<double>()[i];
+      EXPECT_NEAR(got, fd, 1e-6 * (1 + std::abs(fd))) << name << "[" << i << "]";
+    }
 }
 
 }  // namespace

@@ -118,7 +118,8 @@ TEST(Validation, EmptyAndOneTokenSequencesAreValid) {
 }
 
 TEST(Validation, UnknownNames) {
-  EXPECT_THROW(parse_dtype("f64"), Error);
+  EXPECT_THROW(parse_dtype("f8"), Error);
+  EXPECT_EQ(parse_dtype("float64"), DType::f64);
   EXPECT_THROW(parse_backend("tpu"), Error);
   EXPECT_THROW(parse_sink_mode("both"), Error);
   EXPECT_EQ(parse_dtype("bfloat16"), DType::bf16);

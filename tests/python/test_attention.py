@@ -154,8 +154,8 @@ def test_out_is_written_in_place_without_copy(rng):
     assert res is out and res_lse is lse
     assert res.ctypes.data == ptr and res_lse.ctypes.data == lse_ptr
     assert np.abs(out).sum() > 0 and np.abs(lse).sum() > 0
-    # A float64 output would need a copy: refused instead of silently converted.
-    with pytest.raises(ValueError, match="out: dtype float64 is not supported"):
+    # A float64 output beside float32 q would need a copy: refused instead of silently converted.
+    with pytest.raises(ValueError, match="out: dtype is f64, expected f32"):
         ariadne.attention(q, q, q, out=np.zeros(q.shape), backend="reference")
     with pytest.raises(TypeError):
         ariadne.attention(q, q, q, lse=np.zeros((2, 20)), backend="reference")
@@ -222,7 +222,10 @@ def _qkv(rng, tq=10, hq=4, hkv=4, d=16, tk=None):
 @pytest.mark.parametrize("mutate,message", [
     (lambda q, k, v: (q[:, :, :8], k, v, {}), r"k: dim 2 \(head_dim, same as q\) is 16, expected 8"),
     (lambda q, k, v: (q[:, :3], k[:, :2], v[:, :2], {}), r"GQA: heads_q = 3 is not a multiple of heads_kv = 2"),
-    (lambda q, k, v: (q.astype(np.float64), k, v, {}), r"q: dtype float64 is not supported"),
+    (lambda q, k, v: (q.astype(np.float64), k, v, {}), r"k: dtype is f32, expected f64"),
+    (lambda q, k, v: (q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), {"backend": "cpu"}),
+     r"f64 runs on the reference backend"),
+    (lambda q, k, v: (q.astype(np.int32), k, v, {}), r"q: dtype int32 is not supported"),
     (lambda q, k, v: (q[0], k, v, {}), r"q: .*rank"),
     (lambda q, k, v: (q, k, v[:9], {}), r"v: dim 0 \(tokens, same as k\) is 9, expected 10"),
     (lambda q, k, v: (q[:, :, ::2], k[:, :, ::2], v[:, :, ::2], {}), r"q: .*contiguous"),

@@ -150,6 +150,25 @@ def test_gradcheck_of_the_op():
     assert torch.autograd.gradcheck(f, inputs, eps=1e-3, atol=2e-3, rtol=2e-2, fast_mode=False)
 
 
+@pytest.mark.parametrize("sink_mode", ["denominator", "key0"])
+def test_gradcheck_in_double_on_the_reference(sink_mode):
+    """torch.autograd.gradcheck in float64 at its default tolerances: float64 tensors run on the
+    reference backend, which reads and writes them exactly (the sink too); GQA 2:1, a window."""
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(11, 2, 8, dtype=torch.float64, generator=g)
+    k, v = (torch.randn(11, 1, 8, dtype=torch.float64, generator=g) for _ in range(2))
+    s = torch.randn(2, dtype=torch.float64, generator=g)
+
+    def f(q, k, v, s):
+        return ariadne.attention(q, k, v, pattern=ariadne.Pattern.window(3, 2), sink=s, sink_mode=sink_mode)[0]
+
+    inputs = tuple(x.clone().requires_grad_() for x in (q, k, v, s))
+    assert torch.autograd.gradcheck(f, inputs, fast_mode=False)
+    # The fast CPU backend takes no float64: asked for, it says so.
+    with pytest.raises(ariadne.Error, match="f64 runs on the reference backend"):
+        ariadne.attention(q, k, v, backend="cpu")
+
+
 def test_compile_traces_forward_and_backward():
     (q, k, v), sink, dout = _inputs([48], None, 4, 2)
     torch._dynamo.reset()

@@ -141,6 +141,10 @@ bool attention_cpu_supports(const AttentionParams& p, std::string* why) {
     if (why) *why = "the cpu backend needs host tensors";
     return false;
   }
+  if (p.q.dtype == DType::f64) {
+    if (why) *why = "the cpu backend takes f32, bf16 and f16 (f64 runs on the reference backend)";
+    return false;
+  }
   return true;
 }
 

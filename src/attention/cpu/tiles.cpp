@@ -28,6 +28,11 @@ void convert_row(const TensorView& t, int64_t off, int n, float* dst) {
       for (int c = 0; c < n; ++c) dst[c] = f16_to_float(src[c]);
       break;
     }
+    case DType::f64: {  // not a CPU-backend input (attention_cpu_supports refuses it); kept total
+      const double* src = static_cast<const double*>(t.data) + off;
+      for (int c = 0; c < n; ++c) dst[c] = float(src[c]);
+      break;
+    }
   }
 }
 
@@ -61,6 +66,11 @@ void store_row(const TensorView& t, int64_t off, int n, const float* src, float 
     case DType::f16: {
       uint16_t* dst = static_cast<uint16_t*>(t.data) + off;
       for (int c = 0; c < n; ++c) dst[c] = float_to_f16(src[c] * mul);
+      break;
+    }
+    case DType::f64: {  // not a CPU-backend output (refused before any work); kept total
+      double* dst = static_cast<double*>(t.data) + off;
+      for (int c = 0; c < n; ++c) dst[c] = double(src[c] * mul);
       break;
     }
   }

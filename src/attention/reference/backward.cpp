@@ -69,7 +69,7 @@ void attention_backward_reference(const AttentionParams& p, const AttentionGrads
       std::vector<std::vector<RowStats>> stats(static_cast<size_t>(group));
       for (int r = 0; r < group; ++r) {
         const int h = kvh * group + r;
-        const double sink = p.sink_mode == SinkMode::none ? kNegInf : double(p.sink.get({h}));
+        const double sink = p.sink_mode == SinkMode::none ? kNegInf : p.sink.get_f64({h});
         heads.push_back(Head{pat, s, e, h, d, scale, sink, p.sink_mode, load_head(p.q, e.q0, e.lq, h), K, V,
                              load_head(g.dout, e.q0, e.lq, h)});
         stats[size_t(r)].resize(size_t(e.lq));
@@ -122,7 +122,7 @@ void attention_backward_reference(const AttentionParams& p, const AttentionGrads
               sink_terms[size_t(iq)] = -(H.sink == rs.lse ? 1.0 : std::exp(H.sink - rs.lse)) * rs.D;
           }
           st[size_t(iq)] = rs;
-          for (int64_t c = 0; c < d; ++c) g.dq.set({e.q0 + iq, H.h, c}, float(dq[size_t(c)]));
+          for (int64_t c = 0; c < d; ++c) g.dq.set_f64({e.q0 + iq, H.h, c}, dq[size_t(c)]);
         }
         for (int64_t iq = 0; iq < e.lq; ++iq) dsink[size_t(H.h)] += sink_terms[size_t(iq)];
       }
@@ -151,13 +151,13 @@ void attention_backward_reference(const AttentionParams& p, const AttentionGrads
       }
       for (int64_t ik = 0; ik < e.lk; ++ik)
         for (int64_t c = 0; c < d; ++c) {
-          g.dk.set({e.k0 + ik, kvh, c}, float(dK[size_t(ik * d + c)]));
-          g.dv.set({e.k0 + ik, kvh, c}, float(dV[size_t(ik * d + c)]));
+          g.dk.set_f64({e.k0 + ik, kvh, c}, dK[size_t(ik * d + c)]);
+          g.dv.set_f64({e.k0 + ik, kvh, c}, dV[size_t(ik * d + c)]);
         }
     }
   }
   if (g.dsink.defined())
-    for (int h = 0; h < hq; ++h) g.dsink.set({h}, float(dsink[size_t(h)]));
+    for (int h = 0; h < hq; ++h) g.dsink.set_f64({h}, dsink[size_t(h)]);
 }
 
 }  // namespace ariadne

@@ -58,7 +58,7 @@ void attention_reference(const AttentionParams& p) {
       const int g = h / group;
       const std::vector<double> K = load_head(p.k, e.k0, e.lk, g), V = load_head(p.v, e.k0, e.lk, g);
       const std::vector<double> Q = load_head(p.q, e.q0, e.lq, h);
-      const double sink = p.sink_mode == SinkMode::none ? kNegInf : double(p.sink.get({h}));
+      const double sink = p.sink_mode == SinkMode::none ? kNegInf : p.sink.get_f64({h});
       const RowContext ctx{p, pat, s, e, h, scale, sink, p.sink_mode == SinkMode::key0_bias};
       const bool denom = p.sink_mode == SinkMode::denominator;
 
@@ -98,7 +98,7 @@ void attention_reference(const AttentionParams& p) {
           }
         }
         const int64_t row = e.q0 + iq;
-        for (int64_t c = 0; c < d; ++c) p.out.set({row, h, c}, float(o[size_t(c)]));
+        for (int64_t c = 0; c < d; ++c) p.out.set_f64({row, h, c}, o[size_t(c)]);
         lse_all[size_t(h * total_q + row)] = lse;
         if (lse_out) lse_out[h * total_q + row] = float(lse);
         if (p.entropy.defined()) static_cast<float*>(p.entropy.data)[h * total_q + row] = float(ent);
@@ -116,7 +116,7 @@ void attention_reference(const AttentionParams& p) {
     for (int h = 0; h < hq; ++h) {
       const int g = h / group;
       const std::vector<double> K = load_head(p.k, e.k0, e.lk, g), Q = load_head(p.q, e.q0, e.lq, h);
-      const double sink = p.sink_mode == SinkMode::none ? kNegInf : double(p.sink.get({h}));
+      const double sink = p.sink_mode == SinkMode::none ? kNegInf : p.sink.get_f64({h});
       const RowContext ctx{p, pat, s, e, h, scale, sink, p.sink_mode == SinkMode::key0_bias};
 #pragma omp parallel for schedule(dynamic, 16)
       for (int64_t ik = 0; ik < e.lk; ++ik) {

@@ -14,7 +14,7 @@ inline std::vector<double> load_head(const TensorView& t, int64_t row0, int64_t 
   const int64_t d = t.shape[2];
   std::vector<double> out(size_t(rows * d));
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < d; ++c) out[size_t(r * d + c)] = t.get({row0 + r, head, c});
+    for (int64_t c = 0; c < d; ++c) out[size_t(r * d + c)] = t.get_f64({row0 + r, head, c});
   return out;
 }
 
