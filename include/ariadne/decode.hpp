@@ -1,0 +1,168 @@
+// ariadne/decode.hpp — decode-phase attention over a paged KV cache: each step, one new query per
+// sequence reads that sequence's cached keys and values, either all of them (dense decode) or only
+// the pages a selection keeps (sparse decode, the RRAttention paper's named future work: in decode
+// attention is bound by the bytes of the cache it reads, so the only lever is pages not read).
+//
+// The cache (PagedKVCache)
+//   K pool, V pool   [capacity_pages, page_size, kv_heads, head_dim]   f32, bf16 or f16 (host)
+//   page table       per sequence: the pool page of each of its logical pages 0 … pages−1
+//   length           per sequence: cached tokens; token t lives in logical page t / page_size, row
+//                    t % page_size; the last page may be partly filled
+//   key summaries    per pool page and KV head, kept current at append time (f32):
+//     key_sum        [capacity_pages, strides_per_page, kv_heads, head_dim]  Σ k over each key stride
+//                    of `summary_stride` rows of the page (RR's key-stride sums; a page's sum is
+//                    the sum over its strides)
+//     key_min/max    [capacity_pages, kv_heads, head_dim]  per-dim min / max of the page's keys
+//                    (Quest's bound)
+//
+// Decode (decode_attention), for sequence b of the batch and query head h (KV head g = h / (Hq/Hkv)):
+//   out[b,h] = Σ_{t ∈ N(b,g)} exp(s_t − m) v_t / Z,   s_t = scale · q[b,h] · k_t
+//   N(b,g)   = the sequence's tokens t ≥ len − 1 − window (all when window < 0), and, with a
+//              selection, only those in the pages the selection keeps for (b, g)
+//   Z        = Σ_{t ∈ N} exp(s_t − m) (+ exp(sink_h − m) with SinkMode::denominator;
+//              key0_bias adds sink_h to s_0 when token 0 is in N)
+//   lse[b,h] = m + log Z
+// The query is the sequence's newest token: append its k, v before decoding it (as a model does),
+// so the query sits at position len − 1 and sees itself. A row with no key and no sink gets out 0
+// and lse −inf, as in attention().
+//
+// Sparse decode (select_pages), per sequence and KV head — one selection per GQA group, so that the
+// group's query heads share every page read and the bytes read really fall:
+//   score every visible page (oracle: exact attention mass; rr: the key-stride sums; quest: the
+//   min/max bound), normalize per query head, average over the group, keep the smallest set of
+//   pages whose score mass reaches τ, then add the first `sink_pages` pages and the last
+//   `recent_pages` visible pages (always kept, as RR keeps its sink column and diagonal).
+//   rr scores key stride j of a page with the mean key of the stride, n_j · exp(scale · q·k̄_j)
+//   (RR's stride-level importance with stride-level softmax; n_j the stride's filled rows): one
+//   q·k̄ per stride instead of one per token, so scoring reads 1/summary_stride of the keys'
+//   bytes. With rotate (the default, RR's head round-robin turned to the key side), stride j of
+//   page p is scored by one query head of the group only, head (j + p + step) mod group, so the
+//   scoring cost does not grow with the group size and over a page every head is consulted.
+// The estimator runs on the host for host caches; docs/decode.md has the design, the measurements
+// and what is missing (the CUDA cache and kernels).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "ariadne/attention.hpp"
+#include "ariadne/tensor.hpp"
+
+namespace ariadne {
+
+struct KVCacheConfig {
+  int page_size = 64;       // tokens per page (> 0); the prefill block or a divisor of it
+  int kv_heads = 0, head_dim = 0;
+  DType dtype = DType::f32;  // storage of K and V: f32, bf16 or f16
+  int summary_stride = 8;    // rows per key-stride sum (divides page_size)
+};
+
+class PagedKVCache {
+ public:
+  explicit PagedKVCache(const KVCacheConfig& config);
+  const KVCacheConfig& config() const { return cfg_; }
+  int strides_per_page() const { return cfg_.page_size / cfg_.summary_stride; }
+
+  // A new empty sequence; returns its id (ids of released sequences are reused).
+  int add_sequence();
+  // Returns the sequence's pages to the pool; the id becomes free.
+  void release(int seq);
+  // Appends n tokens: k, v [n, kv_heads, head_dim] host f32, bf16 or f16 (any token stride),
+  // converted to the cache's dtype; updates the touched pages' key summaries from the stored values.
+  void append(int seq, const TensorView& k, const TensorView& v);
+  // Drops every token of the sequence (its pages go back to the pool); the id stays valid.
+  void clear(int seq);
+
+  int64_t length(int seq) const;
+  int64_t pages(int seq) const;                              // ⌈length / page_size⌉
+  const std::vector<int32_t>& page_table(int seq) const;     // pool page per logical page
+  int64_t capacity_pages() const { return capacity_; }
+  bool live(int seq) const;
+
+  // Host views of the pools and summaries (shapes above). Valid until the next append, which may
+  // grow the pool.
+  TensorView k_pool() const;
+  TensorView v_pool() const;
+  const float* key_sum(int64_t pool_page) const;   // [strides_per_page, kv_heads, head_dim]
+  const float* key_min(int64_t pool_page) const;   // [kv_heads, head_dim]
+  const float* key_max(int64_t pool_page) const;   // [kv_heads, head_dim]
+  // Bytes of K and V one full page holds (both pools).
+  int64_t page_bytes() const;
+
+ private:
+  int64_t take_page();
+  void summarize(int64_t pool_page, int64_t row0, int64_t rows);
+  KVCacheConfig cfg_;
+  int64_t capacity_ = 0;
+  std::vector<unsigned char> k_, v_;  // [capacity, page_size, kv_heads, head_dim] in dtype
+  std::vector<float> sum_, min_, max_;
+  std::vector<int64_t> free_pages_;
+  struct Sequence {
+    bool live = false;
+    int64_t length = 0;
+    std::vector<int32_t> pages;
+  };
+  std::vector<Sequence> seqs_;
+};
+
+// Pages kept per (batch entry b, KV head g): row r = b · kv_heads + g lists logical page indices
+// of sequence seqs[b], ascending, in pages[row_ptr[r] … row_ptr[r+1]).
+struct PageSelection {
+  int kv_heads = 0;
+  std::vector<int32_t> row_ptr, pages;
+  // Per row: the visible pages (those holding a token the window lets the query see) and the
+  // selection's normalized score mass of the pages it keeps.
+  std::vector<int32_t> visible;
+  std::vector<float> kept_mass;
+  int64_t rows() const { return int64_t(row_ptr.size()) - 1; }
+  int64_t kept() const { return pages.empty() ? 0 : int64_t(pages.size()); }
+  int64_t visible_total() const;
+  double density() const;  // kept / visible pages over every row
+  double ms_select = 0;    // host wall time of select_pages
+};
+
+struct DecodeParams {
+  TensorView q;    // [batch, heads_q, head_dim] host f32 (bf16/f16 read exactly)
+  TensorView out;  // [batch, heads_q, head_dim] host f32; written
+  TensorView lse;  // optional: [batch, heads_q] f32
+  const PagedKVCache* cache = nullptr;
+  std::span<const int32_t> seqs;  // [batch]: the cache sequence of each query row
+  SinkMode sink_mode = SinkMode::none;
+  TensorView sink;       // [heads_q] f32 when sink_mode != none
+  int64_t window = -1;   // the query sees its `window` previous tokens and itself; < 0: all
+  float scale = 0;       // 0: 1/sqrt(head_dim)
+  const PageSelection* selection = nullptr;  // null: dense; else only the kept pages
+};
+
+// Checks q/out/lse/sink shapes and dtypes, the sequence ids, the cache's KV heads and head dim
+// against q, and a selection's geometry and page indices; throws ariadne::Error naming the field.
+void validate(const DecodeParams& p);
+
+// Dense or selected decode. Backend::reference: one row at a time in double over the gathered
+// tokens (the oracle of the tests). Backend::cpu / automatic: split-K over pages, each task
+// reading its pages once for every query head of the GQA group, partial results merged by their
+// log-sum-exp, OpenMP over (sequence, KV head, split).
+void decode_attention(const DecodeParams& p, Backend backend = Backend::automatic);
+
+enum class PageScorer : uint8_t { oracle, rr, quest };
+const char* page_scorer_name(PageScorer s);
+PageScorer parse_page_scorer(const std::string& s);  // "oracle" | "rr" | "quest"
+
+struct PageSelectConfig {
+  PageScorer scorer = PageScorer::rr;
+  double tau = 0.9;        // in (0, 1]
+  int sink_pages = 1;      // first pages always kept (≥ 0)
+  int recent_pages = 1;    // last visible pages always kept (≥ 0); the newest page holds the query
+  bool rotate = true;      // rr: one query head per key stride, rotated (see the header comment)
+  int64_t step = 0;        // rr: the decode step, which advances the rotation
+};
+
+// The selection for this step's queries (p.selection is ignored; p.out is not written).
+PageSelection select_pages(const DecodeParams& p, const PageSelectConfig& config);
+
+// Per-row (b, g) exact attention mass of each visible page, normalized per query head and averaged
+// over the group (the oracle's score; tests and measurements): masses[r] has visible[r] entries.
+std::vector<std::vector<double>> page_masses(const DecodeParams& p);
+
+}  // namespace ariadne

@@ -1,0 +1,12 @@
+// The decode task compiled for the avx2 table (decode_kernel.hpp).
+#include "decode/cpu/decode_kernel_body.hpp"
+
+namespace ariadne::decode_detail {
+
+#if defined(__x86_64__)
+DecodeTaskFn decode_task_avx2() { return &decode_task_dispatch; }
+#else
+DecodeTaskFn decode_task_avx2() { return nullptr; }
+#endif
+
+}  // namespace ariadne::decode_detail

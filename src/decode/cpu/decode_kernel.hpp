@@ -1,0 +1,40 @@
+// One decode task on the CPU: a GQA group's queries against a run of pages of one sequence,
+// giving per query head the running max m, the sum l = Σ exp(s − m) and the unnormalized output
+// acc = Σ exp(s − m) v. The body (decode_kernel_body.hpp) is compiled once per ISA file
+// (decode_generic.cpp, decode_avx2.cpp, decode_avx512.cpp) with that file's target flags, so the
+// loops over the head dim vectorize for it; decode_cpu.cpp picks the table the attention kernels use.
+#pragma once
+
+#include <cstdint>
+
+#include "ariadne/tensor.hpp"
+
+namespace ariadne::decode_detail {
+
+struct DecodeTask {
+  const float* q = nullptr;  // [G][d] f32, the group's queries
+  const unsigned char* k = nullptr;  // the pools [pages, P, kv_heads, d] in dtype
+  const unsigned char* v = nullptr;
+  DType dtype = DType::f32;
+  const int32_t* table = nullptr;  // the sequence's page table
+  const int32_t* pages = nullptr;  // logical pages to read, ascending
+  int64_t npages = 0;
+  int64_t first = 0, length = 0;   // the visible tokens [first, length)
+  int P = 0, kv_heads = 0, g = 0, d = 0, G = 0;
+  float scale = 0;
+  const float* key0_bias = nullptr;  // [G] or null: added to the logit of token 0 (SinkMode::key0_bias)
+  // Out, per head hg: m[hg], l[hg], acc[hg·d …]. Scratch: kf [P][d], s [G][P] floats.
+  float* m = nullptr;
+  float* l = nullptr;
+  float* acc = nullptr;
+  float* kf = nullptr;
+  float* s = nullptr;
+};
+
+using DecodeTaskFn = void (*)(const DecodeTask&);
+
+DecodeTaskFn decode_task_generic();
+DecodeTaskFn decode_task_avx2();    // null when not compiled for x86
+DecodeTaskFn decode_task_avx512();  // null when not compiled for x86
+
+}  // namespace ariadne::decode_detail

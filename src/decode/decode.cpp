@@ -1,0 +1,324 @@
+// Decode entry points (include/ariadne/decode.hpp): validation, backend dispatch, and the page
+// selection of sparse decode with its three scorers.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "ariadne/decode.hpp"
+#include "ariadne/error.hpp"
+#include "ariadne/estimate.hpp"
+#include "decode/internal.hpp"
+
+namespace ariadne {
+
+namespace decode_detail {
+
+Visible visible_of(int64_t length, int64_t window, int page_size) {
+  Visible v;
+  v.length = length;
+  if (length <= 0) return v;
+  v.first = window < 0 ? 0 : std::max<int64_t>(0, length - 1 - window);
+  v.page_lo = v.first / page_size;
+  v.page_hi = (length - 1) / page_size;
+  return v;
+}
+
+}  // namespace decode_detail
+
+using decode_detail::Visible;
+using decode_detail::visible_of;
+
+const char* page_scorer_name(PageScorer s) {
+  switch (s) {
+    case PageScorer::oracle: return "oracle";
+    case PageScorer::rr: return "rr";
+    default: return "quest";
+  }
+}
+
+PageScorer parse_page_scorer(const std::string& s) {
+  if (s == "oracle") return PageScorer::oracle;
+  if (s == "rr") return PageScorer::rr;
+  if (s == "quest") return PageScorer::quest;
+  detail::fail("page scorer '", s, "' is not one of oracle, rr, quest");
+}
+
+int64_t PageSelection::visible_total() const {
+  int64_t t = 0;
+  for (int32_t v : visible) t += v;
+  return t;
+}
+
+double PageSelection::density() const {
+  const int64_t v = visible_total();
+  return v ? double(kept()) / double(v) : 1.0;
+}
+
+namespace {
+
+// validate() with out optional: the selection and the page masses write no output.
+void check_params(const DecodeParams& p, bool need_out) {
+  ARIADNE_CHECK(p.cache != nullptr, "decode: no cache given (DecodeParams::cache)");
+  const KVCacheConfig& c = p.cache->config();
+  const TensorView& q = p.q;
+  ARIADNE_CHECK(q.defined() && q.rank == 3, "decode: q must be [batch, heads_q, head_dim], got ",
+                q.defined() ? q.describe() : std::string("undefined"));
+  ARIADNE_CHECK(q.device == Device::cpu, "decode: q is on the device; the host cache decodes host queries");
+  ARIADNE_CHECK(q.dtype == DType::f32 || q.dtype == DType::bf16 || q.dtype == DType::f16, "decode: q has dtype ",
+                dtype_name(q.dtype), ", expected f32, bf16 or f16");
+  const int64_t B = q.shape[0];
+  const int64_t Hq = q.shape[1], d = q.shape[2];
+  ARIADNE_CHECK(q.stride[2] == 1, "decode: q needs a contiguous head dim, got ", q.describe());
+  ARIADNE_CHECK(d == c.head_dim, "decode: q's head dim is ", d, ", the cache's is ", c.head_dim);
+  ARIADNE_CHECK(Hq > 0 && Hq % c.kv_heads == 0, "decode: q has ", Hq, " heads, expected a positive multiple of the ",
+                "cache's ", c.kv_heads, " KV heads (GQA)");
+  ARIADNE_CHECK(int64_t(p.seqs.size()) == B, "decode: seqs has ", p.seqs.size(), " entries, q's batch is ", B);
+  for (size_t b = 0; b < p.seqs.size(); ++b)
+    ARIADNE_CHECK(p.cache->live(p.seqs[b]), "decode: seqs[", b, "] = ", p.seqs[b],
+                  " is not a live sequence of the cache");
+  const TensorView& o = p.out;
+  if (need_out || o.defined())
+    ARIADNE_CHECK(o.defined() && o.rank == 3 && o.shape[0] == B && o.shape[1] == Hq && o.shape[2] == d &&
+                    o.dtype == DType::f32 && o.device == Device::cpu && o.stride[2] == 1,
+                "decode: out must be host f32 [", B, ", ", Hq, ", ", d, "] with a contiguous head dim, got ",
+                o.defined() ? o.describe() : std::string("undefined"));
+  if (p.lse.defined())
+    ARIADNE_CHECK(p.lse.rank == 2 && p.lse.shape[0] == B && p.lse.shape[1] == Hq && p.lse.dtype == DType::f32 &&
+                      p.lse.device == Device::cpu && p.lse.contiguous(),
+                  "decode: lse must be host f32 [", B, ", ", Hq, "] contiguous, got ", p.lse.describe());
+  if (p.sink_mode != SinkMode::none)
+    ARIADNE_CHECK(p.sink.defined() && p.sink.rank == 1 && p.sink.shape[0] == Hq && p.sink.dtype == DType::f32 &&
+                      p.sink.device == Device::cpu,
+                  "decode: sink_mode ", sink_mode_name(p.sink_mode), " needs sink as host f32 [", Hq, "], got ",
+                  p.sink.defined() ? p.sink.describe() : std::string("undefined"));
+  ARIADNE_CHECK(std::isfinite(p.scale) && p.scale >= 0, "decode: scale is ", p.scale,
+                ", expected 0 (1/sqrt(head_dim)) or a positive value");
+  if (const PageSelection* s = p.selection) {
+    const int64_t rows = B * c.kv_heads;
+    ARIADNE_CHECK(s->kv_heads == c.kv_heads && s->rows() == rows && s->row_ptr.front() == 0 &&
+                      s->row_ptr.back() == int32_t(s->pages.size()),
+                  "decode: the selection has ", s->rows(), " rows for ", s->kv_heads, " KV heads, expected ", rows,
+                  " (batch × the cache's ", c.kv_heads, " KV heads) with row_ptr from 0 to pages.size()");
+    for (int64_t r = 0; r < rows; ++r) {
+      const Visible vis = visible_of(p.cache->length(p.seqs[size_t(r / c.kv_heads)]), p.window, c.page_size);
+      ARIADNE_CHECK(s->row_ptr[size_t(r)] <= s->row_ptr[size_t(r) + 1], "decode: selection row_ptr decreases at row ",
+                    r);
+      int64_t last = -1;
+      for (int32_t i = s->row_ptr[size_t(r)]; i < s->row_ptr[size_t(r) + 1]; ++i) {
+        const int32_t pg = s->pages[size_t(i)];
+        ARIADNE_CHECK(pg >= vis.page_lo && pg <= vis.page_hi && pg > last, "decode: selection row ", r, " lists page ",
+                      pg, ", expected ascending visible pages ", vis.page_lo, " … ", vis.page_hi);
+        last = pg;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void validate(const DecodeParams& p) { check_params(p, true); }
+
+void decode_attention(const DecodeParams& p, Backend backend) {
+  validate(p);
+  switch (backend) {
+    case Backend::reference: decode_detail::decode_reference(p); return;
+    case Backend::automatic:
+    case Backend::cpu: decode_detail::decode_cpu(p); return;
+    default:
+      detail::fail("decode: backend '", backend_name(backend), "' has no decode kernel for a host cache, expected ",
+                   "reference, cpu or auto");
+  }
+}
+
+namespace {
+
+float q_at(const TensorView& q, int64_t b, int64_t h, int i) {
+  return decode_detail::load(static_cast<const unsigned char*>(q.data), q.dtype, b * q.stride[0] + h * q.stride[1] + i);
+}
+
+// The scorers' per-page weights of one row (b, g): weights[h][page − page_lo] for the group's query
+// heads; a head that scored nothing has an empty vector.
+using HeadWeights = std::vector<std::vector<double>>;
+
+// Exact: the attention mass of every visible token, per head normalized over the keys (the sink's
+// share is left out: it is not a page).
+HeadWeights oracle_weights(const DecodeParams& p, int64_t b, int g, const Visible& vis) {
+  const PagedKVCache& cache = *p.cache;
+  const KVCacheConfig& c = cache.config();
+  const int d = c.head_dim, G = int(p.q.shape[1]) / c.kv_heads, P = c.page_size;
+  const float scale = p.scale > 0 ? p.scale : 1.f / std::sqrt(float(d));
+  const std::vector<int32_t>& table = cache.page_table(p.seqs[size_t(b)]);
+  const unsigned char* kp = static_cast<const unsigned char*>(cache.k_pool().data);
+  HeadWeights w(size_t(G), std::vector<double>(size_t(vis.pages()), 0.0));
+  std::vector<double> s(size_t(vis.length - vis.first));
+  for (int hg = 0; hg < G; ++hg) {
+    const int64_t h = int64_t(g) * G + hg;
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t t = vis.first; t < vis.length; ++t) {
+      const int64_t base = ((int64_t(table[size_t(t / P)]) * P + t % P) * c.kv_heads + g) * d;
+      double dot = 0;
+      for (int i = 0; i < d; ++i) dot += double(q_at(p.q, b, h, i)) * double(decode_detail::load(kp, c.dtype, base + i));
+      double x = double(scale) * dot;
+      if (t == 0 && p.sink_mode == SinkMode::key0_bias) x += double(p.sink.get({h}));
+      s[size_t(t - vis.first)] = x;
+      mx = std::max(mx, x);
+    }
+    double z = 0;
+    for (double& x : s) z += (x = std::exp(x - mx));
+    for (int64_t t = vis.first; t < vis.length; ++t) w[size_t(hg)][size_t(t / P - vis.page_lo)] += s[size_t(t - vis.first)] / z;
+  }
+  return w;
+}
+
+// From the summaries: rr scores each key stride by its mean key, quest each page by the min/max bound.
+HeadWeights summary_weights(const DecodeParams& p, int64_t b, int g, const Visible& vis, const PageSelectConfig& cfg) {
+  const PagedKVCache& cache = *p.cache;
+  const KVCacheConfig& c = cache.config();
+  const int d = c.head_dim, G = int(p.q.shape[1]) / c.kv_heads, P = c.page_size, S = c.summary_stride;
+  const int J = cache.strides_per_page();
+  const float scale = p.scale > 0 ? p.scale : 1.f / std::sqrt(float(d));
+  const std::vector<int32_t>& table = cache.page_table(p.seqs[size_t(b)]);
+  const int64_t npages = vis.pages();
+  std::vector<float> qh(size_t(G) * size_t(d));
+  for (int hg = 0; hg < G; ++hg)
+    for (int i = 0; i < d; ++i) qh[size_t(hg * d + i)] = q_at(p.q, b, int64_t(g) * G + hg, i);
+  // Logits first (log n + logit), per head; exponentiated against each head's max below.
+  std::vector<std::vector<double>> logit(size_t(G), std::vector<double>(size_t(npages), 0.0));
+  std::vector<std::vector<char>> scored(size_t(G), std::vector<char>(size_t(npages), 0));
+  // rr accumulates several strides into one page: collect (page, head, log-weight) terms.
+  struct Term {
+    int64_t page;
+    int head;
+    double lw;
+  };
+  std::vector<Term> terms;
+  for (int64_t pi = 0; pi < npages; ++pi) {
+    const int64_t page = vis.page_lo + pi, pool = table[size_t(page)];
+    const int64_t rows = std::min<int64_t>(P, vis.length - page * P);
+    if (cfg.scorer == PageScorer::quest) {
+      const float* mn = cache.key_min(pool) + int64_t(g) * d;
+      const float* mx = cache.key_max(pool) + int64_t(g) * d;
+      for (int hg = 0; hg < G; ++hg) {
+        double ub = 0;
+        for (int i = 0; i < d; ++i) {
+          const double x = qh[size_t(hg * d + i)];
+          ub += std::max(x * mn[i], x * mx[i]);
+        }
+        terms.push_back({pi, hg, std::log(double(rows)) + double(scale) * ub});
+      }
+      continue;
+    }
+    const float* sums = cache.key_sum(pool);
+    for (int j = 0; j < J && j * S < rows; ++j) {
+      const int64_t n = std::min<int64_t>(S, rows - int64_t(j) * S);
+      const float* ks = sums + (int64_t(j) * c.kv_heads + g) * d;
+      const int h0 = cfg.rotate ? int((int64_t(j) + page + cfg.step) % G) : 0;
+      const int h1 = cfg.rotate ? h0 + 1 : G;
+      for (int hg = h0; hg < h1; ++hg) {
+        double dot = 0;
+        for (int i = 0; i < d; ++i) dot += double(qh[size_t(hg * d + i)]) * double(ks[i]);
+        terms.push_back({pi, hg, std::log(double(n)) + double(scale) * dot / double(n)});
+      }
+    }
+  }
+  std::vector<double> mx(size_t(G), -std::numeric_limits<double>::infinity());
+  for (const Term& t : terms) mx[size_t(t.head)] = std::max(mx[size_t(t.head)], t.lw);
+  HeadWeights w(static_cast<size_t>(G));
+  for (const Term& t : terms) {
+    std::vector<double>& row = w[size_t(t.head)];
+    if (row.empty()) row.assign(size_t(npages), 0.0);
+    row[size_t(t.page)] += std::exp(t.lw - mx[size_t(t.head)]);
+  }
+  for (std::vector<double>& row : w) {
+    double z = 0;
+    for (double x : row) z += x;
+    if (z > 0)
+      for (double& x : row) x /= z;
+  }
+  return w;
+}
+
+// Mean over the heads that scored something; zeros when none did.
+std::vector<double> group_mean(const HeadWeights& w, int64_t npages) {
+  std::vector<double> m(size_t(npages), 0.0);
+  int heads = 0;
+  for (const std::vector<double>& row : w) {
+    if (row.empty()) continue;
+    ++heads;
+    for (int64_t i = 0; i < npages; ++i) m[size_t(i)] += row[size_t(i)];
+  }
+  if (heads > 0)
+    for (double& x : m) x /= heads;
+  return m;
+}
+
+}  // namespace
+
+std::vector<std::vector<double>> page_masses(const DecodeParams& p) {
+  DecodeParams v = p;
+  v.selection = nullptr;
+  check_params(v, false);
+  const KVCacheConfig& c = p.cache->config();
+  std::vector<std::vector<double>> out;
+  for (int64_t b = 0; b < p.q.shape[0]; ++b) {
+    const Visible vis = visible_of(p.cache->length(p.seqs[size_t(b)]), p.window, c.page_size);
+    for (int g = 0; g < c.kv_heads; ++g) out.push_back(group_mean(oracle_weights(v, b, g, vis), vis.pages()));
+  }
+  return out;
+}
+
+PageSelection select_pages(const DecodeParams& p, const PageSelectConfig& cfg) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ARIADNE_CHECK(cfg.tau > 0 && cfg.tau <= 1, "select_pages: tau is ", cfg.tau, ", expected (0, 1]");
+  ARIADNE_CHECK(cfg.sink_pages >= 0 && cfg.recent_pages >= 0, "select_pages: sink_pages ", cfg.sink_pages,
+                " and recent_pages ", cfg.recent_pages, " must be ≥ 0");
+  ARIADNE_CHECK(cfg.step >= 0, "select_pages: step is ", cfg.step, ", expected ≥ 0");
+  DecodeParams v = p;
+  v.selection = nullptr;
+  check_params(v, false);
+  const KVCacheConfig& c = p.cache->config();
+  const int64_t B = p.q.shape[0];
+  PageSelection sel;
+  sel.kv_heads = c.kv_heads;
+  sel.row_ptr.push_back(0);
+  std::vector<std::vector<int32_t>> rows(size_t(B * c.kv_heads));
+  std::vector<float> masses(rows.size(), 0.f);
+  std::vector<int32_t> visible(rows.size(), 0);
+#pragma omp parallel for schedule(dynamic, 1) if (B * c.kv_heads > 1)
+  for (int64_t r = 0; r < B * c.kv_heads; ++r) {
+    const int64_t b = r / c.kv_heads;
+    const int g = int(r % c.kv_heads);
+    const Visible vis = visible_of(p.cache->length(p.seqs[size_t(b)]), p.window, c.page_size);
+    const int64_t n = vis.pages();
+    visible[size_t(r)] = int32_t(std::max<int64_t>(n, 0));
+    if (n <= 0) continue;
+    const std::vector<double> score = group_mean(
+        cfg.scorer == PageScorer::oracle ? oracle_weights(v, b, g, vis) : summary_weights(v, b, g, vis, cfg), n);
+    std::vector<float> f(score.begin(), score.end());
+    std::vector<int32_t> forced;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t page = vis.page_lo + i;
+      if (page < cfg.sink_pages || i >= n - cfg.recent_pages) forced.push_back(int32_t(i));
+    }
+    std::vector<int32_t> keep = select_blocks(f.data(), n, cfg.tau, forced, false);
+    double mass = 0;
+    for (int32_t& i : keep) {
+      mass += score[size_t(i)];
+      i += int32_t(vis.page_lo);
+    }
+    masses[size_t(r)] = float(mass);
+    rows[size_t(r)] = std::move(keep);
+  }
+  for (const std::vector<int32_t>& row : rows) {
+    sel.pages.insert(sel.pages.end(), row.begin(), row.end());
+    sel.row_ptr.push_back(int32_t(sel.pages.size()));
+  }
+  sel.visible = std::move(visible);
+  sel.kept_mass = std::move(masses);
+  sel.ms_select = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return sel;
+}
+
+}  // namespace ariadne

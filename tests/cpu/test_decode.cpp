@@ -1,0 +1,453 @@
+// Decode over the paged KV cache (include/ariadne/decode.hpp): the cache against what was
+// appended, the CPU decode (every kernel table) against the decode reference, the decode reference
+// against attention()'s reference on contiguous tensors, and the page selection's discrete output
+// against an independent re-derivation.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ariadne/decode.hpp"
+#include "ariadne/estimate.hpp"
+#include "common.hpp"
+#include "force_isa.hpp"
+
+namespace ariadne::testing {
+namespace {
+
+struct DecodeCase {
+  std::vector<int64_t> lengths;  // per sequence of the batch
+  int heads_q = 4, heads_kv = 2, dim = 64, page = 16;
+  DType dtype = DType::f32;
+  SinkMode sink_mode = SinkMode::none;
+  int64_t window = -1;
+  uint64_t seed = 1;
+};
+
+std::string name_of(const DecodeCase& c) {
+  std::ostringstream os;
+  os << "len";
+  for (int64_t l : c.lengths) os << '_' << l;
+  os << " hq" << c.heads_q << " hkv" << c.heads_kv << " d" << c.dim << " page" << c.page << ' ' << dtype_name(c.dtype)
+     << " sink " << sink_mode_name(c.sink_mode) << " window " << c.window;
+  return os.str();
+}
+
+// A filled cache with the same keys and values kept contiguous (f32, as stored) per sequence, plus
+// q, out, lse and sink buffers for one step. Tokens are appended in random chunk sizes.
+struct DecodeInputs {
+  PagedKVCache cache;
+  std::vector<int32_t> seqs;
+  std::vector<std::vector<float>> k, v;  // per sequence [len, kv_heads, dim], the stored values
+  std::vector<float> q, out, out_ref, lse, lse_ref, sink;
+  DecodeParams params;
+  explicit DecodeInputs(const DecodeCase& c)
+      : cache(KVCacheConfig{c.page, c.heads_kv, c.dim, c.dtype, c.page % 8 == 0 ? 8 : 1}) {
+    std::mt19937_64 rng(c.seed + salt());
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    const int64_t row = int64_t(c.heads_kv) * c.dim;
+    for (int64_t len : c.lengths) {
+      const int s = cache.add_sequence();
+      seqs.push_back(s);
+      std::vector<float> ks(size_t(len * row)), vs(size_t(len * row));
+      for (float& x : ks) x = u(rng);
+      for (float& x : vs) x = u(rng);
+      int64_t done = 0;
+      while (done < len) {
+        const int64_t n = std::min<int64_t>(len - done, 1 + int64_t(rng() % 40));
+        cache.append(s, make_view(ks.data() + done * row, DType::f32, {n, c.heads_kv, c.dim}),
+                     make_view(vs.data() + done * row, DType::f32, {n, c.heads_kv, c.dim}));
+        done += n;
+      }
+      // What the cache stores (rounded to its dtype), for the contiguous comparisons.
+      const auto round = [&](std::vector<float>& x) {
+        for (float& e : x)
+          e = c.dtype == DType::bf16 ? bf16_to_float(float_to_bf16(e))
+              : c.dtype == DType::f16 ? f16_to_float(float_to_f16(e))
+                                      : e;
+      };
+      round(ks), round(vs);
+      k.push_back(std::move(ks));
+      v.push_back(std::move(vs));
+    }
+    const int64_t B = int64_t(c.lengths.size());
+    q.resize(size_t(B * c.heads_q * c.dim));
+    for (float& x : q) x = 2.f * u(rng);
+    out.assign(q.size(), std::nanf(""));
+    out_ref.assign(q.size(), std::nanf(""));
+    lse.assign(size_t(B * c.heads_q), std::nanf(""));
+    lse_ref = lse;
+    sink.resize(size_t(c.heads_q));
+    for (float& x : sink) x = 3.f * u(rng);
+    params.q = make_view(q.data(), DType::f32, {B, c.heads_q, c.dim});
+    params.out = make_view(out.data(), DType::f32, {B, c.heads_q, c.dim});
+    params.lse = make_view(lse.data(), DType::f32, {B, c.heads_q});
+    params.cache = &cache;
+    params.seqs = seqs;
+    params.sink_mode = c.sink_mode;
+    if (c.sink_mode != SinkMode::none) params.sink = make_view(sink.data(), DType::f32, {c.heads_q});
+    params.window = c.window;
+  }
+  DecodeParams reference_params() {
+    DecodeParams r = params;
+    r.out = make_view(out_ref.data(), DType::f32, {params.q.shape[0], params.q.shape[1], params.q.shape[2]});
+    r.lse = make_view(lse_ref.data(), DType::f32, {params.q.shape[0], params.q.shape[1]});
+    return r;
+  }
+  double max_abs_logit() const {
+    float mq = 0, mk = 0;
+    for (float x : q) mq = std::max(mq, std::fabs(x));
+    for (const auto& s : k)
+      for (float x : s) mk = std::max(mk, std::fabs(x));
+    return double(mq) * mk * std::sqrt(double(params.q.shape[2]));
+  }
+};
+
+std::vector<DecodeCase> decode_cases() {
+  std::vector<DecodeCase> cs;
+  uint64_t seed = 11;
+  const auto add = [&](DecodeCase c) {
+    c.seed = seed++;
+    cs.push_back(c);
+  };
+  add({{1}, 4, 2, 64, 16});
+  add({{16}, 4, 2, 64, 16});
+  add({{17}, 4, 4, 64, 16});
+  add({{1000}, 9, 3, 64, 64});
+  add({{333, 1, 64, 65}, 8, 2, 128, 32});
+  add({{777}, 32, 8, 128, 64, DType::bf16});
+  add({{500, 129}, 6, 2, 80, 64, DType::f16});
+  add({{700}, 4, 1, 64, 64, DType::f32, SinkMode::denominator});
+  add({{700, 3}, 4, 2, 64, 16, DType::f32, SinkMode::key0_bias});
+  add({{900, 40}, 4, 2, 64, 16, DType::bf16, SinkMode::none, 100});
+  add({{900}, 4, 2, 64, 64, DType::f32, SinkMode::denominator, 0});
+  add({{2048}, 4, 4, 64, 1});
+  add({{4096, 100}, 12, 4, 64, 128, DType::bf16, SinkMode::denominator, 1000});
+  return cs;
+}
+
+TEST(Decode, CacheHoldsWhatWasAppendedAndItsSummaries) {
+  for (const DecodeCase& c : decode_cases()) {
+    SCOPED_TRACE(name_of(c));
+    DecodeInputs in(c);
+    const KVCacheConfig& cfg = in.cache.config();
+    const int64_t row = int64_t(c.heads_kv) * c.dim;
+    const TensorView kp = in.cache.k_pool(), vp = in.cache.v_pool();
+    for (size_t s = 0; s < in.seqs.size(); ++s) {
+      const int64_t len = c.lengths[s];
+      ASSERT_EQ(in.cache.length(in.seqs[s]), len);
+      ASSERT_EQ(in.cache.pages(in.seqs[s]), (len + c.page - 1) / c.page);
+      const std::vector<int32_t>& table = in.cache.page_table(in.seqs[s]);
+      for (int64_t t = 0; t < len; ++t)
+        for (int h = 0; h < c.heads_kv; ++h)
+          for (int i = 0; i < c.dim; ++i) {
+            const int64_t pool = table[size_t(t / c.page)];
+            ASSERT_EQ(kp.get({pool, t % c.page, h, i}), in.k[s][size_t(t * row + h * c.dim + i)]) << "token " << t;
+            ASSERT_EQ(vp.get({pool, t % c.page, h, i}), in.v[s][size_t(t * row + h * c.dim + i)]) << "token " << t;
+          }
+      // Summaries recomputed from the stored keys: min/max exactly, stride sums in the same order.
+      for (int64_t pg = 0; pg < int64_t(table.size()); ++pg) {
+        const int64_t rows = std::min<int64_t>(c.page, len - pg * c.page);
+        for (int h = 0; h < c.heads_kv; ++h)
+          for (int i = 0; i < c.dim; ++i) {
+            float mn = INFINITY, mx = -INFINITY;
+            for (int64_t r = 0; r < rows; ++r) {
+              const float x = in.k[s][size_t((pg * c.page + r) * row + h * c.dim + i)];
+              mn = std::min(mn, x), mx = std::max(mx, x);
+            }
+            ASSERT_EQ(in.cache.key_min(table[size_t(pg)])[h * c.dim + i], mn);
+            ASSERT_EQ(in.cache.key_max(table[size_t(pg)])[h * c.dim + i], mx);
+            for (int j = 0; j * cfg.summary_stride < rows; ++j) {
+              float sum = 0;
+              for (int64_t r = int64_t(j) * cfg.summary_stride; r < std::min<int64_t>(rows, (j + 1) * cfg.summary_stride); ++r)
+                sum += in.k[s][size_t((pg * c.page + r) * row + h * c.dim + i)];
+              ASSERT_EQ(in.cache.key_sum(table[size_t(pg)])[(j * c.heads_kv + h) * c.dim + i], sum);
+            }
+          }
+      }
+    }
+  }
+}
+
+TEST(Decode, ReleasedPagesAreReusedAndIdsRecycled) {
+  PagedKVCache cache(KVCacheConfig{4, 1, 8, DType::f32, 2});
+  std::vector<float> kv(size_t(10 * 8), 1.f);
+  const TensorView t = make_view(kv.data(), DType::f32, {10, 1, 8});
+  const int a = cache.add_sequence(), b = cache.add_sequence();
+  cache.append(a, t, t);
+  cache.append(b, t, t);
+  const int64_t cap = cache.capacity_pages();
+  cache.release(a);
+  EXPECT_FALSE(cache.live(a));
+  EXPECT_EQ(cache.add_sequence(), a);
+  cache.append(a, t, t);
+  EXPECT_EQ(cache.capacity_pages(), cap);  // a's three pages came back from the free list
+  cache.clear(b);
+  EXPECT_EQ(cache.length(b), 0);
+  EXPECT_EQ(cache.pages(b), 0);
+}
+
+TEST(Decode, CpuMatchesReferenceOnEveryTable) {
+  for (const char* isa : kIsas) {
+    if (!cpu::tile_kernels_available(isa)) continue;
+    ForceIsa force(isa);
+    for (const DecodeCase& c : decode_cases()) {
+      SCOPED_TRACE(std::string(isa) + " " + name_of(c));
+      DecodeInputs in(c);
+      decode_attention(in.params, Backend::cpu);
+      decode_attention(in.reference_params(), Backend::reference);
+      const double tol = tolerance(DType::f32, in.max_abs_logit());  // f32 arithmetic on the stored values
+      EXPECT_TRUE(close_enough("out", compare(in.params.out, in.reference_params().out), tol));
+      EXPECT_TRUE(lse_close(in.params.lse, in.reference_params().lse, tol));
+    }
+  }
+}
+
+// The decode reference against attention()'s reference on the same keys laid out contiguously:
+// one query per sequence at its last position (bottom-right aligned), causal or a left window.
+TEST(Decode, ReferenceEqualsAttentionOnContiguousKeys) {
+  for (const DecodeCase& c : decode_cases()) {
+    SCOPED_TRACE(name_of(c));
+    DecodeInputs in(c);
+    decode_attention(in.params, Backend::reference);
+    const int64_t B = int64_t(c.lengths.size()), row = int64_t(c.heads_kv) * c.dim;
+    std::vector<float> k, v;
+    std::vector<int32_t> cu_q{0}, cu_k{0};
+    for (int64_t b = 0; b < B; ++b) {
+      k.insert(k.end(), in.k[size_t(b)].begin(), in.k[size_t(b)].end());
+      v.insert(v.end(), in.v[size_t(b)].begin(), in.v[size_t(b)].end());
+      cu_q.push_back(cu_q.back() + 1);
+      cu_k.push_back(cu_k.back() + int32_t(c.lengths[size_t(b)]));
+    }
+    std::vector<float> out(in.q.size()), lse(size_t(B * c.heads_q));
+    AttentionParams a;
+    a.q = in.params.q;
+    a.k = make_view(k.data(), DType::f32, {int64_t(k.size()) / row, c.heads_kv, c.dim});
+    a.v = make_view(v.data(), DType::f32, {int64_t(v.size()) / row, c.heads_kv, c.dim});
+    a.out = make_view(out.data(), DType::f32, {B, c.heads_q, c.dim});
+    a.lse = make_view(lse.data(), DType::f32, {c.heads_q, B});
+    a.pattern = (c.window < 0 ? Pattern::causal() : Pattern::window(c.window, 0))
+                    .with_varlen(int32_t(B), cu_q.data(), cu_k.data());
+    a.sink_mode = c.sink_mode;
+    a.sink = in.params.sink;
+    attention(a, Backend::reference);
+    EXPECT_TRUE(close_enough("out", compare(in.params.out, a.out), 1e-6));
+    for (int64_t b = 0; b < B; ++b)
+      for (int h = 0; h < c.heads_q; ++h)
+        EXPECT_NEAR(in.lse[size_t(b * c.heads_q + h)], lse[size_t(h * B + b)], 1e-5 * std::max(1.f, std::fabs(lse[size_t(h * B + b)])));
+  }
+}
+
+// The selection re-derived from the oracle's page masses: the smallest prefix of the pages sorted
+// by mass (ties: lower page) reaching τ of the total, plus the forced pages.
+std::vector<int32_t> expected_selection(const std::vector<double>& mass, int64_t page_lo, double tau, int sink,
+                                        int recent) {
+  const int64_t n = int64_t(mass.size());
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return float(mass[size_t(a)]) > float(mass[size_t(b)]); });
+  double total = 0;
+  for (double x : mass) total += float(x);
+  std::vector<char> keep(size_t(n), 0);
+  double cum = 0;
+  for (int32_t i : idx) {
+    if (tau < 1 && !(cum < tau * total)) break;
+    keep[size_t(i)] = 1;
+    cum += float(mass[size_t(i)]);
+  }
+  for (int64_t i = 0; i < n; ++i)
+    if (page_lo + i < sink || i >= n - recent) keep[size_t(i)] = 1;
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < n; ++i)
+    if (keep[size_t(i)]) out.push_back(int32_t(page_lo + i));
+  return out;
+}
+
+TEST(Decode, OracleSelectionIsTheSmallestSetReachingTau) {
+  for (const DecodeCase& c : decode_cases()) {
+    SCOPED_TRACE(name_of(c));
+    DecodeInputs in(c);
+    const std::vector<std::vector<double>> masses = page_masses(in.params);
+    for (double tau : {0.5, 0.9, 1.0})
+      for (int sink : {0, 1})
+        for (int recent : {0, 2}) {
+          PageSelectConfig cfg;
+          cfg.scorer = PageScorer::oracle;
+          cfg.tau = tau, cfg.sink_pages = sink, cfg.recent_pages = recent;
+          const PageSelection sel = select_pages(in.params, cfg);
+          ASSERT_EQ(sel.rows(), int64_t(masses.size()));
+          for (int64_t r = 0; r < sel.rows(); ++r) {
+            const int64_t len = c.lengths[size_t(r / c.heads_kv)];
+            const int64_t first = c.window < 0 ? 0 : std::max<int64_t>(0, len - 1 - c.window);
+            const std::vector<int32_t> got(sel.pages.begin() + sel.row_ptr[size_t(r)],
+                                           sel.pages.begin() + sel.row_ptr[size_t(r) + 1]);
+            EXPECT_EQ(got, expected_selection(masses[size_t(r)], first / c.page, tau, sink, recent))
+                << "row " << r << " tau " << tau;
+            EXPECT_EQ(sel.visible[size_t(r)], int32_t(masses[size_t(r)].size()));
+          }
+        }
+  }
+}
+
+// Page masses summed per query head against attention()'s received attention (Σ_i a_ij with one
+// query per sequence: the row's distribution itself), with the sink's share taken back out.
+TEST(Decode, PageMassesMatchReceivedAttention) {
+  const DecodeCase c{{300, 77}, 6, 2, 64, 16, DType::f32, SinkMode::none, -1, 5};
+  DecodeInputs in(c);
+  const std::vector<std::vector<double>> masses = page_masses(in.params);
+  const int G = c.heads_q / c.heads_kv;
+  for (size_t b = 0; b < c.lengths.size(); ++b) {
+    const int64_t len = c.lengths[b];
+    std::vector<float> out(size_t(c.heads_q * c.dim)), received(size_t(c.heads_q * len));
+    std::vector<int32_t> cu_q{0, 1}, cu_k{0, int32_t(len)};
+    AttentionParams a;
+    a.q = make_view(in.q.data() + b * c.heads_q * c.dim, DType::f32, {1, c.heads_q, c.dim});
+    a.k = make_view(in.k[b].data(), DType::f32, {len, c.heads_kv, c.dim});
+    a.v = make_view(in.v[b].data(), DType::f32, {len, c.heads_kv, c.dim});
+    a.out = make_view(out.data(), DType::f32, {1, c.heads_q, c.dim});
+    a.received = make_view(received.data(), DType::f32, {c.heads_q, len});
+    a.pattern = Pattern::causal().with_varlen(1, cu_q.data(), cu_k.data());
+    attention(a, Backend::reference);
+    for (int g = 0; g < c.heads_kv; ++g) {
+      const std::vector<double>& m = masses[b * size_t(c.heads_kv) + size_t(g)];
+      for (size_t pg = 0; pg < m.size(); ++pg) {
+        double want = 0;
+        for (int hg = 0; hg < G; ++hg)
+          for (int64_t t = int64_t(pg) * c.page; t < std::min<int64_t>(len, int64_t(pg + 1) * c.page); ++t)
+            want += received[size_t((g * G + hg) * len + t)];
+        EXPECT_NEAR(m[pg], want / G, 1e-6) << "sequence " << b << " group " << g << " page " << pg;
+      }
+    }
+  }
+}
+
+TEST(Decode, SparseDecodeMatchesReferenceOnTheSameSelection) {
+  for (const DecodeCase& c : decode_cases())
+    for (PageScorer scorer : {PageScorer::oracle, PageScorer::rr, PageScorer::quest}) {
+      SCOPED_TRACE(name_of(c) + " " + page_scorer_name(scorer));
+      DecodeInputs in(c);
+      PageSelectConfig cfg;
+      cfg.scorer = scorer;
+      cfg.tau = 0.6;
+      const PageSelection sel = select_pages(in.params, cfg);
+      in.params.selection = &sel;
+      decode_attention(in.params, Backend::cpu);
+      decode_attention(in.reference_params(), Backend::reference);
+      EXPECT_TRUE(close_enough("out", compare(in.params.out, in.reference_params().out),
+                               tolerance(DType::f32, in.max_abs_logit())));
+      // τ = 1 keeps every visible page: the sparse decode is the dense one.
+      cfg.tau = 1;
+      const PageSelection all = select_pages(in.params, cfg);
+      EXPECT_EQ(all.kept(), all.visible_total());
+      EXPECT_DOUBLE_EQ(all.density(), 1.0);
+    }
+}
+
+// A key planted in one key stride (8 tokens, a short needle), aligned with every query of the
+// group, must pull its page into every scorer's selection (the rotated and unrotated rr alike) at a
+// τ that drops most pages. (A single planted token is diluted 8-fold in rr's stride mean: rr then
+// still keeps its page here but no longer drops most others; docs/decode.md measures that.)
+TEST(Decode, EveryScorerFindsAPlantedKey) {
+  const int H = 2, G = 3, d = 64, P = 16;
+  const int64_t len = 1600, planted = 776;  // stride 97 of page 48
+  PagedKVCache cache(KVCacheConfig{P, H, d, DType::bf16, 8});
+  std::mt19937_64 rng(3 + salt());
+  std::normal_distribution<float> n(0.f, 1.f);
+  std::vector<float> q(size_t(G * H * d)), k(size_t(len * H * d)), v(k.size());
+  for (float& x : q) x = n(rng);
+  for (float& x : k) x = 0.3f * n(rng);
+  for (float& x : v) x = n(rng);
+  for (int64_t t = planted; t < planted + 8; ++t)  // the planted keys: the group's mean query, scaled up
+    for (int g = 0; g < H; ++g)
+      for (int i = 0; i < d; ++i) {
+        float m = 0;
+        for (int hg = 0; hg < G; ++hg) m += q[size_t((g * G + hg) * d + i)];
+        k[size_t((t * H + g) * d + i)] = 2.5f * m / G;
+      }
+  const int s = cache.add_sequence();
+  cache.append(s, make_view(k.data(), DType::f32, {len, H, d}), make_view(v.data(), DType::f32, {len, H, d}));
+  std::vector<float> out(q.size());
+  DecodeParams p;
+  p.q = make_view(q.data(), DType::f32, {1, G * H, d});
+  p.out = make_view(out.data(), DType::f32, {1, G * H, d});
+  p.cache = &cache;
+  const int32_t seq[1] = {s};
+  p.seqs = seq;
+  for (PageScorer scorer : {PageScorer::oracle, PageScorer::rr, PageScorer::quest})
+    for (bool rotate : {true, false})
+      for (int64_t step : {0, 1, 2}) {
+        PageSelectConfig cfg;
+        cfg.scorer = scorer, cfg.tau = 0.5, cfg.rotate = rotate, cfg.step = step;
+        const PageSelection sel = select_pages(p, cfg);
+        SCOPED_TRACE(std::string(page_scorer_name(scorer)) + (rotate ? " rotated" : "") + " step " +
+                     std::to_string(step));
+        for (int g = 0; g < H; ++g) {
+          const auto b = sel.pages.begin() + sel.row_ptr[size_t(g)], e = sel.pages.begin() + sel.row_ptr[size_t(g) + 1];
+          EXPECT_TRUE(std::binary_search(b, e, int32_t(planted / P))) << "group " << g;
+          EXPECT_LT(e - b, sel.visible[size_t(g)] / 2) << "group " << g << ": the selection kept most pages";
+          EXPECT_TRUE(std::binary_search(b, e, 0)) << "the sink page";
+          EXPECT_TRUE(std::binary_search(b, e, int32_t((len - 1) / P))) << "the newest page";
+        }
+      }
+}
+
+TEST(Decode, BadCallsNameTheField) {
+  DecodeInputs in(DecodeCase{{50, 20}, 4, 2, 64, 16});
+  DecodeParams p = in.params;
+  const int32_t bad_seq[2] = {0, 7};
+  p.seqs = bad_seq;
+  EXPECT_NE(error_of([&] { decode_attention(p); }).find("seqs[1] = 7"), std::string::npos);
+  p = in.params;
+  std::vector<float> q3(size_t(2 * 3 * 64));
+  p.q = make_view(q3.data(), DType::f32, {2, 3, 64});
+  EXPECT_NE(error_of([&] { decode_attention(p); }).find("multiple of"), std::string::npos);
+  p = in.params;
+  p.sink_mode = SinkMode::denominator;
+  EXPECT_NE(error_of([&] { decode_attention(p); }).find("sink"), std::string::npos);
+  p = in.params;
+  PageSelection sel = select_pages(p, PageSelectConfig{});
+  sel.pages[0] = 99;
+  p.selection = &sel;
+  EXPECT_NE(error_of([&] { decode_attention(p); }).find("lists page 99"), std::string::npos);
+  PageSelectConfig cfg;
+  cfg.tau = 0;
+  EXPECT_NE(error_of([&] { select_pages(in.params, cfg); }).find("tau"), std::string::npos);
+  std::vector<float> k(size_t(3 * 2 * 32));
+  EXPECT_NE(error_of([&] {
+              in.cache.append(in.seqs[0], make_view(k.data(), DType::f32, {3, 2, 32}),
+                              make_view(k.data(), DType::f32, {3, 2, 32}));
+            }).find("expected [3, 2, 64]"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { PagedKVCache(KVCacheConfig{12, 1, 8, DType::f32, 8}); }).find("summary_stride"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { decode_attention(in.params, Backend::cuda); }).find("no decode kernel"), std::string::npos);
+}
+
+TEST(Decode, NanPropagatesAndEmptySequencesGiveZero) {
+  DecodeInputs in(DecodeCase{{40, 40}, 2, 1, 64, 16});
+  in.q[0] = std::nanf("");  // sequence 0, head 0
+  const int empty = in.cache.add_sequence();
+  std::vector<int32_t> seqs{in.seqs[0], in.seqs[1], empty};
+  std::vector<float> q(size_t(3 * 2 * 64), 0.5f), out(q.size()), lse(6);
+  std::copy(in.q.begin(), in.q.end(), q.begin());
+  DecodeParams p = in.params;
+  p.q = make_view(q.data(), DType::f32, {3, 2, 64});
+  p.out = make_view(out.data(), DType::f32, {3, 2, 64});
+  p.lse = make_view(lse.data(), DType::f32, {3, 2});
+  p.seqs = seqs;
+  for (Backend be : {Backend::cpu, Backend::reference}) {
+    decode_attention(p, be);
+    EXPECT_TRUE(std::isnan(out[0])) << backend_name(be);
+    EXPECT_TRUE(std::isnan(lse[0])) << backend_name(be);
+    EXPECT_TRUE(std::isfinite(out[64])) << backend_name(be);
+    EXPECT_EQ(out[4 * 64], 0.f) << backend_name(be);
+    EXPECT_EQ(lse[4], -INFINITY) << backend_name(be);
+  }
+}
+
+}  // namespace
+}  // namespace ariadne::testing
