@@ -20,7 +20,9 @@
 //
 // Weights are dequantized to f32 once at load (F32, F16, Q8_0, Q4_0, Q4_1); GEMMs run on the CPU
 // through OpenBLAS. Attention runs on the backend the method names (host tensors: cpu or reference).
-// Decoding keeps a KV cache and runs dense attention for each new token.
+// Decoding keeps a paged KV cache per layer (decode.hpp; DecodeOptions::page_size) that the
+// prefill fills, and each new token attends to it densely or, with DecodeOptions::sparse, to the
+// pages a selection keeps (oracle, RR key-stride sums or Quest bounds; one selection per GQA group).
 // set_backend(Backend::cuda) moves the forward pass to the GPU: the f32 weights rounded to bf16
 // and uploaded once, bf16 activations into every GEMM (cuBLASLt) and into the attention (the
 // CUDA attention kernels and CUDA estimators, the same methods, probes and comparisons), an fp32
@@ -37,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "ariadne/decode.hpp"
 #include "ariadne/estimate.hpp"
 #include "ariadne/prefill.hpp"
 
@@ -126,6 +129,29 @@ struct PrefillTrace {
   double density = 1;  // mean over layers
 };
 
+// How decode steps attend (CPU path): densely over every cached page, or over the pages the
+// selection keeps. The selection runs per layer and step on that layer's query; its rotation
+// advances with the position (PageSelectConfig::step is set from it).
+struct DecodeOptions {
+  bool sparse = false;
+  PageSelectConfig select;  // scorer, τ, sink and recent pages (sparse only)
+  int page_size = 64;       // tokens per cache page (the prefill block, or a divisor of it)
+  // Per step and layer also the oracle's page masses (the mass the kept pages hold) and the dense
+  // output on the same cache (the sparse output's error): costs a dense decode and an exact score.
+  bool compare = false;
+};
+
+// One decode step's measurements, summed or averaged over the layers.
+struct DecodeStepTrace {
+  int64_t position = 0;
+  int64_t pages_visible = 0, pages_kept = 0;  // over layers and KV heads
+  double ms_select = 0, ms_attention = 0;     // host wall time over layers
+  // With DecodeOptions::compare (means over layers and KV heads / layers):
+  double mass_recall = 1;   // the oracle's mass of the kept pages
+  double out_rel_err = 0;   // ‖o − o_dense‖₂ / ‖o_dense‖₂
+  double min_mass_recall = 1;  // the worst (layer, KV head)
+};
+
 class LlamaModel {
  public:
   // Reads the configuration and dequantizes every weight. Throws ariadne::Error naming the file
@@ -147,11 +173,19 @@ class LlamaModel {
   // last position [vocab]. trace (optional) receives the per-layer measurements.
   std::vector<float> prefill(const std::vector<int32_t>& tokens, const PrefillOptions& options,
                              PrefillTrace* trace = nullptr);
-  // Appends one token to the cache and returns its logits [vocab] (dense attention).
-  std::vector<float> decode(int32_t token);
+  // Appends one token to the cache and returns its logits [vocab], attending as set_decode says.
+  // step (optional) receives the step's measurements.
+  std::vector<float> decode(int32_t token, DecodeStepTrace* step = nullptr);
   // Greedy: prefill, then n_new tokens (stops early at `stop` when >= 0). Returns the new tokens.
+  // steps (optional) receives one trace per decode step.
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int n_new, const PrefillOptions& options,
-                                PrefillTrace* trace = nullptr, int32_t stop = -1);
+                                PrefillTrace* trace = nullptr, int32_t stop = -1,
+                                std::vector<DecodeStepTrace>* steps = nullptr);
+  // How later decode steps attend. Throws ariadne::Error for an invalid option, or for sparse
+  // decode on the GPU path (its paged cache and kernels are CPU only). A new page size empties the
+  // cache.
+  void set_decode(const DecodeOptions& options);
+  const DecodeOptions& decode_options() const { return decode_; }
   int64_t cached() const { return cached_; }
 
  private:
@@ -159,14 +193,20 @@ class LlamaModel {
     std::vector<float> attn_norm, wq, wk, wv, wo, ffn_norm, wg, wu, wd;
   };
   // One block of `n` new rows at positions cached_ … cached_+n−1; x is [n, dim], updated in place.
-  void run_layers(float* h, int64_t n, const PrefillOptions* options, PrefillTrace* trace);
+  void run_layers(float* h, int64_t n, const PrefillOptions* options, PrefillTrace* trace,
+                  DecodeStepTrace* step = nullptr);
+  void reset_cache();
+  void decode_layer(int l, const float* q, float* out, DecodeStepTrace* step, double& recall_sum,
+                    int64_t& recall_rows);
   std::vector<float> logits_of(const float* h_last);
 
   LlamaConfig cfg_;
   std::vector<float> embed_, out_norm_, out_;  // out_ empty when tied
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_;                // [rope_dims / 2]
-  std::vector<std::vector<float>> kcache_, vcache_;  // per layer [cached, kv_heads, head_dim]
+  DecodeOptions decode_;
+  std::vector<PagedKVCache> cache_;  // per layer, one sequence (id seq_)
+  int seq_ = 0;
   int64_t cached_ = 0;
   std::shared_ptr<LlamaCuda> cuda_;  // set: the GPU path (weights, activations, KV cache on the device)
 };

@@ -457,8 +457,7 @@ LlamaModel LlamaModel::from_gguf(const GgufFile& f) {
   }
   for (int i = 0; i < c.rope_dims / 2; ++i)
     m.inv_freq_.push_back(1.f / std::pow(float(c.rope_base), float(2 * i) / float(c.rope_dims)));
-  m.kcache_.resize(size_t(c.layers));
-  m.vcache_.resize(size_t(c.layers));
+  m.reset_cache();
   return m;
 }
 
@@ -467,6 +466,7 @@ void LlamaModel::set_backend(Backend b) {
                 "' cannot run the model, expected cpu or cuda (the attention backend is PrefillOptions::method's)");
   if (b == Backend::cpu) {
     cuda_.reset();
+    for (PagedKVCache& cc : cache_) cc.clear(seq_);
     cached_ = 0;
     return;
   }
@@ -485,17 +485,46 @@ void LlamaModel::set_backend(Backend b) {
 
 Backend LlamaModel::backend() const { return cuda_ ? Backend::cuda : Backend::cpu; }
 
-void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, PrefillTrace* trace) {
+void LlamaModel::reset_cache() {
+  cache_.clear();
+  for (int l = 0; l < cfg_.layers; ++l) {
+    cache_.emplace_back(KVCacheConfig{decode_.page_size, cfg_.kv_heads, cfg_.head_dim, DType::f32, 8});
+    seq_ = cache_.back().add_sequence();
+  }
+  cached_ = 0;
+}
+
+void LlamaModel::set_decode(const DecodeOptions& o) {
+  ARIADNE_CHECK(o.page_size > 0 && o.page_size % 8 == 0, "llm: decode page size ", o.page_size,
+                " must be a positive multiple of 8 (the key-stride summaries' stride)");
+  ARIADNE_CHECK(o.select.tau > 0 && o.select.tau <= 1, "llm: decode tau is ", o.select.tau, ", expected (0, 1]");
+  ARIADNE_CHECK(o.select.sink_pages >= 0 && o.select.recent_pages >= 0, "llm: decode sink_pages ",
+                o.select.sink_pages, " and recent_pages ", o.select.recent_pages, " must be >= 0");
+  ARIADNE_CHECK(!o.sparse || !cuda_, "llm: sparse decode runs on the CPU path only (the paged cache and the ",
+                "page-selected decode have no CUDA kernels yet); use the cpu backend or dense decode");
+  const bool repage = o.page_size != decode_.page_size;
+  decode_ = o;
+  if (repage) reset_cache();
+}
+
+void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, PrefillTrace* trace,
+                            DecodeStepTrace* step) {
   const LlamaConfig& c = cfg_;
   const int64_t D = c.dim, Q = int64_t(c.heads) * c.head_dim, KV = int64_t(c.kv_heads) * c.head_dim, F = c.ffn;
   const int64_t pos0 = cached_, total = cached_ + n;
 #if defined(ARIADNE_WITH_CUDA)
   if (cuda_) cuda_->begin(h, n, pos0);
 #endif
-  std::vector<float> x, q, att, g, u;
-  if (!cuda_) x.resize(size_t(n * D)), q.resize(size_t(n * Q)), att.resize(size_t(n * Q)), g.resize(size_t(n * F)),
-      u.resize(size_t(n * F));
-  const int32_t cu_q[2] = {0, int32_t(n)}, cu_k[2] = {0, int32_t(total)};
+  std::vector<float> x, q, k, v, att, g, u;
+  if (!cuda_) x.resize(size_t(n * D)), q.resize(size_t(n * Q)), k.resize(size_t(n * KV)), v.resize(size_t(n * KV)),
+      att.resize(size_t(n * Q)), g.resize(size_t(n * F)), u.resize(size_t(n * F));
+  // The CPU path prefills from position 0 (its attention reads this call's k, v) and decodes one
+  // token at a time from the paged cache.
+  ARIADNE_CHECK(cuda_ || pos0 == 0 || (n == 1 && opt == nullptr), "llm: a CPU prefill of ", n,
+                " tokens must start at position 0, not ", pos0);
+  if (step != nullptr) *step = DecodeStepTrace{pos0};
+  double recall_sum = 0;
+  int64_t recall_rows = 0;
   for (int l = 0; l < c.layers; ++l) {
     const Layer& L = layers_[size_t(l)];
     AttentionParams p;
@@ -504,25 +533,23 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
 #endif
     if (!cuda_) {
       nn::rmsnorm(h, n, D, L.attn_norm.data(), c.eps, x.data());
-      std::vector<float>& kc = kcache_[size_t(l)];
-      std::vector<float>& vc = vcache_[size_t(l)];
-      kc.resize(size_t(total * KV));
-      vc.resize(size_t(total * KV));
-      float* k = kc.data() + pos0 * KV;
-      float* v = vc.data() + pos0 * KV;
       nn::linear(x.data(), n, D, L.wq.data(), nullptr, Q, q.data(), false);
-      nn::linear(x.data(), n, D, L.wk.data(), nullptr, KV, k, false);
-      nn::linear(x.data(), n, D, L.wv.data(), nullptr, KV, v, false);
+      nn::linear(x.data(), n, D, L.wk.data(), nullptr, KV, k.data(), false);
+      nn::linear(x.data(), n, D, L.wv.data(), nullptr, KV, v.data(), false);
       rope(q.data(), n, c.heads, c.head_dim, inv_freq_, pos0);
-      rope(k, n, c.kv_heads, c.head_dim, inv_freq_, pos0);
+      rope(k.data(), n, c.kv_heads, c.head_dim, inv_freq_, pos0);
+      cache_[size_t(l)].append(seq_, view3(k.data(), n, c.kv_heads, c.head_dim),
+                               view3(v.data(), n, c.kv_heads, c.head_dim));
       p.q = view3(q.data(), n, c.heads, c.head_dim);
-      p.k = view3(kc.data(), total, c.kv_heads, c.head_dim);
-      p.v = view3(vc.data(), total, c.kv_heads, c.head_dim);
+      p.k = view3(k.data(), n, c.kv_heads, c.head_dim);
+      p.v = view3(v.data(), n, c.kv_heads, c.head_dim);
       p.out = view3(att.data(), n, c.heads, c.head_dim);
-      p.pattern = pos0 == 0 ? Pattern::causal() : Pattern::causal().with_varlen(1, cu_q, cu_k);
+      p.pattern = Pattern::causal();
     }
-    if (opt == nullptr) {
-      attention(p, pick_backend(Backend::automatic, p));  // decoding: dense
+    if (opt == nullptr && !cuda_) {
+      decode_layer(l, q.data(), att.data(), step, recall_sum, recall_rows);
+    } else if (opt == nullptr) {
+      attention(p, pick_backend(Backend::automatic, p));  // GPU decoding: dense over its own cache
     } else {
       LayerTrace lt;
       attend(p, l, *opt, lt);
@@ -552,6 +579,57 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
     nn::linear(g.data(), n, F, L.wd.data(), nullptr, D, h, true);
   }
   cached_ = total;
+  if (step != nullptr && recall_rows > 0) step->mass_recall = recall_sum / double(recall_rows);
+  if (step != nullptr && decode_.compare && c.layers > 0) step->out_rel_err /= c.layers;
+}
+
+// One decode step's attention on layer l: the new token's query q [heads, head_dim] against the
+// layer's paged cache (which already holds the token's k, v), into out.
+void LlamaModel::decode_layer(int l, const float* q, float* out, DecodeStepTrace* step, double& recall_sum,
+                              int64_t& recall_rows) {
+  const LlamaConfig& c = cfg_;
+  const int32_t seqs[1] = {seq_};
+  DecodeParams dp;
+  dp.q = make_view(const_cast<float*>(q), DType::f32, {1, c.heads, c.head_dim});
+  dp.out = make_view(out, DType::f32, {1, c.heads, c.head_dim});
+  dp.cache = &cache_[size_t(l)];
+  dp.seqs = seqs;
+  PageSelection sel;
+  if (decode_.sparse) {
+    PageSelectConfig sc = decode_.select;
+    sc.step = cached_;
+    sel = select_pages(dp, sc);
+    dp.selection = &sel;
+  }
+  const auto t0 = Clock::now();
+  decode_attention(dp);
+  const double ms = ms_since(t0);
+  if (step == nullptr) return;
+  step->ms_attention += ms;
+  if (!decode_.sparse) {
+    const int64_t pages = cache_[size_t(l)].pages(seq_) * c.kv_heads;
+    step->pages_visible += pages;
+    step->pages_kept += pages;
+    return;
+  }
+  step->ms_select += sel.ms_select;
+  step->pages_visible += sel.visible_total();
+  step->pages_kept += sel.kept();
+  if (!decode_.compare) return;
+  const std::vector<std::vector<double>> masses = page_masses(dp);
+  for (int64_t r = 0; r < sel.rows(); ++r) {
+    double kept = 0;
+    for (int32_t i = sel.row_ptr[size_t(r)]; i < sel.row_ptr[size_t(r) + 1]; ++i)
+      kept += masses[size_t(r)][size_t(sel.pages[size_t(i)])];  // no window: page index = position
+    recall_sum += kept, ++recall_rows;
+    step->min_mass_recall = std::min(step->min_mass_recall, kept);
+  }
+  std::vector<float> dense(size_t(c.heads) * size_t(c.head_dim));
+  DecodeParams dd = dp;
+  dd.selection = nullptr;
+  dd.out = make_view(dense.data(), DType::f32, {1, c.heads, c.head_dim});
+  decode_attention(dd);
+  step->out_rel_err += relative_l2_error(out, dense.data(), dense.size());
 }
 
 std::vector<float> LlamaModel::logits_of(const float* h_last) {
@@ -581,6 +659,7 @@ std::vector<float> LlamaModel::prefill(const std::vector<int32_t>& tokens, const
     std::copy_n(embed_.data() + int64_t(id) * D, D, h.data() + t * D);
   }
   if (!options.dump_dir.empty()) std::filesystem::create_directories(options.dump_dir);
+  for (PagedKVCache& cc : cache_) cc.clear(seq_);
   cached_ = 0;
   if (trace != nullptr) *trace = PrefillTrace{};
   run_layers(h.data(), n, &options, trace);
@@ -596,7 +675,7 @@ std::vector<float> LlamaModel::prefill(const std::vector<int32_t>& tokens, const
   return logits;
 }
 
-std::vector<float> LlamaModel::decode(int32_t token) {
+std::vector<float> LlamaModel::decode(int32_t token, DecodeStepTrace* step) {
   ARIADNE_CHECK(cached_ > 0, "llm decode: no prompt was prefilled");
   ARIADNE_CHECK(token >= 0 && token < cfg_.vocab, "llm decode: token id ", token, " is outside the vocabulary of ",
                 cfg_.vocab);
@@ -604,7 +683,7 @@ std::vector<float> LlamaModel::decode(int32_t token) {
                 " is beyond the model's context of ", cfg_.context, " tokens (llama.context_length)");
   const int64_t pos = cached_;
   std::vector<float> h(embed_.begin() + int64_t(token) * cfg_.dim, embed_.begin() + int64_t(token + 1) * cfg_.dim);
-  run_layers(h.data(), 1, nullptr, nullptr);
+  run_layers(h.data(), 1, nullptr, nullptr, step);
   std::vector<float> logits = logits_of(h.data());
   check_finite_logits(logits, "the decode step at position " + std::to_string(pos) + " (token " +
                                   std::to_string(token) + ")");
@@ -612,7 +691,7 @@ std::vector<float> LlamaModel::decode(int32_t token) {
 }
 
 std::vector<int32_t> LlamaModel::generate(const std::vector<int32_t>& prompt, int n_new, const PrefillOptions& options,
-                                          PrefillTrace* trace, int32_t stop) {
+                                          PrefillTrace* trace, int32_t stop, std::vector<DecodeStepTrace>* steps) {
   ARIADNE_CHECK(n_new >= 0, "llm generate: ", n_new, " new tokens asked, expected 0 or more");
   // The whole request against the context before any work: the prompt and every new token.
   ARIADNE_CHECK(cfg_.context <= 0 || int64_t(prompt.size()) + n_new <= cfg_.context, "llm generate: the prompt's ",
@@ -625,7 +704,9 @@ std::vector<int32_t> LlamaModel::generate(const std::vector<int32_t>& prompt, in
     const int32_t t = argmax(logits);
     out.push_back(t);
     if (t == stop || i + 1 == n_new) break;
-    logits = decode(t);
+    DecodeStepTrace st;
+    logits = decode(t, steps != nullptr ? &st : nullptr);
+    if (steps != nullptr) steps->push_back(st);
   }
   return out;
 }
