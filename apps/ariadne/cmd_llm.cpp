@@ -3,6 +3,8 @@
 //
 //   ariadne llm --gguf FILE --prompt "The capital of France is" --new 8
 //   ariadne llm --gguf FILE --task passkey --tokens 4096 --method rr --json
+//   ariadne llm --gguf FILE --task passkey --tokens 4096 --method dense,rr --decode dense,rr,quest
+//               --decode-tau 0.8,0.9 --decode-compare --json      (sparse decode after each prefill)
 //   ariadne llm --gguf FILE --task passkey,niah --tokens 1024,2048 --method dense,rr,xattn
 //               --tau 0.9,0.95 --stride 8,16 --seeds 4 --depth 0.1,0.5,0.9 --json
 //
@@ -34,6 +36,10 @@ int run_llm(const Args& a) {
     PrefillOptions po;
     po.method.dense = true;
     po.method.attention_backend = m.backend;
+    MethodSpec spec{"dense", 1, 0};
+    spec.decode = a.strs("decode").front();
+    spec.decode_tau = a.reals("decode-tau").front();
+    m.model->set_decode(decode_options(a, spec));
     const std::vector<int32_t> gen = m.model->generate(ids, a.i32("new"), po, nullptr, m.tok.eos());
     if (a.json())
       print_json({{"model", m.json}, {"prompt_ids", ids}, {"generated_ids", gen}, {"generated", m.tok.decode(gen)}});

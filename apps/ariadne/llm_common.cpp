@@ -1,6 +1,7 @@
 // The task loop shared by `ariadne llm` and `ariadne llm-probe` (llm_common.hpp).
 #include "llm_common.hpp"
 
+#include <algorithm>
 #include <array>
 #include <iomanip>
 #include <iostream>
@@ -119,9 +120,32 @@ struct LayerSums {
   }
 };
 
+// Decode steps' figures, summed over the steps of runs.
+struct DecodeSums {
+  int64_t steps = 0, visible = 0, kept = 0;
+  double ms_select = 0, ms_attention = 0, recall = 0, err = 0, min_recall = 1;
+  static DecodeSums of(const std::vector<DecodeStepTrace>& st) {
+    DecodeSums d;
+    for (const DecodeStepTrace& t : st) {
+      ++d.steps, d.visible += t.pages_visible, d.kept += t.pages_kept;
+      d.ms_select += t.ms_select, d.ms_attention += t.ms_attention;
+      d.recall += t.mass_recall, d.err += t.out_rel_err, d.min_recall = std::min(d.min_recall, t.min_mass_recall);
+    }
+    return d;
+  }
+  DecodeSums& operator+=(const DecodeSums& o) {
+    steps += o.steps, visible += o.visible, kept += o.kept, ms_select += o.ms_select, ms_attention += o.ms_attention;
+    recall += o.recall, err += o.err, min_recall = std::min(min_recall, o.min_recall);
+    return *this;
+  }
+  double density() const { return visible ? double(kept) / double(visible) : 1.0; }
+  double mean_recall() const { return steps ? recall / double(steps) : 1.0; }
+  double mean_err() const { return steps ? err / double(steps) : 0.0; }
+};
 struct Agg {
   int runs = 0, correct = 0;
   double density = 0, ms = 0;
+  DecodeSums decode;
   LayerSums own;    // --compare: metrics on the method's own run
   LayerSums probe;  // --probe: metrics on the dense run's q/k
 };
@@ -143,13 +167,19 @@ struct Instance {
 }  // namespace
 
 std::string MethodSpec::label() const {
-  if (name == "dense") return "dense";
+  if (name == "dense" && decode == "dense") return "dense";
+  if (name == "dense") {
+    std::ostringstream os;
+    os << "dense + decode " << decode << " tau=" << decode_tau;
+    return os.str();
+  }
   std::ostringstream os;
   os << name;
   if (name == "rr") os << " " << rr_offset_name(offset);
   if (name == "rr" && schedule != RRSchedule::head) os << " " << rr_schedule_name(schedule) << "-RR";
   os << " tau=" << tau << " S=" << stride;
   if (protect != "published") os << " protect=" << protect;
+  if (decode != "dense") os << " + decode " << decode << " tau=" << decode_tau;
   return os.str();
 }
 
@@ -198,7 +228,31 @@ OptionTable llm_task_options() {
                 "protections of the sparse runs: published, none, or sink/diagonal/last_row (and previous, an "
                 "experiment) joined by '+'")
           .checked([](const std::string& s) { parse_protect(s, true); }),
+      choice_list("decode", "dense", {"dense", "oracle", "rr", "quest"},
+                  "decode steps: dense, or sparse decode over the pages selected by the oracle (exact page mass), "
+                  "RR's key-stride sums or Quest's min/max bound (each with every prefill method; CPU only)"),
+      real_list("decode-tau", "0.9", Range::open_closed(0, 1), "page-mass thresholds of sparse decode"),
+      integer("page-size", 64, 8, 4096, "tokens per KV cache page (a multiple of 8)"),
+      integer("sink-pages", 1, 0, 1 << 20, "sparse decode: first pages always kept"),
+      integer("recent-pages", 1, 0, 1 << 20, "sparse decode: last pages always kept (the newest holds the query)"),
+      boolean("decode-rotate", true,
+              "rr decode: one query head of the group scores each key stride, rotated (no: every head scores all)"),
+      boolean("decode-compare", false,
+              "per decode step and layer: the oracle's mass of the kept pages and the output error against dense"),
   };
+}
+
+DecodeOptions decode_options(const Args& a, const MethodSpec& m) {
+  DecodeOptions d;
+  d.page_size = a.i32("page-size");
+  d.sparse = m.decode != "dense";
+  if (d.sparse) d.select.scorer = parse_page_scorer(m.decode);
+  d.select.tau = m.decode_tau;
+  d.select.sink_pages = a.i32("sink-pages");
+  d.select.recent_pages = a.i32("recent-pages");
+  d.select.rotate = a.flag("decode-rotate");
+  d.compare = a.flag("decode-compare") && d.sparse;
+  return d;
 }
 
 std::vector<MethodSpec> run_methods(const Args& a) {
@@ -220,7 +274,30 @@ std::vector<MethodSpec> run_methods(const Args& a) {
   }
   // The anchor runs first so each instance has its dense answer.
   if (methods.empty() || methods.front().name != "dense") methods.insert(methods.begin(), MethodSpec{"dense", 1, 0});
-  return methods;
+  if (a.i32("page-size") % 8 != 0)
+    a.fail("page-size", std::to_string(a.i32("page-size")) + " is not a multiple of 8 (the key-stride summaries' stride)");
+  const bool sparse_decode = std::any_of(a.strs("decode").begin(), a.strs("decode").end(),
+                                         [](const std::string& d) { return d != "dense"; });
+  if (sparse_decode && a.str("backend") == "cuda")
+    a.fail("decode", "sparse decode runs on the CPU path only (its paged cache has no CUDA kernels yet)");
+  // Every prefill method with every decode: dense decode, then each sparse decode at each τ.
+  std::vector<MethodSpec> runs;
+  for (const MethodSpec& m : methods)
+    for (const std::string& d : a.strs("decode")) {
+      if (d == "dense") {
+        runs.push_back(m);
+        continue;
+      }
+      for (const double t : a.reals("decode-tau")) {
+        MethodSpec r = m;
+        r.decode = d;
+        r.decode_tau = t;
+        runs.push_back(r);
+      }
+    }
+  // The anchor (dense prefill, dense decode) first even when --decode leaves dense out.
+  if (runs.empty() || runs.front().label() != "dense") runs.insert(runs.begin(), MethodSpec{"dense", 1, 0});
+  return runs;
 }
 
 LoadedModel load_model(const Args& a) {
@@ -283,7 +360,8 @@ int run_task_loop(const Args& args, LoadedModel& lm, const TaskLoop& loop) {
           const std::string len = std::to_string(in.length);
           const std::vector<int32_t>& ids = in.ids;
           for (const MethodSpec& m : loop.methods) {
-            if (!loop.accuracy && m.name != "dense") continue;
+            if (!loop.accuracy && m.label() != "dense") continue;
+            model.set_decode(decode_options(args, m));
             PrefillOptions po;
             po.method.dense = m.name == "dense";
             po.method.attention_backend = backend;
@@ -302,7 +380,9 @@ int run_task_loop(const Args& args, LoadedModel& lm, const TaskLoop& loop) {
               dumped = true;
             }
             PrefillTrace tr;
-            const std::vector<int32_t> gen = model.generate(ids, n_new, po, &tr, tok.eos());
+            std::vector<DecodeStepTrace> steps;
+            const std::vector<int32_t> gen = model.generate(ids, n_new, po, &tr, tok.eos(), &steps);
+            const DecodeSums ds = DecodeSums::of(steps);
             const std::string text = tok.decode(gen);
             const bool ok = retrieval_correct(text, task.answer);
             json run = {{"task", kind}, {"tokens", task.tokens}, {"depth", task.depth}, {"seed", task.seed},
@@ -312,8 +392,15 @@ int run_task_loop(const Args& args, LoadedModel& lm, const TaskLoop& loop) {
                         {"answer", task.answer},
                         {"generated", text}, {"correct", ok}, {"density", tr.density},
                         {"ms_prefill", tr.ms_total}, {"ms_attention", tr.ms_attention},
-                        {"ms_estimate", tr.ms_estimate}, {"ms_estimate_kernels", tr.ms_estimate_kernels}};
+                        {"ms_estimate", tr.ms_estimate}, {"ms_estimate_kernels", tr.ms_estimate_kernels},
+                        {"decode", m.decode}, {"decode_tau", m.decode_tau}, {"decode_steps", steps.size()},
+                        {"decode_density", ds.density()}, {"ms_decode_select", ds.ms_select},
+                        {"ms_decode_attention", ds.ms_attention}};
+            if (m.decode != "dense" && args.flag("decode-compare"))
+              run["decode_compare"] = {{"mass_recall", ds.mean_recall()}, {"min_mass_recall", ds.min_recall},
+                                       {"out_rel_err", ds.mean_err()}};
             Agg& a = agg[kind + "/" + len + "/" + m.label()];
+            a.decode += ds;
             a.runs++;
             a.correct += ok;
             a.density += tr.density;
@@ -360,6 +447,14 @@ int run_task_loop(const Args& args, LoadedModel& lm, const TaskLoop& loop) {
       s["accuracy_vs_dense"] = d.correct ? double(a.correct) / d.correct : 0.0;
       s["density"] = a.density / a.runs;
       s["s_prefill"] = a.ms / a.runs / 1000;
+      s["decode_density"] = a.decode.density();
+      if (key.find("+ decode") != std::string::npos && args.flag("decode-compare")) {
+        s["decode_mass_recall"] = a.decode.mean_recall();
+        s["decode_min_mass_recall"] = a.decode.min_recall;
+        s["decode_out_rel_err"] = a.decode.mean_err();
+      }
+      s["ms_decode_step"] =
+          a.decode.steps ? (a.decode.ms_select + a.decode.ms_attention) / double(a.decode.steps) : 0.0;
     }
     if (a.own.n > 0) s["own"] = a.own.to_json(loop.per_layer);
     if (a.probe.n > 0) s["probe"] = a.probe.to_json(loop.per_layer);
@@ -369,13 +464,15 @@ int run_task_loop(const Args& args, LoadedModel& lm, const TaskLoop& loop) {
     print_json({{"model", lm.json}, {"block", block}, {"offsets", args.strs("offset")},
                      {"new_tokens", n_new}, {"summary", summary}, {"runs", runs}});
   } else {
-    std::cout << "| case | runs | accuracy | vs dense | density | s/prefill | probe density | mass recall | block F1 "
-                 "| out err |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+    std::cout << "| case | runs | accuracy | vs dense | density | s/prefill | decode density | decode recall "
+                 "| probe density | mass recall | block F1 | out err |\n"
+                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
     for (const json& s : summary) {
       const json pr = s.value("probe", json::object());
       std::cout << "| " << s["case"].get<std::string>() << " | " << s["runs"] << " | " << s.value("accuracy", 0.0)
                 << " | " << s.value("accuracy_vs_dense", 0.0) << " | " << s.value("density", 0.0) << " | "
-                << s.value("s_prefill", 0.0) << " | " << pr.value("density", 0.0) << " | "
+                << s.value("s_prefill", 0.0) << " | " << s.value("decode_density", 1.0) << " | "
+                << s.value("decode_mass_recall", 1.0) << " | " << pr.value("density", 0.0) << " | "
                 << pr.value("mass_recall", 0.0) << " | " << pr.value("f1", 0.0) << " | " << pr.value("out_rel_err", 0.0)
                 << " |\n";
     }

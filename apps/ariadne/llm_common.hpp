@@ -24,6 +24,8 @@ struct MethodSpec {
   RROffset offset = RROffset::paper;  // rr only
   std::string protect = "published";  // protect.hpp syntax
   RRSchedule schedule = RRSchedule::head;  // rr only
+  std::string decode = "dense";  // decode steps: dense, or the page scorer of sparse decode
+  double decode_tau = 1;
   std::string label() const;
 };
 
@@ -37,9 +39,14 @@ nlohmann::json breakdown_json(const MaskBreakdown& b);
 // The options both commands declare: model, backend, tasks and the method grid.
 OptionTable llm_task_options();
 
-// The generation runs of the method grid (--method x --offset x --tau x --stride x --protect),
-// dense first (the anchor of every accuracy ratio).
+// The generation runs of the method grid (--method x --offset x --tau x --stride x --protect, each
+// with every decode of --decode x --decode-tau), dense prefill with dense decode first (the anchor
+// of every accuracy ratio).
 std::vector<MethodSpec> run_methods(const Args& a);
+
+// The decode options of a run: --page-size, --sink-pages, --recent-pages, --decode-rotate and
+// --decode-compare with the spec's decode method and τ.
+DecodeOptions decode_options(const Args& a, const MethodSpec& m);
 
 // One task loop: every task x tokens x seed x depth instance through every method.
 struct TaskLoop {

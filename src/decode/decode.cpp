@@ -286,7 +286,7 @@ PageSelection select_pages(const DecodeParams& p, const PageSelectConfig& cfg) {
   std::vector<std::vector<int32_t>> rows(size_t(B * c.kv_heads));
   std::vector<float> masses(rows.size(), 0.f);
   std::vector<int32_t> visible(rows.size(), 0);
-#pragma omp parallel for schedule(dynamic, 1) if (B * c.kv_heads > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(cpu_threads()) if (B * c.kv_heads > 1)
   for (int64_t r = 0; r < B * c.kv_heads; ++r) {
     const int64_t b = r / c.kv_heads;
     const int g = int(r % c.kv_heads);

@@ -126,3 +126,30 @@ import json, sys
 d = json.load(sys.stdin)
 assert d["generated"].strip().startswith("Paris"), d["generated"]
 ' || fail "the greedy continuation is not Paris"
+
+# Sparse decode after the prefill: at decode τ 1 every page is kept, so each scorer's run generates
+# what the dense run does (a bit-identical decode); at τ 0.5 fewer pages are read and the traced
+# recall is in range. Decode options are checked before the model loads.
+"$ARIADNE" llm --gguf "$model" --task passkey --tokens 512 --depth 0.5 --method dense --new 4 \
+  --decode dense,rr,quest,oracle --decode-tau 1,0.5 --page-size 32 --decode-compare --json >"$tmp/dec.json" ||
+  fail "llm --decode"
+python3 - "$tmp/dec.json" <<'PY' || fail "llm --decode printed wrong figures"
+import json, sys
+d = json.load(open(sys.argv[1]))
+runs = d["runs"]
+dense = [r for r in runs if r["decode"] == "dense"]
+assert len(dense) == 1 and dense[0]["decode_density"] == 1, dense
+for r in runs:
+    if r["decode"] == "dense":
+        continue
+    if r["decode_tau"] == 1:
+        assert r["generated"] == dense[0]["generated"], r
+        assert r["decode_density"] == 1 and r["decode_compare"]["out_rel_err"] < 1e-6, r
+    else:
+        assert 0 < r["decode_density"] < 1, r
+        assert 0 < r["decode_compare"]["mass_recall"] <= 1 + 1e-9, r
+assert {r["decode"] for r in runs} == {"dense", "rr", "quest", "oracle"}, runs
+PY
+expect_error "page size not a multiple of 8" llm --gguf "$model" --task passkey --tokens 256 --page-size 12
+expect_error "decode tau 0" llm --gguf "$model" --task passkey --tokens 256 --decode rr --decode-tau 0
+expect_error "unknown decode" llm --gguf "$model" --task passkey --tokens 256 --decode topk

@@ -10,8 +10,6 @@
 #include <string>
 #include <vector>
 
-#include <omp.h>
-
 #include "attention/cpu/attention_kernels.hpp"
 #include "decode/cpu/decode_kernel.hpp"
 #include "decode/internal.hpp"
@@ -56,7 +54,7 @@ void decode_cpu(const DecodeParams& p) {
       for (int64_t pg = v.page_lo; pg <= v.page_hi; ++pg) l.push_back(int32_t(pg));
     }
   }
-  const int threads = omp_get_max_threads();
+  const int threads = cpu_threads();
   const int64_t want = std::max<int64_t>(1, (2 * int64_t(threads) + rows - 1) / rows);
   struct Run {
     int64_t row, begin, end;
@@ -86,7 +84,7 @@ void decode_cpu(const DecodeParams& p) {
   const DecodeTaskFn task = active_task();
   const unsigned char* kp = static_cast<const unsigned char*>(cache.k_pool().data);
   const unsigned char* vp = static_cast<const unsigned char*>(cache.v_pool().data);
-#pragma omp parallel if (nruns > 1)
+#pragma omp parallel num_threads(threads) if (nruns > 1)
   {
     std::vector<float> kf(size_t(P) * size_t(d)), s(size_t(G) * size_t(P));
 #pragma omp for schedule(dynamic, 1)
@@ -110,7 +108,7 @@ void decode_cpu(const DecodeParams& p) {
   }
   // Merge the runs of each (b, h): out = Σ e^(m_i − M) acc_i / (Σ e^(m_i − M) l_i [+ e^(sink − M)]).
   const float ninf = -std::numeric_limits<float>::infinity();
-#pragma omp parallel for schedule(static) if (rows * G * d > (1 << 15))
+#pragma omp parallel for schedule(static) num_threads(threads) if (rows * G * d > (1 << 15))
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / H, g = r % H;
     for (int hg = 0; hg < G; ++hg) {
