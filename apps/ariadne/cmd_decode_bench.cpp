@@ -4,7 +4,7 @@
 // in the same run, then each sparse decode (scorer × τ): selection and attention time, pages read,
 // the oracle's mass of the kept pages and the output error against dense.
 //
-//   ariadne decode-bench --contexts 8192,32768 --batch 1,4 --decode rr,quest,oracle --decode-tau 0.8,0.9
+//   ariadne decode-bench --context 8192,32768 --batch 1,4 --decode rr,quest,oracle --decode-tau 0.8,0.9
 //
 // The contexts come from the synthetic heads (src/workloads/synthetic.hpp: sink, local, stripe and
 // needle heads by default), one seed per sequence of the batch; the query of each sequence is the
@@ -62,10 +62,12 @@ double copy_gbps(int64_t bytes, int repeats) {
 
 int run_decode_bench(const Args& a) {
   const int Hq = a.i32("heads"), Hkv = a.i32("kv-heads"), d = a.i32("head-dim"), P = a.i32("page-size");
-  const int repeats = a.i32("repeats");
+  const int repeats = a.i32("repeat");
   if (Hq % Hkv != 0) a.fail("heads", std::to_string(Hq) + " is not a multiple of --kv-heads " + std::to_string(Hkv));
   if (d % 2 != 0) a.fail("head-dim", "must be even (the synthetic heads are RoPE'd)");
-  if (P % 8 != 0) a.fail("page-size", std::to_string(P) + " is not a multiple of 8 (the key-stride summaries' stride)");
+  const int S = a.i32("summary-stride");
+  if (P % S != 0)
+    a.fail("page-size", std::to_string(P) + " is not a multiple of --summary-stride " + std::to_string(S));
   try {
     ariadne::parse_head_mix(a.str("mix"));
   } catch (const ariadne::Error& e) {
@@ -74,9 +76,9 @@ int run_decode_bench(const Args& a) {
   if (a.given("threads")) ariadne::set_cpu_threads(a.i32("threads"));
   const ariadne::DType dtype = ariadne::parse_dtype(a.str("dtype"));
   json rows = json::array();
-  for (const int64_t N : a.i64s("contexts"))
+  for (const int64_t N : a.i64s("context"))
     for (const int B : a.i32s("batch")) {
-      ariadne::PagedKVCache cache(ariadne::KVCacheConfig{P, Hkv, d, dtype, 8});
+      ariadne::PagedKVCache cache(ariadne::KVCacheConfig{P, Hkv, d, dtype, S});
       std::vector<int32_t> seqs;
       std::vector<float> q(size_t(B) * size_t(Hq) * size_t(d));
       for (int b = 0; b < B; ++b) {
@@ -101,7 +103,7 @@ int run_decode_bench(const Args& a) {
       const double floor = copy_gbps(kv_bytes, repeats);
       const double gbps = double(kv_bytes) / (ms_dense * 1e6);
       json row = {{"context", N}, {"batch", B}, {"heads", Hq}, {"kv_heads", Hkv}, {"head_dim", d},
-                  {"dtype", ariadne::dtype_name(dtype)}, {"page_size", P}, {"threads", ariadne::cpu_threads()},
+                  {"dtype", ariadne::dtype_name(dtype)}, {"page_size", P}, {"summary_stride", S}, {"threads", ariadne::cpu_threads()},
                   {"kv_bytes", kv_bytes}, {"ms_dense", ms_dense}, {"dense_gbps", gbps}, {"copy_gbps", floor},
                   {"dense_vs_copy", gbps / floor}};
       // The oracle's page masses, once: every scorer's recall is measured against them.
@@ -161,13 +163,14 @@ using namespace ariadne::cli;
 const Command reg{
     "decode-bench",
     "decode over the paged KV cache on synthetic long contexts: dense bandwidth, sparse decode speed and quality",
-    {integer_list("contexts", "8192,32768", 16, 1 << 22, "context lengths (tokens per sequence)"),
+    {integer_list("context", "8192,32768", 16, 1 << 22, "context lengths (tokens per sequence)"),
      integer_list("batch", "1,4", 1, 4096, "sequences decoded per step"),
      integer("heads", 32, 1, 4096, "query heads"),
      integer("kv-heads", 8, 1, 4096, "KV heads (GQA)"),
      integer("head-dim", 128, 2, 1024, "head dimension (even)"),
      choice("dtype", "bf16", {"f32", "bf16", "f16"}, "KV cache storage"),
-     integer("page-size", 64, 8, 4096, "tokens per KV cache page (a multiple of 8)"),
+     integer("page-size", 64, 1, 4096, "tokens per KV cache page (a multiple of --summary-stride)"),
+     integer("summary-stride", 8, 1, 4096, "rows per key-stride sum of a page (rr's stride)"),
      real("rope-theta", 500000, ariadne::cli::Range::above(1), "RoPE base of the synthetic heads"),
      text("mix", "sink:2,local:2,stripe:2,needle:2", "synthetic head types (src/workloads/synthetic.hpp)"),
      integer("seed", 1, 0, 1 << 30, "seed of the first sequence (the next ones count up)"),
@@ -176,7 +179,7 @@ const Command reg{
      integer("sink-pages", 1, 0, 1 << 20, "first pages always kept"),
      integer("recent-pages", 1, 0, 1 << 20, "last pages always kept"),
      boolean("decode-rotate", true, "rr: one query head of the group scores each key stride, rotated"),
-     integer("repeats", 5, 1, 1000, "timed calls per figure (the median is reported)"),
+     integer("repeat", 5, 1, 1000, "timed calls per figure (the median is reported)"),
      threads_option()},
     run_decode_bench};
 

@@ -232,7 +232,8 @@ OptionTable llm_task_options() {
                   "decode steps: dense, or sparse decode over the pages selected by the oracle (exact page mass), "
                   "RR's key-stride sums or Quest's min/max bound (each with every prefill method; CPU only)"),
       real_list("decode-tau", "0.9", Range::open_closed(0, 1), "page-mass thresholds of sparse decode"),
-      integer("page-size", 64, 8, 4096, "tokens per KV cache page (a multiple of 8)"),
+      integer("page-size", 64, 1, 4096, "tokens per KV cache page (a multiple of --summary-stride)"),
+      integer("summary-stride", 8, 1, 4096, "rows per key-stride sum of a page (rr decode's stride)"),
       integer("sink-pages", 1, 0, 1 << 20, "sparse decode: first pages always kept"),
       integer("recent-pages", 1, 0, 1 << 20, "sparse decode: last pages always kept (the newest holds the query)"),
       boolean("decode-rotate", true,
@@ -245,6 +246,7 @@ OptionTable llm_task_options() {
 DecodeOptions decode_options(const Args& a, const MethodSpec& m) {
   DecodeOptions d;
   d.page_size = a.i32("page-size");
+  d.summary_stride = a.i32("summary-stride");
   d.sparse = m.decode != "dense";
   if (d.sparse) d.select.scorer = parse_page_scorer(m.decode);
   d.select.tau = m.decode_tau;
@@ -274,8 +276,9 @@ std::vector<MethodSpec> run_methods(const Args& a) {
   }
   // The anchor runs first so each instance has its dense answer.
   if (methods.empty() || methods.front().name != "dense") methods.insert(methods.begin(), MethodSpec{"dense", 1, 0});
-  if (a.i32("page-size") % 8 != 0)
-    a.fail("page-size", std::to_string(a.i32("page-size")) + " is not a multiple of 8 (the key-stride summaries' stride)");
+  if (a.i32("page-size") % a.i32("summary-stride") != 0)
+    a.fail("page-size", std::to_string(a.i32("page-size")) + " is not a multiple of --summary-stride " +
+                            std::to_string(a.i32("summary-stride")));
   const bool sparse_decode = std::any_of(a.strs("decode").begin(), a.strs("decode").end(),
                                          [](const std::string& d) { return d != "dense"; });
   if (sparse_decode && a.str("backend") == "cuda")

@@ -136,6 +136,7 @@ struct DecodeOptions {
   bool sparse = false;
   PageSelectConfig select;  // scorer, τ, sink and recent pages (sparse only)
   int page_size = 64;       // tokens per cache page (the prefill block, or a divisor of it)
+  int summary_stride = 8;   // rows per key-stride sum of the pages (rr's stride; divides page_size)
   // Per step and layer also the oracle's page masses (the mass the kept pages hold) and the dense
   // output on the same cache (the sparse output's error): costs a dense decode and an exact score.
   bool compare = false;

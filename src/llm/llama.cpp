@@ -488,21 +488,23 @@ Backend LlamaModel::backend() const { return cuda_ ? Backend::cuda : Backend::cp
 void LlamaModel::reset_cache() {
   cache_.clear();
   for (int l = 0; l < cfg_.layers; ++l) {
-    cache_.emplace_back(KVCacheConfig{decode_.page_size, cfg_.kv_heads, cfg_.head_dim, DType::f32, 8});
+    cache_.emplace_back(
+        KVCacheConfig{decode_.page_size, cfg_.kv_heads, cfg_.head_dim, DType::f32, decode_.summary_stride});
     seq_ = cache_.back().add_sequence();
   }
   cached_ = 0;
 }
 
 void LlamaModel::set_decode(const DecodeOptions& o) {
-  ARIADNE_CHECK(o.page_size > 0 && o.page_size % 8 == 0, "llm: decode page size ", o.page_size,
-                " must be a positive multiple of 8 (the key-stride summaries' stride)");
+  ARIADNE_CHECK(o.summary_stride > 0 && o.page_size > 0 && o.page_size % o.summary_stride == 0,
+                "llm: decode page size ", o.page_size, " must be a positive multiple of the summary stride ",
+                o.summary_stride, " (rows per key-stride sum)");
   ARIADNE_CHECK(o.select.tau > 0 && o.select.tau <= 1, "llm: decode tau is ", o.select.tau, ", expected (0, 1]");
   ARIADNE_CHECK(o.select.sink_pages >= 0 && o.select.recent_pages >= 0, "llm: decode sink_pages ",
                 o.select.sink_pages, " and recent_pages ", o.select.recent_pages, " must be >= 0");
   ARIADNE_CHECK(!o.sparse || !cuda_, "llm: sparse decode runs on the CPU path only (the paged cache and the ",
                 "page-selected decode have no CUDA kernels yet); use the cpu backend or dense decode");
-  const bool repage = o.page_size != decode_.page_size;
+  const bool repage = o.page_size != decode_.page_size || o.summary_stride != decode_.summary_stride;
   decode_ = o;
   if (repage) reset_cache();
 }

@@ -5,8 +5,8 @@ source "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-"$ARIADNE" decode-bench --contexts 600,1000 --batch 1,3 --heads 8 --kv-heads 2 --head-dim 64 --page-size 16 \
-  --decode rr,quest,oracle --decode-tau 0.5,1 --repeats 1 --json >"$tmp/b.json" || fail "decode-bench"
+"$ARIADNE" decode-bench --context 600,1000 --batch 1,3 --heads 8 --kv-heads 2 --head-dim 64 --page-size 16 \
+  --decode rr,quest,oracle --decode-tau 0.5,1 --repeat 1 --json >"$tmp/b.json" || fail "decode-bench"
 python3 - "$tmp/b.json" <<'PY' || fail "decode-bench printed wrong figures"
 import json, sys
 rows = json.load(open(sys.argv[1]))

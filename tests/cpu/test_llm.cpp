@@ -314,7 +314,7 @@ TEST(Llm, SparseDecodeAtTauOneIsDenseAndTracesEveryStep) {
   }
   DecodeOptions bad = d;
   bad.page_size = 12;
-  EXPECT_MSG(testing::error_of([&] { m.set_decode(bad); }), "page size 12");
+  EXPECT_MSG(testing::error_of([&] { m.set_decode(bad); }), "multiple of the summary stride");
   bad = d;
   bad.select.tau = 1.5;
   EXPECT_MSG(testing::error_of([&] { m.set_decode(bad); }), "decode tau is 1.5");
