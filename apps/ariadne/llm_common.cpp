@@ -210,6 +210,8 @@ OptionTable llm_task_options() {
              "cuda: the whole model on the GPU (bf16); cpu/reference: the CPU model with that attention"),
       threads_option(),
       integer("new", 8, 0, 4096, "tokens generated"),
+      integer("batch", 1, 1, 256,
+              "prompts generated together: each prefilled alone, their decode steps batched (the serving loop)"),
       integer("block", 128, 16, 4096, "block size B of the sparse prefill"),
       choice_list("task", "passkey", {"passkey", "niah"}, "retrieval tasks"),
       integer_list("tokens", "4096", 1, 1 << 20, "prompt lengths (at most the model's context)"),
@@ -357,86 +359,105 @@ int run_task_loop(const Args& args, LoadedModel& lm, const TaskLoop& loop) {
   json runs = json::array();
   std::map<std::string, Agg> agg;  // key: task/tokens/method label
   bool dumped = false;
-  for (const Instance& in : instances) {
-          const RetrievalTask& task = in.task;
-          const std::string& kind = task.kind;
-          const std::string len = std::to_string(in.length);
-          const std::vector<int32_t>& ids = in.ids;
-          for (const MethodSpec& m : loop.methods) {
-            if (!loop.accuracy && m.label() != "dense") continue;
-            model.set_decode(decode_options(args, m));
-            PrefillOptions po;
-            po.method.dense = m.name == "dense";
-            po.method.attention_backend = backend;
-            po.compare = loop.compare;
-            if (!po.method.dense) {
-              po.method.estimate = estimate_config(m, block);
-              po.keep_previous = keeps_previous(m.protect);
-            }
-            if (po.method.dense) {
-              po.probes = probes;
-              po.probe_outputs = loop.probe_outputs;
-              po.probe_tau_sweep = loop.probe_tau_sweep;
-            }
-            if (po.method.dense && !loop.dump_dir.empty() && !dumped) {
-              po.dump_dir = loop.dump_dir;
-              dumped = true;
-            }
-            PrefillTrace tr;
-            std::vector<DecodeStepTrace> steps;
-            const std::vector<int32_t> gen = model.generate(ids, n_new, po, &tr, tok.eos(), &steps);
-            const DecodeSums ds = DecodeSums::of(steps);
-            const std::string text = tok.decode(gen);
-            const bool ok = retrieval_correct(text, task.answer);
-            json run = {{"task", kind}, {"tokens", task.tokens}, {"depth", task.depth}, {"seed", task.seed},
-                        {"method", m.name}, {"tau", m.tau}, {"stride", m.stride},
-                        {"offset", m.name == "rr" ? rr_offset_name(m.offset) : ""},
-                        {"rr_schedule", m.name == "rr" ? rr_schedule_name(m.schedule) : ""}, {"protect", m.protect},
-                        {"answer", task.answer},
-                        {"generated", text}, {"correct", ok}, {"density", tr.density},
-                        {"ms_prefill", tr.ms_total}, {"ms_attention", tr.ms_attention},
-                        {"ms_estimate", tr.ms_estimate}, {"ms_estimate_kernels", tr.ms_estimate_kernels},
-                        {"decode", m.decode}, {"decode_tau", m.decode_tau}, {"decode_steps", steps.size()},
-                        {"decode_density", ds.density()}, {"ms_decode_select", ds.ms_select},
-                        {"ms_decode_attention", ds.ms_attention}};
-            if (m.decode != "dense" && args.flag("decode-compare"))
-              run["decode_compare"] = {{"mass_recall", ds.mean_recall()}, {"min_mass_recall", ds.min_recall},
-                                       {"out_rel_err", ds.mean_err()}};
-            Agg& a = agg[kind + "/" + len + "/" + m.label()];
-            a.decode += ds;
-            a.runs++;
-            a.correct += ok;
-            a.density += tr.density;
-            a.ms += tr.ms_total;
-            std::vector<const LayerTrace*> own;
-            for (const LayerTrace& t : tr.layers) own.push_back(&t);
-            if (loop.compare) {
-              a.own.add(own);
-              run["mass_recall"] = LayerSums::mean([&] {
-                std::vector<double> v;
-                for (const LayerTrace& t : tr.layers) v.push_back(t.mass_recall);
-                return v;
-              }());
-              if (loop.per_layer) {
-                json lj = json::array();
-                for (const LayerTrace& t : tr.layers) lj.push_back(layer_json(t));
-                run["layers"] = lj;
-              }
-            }
-            if (!po.probes.empty()) {
-              for (size_t i = 0; i < loop.probe_specs.size(); ++i) {
-                std::vector<const LayerTrace*> pl;
-                for (const LayerTrace& t : tr.layers) pl.push_back(&t.probes[i]);
-                agg[kind + "/" + len + "/" + loop.probe_specs[i].label()].probe.add(pl);
-              }
-            }
-            // Progress on stderr in every mode: long sweeps can be read (and salvaged) while they run.
-            std::cerr << kind << " " << task.tokens << " tok depth " << task.depth << " seed " << task.seed << " "
-                        << m.label() << ": '" << text << "' " << (ok ? "ok" : "WRONG") << " density "
-                        << std::setprecision(3) << tr.density << " " << std::setprecision(5) << tr.ms_total / 1000
-                        << " s\n";
-            runs.push_back(std::move(run));
+  // Method by method, the instances in batches of --batch prompts through the serving loop
+  // (generate_batch: each prompt prefilled alone, the decode steps of the batch run together).
+  const size_t batch = size_t(args.i32("batch"));
+  for (const MethodSpec& m : loop.methods) {
+    if (!loop.accuracy && m.label() != "dense") continue;
+    model.set_decode(decode_options(args, m));
+    for (size_t first = 0; first < instances.size(); first += batch) {
+      const size_t last = std::min(instances.size(), first + batch);
+      PrefillOptions po;
+      po.method.dense = m.name == "dense";
+      po.method.attention_backend = backend;
+      po.compare = loop.compare;
+      if (!po.method.dense) {
+        po.method.estimate = estimate_config(m, block);
+        po.keep_previous = keeps_previous(m.protect);
+      }
+      if (po.method.dense) {
+        po.probes = probes;
+        po.probe_outputs = loop.probe_outputs;
+        po.probe_tau_sweep = loop.probe_tau_sweep;
+      }
+      if (po.method.dense && !loop.dump_dir.empty() && !dumped) {
+        // The dump is of the first dense prefill only: that instance runs in a batch of its own.
+        po.dump_dir = loop.dump_dir;
+        dumped = true;
+      }
+      std::vector<std::vector<int32_t>> prompts;
+      const size_t end = po.dump_dir.empty() ? last : first + 1;
+      for (size_t i = first; i < end; ++i) prompts.push_back(instances[i].ids);
+      std::vector<LlamaModel::BatchResult> results = model.generate_batch(prompts, n_new, po, tok.eos());
+      if (end < last) {  // the rest of the batch without the dump
+        po.dump_dir.clear();
+        prompts.clear();
+        for (size_t i = end; i < last; ++i) prompts.push_back(instances[i].ids);
+        for (LlamaModel::BatchResult& r : model.generate_batch(prompts, n_new, po, tok.eos()))
+          results.push_back(std::move(r));
+      }
+      for (size_t i = first; i < last; ++i) {
+        const Instance& in = instances[i];
+        const RetrievalTask& task = in.task;
+        const std::string& kind = task.kind;
+        const std::string len = std::to_string(in.length);
+        LlamaModel::BatchResult& res = results[i - first];
+        const PrefillTrace& tr = res.prefill;
+        const std::vector<DecodeStepTrace>& steps = res.steps;
+        const std::vector<int32_t>& gen = res.tokens;
+        const DecodeSums ds = DecodeSums::of(steps);
+        const std::string text = tok.decode(gen);
+        const bool ok = retrieval_correct(text, task.answer);
+        json run = {{"task", kind}, {"tokens", task.tokens}, {"depth", task.depth}, {"seed", task.seed},
+                    {"method", m.name}, {"tau", m.tau}, {"stride", m.stride},
+                    {"offset", m.name == "rr" ? rr_offset_name(m.offset) : ""},
+                    {"rr_schedule", m.name == "rr" ? rr_schedule_name(m.schedule) : ""}, {"protect", m.protect},
+                    {"answer", task.answer},
+                    {"generated", text}, {"correct", ok}, {"density", tr.density},
+                    {"ms_prefill", tr.ms_total}, {"ms_attention", tr.ms_attention},
+                    {"ms_estimate", tr.ms_estimate}, {"ms_estimate_kernels", tr.ms_estimate_kernels},
+                    {"decode", m.decode}, {"decode_tau", m.decode_tau}, {"decode_steps", steps.size()},
+                    {"decode_density", ds.density()}, {"ms_decode_select", ds.ms_select},
+                    {"ms_decode_attention", ds.ms_attention}};
+        if (m.decode != "dense" && args.flag("decode-compare"))
+          run["decode_compare"] = {{"mass_recall", ds.mean_recall()}, {"min_mass_recall", ds.min_recall},
+                                   {"out_rel_err", ds.mean_err()}};
+        Agg& a = agg[kind + "/" + len + "/" + m.label()];
+        a.decode += ds;
+        a.runs++;
+        a.correct += ok;
+        a.density += tr.density;
+        a.ms += tr.ms_total;
+        std::vector<const LayerTrace*> own;
+        for (const LayerTrace& t : tr.layers) own.push_back(&t);
+        if (loop.compare) {
+          a.own.add(own);
+          run["mass_recall"] = LayerSums::mean([&] {
+            std::vector<double> v;
+            for (const LayerTrace& t : tr.layers) v.push_back(t.mass_recall);
+            return v;
+          }());
+          if (loop.per_layer) {
+            json lj = json::array();
+            for (const LayerTrace& t : tr.layers) lj.push_back(layer_json(t));
+            run["layers"] = lj;
           }
+        }
+        if (!po.probes.empty()) {
+          for (size_t i = 0; i < loop.probe_specs.size(); ++i) {
+            std::vector<const LayerTrace*> pl;
+            for (const LayerTrace& t : tr.layers) pl.push_back(&t.probes[i]);
+            agg[kind + "/" + len + "/" + loop.probe_specs[i].label()].probe.add(pl);
+          }
+        }
+        // Progress on stderr in every mode: long sweeps can be read (and salvaged) while they run.
+        std::cerr << kind << " " << task.tokens << " tok depth " << task.depth << " seed " << task.seed << " "
+                    << m.label() << ": '" << text << "' " << (ok ? "ok" : "WRONG") << " density "
+                    << std::setprecision(3) << tr.density << " " << std::setprecision(5) << tr.ms_total / 1000
+                    << " s\n";
+        runs.push_back(std::move(run));
+      }
+    }
   }
 
   json summary = json::array();

@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -182,6 +183,20 @@ class LlamaModel {
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int n_new, const PrefillOptions& options,
                                 PrefillTrace* trace = nullptr, int32_t stop = -1,
                                 std::vector<DecodeStepTrace>* steps = nullptr);
+  // Greedy generation for a batch of prompts (a serving loop): each prompt is prefilled alone into
+  // a sequence of its own in the paged caches, then every decode step runs all unfinished
+  // sequences together — one GEMM per weight over their rows, one decode_attention over their
+  // sequences (contexts of different lengths), each with its own position. A sequence stops at
+  // `stop` or after n_new tokens. Results per prompt: the tokens, the prefill trace and one decode
+  // trace per step. The model's own single-sequence cache is left empty. On the GPU path the
+  // prompts run one after another through generate().
+  struct BatchResult {
+    std::vector<int32_t> tokens;
+    PrefillTrace prefill;
+    std::vector<DecodeStepTrace> steps;
+  };
+  std::vector<BatchResult> generate_batch(const std::vector<std::vector<int32_t>>& prompts, int n_new,
+                                          const PrefillOptions& options, int32_t stop = -1);
   // How later decode steps attend. Throws ariadne::Error for an invalid option, or for sparse
   // decode on the GPU path (its paged cache and kernels are CPU only). A new page size empties the
   // cache.
@@ -197,8 +212,10 @@ class LlamaModel {
   void run_layers(float* h, int64_t n, const PrefillOptions* options, PrefillTrace* trace,
                   DecodeStepTrace* step = nullptr);
   void reset_cache();
-  void decode_layer(int l, const float* q, float* out, DecodeStepTrace* step, double& recall_sum,
-                    int64_t& recall_rows);
+  // CPU decode of one new token per row: row b of h [B, dim] is sequence seqs[b] at position
+  // positions[b]; steps (empty, or one per row) receives each row's measurements.
+  void decode_rows(float* h, std::span<const int32_t> seqs, std::span<const int64_t> positions,
+                   std::span<DecodeStepTrace> steps);
   std::vector<float> logits_of(const float* h_last);
 
   LlamaConfig cfg_;
@@ -208,6 +225,7 @@ class LlamaModel {
   DecodeOptions decode_;
   std::vector<PagedKVCache> cache_;  // per layer, one sequence (id seq_)
   int seq_ = 0;
+  int64_t decode_steps_ = 0;  // since the last prefill: the rotation step of sparse decode
   int64_t cached_ = 0;
   std::shared_ptr<LlamaCuda> cuda_;  // set: the GPU path (weights, activations, KV cache on the device)
 };

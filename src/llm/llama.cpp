@@ -520,13 +520,10 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
   std::vector<float> x, q, k, v, att, g, u;
   if (!cuda_) x.resize(size_t(n * D)), q.resize(size_t(n * Q)), k.resize(size_t(n * KV)), v.resize(size_t(n * KV)),
       att.resize(size_t(n * Q)), g.resize(size_t(n * F)), u.resize(size_t(n * F));
-  // The CPU path prefills from position 0 (its attention reads this call's k, v) and decodes one
-  // token at a time from the paged cache.
-  ARIADNE_CHECK(cuda_ || pos0 == 0 || (n == 1 && opt == nullptr), "llm: a CPU prefill of ", n,
+  // The CPU path prefills from position 0 (its attention reads this call's k, v); its decode
+  // steps are decode_rows.
+  ARIADNE_CHECK(cuda_ || (pos0 == 0 && opt != nullptr), "llm: a CPU prefill of ", n,
                 " tokens must start at position 0, not ", pos0);
-  if (step != nullptr) *step = DecodeStepTrace{pos0};
-  double recall_sum = 0;
-  int64_t recall_rows = 0;
   for (int l = 0; l < c.layers; ++l) {
     const Layer& L = layers_[size_t(l)];
     AttentionParams p;
@@ -548,9 +545,7 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
       p.out = view3(att.data(), n, c.heads, c.head_dim);
       p.pattern = Pattern::causal();
     }
-    if (opt == nullptr && !cuda_) {
-      decode_layer(l, q.data(), att.data(), step, recall_sum, recall_rows);
-    } else if (opt == nullptr) {
+    if (opt == nullptr) {
       attention(p, pick_backend(Backend::automatic, p));  // GPU decoding: dense over its own cache
     } else {
       LayerTrace lt;
@@ -581,57 +576,95 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
     nn::linear(g.data(), n, F, L.wd.data(), nullptr, D, h, true);
   }
   cached_ = total;
-  if (step != nullptr && recall_rows > 0) step->mass_recall = recall_sum / double(recall_rows);
-  if (step != nullptr && decode_.compare && c.layers > 0) step->out_rel_err /= c.layers;
 }
 
-// One decode step's attention on layer l: the new token's query q [heads, head_dim] against the
-// layer's paged cache (which already holds the token's k, v), into out.
-void LlamaModel::decode_layer(int l, const float* q, float* out, DecodeStepTrace* step, double& recall_sum,
-                              int64_t& recall_rows) {
+void LlamaModel::decode_rows(float* h, std::span<const int32_t> seqs, std::span<const int64_t> positions,
+                             std::span<DecodeStepTrace> steps) {
   const LlamaConfig& c = cfg_;
-  const int32_t seqs[1] = {seq_};
-  DecodeParams dp;
-  dp.q = make_view(const_cast<float*>(q), DType::f32, {1, c.heads, c.head_dim});
-  dp.out = make_view(out, DType::f32, {1, c.heads, c.head_dim});
-  dp.cache = &cache_[size_t(l)];
-  dp.seqs = seqs;
-  PageSelection sel;
-  if (decode_.sparse) {
-    PageSelectConfig sc = decode_.select;
-    sc.step = cached_;
-    sel = select_pages(dp, sc);
-    dp.selection = &sel;
+  const int64_t B = int64_t(seqs.size());
+  const int64_t D = c.dim, Q = int64_t(c.heads) * c.head_dim, KV = int64_t(c.kv_heads) * c.head_dim, F = c.ffn;
+  std::vector<float> x(size_t(B * D)), q(size_t(B * Q)), k(size_t(B * KV)), v(size_t(B * KV)), att(size_t(B * Q)),
+      g(size_t(B * F)), u(size_t(B * F)), dense;
+  for (int64_t b = 0; b < int64_t(steps.size()); ++b) steps[size_t(b)] = DecodeStepTrace{positions[size_t(b)]};
+  std::vector<double> recall(size_t(B), 0.0);
+  std::vector<int64_t> recall_rows(size_t(B), 0);
+  for (int l = 0; l < c.layers; ++l) {
+    const Layer& L = layers_[size_t(l)];
+    PagedKVCache& cache = cache_[size_t(l)];
+    nn::rmsnorm(h, B, D, L.attn_norm.data(), c.eps, x.data());
+    nn::linear(x.data(), B, D, L.wq.data(), nullptr, Q, q.data(), false);
+    nn::linear(x.data(), B, D, L.wk.data(), nullptr, KV, k.data(), false);
+    nn::linear(x.data(), B, D, L.wv.data(), nullptr, KV, v.data(), false);
+    for (int64_t b = 0; b < B; ++b) {
+      rope(q.data() + b * Q, 1, c.heads, c.head_dim, inv_freq_, positions[size_t(b)]);
+      rope(k.data() + b * KV, 1, c.kv_heads, c.head_dim, inv_freq_, positions[size_t(b)]);
+      cache.append(seqs[size_t(b)], view3(k.data() + b * KV, 1, c.kv_heads, c.head_dim),
+                   view3(v.data() + b * KV, 1, c.kv_heads, c.head_dim));
+    }
+    DecodeParams dp;
+    dp.q = view3(q.data(), B, c.heads, c.head_dim);
+    dp.out = view3(att.data(), B, c.heads, c.head_dim);
+    dp.cache = &cache;
+    dp.seqs = seqs;
+    PageSelection sel;
+    if (decode_.sparse) {
+      PageSelectConfig sc = decode_.select;
+      sc.step = decode_steps_;
+      sel = select_pages(dp, sc);
+      dp.selection = &sel;
+    }
+    const auto t0 = Clock::now();
+    decode_attention(dp);
+    const double ms = ms_since(t0);
+    if (!steps.empty()) {
+      // Per sequence: its rows (b, g) of the selection; the times are shared evenly.
+      std::vector<std::vector<double>> masses;
+      if (decode_.sparse && decode_.compare) {
+        masses = page_masses(dp);
+        dense.resize(att.size());
+        DecodeParams dd = dp;
+        dd.selection = nullptr;
+        dd.out = view3(dense.data(), B, c.heads, c.head_dim);
+        decode_attention(dd);
+      }
+      for (int64_t b = 0; b < B; ++b) {
+        DecodeStepTrace& st = steps[size_t(b)];
+        st.ms_attention += ms / double(B);
+        const int64_t pages = cache.pages(seqs[size_t(b)]) * c.kv_heads;
+        st.pages_visible += pages;
+        if (!decode_.sparse) {
+          st.pages_kept += pages;
+          continue;
+        }
+        st.ms_select += sel.ms_select / double(B);
+        for (int g0 = 0; g0 < c.kv_heads; ++g0) {
+          const int64_t r = b * c.kv_heads + g0;
+          st.pages_kept += sel.row_ptr[size_t(r) + 1] - sel.row_ptr[size_t(r)];
+          if (masses.empty()) continue;
+          double kept = 0;
+          for (int32_t i = sel.row_ptr[size_t(r)]; i < sel.row_ptr[size_t(r) + 1]; ++i)
+            kept += masses[size_t(r)][size_t(sel.pages[size_t(i)])];  // no window: page index = position
+          recall[size_t(b)] += kept, ++recall_rows[size_t(b)];
+          st.min_mass_recall = std::min(st.min_mass_recall, kept);
+        }
+        if (!masses.empty())
+          st.out_rel_err += relative_l2_error(att.data() + b * Q, dense.data() + b * Q, size_t(Q)) / c.layers;
+      }
+    }
+    nn::linear(att.data(), B, Q, L.wo.data(), nullptr, D, h, true);
+    nn::rmsnorm(h, B, D, L.ffn_norm.data(), c.eps, x.data());
+    nn::linear(x.data(), B, D, L.wg.data(), nullptr, F, g.data(), false);
+    nn::linear(x.data(), B, D, L.wu.data(), nullptr, F, u.data(), false);
+#pragma omp parallel for schedule(static) if (B * F >= kParallelMin)
+    for (int64_t i = 0; i < B * F; ++i) {
+      const float a = g[size_t(i)];
+      g[size_t(i)] = a / (1.f + std::exp(-a)) * u[size_t(i)];
+    }
+    nn::linear(g.data(), B, F, L.wd.data(), nullptr, D, h, true);
   }
-  const auto t0 = Clock::now();
-  decode_attention(dp);
-  const double ms = ms_since(t0);
-  if (step == nullptr) return;
-  step->ms_attention += ms;
-  if (!decode_.sparse) {
-    const int64_t pages = cache_[size_t(l)].pages(seq_) * c.kv_heads;
-    step->pages_visible += pages;
-    step->pages_kept += pages;
-    return;
-  }
-  step->ms_select += sel.ms_select;
-  step->pages_visible += sel.visible_total();
-  step->pages_kept += sel.kept();
-  if (!decode_.compare) return;
-  const std::vector<std::vector<double>> masses = page_masses(dp);
-  for (int64_t r = 0; r < sel.rows(); ++r) {
-    double kept = 0;
-    for (int32_t i = sel.row_ptr[size_t(r)]; i < sel.row_ptr[size_t(r) + 1]; ++i)
-      kept += masses[size_t(r)][size_t(sel.pages[size_t(i)])];  // no window: page index = position
-    recall_sum += kept, ++recall_rows;
-    step->min_mass_recall = std::min(step->min_mass_recall, kept);
-  }
-  std::vector<float> dense(size_t(c.heads) * size_t(c.head_dim));
-  DecodeParams dd = dp;
-  dd.selection = nullptr;
-  dd.out = make_view(dense.data(), DType::f32, {1, c.heads, c.head_dim});
-  decode_attention(dd);
-  step->out_rel_err += relative_l2_error(out, dense.data(), dense.size());
+  for (int64_t b = 0; b < int64_t(steps.size()); ++b)
+    if (recall_rows[size_t(b)] > 0) steps[size_t(b)].mass_recall = recall[size_t(b)] / double(recall_rows[size_t(b)]);
+  ++decode_steps_;
 }
 
 std::vector<float> LlamaModel::logits_of(const float* h_last) {
@@ -663,6 +696,7 @@ std::vector<float> LlamaModel::prefill(const std::vector<int32_t>& tokens, const
   if (!options.dump_dir.empty()) std::filesystem::create_directories(options.dump_dir);
   for (PagedKVCache& cc : cache_) cc.clear(seq_);
   cached_ = 0;
+  decode_steps_ = 0;
   if (trace != nullptr) *trace = PrefillTrace{};
   run_layers(h.data(), n, &options, trace);
   std::vector<float> logits = logits_of(h.data() + (n - 1) * D);  // waits for the GPU on its path
@@ -685,7 +719,16 @@ std::vector<float> LlamaModel::decode(int32_t token, DecodeStepTrace* step) {
                 " is beyond the model's context of ", cfg_.context, " tokens (llama.context_length)");
   const int64_t pos = cached_;
   std::vector<float> h(embed_.begin() + int64_t(token) * cfg_.dim, embed_.begin() + int64_t(token + 1) * cfg_.dim);
-  run_layers(h.data(), 1, nullptr, nullptr, step);
+  if (cuda_) {
+    run_layers(h.data(), 1, nullptr, nullptr);
+    if (step != nullptr) *step = DecodeStepTrace{pos};
+  } else {
+    const int32_t seqs[1] = {seq_};
+    const int64_t positions[1] = {pos};
+    decode_rows(h.data(), seqs, positions, step != nullptr ? std::span<DecodeStepTrace>(step, 1)
+                                                           : std::span<DecodeStepTrace>());
+    cached_ = pos + 1;
+  }
   std::vector<float> logits = logits_of(h.data());
   check_finite_logits(logits, "the decode step at position " + std::to_string(pos) + " (token " +
                                   std::to_string(token) + ")");
@@ -710,6 +753,92 @@ std::vector<int32_t> LlamaModel::generate(const std::vector<int32_t>& prompt, in
     logits = decode(t, steps != nullptr ? &st : nullptr);
     if (steps != nullptr) steps->push_back(st);
   }
+  return out;
+}
+
+std::vector<LlamaModel::BatchResult> LlamaModel::generate_batch(const std::vector<std::vector<int32_t>>& prompts,
+                                                                int n_new, const PrefillOptions& options,
+                                                                int32_t stop) {
+  ARIADNE_CHECK(n_new >= 0, "llm generate_batch: ", n_new, " new tokens asked, expected 0 or more");
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ARIADNE_CHECK(!prompts[i].empty(), "llm generate_batch: prompt ", i, " is empty");
+    ARIADNE_CHECK(cfg_.context <= 0 || int64_t(prompts[i].size()) + n_new <= cfg_.context, "llm generate_batch: ",
+                  "prompt ", i, "'s ", prompts[i].size(), " tokens + ", n_new, " new tokens exceed the model's context of ",
+                  cfg_.context, " tokens (llama.context_length)");
+    for (size_t t = 0; t < prompts[i].size(); ++t)
+      ARIADNE_CHECK(prompts[i][t] >= 0 && prompts[i][t] < cfg_.vocab, "llm generate_batch: prompt ", i, " token ", t,
+                    " is id ", prompts[i][t], ", outside the vocabulary of ", cfg_.vocab);
+  }
+  const int64_t B = int64_t(prompts.size());
+  std::vector<BatchResult> out(static_cast<size_t>(B));
+  if (cuda_) {
+    for (int64_t b = 0; b < B; ++b)
+      out[size_t(b)].tokens = generate(prompts[size_t(b)], n_new, options, &out[size_t(b)].prefill, stop,
+                                       &out[size_t(b)].steps);
+    return out;
+  }
+  if (B == 0 || n_new == 0) return out;
+  // One sequence per prompt in every layer's cache: the caches have the same history, so the same ids.
+  const int home = seq_;
+  std::vector<int32_t> ids;
+  for (int64_t b = 0; b < B; ++b) {
+    const int id = cache_[0].add_sequence();
+    for (size_t l = 1; l < cache_.size(); ++l)
+      ARIADNE_CHECK(cache_[l].add_sequence() == id, "llm generate_batch: the layers' caches disagree on ids");
+    ids.push_back(id);
+  }
+  const auto release = [&] {
+    for (int32_t id : ids)
+      for (PagedKVCache& cc : cache_) cc.release(id);
+    seq_ = home;
+    for (PagedKVCache& cc : cache_) cc.clear(seq_);
+    cached_ = 0;
+  };
+  std::vector<std::vector<float>> logits(static_cast<size_t>(B));
+  std::vector<int64_t> pos(static_cast<size_t>(B));
+  try {
+    for (int64_t b = 0; b < B; ++b) {
+      seq_ = ids[size_t(b)];
+      logits[size_t(b)] = prefill(prompts[size_t(b)], options, &out[size_t(b)].prefill);
+      pos[size_t(b)] = int64_t(prompts[size_t(b)].size());
+    }
+    seq_ = home;
+    decode_steps_ = 0;
+    std::vector<char> done(static_cast<size_t>(B), 0);
+    const int64_t D = cfg_.dim;
+    for (int i = 0;; ++i) {
+      std::vector<int32_t> seqs;
+      std::vector<int64_t> rows, positions;
+      std::vector<float> h;
+      for (int64_t b = 0; b < B; ++b) {
+        if (done[size_t(b)]) continue;
+        const int32_t t = argmax(logits[size_t(b)]);
+        out[size_t(b)].tokens.push_back(t);
+        if (t == stop || i + 1 == n_new) {
+          done[size_t(b)] = 1;
+          continue;
+        }
+        seqs.push_back(ids[size_t(b)]);
+        rows.push_back(b);
+        positions.push_back(pos[size_t(b)]++);
+        h.insert(h.end(), embed_.begin() + int64_t(t) * D, embed_.begin() + int64_t(t + 1) * D);
+      }
+      if (seqs.empty()) break;
+      std::vector<DecodeStepTrace> steps(seqs.size());
+      decode_rows(h.data(), seqs, positions, steps);
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const int64_t b = rows[r];
+        out[size_t(b)].steps.push_back(steps[r]);
+        logits[size_t(b)] = logits_of(h.data() + int64_t(r) * D);
+        check_finite_logits(logits[size_t(b)], "the batched decode step of prompt " + std::to_string(b) +
+                                                   " at position " + std::to_string(positions[r]));
+      }
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
   return out;
 }
 

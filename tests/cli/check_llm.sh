@@ -153,3 +153,20 @@ PY
 expect_error "page size not a multiple of 8" llm --gguf "$model" --task passkey --tokens 256 --page-size 12
 expect_error "decode tau 0" llm --gguf "$model" --task passkey --tokens 256 --decode rr --decode-tau 0
 expect_error "unknown decode" llm --gguf "$model" --task passkey --tokens 256 --decode topk
+
+# The serving loop: four instances generated as one batch (decode steps batched over sequences of
+# different lengths) give what they give one at a time, with dense and with RR decode.
+for b in 1 4; do
+  "$ARIADNE" llm --gguf "$model" --task passkey,niah --tokens 256,300 --depth 0.5 --method dense --new 4 \
+    --decode dense,rr --decode-tau 0.6 --page-size 32 --batch "$b" --json >"$tmp/batch$b.json" ||
+    fail "llm --batch $b"
+done
+python3 - "$tmp/batch1.json" "$tmp/batch4.json" <<'PY' || fail "llm --batch 4 differs from --batch 1"
+import json, sys
+key = lambda r: (r["task"], r["tokens"], r["decode"])
+one, four = ({key(r): r for r in json.load(open(p))["runs"]} for p in sys.argv[1:])
+assert len(one) == 8 and one.keys() == four.keys(), (one.keys(), four.keys())
+for k in one:
+    assert one[k]["generated"] == four[k]["generated"], (k, one[k], four[k])
+    assert one[k]["decode_density"] == four[k]["decode_density"], (k, one[k], four[k])
+PY

@@ -320,6 +320,52 @@ TEST(Llm, SparseDecodeAtTauOneIsDenseAndTracesEveryStep) {
   EXPECT_MSG(testing::error_of([&] { m.set_decode(bad); }), "decode tau is 1.5");
 }
 
+// The serving loop: a batch of prompts of different lengths, prefilled one by one and decoded
+// together (one GEMM per weight over the batch, one decode over sequences of different lengths),
+// generates what each prompt generates alone, with dense and with sparse decode; a sequence that
+// stops early leaves the batch; the model's own cache is empty afterwards.
+TEST(Llm, BatchedGenerationEqualsOnePromptAtATime) {
+  LlamaModel m = tiny_model();
+  const std::vector<std::vector<int32_t>> prompts = {random_tokens(150, 21), random_tokens(37, 22),
+                                                     random_tokens(260, 23)};
+  PrefillOptions dense;
+  dense.method.dense = true;
+  for (bool sparse : {false, true}) {
+    SCOPED_TRACE(sparse ? "sparse decode" : "dense decode");
+    DecodeOptions d;
+    d.page_size = 16;
+    d.sparse = sparse;
+    d.select.tau = 0.7;
+    m.set_decode(d);
+    std::vector<std::vector<int32_t>> alone;
+    for (const std::vector<int32_t>& p : prompts) alone.push_back(m.generate(p, 7, dense));
+    const std::vector<LlamaModel::BatchResult> batch = m.generate_batch(prompts, 7, dense);
+    ASSERT_EQ(batch.size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(batch[i].tokens, alone[i]) << "prompt " << i;
+      ASSERT_EQ(batch[i].steps.size(), 6u);
+      EXPECT_EQ(batch[i].steps[0].position, int64_t(prompts[i].size()));
+      EXPECT_EQ(batch[i].steps[5].position, int64_t(prompts[i].size()) + 5);
+      EXPECT_EQ(batch[i].steps[0].pages_visible,
+                int64_t(kLayers) * kKv * ((int64_t(prompts[i].size()) + 1 + 15) / 16));
+      if (sparse) {
+        EXPECT_LT(batch[i].steps[5].pages_kept, batch[i].steps[5].pages_visible);
+      }
+    }
+    EXPECT_EQ(m.cached(), 0);
+    // A stop token: prompt 1 stops at its second token at the latest, the others when they meet it.
+    const int32_t stop = alone[1][1];
+    const std::vector<LlamaModel::BatchResult> stopped = m.generate_batch(prompts, 7, dense, stop);
+    EXPECT_LE(stopped[1].tokens.size(), 2u);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const auto it = std::find(alone[i].begin(), alone[i].end(), stop);
+      const size_t n = it == alone[i].end() ? alone[i].size() : size_t(it - alone[i].begin()) + 1;
+      EXPECT_EQ(stopped[i].tokens, std::vector<int32_t>(alone[i].begin(), alone[i].begin() + int64_t(n)));
+    }
+  }
+  EXPECT_MSG(testing::error_of([&] { m.generate_batch({{1, 2}, {}}, 2, dense); }), "prompt 1 is empty");
+}
+
 // mask_breakdown against a plain classification of every visible (row, key block) pair written
 // here, on random q/k in two sequences of different lengths (chunked: the second has lq < lk).
 TEST(Llm, MaskBreakdownCountsEveryDisagreement) {
