@@ -4,7 +4,9 @@
 // attention is bound by the bytes of the cache it reads, so the only lever is pages not read).
 //
 // The cache (PagedKVCache)
-//   K pool, V pool   [capacity_pages, page_size, kv_heads, head_dim]   f32, bf16 or f16 (host)
+//   K pool, V pool   [capacity_pages, kv_heads, page_size, head_dim]   f32, bf16 or f16 (host); a
+//                    page's rows of one KV head are contiguous, so a decode task that reads one
+//                    head streams whole blocks instead of a 1/kv_heads slice of every row
 //   page table       per sequence: the pool page of each of its logical pages 0 … pages−1
 //   length           per sequence: cached tokens; token t lives in logical page t / page_size, row
 //                    t % page_size; the last page may be partly filled
@@ -80,7 +82,7 @@ class PagedKVCache {
   int64_t capacity_pages() const { return capacity_; }
   bool live(int seq) const;
 
-  // Host views of the pools and summaries (shapes above). Valid until the next append, which may
+  // Host views of the pools [capacity, kv_heads, page_size, head_dim] and the summaries. Valid until the next append, which may
   // grow the pool.
   TensorView k_pool() const;
   TensorView v_pool() const;

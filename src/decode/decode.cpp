@@ -157,7 +157,7 @@ HeadWeights oracle_weights(const DecodeParams& p, int64_t b, int g, const Visibl
     const int64_t h = int64_t(g) * G + hg;
     double mx = -std::numeric_limits<double>::infinity();
     for (int64_t t = vis.first; t < vis.length; ++t) {
-      const int64_t base = ((int64_t(table[size_t(t / P)]) * P + t % P) * c.kv_heads + g) * d;
+      const int64_t base = ((int64_t(table[size_t(t / P)]) * c.kv_heads + g) * P + t % P) * d;
       double dot = 0;
       for (int i = 0; i < d; ++i) dot += double(q_at(p.q, b, h, i)) * double(decode_detail::load(kp, c.dtype, base + i));
       double x = double(scale) * dot;

@@ -120,28 +120,34 @@ int64_t PagedKVCache::take_page() {
 // values a decode reads, after rounding to the cache dtype). Only the strides touching the new
 // rows change; min/max fold the new rows in (a fresh page starts from ±inf).
 void PagedKVCache::summarize(int64_t pool_page, int64_t row0, int64_t rows) {
-  const int d = cfg_.head_dim, H = cfg_.kv_heads, S = cfg_.summary_stride;
+  const int d = cfg_.head_dim, H = cfg_.kv_heads, S = cfg_.summary_stride, P = cfg_.page_size;
   const int64_t row = int64_t(H) * d;
-  const unsigned char* kp = k_.data() + size_t(pool_page * cfg_.page_size * row * dtype_size(cfg_.dtype));
+  const unsigned char* kp = k_.data();
   float* mn = min_.data() + pool_page * row;
   float* mx = max_.data() + pool_page * row;
   if (row0 == 0) {
     std::fill_n(mn, row, std::numeric_limits<float>::infinity());
     std::fill_n(mx, row, -std::numeric_limits<float>::infinity());
   }
-  for (int64_t t = row0; t < row0 + rows; ++t)
-    for (int64_t i = 0; i < row; ++i) {
-      const float x = decode_detail::load(kp, cfg_.dtype, t * row + i);
-      mn[i] = std::min(mn[i], x);
-      mx[i] = std::max(mx[i], x);
-    }
+  // Element i of token t's key of head h in the pool ([pages, kv_heads, page_size, head_dim]).
+  const auto key = [&](int64_t t, int h, int i) {
+    return decode_detail::load(kp, cfg_.dtype, ((pool_page * H + h) * P + t) * d + i);
+  };
+  for (int h = 0; h < H; ++h)
+    for (int64_t t = row0; t < row0 + rows; ++t)
+      for (int i = 0; i < d; ++i) {
+        const float x = key(t, h, i);
+        mn[h * d + i] = std::min(mn[h * d + i], x);
+        mx[h * d + i] = std::max(mx[h * d + i], x);
+      }
   // Stride sums in row order from the stride's first row, so a stride summed across appends
   // equals one summed at once.
   for (int64_t j = row0 / S; j <= (row0 + rows - 1) / S; ++j) {
     float* sum = sum_.data() + (pool_page * strides_per_page() + j) * row;
     std::fill_n(sum, row, 0.f);
-    for (int64_t t = j * S; t < std::min<int64_t>((j + 1) * S, row0 + rows); ++t)
-      for (int64_t i = 0; i < row; ++i) sum[i] += decode_detail::load(kp, cfg_.dtype, t * row + i);
+    for (int h = 0; h < H; ++h)
+      for (int64_t t = j * S; t < std::min<int64_t>((j + 1) * S, row0 + rows); ++t)
+        for (int i = 0; i < d; ++i) sum[h * d + i] += key(t, h, i);
   }
 }
 
@@ -155,20 +161,18 @@ void PagedKVCache::append(int seq, const TensorView& k, const TensorView& v) {
   ARIADNE_CHECK(s.length + n < (int64_t(1) << 31), "kv cache append: sequence ", seq, " would hold ", s.length + n,
                 " tokens, more than 2^31 − 1");
   const int P = cfg_.page_size, H = cfg_.kv_heads, d = cfg_.head_dim;
-  const int64_t row_bytes = int64_t(H) * d * dtype_size(cfg_.dtype);
+  const int64_t esz = dtype_size(cfg_.dtype);
   int64_t done = 0;
   while (done < n) {
     const int64_t t = s.length, in_page = t % P;
     if (in_page == 0) s.pages.push_back(int32_t(take_page()));
     const int64_t pool = s.pages.back(), take = std::min<int64_t>(n - done, P - in_page);
-    for (int64_t r = 0; r < take; ++r) {
-      const size_t off = size_t((pool * P + in_page + r) * row_bytes);
-      for (int h = 0; h < H; ++h) {
-        const size_t hoff = off + size_t(h) * size_t(d) * size_t(dtype_size(cfg_.dtype));
-        store_row(k, done + r, h, cfg_.dtype, k_.data() + hoff, d);
-        store_row(v, done + r, h, cfg_.dtype, v_.data() + hoff, d);
+    for (int h = 0; h < H; ++h)
+      for (int64_t r = 0; r < take; ++r) {
+        const size_t off = size_t(((pool * H + h) * P + in_page + r) * d * esz);
+        store_row(k, done + r, h, cfg_.dtype, k_.data() + off, d);
+        store_row(v, done + r, h, cfg_.dtype, v_.data() + off, d);
       }
-    }
     summarize(pool, in_page, take);
     s.length += take;
     done += take;
@@ -177,11 +181,11 @@ void PagedKVCache::append(int seq, const TensorView& k, const TensorView& v) {
 
 TensorView PagedKVCache::k_pool() const {
   return make_view(const_cast<unsigned char*>(k_.data()), cfg_.dtype,
-                   {capacity_, cfg_.page_size, cfg_.kv_heads, cfg_.head_dim});
+                   {capacity_, cfg_.kv_heads, cfg_.page_size, cfg_.head_dim});
 }
 TensorView PagedKVCache::v_pool() const {
   return make_view(const_cast<unsigned char*>(v_.data()), cfg_.dtype,
-                   {capacity_, cfg_.page_size, cfg_.kv_heads, cfg_.head_dim});
+                   {capacity_, cfg_.kv_heads, cfg_.page_size, cfg_.head_dim});
 }
 const float* PagedKVCache::key_sum(int64_t p) const {
   return sum_.data() + p * strides_per_page() * cfg_.kv_heads * cfg_.head_dim;

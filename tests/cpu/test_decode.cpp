@@ -146,8 +146,8 @@ TEST(Decode, CacheHoldsWhatWasAppendedAndItsSummaries) {
         for (int h = 0; h < c.heads_kv; ++h)
           for (int i = 0; i < c.dim; ++i) {
             const int64_t pool = table[size_t(t / c.page)];
-            ASSERT_EQ(kp.get({pool, t % c.page, h, i}), in.k[s][size_t(t * row + h * c.dim + i)]) << "token " << t;
-            ASSERT_EQ(vp.get({pool, t % c.page, h, i}), in.v[s][size_t(t * row + h * c.dim + i)]) << "token " << t;
+            ASSERT_EQ(kp.get({pool, h, t % c.page, i}), in.k[s][size_t(t * row + h * c.dim + i)]) << "token " << t;
+            ASSERT_EQ(vp.get({pool, h, t % c.page, i}), in.v[s][size_t(t * row + h * c.dim + i)]) << "token " << t;
           }
       // Summaries recomputed from the stored keys: min/max exactly, stride sums in the same order.
       for (int64_t pg = 0; pg < int64_t(table.size()); ++pg) {

@@ -86,7 +86,7 @@ void decode_cpu(const DecodeParams& p) {
   const unsigned char* vp = static_cast<const unsigned char*>(cache.v_pool().data);
 #pragma omp parallel num_threads(threads) if (nruns > 1)
   {
-    std::vector<float> kf(size_t(P) * size_t(d)), s(size_t(G) * size_t(P));
+    std::vector<float> kf(size_t(P) * size_t(d)), vf(size_t(P) * size_t(d)), s(size_t(G) * size_t(P));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < nruns; ++i) {
       const Run& run = runs[size_t(i)];
@@ -102,7 +102,7 @@ void decode_cpu(const DecodeParams& p) {
       t.P = P, t.kv_heads = H, t.d = d, t.G = G, t.scale = scale;
       t.key0_bias = p.sink_mode == SinkMode::key0_bias ? key0.data() + int64_t(t.g) * G : nullptr;
       t.m = m.data() + i * G, t.l = l.data() + i * G, t.acc = acc.data() + i * G * d;
-      t.kf = kf.data(), t.s = s.data();
+      t.kf = kf.data(), t.vf = vf.data(), t.s = s.data();
       task(t);
     }
   }

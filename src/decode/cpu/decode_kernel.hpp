@@ -23,11 +23,12 @@ struct DecodeTask {
   int P = 0, kv_heads = 0, g = 0, d = 0, G = 0;
   float scale = 0;
   const float* key0_bias = nullptr;  // [G] or null: added to the logit of token 0 (SinkMode::key0_bias)
-  // Out, per head hg: m[hg], l[hg], acc[hg·d …]. Scratch: kf [P][d], s [G][P] floats.
+  // Out, per head hg: m[hg], l[hg], acc[hg·d …]. Scratch: kf, vf [P][d], s [G][P] floats.
   float* m = nullptr;
   float* l = nullptr;
   float* acc = nullptr;
   float* kf = nullptr;
+  float* vf = nullptr;
   float* s = nullptr;
 };
 

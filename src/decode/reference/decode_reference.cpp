@@ -40,7 +40,7 @@ void decode_reference(const DecodeParams& p) {
       double mx = p.sink_mode == SinkMode::denominator ? sink : -std::numeric_limits<double>::infinity();
       for (size_t j = 0; j < tokens.size(); ++j) {
         const int64_t t = tokens[j];
-        const int64_t base = ((int64_t(table[size_t(t / P)]) * P + t % P) * c.kv_heads + g) * d;
+        const int64_t base = ((int64_t(table[size_t(t / P)]) * c.kv_heads + g) * P + t % P) * d;
         double dot = 0;
         for (int i = 0; i < d; ++i)
           dot += double(load(qp, p.q.dtype, b * p.q.stride[0] + h * p.q.stride[1] + i)) * double(load(kp, c.dtype, base + i));
@@ -53,7 +53,7 @@ void decode_reference(const DecodeParams& p) {
         if (p.sink_mode == SinkMode::denominator) z += std::exp(sink - mx);
         for (size_t j = 0; j < tokens.size(); ++j) {
           const int64_t t = tokens[j];
-          const int64_t base = ((int64_t(table[size_t(t / P)]) * P + t % P) * c.kv_heads + g) * d;
+          const int64_t base = ((int64_t(table[size_t(t / P)]) * c.kv_heads + g) * P + t % P) * d;
           const double e = std::exp(s[j] - mx);
           z += e;
           for (int i = 0; i < d; ++i) o[size_t(i)] += e * double(load(vp, c.dtype, base + i));
