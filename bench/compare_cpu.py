@@ -47,6 +47,8 @@ def main():
             key = (r["N"], r["d"], r["dtype"], r["pattern"], r.get("pass", "forward"))
             torch[key] = min(torch.get(key, r["ms"]), r["ms"])
             version = r["torch"]
+            if "capability" in r:
+                version += f" ({r['capability']})"
     print(f"machine: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz; "
           f"ariadne kernels {ctx.get('kernels', '?')}, threads {ctx.get('threads', '?')}; torch {version}")
     # The start-up measurement (best of 40 short runs) and the best BM_FmaPeak repetition.

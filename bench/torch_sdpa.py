@@ -69,7 +69,8 @@ def main():
                             times.append((time.perf_counter() - t0) * 1e3)
                     print(json.dumps({"N": n, "d": d, "dtype": "bf16" if dtype == torch.bfloat16 else "f32",
                                       "pattern": pattern, "ms": min(times), "median_ms": statistics.median(times),
-                                      "torch": torch.__version__}), flush=True)
+                                      "torch": torch.__version__,
+                                      "capability": torch.backends.cpu.get_cpu_capability()}), flush=True)
 
 
 def backward(args, gen, heads):
@@ -92,7 +93,8 @@ def backward(args, gen, heads):
                 print(json.dumps({"N": n, "d": 80, "dtype": "bf16" if dtype == torch.bfloat16 else "f32",
                                   "pattern": pattern, "pass": "backward", "grad_fn": type(out.grad_fn).__name__,
                                   "ms": min(times), "median_ms": statistics.median(times),
-                                  "torch": torch.__version__}), flush=True)
+                                  "torch": torch.__version__,
+                                  "capability": torch.backends.cpu.get_cpu_capability()}), flush=True)
 
 
 if __name__ == "__main__":
