@@ -212,6 +212,7 @@ class LlamaModel {
   void run_layers(float* h, int64_t n, const PrefillOptions* options, PrefillTrace* trace,
                   DecodeStepTrace* step = nullptr);
   void reset_cache();
+  void output_and_mlp(const Layer& L, const float* att, int64_t n, float* h, float* x, float* g, float* u) const;
   // CPU decode of one new token per row: row b of h [B, dim] is sequence seqs[b] at position
   // positions[b]; steps (empty, or one per row) receives each row's measurements.
   void decode_rows(float* h, std::span<const int32_t> seqs, std::span<const int64_t> positions,

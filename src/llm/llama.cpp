@@ -563,19 +563,26 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
       continue;
     }
 #endif
-    nn::linear(att.data(), n, Q, L.wo.data(), nullptr, D, h, true);
-
-    nn::rmsnorm(h, n, D, L.ffn_norm.data(), c.eps, x.data());
-    nn::linear(x.data(), n, D, L.wg.data(), nullptr, F, g.data(), false);
-    nn::linear(x.data(), n, D, L.wu.data(), nullptr, F, u.data(), false);
-#pragma omp parallel for schedule(static) if (n * F >= kParallelMin)
-    for (int64_t i = 0; i < n * F; ++i) {
-      const float a = g[size_t(i)];
-      g[size_t(i)] = a / (1.f + std::exp(-a)) * u[size_t(i)];
-    }
-    nn::linear(g.data(), n, F, L.wd.data(), nullptr, D, h, true);
+    output_and_mlp(L, att.data(), n, h, x.data(), g.data(), u.data());
   }
   cached_ = total;
+}
+
+// h += att Woᵀ, then the SwiGLU block; n rows, x [n, dim] and g, u [n, ffn] scratch.
+void LlamaModel::output_and_mlp(const Layer& L, const float* att, int64_t n, float* h, float* x, float* g,
+                                float* u) const {
+  const LlamaConfig& c = cfg_;
+  const int64_t D = c.dim, Q = int64_t(c.heads) * c.head_dim, F = c.ffn;
+  nn::linear(att, n, Q, L.wo.data(), nullptr, D, h, true);
+  nn::rmsnorm(h, n, D, L.ffn_norm.data(), c.eps, x);
+  nn::linear(x, n, D, L.wg.data(), nullptr, F, g, false);
+  nn::linear(x, n, D, L.wu.data(), nullptr, F, u, false);
+#pragma omp parallel for schedule(static) if (n * F >= kParallelMin)
+  for (int64_t i = 0; i < n * F; ++i) {
+    const float a = g[i];
+    g[i] = a / (1.f + std::exp(-a)) * u[i];
+  }
+  nn::linear(g, n, F, L.wd.data(), nullptr, D, h, true);
 }
 
 void LlamaModel::decode_rows(float* h, std::span<const int32_t> seqs, std::span<const int64_t> positions,
@@ -651,16 +658,7 @@ void LlamaModel::decode_rows(float* h, std::span<const int32_t> seqs, std::span<
           st.out_rel_err += relative_l2_error(att.data() + b * Q, dense.data() + b * Q, size_t(Q)) / c.layers;
       }
     }
-    nn::linear(att.data(), B, Q, L.wo.data(), nullptr, D, h, true);
-    nn::rmsnorm(h, B, D, L.ffn_norm.data(), c.eps, x.data());
-    nn::linear(x.data(), B, D, L.wg.data(), nullptr, F, g.data(), false);
-    nn::linear(x.data(), B, D, L.wu.data(), nullptr, F, u.data(), false);
-#pragma omp parallel for schedule(static) if (B * F >= kParallelMin)
-    for (int64_t i = 0; i < B * F; ++i) {
-      const float a = g[size_t(i)];
-      g[size_t(i)] = a / (1.f + std::exp(-a)) * u[size_t(i)];
-    }
-    nn::linear(g.data(), B, F, L.wd.data(), nullptr, D, h, true);
+    output_and_mlp(L, att.data(), B, h, x.data(), g.data(), u.data());
   }
   for (int64_t b = 0; b < int64_t(steps.size()); ++b)
     if (recall_rows[size_t(b)] > 0) steps[size_t(b)].mass_recall = recall[size_t(b)] / double(recall_rows[size_t(b)]);
