@@ -135,7 +135,7 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
         if step >= min(3, args.steps - 1):  # the first steps pay for plans, allocations and autotuning
             timed_images += len(idx)
             timed_seconds += time.perf_counter() - t0
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if args.log_every and (step % args.log_every == 0 or step == args.steps - 1):
             print(f"[{schedule_name} seed {seed}] step {step}/{args.steps} loss {losses[-1]:.4f}", flush=True)
     metrics = evaluate(model, heldout, args.batch, gpu)

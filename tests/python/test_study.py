@@ -1,0 +1,254 @@
+"""The training study's CPU parts (ariadne.study, docs/study.md): the procedural data and its exact
+masks, the PyTorch ViT on ariadne's op against the C++ encoder, a tiny training run whose loss must
+fall below what the labels' base rates allow, and checkpoints read back by ariadne (Python binding
+and, when a built CLI is found, `ariadne encode` / `ariadne shs --weights`). About 15 s on 2 cores."""
+
+import json
+import math
+import os
+import pathlib
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ariadne  # noqa: E402
+from ariadne.study import checkpoint, data, train  # noqa: E402
+from ariadne.study.model import StudyViT, pixel_rows, study_config, study_schedule  # noqa: E402
+from conftest import rel_l2  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The encoder on the CPU against HF's fp32 tower: tol 1e-5 (docs/numerics.md); the same tower here.
+ENCODER_TOL = 1e-5
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Two cores are shared with other jobs: one torch thread keeps the timings steady.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_generator_is_deterministic_per_seed_and_differs_across_seeds():
+    a = data.make_batch(7, [0, 1, 2], side=112)
+    b = data.make_batch(7, [0, 1, 2], side=112)
+    assert torch.equal(a.images, b.images) and torch.equal(a.instances, b.instances)
+    assert a.object_classes == b.object_classes
+    # An image depends on (seed, index) only, not on what was rendered before it.
+    alone = data.render(7, 2, side=112)
+    assert torch.equal(alone[0], a.images[2]) and torch.equal(alone[1], a.instances[2])
+    other = data.make_batch(8, [0, 1, 2], side=112)
+    for i in range(3):
+        assert not torch.equal(other.images[i], a.images[i])
+    assert not torch.equal(a.images[0], a.images[1])
+    assert a.images.dtype == torch.uint8 and a.images.shape == (3, 112, 112, 3)
+    with pytest.raises(ValueError, match="multiple of 28"):
+        data.render(0, 0, side=100)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_masks_are_exact_and_labels_follow_them(seed):
+    side = 224
+    for index in range(4):
+        image, inst, classes, background, layers = data.render(seed, index, side, layers=True)
+        # Painting the layers again gives the image and the mask, pixel for pixel.
+        expect_img, expect_ids = background.clone(), torch.zeros_like(inst)
+        for k, (inside, texture) in enumerate(layers):
+            expect_img[inside] = texture[inside]
+            expect_ids[inside] = k + 1
+        assert torch.equal(image, expect_img) and torch.equal(inst, expect_ids)
+        # Mask pixels are exactly the object's drawn pixels: its texture there, the background elsewhere.
+        for k, (inside, texture) in enumerate(layers):
+            own = inst == k + 1
+            assert torch.equal(image[own], texture[own])
+            covered = inside & ~own  # drawn, then painted over by later objects only
+            assert bool((inst[covered] > k + 1).all())
+            assert own.sum() >= data.MIN_VISIBLE * inside.sum() > 0
+        assert torch.equal(image[inst == 0], background[inst == 0])
+        # Labels: one class per instance id present, the count the number of ids.
+        ids = sorted(int(i) for i in inst.unique() if i > 0)
+        assert ids == list(range(1, len(classes) + 1)) and 1 <= len(classes) <= data.MAX_OBJECTS
+    batch = data.make_batch(seed, range(4), side)
+    for b, classes in enumerate(batch.object_classes):
+        assert int(batch.count[b]) == len(classes) == int(batch.instances[b].max())
+        assert set(np.flatnonzero(batch.present[b].numpy())) == set(classes)
+
+
+def test_split_files_are_what_ariadne_reads(tmp_path):
+    records = data.write_split(tmp_path, seed=5, count=2, side=112)
+    labels = json.loads((tmp_path / "labels.json").read_text())
+    assert [r["name"] for r in labels["images"]] == [r["name"] for r in records]
+    for i, r in enumerate(records):
+        image, inst, classes = data.render(5, i, 112)
+        assert np.array_equal(ariadne.read_image(str(tmp_path / "images" / f"{r['name']}.png")), image.numpy())
+        assert np.array_equal(ariadne.read_label_map(str(tmp_path / "masks" / f"{r['name']}.png")), inst.numpy())
+        assert r["classes"] == classes and r["count"] == len(classes)
+
+
+def test_pixel_rows_equal_ariadne_preprocess():
+    c = study_config(8, 32, 2)
+    images = data.make_batch(1, [0, 1], side=224).images
+    rows, grids = pixel_rows(images, c)
+    ref = ariadne.preprocess([im.numpy() for im in images], c)
+    assert grids == ref.grids == [(16, 16), (16, 16)]
+    assert np.array_equal(rows.numpy(), ref.values)
+
+
+def _random_sinks(model, gen):
+    with torch.no_grad():
+        for block in model.blocks:
+            if block.attn.sinks is not None:
+                block.attn.sinks.copy_(torch.rand(block.attn.sinks.shape, generator=gen) * 4 - 2)
+
+
+@pytest.mark.parametrize("name", ["ariadne", "chunk+sink", "swa2d"])
+def test_checkpoint_round_trips_through_ariadne(tmp_path, name):
+    # Window 16 on a 16x16 grid: every local layer sees a part of the image only, so schedules differ.
+    c = study_config(8, 32, 2)
+    schedule = study_schedule(name, c, window=16)
+    torch.manual_seed(3)
+    model = StudyViT(c, schedule, data.NUM_CLASSES, data.MAX_OBJECTS, window=16)
+    _random_sinks(model, torch.Generator().manual_seed(4))
+    path = tmp_path / "model.safetensors"
+    checkpoint.save(path, model, dict(classes=data.NUM_CLASSES, max_count=data.MAX_OBJECTS))
+    images = data.make_batch(2, [0, 1], side=224).images
+    rows, grids = pixel_rows(images, c)
+    with torch.no_grad():
+        ours = model.encode(rows, grids).numpy()
+    w = ariadne.load_vit_weights(path, "qwen2.5-vl")  # the file's metadata overrides the preset
+    assert (w.config.depth, w.config.hidden, w.config.heads, list(w.config.full_layers)) == (8, 32, 2, [7])
+    for layer, spec in enumerate(schedule.layers):
+        assert w.sinks_from_file(layer) == spec.sink
+        if spec.sink:
+            assert np.array_equal(w.sinks(layer), model.blocks[layer].attn.sinks.detach().numpy())
+    theirs = ariadne.encode(w, rows.numpy(), schedule, grids, backend="reference").out
+    assert rel_l2(ours, theirs) <= ENCODER_TOL
+    # The comparison can fail: another schedule on the same weights is far off.
+    assert rel_l2(ariadne.encode(w, rows.numpy(), "full", grids, backend="reference").out, theirs) > 1e-3
+    # Back into PyTorch: the same tensors, so the same outputs and predictions.
+    again, record = checkpoint.load(path)
+    assert record["schedule"] == schedule.letters() and record["window"] == 16
+    for (n1, p1), (n2, p2) in zip(model.state_dict().items(), again.state_dict().items()):
+        assert n1 == n2 and torch.equal(p1, p2), n1
+    with torch.no_grad():
+        assert torch.equal(again.encode(rows, grids), torch.from_numpy(ours))
+        assert all(torch.equal(a, b) for a, b in zip(again(rows, grids), model(rows, grids)))
+    # bf16 files keep the layout; values are rounded to bf16 (8 bits of mantissa).
+    checkpoint.save(tmp_path / "bf16.safetensors", model, dict(classes=10, max_count=4), dtype="BF16")
+    half = ariadne.load_vit_weights(tmp_path / "bf16.safetensors", "qwen2.5-vl")
+    assert rel_l2(ariadne.encode(half, rows.numpy(), schedule, grids, backend="reference").out, theirs) < 5e-2
+
+
+def test_checkpoint_errors_name_the_file_and_tensor(tmp_path):
+    path = tmp_path / "short.safetensors"
+    path.write_bytes(b"\x01")
+    with pytest.raises(ValueError, match="short.safetensors"):
+        checkpoint.read_safetensors(path)
+    c = study_config(8, 32, 2)
+    model = StudyViT(c, study_schedule("chunk", c, 16), 10, 4, 16)
+    tensors = checkpoint.checkpoint_tensors(model)
+    del tensors["visual.blocks.3.mlp.up_proj.bias"]
+    meta = {"vision_config": json.dumps(checkpoint.vision_config(c)),
+            "study": json.dumps(dict(schedule="chunk", window=16, classes=10, max_count=4))}
+    checkpoint.write_safetensors(path, tensors, meta)
+    with pytest.raises(ValueError, match="no tensor 'visual.blocks.3.mlp.up_proj.bias'"):
+        checkpoint.load(path)
+
+
+@pytest.mark.parametrize("name", ["ariadne", "chunk+sink"])
+def test_every_parameter_gets_a_gradient(name):
+    """The only path from the loss to the layers below the last is through ariadne's backward."""
+    c = study_config(8, 32, 2)
+    torch.manual_seed(1)
+    model = StudyViT(c, study_schedule(name, c, 16), data.NUM_CLASSES, data.MAX_OBJECTS, 16)
+    b = data.make_batch(4, [0, 1], side=224)
+    rows, grids = pixel_rows(b.images, c)
+    train.loss_of(*model(rows, grids), b.present, b.count).backward()
+    for n, p in model.named_parameters():
+        assert p.grad is not None and bool(torch.isfinite(p.grad).all()) and float(p.grad.abs().max()) > 0, n
+    assert sum(1 for n, _ in model.named_parameters() if n.endswith("attn.sinks")) == 7
+
+
+def _prior_loss(present, count):
+    """The loss of the best input-blind prediction on these labels: each class at its frequency and
+    the count at its empirical distribution. Beating it needs the pixels."""
+    p = present.mean(0).clamp(1e-6, 1 - 1e-6)
+    bce = float(-(present * p.log() + (1 - present) * (1 - p).log()).mean())
+    freq = torch.bincount(count - 1, minlength=data.MAX_OBJECTS).float() / len(count)
+    ce = float(-(freq[count - 1]).log().mean())
+    return bce + ce
+
+
+def test_tiny_model_trains_on_the_cpu(tmp_path):
+    argv = ["--schedules", "ariadne", "--seeds", "0", "--steps", "40", "--batch", "8", "--size", "112",
+            "--device", "cpu", "--depth", "8", "--hidden", "32", "--heads", "2", "--train-images", "16",
+            "--eval-images", "8", "--shs-images", "2", "--lr", "3e-3", "--log-every", "0", "--out", str(tmp_path)]
+    assert train.main(argv) == 0
+    run = json.loads((tmp_path / "runs" / "ariadne" / "seed0" / "metrics.json").read_text())
+    losses = run["losses"]
+    assert len(losses) == 40 and all(math.isfinite(x) for x in losses)
+    split = train.render_split(0, 16, 112, "cpu")
+    prior = _prior_loss(split.present, split.count)
+    # Falling below the input-blind optimum on the training images takes gradients through the
+    # encoder (ariadne's backward); the head's biases alone stop at `prior`.
+    assert sum(losses[-5:]) / 5 < 0.7 * prior < losses[0]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["summary"]) == {"ariadne"} and results["summary"]["ariadne"]["exact"]["n"] == 1
+    # The sinks and the first layer were trained (their gradients come from the op's backward).
+    model, record = checkpoint.load(tmp_path / "runs" / "ariadne" / "seed0" / "model.safetensors")
+    assert record["steps"] == 40 and record["schedule"] == "R+R+R+R+C+C+C+F"
+    assert float(model.blocks[0].attn.sinks.abs().max()) > 1e-3
+    torch.manual_seed(0)
+    fresh = StudyViT(model.config, model.schedule, data.NUM_CLASSES, data.MAX_OBJECTS, model.window)
+    assert not torch.equal(fresh.blocks[0].attn.qkv.weight, model.blocks[0].attn.qkv.weight)
+    # Same seed, same schedule list: the run repeats bit for bit on one device.
+    assert train.main(argv[:-1] + [str(tmp_path / "again")]) == 0
+    rerun = json.loads((tmp_path / "again" / "runs" / "ariadne" / "seed0" / "metrics.json").read_text())
+    assert rerun["losses"] == losses
+
+
+def find_cli():
+    env = os.environ.get("ARIADNE_CLI")
+    if env:
+        return env
+    for build in ("build", "build-cpu"):
+        path = ROOT / build / "ariadne"
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    return shutil.which("ariadne")
+
+
+def test_cli_reads_a_study_checkpoint(tmp_path):
+    cli = find_cli()
+    if cli is None:
+        pytest.skip("no built ariadne CLI (set ARIADNE_CLI)")
+    c = study_config(8, 32, 2)
+    schedule = study_schedule("ariadne", c, window=16)
+    torch.manual_seed(5)
+    model = StudyViT(c, schedule, data.NUM_CLASSES, data.MAX_OBJECTS, window=16)
+    _random_sinks(model, torch.Generator().manual_seed(6))
+    weights = tmp_path / "model.safetensors"
+    checkpoint.save(weights, model, dict(classes=data.NUM_CLASSES, max_count=data.MAX_OBJECTS))
+    records = data.write_split(tmp_path / "heldout", seed=9, count=2, side=224)
+    image = tmp_path / "heldout" / "images" / f"{records[0]['name']}.png"
+    saved = tmp_path / "out.safetensors"
+    # The schedule has the checkpoint's 8 layers, not the preset's 32: the CLI takes the file's depth.
+    subprocess.run([cli, "encode", "--image", str(image), "--weights", str(weights), "--schedule", schedule.letters(),
+                    "--window", "16", "--backend", "reference", "--save-output", str(saved)],
+                   check=True, capture_output=True)
+    theirs = checkpoint.read_safetensors(saved)[0]["output"].numpy()
+    rows, grids = pixel_rows(torch.from_numpy(ariadne.read_image(str(image)))[None], c)
+    with torch.no_grad():
+        assert rel_l2(model.encode(rows, grids).numpy(), theirs) <= ENCODER_TOL
+    r = subprocess.run([cli, "shs", "--weights", str(weights), "--schedule", schedule.letters(), "--window", "16",
+                        "--image", str(tmp_path / "heldout" / "images"), "--masks", str(tmp_path / "heldout" / "masks"),
+                        "--backend", "reference", "--json", "yes"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["random_weights"] is False
+    assert 0.5 <= summary["shs_index"] <= 1.0
