@@ -174,6 +174,27 @@ def test_every_parameter_gets_a_gradient(name):
     assert sum(1 for n, _ in model.named_parameters() if n.endswith("attn.sinks")) == 7
 
 
+@pytest.mark.parametrize("name", ["ariadne", "chunk+sink", "swa2d"])
+def test_ariadne_path_equals_the_sdpa_path_with_gradients(name):
+    """The same model through torch's SDPA with dense masks built from the orders: outputs and every
+    parameter's gradient agree (fp32; tolerance of docs/numerics.md's gradient rule, 2 * 2e-5)."""
+    c = study_config(8, 32, 2)
+    torch.manual_seed(2)
+    ours = StudyViT(c, study_schedule(name, c, 16), data.NUM_CLASSES, data.MAX_OBJECTS, 16)
+    _random_sinks(ours, torch.Generator().manual_seed(3))
+    ref = StudyViT(c, ours.schedule, data.NUM_CLASSES, data.MAX_OBJECTS, 16, attention="sdpa")
+    ref.load_state_dict(ours.state_dict())
+    b = data.make_batch(6, [0, 1], side=224)
+    rows, grids = pixel_rows(b.images, c)
+    for m in (ours, ref):
+        train.loss_of(*m(rows, grids), b.present, b.count).backward()
+    with torch.no_grad():
+        assert rel_l2(ours.encode(rows, grids).numpy(), ref.encode(rows, grids).numpy()) <= ENCODER_TOL
+    grads = dict(ref.named_parameters())
+    for n, p in ours.named_parameters():
+        assert rel_l2(p.grad.numpy(), grads[n].grad.numpy()) <= 4e-5, n
+
+
 def _prior_loss(present, count):
     """The loss of the best input-blind prediction on these labels: each class at its frequency and
     the count at its empirical distribution. Beating it needs the pixels."""

@@ -145,6 +145,36 @@ class _Plan:
             if kind != "block_row":
                 index = torch.from_numpy(ariadne.order_conversion(native, order_of(kind)).copy()).to(device)
             self.layers.append((pattern, torch.from_numpy(np.array(cu)).to(device), index))
+        self.config, self.schedule, self.grids, self.device = config, schedule, list(grids), device
+        self._masks: Optional[List[torch.Tensor]] = None
+
+    def dense_masks(self) -> List[torch.Tensor]:
+        """Per layer, bool [n, n] over one image's tokens in native order: which keys a query sees
+        (the same for every image; the SDPA path needs equal grids). Built from the same orders and
+        patterns as the op's arguments, so both paths compute the same attention."""
+        if self._masks is None:
+            if len(set(self.grids)) != 1:
+                raise ValueError(f"StudyViT: the sdpa path needs images of one grid, got {self.grids}")
+            grid = self.grids[0]
+            native = ariadne.order([grid], "block_row", self.config.merge, self.config.window_units)
+            self._masks = []
+            for spec in self.schedule.layers:
+                n = grid[0] * grid[1]
+                if spec.kind == "full":
+                    self._masks.append(torch.ones((n, n), dtype=torch.bool, device=self.device))
+                    continue
+                o = ariadne.order([grid], spec.order, self.config.merge, self.config.window_units)
+                pattern, cu = ariadne.layer_pattern(spec, o)
+                pos = np.empty(n, np.int64)
+                pos[ariadne.order_conversion(native, o)] = np.arange(n)  # native row -> position in the layer
+                if spec.kind == "window":
+                    d = pos[:, None] - pos[None, :]
+                    m = (d <= pattern.window_left) & (-d <= pattern.window_right)
+                else:  # chunk: the same Qwen window
+                    win = np.searchsorted(np.asarray(cu), pos, side="right")
+                    m = win[:, None] == win[None, :]
+                self._masks.append(torch.from_numpy(m).to(self.device))
+        return self._masks
 
 
 def rope_tables(grids: Sequence[Grid], merge: int, head_dim: int, theta: float, device) -> Tuple[torch.Tensor, ...]:
@@ -165,6 +195,25 @@ def rope_tables(grids: Sequence[Grid], merge: int, head_dim: int, theta: float, 
     return ang.cos().float().to(device), ang.sin().float().to(device)
 
 
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, sink: Optional[torch.Tensor],
+          images: int) -> torch.Tensor:
+    """Attention of `images` equal-sized images packed as [tokens, heads, head_dim] with one bool
+    mask [n, n] through torch's SDPA. A sink is one more key with k = 0 and v = 0 whose logit is
+    the sink value (the denominator form), given as an additive mask column."""
+    tokens, heads, hd = q.shape
+    n = tokens // images
+    qb, kb, vb = (t.reshape(images, n, heads, hd).transpose(1, 2) for t in (q, k, v))
+    if sink is None:
+        out = nn.functional.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask)
+    else:
+        zero = qb.new_zeros((images, heads, 1, hd))
+        kb, vb = torch.cat([kb, zero], dim=2), torch.cat([vb, zero], dim=2)
+        bias = torch.zeros((n, n), dtype=torch.float32, device=q.device).masked_fill(~mask, float("-inf"))
+        bias = torch.cat([bias.expand(heads, n, n), sink.float()[:, None, None].expand(heads, n, 1)], dim=2)
+        out = nn.functional.scaled_dot_product_attention(qb, kb, vb, attn_mask=bias[None].to(q.dtype))
+    return out.transpose(1, 2).reshape(tokens, heads, hd)
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x [tokens, heads, head_dim]: x*cos + rotate_half(x)*sin, rotate_half(x) = [-x2, x1]."""
     x1, x2 = x.chunk(2, dim=-1)
@@ -176,8 +225,14 @@ class StudyViT(nn.Module):
     after image; grids [(h, w)]) -> (class logits [images, classes], count logits [images, max_count])."""
 
     def __init__(self, config: ariadne.VitConfig, schedule: ariadne.Schedule, classes: int, max_count: int,
-                 window: int = 64, backend: str = "auto", attention_dtype: Optional[torch.dtype] = None):
+                 window: int = 64, backend: str = "auto", attention_dtype: Optional[torch.dtype] = None,
+                 attention: str = "ariadne"):
         super().__init__()
+        if attention not in ("ariadne", "sdpa"):
+            raise ValueError(f"StudyViT: attention '{attention}', expected 'ariadne' or 'sdpa'")
+        # 'sdpa' runs the same layers through torch's scaled_dot_product_attention with dense masks:
+        # the baseline of the throughput comparison and an independent check of the op's results.
+        self.attention = attention
         if len(schedule) != config.depth:
             raise ValueError(f"StudyViT: schedule '{schedule.letters()}' has {len(schedule)} layers, "
                              f"expected config.depth = {config.depth}")
@@ -212,7 +267,7 @@ class StudyViT(nn.Module):
                              f"patch_dim {c.patch_dim}] for grids {grids}")
         plan = self._plan(grids, pixels.device)
         cos, sin = self._rope[(tuple(grids), str(pixels.device))]
-        x = self.patch_embed.proj(pixels)
+        x = self.patch_embed.proj(pixels).float()
         hd = c.head_dim
         for layer, (block, (pattern, cu, order)) in enumerate(zip(self.blocks, plan.layers)):
             qkv = block.attn.qkv(block.norm1(x)).view(tokens, 3, c.heads, hd)
@@ -224,10 +279,14 @@ class StudyViT(nn.Module):
             sink = block.attn.sinks
             if observe is not None:
                 observe(layer, q, k, pattern, cu, order, sink)
-            out, _ = ariadne.attention(q, k, v, pattern=pattern, sink=sink, cu_seqlens=cu, order=order,
-                                       backend=self.backend)
-            x = x + block.attn.proj(out.reshape(tokens, c.hidden).to(x.dtype))
-            x = x + block.mlp(block.norm2(x))
+            if self.attention == "sdpa":
+                out = _sdpa(q, k, v, plan.dense_masks()[layer], sink, len(grids))
+            else:
+                out, _ = ariadne.attention(q, k, v, pattern=pattern, sink=sink, cu_seqlens=cu, order=order,
+                                           backend=self.backend)
+            # The residual stream stays in fp32 under autocast (the encoder's CUDA path does the same).
+            x = x + block.attn.proj(out.reshape(tokens, c.hidden)).float()
+            x = x + block.mlp(block.norm2(x)).float()
         unit = c.merge * c.merge
         h = self.merger.ln_q(x).reshape(tokens // unit, unit * c.hidden)
         return self.merger.mlp(h)

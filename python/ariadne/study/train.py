@@ -34,9 +34,15 @@ def _device(name: str) -> torch.device:
     return d
 
 
-def render_split(seed: int, count: int, side: int, device, batch: int = 64) -> data.Batch:
-    """Images 0..count-1 of split `seed`, rendered in batches and kept on `device`."""
-    parts = [data.make_batch(seed, range(i, min(count, i + batch)), side, device) for i in range(0, count, batch)]
+def render_split(seed: int, count: int, side: int, device, batch: int = 64, masks: bool = True) -> data.Batch:
+    """Images 0..count-1 of split `seed`, rendered in batches and kept on `device`. masks=False
+    drops the instance maps (training needs the labels only; at 448 px they would double the memory)."""
+    parts = []
+    for i in range(0, count, batch):
+        part = data.make_batch(seed, range(i, min(count, i + batch)), side, device)
+        if not masks:
+            part.instances = part.instances[:0]
+        parts.append(part)
     return data.Batch(torch.cat([p.images for p in parts]), torch.cat([p.instances for p in parts]),
                       torch.cat([p.present for p in parts]), torch.cat([p.count for p in parts]),
                       [c for p in parts for c in p.object_classes])
@@ -108,7 +114,7 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
     gpu = device.type == "cuda"
     torch.manual_seed(seed)
     model = StudyViT(config, schedule, data.NUM_CLASSES, data.MAX_OBJECTS, args.window, args.backend,
-                     torch.bfloat16 if gpu else None).to(device)
+                     torch.bfloat16 if gpu else None, args.attention).to(device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     other = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
@@ -139,12 +145,14 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
         if args.log_every and (step % args.log_every == 0 or step == args.steps - 1):
             print(f"[{schedule_name} seed {seed}] step {step}/{args.steps} loss {losses[-1]:.4f}", flush=True)
     metrics = evaluate(model, heldout, args.batch, gpu)
-    record = dict(schedule_name=schedule_name, seed=seed, steps=args.steps, batch=args.batch, side=args.size,
+    # Runs of the SDPA baseline are kept apart from ariadne's: `chunk@sdpa`.
+    run = schedule_name if args.attention == "ariadne" else f"{schedule_name}@{args.attention}"
+    record = dict(run=run, schedule_name=schedule_name, seed=seed, attention=args.attention, steps=args.steps, batch=args.batch, side=args.size,
                   classes=data.NUM_CLASSES, max_count=data.MAX_OBJECTS, train_images=args.train_images,
                   eval_seed=args.eval_seed, eval_images=args.eval_images, device=str(device),
                   heldout=metrics, loss_first=losses[0], loss_last=sum(losses[-10:]) / len(losses[-10:]),
                   images_per_s=timed_images / timed_seconds if timed_seconds else None)
-    run_dir = out / "runs" / schedule_name / f"seed{seed}"
+    run_dir = out / "runs" / record["run"] / f"seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     weights = run_dir / "model.safetensors"
     checkpoint.save(weights, model, record, args.save_dtype)
@@ -152,16 +160,20 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
         summary = run_shs_cli(args.shs_cli, weights, schedule.letters(), args.window, out / "heldout",
                               args.shs_backend, args.shs_images)
         (run_dir / "shs.json").write_text(json.dumps(summary, indent=1))
+        record["shs"] = {k: summary.get(k) for k in ("shs_index", "per_layer", "fg_dominant_share",
+                                                    "attention_distance", "entropy", "sink_allocation",
+                                                    "images_scored")}
         record["shs_index"] = summary.get("shs_index")
     (run_dir / "metrics.json").write_text(json.dumps(dict(record, losses=losses), indent=1))
     return record
 
 
 def summarize(records: Sequence[dict]) -> Dict[str, dict]:
-    """Per schedule: mean and sample standard deviation over seeds of each measured number."""
+    """Per run name (schedule, or schedule@sdpa): mean and sample standard deviation over seeds of
+    each measured number."""
     by: Dict[str, List[dict]] = {}
     for r in records:
-        by.setdefault(r["schedule_name"], []).append(r)
+        by.setdefault(r["run"], []).append(r)
     out = {}
     for name, rs in by.items():
         values = {"exact": [r["heldout"]["exact"] for r in rs], "set": [r["heldout"]["set"] for r in rs],
@@ -198,11 +210,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--eval-images", type=int, default=1000)
     p.add_argument("--eval-seed", type=int, default=1_000_000, help="the held-out split (no training seed may equal it)")
     p.add_argument("--backend", default="auto", help="ariadne attention backend: auto, cpu, reference, cuda")
+    p.add_argument("--attention", default="ariadne", choices=["ariadne", "sdpa"],
+                   help="ariadne's op, or torch SDPA with dense masks (the throughput baseline)")
     p.add_argument("--save-dtype", default="F32", choices=["F32", "BF16"])
     p.add_argument("--out", default="study-out")
     p.add_argument("--shs-cli", default=None, help="a built `ariadne` CLI: run `ariadne shs` on each checkpoint")
     p.add_argument("--shs-images", type=int, default=64, help="held-out images written for and scored by shs")
-    p.add_argument("--shs-backend", default="cpu", help="encoder backend of `ariadne shs` (cpu, cuda, reference)")
+    p.add_argument("--shs-backend", default=None,
+                   help="encoder backend of `ariadne shs` (cpu, cuda, reference; default cuda with a CUDA --device)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--log-every", type=int, default=50)
     args = p.parse_args(argv)
@@ -216,6 +231,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = _device(args.device)
+    if args.shs_backend is None:
+        args.shs_backend = "cuda" if device.type == "cuda" else "cpu"
     seeds = [int(s) for s in args.seeds.split(",") if s]
     schedules = [s for s in args.schedules.split(",") if s]
     if args.eval_seed in seeds:
@@ -230,7 +247,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     data.write_split(out / "heldout", args.eval_seed, min(args.shs_images, args.eval_images), args.size, device)
     records = []
     for seed in seeds:
-        train = render_split(seed, args.train_images, args.size, device)
+        train = render_split(seed, args.train_images, args.size, device, masks=False)
         order = batch_order(seed, args.steps, args.batch, args.train_images)
         for name in schedules:
             records.append(train_one(args, name, seed, train, heldout, order, device, out))
