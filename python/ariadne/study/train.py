@@ -21,7 +21,9 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from . import checkpoint, data
+import ariadne
+
+from . import checkpoint, data, report
 from .model import SCHEDULES, StudyViT, pixel_rows, study_config, study_schedule
 
 
@@ -96,11 +98,13 @@ def evaluate(model: StudyViT, split: data.Batch, batch: int, autocast: bool) -> 
 
 
 def run_shs_cli(cli: str, weights: Path, schedule: str, window: int, heldout: Path, backend: str,
-                limit: int) -> dict:
-    """`ariadne shs` on the held-out images and masks with the trained weights; its JSON summary."""
+                limit: int, out: Path, heatmap_layers: int) -> dict:
+    """`ariadne shs` on the held-out images and masks with the trained weights; its JSON summary.
+    `out` receives what `ariadne shs --out` writes: received.npy per image and the heatmaps of
+    `heatmap_layers` layers over the image, with the patch labels."""
     cmd = [cli, "shs", "--weights", str(weights), "--schedule", schedule, "--window", str(window),
            "--image", str(heldout / "images"), "--masks", str(heldout / "masks"), "--backend", backend,
-           "--limit", str(limit), "--json", "yes"]
+           "--limit", str(limit), "--json", "yes", "--out", str(out), "--heatmap-layers", str(heatmap_layers)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"study: {' '.join(cmd)} failed ({r.returncode}): {r.stdout[-2000:]}{r.stderr[-2000:]}")
@@ -158,7 +162,7 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
     checkpoint.save(weights, model, record, args.save_dtype)
     if args.shs_cli:
         summary = run_shs_cli(args.shs_cli, weights, schedule.letters(), args.window, out / "heldout",
-                              args.shs_backend, args.shs_images)
+                              args.shs_backend, args.shs_images, run_dir / "shs", args.heatmap_layers)
         (run_dir / "shs.json").write_text(json.dumps(summary, indent=1))
         record["shs"] = {k: summary.get(k) for k in ("shs_index", "per_layer", "fg_dominant_share",
                                                     "attention_distance", "entropy", "sink_allocation",
@@ -218,7 +222,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--shs-images", type=int, default=64, help="held-out images written for and scored by shs")
     p.add_argument("--shs-backend", default=None,
                    help="encoder backend of `ariadne shs` (cpu, cuda, reference; default cuda with a CUDA --device)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--heatmap-layers", type=int, default=4, help="layers with `ariadne shs` heatmaps per run")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads of torch and of ariadne's CPU backend")
     p.add_argument("--log-every", type=int, default=50)
     args = p.parse_args(argv)
     if args.warmup is None:
@@ -230,6 +235,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+        ariadne.set_cpu_threads(args.threads)
     device = _device(args.device)
     if args.shs_backend is None:
         args.shs_backend = "cuda" if device.type == "cuda" else "cpu"
@@ -257,7 +263,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         del train
     results = dict(args=vars(args), runs=records, summary=summarize(records))
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    print(json.dumps(results["summary"], indent=1))
+    (out / "results.md").write_text(report.render(results))
+    print(report.render(results))
     return 0
 
 
