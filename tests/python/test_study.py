@@ -5,9 +5,6 @@ and, when a built CLI is found, `ariadne encode` / `ariadne shs --weights`). Abo
 
 import json
 import math
-import os
-import pathlib
-import shutil
 import subprocess
 
 import numpy as np
@@ -18,9 +15,8 @@ torch = pytest.importorskip("torch")
 import ariadne  # noqa: E402
 from ariadne.study import checkpoint, data, train  # noqa: E402
 from ariadne.study.model import StudyViT, pixel_rows, study_config, study_schedule  # noqa: E402
-from conftest import rel_l2  # noqa: E402
+from conftest import find_cli, rel_l2  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The encoder on the CPU against HF's fp32 tower: tol 1e-5 (docs/numerics.md); the same tower here.
 ENCODER_TOL = 1e-5
 
@@ -238,17 +234,6 @@ def test_tiny_model_trains_on_the_cpu(tmp_path):
         runs.append(json.loads((tmp_path / name / "runs" / "ariadne" / "seed0" / "metrics.json").read_text()))
     assert len(runs[0]["losses"]) == 6 and runs[0]["losses"] == runs[1]["losses"]
     assert runs[0]["heldout"] == runs[1]["heldout"]
-
-
-def find_cli():
-    env = os.environ.get("ARIADNE_CLI")
-    if env:
-        return env
-    for build in ("build", "build-cpu"):
-        path = ROOT / build / "ariadne"
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path)
-    return shutil.which("ariadne")
 
 
 def test_cli_reads_a_study_checkpoint(tmp_path):

@@ -49,9 +49,10 @@ def shs_vs_accuracy(summary: Dict[str, dict]) -> Tuple[Optional[float], List[str
 def render(results: dict) -> str:
     summary = results["summary"]
     args = results.get("args", {})
+    device = results["runs"][0]["device"] if results.get("runs") else "?"
     out = [f"Study: {args.get('steps')} steps of {args.get('batch')} images of {args.get('size')} px, depth "
-           f"{args.get('depth')}, hidden {args.get('hidden')}, {args.get('heads')} heads, window ±{args.get('window')}, "
-           f"device {results['runs'][0]['device'] if results.get('runs') else '?'}.", "", table(summary), ""]
+           f"{args.get('depth')}, hidden {args.get('hidden')}, {args.get('heads')} heads, "
+           f"window ±{args.get('window')}, device {device}.", "", table(summary), ""]
     r, names = shs_vs_accuracy(summary)
     if r is None:
         out.append(f"Pearson r (SHS-Index vs exact accuracy): not defined for {len(names)} configuration(s) "

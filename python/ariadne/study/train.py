@@ -151,7 +151,8 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
     metrics = evaluate(model, heldout, args.batch, gpu)
     # Runs of the SDPA baseline are kept apart from ariadne's: `chunk@sdpa`.
     run = schedule_name if args.attention == "ariadne" else f"{schedule_name}@{args.attention}"
-    record = dict(run=run, schedule_name=schedule_name, seed=seed, attention=args.attention, steps=args.steps, batch=args.batch, side=args.size,
+    record = dict(run=run, schedule_name=schedule_name, seed=seed, attention=args.attention, steps=args.steps,
+                  batch=args.batch, side=args.size,
                   classes=data.NUM_CLASSES, max_count=data.MAX_OBJECTS, train_images=args.train_images,
                   eval_seed=args.eval_seed, eval_images=args.eval_images, device=str(device),
                   heldout=metrics, loss_first=losses[0], loss_last=sum(losses[-10:]) / len(losses[-10:]),
@@ -212,7 +213,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--clip", type=float, default=1.0, help="gradient-norm clip")
     p.add_argument("--train-images", type=int, default=20000, help="training split size (cycled)")
     p.add_argument("--eval-images", type=int, default=1000)
-    p.add_argument("--eval-seed", type=int, default=1_000_000, help="the held-out split (no training seed may equal it)")
+    p.add_argument("--eval-seed", type=int, default=1_000_000,
+                   help="the held-out split (no training seed may equal it)")
     p.add_argument("--backend", default="auto", help="ariadne attention backend: auto, cpu, reference, cuda")
     p.add_argument("--attention", default="ariadne", choices=["ariadne", "sdpa"],
                    help="ariadne's op, or torch SDPA with dense masks (the throughput baseline)")
