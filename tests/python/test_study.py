@@ -280,3 +280,50 @@ def test_report_table_and_pearson():
     assert "| chunk | 3 | 0.600 ± 0.010 | 0.620 ± 0.010 |" in text
     r = report.pearson([0.70, 0.62, 0.69], [0.8, 0.6, 0.75])
     assert f"over 3 configurations: {r:.3f}" in text
+
+
+CUDA = torch.cuda.is_available() and ariadne.cuda_available()
+
+
+def _bf16_step_against_fp32_and_sdpa(name, config, side, device):
+    """One training step as the GPU run takes it (bf16 autocast, q/k/v in bf16 on ariadne's kernels)
+    against the fp32 model on the CPU, and against the SDPA path in bf16 on the same device: encoder
+    outputs within the whole-network bf16 bound of docs/numerics.md (2e-2); all gradients together
+    within 3e-2 of SDPA's, each parameter's within 1e-1 (small gradients carry bf16 noise)."""
+    schedule = study_schedule(name, config)
+    torch.manual_seed(0)
+    cpu = StudyViT(config, schedule, data.NUM_CLASSES, data.MAX_OBJECTS)
+    _random_sinks(cpu, torch.Generator().manual_seed(1))
+    b = data.make_batch(11, [0, 1], side=side)
+    rows, grids = pixel_rows(b.images, config)
+    with torch.no_grad():
+        ref = cpu.encode(rows, grids).numpy()
+    grads = {}
+    for attention in ("ariadne", "sdpa"):
+        model = StudyViT(config, schedule, data.NUM_CLASSES, data.MAX_OBJECTS, attention_dtype=torch.bfloat16,
+                         attention=attention).to(device)
+        model.load_state_dict(cpu.state_dict())
+        x = rows.to(device)
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+            with torch.no_grad():
+                out = model.encode(x, grids).float().cpu().numpy()
+            loss = train.loss_of(*model(x, grids), b.present.to(device), b.count.to(device))
+        loss.backward()
+        assert rel_l2(out, ref) <= 2e-2, attention
+        grads[attention] = {n: p.grad.float().cpu().numpy() for n, p in model.named_parameters()}
+    names = sorted(grads["ariadne"])
+    flat = [np.concatenate([grads[a][n].ravel() for n in names]) for a in ("ariadne", "sdpa")]
+    assert rel_l2(flat[0], flat[1]) <= 3e-2
+    for n in names:
+        assert rel_l2(grads["ariadne"][n], grads["sdpa"][n]) <= 1e-1, n
+
+
+@pytest.mark.parametrize("name", ["ariadne", "chunk+sink"])
+def test_bf16_step_on_the_cpu(name):
+    _bf16_step_against_fp32_and_sdpa(name, study_config(8, 64, 2), 224, "cpu")
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA build and a GPU")
+@pytest.mark.parametrize("name", ["ariadne", "chunk+sink", "full"])
+def test_bf16_step_on_the_gpu_at_the_study_size(name):
+    _bf16_step_against_fp32_and_sdpa(name, study_config(), 448, "cuda")
