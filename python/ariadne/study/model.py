@@ -146,6 +146,7 @@ class _Plan:
                 index = torch.from_numpy(ariadne.order_conversion(native, order_of(kind)).copy()).to(device)
             self.layers.append((pattern, torch.from_numpy(np.array(cu)).to(device), index))
         self.config, self.schedule, self.grids, self.device = config, schedule, list(grids), device
+        self._orders = orders  # the patterns may point into their orders' arrays: keep them alive
         self._masks: Optional[List[torch.Tensor]] = None
 
     def dense_masks(self) -> List[torch.Tensor]:
