@@ -327,3 +327,20 @@ def test_bf16_step_on_the_cpu(name):
 @pytest.mark.parametrize("name", ["ariadne", "chunk+sink", "full"])
 def test_bf16_step_on_the_gpu_at_the_study_size(name):
     _bf16_step_against_fp32_and_sdpa(name, study_config(), 448, "cuda")
+
+
+def test_report_pictures(tmp_path):
+    import xml.dom.minidom
+
+    from ariadne.study import report
+
+    stat = lambda m: dict(mean=m, std=0.0, n=1)  # noqa: E731
+    summary = {"full": dict(exact=stat(0.8), shs_index=stat(0.7), shs_per_layer=[0.6, 0.7, 0.8]),
+               "chunk": dict(exact=stat(0.6), shs_index=stat(0.62), shs_per_layer=[0.6, 0.62, 0.64])}
+    written = report.write_pictures(dict(summary=summary), tmp_path)
+    assert [p.name for p in written] == ["shs_per_layer.svg", "accuracy_vs_shs.svg"]
+    lines = xml.dom.minidom.parse(str(written[0])).getElementsByTagName("polyline")
+    assert len(lines) == 2 and len(lines[0].getAttribute("points").split()) == 3
+    assert len(xml.dom.minidom.parse(str(written[1])).getElementsByTagName("circle")) == 2
+    # Without SHS figures there is nothing to draw.
+    assert report.write_pictures(dict(summary={"full": dict(exact=stat(0.5))}), tmp_path / "none") == []

@@ -187,8 +187,17 @@ def summarize(records: Sequence[dict]) -> Dict[str, dict]:
             values["images_per_s"] = [r["images_per_s"] for r in rs]
         if all(r.get("shs_index") is not None for r in rs):
             values["shs_index"] = [r["shs_index"] for r in rs]
+            shs = [r["shs"] for r in rs]
+            values["fg_dominant_share"] = [x["fg_dominant_share"] for x in shs]
+            values["attention_distance_px"] = [x["attention_distance"]["pixels"] for x in shs]
+            values["entropy"] = [x["entropy"]["mean"] for x in shs]
+            if all((x.get("sink_allocation") or {}).get("bg_heavier_head_share") is not None for x in shs):
+                values["sink_bg_heavier_share"] = [x["sink_allocation"]["bg_heavier_head_share"] for x in shs]
         out[name] = {k: dict(mean=statistics.fmean(v), std=statistics.stdev(v) if len(v) > 1 else 0.0, n=len(v))
                      for k, v in values.items()}
+        if all(r.get("shs") for r in rs):  # per-layer SHS-Index, mean over seeds
+            layers = [r["shs"]["per_layer"] for r in rs]
+            out[name]["shs_per_layer"] = [statistics.fmean(col) for col in zip(*layers)]
     return out
 
 
@@ -266,6 +275,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     results = dict(args=vars(args), runs=records, summary=summarize(records))
     (out / "results.json").write_text(json.dumps(results, indent=1))
     (out / "results.md").write_text(report.render(results))
+    report.write_pictures(results, out)
     print(report.render(results))
     return 0
 
