@@ -344,3 +344,27 @@ def test_report_pictures(tmp_path):
     assert len(xml.dom.minidom.parse(str(written[1])).getElementsByTagName("circle")) == 2
     # Without SHS figures there is nothing to draw.
     assert report.write_pictures(dict(summary={"full": dict(exact=stat(0.5))}), tmp_path / "none") == []
+
+
+@pytest.mark.parametrize("letters,window", [("R+R+R+R+C+C+C+C+", 3), ("RRRRRRRR", 3), ("QQQQWWWW", 2)])
+def test_gradient_reach_equals_the_schedules_receptive_field(letters, window):
+    """Where a token's last hidden state has a non-zero gradient in the pixels is fixed by the
+    patterns: ariadne.receptive_field run through the layers in reverse (it spreads forward from a
+    token; a gradient gathers backward) gives the same patches, exactly. Schedules without a full
+    layer, so that the reach is partial; two start patches."""
+    from ariadne.study import measure
+
+    c = study_config(8, 32, 2)
+    schedule = study_schedule(letters, c, window)
+    torch.manual_seed(0)
+    model = StudyViT(c, schedule, data.NUM_CLASSES, data.MAX_OBJECTS, window)
+    image = data.make_batch(0, [0], side=224).images[0]
+    backward = ariadne.schedule("".join(s.letter + ("+" if s.sink else "") for s in reversed(schedule.layers)), window)
+    for row, col in [(8, 8), (3, 12)]:
+        g = measure.input_gradient_map(model, image, row, col)
+        rf = ariadne.receptive_field(backward, g.shape, (row, col), window=window, merge=2)
+        reached = np.asarray(rf.reached).reshape(g.shape) >= 0
+        assert 0 < reached.mean() < 1
+        assert np.array_equal(g > 0, reached)
+    r = measure.receptive_field(model, data.make_batch(0, [0, 1], side=224).images)
+    assert 0 < r["erf"] <= r["reach"] < 1 and r["distance_px"] > 0

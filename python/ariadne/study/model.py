@@ -261,6 +261,14 @@ class StudyViT(nn.Module):
         observe(layer, q, k, pattern, cu_seqlens, order, sink), when given, sees each layer's q and k
         after RoPE (native order) and the attention arguments, e.g. for diagnostics."""
         c = self.config
+        x = self.hidden(pixels, grids, observe)
+        unit = c.merge * c.merge
+        h = self.merger.ln_q(x).reshape(x.shape[0] // unit, unit * c.hidden)
+        return self.merger.mlp(h)
+
+    def hidden(self, pixels: torch.Tensor, grids: Sequence[Grid], observe=None) -> torch.Tensor:
+        """The last block's output [tokens, hidden] (fp32) in native order, before the merger."""
+        c = self.config
         grids = [(int(h), int(w)) for h, w in grids]
         tokens = sum(h * w for h, w in grids)
         if pixels.dim() != 2 or pixels.shape[0] != tokens or pixels.shape[1] != c.patch_dim:
@@ -288,9 +296,7 @@ class StudyViT(nn.Module):
             # The residual stream stays in fp32 under autocast (the encoder's CUDA path does the same).
             x = x + block.attn.proj(out.reshape(tokens, c.hidden)).float()
             x = x + block.mlp(block.norm2(x)).float()
-        unit = c.merge * c.merge
-        h = self.merger.ln_q(x).reshape(tokens // unit, unit * c.hidden)
-        return self.merger.mlp(h)
+        return x
 
     def forward(self, pixels: torch.Tensor, grids: Sequence[Grid]) -> Tuple[torch.Tensor, torch.Tensor]:
         merged = self.encode(pixels, grids)

@@ -23,7 +23,7 @@ import torch
 
 import ariadne
 
-from . import checkpoint, data, report
+from . import checkpoint, data, measure, report
 from .model import SCHEDULES, StudyViT, pixel_rows, study_config, study_schedule
 
 
@@ -149,6 +149,8 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
         if args.log_every and (step % args.log_every == 0 or step == args.steps - 1):
             print(f"[{schedule_name} seed {seed}] step {step}/{args.steps} loss {losses[-1]:.4f}", flush=True)
     metrics = evaluate(model, heldout, args.batch, gpu)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=gpu):
+        rf = measure.receptive_field(model, heldout.images[:args.rf_images]) if args.rf_images else None
     # Runs of the SDPA baseline are kept apart from ariadne's: `chunk@sdpa`.
     run = schedule_name if args.attention == "ariadne" else f"{schedule_name}@{args.attention}"
     record = dict(run=run, schedule_name=schedule_name, seed=seed, attention=args.attention, steps=args.steps,
@@ -156,7 +158,7 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
                   classes=data.NUM_CLASSES, max_count=data.MAX_OBJECTS, train_images=args.train_images,
                   eval_seed=args.eval_seed, eval_images=args.eval_images, device=str(device),
                   heldout=metrics, loss_first=losses[0], loss_last=sum(losses[-10:]) / len(losses[-10:]),
-                  images_per_s=timed_images / timed_seconds if timed_seconds else None)
+                  images_per_s=timed_images / timed_seconds if timed_seconds else None, receptive_field=rf)
     run_dir = out / "runs" / record["run"] / f"seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     weights = run_dir / "model.safetensors"
@@ -183,6 +185,9 @@ def summarize(records: Sequence[dict]) -> Dict[str, dict]:
     for name, rs in by.items():
         values = {"exact": [r["heldout"]["exact"] for r in rs], "set": [r["heldout"]["set"] for r in rs],
                   "count": [r["heldout"]["count"] for r in rs], "loss_last": [r["loss_last"] for r in rs]}
+        if all(r.get("receptive_field") for r in rs):
+            values["erf"] = [r["receptive_field"]["erf"] for r in rs]
+            values["erf_distance_px"] = [r["receptive_field"]["distance_px"] for r in rs]
         if all(r.get("images_per_s") for r in rs):
             values["images_per_s"] = [r["images_per_s"] for r in rs]
         if all(r.get("shs_index") is not None for r in rs):
@@ -233,6 +238,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--shs-images", type=int, default=64, help="held-out images written for and scored by shs")
     p.add_argument("--shs-backend", default=None,
                    help="encoder backend of `ariadne shs` (cpu, cuda, reference; default cuda with a CUDA --device)")
+    p.add_argument("--rf-images", type=int, default=16,
+                   help="held-out images of the receptive-field measurement on the trained model (0: none)")
     p.add_argument("--heatmap-layers", type=int, default=4, help="layers with `ariadne shs` heatmaps per run")
     p.add_argument("--threads", type=int, default=None, help="CPU threads of torch and of ariadne's CPU backend")
     p.add_argument("--log-every", type=int, default=50)
