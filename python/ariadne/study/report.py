@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 COLUMNS = (("exact", "held-out exact", 3), ("set", "class set", 3), ("count", "count", 3),
-           ("shs_index", "SHS-Index", 3), ("fg_dominant_share", "FG-dominant share", 3),
+           ("shs_index", "SHS-Index", 3), ("shs_ood_index", "SHS-Index VOC", 3),
+           ("fg_dominant_share", "FG-dominant share", 3),
            ("sink_bg_heavier_share", "sink takes more from BG", 3), ("attention_distance_px", "attn distance px", 1),
            ("entropy", "row entropy", 2), ("erf", "ERF 90% share", 3), ("erf_distance_px", "ERF distance px", 1),
            ("images_per_s", "train images/s", 1), ("loss_last", "final loss", 3))

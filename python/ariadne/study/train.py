@@ -97,13 +97,13 @@ def evaluate(model: StudyViT, split: data.Batch, batch: int, autocast: bool) -> 
     return {k: v / n for k, v in totals.items()}
 
 
-def run_shs_cli(cli: str, weights: Path, schedule: str, window: int, heldout: Path, backend: str,
+def run_shs_cli(cli: str, weights: Path, schedule: str, window: int, images: Path, masks: Path, backend: str,
                 limit: int, out: Path, heatmap_layers: int) -> dict:
-    """`ariadne shs` on the held-out images and masks with the trained weights; its JSON summary.
-    `out` receives what `ariadne shs --out` writes: received.npy per image and the heatmaps of
+    """`ariadne shs` on images and their masks with the trained weights; its JSON summary. `out`
+    receives what `ariadne shs --out` writes: received.npy per image and the heatmaps of
     `heatmap_layers` layers over the image, with the patch labels."""
     cmd = [cli, "shs", "--weights", str(weights), "--schedule", schedule, "--window", str(window),
-           "--image", str(heldout / "images"), "--masks", str(heldout / "masks"), "--backend", backend,
+           "--image", str(images), "--masks", str(masks), "--backend", backend,
            "--limit", str(limit), "--json", "yes", "--out", str(out), "--heatmap-layers", str(heatmap_layers)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -164,13 +164,20 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
     weights = run_dir / "model.safetensors"
     checkpoint.save(weights, model, record, args.save_dtype)
     if args.shs_cli:
-        summary = run_shs_cli(args.shs_cli, weights, schedule.letters(), args.window, out / "heldout",
-                              args.shs_backend, args.shs_images, run_dir / "shs", args.heatmap_layers)
+        keys = ("shs_index", "per_layer", "fg_dominant_share", "attention_distance", "entropy", "sink_allocation",
+                "images_scored")
+        summary = run_shs_cli(args.shs_cli, weights, schedule.letters(), args.window, out / "heldout" / "images",
+                              out / "heldout" / "masks", args.shs_backend, args.shs_images, run_dir / "shs",
+                              args.heatmap_layers)
         (run_dir / "shs.json").write_text(json.dumps(summary, indent=1))
-        record["shs"] = {k: summary.get(k) for k in ("shs_index", "per_layer", "fg_dominant_share",
-                                                    "attention_distance", "entropy", "sink_allocation",
-                                                    "images_scored")}
+        record["shs"] = {k: summary.get(k) for k in keys}
         record["shs_index"] = summary.get("shs_index")
+        if args.ood_images:  # real photos the model never saw: do its heads still split FG from BG?
+            ood = run_shs_cli(args.shs_cli, weights, schedule.letters(), args.window, Path(args.ood_images),
+                              Path(args.ood_masks), args.shs_backend, args.shs_images, run_dir / "shs_ood",
+                              args.heatmap_layers)
+            (run_dir / "shs_ood.json").write_text(json.dumps(ood, indent=1))
+            record["shs_ood"] = {k: ood.get(k) for k in keys}
     (run_dir / "metrics.json").write_text(json.dumps(dict(record, losses=losses), indent=1))
     return record
 
@@ -196,6 +203,8 @@ def summarize(records: Sequence[dict]) -> Dict[str, dict]:
             values["fg_dominant_share"] = [x["fg_dominant_share"] for x in shs]
             values["attention_distance_px"] = [x["attention_distance"]["pixels"] for x in shs]
             values["entropy"] = [x["entropy"]["mean"] for x in shs]
+            if all(r.get("shs_ood") for r in rs):
+                values["shs_ood_index"] = [r["shs_ood"]["shs_index"] for r in rs]
             if all((x.get("sink_allocation") or {}).get("bg_heavier_head_share") is not None for x in shs):
                 values["sink_bg_heavier_share"] = [x["sink_allocation"]["bg_heavier_head_share"] for x in shs]
         out[name] = {k: dict(mean=statistics.fmean(v), std=statistics.stdev(v) if len(v) > 1 else 0.0, n=len(v))
@@ -238,6 +247,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--shs-images", type=int, default=64, help="held-out images written for and scored by shs")
     p.add_argument("--shs-backend", default=None,
                    help="encoder backend of `ariadne shs` (cpu, cuda, reference; default cuda with a CUDA --device)")
+    p.add_argument("--ood-images", default=None,
+                   help="images of an out-of-distribution SHS probe (with --ood-masks and --shs-cli), e.g. "
+                        "labelme's VOC photos (docs/study.md)")
+    p.add_argument("--ood-masks", default=None, help="their label maps (<stem>.png or .npy)")
     p.add_argument("--rf-images", type=int, default=16,
                    help="held-out images of the receptive-field measurement on the trained model (0: none)")
     p.add_argument("--heatmap-layers", type=int, default=4, help="layers with `ariadne shs` heatmaps per run")
@@ -259,6 +272,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.shs_backend = "cuda" if device.type == "cuda" else "cpu"
     seeds = [int(s) for s in args.seeds.split(",") if s]
     schedules = [s for s in args.schedules.split(",") if s]
+    if bool(args.ood_images) != bool(args.ood_masks):
+        raise SystemExit("study: --ood-images and --ood-masks go together")
     if args.eval_seed in seeds:
         raise SystemExit(f"study: --eval-seed {args.eval_seed} is also a training seed; held-out data must differ")
     for name in schedules:  # fail before any training on a schedule that does not resolve
