@@ -20,7 +20,7 @@ import math
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -77,7 +77,7 @@ def _rng(seed: int, index: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), int(index)])
 
 
-def _colour(rng: np.random.Generator, hue: float = None) -> np.ndarray:
+def _colour(rng: np.random.Generator, hue: Optional[float] = None) -> np.ndarray:
     """An RGB colour in [0, 1]; near `hue` (±12°) when given, else any hue."""
     h = (hue + rng.uniform(-12, 12)) % 360 if hue is not None else rng.uniform(0, 360)
     s, v = rng.uniform(0.55, 1.0), rng.uniform(0.55, 1.0)
@@ -96,8 +96,11 @@ def _hsv(h: float, s: float, v: float) -> np.ndarray:
 def _background_params(rng: np.random.Generator, side: int) -> dict:
     scale = side / REFERENCE_SIDE
     hues = [c.hue for c in CLASSES]
-    # Clutter borrows the objects' hues half of the time: colour must not give an object away.
-    pick = lambda: _colour(rng, hues[rng.integers(len(hues))] if rng.random() < 0.5 else None)  # noqa: E731
+
+    def pick() -> np.ndarray:
+        # Clutter borrows the objects' hues half of the time: colour must not give an object away.
+        return _colour(rng, hues[rng.integers(len(hues))] if rng.random() < 0.5 else None)
+
     noise = []
     for cells in (4, 8, 16, 32, 64):
         if side // cells >= 2:
