@@ -234,6 +234,13 @@ def test_tiny_model_trains_on_the_cpu(tmp_path):
         runs.append(json.loads((tmp_path / name / "runs" / "ariadne" / "seed0" / "metrics.json").read_text()))
     assert len(runs[0]["losses"]) == 6 and runs[0]["losses"] == runs[1]["losses"]
     assert runs[0]["heldout"] == runs[1]["heldout"]
+    # A later call into the same folder with the same settings joins the summary; other settings do not.
+    joined = [x if x != "ariadne" else "chunk" for x in short] + [str(tmp_path / "a")]
+    assert train.main(joined) == 0
+    assert set(json.loads((tmp_path / "a" / "results.json").read_text())["summary"]) == {"ariadne", "chunk"}
+    other = [x if x != "6" else "5" for x in joined]
+    assert train.main(other) == 0
+    assert set(json.loads((tmp_path / "a" / "results.json").read_text())["summary"]) == {"chunk"}
 
 
 def test_cli_reads_a_study_checkpoint(tmp_path):

@@ -158,7 +158,8 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
                   classes=data.NUM_CLASSES, max_count=data.MAX_OBJECTS, train_images=args.train_images,
                   eval_seed=args.eval_seed, eval_images=args.eval_images, device=str(device),
                   heldout=metrics, loss_first=losses[0], loss_last=sum(losses[-10:]) / len(losses[-10:]),
-                  images_per_s=timed_images / timed_seconds if timed_seconds else None, receptive_field=rf)
+                  images_per_s=timed_images / timed_seconds if timed_seconds else None, receptive_field=rf,
+                  settings=study_settings(args))
     run_dir = out / "runs" / record["run"] / f"seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     weights = run_dir / "model.safetensors"
@@ -180,6 +181,24 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
             record["shs_ood"] = {k: ood.get(k) for k in keys}
     (run_dir / "metrics.json").write_text(json.dumps(dict(record, losses=losses), indent=1))
     return record
+
+
+def study_settings(args) -> dict:
+    """What must be equal for two runs to be compared: all but the schedule, seed and attention path."""
+    keys = ("steps", "batch", "size", "depth", "hidden", "heads", "intermediate", "window", "lr", "warmup",
+            "weight_decay", "clip", "train_images", "eval_images", "eval_seed", "backend", "shs_images")
+    return {k: getattr(args, k) for k in keys}
+
+
+def collect(out: Path, settings: dict) -> List[dict]:
+    """The records of every run under out/runs made with `settings`, in name and seed order."""
+    found = []
+    for path in sorted((out / "runs").glob("*/seed*/metrics.json")):
+        r = json.loads(path.read_text())
+        if r.get("settings") == settings:
+            r.pop("losses", None)
+            found.append(r)
+    return sorted(found, key=lambda r: (r["run"], r["seed"]))
 
 
 def summarize(records: Sequence[dict]) -> Dict[str, dict]:
@@ -294,6 +313,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"[{name} seed {seed}] held-out exact {r['heldout']['exact']:.3f} set {r['heldout']['set']:.3f} "
                   f"count {r['heldout']['count']:.3f}", flush=True)
         del train
+    # Earlier calls with the same settings into the same folder (other schedules, the SDPA baseline)
+    # join the summary: a study may be run in parts.
+    records = collect(out, study_settings(args))
     results = dict(args=vars(args), runs=records, summary=summarize(records))
     (out / "results.json").write_text(json.dumps(results, indent=1))
     (out / "results.md").write_text(report.render(results))
