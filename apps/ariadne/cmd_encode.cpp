@@ -70,10 +70,20 @@ int run_encode(const Args& args) {
   auto output_file = [&](const std::string& schedule_name, const std::string& cuda_order) {
     return several ? save + schedule_name + "_" + cuda_order + ".safetensors" : save;
   };
+  // A checkpoint's own sizes (read from its headers) decide, so that a trained tower of another
+  // depth than the preset's takes schedules of its own length.
+  ariadne::VitConfig checked = preset;
+  if (!weight_files.empty()) {
+    try {
+      checked = ariadne::read_vit_config(weight_files, preset);
+    } catch (const ariadne::Error& e) {
+      args.fail("weights", e.what());
+    }
+  }
   for (const std::string& name : schedule_names) {
     std::string resolved;
     try {
-      resolved = ariadne::vit_schedule(name, preset, window).name;
+      resolved = ariadne::vit_schedule(name, checked, window).name;
     } catch (const ariadne::Error& e) {
       args.fail("schedule", e.what());
     }

@@ -65,8 +65,18 @@ int run_shs_command(const Args& a) {
                                               [&](int l) { return l >= depth; }),
                                config.full_layers.end());
     }
+    // The schedule is checked before the weights are built or loaded, against the checkpoint's own
+    // sizes when one is given (read from its headers: a trained tower need not have the preset's depth).
+    ariadne::VitConfig checked = config;
+    if (!weight_files.empty()) {
+      try {
+        checked = ariadne::read_vit_config(weight_files, preset);
+      } catch (const ariadne::Error& e) {
+        a.fail("weights", e.what());
+      }
+    }
     try {
-      ariadne::vit_schedule(schedule, config, window);  // checked before the weights are built or loaded
+      ariadne::vit_schedule(schedule, checked, window);
     } catch (const ariadne::Error& e) {
       a.fail("schedule", e.what());
     }

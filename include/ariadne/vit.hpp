@@ -146,6 +146,10 @@ struct VitWeights {
 // `sink_init`. Errors name the file and the tensor.
 VitWeights load_vit_weights(const std::vector<std::string>& files, const VitConfig& defaults, float sink_init = 0);
 
+// The architecture load_vit_weights would report for `files`, read from the headers alone (no tensor
+// data is read): for checking a schedule against a checkpoint's depth before loading it.
+VitConfig read_vit_config(const std::vector<std::string>& files, const VitConfig& defaults);
+
 // Seeded random weights: Linear weights and biases uniform in ±1/sqrt(fan_in) (PyTorch's Linear
 // initialization), norm weights 1 + U(±0.1), sinks `sink_init`. Reported as random everywhere.
 VitWeights random_vit_weights(const VitConfig& config, uint64_t seed, float sink_init = 0);

@@ -2,6 +2,9 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <string>
+#include <tuple>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -102,21 +105,16 @@ struct Uniform {
   }
 };
 
-}  // namespace
-
-VitWeights load_vit_weights(const std::vector<std::string>& files, const VitConfig& defaults, float sink_init) {
-  const Checkpoint ck(files);
-  VitWeights w;
-  w.config = defaults;
-  w.source = ck.names();
-  w.sink_init = sink_init;
+// The tower's prefix and architecture from the tensors' shapes and the metadata (no tensor data is
+// read: the files are memory-mapped and only their headers are looked at).
+std::pair<std::string, VitConfig> checkpoint_config(const Checkpoint& ck, const VitConfig& defaults) {
+  std::string P;
   for (const char* p : {"visual.", "model.visual."})
-    if (ck.has(std::string(p) + "patch_embed.proj.weight")) w.prefix = p;
-  ARIADNE_CHECK(!w.prefix.empty(), ck.names(),
+    if (ck.has(std::string(p) + "patch_embed.proj.weight")) P = p;
+  ARIADNE_CHECK(!P.empty(), ck.names(),
                 ": no vision tower found (neither 'visual.patch_embed.proj.weight' nor "
                 "'model.visual.patch_embed.proj.weight')");
-  const std::string& P = w.prefix;
-  VitConfig& c = w.config;
+  VitConfig c = defaults;
 
   // Sizes from the shapes.
   const auto pe = ck.shape(P + "patch_embed.proj.weight");
@@ -146,7 +144,24 @@ VitWeights load_vit_weights(const std::vector<std::string>& files, const VitConf
   c.out_hidden = int(m2[0]);
   apply_metadata(ck, c);
   c.validate();
+  return {P, c};
+}
 
+}  // namespace
+
+VitConfig read_vit_config(const std::vector<std::string>& files, const VitConfig& defaults) {
+  return checkpoint_config(Checkpoint(files), defaults).second;
+}
+
+VitWeights load_vit_weights(const std::vector<std::string>& files, const VitConfig& defaults, float sink_init) {
+  const Checkpoint ck(files);
+  VitWeights w;
+  w.source = ck.names();
+  w.sink_init = sink_init;
+  std::tie(w.prefix, w.config) = checkpoint_config(ck, defaults);
+  const std::string& P = w.prefix;
+  const VitConfig& c = w.config;
+  const auto pe = ck.shape(P + "patch_embed.proj.weight");
   const int64_t H = c.hidden, I = c.intermediate, U = c.unit_dim();
   w.patch_embed = ck.read(P + "patch_embed.proj.weight", pe);
   for (int i = 0; i < c.depth; ++i) {

@@ -71,3 +71,15 @@ grep -q -- "--save-output.*blocked_full_fused.safetensors" <<<"$msg" || fail "th
 
 expect_error "not an image" encode --image "$data/weights.safetensors" --config small --schedule full
 expect_error "not a checkpoint" encode --image "$data/image_0.png" --weights "$data/image_0.png" --schedule full
+# A checkpoint's own depth decides the schedule's length, not the --config preset's (32 layers
+# for the default qwen2.5-vl): the 4-layer parity tower takes a 4-layer schedule as it is.
+with_small_vision_config "$data/weights.safetensors" "$tmp/small.safetensors"
+"$ARIADNE" encode --json --image "$data/image_0.png" --weights "$tmp/small.safetensors" --schedule R+R+C+F \
+  --window 3 --backend reference | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["layers"] == "R+R+C+F" and d["weights"]["random"] is False, d
+' || fail "encode did not take a schedule of the checkpoint's depth"
+msg=$("$ARIADNE" encode --image "$data/image_0.png" --weights "$tmp/small.safetensors" --schedule RRRRRRRR \
+  2>&1 >/dev/null) && fail "encode took an 8-layer schedule for a 4-layer checkpoint"
+grep -q -- "--schedule.*8 layers but the encoder has 4" <<<"$msg" || fail "the length error is not the checkpoint's: $msg"

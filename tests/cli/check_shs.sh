@@ -101,6 +101,23 @@ for bad in corrupt nomask samestem; do
   grep -qF "$want" <<<"$msg" || fail "shs with a bad second image ($bad): the error does not say '$want': $msg"
   [ -z "$(find "$tmp/out2" -type f 2>/dev/null)" ] || fail "shs with a bad second image ($bad) wrote $(find "$tmp/out2" -type f)"
 done
+# A checkpoint whose depth is not the --config preset's: the schedule is checked against the file's
+# own 4 layers (the parity tower of tests/data/vit), before anything is loaded.
+weights="$tmp/small.safetensors"
+with_small_vision_config "$(cd "$(dirname "$0")/../data/vit" && pwd)/weights.safetensors" "$weights"
+rm -rf "$tmp/img2" && mkdir -p "$tmp/img2" && cp "$voc/JPEGImages/2011_000003.jpg" "$tmp/img2/"
+"$ARIADNE" shs --json --image "$tmp/img2" --masks "$voc/SegmentationClass" --weights "$weights" --schedule R+R+C+F \
+  --window 3 --max-pixels 50000 | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["layers"] == 4 and d["source"]["random_weights"] is False and len(d["per_layer"]) == 4, d
+' || fail "shs did not take a schedule of the checkpoint's depth"
+msg=$("$ARIADNE" shs --image "$tmp/img2" --masks "$voc/SegmentationClass" --weights "$weights" --schedule ariadne \
+  2>&1 >/dev/null) && fail "shs took the 32-layer ariadne schedule for a 4-layer checkpoint"
+grep -q -- "--schedule.*32 layers but the encoder has 4" <<<"$msg" || fail "the length error is not the checkpoint's: $msg"
+msg=$("$ARIADNE" shs --image "$tmp/img2" --masks "$voc/SegmentationClass" --weights "$tmp/img2/2011_000003.jpg" \
+  --schedule full 2>&1 >/dev/null) && fail "shs took an image as weights"
+grep -q -- "--weights.*2011_000003.jpg" <<<"$msg" || fail "the bad checkpoint's error does not name it: $msg"
 # A failure after the first image's outputs (a truncated dump of the second image, found when its
 # layer is read) names the files already written.
 rm -rf "$tmp/img2" "$tmp/out2" "$tmp/masks2" "$tmp/qk2" && mkdir -p "$tmp/img2" "$tmp/masks2" "$tmp/qk2"

@@ -256,6 +256,10 @@ TEST(Vit, WeightsLoadFromEitherPrefixWithSinks) {
   EXPECT_EQ(a.layers[3].down_w, w.layers[3].down_w);
   EXPECT_TRUE(a.layers[2].sinks_from_file);
   EXPECT_EQ(a.layers[2].sinks, w.layers[2].sinks);
+  // The headers alone give the same architecture (the CLI checks --schedule against it before loading).
+  const VitConfig peek = read_vit_config({temp_path("a.safetensors")}, other);
+  EXPECT_EQ(peek.describe(), a.config.describe());
+  EXPECT_EQ(peek.depth, 4);
   const VitWeights b = load_vit_weights({temp_path("b.safetensors")}, other, 7.f);
   EXPECT_EQ(b.prefix, "model.visual.");
   EXPECT_FALSE(b.layers[0].sinks_from_file);
@@ -282,6 +286,7 @@ TEST(Vit, WeightsLoadFromEitherPrefixWithSinks) {
         << e.what();
   }
   EXPECT_THROW(load_vit_weights({data("reference.safetensors")}, c), Error);  // no tower in it
+  EXPECT_THROW(read_vit_config({data("reference.safetensors")}, c), Error);
 }
 
 TEST(Vit, BadInputsAreRefused) {

@@ -4,6 +4,8 @@ docs/numerics.md."""
 
 import math
 import os
+import pathlib
+import shutil
 import zlib
 
 import numpy as np
@@ -117,3 +119,17 @@ def rng(request):
     ARIADNE_TEST_SEED=n draws another set."""
     seed = zlib.crc32(request.node.nodeid.encode()) ^ int(os.environ.get("ARIADNE_TEST_SEED", "0"))
     return np.random.default_rng(seed)
+
+
+def find_cli():
+    """A built `ariadne` CLI: $ARIADNE_CLI, build/ariadne or build-cpu/ariadne of this checkout, or
+    one on PATH; None when there is none (tests that need it skip)."""
+    env = os.environ.get("ARIADNE_CLI")
+    if env:
+        return env
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for build in ("build", "build-cpu"):
+        path = root / build / "ariadne"
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    return shutil.which("ariadne")

@@ -5,16 +5,14 @@ $ARIADNE_CLI or build/ariadne). CPU only; the CUDA backend test runs where a GPU
 """
 
 import json
-import os
 import pathlib
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
 import ariadne
-from conftest import rel_l2
+from conftest import find_cli, rel_l2
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "vit"
@@ -119,17 +117,6 @@ def test_encoder_matches_hf(ref, weights, backend):
     assert rel_l2(ariadne.encode(weights, ariadne.preprocess(IMAGES, "small"), "chunk", backend=backend).out,
                   ref["output"]) <= 1e-5
     assert set(r.times) >= {"attention", "mlp", "total"} and r.times["total"] > 0
-
-
-def find_cli():
-    env = os.environ.get("ARIADNE_CLI")
-    if env:
-        return env
-    for build in ("build", "build-cpu"):
-        path = ROOT / build / "ariadne"
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path)
-    return shutil.which("ariadne")
 
 
 @pytest.mark.parametrize("schedule,sink_init", [("R+R+C+F", 0.75), ("R+C+Q+W", -0.5)])
