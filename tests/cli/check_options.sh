@@ -22,17 +22,18 @@ expect_message() {
 "$ARIADNE" help >"$tmp/help2" || fail "ariadne help exited non-zero"
 cmp -s "$tmp/help" "$tmp/help2" || fail "ariadne help and ariadne --help differ"
 commands=$(sed -n 's/^  \([a-z][a-z-]*\)  .*/\1/p' "$tmp/help")
-for c in attn demo encode flops llm llm-probe orders prefill rf schedule shs; do
+for c in attn decode-bench demo encode flops llm llm-probe orders prefill rf schedule shs; do
   grep -qx "$c" <<<"$commands" || fail "ariadne --help does not list '$c' (got: $commands)"
 done
 # Each command's --help exits 0, prints its usage and lists every option it declares (a sample
 # of each command's own options, and --json everywhere).
 declare -A sample=(
   [attn]="--tokens --heads --kv-heads --dim --pattern --sink --backend --repeat --check"
+  [decode-bench]="--context --batch --heads --kv-heads --head-dim --dtype --page-size --summary-stride --decode --decode-tau --repeat --threads"
   [demo]="--out --quick --part"
   [encode]="--image --weights --schedule --backend --config --sink --threads --save-output --cuda-order"
   [flops]="--side --schedule --window --heads --head-dim --tile"
-  [llm]="--gguf --task --tokens --depth --seeds --method --tau --stride --offset --protect --new --prompt --threads"
+  [llm]="--gguf --task --tokens --depth --seeds --method --tau --stride --offset --protect --new --prompt --threads --decode --decode-tau --page-size --batch --decode-compare"
   [llm-probe]="--probe-tau --probe-stride --probe-protect --probe-outputs --probe-tau-sweep --compare --per-layer --dump --qk --layer --repeat"
   [orders]="--grid --order --merge --qwen-window"
   [prefill]="--tokens --heads --kv-heads --method --tau --tau-sweep --protect --synthetic --metrics --threads"
