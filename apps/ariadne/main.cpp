@@ -1,6 +1,7 @@
 // ariadne — command-line entry: dispatches to the registered subcommands (cmd_*.cpp), answers
 // --help from their option tables, and turns every failure into one message (stderr) or, with
 // --json, one JSON error object on stdout.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <new>
@@ -16,8 +17,10 @@ using ariadne::cli::registry;
 void usage(std::ostream& os) {
   os << "usage: ariadne <command> [--option value ...] [--json]\n"
      << "       ariadne <command> --help     (the command's options)\n\ncommands:\n";
+  size_t width = 0;  // names aligned two spaces past the longest
+  for (const auto& entry : registry()) width = std::max(width, entry.first.size());
   for (const auto& [name, info] : registry())
-    os << "  " << name << std::string(name.size() < 12 ? 12 - name.size() : 1, ' ') << info.help << "\n";
+    os << "  " << name << std::string(width + 2 - name.size(), ' ') << info.help << "\n";
 }
 
 // --json as the option table reads it (bare, --json=V or --json V with V a boolean word), found
