@@ -8,10 +8,17 @@ on exactly those values) under the `model.visual.` prefix, writes two determinis
 runs HF's PIL-backend Qwen2-VL image processor on them and the tower on the resulting batch, and
 saves pixel_values, grid_thw and the tower's merged output.
 
+The video reference uses the same tower (read back from weights.safetensors): three seeded 56×84
+frames (no resize: the video processor resizes with torchvision, not PIL) through HF's
+Qwen2VLVideoProcessor, which pads them to four (grid_thw [2, 4, 6]), and the tower on that clip.
+It writes video_frame_{0,1,2}.png and video_reference.safetensors; `--video-only` makes only these
+and leaves the image files as they are. The video processor needs torchvision as well.
+
 Needs torch, transformers, safetensors, pillow, numpy in a virtual environment outside the repo:
     python3 -m venv /work/venv-hf && /work/venv-hf/bin/pip install torch transformers safetensors pillow numpy
     /work/venv-hf/bin/python scripts/make_vit_reference.py tests/data/vit
-tests/cpu/test_vit.cpp checks our encoder against the files (relative error <= 1e-5).
+tests/cpu/test_vit.cpp and tests/cpu/test_vit_video.cpp check our encoder against the files
+(relative error <= 1e-5).
 """
 import json
 import math
@@ -21,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -58,14 +65,62 @@ def model_fan_in(model: torch.nn.Module, bias_name: str) -> int:
     return weight.shape[1:].numel()
 
 
-def main() -> None:
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data/vit")
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(SEED)
+def small_config(full_layers=(1, 3)) -> Qwen2_5_VLVisionConfig:
     cfg = Qwen2_5_VLVisionConfig(depth=4, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=32,
                                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
-                                 fullatt_block_indexes=[1, 3], in_channels=3, hidden_act="silu")
+                                 fullatt_block_indexes=list(full_layers), in_channels=3, hidden_act="silu")
     cfg._attn_implementation = "eager"
+    return cfg
+
+
+def make_video_reference(out: Path) -> None:
+    """The small tower of weights.safetensors on a three-frame clip, through HF's video processor."""
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    state = {k.removeprefix("model.visual."): v.to(torch.float32)
+             for k, v in load_file(str(out / "weights.safetensors")).items()}
+    frames = [make_image(56, 84, SEED + 10 + f) for f in range(3)]
+    for f, im in enumerate(frames):
+        im.save(out / f"video_frame_{f}.png")
+    clip = np.stack([np.asarray(Image.open(out / f"video_frame_{f}.png").convert("RGB")) for f in range(3)])
+    # The image processor's pixel bounds (ours for both): the class defaults of the video processor
+    # (min 128·28·28) would upscale these small frames.
+    proc = Qwen2VLVideoProcessor(size={"shortest_edge": 3136, "longest_edge": 12845056})
+    batch = proc(videos=[clip], return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=False)
+    pixel_values = batch["pixel_values_videos"].to(torch.float32)
+    grid_thw = batch["video_grid_thw"]
+    assert grid_thw.tolist() == [[2, 4, 6]], grid_thw
+
+    outputs = {}
+    for key, full_layers in (("output", [1, 3]), ("output_all_full", [0, 1, 2, 3]), ("output_all_window", [])):
+        model = Qwen2_5_VisionTransformerPretrainedModel(small_config(full_layers)).to(torch.float32).eval()
+        model.load_state_dict(state)
+        with torch.no_grad():
+            outputs[key] = model(hidden_states=pixel_values, grid_thw=grid_thw).pooler_output.contiguous()
+            # HF's tower is block-diagonal over time: each temporal patch alone gives its rows.
+            half = pixel_values.shape[0] // 2
+            alone = [model(hidden_states=pixel_values[i * half:(i + 1) * half],
+                           grid_thw=torch.tensor([[1, 4, 6]])).pooler_output for i in range(2)]
+        assert torch.allclose(torch.cat(alone), outputs[key], rtol=1e-5, atol=1e-6), key
+    save_file({"pixel_values": pixel_values.contiguous(), "grid_thw": grid_thw.to(torch.float32).contiguous(),
+               **outputs},
+              str(out / "video_reference.safetensors"),
+              metadata={"made_by": "scripts/make_vit_reference.py",
+                        "transformers": __import__("transformers").__version__, "torch": torch.__version__,
+                        "frames": "3 (padded to 4 by the processor)"})
+    print(f"video: pixel_values {tuple(pixel_values.shape)}, grid_thw {grid_thw.tolist()}, "
+          f"output {tuple(outputs['output'].shape)}")
+
+
+def main() -> None:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    out = Path(args[0] if args else "tests/data/vit")
+    out.mkdir(parents=True, exist_ok=True)
+    if "--video-only" in sys.argv:
+        make_video_reference(out)
+        return
+    torch.manual_seed(SEED)
+    cfg = small_config()
     model = Qwen2_5_VisionTransformerPretrainedModel(cfg).to(torch.float32).eval()
     init_weights(model, SEED)
 
@@ -89,9 +144,7 @@ def main() -> None:
     # `full` schedule and for a custom all-chunk schedule ("WWWW").
     variants = {}
     for key, full_layers in (("output_all_full", [0, 1, 2, 3]), ("output_all_window", [])):
-        vcfg = Qwen2_5_VLVisionConfig(**{**cfg.to_dict(), "fullatt_block_indexes": full_layers})
-        vcfg._attn_implementation = "eager"
-        vm = Qwen2_5_VisionTransformerPretrainedModel(vcfg).to(torch.float32).eval()
+        vm = Qwen2_5_VisionTransformerPretrainedModel(small_config(full_layers)).to(torch.float32).eval()
         vm.load_state_dict(model.state_dict())
         with torch.no_grad():
             variants[key] = vm(hidden_states=pixel_values, grid_thw=grid_thw).pooler_output.to(torch.float32).contiguous()
@@ -105,6 +158,7 @@ def main() -> None:
               metadata={"made_by": "scripts/make_vit_reference.py", "transformers": __import__("transformers").__version__,
                         "torch": torch.__version__, "vision_config": json.dumps(cfg.to_dict(), default=str)})
     print(f"pixel_values {tuple(pixel_values.shape)}, grid_thw {grid_thw.tolist()}, output {tuple(merged.shape)}")
+    make_video_reference(out)
 
 
 if __name__ == "__main__":

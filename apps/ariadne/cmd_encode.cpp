@@ -1,9 +1,12 @@
-// `ariadne encode`: images through the Qwen2.5-VL-compatible encoder with a chosen attention
-// schedule; tokens, grids, output shape, time per stage and a checksum of the output.
+// `ariadne encode`: images, or one video clip, through the Qwen2.5-VL-compatible encoder with a
+// chosen attention schedule; tokens, grids, output shape, time per stage and a checksum of the output.
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <string>
 
@@ -37,8 +40,36 @@ std::string fnv1a(const std::vector<float>& v) {
   return buf;
 }
 
+// --video: one folder (its .jpg/.jpeg/.png files in name order: frame numbers must sort) or a list
+// of frame files in time order.
+std::vector<std::string> video_frames(const Args& args) {
+  namespace fs = std::filesystem;
+  const std::vector<std::string> given = args.strs("video");
+  std::vector<std::string> frames;
+  ariadne::with_path_errors(given[0], "list the frames", [&] {
+    if (given.size() == 1 && fs::is_directory(given[0])) {
+      for (const auto& e : fs::directory_iterator(given[0])) {
+        std::string ext = e.path().extension().string();
+        std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+        if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg" || ext == ".png"))
+          frames.push_back(e.path().string());
+      }
+      std::sort(frames.begin(), frames.end());
+      if (frames.empty()) args.fail("video", given[0] + ": no .jpg, .jpeg or .png frame in the folder");
+    } else {
+      for (const std::string& f : given)
+        if (fs::is_directory(f)) args.fail("video", f + " is a folder: give one folder, or a list of frame files");
+      frames = given;
+    }
+  });
+  return frames;
+}
+
 int run_encode(const Args& args) {
-  const std::vector<std::string> files = args.strs("image");
+  // Either images (a batch of stills) or one clip (--video); a clip's frames are `files` too.
+  if (args.given("image") == args.given("video")) args.fail("image", "give either --image or --video (one of them)");
+  const bool video = args.given("video");
+  const std::vector<std::string> files = video ? video_frames(args) : args.strs("image");
   const std::vector<std::string> weight_files = args.strs("weights");
   // Several schedules and orders (comma lists) run one after another on the same loaded weights and
   // pixels; the JSON is then {"runs": [one object per run]} and --save-output is a prefix.
@@ -110,6 +141,11 @@ int run_encode(const Args& args) {
   auto t0 = Clock::now();
   std::vector<ariadne::Image> images;
   for (const auto& f : files) images.push_back(ariadne::read_image(f));
+  for (size_t i = 1; video && i < images.size(); ++i)  // one clip has one frame size
+    if (images[i].width != images[0].width || images[i].height != images[0].height)
+      args.fail("video", files[i] + " is " + std::to_string(images[i].width) + "x" + std::to_string(images[i].height) +
+                             ", expected the size of the first frame " + files[0] + " (" +
+                             std::to_string(images[0].width) + "x" + std::to_string(images[0].height) + ")");
   const double t_decode = ms_since(t0);
 
   t0 = Clock::now();
@@ -118,16 +154,18 @@ int run_encode(const Args& args) {
                                     : ariadne::load_vit_weights(weight_files, preset, float(sink_init));
   const double t_weights = ms_since(t0);
   t0 = Clock::now();
-  const ariadne::PixelBatch px = ariadne::preprocess(images, w.config, pre);
+  const ariadne::PixelBatch px =
+      video ? ariadne::preprocess_video(images, w.config, pre) : ariadne::preprocess(images, w.config, pre);
   const double t_pre = ms_since(t0);
   std::vector<std::string> written;  // named by the error of a run that fails after them
   if (!save_pixels.empty()) {  // the encoder's input rows and grids (HF's pixel_values / image_grid_thw layout)
-    std::vector<float> thw;  // f32: the writer's dtypes are the float ones
-    for (const auto& g : px.grids) thw.insert(thw.end(), {1.f, float(g.h), float(g.w)});
+    std::vector<float> thw;  // f32: the writer's dtypes are the float ones; one row per input
+    for (size_t i = 0, first = 0; i < px.grid_t.size(); first += size_t(px.grid_t[i]), ++i)
+      thw.insert(thw.end(), {float(px.grid_t[i]), float(px.grids[first].h), float(px.grids[first].w)});
     ariadne::write_safetensors(
         save_pixels,
         {{"pixel_values", ariadne::DType::f32, {px.tokens(), px.patch_dim}, px.values.data()},
-         {"grid_thw", ariadne::DType::f32, {int64_t(px.grids.size()), 3}, thw.data()}},
+         {"grid_thw", ariadne::DType::f32, {int64_t(px.grid_t.size()), 3}, thw.data()}},
         {});
     written.push_back(save_pixels);
   }
@@ -168,14 +206,24 @@ int run_encode(const Args& args) {
     const auto& t = r.times;
     if (json) {
       nlohmann::json imgs = nlohmann::json::array();
-      for (size_t i = 0; i < images.size(); ++i)
-        imgs.push_back({{"file", files[i]},
-                        {"size", {images[i].height, images[i].width}},
-                        {"resized", {px.grids[i].h * w.config.patch, px.grids[i].w * w.config.patch}},
-                        {"grid", {px.grids[i].h, px.grids[i].w}}});
+      nlohmann::json clip;
+      if (video) {
+        const ariadne::Grid& g = px.grids[0];
+        clip = {{"frames", files},
+                {"frames_padded", px.grid_t[0] * w.config.temporal},
+                {"size", {images[0].height, images[0].width}},
+                {"resized", {g.h * w.config.patch, g.w * w.config.patch}},
+                {"grid_thw", {px.grid_t[0], g.h, g.w}}};
+      } else {
+        for (size_t i = 0; i < images.size(); ++i)
+          imgs.push_back({{"file", files[i]},
+                          {"size", {images[i].height, images[i].width}},
+                          {"resized", {px.grids[i].h * w.config.patch, px.grids[i].w * w.config.patch}},
+                          {"grid", {px.grids[i].h, px.grids[i].w}}});
+      }
       const auto& c = w.config;
       return nlohmann::json(
-          {{"images", imgs},
+          {{video ? "video" : "images", video ? clip : imgs},
            {"tokens", r.tokens},
            {"units", r.units},
            {"output_shape", {r.units, r.out_hidden}},
@@ -204,7 +252,13 @@ int run_encode(const Args& args) {
     }
     std::printf("%sweights: %s%s\n", several ? "\n" : "", w.random ? "RANDOM " : "", w.source.c_str());
     std::printf("config: %s\n", w.config.describe().c_str());
-    for (size_t i = 0; i < images.size(); ++i)
+    if (video)
+      std::printf("video: %zu frames (%d after padding to the temporal patch %d) of %dx%d -> %dx%d px, "
+                  "grid_thw %dx%dx%d\n",
+                  files.size(), px.grid_t[0] * w.config.temporal, w.config.temporal, images[0].width,
+                  images[0].height, px.grids[0].w * w.config.patch, px.grids[0].h * w.config.patch, px.grid_t[0],
+                  px.grids[0].h, px.grids[0].w);
+    for (size_t i = 0; i < images.size() && !video; ++i)
       std::printf("image %s: %dx%d -> %dx%d px, grid %dx%d\n", files[i].c_str(), images[i].width, images[i].height,
                   px.grids[i].w * w.config.patch, px.grids[i].h * w.config.patch, px.grids[i].h, px.grids[i].w);
     std::printf("schedule %s (%s): %d order changes, attention on %s, sinks %s\n", schedule.name.c_str(),
@@ -232,8 +286,10 @@ int run_encode(const Args& args) {
 
 using namespace ariadne::cli;
 const Command reg{
-    "encode", "images through the vision encoder with an attention schedule",
-    {path_list("image", PathKind::in_file, "PNG or JPEG images (several: a.png,b.jpg)").needed(),
+    "encode", "images or a video clip through the vision encoder with an attention schedule",
+    {path_list("image", PathKind::in_file, "PNG or JPEG images (several: a.png,b.jpg); or --video"),
+     path_list("video", PathKind::in_any,
+               "one clip: a folder of .jpg/.jpeg/.png frames (name order) or frame files in time order"),
      path_list("weights", PathKind::in_file, "safetensors checkpoint shards (absent: seeded random weights)"),
      text_list("schedule", "", "attention schedules: presets or short syntax (several run in turn)").needed(),
      choice("backend", "cpu", {"reference", "cpu", "cuda"}, "attention and model backend"),

@@ -17,7 +17,9 @@
 //                (Qwen's cu_window_seqlens): a 14×16 patch grid gives [0, 64, 128, 176, 224].
 //
 // Several images are packed one after another: image i occupies sequence positions
-// [cu_seqlens[i], cu_seqlens[i+1]) in every order (orders never mix images). The *spatial index* of
+// [cu_seqlens[i], cu_seqlens[i+1]) in every order (orders never mix images). A video clip is packed
+// as one grid per temporal patch (vit.hpp, PixelBatch), so every order, and Ariadne's row/column
+// walks over it, stays inside one temporal patch. The *spatial index* of
 // patch (r, c) of image i is cu_seqlens[i] + r·w_i + c (raster inside the image).
 #pragma once
 

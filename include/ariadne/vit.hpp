@@ -90,9 +90,20 @@ std::pair<int, int> smart_resize(int height, int width, int factor, int64_t min_
 // skipped, as PIL does.
 Image resize_bicubic(const Image& src, int out_width, int out_height);
 
-// Pixel rows of a batch, as the Qwen2.5-VL image processor makes them.
+// Pixel rows of a batch, as the Qwen2.5-VL image and video processors make them.
+//
+// Video. A clip of grid_t temporal patches (`temporal` frames each) enters the batch as grid_t
+// consecutive grids of the same h×w, one per temporal patch, in time order. That is exactly how
+// Qwen2.5-VL treats it: its rows are (t, merge unit, patch) with t outermost, RoPE positions
+// restart at (0, 0) in every temporal patch, windows are built per temporal patch and even the full
+// layers attend within one (cu_seqlens = h·w repeated grid_t times). The tower is block-diagonal
+// over time, so every part of the encoder (orders, row/column walks, patterns, backends) that keeps
+// images apart keeps temporal patches apart with no code of its own.
 struct PixelBatch {
-  std::vector<Grid> grids;   // per image: patch rows h and columns w (h, w multiples of merge)
+  std::vector<Grid> grids;   // per temporal patch: patch rows h and columns w (h, w multiples of
+                             // merge); an image has one, a clip grid_t
+  std::vector<int> grid_t;   // per input (image or clip), in order: its temporal patches (an image: 1);
+                             // Σ grid_t = grids.size() (HF's grid_thw is {grid_t, h, w} per input)
   int patch_dim = 0;
   std::vector<float> values;  // [tokens, patch_dim]; rows in block_row order, image after image;
                               // columns ordered (channel, t, py, px)
@@ -104,6 +115,15 @@ struct PixelBatch {
 // Qwen2VLImageProcessor (tests/data/vit holds the evidence).
 PixelBatch preprocess(const std::vector<Image>& images, const VitConfig& config,
                       const PreprocessOptions& options = {});
+
+// One video clip: its frames, in time order, all of one size. The size is resized as an image's
+// (smart_resize of frame 0's size with the same options, then resize_bicubic per frame) and
+// normalized the same way; the frame count is rounded up to a multiple of `temporal` by repeating
+// the last frame (HF's video processor rule); frame pair k (frames k·T … k·T+T−1) becomes temporal
+// patch k, its frames in the t column of the rows. Returns one input: grid_t = ⌈frames / T⌉ grids.
+// Frame sampling (fps) is the caller's: every frame given is used. Errors name the frame.
+PixelBatch preprocess_video(const std::vector<Image>& frames, const VitConfig& config,
+                            const PreprocessOptions& options = {});
 
 // ---------------------------------------------------------------- weights
 struct VitLayerWeights {
@@ -218,8 +238,10 @@ struct EncodeResult {
                                   // when requested: keep_hidden)
 };
 
-// Runs the encoder on pixel rows (preprocess()) with `schedule` (vit_schedule()).
-// pixels: [tokens, patch_dim] block_row rows, image after image, matching `grids`.
+// Runs the encoder on pixel rows (preprocess(), preprocess_video()) with `schedule` (vit_schedule()).
+// pixels: [tokens, patch_dim] block_row rows, image after image, matching `grids`; a clip's
+// temporal patches are consecutive grids (PixelBatch), so its output rows are temporal patch after
+// temporal patch, as HF's.
 EncodeResult encode(const VitWeights& weights, const std::vector<float>& pixels,
                     const std::vector<Grid>& grids, const Schedule& schedule,
                     const EncodeOptions& options = {}, bool keep_hidden = false);

@@ -1,4 +1,5 @@
 // Qwen2.5-VL image preprocessing: smart resize, PIL-exact bicubic, CLIP normalization, patch rows.
+#include <algorithm>
 #include <cmath>
 
 #include "ariadne/error.hpp"
@@ -142,41 +143,96 @@ Image resize_bicubic(const Image& src, int out_width, int out_height) {
   return cur;
 }
 
+namespace {
+
+// Normalized planes [3, h, w] of one resized image, computed as HF does: u8 · (1/255) in double
+// rounded to float, then (x − mean) / std in float.
+std::vector<float> normalized_planes(const Image& r, const PreprocessOptions& options) {
+  const int h = r.height, w = r.width;
+  std::vector<float> plane(size_t(3) * size_t(h) * size_t(w));
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) {
+        const float v = float(double(r.at(y, x, c)) * (1.0 / 255.0));
+        plane[(size_t(c) * size_t(h) + size_t(y)) * size_t(w) + size_t(x)] =
+            (v - options.mean[size_t(c)]) / options.std[size_t(c)];
+      }
+  return plane;
+}
+
+// Appends the patch rows of one temporal patch: rows in block_row order (merge units in raster
+// order, the M×M patches of a unit in raster order), columns (channel, t, py, px) where frame t
+// of the temporal patch is frames[t] (planes [3, h, w] of the grid's size).
+void append_rows(const std::vector<const std::vector<float>*>& frames, const Grid& g, const VitConfig& config,
+                 std::vector<float>& out) {
+  const int P = config.patch, M = config.merge, T = int(frames.size());
+  const size_t h = size_t(g.h) * size_t(P), w = size_t(g.w) * size_t(P);
+  for (int uy = 0; uy < g.h / M; ++uy)
+    for (int ux = 0; ux < g.w / M; ++ux)
+      for (int my = 0; my < M; ++my)
+        for (int mx = 0; mx < M; ++mx) {
+          const size_t py0 = size_t((uy * M + my) * P), px0 = size_t((ux * M + mx) * P);
+          for (size_t c = 0; c < 3; ++c)
+            for (int t = 0; t < T; ++t) {
+              const std::vector<float>& plane = *frames[size_t(t)];
+              for (size_t py = 0; py < size_t(P); ++py)
+                for (size_t px = 0; px < size_t(P); ++px) out.push_back(plane[(c * h + py0 + py) * w + px0 + px]);
+            }
+        }
+}
+
+}  // namespace
+
 PixelBatch preprocess(const std::vector<Image>& images, const VitConfig& config, const PreprocessOptions& options) {
   config.validate();
   ARIADNE_CHECK(!images.empty(), "preprocess: no image given");
   PixelBatch batch;
   batch.patch_dim = config.patch_dim();
-  const int P = config.patch, T = config.temporal, M = config.merge;
   for (size_t n = 0; n < images.size(); ++n) {
     const Image& im = images[n];
     ARIADNE_CHECK(im.channels == 3, "preprocess: image ", n, " has ", im.channels, " channels, expected RGB (3)");
     const auto [h, w] = smart_resize(im.height, im.width, config.factor(), options.min_pixels, options.max_pixels);
-    const Image r = (h == im.height && w == im.width) ? im : resize_bicubic(im, w, h);
-    // Normalized planes [3, h, w], computed as HF does: u8 · (1/255) in double rounded to float,
-    // then (x − mean) / std in float.
-    std::vector<float> plane(size_t(3) * size_t(h) * size_t(w));
-    for (int c = 0; c < 3; ++c)
-      for (int y = 0; y < h; ++y)
-        for (int x = 0; x < w; ++x) {
-          const float v = float(double(r.at(y, x, c)) * (1.0 / 255.0));
-          plane[(size_t(c) * size_t(h) + size_t(y)) * size_t(w) + size_t(x)] = (v - options.mean[size_t(c)]) / options.std[size_t(c)];
-        }
-    const Grid g{h / P, w / P};
+    const std::vector<float> plane =
+        normalized_planes((h == im.height && w == im.width) ? im : resize_bicubic(im, w, h), options);
+    const Grid g{h / config.patch, w / config.patch};
     batch.grids.push_back(g);
-    // Rows in block_row order: merge units in raster order, the M×M patches of a unit in raster
-    // order; columns (channel, t, py, px) with the frame repeated T times.
-    for (int uy = 0; uy < g.h / M; ++uy)
-      for (int ux = 0; ux < g.w / M; ++ux)
-        for (int my = 0; my < M; ++my)
-          for (int mx = 0; mx < M; ++mx) {
-            const int py0 = (uy * M + my) * P, px0 = (ux * M + mx) * P;
-            for (int c = 0; c < 3; ++c)
-              for (int t = 0; t < T; ++t)
-                for (int py = 0; py < P; ++py)
-                  for (int px = 0; px < P; ++px)
-                    batch.values.push_back(plane[(size_t(c) * size_t(h) + size_t(py0 + py)) * size_t(w) + size_t(px0 + px)]);
-          }
+    batch.grid_t.push_back(1);
+    // A still image is `temporal` identical frames.
+    append_rows(std::vector<const std::vector<float>*>(size_t(config.temporal), &plane), g, config, batch.values);
+  }
+  return batch;
+}
+
+PixelBatch preprocess_video(const std::vector<Image>& frames, const VitConfig& config,
+                            const PreprocessOptions& options) {
+  config.validate();
+  ARIADNE_CHECK(!frames.empty(), "preprocess_video: no frame given");
+  const Image& first = frames[0];
+  const auto [h, w] = smart_resize(first.height, first.width, config.factor(), options.min_pixels,
+                                   options.max_pixels);
+  std::vector<std::vector<float>> planes;
+  planes.reserve(frames.size());
+  for (size_t n = 0; n < frames.size(); ++n) {
+    const Image& im = frames[n];
+    ARIADNE_CHECK(im.channels == 3, "preprocess_video: frame ", n, " has ", im.channels,
+                  " channels, expected RGB (3)");
+    // One clip has one size: its temporal patches share the grid, as HF's processor requires.
+    ARIADNE_CHECK(im.width == first.width && im.height == first.height, "preprocess_video: frame ", n, " is ",
+                  im.width, "x", im.height, ", expected the size of frame 0 (", first.width, "x", first.height, ")");
+    planes.push_back(normalized_planes((h == im.height && w == im.width) ? im : resize_bicubic(im, w, h), options));
+  }
+  const int T = config.temporal;
+  const size_t padded = (frames.size() + size_t(T) - 1) / size_t(T) * size_t(T);
+  PixelBatch batch;
+  batch.patch_dim = config.patch_dim();
+  const Grid g{h / config.patch, w / config.patch};
+  batch.grid_t.push_back(int(padded / size_t(T)));
+  for (size_t t0 = 0; t0 < padded; t0 += size_t(T)) {
+    // Frames past the end repeat the last one (HF pads the clip to a multiple of the temporal patch).
+    std::vector<const std::vector<float>*> group;
+    for (size_t t = t0; t < t0 + size_t(T); ++t) group.push_back(&planes[std::min(t, planes.size() - 1)]);
+    batch.grids.push_back(g);
+    append_rows(group, g, config, batch.values);
   }
   return batch;
 }
