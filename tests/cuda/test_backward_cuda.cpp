@@ -275,5 +275,29 @@ TEST(CudaBackward, ForcedKernelsNameWhyTheyCannotRun) {
   }
 }
 
+// automatic takes the wgmma kernel for rows without a left bound (full, causal, block-sparse with
+// a block of 128) and the tile kernel for windows and chunks (docs/design/backward.md).
+TEST(CudaBackward, AutomaticRoutesRowsWithoutALeftBoundToWgmma) {
+  for (const auto& [dim, pattern, want] :
+       {std::tuple{64, "full", CudaKernel::wgmma}, std::tuple{80, "causal", CudaKernel::wgmma},
+        std::tuple{128, "causal+blocks:0.5@128", CudaKernel::wgmma}, std::tuple{80, "window:64,64", CudaKernel::tile},
+        std::tuple{80, "chunk:64", CudaKernel::tile}, std::tuple{64, "window:100,0", CudaKernel::tile}}) {
+    AttnCase c;
+    c.tokens_q = {300};
+    c.dim = dim;
+    c.pattern = pattern;
+    const PreparedCase pc = prepare(c, cuda_testing::base_seed());
+    const BackwardCase bc = prepare_backward(pc);
+    DeviceBackward db(pc, bc, poisoned_grads(pc, false));
+    BackwardOptions opts;
+    opts.backend = Backend::cuda;
+    opts.cuda_kernel = CudaKernel::wgmma;  // off compute capability 9.0 the wgmma kernel is refused
+    const std::string why = error_of([&] { plan_attention_backward(db.d.p, db.g, opts); });
+    if (why.find("compute capability") != std::string::npos) GTEST_SKIP() << why;
+    opts.cuda_kernel = CudaKernel::automatic;
+    EXPECT_EQ(plan_attention_backward(db.d.p, db.g, opts).cuda_kernel(), want) << pattern << " d " << dim;
+  }
+}
+
 }  // namespace
 }  // namespace ariadne

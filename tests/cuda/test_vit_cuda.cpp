@@ -132,6 +132,63 @@ TEST(VitCuda, MatchesCpuEncoder) {
   }
 }
 
+// A video clip enters the encoder as one grid per temporal patch (vit.hpp, PixelBatch), so the GPU
+// runs it on the multi-image path: HF's three-frame clip (grid_thw [2, 4, 6]) in bf16, and a
+// head-dim-80 clip of three temporal patches against the CPU encoder, block-diagonal over time.
+TEST(VitCuda, VideoClip) {
+  const SafetensorsFile ref(data("video_reference.safetensors"));
+  const std::vector<float> pixels = ref.read_f32("pixel_values");
+  const std::vector<float> thw = ref.read_f32("grid_thw");
+  ASSERT_EQ(thw.size(), 3u);
+  const std::vector<Grid> grids(size_t(thw[0]), Grid{int(thw[1]), int(thw[2])});
+  const VitWeights hw = load_vit_weights({data("weights.safetensors")}, VitConfig::small());
+  for (const auto& [sched, name] : {std::pair{"chunk", "output"}, std::pair{"full", "output_all_full"}}) {
+    const EncodeResult r = encode(hw, pixels, grids, vit_schedule(sched, hw.config), on(Backend::cuda));
+    std::vector<float> out = r.out, hf = ref.read_f32(name);
+    const testing::Diff d = diff(out, hf);
+    std::printf("HF video parity (%s, GPU bf16): relative L2 %.3g, max |diff| %.3g of max |ref| %.3g\n", sched,
+                d.rel_l2, d.max_abs, d.ref_max);
+    EXPECT_TRUE(testing::close_enough(sched, d, kTol));
+  }
+
+  VitConfig c = VitConfig::small();
+  c.hidden = 160;
+  c.heads = 2;
+  c.intermediate = 96;
+  c.out_hidden = 48;
+  VitWeights w = random_vit_weights(c, cuda_testing::base_seed() + 21, 0.5f);
+  round_to_bf16(w);
+  const std::vector<Grid> clip(3, Grid{8, 12});  // 96 tokens per temporal patch
+  const size_t row = size_t(c.patch_dim()), per_tp = 96 / 4 * size_t(c.out_hidden);
+  std::vector<float> px = random_values(3 * 96 * row, cuda_testing::base_seed() + 5, -2, 2);
+  for (float& x : px) x = bf16_round(x);
+  std::vector<float> changed = px;  // temporal patch 0 negated
+  for (size_t i = 0; i < 96 * row; ++i) changed[i] = -changed[i];
+  for (const char* sched : {"R+C+R+F", "chunk", "full"}) {
+    SCOPED_TRACE(sched);
+    // Window 100 tokens per side: a band that crossed time would reach the next temporal patch.
+    const Schedule s = vit_schedule(sched, c, 100);
+    const EncodeResult cpu = encode(w, px, clip, s, on(Backend::reference));
+    for (bool fused : {true, false}) {
+      const EncodeResult gpu = encode(w, px, clip, s, on(Backend::cuda, fused));
+      std::vector<float> out = gpu.out, want = cpu.out;
+      const testing::Diff d = diff(out, want);
+      std::printf("video clip %s %s: rel L2 %.3g against the CPU encoder\n", sched, fused ? "fused" : "gather",
+                  d.rel_l2);
+      EXPECT_TRUE(testing::close_enough("clip", d, kTol)) << (fused ? "fused" : "gather");
+      const EncodeResult gpu2 = encode(w, changed, clip, s, on(Backend::cuda, fused));
+      double first = 0, later = 0, scale = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        const double dd = std::fabs(double(gpu2.out[i]) - double(out[i]));
+        (i < per_tp ? first : later) = std::max(i < per_tp ? first : later, dd);
+        scale = std::max(scale, std::fabs(double(out[i])));
+      }
+      EXPECT_GT(first, 1e-2 * scale) << "temporal patch 0's change did not show";
+      EXPECT_LE(later, 1e-4 * scale) << "temporal patch 0's change reached later temporal patches";
+    }
+  }
+}
+
 // The pieces the encoder does not reach on their own: linear with and without bias / residual,
 // add, against host loops on bf16-valued data.
 TEST(VitCuda, NnPieces) {
