@@ -281,14 +281,15 @@ std::vector<MethodSpec> run_methods(const Args& a) {
   if (a.i32("page-size") % a.i32("summary-stride") != 0)
     a.fail("page-size", std::to_string(a.i32("page-size")) + " is not a multiple of --summary-stride " +
                             std::to_string(a.i32("summary-stride")));
-  const bool sparse_decode = std::any_of(a.strs("decode").begin(), a.strs("decode").end(),
-                                         [](const std::string& d) { return d != "dense"; });
+  const std::vector<std::string> decodes = a.strs("decode");
+  const bool sparse_decode =
+      std::any_of(decodes.begin(), decodes.end(), [](const std::string& d) { return d != "dense"; });
   if (sparse_decode && a.str("backend") == "cuda")
     a.fail("decode", "sparse decode runs on the CPU path only (its paged cache has no CUDA kernels yet)");
   // Every prefill method with every decode: dense decode, then each sparse decode at each τ.
   std::vector<MethodSpec> runs;
   for (const MethodSpec& m : methods)
-    for (const std::string& d : a.strs("decode")) {
+    for (const std::string& d : decodes) {
       if (d == "dense") {
         runs.push_back(m);
         continue;
