@@ -118,7 +118,7 @@ struct PageSelection {
   std::vector<int32_t> visible;
   std::vector<float> kept_mass;
   int64_t rows() const { return int64_t(row_ptr.size()) - 1; }
-  int64_t kept() const { return pages.empty() ? 0 : int64_t(pages.size()); }
+  int64_t kept() const { return int64_t(pages.size()); }
   int64_t visible_total() const;
   double density() const;  // kept / visible pages over every row
   double ms_select = 0;    // host wall time of select_pages

@@ -248,30 +248,41 @@ TEST(CudaBackward, RefusesWhatTheKernelsDoNotTake) {
   }
 }
 
+// The main kernel a CUDA backward plan takes for one case (one sequence of `tokens` queries, head
+// dim `dim`) with `kernel` asked for; when planning throws, its message goes to *error and
+// automatic is returned.
+CudaKernel planned_kernel(int64_t tokens, int dim, const char* pattern, CudaKernel kernel, std::string* error) {
+  AttnCase c;
+  c.tokens_q = {tokens};
+  c.dim = dim;
+  c.pattern = pattern;
+  const PreparedCase pc = prepare(c, cuda_testing::base_seed());
+  const BackwardCase bc = prepare_backward(pc);
+  DeviceBackward db(pc, bc, poisoned_grads(pc, false));
+  BackwardOptions opts;
+  opts.backend = Backend::cuda;
+  opts.cuda_kernel = kernel;
+  error->clear();
+  try {
+    return plan_attention_backward(db.d.p, db.g, opts).cuda_kernel();
+  } catch (const Error& e) {
+    *error = e.what();
+    return CudaKernel::automatic;
+  }
+}
+
 // A forced main kernel the call cannot take is an error naming why; a forward-only kernel too.
 TEST(CudaBackward, ForcedKernelsNameWhyTheyCannotRun) {
   for (const auto& [dim, pattern, expect] :
        {std::tuple{96, "causal", "head_dim 96"}, std::tuple{64, "causal+blocks:0.5@64", "block size 64"}}) {
-    AttnCase c;
-    c.tokens_q = {200};
-    c.dim = dim;
-    c.pattern = pattern;
-    const PreparedCase pc = prepare(c, cuda_testing::base_seed());
-    const BackwardCase bc = prepare_backward(pc);
-    DeviceBackward db(pc, bc, poisoned_grads(pc, false));
-    BackwardOptions opts;
-    opts.backend = Backend::cuda;
-    opts.cuda_kernel = CudaKernel::wgmma;
-    try {
-      plan_attention_backward(db.d.p, db.g, opts);
-      ADD_FAILURE() << "a forced wgmma plan accepted " << pattern << " at d " << dim;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
-    }
-    opts.cuda_kernel = CudaKernel::automatic;
-    EXPECT_EQ(plan_attention_backward(db.d.p, db.g, opts).cuda_kernel(), CudaKernel::tile) << pattern;
-    opts.cuda_kernel = CudaKernel::band;
-    EXPECT_THROW(plan_attention_backward(db.d.p, db.g, opts), Error);
+    std::string error;
+    planned_kernel(200, dim, pattern, CudaKernel::wgmma, &error);
+    EXPECT_FALSE(error.empty()) << "a forced wgmma plan accepted " << pattern << " at d " << dim;
+    EXPECT_NE(error.find(expect), std::string::npos) << error;
+    EXPECT_EQ(planned_kernel(200, dim, pattern, CudaKernel::automatic, &error), CudaKernel::tile) << pattern;
+    EXPECT_TRUE(error.empty()) << error;
+    planned_kernel(200, dim, pattern, CudaKernel::band, &error);
+    EXPECT_FALSE(error.empty()) << "a backward plan accepted the forward-only band kernel";
   }
 }
 
@@ -282,20 +293,11 @@ TEST(CudaBackward, AutomaticRoutesRowsWithoutALeftBoundToWgmma) {
        {std::tuple{64, "full", CudaKernel::wgmma}, std::tuple{80, "causal", CudaKernel::wgmma},
         std::tuple{128, "causal+blocks:0.5@128", CudaKernel::wgmma}, std::tuple{80, "window:64,64", CudaKernel::tile},
         std::tuple{80, "chunk:64", CudaKernel::tile}, std::tuple{64, "window:100,0", CudaKernel::tile}}) {
-    AttnCase c;
-    c.tokens_q = {300};
-    c.dim = dim;
-    c.pattern = pattern;
-    const PreparedCase pc = prepare(c, cuda_testing::base_seed());
-    const BackwardCase bc = prepare_backward(pc);
-    DeviceBackward db(pc, bc, poisoned_grads(pc, false));
-    BackwardOptions opts;
-    opts.backend = Backend::cuda;
-    opts.cuda_kernel = CudaKernel::wgmma;  // off compute capability 9.0 the wgmma kernel is refused
-    const std::string why = error_of([&] { plan_attention_backward(db.d.p, db.g, opts); });
-    if (why.find("compute capability") != std::string::npos) GTEST_SKIP() << why;
-    opts.cuda_kernel = CudaKernel::automatic;
-    EXPECT_EQ(plan_attention_backward(db.d.p, db.g, opts).cuda_kernel(), want) << pattern << " d " << dim;
+    std::string error;
+    planned_kernel(300, dim, pattern, CudaKernel::wgmma, &error);  // off compute capability 9.0: refused
+    if (error.find("compute capability") != std::string::npos) GTEST_SKIP() << error;
+    EXPECT_EQ(planned_kernel(300, dim, pattern, CudaKernel::automatic, &error), want) << pattern << " d " << dim;
+    EXPECT_TRUE(error.empty()) << error;
   }
 }
 
