@@ -125,6 +125,7 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
                              {"params": other, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
     losses: List[float] = []
     timed_images, timed_seconds = 0, 0.0
+    start = time.perf_counter()
     for step in range(args.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
@@ -147,7 +148,9 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
             timed_seconds += time.perf_counter() - t0
         losses.append(float(loss.detach()))
         if args.log_every and (step % args.log_every == 0 or step == args.steps - 1):
-            print(f"[{schedule_name} seed {seed}] step {step}/{args.steps} loss {losses[-1]:.4f}", flush=True)
+            print(f"[{schedule_name} seed {seed}] step {step}/{args.steps} loss {losses[-1]:.4f} "
+                  f"({time.perf_counter() - start:.0f} s)", flush=True)
+    train_seconds = time.perf_counter() - start
     metrics = evaluate(model, heldout, args.batch, gpu)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=gpu):
         rf = measure.receptive_field(model, heldout.images[:args.rf_images]) if args.rf_images else None
@@ -158,7 +161,8 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
                   classes=data.NUM_CLASSES, max_count=data.MAX_OBJECTS, train_images=args.train_images,
                   eval_seed=args.eval_seed, eval_images=args.eval_images, device=str(device),
                   heldout=metrics, loss_first=losses[0], loss_last=sum(losses[-10:]) / len(losses[-10:]),
-                  images_per_s=timed_images / timed_seconds if timed_seconds else None, receptive_field=rf,
+                  images_per_s=timed_images / timed_seconds if timed_seconds else None,
+                  train_seconds=train_seconds, receptive_field=rf,
                   settings=study_settings(args))
     run_dir = out / "runs" / record["run"] / f"seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -301,11 +305,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"study: {len(schedules)} schedules x {len(seeds)} seeds, {args.steps} steps of {args.batch} images "
           f"{args.size}px on {device}", flush=True)
+    t0 = time.perf_counter()
     heldout = render_split(args.eval_seed, args.eval_images, args.size, device)
     data.write_split(out / "heldout", args.eval_seed, min(args.shs_images, args.eval_images), args.size, device)
     records = []
     for seed in seeds:
         train = render_split(seed, args.train_images, args.size, device, masks=False)
+        print(f"study: split {seed} rendered ({args.train_images} images), {time.perf_counter() - t0:.1f} s "
+              "since start", flush=True)
         order = batch_order(seed, args.steps, args.batch, args.train_images)
         for name in schedules:
             records.append(train_one(args, name, seed, train, heldout, order, device, out))
