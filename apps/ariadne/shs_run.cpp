@@ -155,16 +155,10 @@ void run_images(const ShsJob& job, const ShsInputs& inputs, int patch, std::ostr
       const PixelBatch px = preprocess({img}, job.weights->config, job.preprocess);
       grid = px.grids[0];
       EncodeOptions opt = job.encode;
-      opt.on_attention = [&](int, const AttentionParams& p, const TokenOrder& order) {
-        LayerInput in;
-        in.q = p.q;
-        in.k = p.k;
-        in.order = &order;
-        in.pattern = p.pattern;
-        in.sink_mode = p.sink_mode;
-        in.sink = p.sink;
-        in.scale = p.scale;
-        diags.push_back(diagnose_layer(in, job.diag_backend));
+      opt.on_attention = [&](int layer, const AttentionParams& p, const TokenOrder& order) {
+        // Host copies in the layer's order: a CUDA encoder hands over device views.
+        const ObservedLayer o = observed_layer(p, order, job.schedule.layers.at(size_t(layer)));
+        diags.push_back(diagnose_layer(o.input, job.diag_backend));
       };
       encode(*job.weights, px.values, px.grids, job.schedule, opt);
     } else {

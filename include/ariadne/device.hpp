@@ -15,6 +15,15 @@ namespace ariadne {
 
 bool cuda_available();
 void cuda_synchronize();
+// Copies `bytes` from device memory to host memory (cudaMemcpy; waits for the device).
+void copy_device_to_host(void* dst, const void* device_src, size_t bytes);
+
+// A contiguous host copy of the rows of `t`, a view in host or device memory whose dimensions after
+// the first are packed (rows may be strided: q of a packed qkv). With `rows` (int32 [t.shape[0]] in
+// t's memory, like AttentionParams::order), row i of the copy is row rows[i] of t, each checked
+// against t's row count. Observers of device attention (the SHS diagnostics over a CUDA encoder)
+// read q and k with it, gathering the fused order's rows into the layer's order.
+Buffer host_rows(const TensorView& t, const int32_t* rows = nullptr);
 
 class DeviceBuffer {
  public:

@@ -23,6 +23,7 @@
 #include "ariadne/image.hpp"
 #include "ariadne/mask.hpp"
 #include "ariadne/order.hpp"
+#include "ariadne/schedule.hpp"
 
 namespace ariadne {
 
@@ -78,6 +79,17 @@ struct LayerInput {
   TensorView sink;    // [heads_q] f32 when sink_mode != none
   float scale = 0.f;  // 0: 1/sqrt(dim)
 };
+
+// The diagnostics' input for one layer an encoder hands its observer (EncodeOptions::on_attention):
+// q, k and the sink copied to host rows in the layer's order (from device memory, and gathered
+// through the fused order AttentionParams::order, when the encoder runs on CUDA) and the layer's
+// pattern made again from `order` on the host (a CUDA encoder's pattern arrays are device memory).
+// `input` points into the buffers and at `order`, which must outlive it.
+struct ObservedLayer {
+  Buffer q, k, sink;
+  LayerInput input;
+};
+ObservedLayer observed_layer(const AttentionParams& p, const TokenOrder& order, const LayerSpec& spec);
 
 struct LayerDiag {
   int heads = 0;

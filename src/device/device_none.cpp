@@ -11,6 +11,7 @@ namespace {
 
 bool cuda_available() { return false; }
 void cuda_synchronize() { no_cuda(); }
+void copy_device_to_host(void*, const void*, size_t) { no_cuda(); }
 DeviceBuffer::DeviceBuffer(DType, std::vector<int64_t>) { no_cuda(); }
 DeviceBuffer::~DeviceBuffer() = default;
 DeviceBuffer::DeviceBuffer(DeviceBuffer&&) noexcept = default;

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ariadne/device.hpp"
 #include "ariadne/error.hpp"
 #include "ariadne/shs.hpp"
 
@@ -41,6 +42,21 @@ nlohmann::json nums(const std::vector<double>& v) {
 }
 
 }  // namespace
+
+ObservedLayer observed_layer(const AttentionParams& p, const TokenOrder& order, const LayerSpec& spec) {
+  ObservedLayer o;
+  o.q = host_rows(p.q, p.order);
+  o.k = host_rows(p.k, p.order);
+  if (p.sink.defined()) o.sink = host_rows(p.sink);
+  o.input.q = o.q.view();
+  o.input.k = o.k.view();
+  o.input.order = &order;
+  o.input.pattern = layer_pattern(spec, order);
+  o.input.sink_mode = p.sink_mode;
+  if (p.sink.defined()) o.input.sink = o.sink.view();
+  o.input.scale = p.scale;
+  return o;
+}
 
 LayerDiag diagnose_layer(const LayerInput& in, Backend backend) {
   ARIADNE_CHECK(in.order != nullptr && in.order->images() == 1,

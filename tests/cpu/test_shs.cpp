@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "ariadne/device.hpp"
 #include "ariadne/error.hpp"
 #include "ariadne/schedule.hpp"
 #include "ariadne/shs.hpp"
@@ -308,9 +309,12 @@ TEST(Shs, EncoderHookFeedsTheDiagnostics) {
   EncodeOptions opt;
   std::vector<LayerDiag> diags;
   std::vector<OrderKind> seen;
+  std::vector<LayerDiag> direct;  // the encoder's own views and pattern, without observed_layer's copies
   opt.on_attention = [&](int layer, const AttentionParams& p, const TokenOrder& order) {
     EXPECT_EQ(layer, int(diags.size()));
     seen.push_back(order.kind);
+    const ObservedLayer o = observed_layer(p, order, sched.layers[size_t(layer)]);
+    diags.push_back(diagnose_layer(o.input));
     LayerInput in;
     in.q = p.q;
     in.k = p.k;
@@ -318,11 +322,15 @@ TEST(Shs, EncoderHookFeedsTheDiagnostics) {
     in.pattern = p.pattern;
     in.sink_mode = p.sink_mode;
     in.sink = p.sink;
-    diags.push_back(diagnose_layer(in));
+    direct.push_back(diagnose_layer(in));
   };
   const EncodeResult observed = encode(w, pixels, grids, sched, opt);
   EXPECT_EQ(observed.out, plain.out);
   ASSERT_EQ(diags.size(), 4u);
+  for (size_t l = 0; l < diags.size(); ++l) {
+    EXPECT_EQ(diags[l].received, direct[l].received) << "layer " << l;
+    EXPECT_EQ(diags[l].received_no_sink, direct[l].received_no_sink) << "layer " << l;
+  }
   EXPECT_EQ(seen, (std::vector<OrderKind>{OrderKind::block_row, OrderKind::block_col, OrderKind::block_col,
                                           OrderKind::qwen_window}));
   for (size_t l = 0; l < diags.size(); ++l) {
@@ -340,6 +348,29 @@ TEST(Shs, EncoderHookFeedsTheDiagnostics) {
       EXPECT_NEAR(total, full, 1e-3);
     }
   }
+}
+
+// host_rows copies row-strided views (q of a packed qkv) and gathers rows through an order, as
+// observed_layer does for a CUDA encoder's fused order; bad strides and rows are errors.
+TEST(Shs, HostRowsGathersStridedRows) {
+  const int64_t n = 5, heads = 2, d = 3, row = 3 * heads * d;  // packed [n, 3, heads, d]
+  std::vector<float> qkv(size_t(n * row));
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = float(i);
+  TensorView k = make_view(qkv.data() + heads * d, DType::f32, {n, heads, d});
+  k.stride[0] = row;
+  const std::vector<int32_t> order = {3, 0, 4, 1, 2};
+  const Buffer plain = host_rows(k), gathered = host_rows(k, order.data());
+  ASSERT_EQ(plain.shape(), (std::vector<int64_t>{n, heads, d}));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < heads * d; ++j) {
+      EXPECT_EQ(plain.as<float>()[i * heads * d + j], qkv[size_t(i * row + heads * d + j)]);
+      EXPECT_EQ(gathered.as<float>()[i * heads * d + j], qkv[size_t(order[size_t(i)] * row + heads * d + j)]);
+    }
+  const std::vector<int32_t> outside = {0, 1, 2, 3, 5};
+  EXPECT_THROW(host_rows(k, outside.data()), Error);
+  TensorView split = k;
+  split.stride[1] = d + 1;  // heads not packed
+  EXPECT_THROW(host_rows(split), Error);
 }
 
 TEST(Heatmap, LayoutAndColourOrder) {

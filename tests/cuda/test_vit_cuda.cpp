@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ariadne/safetensors.hpp"
+#include "ariadne/shs.hpp"
 #include "ariadne/vit.hpp"
 #include "nn/cuda/nn_cuda.cuh"
 #include "cuda_common.hpp"
@@ -128,6 +129,49 @@ TEST(VitCuda, MatchesCpuEncoder) {
       EXPECT_TRUE(testing::close_enough("hidden", dh, kTol)) << (fused ? "fused" : "gather");
       EXPECT_EQ(gpu.order_changes, fused ? 0 : cpu.order_changes);
       EXPECT_GT(gpu.times.total, 0.0);
+    }
+  }
+}
+
+// The SHS diagnostics observe a CUDA encoder through observed_layer (device q/k copied, the fused
+// order's rows gathered, the pattern made on the host): per layer, the attention each patch
+// receives equals what the CPU encoder's observer gives, in both the fused and the gathered mode.
+TEST(VitCuda, ObserverFeedsTheDiagnostics) {
+  const uint64_t seed = cuda_testing::base_seed();
+  VitConfig c = VitConfig::small();
+  c.hidden = 160;
+  c.heads = 2;
+  c.intermediate = 96;
+  c.out_hidden = 48;
+  VitWeights w = random_vit_weights(c, seed + 21, 0.5f);
+  round_to_bf16(w);
+  const Schedule s = vit_schedule("R+C+QF", c, 6);
+  const std::vector<Grid> grids = {Grid{12, 8}};
+  std::vector<float> px = random_values(size_t(grids[0].tokens() * c.patch_dim()), seed + 5, -2, 2);
+  for (float& x : px) x = bf16_round(x);
+  auto observe = [&](EncodeOptions opt) {
+    std::vector<LayerDiag> diags;
+    opt.on_attention = [&](int layer, const AttentionParams& p, const TokenOrder& order) {
+      const ObservedLayer o = observed_layer(p, order, s.layers[size_t(layer)]);
+      diags.push_back(diagnose_layer(o.input));
+    };
+    encode(w, px, grids, s, opt);
+    return diags;
+  };
+  std::vector<LayerDiag> cpu = observe(on(Backend::reference));
+  ASSERT_EQ(cpu.size(), s.layers.size());
+  for (bool fused : {true, false}) {
+    std::vector<LayerDiag> gpu = observe(on(Backend::cuda, fused));
+    ASSERT_EQ(gpu.size(), cpu.size());
+    for (size_t l = 0; l < cpu.size(); ++l) {
+      const testing::Diff d = diff(gpu[l].received, cpu[l].received);
+      std::printf("layer %zu %s: received rel L2 %.3g\n", l, fused ? "fused" : "gather", d.rel_l2);
+      EXPECT_TRUE(testing::close_enough("received", d, kTol)) << "layer " << l << (fused ? " fused" : " gather");
+      EXPECT_EQ(gpu[l].received_no_sink.empty(), cpu[l].received_no_sink.empty()) << "layer " << l;
+      if (!cpu[l].received_no_sink.empty()) {
+        const testing::Diff d0 = diff(gpu[l].received_no_sink, cpu[l].received_no_sink);
+        EXPECT_TRUE(testing::close_enough("received without the sink", d0, kTol)) << "layer " << l;
+      }
     }
   }
 }

@@ -139,6 +139,10 @@ DeviceBuffer DeviceBuffer::from_ints(const std::vector<int32_t>& values) {
 
 TensorView DeviceBuffer::view() const { return make_view(ptr_, dtype_, shape_, Device::cuda); }
 
+void copy_device_to_host(void* dst, const void* device_src, size_t bytes) {
+  check(cudaMemcpy(dst, device_src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+}
+
 void DeviceBuffer::copy_to_host(void* dst, size_t bytes) const {
   ARIADNE_CHECK(bytes <= bytes_, "DeviceBuffer: copy of ", bytes, " bytes from a buffer of ", bytes_);
   check(cudaMemcpy(dst, ptr_, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
