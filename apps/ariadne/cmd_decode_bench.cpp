@@ -124,12 +124,7 @@ int run_decode_bench(const Args& a) {
           ps.selection = &sel;
           const double ms_attention = median_ms(repeats, [&] { ariadne::decode_attention(ps); });
           double recall = 0, worst = 1;
-          for (int64_t r = 0; r < sel.rows(); ++r) {
-            double kept = 0;
-            for (int32_t i = sel.row_ptr[size_t(r)]; i < sel.row_ptr[size_t(r) + 1]; ++i)
-              kept += masses[size_t(r)][size_t(sel.pages[size_t(i)])];
-            recall += kept, worst = std::min(worst, kept);
-          }
+          for (const double kept : ariadne::kept_page_mass(p, sel, masses)) recall += kept, worst = std::min(worst, kept);
           const double err = ariadne::relative_l2_error(out.data(), dense.data(), out.size());
           sparse.push_back({{"scorer", scorer}, {"tau", tau}, {"density", sel.density()},
                             {"pages_read", sel.kept()}, {"pages_visible", sel.visible_total()},

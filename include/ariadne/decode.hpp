@@ -167,4 +167,9 @@ PageSelection select_pages(const DecodeParams& p, const PageSelectConfig& config
 // over the group (the oracle's score; tests and measurements): masses[r] has visible[r] entries.
 std::vector<std::vector<double>> page_masses(const DecodeParams& p);
 
+// Per row of `sel`: the share of the exact attention mass (masses = page_masses(p)) that the pages
+// it keeps hold, 1 for a selection that keeps every visible page. The selection's recall.
+std::vector<double> kept_page_mass(const DecodeParams& p, const PageSelection& sel,
+                                   const std::vector<std::vector<double>>& masses);
+
 }  // namespace ariadne

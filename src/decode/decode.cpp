@@ -269,6 +269,28 @@ std::vector<std::vector<double>> page_masses(const DecodeParams& p) {
   return out;
 }
 
+std::vector<double> kept_page_mass(const DecodeParams& p, const PageSelection& sel,
+                                   const std::vector<std::vector<double>>& masses) {
+  const KVCacheConfig& c = p.cache->config();
+  const int64_t rows = p.q.shape[0] * c.kv_heads;
+  ARIADNE_CHECK(sel.rows() == rows && int64_t(masses.size()) == rows, "kept_page_mass: the selection has ",
+                sel.rows(), " rows and the masses ", masses.size(), ", expected ", rows, " (batch x kv_heads)");
+  std::vector<double> kept(size_t(rows), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / c.kv_heads;
+    const Visible vis = visible_of(p.cache->length(p.seqs[size_t(b)]), p.window, c.page_size);
+    const std::vector<double>& m = masses[size_t(r)];
+    for (int32_t i = sel.row_ptr[size_t(r)]; i < sel.row_ptr[size_t(r) + 1]; ++i) {
+      const int64_t at = sel.pages[size_t(i)] - vis.page_lo;
+      ARIADNE_CHECK(at >= 0 && at < int64_t(m.size()), "kept_page_mass: row ", r, " keeps page ",
+                    sel.pages[size_t(i)], ", outside its visible pages [", vis.page_lo, ", ",
+                    vis.page_lo + int64_t(m.size()), ")");
+      kept[size_t(r)] += m[size_t(at)];
+    }
+  }
+  return kept;
+}
+
 PageSelection select_pages(const DecodeParams& p, const PageSelectConfig& cfg) {
   const auto t0 = std::chrono::steady_clock::now();
   ARIADNE_CHECK(cfg.tau > 0 && cfg.tau <= 1, "select_pages: tau is ", cfg.tau, ", expected (0, 1]");

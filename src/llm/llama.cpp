@@ -625,9 +625,9 @@ void LlamaModel::decode_rows(float* h, std::span<const int32_t> seqs, std::span<
     const double ms = ms_since(t0);
     if (!steps.empty()) {
       // Per sequence: its rows (b, g) of the selection; the times are shared evenly.
-      std::vector<std::vector<double>> masses;
+      std::vector<double> kept;  // per row (b, g): the oracle's mass of the pages the selection keeps
       if (decode_.sparse && decode_.compare) {
-        masses = page_masses(dp);
+        kept = kept_page_mass(dp, sel, page_masses(dp));
         dense.resize(att.size());
         DecodeParams dd = dp;
         dd.selection = nullptr;
@@ -647,14 +647,11 @@ void LlamaModel::decode_rows(float* h, std::span<const int32_t> seqs, std::span<
         for (int g0 = 0; g0 < c.kv_heads; ++g0) {
           const int64_t r = b * c.kv_heads + g0;
           st.pages_kept += sel.row_ptr[size_t(r) + 1] - sel.row_ptr[size_t(r)];
-          if (masses.empty()) continue;
-          double kept = 0;
-          for (int32_t i = sel.row_ptr[size_t(r)]; i < sel.row_ptr[size_t(r) + 1]; ++i)
-            kept += masses[size_t(r)][size_t(sel.pages[size_t(i)])];  // no window: page index = position
-          recall[size_t(b)] += kept, ++recall_rows[size_t(b)];
-          st.min_mass_recall = std::min(st.min_mass_recall, kept);
+          if (kept.empty()) continue;
+          recall[size_t(b)] += kept[size_t(r)], ++recall_rows[size_t(b)];
+          st.min_mass_recall = std::min(st.min_mass_recall, kept[size_t(r)]);
         }
-        if (!masses.empty())
+        if (!kept.empty())
           st.out_rel_err += relative_l2_error(att.data() + b * Q, dense.data() + b * Q, size_t(Q)) / c.layers;
       }
     }

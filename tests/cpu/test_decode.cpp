@@ -283,6 +283,7 @@ TEST(Decode, OracleSelectionIsTheSmallestSetReachingTau) {
           cfg.tau = tau, cfg.sink_pages = sink, cfg.recent_pages = recent;
           const PageSelection sel = select_pages(in.params, cfg);
           ASSERT_EQ(sel.rows(), int64_t(masses.size()));
+          const std::vector<double> kept = kept_page_mass(in.params, sel, masses);
           for (int64_t r = 0; r < sel.rows(); ++r) {
             const int64_t len = c.lengths[size_t(r / c.heads_kv)];
             const int64_t first = c.window < 0 ? 0 : std::max<int64_t>(0, len - 1 - c.window);
@@ -291,6 +292,14 @@ TEST(Decode, OracleSelectionIsTheSmallestSetReachingTau) {
             EXPECT_EQ(got, expected_selection(masses[size_t(r)], first / c.page, tau, sink, recent))
                 << "row " << r << " tau " << tau;
             EXPECT_EQ(sel.visible[size_t(r)], int32_t(masses[size_t(r)].size()));
+            // The recall: the masses of the kept pages, indexed from the first visible page.
+            double want = 0;
+            for (int32_t page : got) want += masses[size_t(r)][size_t(page - first / c.page)];
+            EXPECT_NEAR(kept[size_t(r)], want, 1e-12) << "row " << r;
+            if (!masses[size_t(r)].empty()) {
+              EXPECT_GE(kept[size_t(r)], tau * (1 - 1e-6)) << "row " << r;
+              EXPECT_LE(kept[size_t(r)], 1 + 1e-9) << "row " << r;
+            }
           }
         }
   }
