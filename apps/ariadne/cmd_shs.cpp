@@ -27,6 +27,7 @@ int run_shs_command(const Args& a) {
   job.rule.background = a.i32s("bg-id");
   job.rule.ignore = a.i32s("ignore-id");
   job.out_dir = a.str("out");
+  job.video = a.flag("video");
   job.cell = a.i32("cell");
   if (a.given("heatmap-layers")) job.max_heatmap_layers = a.i32("heatmap-layers");
   job.diag_backend = ariadne::parse_backend(a.str("diag-backend"));
@@ -81,7 +82,8 @@ int run_shs_command(const Args& a) {
       a.fail("schedule", e.what());
     }
   } else {
-    for (const char* o : {"weights", "config", "seed", "sink-init", "layers", "backend", "min-pixels", "max-pixels"})
+    for (const char* o : {"weights", "config", "seed", "sink-init", "layers", "backend", "min-pixels", "max-pixels",
+                          "video"})
       if (a.given(o)) a.fail(o, "applies to the encoder source only (not with --qk)");
     if (!a.given("grid")) a.fail("grid", "is required with --qk (the dumps' patch grid)");
     if (!a.given("order")) a.fail("order", "is required with --qk (the dumps' token order)");
@@ -118,6 +120,7 @@ int run_shs_command(const Args& a) {
     }
   });
   if (limit > 0 && int64_t(job.images.size()) > limit) job.images.resize(size_t(limit));
+  if (job.video && job.images.size() < 2) a.fail("video", "a clip needs at least two frames (--image)");
 
   // Every image, mask and dump folder is checked before the weights are built and before any
   // output is written.
@@ -164,6 +167,8 @@ const Command reg{
      integer_list("fg-id", "", kIdMin, kIdMax, "foreground class ids (default: every id not background or void)"),
      integer_list("bg-id", "0", kIdMin, kIdMax, "background class ids"),
      integer_list("ignore-id", "255," + std::to_string(ariadne::kCrowdLabel), kIdMin, kIdMax, "void class ids"),
+     boolean("video", false, "the images are the frames of one clip in name order: encoded as video, each "
+             "temporal patch scored against its frames' masks"),
      path("out", PathKind::out_dir, "folder for summary.json, received.npy and heatmaps"),
      integer("cell", 8, 1, 64, "heatmap pixels per patch"),
      integer("heatmap-layers", 0, 1, 1 << 20, "heatmaps for at most this many layers (default: all)").without_default(),

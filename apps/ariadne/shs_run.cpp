@@ -137,10 +137,69 @@ void finish_summary(const ShsJob& job, const nlohmann::json& images, ShsRunResul
   }
 }
 
-void run_images(const ShsJob& job, const ShsInputs& inputs, int patch, std::ostream* log, ShsRunResult& res) {
-  const bool from_encoder = job.weights != nullptr;
+// Scores one image (or one temporal patch of a clip): its patch labels and per-layer diagnostics
+// join the accumulator, and with an output folder its received attention, labels and heatmaps
+// (over `img`) are written under <stem>/.
+struct ImageScorer {
+  const ShsJob& job;
+  int patch;
+  std::ostream* log;
+  ShsRunResult& res;
   std::unique_ptr<ShsAccumulator> acc;
   nlohmann::json images = nlohmann::json::array();
+
+  void operator()(const std::string& stem, const std::string& path, const Image& img, Grid grid,
+                  const std::vector<int8_t>& labels, const std::vector<LayerDiag>& diags) {
+    const int layers = int(diags.size()), heads = diags[0].heads;
+    if (!acc) acc = std::make_unique<ShsAccumulator>(layers, heads, patch);
+    const ImageScores& sc = acc->add(stem, grid, labels, diags);
+
+    nlohmann::json rec = {{"image", path},         {"grid", {grid.h, grid.w}},   {"fg_patches", sc.fg},
+                          {"bg_patches", sc.bg},   {"excluded", sc.excluded},    {"scored", sc.scored}};
+    if (sc.scored) {
+      double sum = 0;
+      for (const HeadScore& h : sc.heads) sum += h.folded;
+      rec["shs"] = sum / double(sc.heads.size());
+    }
+    if (!job.out_dir.empty()) {
+      const fs::path d = fs::path(job.out_dir) / stem;
+      prepare_output_dir(d.string());
+      std::vector<float> all;
+      for (const LayerDiag& ld : diags) all.insert(all.end(), ld.received.begin(), ld.received.end());
+      write_npy((d / "received.npy").string(), all.data(), {layers, heads, grid.tokens()});
+      res.files.push_back(stem + "/received.npy");
+      // With sinks: the same logits without the sink term (layers without a sink repeat `received`).
+      if (std::any_of(diags.begin(), diags.end(), [](const LayerDiag& ld) { return !ld.received_no_sink.empty(); })) {
+        all.clear();
+        for (const LayerDiag& ld : diags) {
+          const std::vector<float>& r = ld.received_no_sink.empty() ? ld.received : ld.received_no_sink;
+          all.insert(all.end(), r.begin(), r.end());
+        }
+        write_npy((d / "received_no_sink.npy").string(), all.data(), {layers, heads, grid.tokens()});
+        res.files.push_back(stem + "/received_no_sink.npy");
+      }
+      // Labels get twice the heatmap cell: one picture, not a grid of 16, so it can be larger.
+      write_png((d / "labels.png").string(), label_picture(img, labels, grid, 2 * job.cell));
+      res.files.push_back(stem + "/labels.png");
+      for (int l : spread(layers, job.max_heatmap_layers)) {
+        char name[32];
+        std::snprintf(name, sizeof name, "layer%02d.png", l);
+        const int cols = int(std::ceil(std::sqrt(double(heads))));
+        write_png((d / name).string(), heatmap_grid(img, diags[size_t(l)].received.data(), heads, grid, job.cell, cols));
+        res.files.push_back(stem + "/" + name);
+      }
+      rec["dir"] = stem;
+    }
+    images.push_back(rec);
+    if (log)
+      *log << "shs: " << stem << ": grid " << grid.h << "x" << grid.w << ", " << sc.fg << " FG / " << sc.bg << " BG / "
+           << sc.excluded << " excluded patches" << (sc.scored ? "" : " (not scored: needs FG and BG)") << "\n";
+  }
+};
+
+void run_images(const ShsJob& job, const ShsInputs& inputs, int patch, std::ostream* log, ShsRunResult& res) {
+  const bool from_encoder = job.weights != nullptr;
+  ImageScorer score{job, patch, log, res, nullptr, {}};
   for (const ShsImageInput& input : inputs.images) {
     const std::string& path = input.path;
     const std::string& stem = input.stem;
@@ -204,55 +263,60 @@ void run_images(const ShsJob& job, const ShsInputs& inputs, int patch, std::ostr
                     job.schedule.layers.size());
     }
 
-    const std::vector<int8_t> labels = label_patches(patch_fractions(mask, grid, patch, job.rule), job.purity);
-    const int layers = int(diags.size()), heads = diags[0].heads;
-    if (!acc) acc = std::make_unique<ShsAccumulator>(layers, heads, patch);
-    const ImageScores& sc = acc->add(stem, grid, labels, diags);
-
-    nlohmann::json rec = {{"image", path},         {"grid", {grid.h, grid.w}},   {"fg_patches", sc.fg},
-                          {"bg_patches", sc.bg},   {"excluded", sc.excluded},    {"scored", sc.scored}};
-    if (sc.scored) {
-      double sum = 0;
-      for (const HeadScore& h : sc.heads) sum += h.folded;
-      rec["shs"] = sum / double(sc.heads.size());
-    }
-    if (!job.out_dir.empty()) {
-      const fs::path d = fs::path(job.out_dir) / stem;
-      prepare_output_dir(d.string());
-      std::vector<float> all;
-      for (const LayerDiag& ld : diags) all.insert(all.end(), ld.received.begin(), ld.received.end());
-      write_npy((d / "received.npy").string(), all.data(), {layers, heads, grid.tokens()});
-      res.files.push_back(stem + "/received.npy");
-      // With sinks: the same logits without the sink term (layers without a sink repeat `received`).
-      if (std::any_of(diags.begin(), diags.end(), [](const LayerDiag& ld) { return !ld.received_no_sink.empty(); })) {
-        all.clear();
-        for (const LayerDiag& ld : diags) {
-          const std::vector<float>& r = ld.received_no_sink.empty() ? ld.received : ld.received_no_sink;
-          all.insert(all.end(), r.begin(), r.end());
-        }
-        write_npy((d / "received_no_sink.npy").string(), all.data(), {layers, heads, grid.tokens()});
-        res.files.push_back(stem + "/received_no_sink.npy");
-      }
-      // Labels get twice the heatmap cell: one picture, not a grid of 16, so it can be larger.
-      write_png((d / "labels.png").string(), label_picture(img, labels, grid, 2 * job.cell));
-      res.files.push_back(stem + "/labels.png");
-      for (int l : spread(layers, job.max_heatmap_layers)) {
-        char name[32];
-        std::snprintf(name, sizeof name, "layer%02d.png", l);
-        const int cols = int(std::ceil(std::sqrt(double(heads))));
-        write_png((d / name).string(), heatmap_grid(img, diags[size_t(l)].received.data(), heads, grid, job.cell, cols));
-        res.files.push_back(stem + "/" + name);
-      }
-      rec["dir"] = stem;
-    }
-    images.push_back(rec);
-    if (log)
-      *log << "shs: " << stem << ": grid " << grid.h << "x" << grid.w << ", " << sc.fg << " FG / " << sc.bg << " BG / "
-           << sc.excluded << " excluded patches" << (sc.scored ? "" : " (not scored: needs FG and BG)") << "\n";
+    score(stem, path, img, grid, label_patches(patch_fractions(mask, grid, patch, job.rule), job.purity), diags);
   }
+  res.summary = score.acc->summary();
+  finish_summary(job, score.images, res);
+}
 
-  res.summary = acc->summary();
-  finish_summary(job, images, res);
+// One clip: the images are its frames in time order. The encoder sees it as video (temporal
+// patches of `temporal` frames, block-diagonal over time), so each temporal patch is scored as an
+// image of its own; its patch labels come from the mean FG / BG shares over its frames (a patch
+// that moves between the two frames is mixed, and the purity rule excludes it), and its heatmaps
+// are drawn over its first frame.
+void run_video(const ShsJob& job, const ShsInputs& inputs, int patch, std::ostream* log, ShsRunResult& res) {
+  const VitConfig& cfg = job.weights->config;
+  std::vector<Image> frames;
+  std::vector<LabelMap> masks;
+  for (const ShsImageInput& input : inputs.images) {
+    frames.push_back(read_image(input.path));
+    masks.push_back(input.coco_entry >= 0 ? coco_label_map(inputs.coco, inputs.coco.images[size_t(input.coco_entry)])
+                                          : read_label_map(input.mask_file));
+    check_size(input.path, frames.back(), masks.back().width, masks.back().height);
+  }
+  const PixelBatch px = preprocess_video(frames, cfg, job.preprocess);
+  const int parts = int(px.grids.size());
+  std::vector<std::vector<LayerDiag>> diags(static_cast<size_t>(parts));
+  EncodeOptions opt = job.encode;
+  opt.on_attention = [&](int layer, const AttentionParams& p, const TokenOrder& order) {
+    const LayerSpec& spec = job.schedule.layers.at(size_t(layer));
+    const ObservedLayer o = observed_layer(p, order, spec);
+    std::vector<LayerDiag> per = diagnose_images(o.input, spec, job.diag_backend);
+    for (int i = 0; i < parts; ++i) diags[size_t(i)].push_back(std::move(per[size_t(i)]));
+  };
+  encode(*job.weights, px.values, px.grids, job.schedule, opt);
+  ImageScorer score{job, patch, log, res, nullptr, {}};
+  const int T = cfg.temporal, n = int(frames.size());
+  for (int i = 0; i < parts; ++i) {
+    const Grid grid = px.grids[size_t(i)];
+    PatchFractions f;
+    std::string stem;
+    int count = 0;
+    for (int t = i * T; t < std::min((i + 1) * T, n); ++t, ++count) {
+      const PatchFractions ft = patch_fractions(masks[size_t(t)], grid, patch, job.rule);
+      if (count == 0) {
+        f = ft;
+      } else {
+        for (size_t k = 0; k < f.fg.size(); ++k) f.fg[k] += ft.fg[k], f.bg[k] += ft.bg[k];
+      }
+      stem += (count ? "+" : "") + inputs.images[size_t(t)].stem;
+    }
+    for (size_t k = 0; k < f.fg.size(); ++k) f.fg[k] /= float(count), f.bg[k] /= float(count);
+    score(stem, inputs.images[size_t(i * T)].path, frames[size_t(i * T)], grid, label_patches(f, job.purity),
+          diags[size_t(i)]);
+  }
+  res.summary = score.acc->summary();
+  finish_summary(job, score.images, res);
 }
 
 }  // namespace
@@ -274,8 +338,12 @@ ShsRunResult run_shs(const ShsJob& job, const ShsInputs& inputs, std::ostream* l
   const int patch = from_encoder ? job.weights->config.patch : 14;
   if (!job.out_dir.empty()) prepare_output_dir(job.out_dir);
   ShsRunResult res;
+  ARIADNE_CHECK(!job.video || from_encoder, "shs: a video clip needs the encoder source, not --qk dumps");
   try {
-    run_images(job, inputs, patch, log, res);
+    if (job.video)
+      run_video(job, inputs, patch, log, res);
+    else
+      run_images(job, inputs, patch, log, res);
   } catch (...) {
     std::vector<std::string> written;
     for (const std::string& f : res.files) written.push_back((fs::path(job.out_dir) / f).string());

@@ -16,6 +16,7 @@ namespace ariadne::cli {
 
 struct ShsJob {
   std::vector<std::string> images;  // image files (PNG / JPEG); masks and dumps are found by stem
+  bool video = false;  // the images are the frames of one clip, in time order (encoder source only)
   std::string masks_dir;            // <stem>.png or <stem>.npy label maps, or:
   std::string coco_file;            // COCO annotations (images matched by file-name stem)
   ForegroundRule rule;

@@ -104,6 +104,14 @@ struct LayerDiag {
 // backend named) once, and a second time without the sink on a layer that has one.
 LayerDiag diagnose_layer(const LayerInput& in, Backend backend = Backend::automatic);
 
+// The diagnostics of every image of a layer over several images that attend only within
+// themselves (the images of a batch; a video clip's temporal patches, whose "full" layers are
+// block-diagonal over time): q and k (host, packed rows) and the order are cut per image, and each
+// image's pattern is made from `spec` on its own order. in.order may hold any number of images;
+// in.pattern is not read. Result: one LayerDiag per image, as diagnose_layer gives it alone.
+std::vector<LayerDiag> diagnose_images(const LayerInput& in, const LayerSpec& spec,
+                                       Backend backend = Backend::automatic);
+
 // ---------------------------------------------------------------------------------------------
 // The index over images, layers and heads.
 

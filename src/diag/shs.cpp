@@ -43,6 +43,32 @@ nlohmann::json nums(const std::vector<double>& v) {
 
 }  // namespace
 
+std::vector<LayerDiag> diagnose_images(const LayerInput& in, const LayerSpec& spec, Backend backend) {
+  ARIADNE_CHECK(in.order != nullptr && in.order->images() >= 1, "diagnose_images: needs a token order");
+  const TokenOrder& order = *in.order;
+  require_rank(in.q, "q", 3);
+  require_rank(in.k, "k", 3);
+  ARIADNE_CHECK(in.q.shape[0] == order.tokens() && in.k.shape[0] == order.tokens(), "diagnose_images: q has ",
+                in.q.shape[0], " and k ", in.k.shape[0], " rows, the order ", order.tokens(), " tokens");
+  std::vector<LayerDiag> out;
+  for (int i = 0; i < order.images(); ++i) {
+    const int32_t lo = order.cu_seqlens[size_t(i)], hi = order.cu_seqlens[size_t(i) + 1];
+    const TokenOrder one = make_order(order.kind, {order.grids[size_t(i)]}, order.merge, order.window);
+    // The image's rows of the packed order are its own order shifted to its first token.
+    for (int32_t j = 0; j < hi - lo; ++j)
+      ARIADNE_CHECK(order.perm[size_t(lo + j)] - lo == one.perm[size_t(j)], "diagnose_images: image ", i,
+                    " of the order is not laid out as its own order (position ", j, ")");
+    LayerInput part = in;
+    part.q.data = static_cast<char*>(in.q.data) + int64_t(lo) * in.q.stride[0] * dtype_size(in.q.dtype);
+    part.k.data = static_cast<char*>(in.k.data) + int64_t(lo) * in.k.stride[0] * dtype_size(in.k.dtype);
+    part.q.shape[0] = part.k.shape[0] = hi - lo;
+    part.order = &one;
+    part.pattern = layer_pattern(spec, one);
+    out.push_back(diagnose_layer(part, backend));
+  }
+  return out;
+}
+
 ObservedLayer observed_layer(const AttentionParams& p, const TokenOrder& order, const LayerSpec& spec) {
   ObservedLayer o;
   o.q = host_rows(p.q, p.order);

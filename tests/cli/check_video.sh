@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `ariadne encode --video`: the HF video parity clip through the CLI (grid_thw, padding, output
 # against HF's within 1e-5), the labelme street-scene frames as a folder, argument errors that name
-# the option or the frame.
+# the option or the frame; `ariadne shs --video` over the labelme frames and their masks.
 source "$(dirname "$0")/lib.sh"
 data="$(cd "$(dirname "$0")/../data/vit" && pwd)"
 labelme=/usr/share/doc/labelme-examples/examples/video_annotation/data_annotated
@@ -54,6 +54,25 @@ assert d["tokens"] == 96 and d["output_shape"] == [24, 32], d
 ' || fail "encode --video of the labelme folder printed wrong figures"
   "$ARIADNE" encode --video "$labelme" --config small --schedule full --max-pixels 9408 \
     | grep -q "video: 5 frames (6 after padding" || fail "the text output does not describe the clip"
+fi
+
+# SHS over frames: the labelme street-scene clip with its masks, encoded as video. Five frames make
+# three temporal patches (the last repeats frame 104); each is scored against its frames' masks.
+voc=/usr/share/doc/labelme-examples/examples/video_annotation/data_dataset_voc
+if [ -d "$voc" ]; then
+  "$ARIADNE" shs --video --image "$voc/JPEGImages" --masks "$voc/SegmentationClassPNG" --config small \
+    --schedule R+C+QF --max-pixels 50000 --json yes --out "$tmp/shs" 2>/dev/null | python3 -c '
+import json, math, sys
+d = json.load(sys.stdin)
+dirs = [i["dir"] for i in d["images"]]
+assert dirs == ["00000100+00000101", "00000102+00000103", "00000104"], dirs
+assert d["images_scored"] == 3 and 0 <= d["shs_index"] <= 1 and len(d["per_layer"]) == 4, d
+assert all(i["fg_patches"] > 0 and i["bg_patches"] > 0 for i in d["images"]), d["images"]
+' || fail "shs --video on the labelme clip printed wrong figures"
+  [ -f "$tmp/shs/00000102+00000103/received.npy" ] || fail "shs --video wrote no received.npy per temporal patch"
+  msg=$("$ARIADNE" shs --video --image "$voc/JPEGImages/00000100.jpg" --masks "$voc/SegmentationClassPNG" \
+    --config small --schedule full 2>&1 >/dev/null) && fail "shs --video with one frame succeeded"
+  grep -q -- "--video" <<<"$msg" || fail "the one-frame error does not name --video: $msg"
 fi
 
 expect_error "image and video" encode --image "$data/image_0.png" --video "$frames" --config small --schedule full

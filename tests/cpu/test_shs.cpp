@@ -350,6 +350,51 @@ TEST(Shs, EncoderHookFeedsTheDiagnostics) {
   }
 }
 
+// A layer over several images (a batch, a clip's temporal patches) is diagnosed per image:
+// diagnose_images on the batch's observed layer equals diagnose_layer on each image encoded alone.
+TEST(Shs, DiagnoseImagesCutsABatchPerImage) {
+  const VitConfig c = VitConfig::small();
+  const VitWeights w = random_vit_weights(c, 5, 0.5f);
+  const Schedule sched = vit_schedule("R+C+QF", c, 3);
+  const std::vector<Grid> grids = {Grid{4, 6}, Grid{6, 4}};
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<std::vector<float>> pixels(grids.size());
+  std::vector<float> all;
+  for (size_t i = 0; i < grids.size(); ++i) {
+    pixels[i].resize(size_t(grids[i].tokens() * c.patch_dim()));
+    for (float& v : pixels[i]) v = u(rng);
+    all.insert(all.end(), pixels[i].begin(), pixels[i].end());
+  }
+  std::vector<std::vector<LayerDiag>> batch(grids.size());
+  EncodeOptions opt;
+  opt.on_attention = [&](int layer, const AttentionParams& p, const TokenOrder& order) {
+    ASSERT_EQ(order.images(), 2);
+    const ObservedLayer o = observed_layer(p, order, sched.layers[size_t(layer)]);
+    std::vector<LayerDiag> per = diagnose_images(o.input, sched.layers[size_t(layer)]);
+    ASSERT_EQ(per.size(), grids.size());
+    for (size_t i = 0; i < per.size(); ++i) batch[i].push_back(per[i]);
+  };
+  encode(w, all, grids, sched, opt);
+  for (size_t i = 0; i < grids.size(); ++i) {
+    std::vector<LayerDiag> alone;
+    EncodeOptions one;
+    one.on_attention = [&](int layer, const AttentionParams& p, const TokenOrder& order) {
+      const ObservedLayer o = observed_layer(p, order, sched.layers[size_t(layer)]);
+      alone.push_back(diagnose_layer(o.input));
+    };
+    encode(w, pixels[i], {grids[i]}, sched, one);
+    ASSERT_EQ(alone.size(), batch[i].size());
+    for (size_t l = 0; l < alone.size(); ++l) {
+      ASSERT_EQ(alone[l].received.size(), batch[i][l].received.size());
+      for (size_t j = 0; j < alone[l].received.size(); ++j)
+        EXPECT_NEAR(batch[i][l].received[j], alone[l].received[j], 1e-4 * (1 + std::fabs(alone[l].received[j])))
+            << "image " << i << " layer " << l << " token " << j;
+      EXPECT_EQ(batch[i][l].received_no_sink.size(), alone[l].received_no_sink.size());
+    }
+  }
+}
+
 // host_rows copies row-strided views (q of a packed qkv) and gathers rows through an order, as
 // observed_layer does for a CUDA encoder's fused order; bad strides and rows are errors.
 TEST(Shs, HostRowsGathersStridedRows) {
