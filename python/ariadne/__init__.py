@@ -79,6 +79,7 @@ __all__ = [
     "backend_supports", "compare_to_oracle", "count_pairs", "count_tiles", "cpu_threads", "cuda_available",
     "decode_image", "diagnose_layer", "encode", "estimate", "flops", "image_grid", "label_patches", "layer_pattern",
     "load_vit_weights", "order", "order_conversion", "patch_fractions", "permute_tokens", "prefill", "preprocess",
+    "preprocess_video",
     "random_vit_weights", "read_image", "read_label_map", "receptive_field", "resize_bicubic", "rr_estimate",
     "rr_sample_position", "save_vit_weights", "schedule", "schedule_cost", "schedule_presets", "set_cpu_threads",
     "shs_index", "smart_resize", "vit_layer_plan", "vit_schedule",
@@ -568,6 +569,33 @@ def preprocess(
     given = {"min_pixels": min_pixels, "max_pixels": max_pixels, "mean": mean, "std": std}
     options = {k: (tuple(v) if k in ("mean", "std") else int(v)) for k, v in given.items() if v is not None}
     return _ariadne.preprocess_images([_image(x) for x in batch], _config(config), **options)
+
+
+def preprocess_video(
+    frames: Union[str, "os.PathLike[str]", Sequence[PathOrImage]],
+    config: Union[str, VitConfig] = "qwen2.5-vl",
+    min_pixels: Optional[int] = None,
+    max_pixels: Optional[int] = None,
+    mean: Optional[Tuple[float, float, float]] = None,
+    std: Optional[Tuple[float, float, float]] = None,
+) -> PixelBatch:
+    """Pixel rows of one video clip, as HF's Qwen2VL video processor makes them: `frames` is a folder
+    (its .jpg/.jpeg/.png files in name order) or a sequence of file paths or RGB uint8 arrays, all of
+    one size, in time order. The size is resized as an image's, the frame count is padded to a
+    multiple of the temporal patch (2) by repeating the last frame, and each frame pair becomes one
+    temporal patch: .grids holds one (h, w) per temporal patch, which encode() runs block-diagonally
+    over time (every layer attends within its temporal patch)."""
+    if isinstance(frames, (str, os.PathLike)):
+        folder = os.fspath(frames)
+        if not os.path.isdir(folder):
+            raise Error(f"preprocess_video: {folder} is not a folder (give a folder or a list of frames)")
+        names = sorted(n for n in os.listdir(folder) if n.lower().endswith((".jpg", ".jpeg", ".png")))
+        if not names:
+            raise Error(f"preprocess_video: {folder}: no .jpg, .jpeg or .png frame")
+        frames = [os.path.join(folder, n) for n in names]
+    given = {"min_pixels": min_pixels, "max_pixels": max_pixels, "mean": mean, "std": std}
+    options = {k: (tuple(v) if k in ("mean", "std") else int(v)) for k, v in given.items() if v is not None}
+    return _ariadne.preprocess_video([_image(x) for x in frames], _config(config), **options)
 
 
 def encode(

@@ -119,6 +119,30 @@ def test_encoder_matches_hf(ref, weights, backend):
     assert set(r.times) >= {"attention", "mlp", "total"} and r.times["total"] > 0
 
 
+def test_preprocess_video_matches_hf(weights):
+    """HF's three-frame clip (padded to four, grid_thw [2, 4, 6]): the pixel rows (HF's video processor
+    rescales and normalizes in one fused float step, so a few ulps apart: the C++ parity test's bound
+    1e-6), and the encoder on them against HF's tower (video layers attend within a temporal patch)."""
+    ref = read_safetensors(DATA / "video_reference.safetensors")
+    frames = [DATA / f"video_frame_{i}.png" for i in range(3)]
+    clip = ariadne.preprocess_video(frames, "small")
+    assert clip.grids == [(4, 6), (4, 6)] and ref["grid_thw"].tolist() == [[2.0, 4.0, 6.0]]
+    assert clip.values.shape == ref["pixel_values"].shape == (48, 1176)
+    assert np.abs(clip.values - ref["pixel_values"]).max() <= 1e-6
+    # The same frames as arrays, and the folder form, give the same rows.
+    arrays = [ariadne.read_image(str(p)) for p in frames]
+    assert np.array_equal(ariadne.preprocess_video(arrays, "small").values, clip.values)
+    r = ariadne.encode(weights, clip, "chunk", backend="reference")
+    assert rel_l2(r.out, ref["output"]) <= 1e-5
+    # A still image is not a clip: the frames of one temporal patch differ in the t columns.
+    still = ariadne.preprocess(frames[0], "small")
+    assert not np.array_equal(still.values, clip.values[:24])
+    with pytest.raises(ariadne.Error, match="not a folder"):
+        ariadne.preprocess_video(str(frames[0]), "small")
+    with pytest.raises(ariadne.Error):
+        ariadne.preprocess_video([arrays[0], arrays[0][:30]], "small")  # two sizes are not one clip
+
+
 @pytest.mark.parametrize("schedule,sink_init", [("R+R+C+F", 0.75), ("R+C+Q+W", -0.5)])
 def test_encoder_matches_the_cli(tmp_path, weights, schedule, sink_init):
     """Schedules beyond the HF pair (token orders, sinks) against `ariadne encode` on the same files."""
