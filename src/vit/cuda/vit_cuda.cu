@@ -377,7 +377,10 @@ EncodeResult encode_cuda(const VitWeights& weights, const std::vector<float>& pi
     clock.mark(&tm.attention);
     if (options.on_attention) {
       check(cudaStreamSynchronize(st), "attention observer");
-      options.on_attention(l, p, order_of(lorder));
+      // The order the observer is given is the rows' own, gathered through p.order when one is set:
+      // a fused full layer runs on the native block_row rows without one, whatever its spec's order.
+      const OrderKind rows = fused && !p.order ? OrderKind::block_row : lorder;
+      options.on_attention(l, p, order_of(rows));
     }
     gemm.linear(att, N, H, L.proj_w, L.proj_b, H, x, true, st);  // x += proj(att) + b
     clock.mark(&tm.proj);
