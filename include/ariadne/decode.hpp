@@ -175,6 +175,9 @@ struct DecodeParams {
   // and a selection is read from the host (it is uploaded per call).
   const CudaKVCache* device_cache = nullptr;
   std::span<const int32_t> seqs;  // [batch]: the cache sequence of each query row
+  // Optional with device_cache: the same ids in device memory, int32 [batch]. The call then uploads
+  // nothing for a dense step (a CUDA graph can capture it); without it seqs is copied per call.
+  const int32_t* device_seqs = nullptr;
   SinkMode sink_mode = SinkMode::none;
   TensorView sink;       // [heads_q] f32 when sink_mode != none
   int64_t window = -1;   // the query sees its `window` previous tokens and itself; < 0: all

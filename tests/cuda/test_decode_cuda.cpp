@@ -87,8 +87,9 @@ struct Outputs {
   std::vector<float> out, lse;
 };
 
-// Runs the reference on the host cache and the CUDA kernels on the device twin; returns both.
-std::pair<Outputs, Outputs> run_both(const Case& c, Inputs& in, const PageSelection* sel) {
+// Runs the reference on the host cache and the CUDA kernels on the device twin (sequence ids
+// uploaded by the call, or given in device memory); returns both.
+std::pair<Outputs, Outputs> run_both(const Case& c, Inputs& in, const PageSelection* sel, bool device_ids = false) {
   const int64_t B = int64_t(c.lengths.size());
   Outputs ref{std::vector<float>(size_t(in.q.numel()), std::nanf("")), std::vector<float>(size_t(B * c.heads_q))};
   DecodeParams p;
@@ -115,6 +116,8 @@ std::pair<Outputs, Outputs> run_both(const Case& c, Inputs& in, const PageSelect
   d.out = out.view();
   d.lse = lse.view();
   if (c.sink_mode != SinkMode::none) d.sink = sink.view();
+  const DeviceBuffer ids = DeviceBuffer::from_ints(in.seqs);
+  if (device_ids) d.device_seqs = static_cast<const int32_t*>(ids.data());
   decode_attention(d, Backend::cuda);
   Outputs gpu{std::vector<float>(ref.out.size()), std::vector<float>(ref.lse.size())};
   out.copy_to_host(gpu.out.data(), gpu.out.size() * sizeof(float));
@@ -161,8 +164,10 @@ TEST(DecodeCuda, DenseMatchesReference) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(name_of(c));
     Inputs in(c, seed++);
-    const auto [ref, gpu] = run_both(c, in, nullptr);
-    expect_close(c, in, ref, gpu);
+    for (bool device_ids : {false, true}) {
+      const auto [ref, gpu] = run_both(c, in, nullptr, device_ids);
+      expect_close(c, in, ref, gpu);
+    }
   }
 }
 

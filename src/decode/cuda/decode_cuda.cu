@@ -355,8 +355,12 @@ template <int D, int MAXG, class T>
 void launch(const Args& a, dim3 grid) {
   const size_t smem = std::max<size_t>(size_t(2) * kStages * kTile * D * sizeof(T),
                                        size_t(8) * MAXG * (2 + D) * sizeof(float));
-  check(cudaFuncSetAttribute(decode_kernel<D, MAXG, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-        "shared memory attribute");
+  static const bool attribute_set = [smem] {  // once per instantiation (the size is a constant of it)
+    check(cudaFuncSetAttribute(decode_kernel<D, MAXG, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+          "shared memory attribute");
+    return true;
+  }();
+  (void)attribute_set;
   decode_kernel<D, MAXG, T><<<grid, kThreads, smem>>>(a);
   check(cudaGetLastError(), "decode kernel launch");
   if (a.splits > 1) {
@@ -427,12 +431,18 @@ void decode_cuda(const DecodeParams& p) {
   int splits = int(std::clamp<int64_t>((4 * sm_count() + ctas - 1) / ctas, 1, std::max<int64_t>(1, (units + 1) / 2)));
   splits = std::min(splits, 1024);
 
-  const std::vector<int32_t> seqs(p.seqs.begin(), p.seqs.end());
-  const DeviceBuffer seq_ids = DeviceBuffer::from_ints(seqs);
-  DeviceBuffer row_ptr, pages;
+  // Small per-call arrays travel in stream-ordered buffers with asynchronous copies on the legacy
+  // stream the kernels run on: no device-wide synchronization (cudaMalloc / cudaFree) per step.
+  const auto upload = [](const int32_t* host, size_t n) {
+    DeviceBuffer d = DeviceBuffer::stream_ordered(DType::f32, {int64_t(std::max<size_t>(n, 1))});
+    if (n) check(cudaMemcpyAsync(d.data(), host, n * sizeof(int32_t), cudaMemcpyHostToDevice, 0), "upload");
+    return d;
+  };
+  DeviceBuffer seq_ids, row_ptr, pages;
+  if (!p.device_seqs) seq_ids = upload(p.seqs.data(), p.seqs.size());
   if (p.selection) {
-    row_ptr = DeviceBuffer::from_ints(p.selection->row_ptr);
-    pages = DeviceBuffer::from_ints(p.selection->pages.empty() ? std::vector<int32_t>{0} : p.selection->pages);
+    row_ptr = upload(p.selection->row_ptr.data(), p.selection->row_ptr.size());
+    pages = upload(p.selection->pages.data(), p.selection->pages.size());
   }
   DeviceBuffer part_o, part_ml;
   if (splits > 1) {
@@ -452,7 +462,7 @@ void decode_cuda(const DecodeParams& p) {
   a.table = cache.block_table();
   a.max_pages = cache.max_pages();
   a.lengths = cache.lengths();
-  a.seqs = static_cast<const int32_t*>(seq_ids.data());
+  a.seqs = p.device_seqs ? p.device_seqs : static_cast<const int32_t*>(seq_ids.data());
   a.row_ptr = p.selection ? static_cast<const int32_t*>(row_ptr.data()) : nullptr;
   a.pages = p.selection ? static_cast<const int32_t*>(pages.data()) : nullptr;
   a.sink = p.sink_mode == SinkMode::none ? nullptr : static_cast<const float*>(p.sink.data);
