@@ -79,6 +79,7 @@ class PagedKVCache {
   int64_t length(int seq) const;
   int64_t pages(int seq) const;                              // ⌈length / page_size⌉
   const std::vector<int32_t>& page_table(int seq) const;     // pool page per logical page
+  int sequence_slots() const { return int(seqs_.size()); }  // every id handed out is below it
   int64_t capacity_pages() const { return capacity_; }
   bool live(int seq) const;
 
@@ -124,12 +125,59 @@ struct PageSelection {
   double ms_select = 0;    // host wall time of select_pages
 };
 
+// The paged cache in device memory (CUDA builds): the pools and key summaries in PagedKVCache's
+// layout, and the tables the kernels read,
+//   block_table  int32 [sequences, max_pages]  the pool page of each logical page (−1 past the end)
+//   lengths      int32 [sequences]             cached tokens
+// The page bookkeeping stays with a host PagedKVCache, its twin: sync() copies the twin's pools,
+// summaries and tables (a prefill on the host, then decode on the device). Copies are device-wide
+// synchronous; ids are the twin's sequence ids.
+class CudaKVCache {
+ public:
+  CudaKVCache();
+  explicit CudaKVCache(const PagedKVCache& twin);
+  ~CudaKVCache();
+  CudaKVCache(CudaKVCache&&) noexcept;
+  CudaKVCache& operator=(CudaKVCache&&) noexcept;
+  void sync(const PagedKVCache& twin);
+
+  const KVCacheConfig& config() const { return cfg_; }
+  int sequences() const { return int(lengths_.size()); }
+  int max_pages() const { return max_pages_; }
+  int64_t capacity_pages() const { return capacity_; }
+  bool live(int seq) const;
+  int64_t length(int seq) const;  // the host mirror of lengths()
+  // Device pointers.
+  const void* k_pool() const;
+  const void* v_pool() const;
+  const int32_t* block_table() const;
+  const int32_t* lengths() const;
+  const float* key_sum() const;  // [capacity, strides_per_page, kv_heads, head_dim]
+  const float* key_min() const;  // [capacity, kv_heads, head_dim]
+  const float* key_max() const;
+
+  struct Device;  // the device buffers (src/decode/cuda)
+
+ private:
+  KVCacheConfig cfg_;
+  int64_t capacity_ = 0;
+  int max_pages_ = 0;
+  std::vector<int64_t> lengths_;  // −1: not a live sequence
+  Device* dev_ = nullptr;
+};
+
 struct DecodeParams {
-  TensorView q;    // [batch, heads_q, head_dim] host f32 (bf16/f16 read exactly)
-  TensorView out;  // [batch, heads_q, head_dim] host f32; written
-  TensorView lse;  // optional: [batch, heads_q] f32
+  TensorView q;    // [batch, heads_q, head_dim] host f32 (bf16/f16 read exactly); device bf16/f16 with device_cache
+  TensorView out;  // [batch, heads_q, head_dim] f32 in q's memory; written
+  TensorView lse;  // optional: [batch, heads_q] f32 in q's memory
   const PagedKVCache* cache = nullptr;
+  // The device cache (Backend::cuda): q, out, lse and sink are device memory, `cache` may stay null,
+  // and a selection is read from the host (it is uploaded per call).
+  const CudaKVCache* device_cache = nullptr;
   std::span<const int32_t> seqs;  // [batch]: the cache sequence of each query row
+  // Optional with device_cache: the same ids in device memory, int32 [batch]. The call then uploads
+  // nothing for a dense step (a CUDA graph can capture it); without it seqs is copied per call.
+  const int32_t* device_seqs = nullptr;
   SinkMode sink_mode = SinkMode::none;
   TensorView sink;       // [heads_q] f32 when sink_mode != none
   int64_t window = -1;   // the query sees its `window` previous tokens and itself; < 0: all

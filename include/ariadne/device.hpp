@@ -37,6 +37,8 @@ class DeviceBuffer {
 
   // Same shape, dtype and contents as a host buffer.
   static DeviceBuffer from_host(const Buffer& host);
+  // A device copy of `data`, a dense host array of `shape` in `dtype`.
+  static DeviceBuffer from_host(const void* data, DType dtype, std::vector<int64_t> shape);
   // A device copy of a host array (cu_seqlens, CSR arrays).
   static DeviceBuffer from_ints(const std::vector<int32_t>& values);
   // A buffer from a library-owned memory pool of the current device, allocated and later freed in

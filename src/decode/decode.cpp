@@ -58,16 +58,28 @@ double PageSelection::density() const {
 
 namespace {
 
-// validate() with out optional: the selection and the page masses write no output.
-void check_params(const DecodeParams& p, bool need_out) {
-  ARIADNE_CHECK(p.cache != nullptr, "decode: no cache given (DecodeParams::cache)");
-  const KVCacheConfig& c = p.cache->config();
+// validate() with out optional: the selection and the page masses write no output. host: the caller
+// reads q and the cache on the host (the selection, the page masses, the host backends).
+void check_params(const DecodeParams& p, bool need_out, bool host) {
+  const bool dev = !host && p.device_cache != nullptr;
+  ARIADNE_CHECK(dev || p.cache != nullptr, host && p.device_cache ? "decode: this call reads the host cache "
+                "(DecodeParams::cache), and only a device cache was given" : "decode: no cache given (DecodeParams::cache)");
+  const KVCacheConfig& c = dev ? p.device_cache->config() : p.cache->config();
+  const Device mem = dev ? Device::cuda : Device::cpu;
+  const char* where = dev ? "device" : "host";
+  const auto live = [&](int seq) { return dev ? p.device_cache->live(seq) : p.cache->live(seq); };
+  const auto length = [&](int seq) { return dev ? p.device_cache->length(seq) : p.cache->length(seq); };
   const TensorView& q = p.q;
   ARIADNE_CHECK(q.defined() && q.rank == 3, "decode: q must be [batch, heads_q, head_dim], got ",
                 q.defined() ? q.describe() : std::string("undefined"));
-  ARIADNE_CHECK(q.device == Device::cpu, "decode: q is on the device; the host cache decodes host queries");
-  ARIADNE_CHECK(q.dtype == DType::f32 || q.dtype == DType::bf16 || q.dtype == DType::f16, "decode: q has dtype ",
-                dtype_name(q.dtype), ", expected f32, bf16 or f16");
+  ARIADNE_CHECK(q.device == mem, "decode: q is in ", q.device == Device::cpu ? "host" : "device", " memory, the ",
+                where, " cache decodes ", where, " queries");
+  if (dev)
+    ARIADNE_CHECK(q.dtype == c.dtype && q.dtype != DType::f32, "decode: q has dtype ", dtype_name(q.dtype),
+                  ", the device kernels need bf16 or f16 queries of the cache's dtype (", dtype_name(c.dtype), ")");
+  else
+    ARIADNE_CHECK(q.dtype == DType::f32 || q.dtype == DType::bf16 || q.dtype == DType::f16, "decode: q has dtype ",
+                  dtype_name(q.dtype), ", expected f32, bf16 or f16");
   const int64_t B = q.shape[0];
   const int64_t Hq = q.shape[1], d = q.shape[2];
   ARIADNE_CHECK(q.stride[2] == 1, "decode: q needs a contiguous head dim, got ", q.describe());
@@ -76,22 +88,22 @@ void check_params(const DecodeParams& p, bool need_out) {
                 "cache's ", c.kv_heads, " KV heads (GQA)");
   ARIADNE_CHECK(int64_t(p.seqs.size()) == B, "decode: seqs has ", p.seqs.size(), " entries, q's batch is ", B);
   for (size_t b = 0; b < p.seqs.size(); ++b)
-    ARIADNE_CHECK(p.cache->live(p.seqs[b]), "decode: seqs[", b, "] = ", p.seqs[b],
+    ARIADNE_CHECK(live(p.seqs[b]), "decode: seqs[", b, "] = ", p.seqs[b],
                   " is not a live sequence of the cache");
   const TensorView& o = p.out;
   if (need_out || o.defined())
     ARIADNE_CHECK(o.defined() && o.rank == 3 && o.shape[0] == B && o.shape[1] == Hq && o.shape[2] == d &&
-                    o.dtype == DType::f32 && o.device == Device::cpu && o.stride[2] == 1,
-                "decode: out must be host f32 [", B, ", ", Hq, ", ", d, "] with a contiguous head dim, got ",
+                    o.dtype == DType::f32 && o.device == mem && o.stride[2] == 1,
+                "decode: out must be ", where, " f32 [", B, ", ", Hq, ", ", d, "] with a contiguous head dim, got ",
                 o.defined() ? o.describe() : std::string("undefined"));
   if (p.lse.defined())
     ARIADNE_CHECK(p.lse.rank == 2 && p.lse.shape[0] == B && p.lse.shape[1] == Hq && p.lse.dtype == DType::f32 &&
-                      p.lse.device == Device::cpu && p.lse.contiguous(),
-                  "decode: lse must be host f32 [", B, ", ", Hq, "] contiguous, got ", p.lse.describe());
+                      p.lse.device == mem && p.lse.contiguous(),
+                  "decode: lse must be ", where, " f32 [", B, ", ", Hq, "] contiguous, got ", p.lse.describe());
   if (p.sink_mode != SinkMode::none)
     ARIADNE_CHECK(p.sink.defined() && p.sink.rank == 1 && p.sink.shape[0] == Hq && p.sink.dtype == DType::f32 &&
-                      p.sink.device == Device::cpu,
-                  "decode: sink_mode ", sink_mode_name(p.sink_mode), " needs sink as host f32 [", Hq, "], got ",
+                      p.sink.device == mem && p.sink.stride[0] == 1,
+                  "decode: sink_mode ", sink_mode_name(p.sink_mode), " needs sink as contiguous ", where, " f32 [", Hq, "], got ",
                   p.sink.defined() ? p.sink.describe() : std::string("undefined"));
   ARIADNE_CHECK(std::isfinite(p.scale) && p.scale >= 0, "decode: scale is ", p.scale,
                 ", expected 0 (1/sqrt(head_dim)) or a positive value");
@@ -102,7 +114,7 @@ void check_params(const DecodeParams& p, bool need_out) {
                   "decode: the selection has ", s->rows(), " rows for ", s->kv_heads, " KV heads, expected ", rows,
                   " (batch × the cache's ", c.kv_heads, " KV heads) with row_ptr from 0 to pages.size()");
     for (int64_t r = 0; r < rows; ++r) {
-      const Visible vis = visible_of(p.cache->length(p.seqs[size_t(r / c.kv_heads)]), p.window, c.page_size);
+      const Visible vis = visible_of(length(p.seqs[size_t(r / c.kv_heads)]), p.window, c.page_size);
       ARIADNE_CHECK(s->row_ptr[size_t(r)] <= s->row_ptr[size_t(r) + 1], "decode: selection row_ptr decreases at row ",
                     r);
       int64_t last = -1;
@@ -118,10 +130,16 @@ void check_params(const DecodeParams& p, bool need_out) {
 
 }  // namespace
 
-void validate(const DecodeParams& p) { check_params(p, true); }
+void validate(const DecodeParams& p) { check_params(p, true, false); }
 
 void decode_attention(const DecodeParams& p, Backend backend) {
   validate(p);
+  if (p.device_cache) {
+    ARIADNE_CHECK(backend == Backend::automatic || backend == Backend::cuda, "decode: backend '",
+                  backend_name(backend), "' cannot read a device cache, expected cuda or auto");
+    decode_detail::decode_cuda(p);
+    return;
+  }
   switch (backend) {
     case Backend::reference: decode_detail::decode_reference(p); return;
     case Backend::automatic:
@@ -259,7 +277,7 @@ std::vector<double> group_mean(const HeadWeights& w, int64_t npages) {
 std::vector<std::vector<double>> page_masses(const DecodeParams& p) {
   DecodeParams v = p;
   v.selection = nullptr;
-  check_params(v, false);
+  check_params(v, false, true);
   const KVCacheConfig& c = p.cache->config();
   std::vector<std::vector<double>> out;
   for (int64_t b = 0; b < p.q.shape[0]; ++b) {
@@ -299,7 +317,7 @@ PageSelection select_pages(const DecodeParams& p, const PageSelectConfig& cfg) {
   ARIADNE_CHECK(cfg.step >= 0, "select_pages: step is ", cfg.step, ", expected ≥ 0");
   DecodeParams v = p;
   v.selection = nullptr;
-  check_params(v, false);
+  check_params(v, false, true);
   const KVCacheConfig& c = p.cache->config();
   const int64_t B = p.q.shape[0];
   PageSelection sel;

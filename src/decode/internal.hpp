@@ -27,5 +27,7 @@ inline float load(const unsigned char* base, DType dtype, int64_t index) {
 
 void decode_reference(const DecodeParams& p);
 void decode_cpu(const DecodeParams& p);
+// The device cache's kernels (src/decode/cuda); builds without CUDA throw.
+void decode_cuda(const DecodeParams& p);
 
 }  // namespace ariadne::decode_detail

@@ -194,3 +194,31 @@ const float* PagedKVCache::key_min(int64_t p) const { return min_.data() + p * c
 const float* PagedKVCache::key_max(int64_t p) const { return max_.data() + p * cfg_.kv_heads * cfg_.head_dim; }
 
 }  // namespace ariadne
+
+#if !defined(ARIADNE_WITH_CUDA)
+// Builds without the CUDA backend: a device cache cannot be made, and says so.
+namespace ariadne {
+namespace {
+[[noreturn]] void no_cuda() { detail::fail("CudaKVCache: this build of ariadne has no CUDA backend"); }
+}  // namespace
+struct CudaKVCache::Device {};
+CudaKVCache::CudaKVCache() = default;
+CudaKVCache::CudaKVCache(const PagedKVCache&) { no_cuda(); }
+CudaKVCache::~CudaKVCache() = default;
+CudaKVCache::CudaKVCache(CudaKVCache&&) noexcept = default;
+CudaKVCache& CudaKVCache::operator=(CudaKVCache&&) noexcept = default;
+void CudaKVCache::sync(const PagedKVCache&) { no_cuda(); }
+bool CudaKVCache::live(int) const { return false; }
+int64_t CudaKVCache::length(int) const { no_cuda(); }
+const void* CudaKVCache::k_pool() const { no_cuda(); }
+const void* CudaKVCache::v_pool() const { no_cuda(); }
+const int32_t* CudaKVCache::block_table() const { no_cuda(); }
+const int32_t* CudaKVCache::lengths() const { no_cuda(); }
+const float* CudaKVCache::key_sum() const { no_cuda(); }
+const float* CudaKVCache::key_min() const { no_cuda(); }
+const float* CudaKVCache::key_max() const { no_cuda(); }
+namespace decode_detail {
+void decode_cuda(const DecodeParams&) { no_cuda(); }
+}  // namespace decode_detail
+}  // namespace ariadne
+#endif

@@ -17,6 +17,7 @@ DeviceBuffer::~DeviceBuffer() = default;
 DeviceBuffer::DeviceBuffer(DeviceBuffer&&) noexcept = default;
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&&) noexcept = default;
 DeviceBuffer DeviceBuffer::from_host(const Buffer&) { no_cuda(); }
+DeviceBuffer DeviceBuffer::from_host(const void*, DType, std::vector<int64_t>) { no_cuda(); }
 DeviceBuffer DeviceBuffer::from_ints(const std::vector<int32_t>&) { no_cuda(); }
 DeviceBuffer DeviceBuffer::stream_ordered(DType, std::vector<int64_t>) { no_cuda(); }
 void DeviceBuffer::trim_stream_ordered_pool() { no_cuda(); }

@@ -130,6 +130,12 @@ DeviceBuffer DeviceBuffer::from_host(const Buffer& host) {
   return d;
 }
 
+DeviceBuffer DeviceBuffer::from_host(const void* data, DType dtype, std::vector<int64_t> shape) {
+  DeviceBuffer d(dtype, std::move(shape));
+  if (d.bytes_) check(cudaMemcpy(d.ptr_, data, d.bytes_, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+  return d;
+}
+
 DeviceBuffer DeviceBuffer::from_ints(const std::vector<int32_t>& values) {
   DeviceBuffer d(DType::f32, {int64_t(values.size())});  // 4-byte elements; viewed as int32 by callers
   if (!values.empty())

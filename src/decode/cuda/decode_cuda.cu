@@ -1,0 +1,490 @@
+// Decode over the device cache (include/ariadne/decode.hpp): one query per sequence against its
+// paged keys and values, split-K over the row's pages with a log-sum-exp merge.
+//
+// Work: a row is (sequence b, KV head g); its pages are the visible ones (dense) or the ones a
+// selection keeps. A page is read in tiles of up to 64 rows, and the tiles of a row are cut into
+// `splits` contiguous ranges, one CTA each, so that a batch-1 long context still fills the GPU.
+// A CTA serves up to MAXG query heads of g's group (GQA): every K and V tile is read once from
+// global memory for all of them, which is where decode's bytes go.
+// Pipeline: cp.async copies whole K and V tiles into shared memory, kStages deep; rows outside the
+// query's view (past the length, before the window, past the page's end) are zero-filled by the copy
+// itself, so masked rows carry no stale value that 0·NaN could spread.
+// Compute: a half-warp owns a key row at a time, each lane D/16 of its dimensions; the 16 partial
+// dot products meet in 4 shuffles. Every half-warp keeps its own online softmax (m, l, acc) per
+// head over the 8 rows of each tile it owns; the CTA merges its 8 half-warps at the end, and a
+// second kernel merges the splits (skipped when one split covers the row).
+// Scores are kept in log2 units (scale · log2 e folded into q), as the attention kernels do.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "ariadne/decode.hpp"
+#include "ariadne/device.hpp"
+#include "ariadne/error.hpp"
+#include "decode/internal.hpp"
+#include "device/cuda/mma.cuh"
+
+namespace ariadne::decode_detail {
+
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps, 8 half-warps
+constexpr int kTile = 64;      // rows per stage (8 per half-warp)
+constexpr int kStages = 3;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct Args {
+  const void* q;
+  int64_t q_sb, q_sh;
+  float* out;
+  int64_t o_sb, o_sh;
+  float* lse;  // [B, Hq] contiguous, or null
+  const void* k;
+  const void* v;
+  const int32_t* table;
+  int max_pages;
+  const int32_t* lengths;
+  const int32_t* seqs;     // [B]
+  const int32_t* row_ptr;  // selection CSR over rows b · Hkv + g, or null (dense)
+  const int32_t* pages;
+  const float* sink;
+  int sink_mode;  // 0 none, 1 denominator, 2 key0 bias
+  long long window;
+  float scale_log2;
+  int B, Hq, Hkv, group, P, tile, tiles_per_page, splits, head_chunks;
+  float* part_o;   // [B · Hq, splits, D]
+  float* part_ml;  // [B · Hq, splits, 2]: m (log2 units), l
+};
+
+template <class T>
+__device__ __forceinline__ float to_float(T x);
+template <>
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <>
+__device__ __forceinline__ float to_float(__half x) {
+  return __half2float(x);
+}
+
+// E consecutive 16-bit elements from shared or global memory, with the widest loads their
+// alignment allows (E · 2 bytes: 16 for d 128, 8 for d 64, 12 for d 96, 10 for d 80).
+template <int E, class T>
+__device__ __forceinline__ void load_row(const T* p, float (&x)[E]) {
+  if constexpr (E % 8 == 0) {
+#pragma unroll
+    for (int c = 0; c < E / 8; ++c) {
+      const uint4 w = reinterpret_cast<const uint4*>(p)[c];
+      const T* h = reinterpret_cast<const T*>(&w);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[c * 8 + i] = to_float(h[i]);
+    }
+  } else if constexpr (E % 4 == 0) {
+#pragma unroll
+    for (int c = 0; c < E / 4; ++c) {
+      const uint2 w = reinterpret_cast<const uint2*>(p)[c];
+      const T* h = reinterpret_cast<const T*>(&w);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) x[c * 4 + i] = to_float(h[i]);
+    }
+  } else if constexpr (E % 2 == 0) {
+#pragma unroll
+    for (int c = 0; c < E / 2; ++c) {
+      const uint32_t w = reinterpret_cast<const uint32_t*>(p)[c];
+      const T* h = reinterpret_cast<const T*>(&w);
+      x[c * 2] = to_float(h[0]);
+      x[c * 2 + 1] = to_float(h[1]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < E; ++i) x[i] = to_float(p[i]);
+  }
+}
+
+__device__ __forceinline__ float half_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 8);
+  v += __shfl_xor_sync(0xffffffffu, v, 4);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  return v + __shfl_xor_sync(0xffffffffu, v, 1);
+}
+
+// The row's visible tokens [first, len) and its page list (dense: page_lo + i; else the selection).
+struct Row {
+  int seq, len, first, page_lo, n_pages;
+  const int32_t* list;  // selection pages, or null
+  __device__ int page(int i) const { return list ? list[i] : page_lo + i; }
+};
+
+__device__ __forceinline__ Row row_of(const Args& a, int b, int g) {
+  Row r;
+  r.seq = a.seqs[b];
+  r.len = a.lengths[r.seq];
+  r.first = a.window < 0 ? 0 : int(max(0LL, (long long)r.len - 1 - a.window));
+  r.page_lo = r.first / a.P;
+  r.list = nullptr;
+  if (a.row_ptr) {
+    const int at = b * a.Hkv + g;
+    r.list = a.pages + a.row_ptr[at];
+    r.n_pages = a.row_ptr[at + 1] - a.row_ptr[at];
+  } else {
+    r.n_pages = r.len > 0 ? (r.len - 1) / a.P - r.page_lo + 1 : 0;
+  }
+  return r;
+}
+
+// The final value of one (b, h, dim) from its merged (m, l, o): the sink joins the denominator,
+// then o / l; a row with no key and no sink gets 0 (lse −inf), and a NaN stays a NaN.
+__device__ __forceinline__ void finish(const Args& a, int b, int h, int dim, float m, float l, float o) {
+  if (a.sink_mode == 1) {
+    const float s = a.sink[h] * kLog2e;
+    const float m2 = ariadne::cuda::fmax_nan(m, s);
+    const float c = m == -INFINITY ? 0.f : exp2f(m - m2);
+    l = l * c + exp2f(s - m2);
+    o *= c;
+    m = m2;
+  }
+  const bool any = l > 0.f || isnan(l);
+  a.out[b * a.o_sb + h * a.o_sh + dim] = any ? o / l : 0.f;
+  if (dim == 0 && a.lse) a.lse[b * a.Hq + h] = any ? (m + log2f(l)) * kLn2 : -INFINITY;
+}
+
+template <int D, int MAXG, class T>
+__global__ void __launch_bounds__(kThreads) decode_kernel(const Args a) {
+  constexpr int E = D / 16;
+  constexpr int kChunks = D * 2 / 16;  // 16-byte pieces per row
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* ks = reinterpret_cast<T*>(smem);
+  T* vs = ks + kStages * kTile * D;
+
+  const int b = blockIdx.z, g = blockIdx.y / a.head_chunks, chunk = blockIdx.y % a.head_chunks;
+  const int h0 = g * a.group + chunk * MAXG, nh = min(MAXG, a.group - chunk * MAXG);
+  const int split = blockIdx.x;
+  const Row row = row_of(a, b, g);
+  const int units = row.n_pages * a.tiles_per_page;
+  const int per = (units + a.splits - 1) / a.splits;
+  const int u0 = min(units, split * per), u1 = min(units, u0 + per);
+  const int tid = threadIdx.x, lane = tid & 31, hw = tid >> 4, l16 = lane & 15;  // hw: the half-warp
+
+  // The query heads of this CTA, E dims per lane, pre-scaled into log2 units.
+  float q[MAXG][E];
+#pragma unroll
+  for (int h = 0; h < MAXG; ++h) {
+    if (h < nh) {
+      load_row<E>(static_cast<const T*>(a.q) + b * a.q_sb + (h0 + h) * a.q_sh + l16 * E, q[h]);
+#pragma unroll
+      for (int e = 0; e < E; ++e) q[h][e] *= a.scale_log2;
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; ++e) q[h][e] = 0.f;
+    }
+  }
+
+  // Copies unit u (page entry u / tiles_per_page, rows from (u % tiles_per_page) · tile) into a stage.
+  const auto load_unit = [&](int u, int stage) {
+    const int page = row.page(u / a.tiles_per_page), row0 = (u % a.tiles_per_page) * a.tile;
+    const int rows = min(a.tile, a.P - row0);
+    const int pool = a.table[int64_t(row.seq) * a.max_pages + page];
+    const int64_t base = ((int64_t(pool) * a.Hkv + g) * a.P + row0) * D;
+    const T* kg = static_cast<const T*>(a.k) + base;
+    const T* vg = static_cast<const T*>(a.v) + base;
+    T* kd = ks + stage * kTile * D;
+    T* vd = vs + stage * kTile * D;
+    for (int c = tid; c < kTile * kChunks; c += kThreads) {
+      const int j = c / kChunks, piece = c % kChunks;
+      const int t = page * a.P + row0 + j;
+      const bool ok = j < rows && t >= row.first && t < row.len;
+      const int jj = ok ? j : 0;  // a zero-filled copy still names a valid address
+      ariadne::cuda::cp_async16(ariadne::cuda::smem_addr(kd + j * D + piece * 8), kg + jj * D + piece * 8, ok);
+      ariadne::cuda::cp_async16(ariadne::cuda::smem_addr(vd + j * D + piece * 8), vg + jj * D + piece * 8, ok);
+    }
+  };
+
+  float m[MAXG], l[MAXG], acc[MAXG][E];
+#pragma unroll
+  for (int h = 0; h < MAXG; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[h][e] = 0.f;
+  }
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (u0 + s < u1) load_unit(u0 + s, s);
+    ariadne::cuda::cp_async_commit();
+  }
+  for (int u = u0; u < u1; ++u) {
+    const int it = u - u0;
+    if (u + kStages - 1 < u1) load_unit(u + kStages - 1, (it + kStages - 1) % kStages);
+    ariadne::cuda::cp_async_commit();
+    ariadne::cuda::cp_async_wait<kStages - 1>();
+    __syncthreads();
+    const int stage = it % kStages;
+    const int page = row.page(u / a.tiles_per_page), row0 = (u % a.tiles_per_page) * a.tile;
+    const int rows = min(a.tile, a.P - row0);
+    const T* kt = ks + stage * kTile * D;
+    const T* vt = vs + stage * kTile * D;
+
+    // Scores of this half-warp's 8 rows.
+    float s[8][MAXG];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int j = hw * 8 + i;
+      const int t = page * a.P + row0 + j;
+      const bool ok = j < rows && t >= row.first && t < row.len;
+      float kx[E];
+      load_row<E>(kt + j * D + l16 * E, kx);
+#pragma unroll
+      for (int h = 0; h < MAXG; ++h) {
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) dot = fmaf(q[h][e], kx[e], dot);
+        dot = half_sum(dot);
+        if (a.sink_mode == 2 && t == 0 && h < nh) dot += a.sink[h0 + h] * kLog2e;
+        s[i][h] = ok ? dot : -INFINITY;
+      }
+    }
+    // Online softmax per head over the 8 rows, then the values.
+#pragma unroll
+    for (int h = 0; h < MAXG; ++h) {
+      float mt = s[0][h];
+#pragma unroll
+      for (int i = 1; i < 8; ++i) mt = ariadne::cuda::fmax_nan(mt, s[i][h]);
+      const float mn = ariadne::cuda::fmax_nan(m[h], mt);
+      if (mn == -INFINITY) {  // no visible row yet: nothing to scale or add
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s[i][h] = 0.f;
+        continue;
+      }
+      const float c = exp2f(m[h] - mn);
+      m[h] = mn;
+      l[h] *= c;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[h][e] *= c;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        s[i][h] = exp2f(s[i][h] - mn);
+        l[h] += s[i][h];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float vx[E];
+      load_row<E>(vt + (hw * 8 + i) * D + l16 * E, vx);
+#pragma unroll
+      for (int h = 0; h < MAXG; ++h)
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[h][e] = fmaf(s[i][h], vx[e], acc[h][e]);
+    }
+    __syncthreads();
+  }
+  ariadne::cuda::cp_async_wait<0>();
+  __syncthreads();
+
+  // Merge the 8 half-warps through shared memory (the stages are free now).
+  float* ml = reinterpret_cast<float*>(smem);  // [8][MAXG][2]
+  float* ao = ml + 8 * MAXG * 2;               // [8][MAXG][D]
+  if (l16 == 0) {
+#pragma unroll
+    for (int h = 0; h < MAXG; ++h) {
+      ml[(hw * MAXG + h) * 2] = m[h];
+      ml[(hw * MAXG + h) * 2 + 1] = l[h];
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < MAXG; ++h)
+#pragma unroll
+    for (int e = 0; e < E; ++e) ao[(hw * MAXG + h) * D + l16 * E + e] = acc[h][e];
+  __syncthreads();
+  for (int x = tid; x < nh * D; x += kThreads) {
+    const int h = x / D, dim = x % D;
+    float M = -INFINITY;
+    for (int k = 0; k < 8; ++k) M = ariadne::cuda::fmax_nan(M, ml[(k * MAXG + h) * 2]);
+    float L = 0.f, O = 0.f;
+    if (M != -INFINITY)
+      for (int k = 0; k < 8; ++k) {
+        const float mk = ml[(k * MAXG + h) * 2];
+        const float w = mk == -INFINITY ? 0.f : exp2f(mk - M);
+        L += w * ml[(k * MAXG + h) * 2 + 1];
+        O += w * ao[(k * MAXG + h) * D + dim];
+      }
+    const int hq = h0 + h;
+    if (a.splits == 1) {
+      finish(a, b, hq, dim, M, L, O);
+    } else {
+      const int64_t at = (int64_t(b) * a.Hq + hq) * a.splits + split;
+      a.part_o[at * D + dim] = O;
+      if (dim == 0) {
+        a.part_ml[at * 2] = M;
+        a.part_ml[at * 2 + 1] = L;
+      }
+    }
+  }
+}
+
+// One CTA per (b, h): the splits' (m, l, o) merged by their maxima, then finish().
+template <int D>
+__global__ void __launch_bounds__(kThreads) merge_kernel(const Args a) {
+  const int b = blockIdx.x / a.Hq, h = blockIdx.x % a.Hq;
+  const int64_t base = (int64_t(b) * a.Hq + h) * a.splits;
+  float M = -INFINITY;
+  for (int s = 0; s < a.splits; ++s) M = ariadne::cuda::fmax_nan(M, a.part_ml[(base + s) * 2]);
+  for (int dim = threadIdx.x; dim < D; dim += kThreads) {
+    float L = 0.f, O = 0.f;
+    if (M != -INFINITY)
+      for (int s = 0; s < a.splits; ++s) {
+        const float ms = a.part_ml[(base + s) * 2];
+        const float w = ms == -INFINITY ? 0.f : exp2f(ms - M);
+        L += w * a.part_ml[(base + s) * 2 + 1];
+        O += w * a.part_o[(base + s) * D + dim];
+      }
+    finish(a, b, h, dim, M, L, O);
+  }
+}
+
+void check(cudaError_t e, const char* what) {
+  ARIADNE_CHECK(e == cudaSuccess, "decode (cuda): ", what, ": ", cudaGetErrorString(e));
+}
+
+template <int D, int MAXG, class T>
+void launch(const Args& a, dim3 grid) {
+  const size_t smem = std::max<size_t>(size_t(2) * kStages * kTile * D * sizeof(T),
+                                       size_t(8) * MAXG * (2 + D) * sizeof(float));
+  static const bool attribute_set = [smem] {  // once per instantiation (the size is a constant of it)
+    check(cudaFuncSetAttribute(decode_kernel<D, MAXG, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+          "shared memory attribute");
+    return true;
+  }();
+  (void)attribute_set;
+  decode_kernel<D, MAXG, T><<<grid, kThreads, smem>>>(a);
+  check(cudaGetLastError(), "decode kernel launch");
+  if (a.splits > 1) {
+    merge_kernel<D><<<a.B * a.Hq, kThreads>>>(a);
+    check(cudaGetLastError(), "merge kernel launch");
+  }
+}
+
+template <int D, class T>
+void launch_group(const Args& a, int maxg, dim3 grid) {
+  switch (maxg) {
+    case 1: launch<D, 1, T>(a, grid); break;
+    case 2: launch<D, 2, T>(a, grid); break;
+    case 4: launch<D, 4, T>(a, grid); break;
+    default: launch<D, 8, T>(a, grid); break;
+  }
+}
+
+template <class T>
+void launch_dim(const Args& a, int d, int maxg, dim3 grid) {
+  switch (d) {
+    case 64: launch_group<64, T>(a, maxg, grid); break;
+    case 80: launch_group<80, T>(a, maxg, grid); break;
+    case 96: launch_group<96, T>(a, maxg, grid); break;
+    default: launch_group<128, T>(a, maxg, grid); break;
+  }
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev), "SM count");
+    return v;
+  }();
+  return n;
+}
+
+}  // namespace
+
+void decode_cuda(const DecodeParams& p) {
+  const CudaKVCache& cache = *p.device_cache;
+  const KVCacheConfig& c = cache.config();
+  const int d = c.head_dim;
+  ARIADNE_CHECK(d == 64 || d == 80 || d == 96 || d == 128, "decode (cuda): head dim ", d,
+                " has no kernel, expected 64, 80, 96 or 128");
+  ARIADNE_CHECK(p.q.stride[2] == 1 && p.out.stride[2] == 1, "decode (cuda): q and out need a contiguous head dim");
+  const int B = int(p.q.shape[0]), Hq = int(p.q.shape[1]), group = Hq / c.kv_heads;
+  if (B == 0) return;
+  // The kernel's head slots: the group rounded up to 1, 2, 4 or 8; larger groups in chunks of 8.
+  const int maxg = group > 4 ? 8 : group > 2 ? 4 : group;
+  const int head_chunks = (group + maxg - 1) / maxg;
+
+  // Host side: the rows' page counts decide the split; the selection and the sequence ids travel.
+  const int tile = std::min(c.page_size, kTile);
+  const int tiles_per_page = (c.page_size + tile - 1) / tile;
+  int64_t most = 0;
+  for (int b = 0; b < B; ++b) {
+    const Visible vis = visible_of(cache.length(p.seqs[size_t(b)]), p.window, c.page_size);
+    if (!p.selection) most = std::max<int64_t>(most, std::max<int64_t>(vis.pages(), 0));
+  }
+  if (p.selection)
+    for (int64_t r = 0; r < p.selection->rows(); ++r)
+      most = std::max<int64_t>(most, p.selection->row_ptr[size_t(r) + 1] - p.selection->row_ptr[size_t(r)]);
+  const int64_t units = most * tiles_per_page;
+  const int64_t ctas = int64_t(B) * c.kv_heads * head_chunks;
+  // Enough CTAs for about four per SM, each with at least two tiles to pipeline.
+  int splits = int(std::clamp<int64_t>((4 * sm_count() + ctas - 1) / ctas, 1, std::max<int64_t>(1, (units + 1) / 2)));
+  splits = std::min(splits, 1024);
+
+  // Small per-call arrays travel in stream-ordered buffers with asynchronous copies on the legacy
+  // stream the kernels run on: no device-wide synchronization (cudaMalloc / cudaFree) per step.
+  const auto upload = [](const int32_t* host, size_t n) {
+    DeviceBuffer d = DeviceBuffer::stream_ordered(DType::f32, {int64_t(std::max<size_t>(n, 1))});
+    if (n) check(cudaMemcpyAsync(d.data(), host, n * sizeof(int32_t), cudaMemcpyHostToDevice, 0), "upload");
+    return d;
+  };
+  DeviceBuffer seq_ids, row_ptr, pages;
+  if (!p.device_seqs) seq_ids = upload(p.seqs.data(), p.seqs.size());
+  if (p.selection) {
+    row_ptr = upload(p.selection->row_ptr.data(), p.selection->row_ptr.size());
+    pages = upload(p.selection->pages.data(), p.selection->pages.size());
+  }
+  DeviceBuffer part_o, part_ml;
+  if (splits > 1) {
+    part_o = DeviceBuffer::stream_ordered(DType::f32, {int64_t(B) * Hq * splits * d});
+    part_ml = DeviceBuffer::stream_ordered(DType::f32, {int64_t(B) * Hq * splits * 2});
+  }
+  Args a{};
+  a.q = p.q.data;
+  a.q_sb = p.q.stride[0];
+  a.q_sh = p.q.stride[1];
+  a.out = static_cast<float*>(p.out.data);
+  a.o_sb = p.out.stride[0];
+  a.o_sh = p.out.stride[1];
+  a.lse = p.lse.defined() ? static_cast<float*>(p.lse.data) : nullptr;
+  a.k = cache.k_pool();
+  a.v = cache.v_pool();
+  a.table = cache.block_table();
+  a.max_pages = cache.max_pages();
+  a.lengths = cache.lengths();
+  a.seqs = p.device_seqs ? p.device_seqs : static_cast<const int32_t*>(seq_ids.data());
+  a.row_ptr = p.selection ? static_cast<const int32_t*>(row_ptr.data()) : nullptr;
+  a.pages = p.selection ? static_cast<const int32_t*>(pages.data()) : nullptr;
+  a.sink = p.sink_mode == SinkMode::none ? nullptr : static_cast<const float*>(p.sink.data);
+  a.sink_mode = p.sink_mode == SinkMode::none ? 0 : p.sink_mode == SinkMode::denominator ? 1 : 2;
+  a.window = p.window;
+  a.scale_log2 = (p.scale > 0 ? p.scale : 1.f / std::sqrt(float(d))) * kLog2e;
+  a.B = B;
+  a.Hq = Hq;
+  a.Hkv = c.kv_heads;
+  a.group = group;
+  a.P = c.page_size;
+  a.tile = tile;
+  a.tiles_per_page = tiles_per_page;
+  a.splits = splits;
+  a.head_chunks = head_chunks;
+  a.part_o = splits > 1 ? static_cast<float*>(part_o.data()) : nullptr;
+  a.part_ml = splits > 1 ? static_cast<float*>(part_ml.data()) : nullptr;
+  const dim3 grid(unsigned(splits), unsigned(c.kv_heads * head_chunks), unsigned(B));
+  if (c.dtype == DType::bf16)
+    launch_dim<__nv_bfloat16>(a, d, maxg, grid);
+  else
+    launch_dim<__half>(a, d, maxg, grid);
+}
+
+}  // namespace ariadne::decode_detail

@@ -1,0 +1,238 @@
+// Decode over the device cache (include/ariadne/decode.hpp, src/decode/cuda): the CUDA kernels
+// against the decode reference on the same stored keys, values and queries (bf16 / f16), dense and
+// with host selections, every head dim, GQA groups from 1 to 16, page sizes from 1 to 128, windows,
+// both sink forms, empty sequences, long contexts that split, and NaN propagation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "ariadne/decode.hpp"
+#include "ariadne/device.hpp"
+#include "common.hpp"
+#include "cuda_common.hpp"
+
+namespace ariadne {
+namespace {
+
+struct Case {
+  std::vector<int64_t> lengths;
+  int heads_q = 4, heads_kv = 2, dim = 64, page = 16;
+  DType dtype = DType::bf16;
+  SinkMode sink_mode = SinkMode::none;
+  int64_t window = -1;
+};
+
+std::string name_of(const Case& c) {
+  std::ostringstream os;
+  os << "len";
+  for (int64_t l : c.lengths) os << '_' << l;
+  os << " hq" << c.heads_q << " hkv" << c.heads_kv << " d" << c.dim << " page" << c.page << ' ' << dtype_name(c.dtype)
+     << " sink " << sink_mode_name(c.sink_mode) << " window " << c.window;
+  return os.str();
+}
+
+float round_to(DType t, float x) {
+  return t == DType::bf16 ? bf16_to_float(float_to_bf16(x)) : f16_to_float(float_to_f16(x));
+}
+
+// A host cache filled in random chunks, its device twin, and one step's queries (the same 16-bit
+// values on both sides) with host reference outputs.
+struct Inputs {
+  PagedKVCache cache;
+  CudaKVCache device;
+  std::vector<int32_t> seqs;
+  Buffer q;               // host [B, Hq, d] in the cache dtype
+  std::vector<float> qf;  // the same values as f32 (the host scorers read them)
+  std::vector<float> sink;
+  float max_abs_k = 0;
+  Inputs(const Case& c, uint64_t seed)
+      : cache(KVCacheConfig{c.page, c.heads_kv, c.dim, c.dtype, c.page % 8 == 0 ? 8 : 1}),
+        q(c.dtype, {int64_t(c.lengths.size()), c.heads_q, c.dim}) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    const int64_t row = int64_t(c.heads_kv) * c.dim;
+    for (int64_t len : c.lengths) {
+      const int s = cache.add_sequence();
+      seqs.push_back(s);
+      std::vector<float> k(size_t(len * row)), v(size_t(len * row));
+      for (float& x : k) x = u(rng), max_abs_k = std::max(max_abs_k, std::fabs(x));
+      for (float& x : v) x = u(rng);
+      for (int64_t done = 0; done < len;) {
+        const int64_t n = std::min<int64_t>(len - done, 1 + int64_t(rng() % 300));
+        cache.append(s, make_view(k.data() + done * row, DType::f32, {n, c.heads_kv, c.dim}),
+                     make_view(v.data() + done * row, DType::f32, {n, c.heads_kv, c.dim}));
+        done += n;
+      }
+    }
+    device.sync(cache);
+    qf.resize(size_t(q.numel()));
+    for (int64_t i = 0; i < q.numel(); ++i) {
+      qf[size_t(i)] = round_to(c.dtype, 2.f * u(rng));
+      q.view().set({i / (int64_t(c.heads_q) * c.dim), (i / c.dim) % c.heads_q, i % c.dim}, qf[size_t(i)]);
+    }
+    sink.resize(size_t(c.heads_q));
+    for (float& x : sink) x = 3.f * u(rng);
+  }
+  double max_abs_logit() const {
+    float mq = 0;
+    for (float x : qf) mq = std::max(mq, std::fabs(x));
+    return double(mq) * max_abs_k * std::sqrt(double(q.shape()[2]));
+  }
+};
+
+struct Outputs {
+  std::vector<float> out, lse;
+};
+
+// Runs the reference on the host cache and the CUDA kernels on the device twin (sequence ids
+// uploaded by the call, or given in device memory); returns both.
+std::pair<Outputs, Outputs> run_both(const Case& c, Inputs& in, const PageSelection* sel, bool device_ids = false) {
+  const int64_t B = int64_t(c.lengths.size());
+  Outputs ref{std::vector<float>(size_t(in.q.numel()), std::nanf("")), std::vector<float>(size_t(B * c.heads_q))};
+  DecodeParams p;
+  p.q = in.q.view();
+  p.out = make_view(ref.out.data(), DType::f32, {B, c.heads_q, c.dim});
+  p.lse = make_view(ref.lse.data(), DType::f32, {B, c.heads_q});
+  p.cache = &in.cache;
+  p.seqs = in.seqs;
+  p.sink_mode = c.sink_mode;
+  if (c.sink_mode != SinkMode::none) p.sink = make_view(in.sink.data(), DType::f32, {c.heads_q});
+  p.window = c.window;
+  p.selection = sel;
+  decode_attention(p, Backend::reference);
+
+  const DeviceBuffer q = DeviceBuffer::from_host(in.q);
+  DeviceBuffer out(DType::f32, {B, c.heads_q, c.dim}), lse(DType::f32, {B, c.heads_q});
+  out.fill_bytes(0xFF);  // NaN: every element must be written
+  lse.fill_bytes(0xFF);
+  const DeviceBuffer sink = DeviceBuffer::from_host(in.sink.data(), DType::f32, {c.heads_q});
+  DecodeParams d = p;
+  d.cache = nullptr;
+  d.device_cache = &in.device;
+  d.q = q.view();
+  d.out = out.view();
+  d.lse = lse.view();
+  if (c.sink_mode != SinkMode::none) d.sink = sink.view();
+  const DeviceBuffer ids = DeviceBuffer::from_ints(in.seqs);
+  if (device_ids) d.device_seqs = static_cast<const int32_t*>(ids.data());
+  decode_attention(d, Backend::cuda);
+  Outputs gpu{std::vector<float>(ref.out.size()), std::vector<float>(ref.lse.size())};
+  out.copy_to_host(gpu.out.data(), gpu.out.size() * sizeof(float));
+  lse.copy_to_host(gpu.lse.data(), gpu.lse.size() * sizeof(float));
+  return {ref, gpu};
+}
+
+void expect_close(const Case& c, const Inputs& in, const Outputs& ref, const Outputs& gpu) {
+  const int64_t B = int64_t(c.lengths.size());
+  const double tol = testing::tolerance(DType::f32, in.max_abs_logit());  // f32 arithmetic on the stored values
+  EXPECT_TRUE(testing::close_enough("out", testing::compare(make_view(const_cast<float*>(gpu.out.data()), DType::f32,
+                                                                      {B, c.heads_q, c.dim}),
+                                                            make_view(const_cast<float*>(ref.out.data()), DType::f32,
+                                                                      {B, c.heads_q, c.dim})),
+                                    tol));
+  EXPECT_TRUE(testing::lse_close(make_view(const_cast<float*>(gpu.lse.data()), DType::f32, {B, c.heads_q}),
+                                 make_view(const_cast<float*>(ref.lse.data()), DType::f32, {B, c.heads_q}), tol));
+}
+
+std::vector<Case> cases() {
+  return {
+      {{1}, 4, 2, 64, 16},
+      {{16}, 4, 2, 64, 16},
+      {{17, 0, 5}, 4, 4, 64, 16},
+      {{1000}, 9, 3, 64, 64},
+      {{333, 1, 64, 65}, 8, 2, 128, 32},
+      {{777}, 32, 8, 128, 64},
+      {{500, 129}, 6, 2, 80, 64, DType::f16},
+      {{700}, 4, 1, 64, 64, DType::bf16, SinkMode::denominator},
+      {{700, 3}, 4, 2, 96, 16, DType::bf16, SinkMode::key0_bias},
+      {{900, 40}, 4, 2, 64, 16, DType::bf16, SinkMode::none, 100},
+      {{900}, 4, 2, 64, 64, DType::bf16, SinkMode::denominator, 0},
+      {{300}, 4, 4, 64, 1},
+      {{4096, 100}, 12, 4, 64, 128, DType::bf16, SinkMode::denominator, 1000},
+      {{300, 45}, 16, 1, 96, 32, DType::f16},
+      {{20000}, 32, 8, 128, 64},
+      {{70000}, 8, 1, 80, 64, DType::bf16, SinkMode::denominator},
+      {{5, 900, 64, 1, 3000, 128, 129, 2000, 77, 640, 1, 1, 333, 4000, 12, 1024}, 8, 8, 128, 64},
+  };
+}
+
+TEST(DecodeCuda, DenseMatchesReference) {
+  uint64_t seed = cuda_testing::base_seed();
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(name_of(c));
+    Inputs in(c, seed++);
+    for (bool device_ids : {false, true}) {
+      const auto [ref, gpu] = run_both(c, in, nullptr, device_ids);
+      expect_close(c, in, ref, gpu);
+    }
+  }
+}
+
+// The kernels read only the pages a selection keeps: the same selection on both sides (from the
+// host scorers on the same queries), so the outputs must agree exactly as the dense ones do.
+TEST(DecodeCuda, SelectedPagesMatchReference) {
+  uint64_t seed = cuda_testing::base_seed() + 100;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(name_of(c));
+    Inputs in(c, seed++);
+    DecodeParams hp;
+    hp.q = make_view(in.qf.data(), DType::f32, {int64_t(c.lengths.size()), c.heads_q, c.dim});
+    hp.cache = &in.cache;
+    hp.seqs = in.seqs;
+    hp.window = c.window;
+    for (PageScorer scorer : {PageScorer::rr, PageScorer::oracle}) {
+      PageSelectConfig cfg;
+      cfg.scorer = scorer;
+      cfg.tau = 0.7;
+      const PageSelection sel = select_pages(hp, cfg);
+      const auto [ref, gpu] = run_both(c, in, &sel);
+      expect_close(c, in, ref, gpu);
+    }
+  }
+}
+
+// A NaN in a query poisons its row (out and lse NaN), never reads as a masked row; other rows stay
+// finite.
+TEST(DecodeCuda, NanQueryPropagatesToItsRow) {
+  const Case c{{300, 200}, 4, 2, 64, 16};
+  Inputs in(c, cuda_testing::base_seed() + 7);
+  in.q.view().set({1, 2, 5}, std::nanf(""));
+  const auto [ref, gpu] = run_both(c, in, nullptr);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 4; ++h) {
+      const bool poisoned = b == 1 && h == 2;
+      EXPECT_EQ(std::isnan(gpu.lse[size_t(b * 4 + h)]), poisoned) << b << ' ' << h;
+      EXPECT_EQ(std::isnan(gpu.out[size_t((b * 4 + h) * 64)]), poisoned) << b << ' ' << h;
+    }
+}
+
+// Wrong memory or dtype names the field.
+TEST(DecodeCuda, BadCallsNameTheField) {
+  const Case c{{40}, 4, 2, 64, 16};
+  Inputs in(c, 3);
+  std::vector<float> out(size_t(4 * 64));
+  DecodeParams d;
+  d.device_cache = &in.device;
+  d.q = in.q.view();  // host memory
+  d.out = make_view(out.data(), DType::f32, {1, 4, 64});
+  d.seqs = in.seqs;
+  EXPECT_NE(testing::error_of([&] { decode_attention(d, Backend::cuda); }).find("q is in host memory"),
+            std::string::npos);
+  const DeviceBuffer q32(DType::f32, {1, 4, 64});
+  d.q = q32.view();
+  EXPECT_NE(testing::error_of([&] { decode_attention(d, Backend::cuda); }).find("bf16 or f16"), std::string::npos);
+  const DeviceBuffer q = DeviceBuffer::from_host(in.q);
+  d.q = q.view();
+  EXPECT_NE(testing::error_of([&] { decode_attention(d, Backend::cuda); }).find("out must be device"),
+            std::string::npos);
+  const DeviceBuffer dout(DType::f32, {1, 4, 64});
+  d.out = dout.view();
+  EXPECT_NE(testing::error_of([&] { decode_attention(d, Backend::cpu); }).find("cannot read a device cache"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ariadne
