@@ -185,7 +185,8 @@ struct ImageScorer {
         char name[32];
         std::snprintf(name, sizeof name, "layer%02d.png", l);
         const int cols = int(std::ceil(std::sqrt(double(heads))));
-        write_png((d / name).string(), heatmap_grid(img, diags[size_t(l)].received.data(), heads, grid, job.cell, cols));
+        write_png((d / name).string(),
+                  heatmap_grid(img, diags[size_t(l)].received.data(), heads, grid, job.cell, cols));
         res.files.push_back(stem + "/" + name);
       }
       rec["dir"] = stem;

@@ -37,7 +37,8 @@ void CudaKVCache::sync(const PagedKVCache& twin) {
   int max_pages = 1;
   for (int s = 0; s < seqs; ++s)
     if (twin.live(s)) max_pages = std::max<int>(max_pages, int(twin.pages(s)));
-  std::vector<int32_t> table(size_t(std::max(seqs, 1)) * size_t(max_pages), -1), lengths(size_t(std::max(seqs, 1)), 0);
+  std::vector<int32_t> table(size_t(std::max(seqs, 1)) * size_t(max_pages), -1);
+  std::vector<int32_t> lengths(size_t(std::max(seqs, 1)), 0);
   std::vector<int64_t> host_lengths(size_t(seqs), -1);
   for (int s = 0; s < seqs; ++s) {
     if (!twin.live(s)) continue;
