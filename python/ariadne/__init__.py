@@ -551,6 +551,12 @@ def _image(x: PathOrImage) -> Array:
     return read_image(os.fspath(x)) if isinstance(x, (str, os.PathLike)) else x
 
 
+def _preprocess_options(min_pixels, max_pixels, mean, std) -> dict:
+    """The options given (None: the library's default) as the native functions take them."""
+    given = {"min_pixels": min_pixels, "max_pixels": max_pixels, "mean": mean, "std": std}
+    return {k: (tuple(v) if k in ("mean", "std") else int(v)) for k, v in given.items() if v is not None}
+
+
 def preprocess(
     images: Union[PathOrImage, Sequence[PathOrImage]],
     config: Union[str, VitConfig] = "qwen2.5-vl",
@@ -566,8 +572,7 @@ def preprocess(
     the library's defaults (PreprocessOptions in vit.hpp: Qwen's pixel bounds, CLIP's mean and std)."""
     single = isinstance(images, (str, os.PathLike)) or hasattr(images, "shape")
     batch = [images] if single else list(images)
-    given = {"min_pixels": min_pixels, "max_pixels": max_pixels, "mean": mean, "std": std}
-    options = {k: (tuple(v) if k in ("mean", "std") else int(v)) for k, v in given.items() if v is not None}
+    options = _preprocess_options(min_pixels, max_pixels, mean, std)
     return _ariadne.preprocess_images([_image(x) for x in batch], _config(config), **options)
 
 
@@ -593,8 +598,7 @@ def preprocess_video(
         if not names:
             raise Error(f"preprocess_video: {folder}: no .jpg, .jpeg or .png frame")
         frames = [os.path.join(folder, n) for n in names]
-    given = {"min_pixels": min_pixels, "max_pixels": max_pixels, "mean": mean, "std": std}
-    options = {k: (tuple(v) if k in ("mean", "std") else int(v)) for k, v in given.items() if v is not None}
+    options = _preprocess_options(min_pixels, max_pixels, mean, std)
     return _ariadne.preprocess_video([_image(x) for x in frames], _config(config), **options)
 
 

@@ -880,9 +880,9 @@ def preprocess_images(images: Sequence[Annotated[NDArray[numpy.uint8], dict(shap
 
 def preprocess_video(frames: Sequence[Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None), order='C', device='cpu', writable=False)]], config: VitConfig, min_pixels: int = 3136, max_pixels: int = 12845056, mean: Sequence[float] = ..., std: Sequence[float] = ...) -> PixelBatch:
     """
-    One clip's frames (RGB uint8 [height, width, 3], all one size, in time order) as video pixel rows: the
-    size resized as an image's, the frame count padded to the temporal patch by repeating the last frame,
-    one grid per temporal patch (HF's Qwen2VL video processor rules).
+    One clip's frames (RGB uint8 [height, width, 3], all one size, in time order) as video pixel rows:
+    the size resized as an image's, the frame count padded to the temporal patch by repeating the
+    last frame, one grid per temporal patch (HF's Qwen2VL video processor rules).
     """
 
 class VitWeights:

@@ -154,46 +154,39 @@ void bind_vit(nb::module_& m) {
         return "PixelBatch(images=" + std::to_string(b.grids.size()) + ", tokens=" + std::to_string(b.tokens()) +
                ", patch_dim=" + std::to_string(b.patch_dim) + ")";
       });
-  m.def(
-      "preprocess_images",
-      [](const std::vector<ImageIn>& images, const VitConfig& config, int64_t min_pixels, int64_t max_pixels,
-         const std::array<float, 3>& mean, const std::array<float, 3>& std) {
-        std::vector<Image> ims;
-        for (size_t i = 0; i < images.size(); ++i) ims.push_back(image_of(images[i], "images"));
-        PreprocessOptions opt;
-        opt.min_pixels = min_pixels;
-        opt.max_pixels = max_pixels;
-        opt.mean = mean;
-        opt.std = std;
-        nb::gil_scoped_release unlocked;
-        return preprocess(ims, config, opt);
-      },
-      "images"_a, "config"_a, "min_pixels"_a = PreprocessOptions{}.min_pixels,
-      "max_pixels"_a = PreprocessOptions{}.max_pixels, "mean"_a = PreprocessOptions{}.mean,
-      "std"_a = PreprocessOptions{}.std,
-      "smart_resize -> PIL-exact bicubic -> /255 -> (x - mean) / std -> patch rows, for RGB uint8 images\n"
-      "[height, width, 3]. Bit-compatible with HF's PIL-backend Qwen2VLImageProcessor.");
-
-  m.def(
-      "preprocess_video",
-      [](const std::vector<ImageIn>& frames, const VitConfig& config, int64_t min_pixels, int64_t max_pixels,
-         const std::array<float, 3>& mean, const std::array<float, 3>& std) {
-        std::vector<Image> ims;
-        for (size_t i = 0; i < frames.size(); ++i) ims.push_back(image_of(frames[i], "frames"));
-        PreprocessOptions opt;
-        opt.min_pixels = min_pixels;
-        opt.max_pixels = max_pixels;
-        opt.mean = mean;
-        opt.std = std;
-        nb::gil_scoped_release unlocked;
-        return preprocess_video(ims, config, opt);
-      },
-      "frames"_a, "config"_a, "min_pixels"_a = PreprocessOptions{}.min_pixels,
-      "max_pixels"_a = PreprocessOptions{}.max_pixels, "mean"_a = PreprocessOptions{}.mean,
-      "std"_a = PreprocessOptions{}.std,
-      "One clip's frames (RGB uint8 [height, width, 3], all one size, in time order) as video pixel rows: the\n"
-      "size resized as an image's, the frame count padded to the temporal patch by repeating the last frame,\n"
-      "one grid per temporal patch (HF's Qwen2VL video processor rules).");
+  // preprocess() and preprocess_video() take the same arguments: RGB arrays and the options.
+  const auto preprocessor = [&m](const char* name, const char* what, auto fn, const char* doc) {
+    m.def(
+        name,
+        [fn, what](const std::vector<ImageIn>& images, const VitConfig& config, int64_t min_pixels, int64_t max_pixels,
+                   const std::array<float, 3>& mean, const std::array<float, 3>& std) {
+          std::vector<Image> ims;
+          for (size_t i = 0; i < images.size(); ++i) ims.push_back(image_of(images[i], what));
+          PreprocessOptions opt;
+          opt.min_pixels = min_pixels;
+          opt.max_pixels = max_pixels;
+          opt.mean = mean;
+          opt.std = std;
+          nb::gil_scoped_release unlocked;
+          return fn(ims, config, opt);
+        },
+        nb::arg(what), "config"_a, "min_pixels"_a = PreprocessOptions{}.min_pixels,
+        "max_pixels"_a = PreprocessOptions{}.max_pixels, "mean"_a = PreprocessOptions{}.mean,
+        "std"_a = PreprocessOptions{}.std, doc);
+  };
+  preprocessor("preprocess_images", "images",
+               [](const std::vector<Image>& i, const VitConfig& c, const PreprocessOptions& o) {
+                 return preprocess(i, c, o);
+               },
+               "smart_resize -> PIL-exact bicubic -> /255 -> (x - mean) / std -> patch rows, for RGB uint8 images\n"
+               "[height, width, 3]. Bit-compatible with HF's PIL-backend Qwen2VLImageProcessor.");
+  preprocessor("preprocess_video", "frames",
+               [](const std::vector<Image>& f, const VitConfig& c, const PreprocessOptions& o) {
+                 return preprocess_video(f, c, o);
+               },
+               "One clip's frames (RGB uint8 [height, width, 3], all one size, in time order) as video pixel rows:\n"
+               "the size resized as an image's, the frame count padded to the temporal patch by repeating the\n"
+               "last frame, one grid per temporal patch (HF's Qwen2VL video processor rules).");
 
   // ---- weights ----
   nb::class_<VitWeights>(m, "VitWeights", "Encoder weights (fp32 in memory; bf16/f16 checkpoints are widened).")
