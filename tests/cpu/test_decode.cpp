@@ -4,6 +4,7 @@
 // against an independent re-derivation.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -302,6 +303,79 @@ TEST(Decode, OracleSelectionIsTheSmallestSetReachingTau) {
             }
           }
         }
+  }
+}
+
+// rr's page scores re-derived from the appended keys, without the cache's summaries: each key
+// stride's sum (in f32, row order, as stored), one rotated query head per stride scoring
+// log n + scale · q · (sum / n), a softmax per head over its strides' terms summed per page, the
+// mean over the heads that scored; then the same τ selection as the oracle's. Compared exactly.
+std::vector<double> rr_scores(const DecodeCase& c, const DecodeInputs& in, int64_t b, int g, int64_t step) {
+  const int64_t len = c.lengths[size_t(b)];
+  const int64_t first = c.window < 0 ? 0 : std::max<int64_t>(0, len - 1 - c.window);
+  const int64_t lo = first / c.page, hi = (len - 1) / c.page, npages = hi - lo + 1;
+  const int S = c.page % 8 == 0 ? 8 : 1, G = c.heads_q / c.heads_kv, d = c.dim;
+  const float scale = 1.f / std::sqrt(float(d));
+  const std::vector<float>& k = in.k[size_t(b)];
+  std::vector<std::vector<double>> lw(size_t(G), std::vector<double>(size_t(npages * (c.page / S)),
+                                                                     -std::numeric_limits<double>::infinity()));
+  std::vector<double> mx(size_t(G), -std::numeric_limits<double>::infinity());
+  for (int64_t pi = 0; pi < npages; ++pi) {
+    const int64_t page = lo + pi, rows = std::min<int64_t>(c.page, len - page * c.page);
+    for (int64_t j = 0; j * S < rows; ++j) {
+      const int64_t n = std::min<int64_t>(S, rows - j * S);
+      std::vector<float> sum(size_t(d), 0.f);
+      for (int64_t t = page * c.page + j * S; t < page * c.page + j * S + n; ++t)
+        for (int i = 0; i < d; ++i) sum[size_t(i)] += k[size_t((t * c.heads_kv + g) * d + i)];
+      const int hg = int((j + page + step) % G);
+      double dot = 0;
+      for (int i = 0; i < d; ++i)
+        dot += double(in.q[size_t((b * c.heads_q + int64_t(g) * G + hg) * d + i)]) * double(sum[size_t(i)]);
+      const double x = std::log(double(n)) + double(scale) * dot / double(n);
+      lw[size_t(hg)][size_t(pi * (c.page / S) + j)] = x;
+      mx[size_t(hg)] = std::max(mx[size_t(hg)], x);
+    }
+  }
+  std::vector<double> mean(size_t(npages), 0.0);
+  int heads = 0;
+  for (int hg = 0; hg < G; ++hg) {
+    if (mx[size_t(hg)] == -std::numeric_limits<double>::infinity()) continue;
+    std::vector<double> w(size_t(npages), 0.0);
+    for (int64_t pi = 0; pi < npages; ++pi)
+      for (int64_t j = 0; j < c.page / S; ++j) {
+        const double x = lw[size_t(hg)][size_t(pi * (c.page / S) + j)];
+        if (x != -std::numeric_limits<double>::infinity()) w[size_t(pi)] += std::exp(x - mx[size_t(hg)]);
+      }
+    double z = 0;
+    for (double x : w) z += x;
+    for (double& x : w) x /= z;
+    for (int64_t pi = 0; pi < npages; ++pi) mean[size_t(pi)] += w[size_t(pi)];
+    ++heads;
+  }
+  for (double& x : mean) x /= heads;
+  return mean;
+}
+
+TEST(Decode, RrSelectionEqualsItsRederivation) {
+  for (const DecodeCase& c : decode_cases()) {
+    if (c.sink_mode != SinkMode::none || c.dtype != DType::f32) continue;  // f32 keys: the stored values are k
+    SCOPED_TRACE(name_of(c));
+    DecodeInputs in(c);
+    for (int64_t step : {0, 3}) {
+      PageSelectConfig cfg;
+      cfg.scorer = PageScorer::rr;
+      cfg.tau = 0.8, cfg.step = step, cfg.sink_pages = 1, cfg.recent_pages = 1;
+      const PageSelection sel = select_pages(in.params, cfg);
+      for (int64_t r = 0; r < sel.rows(); ++r) {
+        const int64_t b = r / c.heads_kv, len = c.lengths[size_t(b)];
+        if (len == 0) continue;
+        const int64_t first = c.window < 0 ? 0 : std::max<int64_t>(0, len - 1 - c.window);
+        const std::vector<int32_t> got(sel.pages.begin() + sel.row_ptr[size_t(r)],
+                                       sel.pages.begin() + sel.row_ptr[size_t(r) + 1]);
+        EXPECT_EQ(got, expected_selection(rr_scores(c, in, b, int(r % c.heads_kv), step), first / c.page, 0.8, 1, 1))
+            << "row " << r << " step " << step;
+      }
+    }
   }
 }
 
