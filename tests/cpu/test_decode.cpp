@@ -356,6 +356,63 @@ std::vector<double> rr_scores(const DecodeCase& c, const DecodeInputs& in, int64
   return mean;
 }
 
+// quest's page scores re-derived the same way: per page the per-dimension min and max of its
+// filled rows' keys, the bound Σ max(q·min, q·max) scaled plus log rows, for every head of the group.
+std::vector<double> quest_scores(const DecodeCase& c, const DecodeInputs& in, int64_t b, int g) {
+  const int64_t len = c.lengths[size_t(b)];
+  const int64_t first = c.window < 0 ? 0 : std::max<int64_t>(0, len - 1 - c.window);
+  const int64_t lo = first / c.page, hi = (len - 1) / c.page, npages = hi - lo + 1;
+  const int G = c.heads_q / c.heads_kv, d = c.dim;
+  const float scale = 1.f / std::sqrt(float(d));
+  const std::vector<float>& k = in.k[size_t(b)];
+  std::vector<double> mean(size_t(npages), 0.0);
+  for (int hg = 0; hg < G; ++hg) {
+    std::vector<double> x(static_cast<size_t>(npages));
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t pi = 0; pi < npages; ++pi) {
+      const int64_t page = lo + pi, rows = std::min<int64_t>(c.page, len - page * c.page);
+      double ub = 0;
+      for (int i = 0; i < d; ++i) {
+        float mn = std::numeric_limits<float>::infinity(), mxk = -mn;
+        for (int64_t t = page * c.page; t < page * c.page + rows; ++t) {
+          mn = std::min(mn, k[size_t((t * c.heads_kv + g) * d + i)]);
+          mxk = std::max(mxk, k[size_t((t * c.heads_kv + g) * d + i)]);
+        }
+        const double q = in.q[size_t((b * c.heads_q + int64_t(g) * G + hg) * d + i)];
+        ub += std::max(q * mn, q * mxk);
+      }
+      x[size_t(pi)] = std::log(double(rows)) + double(scale) * ub;
+      mx = std::max(mx, x[size_t(pi)]);
+    }
+    double z = 0;
+    for (double& e : x) z += (e = std::exp(e - mx));
+    for (int64_t pi = 0; pi < npages; ++pi) mean[size_t(pi)] += x[size_t(pi)] / z;
+  }
+  for (double& e : mean) e /= G;
+  return mean;
+}
+
+TEST(Decode, QuestSelectionEqualsItsRederivation) {
+  for (const DecodeCase& c : decode_cases()) {
+    if (c.sink_mode != SinkMode::none || c.dtype != DType::f32) continue;
+    SCOPED_TRACE(name_of(c));
+    DecodeInputs in(c);
+    PageSelectConfig cfg;
+    cfg.scorer = PageScorer::quest;
+    cfg.tau = 0.8, cfg.sink_pages = 1, cfg.recent_pages = 1;
+    const PageSelection sel = select_pages(in.params, cfg);
+    for (int64_t r = 0; r < sel.rows(); ++r) {
+      const int64_t b = r / c.heads_kv, len = c.lengths[size_t(b)];
+      if (len == 0) continue;
+      const int64_t first = c.window < 0 ? 0 : std::max<int64_t>(0, len - 1 - c.window);
+      const std::vector<int32_t> got(sel.pages.begin() + sel.row_ptr[size_t(r)],
+                                     sel.pages.begin() + sel.row_ptr[size_t(r) + 1]);
+      EXPECT_EQ(got, expected_selection(quest_scores(c, in, b, int(r % c.heads_kv)), first / c.page, 0.8, 1, 1))
+          << "row " << r;
+    }
+  }
+}
+
 TEST(Decode, RrSelectionEqualsItsRederivation) {
   for (const DecodeCase& c : decode_cases()) {
     if (c.sink_mode != SinkMode::none || c.dtype != DType::f32) continue;  // f32 keys: the stored values are k
