@@ -392,14 +392,18 @@ std::vector<double> quest_scores(const DecodeCase& c, const DecodeInputs& in, in
   return mean;
 }
 
-TEST(Decode, QuestSelectionEqualsItsRederivation) {
+// The selection of `scorer` (τ 0.8, one sink and one recent page) on every f32 case without a sink
+// (f32 keys: the stored values are the appended ones) against expected_selection of the scores
+// `scores(c, in, b, g)` re-derives for row (b, g).
+template <class Scores>
+void expect_rederived_selection(PageScorer scorer, int64_t step, Scores&& scores) {
   for (const DecodeCase& c : decode_cases()) {
     if (c.sink_mode != SinkMode::none || c.dtype != DType::f32) continue;
-    SCOPED_TRACE(name_of(c));
+    SCOPED_TRACE(name_of(c) + " step " + std::to_string(step));
     DecodeInputs in(c);
     PageSelectConfig cfg;
-    cfg.scorer = PageScorer::quest;
-    cfg.tau = 0.8, cfg.sink_pages = 1, cfg.recent_pages = 1;
+    cfg.scorer = scorer;
+    cfg.tau = 0.8, cfg.step = step, cfg.sink_pages = 1, cfg.recent_pages = 1;
     const PageSelection sel = select_pages(in.params, cfg);
     for (int64_t r = 0; r < sel.rows(); ++r) {
       const int64_t b = r / c.heads_kv, len = c.lengths[size_t(b)];
@@ -407,33 +411,20 @@ TEST(Decode, QuestSelectionEqualsItsRederivation) {
       const int64_t first = c.window < 0 ? 0 : std::max<int64_t>(0, len - 1 - c.window);
       const std::vector<int32_t> got(sel.pages.begin() + sel.row_ptr[size_t(r)],
                                      sel.pages.begin() + sel.row_ptr[size_t(r) + 1]);
-      EXPECT_EQ(got, expected_selection(quest_scores(c, in, b, int(r % c.heads_kv)), first / c.page, 0.8, 1, 1))
+      EXPECT_EQ(got, expected_selection(scores(c, in, b, int(r % c.heads_kv)), first / c.page, 0.8, 1, 1))
           << "row " << r;
     }
   }
 }
 
+TEST(Decode, QuestSelectionEqualsItsRederivation) {
+  expect_rederived_selection(PageScorer::quest, 0, quest_scores);
+}
+
 TEST(Decode, RrSelectionEqualsItsRederivation) {
-  for (const DecodeCase& c : decode_cases()) {
-    if (c.sink_mode != SinkMode::none || c.dtype != DType::f32) continue;  // f32 keys: the stored values are k
-    SCOPED_TRACE(name_of(c));
-    DecodeInputs in(c);
-    for (int64_t step : {0, 3}) {
-      PageSelectConfig cfg;
-      cfg.scorer = PageScorer::rr;
-      cfg.tau = 0.8, cfg.step = step, cfg.sink_pages = 1, cfg.recent_pages = 1;
-      const PageSelection sel = select_pages(in.params, cfg);
-      for (int64_t r = 0; r < sel.rows(); ++r) {
-        const int64_t b = r / c.heads_kv, len = c.lengths[size_t(b)];
-        if (len == 0) continue;
-        const int64_t first = c.window < 0 ? 0 : std::max<int64_t>(0, len - 1 - c.window);
-        const std::vector<int32_t> got(sel.pages.begin() + sel.row_ptr[size_t(r)],
-                                       sel.pages.begin() + sel.row_ptr[size_t(r) + 1]);
-        EXPECT_EQ(got, expected_selection(rr_scores(c, in, b, int(r % c.heads_kv), step), first / c.page, 0.8, 1, 1))
-            << "row " << r << " step " << step;
-      }
-    }
-  }
+  for (int64_t step : {0, 3})
+    expect_rederived_selection(PageScorer::rr, step, [step](const DecodeCase& c, const DecodeInputs& in, int64_t b,
+                                                           int g) { return rr_scores(c, in, b, g, step); });
 }
 
 // Page masses summed per query head against attention()'s received attention (Σ_i a_ij with one
