@@ -417,14 +417,13 @@ void decode_cuda(const DecodeParams& p) {
   // Host side: the rows' page counts decide the split; the selection and the sequence ids travel.
   const int tile = std::min(c.page_size, kTile);
   const int tiles_per_page = (c.page_size + tile - 1) / tile;
-  int64_t most = 0;
-  for (int b = 0; b < B; ++b) {
-    const Visible vis = visible_of(cache.length(p.seqs[size_t(b)]), p.window, c.page_size);
-    if (!p.selection) most = std::max<int64_t>(most, std::max<int64_t>(vis.pages(), 0));
-  }
+  int64_t most = 0;  // the longest row's page count
   if (p.selection)
     for (int64_t r = 0; r < p.selection->rows(); ++r)
       most = std::max<int64_t>(most, p.selection->row_ptr[size_t(r) + 1] - p.selection->row_ptr[size_t(r)]);
+  else
+    for (int b = 0; b < B; ++b)
+      most = std::max<int64_t>(most, visible_of(cache.length(p.seqs[size_t(b)]), p.window, c.page_size).pages());
   const int64_t units = most * tiles_per_page;
   const int64_t ctas = int64_t(B) * c.kv_heads * head_chunks;
   // Enough CTAs for about four per SM, each with at least two tiles to pipeline.
