@@ -31,6 +31,7 @@ from ._ariadne import (
     LayerPlan,
     LayerSpec,
     MaskMetrics,
+    PageSelection,
     Pattern,
     PixelBatch,
     PrefillResult,
@@ -73,16 +74,18 @@ from ._ariadne import (
 
 __all__ = [
     "BlockMask", "EncodeResult", "Error", "EstimateResult", "EstimateStats", "HeadScore", "ImageScores", "LayerDiag",
-    "LayerPlan", "LayerSpec", "MaskMetrics", "Pattern", "PixelBatch", "PrefillResult", "ReceptiveField", "Schedule",
+    "LayerPlan", "LayerSpec", "MaskMetrics", "PageSelection", "PagedKVCache", "Pattern", "PixelBatch",
+    "PrefillResult", "ReceptiveField", "Schedule",
     "ScheduleCost", "ShsAccumulator", "TileCount", "TokenOrder", "VitConfig", "VitWeights", "attention",
     "attention_backward", "auroc",
     "backend_supports", "compare_to_oracle", "count_pairs", "count_tiles", "cpu_threads", "cuda_available",
-    "decode_image", "diagnose_layer", "encode", "estimate", "flops", "image_grid", "label_patches", "layer_pattern",
-    "load_vit_weights", "order", "order_conversion", "patch_fractions", "permute_tokens", "prefill", "preprocess",
-    "preprocess_video",
+    "decode_attention", "decode_image", "diagnose_layer", "encode", "estimate", "flops", "image_grid",
+    "kept_page_mass", "label_patches", "layer_pattern",
+    "load_vit_weights", "order", "order_conversion", "page_masses", "patch_fractions", "permute_tokens", "prefill",
+    "preprocess", "preprocess_video",
     "random_vit_weights", "read_image", "read_label_map", "receptive_field", "resize_bicubic", "rr_estimate",
-    "rr_sample_position", "save_vit_weights", "schedule", "schedule_cost", "schedule_presets", "set_cpu_threads",
-    "shs_index", "smart_resize", "vit_layer_plan", "vit_schedule",
+    "rr_sample_position", "save_vit_weights", "schedule", "schedule_cost", "schedule_presets", "select_pages",
+    "set_cpu_threads", "shs_index", "smart_resize", "vit_layer_plan", "vit_schedule",
 ]
 
 
@@ -483,6 +486,156 @@ def prefill(
         None if cu_seqlens is None else [int(x) for x in cu_seqlens],
         None if cu_seqlens_k is None else [int(x) for x in cu_seqlens_k], estimate_backend, attention_backend, bf16)
     return out, lse, result
+
+
+# ---- decode over a paged KV cache (decode.hpp) ----
+
+class PagedKVCache(_ariadne.PagedKVCache):
+    """Paged KV cache in host memory (ariadne/decode.hpp): PagedKVCache(kv_heads, head_dim, page_size=64,
+    dtype='f32' | 'bf16' | 'f16', summary_stride=8).
+
+        cache = ariadne.PagedKVCache(kv_heads=2, head_dim=64, page_size=16)
+        s = cache.add_sequence()
+        cache.append(s, k, v)              # [n, kv_heads, head_dim]
+        cache.length(s), cache.pages(s), cache.page_table(s)
+
+    append() takes numpy arrays (float32, float16, ml_dtypes bfloat16) and torch CPU tensors; the rest
+    is the native class's (key_sum / key_min / key_max per pool page, as copies)."""
+
+    def append(self, seq: int, k: Array, v: Array) -> None:
+        """Appends n tokens: k, v [n, kv_heads, head_dim] (head_dim contiguous, any token stride),
+        stored in the cache's dtype; the touched pages' key summaries are updated."""
+        _need_array(k, "k")
+        _need_array(v, "v")
+        bf16 = _is_ml_dtypes_bf16(k) or _is_ml_dtypes_bf16(v)
+        super().append(seq, _bits(k), _bits(v), bf16)
+
+
+def _need_array(x: Any, name: str) -> None:
+    # The native functions take DLPack arrays only; a list would fail there with a signature dump
+    # that does not say which argument was wrong.
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise Error(f"{name}: expected an array (numpy, torch), got {type(x).__name__}")
+
+
+def _seq_ids(seqs: Union[Array, Sequence[int]]) -> list:
+    """Sequence ids as a list of ints: from a list, a 1-d integer numpy array or a CPU tensor."""
+    try:
+        ids = np.asarray(seqs.cpu() if _framework(seqs) == "torch" else seqs)
+    except Exception as e:  # an object numpy cannot read: say which argument it was
+        raise Error(f"seqs: expected a 1-d sequence of sequence ids, got {type(seqs).__name__} ({e})") from None
+    if ids.ndim != 1 or (ids.size > 0 and not np.issubdtype(ids.dtype, np.integer)):
+        raise Error(f"seqs: expected a 1-d sequence of integer sequence ids, got {ids.dtype} with shape {ids.shape}")
+    if ids.size and (ids.min() < np.iinfo(np.int32).min or ids.max() > np.iinfo(np.int32).max):
+        raise Error("seqs: a sequence id is outside the int32 range")
+    return [int(x) for x in ids]
+
+
+def decode_attention(
+    q: Array,
+    cache: PagedKVCache,
+    seqs: Union[Array, Sequence[int]],
+    window: int = -1,
+    sink: Optional[Array] = None,
+    sink_mode: Optional[str] = None,
+    scale: float = 0.0,
+    selection: Optional[PageSelection] = None,
+    out: Optional[Array] = None,
+    lse: Union[bool, Array] = True,
+    backend: str = "auto",
+) -> Tuple[Array, Optional[Array]]:
+    """Decode attention: row b of q is the newest token of cache sequence seqs[b] (its k and v
+    already appended), and attends to that sequence's cached tokens (dense), or to the pages a
+    `selection` keeps (sparse decode; select_pages() makes one).
+
+    q: [batch, heads_q, head_dim] host array (numpy float32 / float16 / ml_dtypes bfloat16, or a torch
+        CPU tensor), head_dim contiguous; heads_q a multiple of the cache's kv_heads (GQA).
+    seqs: [batch] cache sequence ids (a list, an integer numpy array or a CPU tensor).
+    window: the query sees its `window` previous tokens and itself; -1: every token.
+    sink: [heads_q] logits (scaled-score units); sink_mode 'denominator' (default when a sink is
+        given) or 'key0' (added to token 0's logit when the window reaches it).
+    scale: 0 selects 1/sqrt(head_dim). selection: a PageSelection of this batch, or None.
+    out: float32 [batch, heads_q, head_dim], written in place; allocated like q (float32) when None.
+    lse: True (allocate, the default), False (None) or a float32 [batch, heads_q] array; natural log,
+        includes the sink.
+    backend: 'auto' (the CPU kernel), 'cpu' or 'reference' (float64, one row at a time).
+
+    Returns (out, lse). Raises ariadne.Error (a ValueError) naming the argument on bad input. The GIL
+    is released while it runs.
+    """
+    _need_array(q, "q")
+    if out is None:
+        out = _empty(q, tuple(q.shape), True)
+    if lse is True:
+        lse = _empty(q, tuple(q.shape[:2]) if len(q.shape) >= 2 else (0, 0), True)
+    elif lse is False:
+        lse = None
+    _ariadne.decode_into(_bits(q), cache, _seq_ids(seqs), out, lse, int(window), _f32(sink),
+                         _sink_mode(sink, sink_mode), float(scale), selection, backend, _is_ml_dtypes_bf16(q))
+    return out, lse
+
+
+def select_pages(
+    q: Array,
+    cache: PagedKVCache,
+    seqs: Union[Array, Sequence[int]],
+    scorer: str = "rr",
+    tau: float = 0.9,
+    sink_pages: int = 1,
+    recent_pages: int = 1,
+    rotate: bool = True,
+    step: int = 0,
+    window: int = -1,
+    sink: Optional[Array] = None,
+    sink_mode: Optional[str] = None,
+    scale: float = 0.0,
+) -> PageSelection:
+    """The pages sparse decode reads for this step's queries, one set per (sequence, KV head) shared
+    by the GQA group: every visible page is scored by `scorer` ('rr': key-stride sums, 'quest': the
+    min/max bound, 'oracle': the exact attention mass), normalized per query head and averaged over
+    the group; the smallest set reaching `tau` of that mass is kept, plus the first `sink_pages`
+    and the last `recent_pages` visible pages. rotate / step: rr scores each key stride with one
+    query head of the group, rotated with the step. q, seqs, window, sink and scale as for
+    decode_attention(); pass the result as its selection=. Fields: row_ptr, pages (int32), visible,
+    kept_mass, density, ms_select."""
+    _need_array(q, "q")
+    return _ariadne.select_pages(_bits(q), cache, _seq_ids(seqs), scorer, float(tau), int(sink_pages),
+                                 int(recent_pages), bool(rotate), int(step), int(window), _f32(sink),
+                                 _sink_mode(sink, sink_mode), float(scale), _is_ml_dtypes_bf16(q))
+
+
+def page_masses(
+    q: Array,
+    cache: PagedKVCache,
+    seqs: Union[Array, Sequence[int]],
+    window: int = -1,
+    sink: Optional[Array] = None,
+    sink_mode: Optional[str] = None,
+    scale: float = 0.0,
+) -> list:
+    """Per row (b, g) = b * kv_heads + g, the exact attention mass of each visible page (float64
+    [visible pages]), normalized per query head and averaged over the GQA group (the oracle's
+    score). Arguments as for decode_attention()."""
+    _need_array(q, "q")
+    return _ariadne.page_masses(_bits(q), cache, _seq_ids(seqs), int(window), _f32(sink), _sink_mode(sink, sink_mode),
+                                float(scale), _is_ml_dtypes_bf16(q))
+
+
+def kept_page_mass(
+    q: Array,
+    cache: PagedKVCache,
+    seqs: Union[Array, Sequence[int]],
+    selection: PageSelection,
+    window: int = -1,
+    sink: Optional[Array] = None,
+    sink_mode: Optional[str] = None,
+    scale: float = 0.0,
+) -> Array:
+    """float64 [rows]: per row, the share of the exact attention mass that the selection's pages
+    hold (its recall; 1 when it keeps every visible page). Arguments as for decode_attention()."""
+    _need_array(q, "q")
+    return _ariadne.kept_page_mass(_bits(q), cache, _seq_ids(seqs), selection, int(window), _f32(sink),
+                                   _sink_mode(sink, sink_mode), float(scale), _is_ml_dtypes_bf16(q))
 
 
 # ---- SHS-Index (shs.hpp) ----

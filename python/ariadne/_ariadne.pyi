@@ -578,6 +578,194 @@ def prefill_into(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint
     head_dim] (and lse float32 [heads_q, total_q]). Arguments as for estimate() and attention_into().
     """
 
+class PagedKVCache:
+    """
+    Paged KV cache in host memory (ariadne/decode.hpp).
+
+    K and V pools [capacity_pages, kv_heads, page_size, head_dim] in `dtype` ('f32', 'bf16' or 'f16'),
+    a page table and a length per sequence, and per pool page and KV head the key summaries the page
+    scorers read (float32): key-stride sums over `summary_stride` rows and per-dimension min / max.
+    Methods that change the cache refuse to run while a decode call of another thread reads it.
+    """
+
+    def __init__(self, kv_heads: int, head_dim: int, page_size: int = 64, dtype: str = 'f32', summary_stride: int = 8) -> None:
+        """
+        An empty cache; page_size tokens per page, summary_stride (divides page_size) rows per key-stride sum.
+        """
+
+    def add_sequence(self) -> int:
+        """
+        A new empty sequence; returns its id (ids of released sequences are reused).
+        """
+
+    def release(self, seq: int) -> None:
+        """Returns the sequence's pages to the pool; the id becomes free."""
+
+    def clear(self, seq: int) -> None:
+        """
+        Drops every token of the sequence (its pages go back to the pool); the id stays valid.
+        """
+
+    def append(self, seq: int, k: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], v: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], bf16_bits: bool = False) -> None:
+        """
+        Appends n tokens: k, v [n, kv_heads, head_dim] host float32, bfloat16 or float16 (head_dim contiguous,
+        any token stride), stored in the cache's dtype; the touched pages' key summaries are updated from the
+        stored values. bf16_bits: read uint16 arrays as bfloat16 bits (ml_dtypes numpy arrays).
+        """
+
+    def length(self, seq: int) -> int:
+        """Cached tokens of the sequence."""
+
+    def pages(self, seq: int) -> int:
+        """Logical pages of the sequence: ceil(length / page_size)."""
+
+    def live(self, seq: int) -> bool:
+        """Whether `seq` is a sequence id in use."""
+
+    def page_table(self, seq: int) -> NDArray[numpy.int32]:
+        """
+        int32 [pages]: the pool page of each logical page of the sequence (a copy).
+        """
+
+    def key_sum(self, pool_page: int) -> NDArray[numpy.float32]:
+        """
+        float32 [strides_per_page, kv_heads, head_dim]: the sums of each key stride of a pool page (a copy).
+        Strides past the page's filled rows hold nothing meaningful.
+        """
+
+    def key_min(self, pool_page: int) -> NDArray[numpy.float32]:
+        """
+        float32 [kv_heads, head_dim]: per-dimension minimum of a pool page's keys (a copy).
+        """
+
+    def key_max(self, pool_page: int) -> NDArray[numpy.float32]:
+        """
+        float32 [kv_heads, head_dim]: per-dimension maximum of a pool page's keys (a copy).
+        """
+
+    @property
+    def kv_heads(self) -> int: ...
+
+    @property
+    def head_dim(self) -> int: ...
+
+    @property
+    def page_size(self) -> int: ...
+
+    @property
+    def summary_stride(self) -> int: ...
+
+    @property
+    def dtype(self) -> str:
+        """Storage dtype of K and V: 'f32', 'bf16' or 'f16'."""
+
+    @property
+    def strides_per_page(self) -> int: ...
+
+    @property
+    def capacity_pages(self) -> int:
+        """Pages of the pools (used and free)."""
+
+    @property
+    def sequence_slots(self) -> int:
+        """Every sequence id handed out is below it."""
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of K and V one full page holds (both pools)."""
+
+    def __repr__(self) -> str: ...
+
+class PageSelection:
+    """
+    Pages kept per (batch entry b, KV head g): row r = b * kv_heads + g lists logical
+    pages of sequence seqs[b], ascending, in pages[row_ptr[r]:row_ptr[r + 1]]. Holds no
+    reference to the cache: decode_attention checks it against the cache and batch it
+    is given.
+    """
+
+    def __init__(self, kv_heads: int, row_ptr: Sequence[int], pages: Sequence[int]) -> None:
+        """
+        A selection given as CSR rows (visible and kept_mass stay empty, ms_select 0).
+        """
+
+    @property
+    def kv_heads(self) -> int: ...
+
+    @property
+    def row_ptr(self) -> Annotated[NDArray[numpy.int32], dict(writable=False)]:
+        """int32 [rows + 1] (read-only view)."""
+
+    @property
+    def pages(self) -> Annotated[NDArray[numpy.int32], dict(writable=False)]:
+        """int32 [kept]: logical page indices, row after row (read-only view)."""
+
+    @property
+    def visible(self) -> Annotated[NDArray[numpy.int32], dict(writable=False)]:
+        """
+        int32 [rows]: pages holding a token the window lets the query see (read-only view).
+        """
+
+    @property
+    def kept_mass(self) -> Annotated[NDArray[numpy.float32], dict(writable=False)]:
+        """
+        float32 [rows]: the scorer's normalized score mass of the kept pages (read-only view).
+        """
+
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def kept(self) -> int:
+        """Pages kept over every row."""
+
+    @property
+    def visible_total(self) -> int: ...
+
+    @property
+    def density(self) -> float:
+        """Kept / visible pages over every row."""
+
+    @property
+    def ms_select(self) -> float:
+        """Host wall time of select_pages (ms)."""
+
+    def __repr__(self) -> str: ...
+
+def decode_into(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], cache: PagedKVCache, seqs: Sequence[int], out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None))], lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')] | None = None, window: int = -1, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, selection: PageSelection | None = None, backend: str = 'auto', bf16_bits: bool = False) -> None:
+    """
+    Decode attention into caller-provided outputs (decode_attention() wraps it).
+
+    q: [batch, heads_q, head_dim] host float32, bfloat16 or float16, head_dim contiguous; row b is the
+       newest token of cache sequence seqs[b], whose k and v are already appended.
+    out: float32 [batch, heads_q, head_dim], head_dim contiguous, written in place.
+    lse: None or float32 [batch, heads_q], contiguous, written in place (natural log, includes the sink).
+    window: the query sees its `window` previous tokens and itself; < 0: every token.
+    sink: None or float32 [heads_q]; sink_mode 'none', 'denominator' or 'key0'.
+    scale: 0 selects 1/sqrt(head_dim). selection: None (dense) or a PageSelection for this batch.
+    backend: 'auto' (= 'cpu'), 'cpu' or 'reference'. The GIL is released while it runs.
+    """
+
+def select_pages(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], cache: PagedKVCache, seqs: Sequence[int], scorer: str = 'rr', tau: float = 0.9, sink_pages: int = 1, recent_pages: int = 1, rotate: bool = True, step: int = 0, window: int = -1, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, bf16_bits: bool = False) -> PageSelection:
+    """
+    The pages sparse decode reads for this step's queries, per (sequence, KV head): scorer 'rr' (key-stride
+    sums), 'quest' (min/max bound) or 'oracle' (exact mass); the smallest set reaching tau of the group's mean
+    normalized score, plus the first sink_pages and the last recent_pages visible pages. rotate / step: rr's
+    head rotation over key strides. Other arguments as for decode_into (the sink matters to the oracle's key0).
+    """
+
+def page_masses(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], cache: PagedKVCache, seqs: Sequence[int], window: int = -1, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, bf16_bits: bool = False) -> list[NDArray[numpy.float64]]:
+    """
+    Per row (b, g), the exact attention mass of each visible page (float64 [visible pages]), normalized per
+    query head and averaged over the GQA group: the oracle's score.
+    """
+
+def kept_page_mass(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], cache: PagedKVCache, seqs: Sequence[int], selection: PageSelection, window: int = -1, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, bf16_bits: bool = False) -> NDArray[numpy.float64]:
+    """
+    float64 [rows]: per row, the share of the exact attention mass (page_masses) that the selection's pages
+    hold; 1 for a selection that keeps every visible page (the selection's recall).
+    """
+
 def read_label_map(path: str) -> NDArray[numpy.int32]:
     """
     A segmentation mask file (PNG palette/gray or .npy) as int32 [height, width] ids.
