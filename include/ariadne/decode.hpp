@@ -11,7 +11,7 @@
 //   length           per sequence: cached tokens; token t lives in logical page t / page_size, row
 //                    t % page_size; the last page may be partly filled
 //   key summaries    per pool page and KV head, kept current at append time (f32):
-//     key_sum        [capacity_pages, strides_per_page, kv_heads, head_dim]  Σ k over each key stride
+//     key_sum        [capacity_pages, kv_heads, strides_per_page, head_dim]  Σ k over each key stride
 //                    of `summary_stride` rows of the page (RR's key-stride sums; a page's sum is
 //                    the sum over its strides)
 //     key_min/max    [capacity_pages, kv_heads, head_dim]  per-dim min / max of the page's keys
@@ -87,7 +87,7 @@ class PagedKVCache {
   // grow the pool.
   TensorView k_pool() const;
   TensorView v_pool() const;
-  const float* key_sum(int64_t pool_page) const;   // [strides_per_page, kv_heads, head_dim]
+  const float* key_sum(int64_t pool_page) const;   // [kv_heads, strides_per_page, head_dim]
   const float* key_min(int64_t pool_page) const;   // [kv_heads, head_dim]
   const float* key_max(int64_t pool_page) const;   // [kv_heads, head_dim]
   // Bytes of K and V one full page holds (both pools).
@@ -152,7 +152,7 @@ class CudaKVCache {
   const void* v_pool() const;
   const int32_t* block_table() const;
   const int32_t* lengths() const;
-  const float* key_sum() const;  // [capacity, strides_per_page, kv_heads, head_dim]
+  const float* key_sum() const;  // [capacity, kv_heads, strides_per_page, head_dim]
   const float* key_min() const;  // [capacity, kv_heads, head_dim]
   const float* key_max() const;
 

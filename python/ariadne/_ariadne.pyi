@@ -629,7 +629,7 @@ class PagedKVCache:
 
     def key_sum(self, pool_page: int) -> NDArray[numpy.float32]:
         """
-        float32 [strides_per_page, kv_heads, head_dim]: the sums of each key stride of a pool page (a copy).
+        float32 [kv_heads, strides_per_page, head_dim]: the sums of each key stride of a pool page (a copy).
         Strides past the page's filled rows hold nothing meaningful.
         """
 

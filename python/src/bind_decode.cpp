@@ -203,10 +203,10 @@ void bind_decode(nb::module_& m) {
           [](const PyKVCache& c, int64_t pool_page) {
             const KVCacheConfig& k = c.config();
             return summary_copy(c, pool_page, &PagedKVCache::key_sum,
-                                {size_t(c.strides_per_page()), size_t(k.kv_heads), size_t(k.head_dim)}, "key_sum");
+                                {size_t(k.kv_heads), size_t(c.strides_per_page()), size_t(k.head_dim)}, "key_sum");
           },
           "pool_page"_a,
-          "float32 [strides_per_page, kv_heads, head_dim]: the sums of each key stride of a pool page (a copy).\n"
+          "float32 [kv_heads, strides_per_page, head_dim]: the sums of each key stride of a pool page (a copy).\n"
           "Strides past the page's filled rows hold nothing meaningful.")
       .def(
           "key_min",

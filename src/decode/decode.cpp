@@ -9,6 +9,7 @@
 #include "ariadne/decode.hpp"
 #include "ariadne/error.hpp"
 #include "ariadne/estimate.hpp"
+#include "decode/cpu/decode_kernel.hpp"
 #include "decode/internal.hpp"
 
 namespace ariadne {
@@ -113,10 +114,13 @@ void check_params(const DecodeParams& p, bool need_out, bool host) {
                       s->row_ptr.back() == int32_t(s->pages.size()),
                   "decode: the selection has ", s->rows(), " rows for ", s->kv_heads, " KV heads, expected ", rows,
                   " (batch × the cache's ", c.kv_heads, " KV heads) with row_ptr from 0 to pages.size()");
-    for (int64_t r = 0; r < rows; ++r) {
-      const Visible vis = visible_of(length(p.seqs[size_t(r / c.kv_heads)]), p.window, c.page_size);
+    // Every row's bounds before any row's pages: with row_ptr ending at pages.size() and never
+    // decreasing, each row's range lies inside pages.
+    for (int64_t r = 0; r < rows; ++r)
       ARIADNE_CHECK(s->row_ptr[size_t(r)] <= s->row_ptr[size_t(r) + 1], "decode: selection row_ptr decreases at row ",
                     r);
+    for (int64_t r = 0; r < rows; ++r) {
+      const Visible vis = visible_of(length(p.seqs[size_t(r / c.kv_heads)]), p.window, c.page_size);
       int64_t last = -1;
       for (int32_t i = s->row_ptr[size_t(r)]; i < s->row_ptr[size_t(r) + 1]; ++i) {
         const int32_t pg = s->pages[size_t(i)];
@@ -191,63 +195,74 @@ HeadWeights oracle_weights(const DecodeParams& p, int64_t b, int g, const Visibl
 }
 
 // From the summaries: rr scores each key stride by its mean key, quest each page by the min/max bound.
+// Every scored term is a log-weight log n + scale·q·k̄ in a flat slot array: slot (page, stride,
+// head) for rr (one head per stride under rotation, the whole group without), (page, head) for
+// quest. Each head's terms are exponentiated against that head's max and summed per page. The dot
+// products run on the active ISA table's score kernels (decode_kernel.hpp).
 HeadWeights summary_weights(const DecodeParams& p, int64_t b, int g, const Visible& vis, const PageSelectConfig& cfg) {
   const PagedKVCache& cache = *p.cache;
   const KVCacheConfig& c = cache.config();
   const int d = c.head_dim, G = int(p.q.shape[1]) / c.kv_heads, P = c.page_size, S = c.summary_stride;
-  const int J = cache.strides_per_page();
+  const bool quest = cfg.scorer == PageScorer::quest;
+  const int J = quest ? 1 : cache.strides_per_page();
+  const int heads_per_term = quest || !cfg.rotate ? G : 1;
   const float scale = p.scale > 0 ? p.scale : 1.f / std::sqrt(float(d));
   const std::vector<int32_t>& table = cache.page_table(p.seqs[size_t(b)]);
   const int64_t npages = vis.pages();
-  std::vector<float> qh(size_t(G) * size_t(d));
+  constexpr double kNone = -std::numeric_limits<double>::infinity();
+  const decode_detail::ScoreKernels kern = decode_detail::active_score_kernels();
+  thread_local std::vector<double> qh;
+  thread_local std::vector<double> lw;
+  qh.resize(size_t(G) * size_t(d));
+  lw.assign(size_t(npages) * size_t(J) * size_t(heads_per_term), kNone);
   for (int hg = 0; hg < G; ++hg)
     for (int i = 0; i < d; ++i) qh[size_t(hg * d + i)] = q_at(p.q, b, int64_t(g) * G + hg, i);
-  // Logits first (log n + logit), per head; exponentiated against each head's max below.
-  std::vector<std::vector<double>> logit(size_t(G), std::vector<double>(size_t(npages), 0.0));
-  std::vector<std::vector<char>> scored(size_t(G), std::vector<char>(size_t(npages), 0));
-  // rr accumulates several strides into one page: collect (page, head, log-weight) terms.
-  struct Term {
-    int64_t page;
-    int head;
-    double lw;
-  };
-  std::vector<Term> terms;
+  // Under rotation, stride j of page `page` goes to head (page + step + j) mod G: the first
+  // stride's head, stepped per stride without a division.
+  const auto first_head = [&](int64_t page) { return int((page + cfg.step) % G); };
+  const auto next_head = [G](int h) { return h + 1 == G ? 0 : h + 1; };
+  const double log_s = std::log(double(S));
+  std::vector<double> mx(size_t(G), kNone);
   for (int64_t pi = 0; pi < npages; ++pi) {
     const int64_t page = vis.page_lo + pi, pool = table[size_t(page)];
     const int64_t rows = std::min<int64_t>(P, vis.length - page * P);
-    if (cfg.scorer == PageScorer::quest) {
+    double* out = lw.data() + pi * J * heads_per_term;
+    if (quest) {
       const float* mn = cache.key_min(pool) + int64_t(g) * d;
-      const float* mx = cache.key_max(pool) + int64_t(g) * d;
+      const float* kx = cache.key_max(pool) + int64_t(g) * d;
+      const double log_rows = std::log(double(rows));
       for (int hg = 0; hg < G; ++hg) {
-        double ub = 0;
-        for (int i = 0; i < d; ++i) {
-          const double x = qh[size_t(hg * d + i)];
-          ub += std::max(x * mn[i], x * mx[i]);
-        }
-        terms.push_back({pi, hg, std::log(double(rows)) + double(scale) * ub});
+        out[hg] = log_rows + double(scale) * kern.bound(qh.data() + hg * d, mn, kx, d);
+        mx[size_t(hg)] = std::max(mx[size_t(hg)], out[hg]);
       }
       continue;
     }
     const float* sums = cache.key_sum(pool);
-    for (int j = 0; j < J && j * S < rows; ++j) {
-      const int64_t n = std::min<int64_t>(S, rows - int64_t(j) * S);
-      const float* ks = sums + (int64_t(j) * c.kv_heads + g) * d;
-      const int h0 = cfg.rotate ? int((int64_t(j) + page + cfg.step) % G) : 0;
-      const int h1 = cfg.rotate ? h0 + 1 : G;
-      for (int hg = h0; hg < h1; ++hg) {
-        double dot = 0;
-        for (int i = 0; i < d; ++i) dot += double(qh[size_t(hg * d + i)]) * double(ks[i]);
-        terms.push_back({pi, hg, std::log(double(n)) + double(scale) * dot / double(n)});
+    int rotated = first_head(page);
+    for (int64_t j = 0; j < J && j * S < rows; ++j, rotated = next_head(rotated)) {
+      const int64_t n = std::min<int64_t>(S, rows - j * S);
+      const double log_n = n == S ? log_s : std::log(double(n));
+      const float* ks = sums + (int64_t(g) * J + j) * d;
+      for (int slot = 0; slot < heads_per_term; ++slot) {
+        const int hg = heads_per_term == G ? slot : rotated;
+        const double x = log_n + double(scale) * kern.dot(qh.data() + hg * d, ks, d) / double(n);
+        out[j * heads_per_term + slot] = x;
+        mx[size_t(hg)] = std::max(mx[size_t(hg)], x);
       }
     }
   }
-  std::vector<double> mx(size_t(G), -std::numeric_limits<double>::infinity());
-  for (const Term& t : terms) mx[size_t(t.head)] = std::max(mx[size_t(t.head)], t.lw);
   HeadWeights w(static_cast<size_t>(G));
-  for (const Term& t : terms) {
-    std::vector<double>& row = w[size_t(t.head)];
-    if (row.empty()) row.assign(size_t(npages), 0.0);
-    row[size_t(t.page)] += std::exp(t.lw - mx[size_t(t.head)]);
+  for (int64_t pi = 0; pi < npages; ++pi) {
+    int rotated = first_head(vis.page_lo + pi);
+    for (int64_t j = 0; j < J; ++j, rotated = next_head(rotated))
+      for (int slot = 0; slot < heads_per_term; ++slot) {
+        const double x = lw[size_t((pi * J + j) * heads_per_term + slot)];
+        if (x == kNone) continue;
+        const int hg = heads_per_term == G ? slot : rotated;
+        std::vector<double>& row = w[size_t(hg)];
+        if (row.empty()) row.assign(size_t(npages), 0.0);
+        row[size_t(pi)] += std::exp(x - mx[size_t(hg)]);
+      }
   }
   for (std::vector<double>& row : w) {
     double z = 0;

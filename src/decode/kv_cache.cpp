@@ -142,13 +142,13 @@ void PagedKVCache::summarize(int64_t pool_page, int64_t row0, int64_t rows) {
       }
   // Stride sums in row order from the stride's first row, so a stride summed across appends
   // equals one summed at once.
-  for (int64_t j = row0 / S; j <= (row0 + rows - 1) / S; ++j) {
-    float* sum = sum_.data() + (pool_page * strides_per_page() + j) * row;
-    std::fill_n(sum, row, 0.f);
-    for (int h = 0; h < H; ++h)
+  for (int h = 0; h < H; ++h)
+    for (int64_t j = row0 / S; j <= (row0 + rows - 1) / S; ++j) {
+      float* sum = sum_.data() + ((pool_page * H + h) * strides_per_page() + j) * d;
+      std::fill_n(sum, d, 0.f);
       for (int64_t t = j * S; t < std::min<int64_t>((j + 1) * S, row0 + rows); ++t)
-        for (int i = 0; i < d; ++i) sum[h * d + i] += key(t, h, i);
-  }
+        for (int i = 0; i < d; ++i) sum[i] += key(t, h, i);
+    }
 }
 
 void PagedKVCache::append(int seq, const TensorView& k, const TensorView& v) {

@@ -169,7 +169,7 @@ TEST(Decode, CacheHoldsWhatWasAppendedAndItsSummaries) {
               float sum = 0;
               for (int64_t r = int64_t(j) * cfg.summary_stride; r < std::min<int64_t>(rows, (j + 1) * cfg.summary_stride); ++r)
                 sum += in.k[s][size_t((pg * c.page + r) * row + h * c.dim + i)];
-              ASSERT_EQ(in.cache.key_sum(table[size_t(pg)])[(j * c.heads_kv + h) * c.dim + i], sum);
+              ASSERT_EQ(in.cache.key_sum(table[size_t(pg)])[(int64_t(h) * in.cache.strides_per_page() + j) * c.dim + i], sum);
             }
           }
       }
@@ -395,24 +395,29 @@ std::vector<double> quest_scores(const DecodeCase& c, const DecodeInputs& in, in
 // The selection of `scorer` (τ 0.8, one sink and one recent page) on every f32 case without a sink
 // (f32 keys: the stored values are the appended ones) against expected_selection of the scores
 // `scores(c, in, b, g)` re-derives for row (b, g).
+// On every kernel table: the scorers' dot products run on the active table's score kernels.
 template <class Scores>
 void expect_rederived_selection(PageScorer scorer, int64_t step, Scores&& scores) {
-  for (const DecodeCase& c : decode_cases()) {
-    if (c.sink_mode != SinkMode::none || c.dtype != DType::f32) continue;
-    SCOPED_TRACE(name_of(c) + " step " + std::to_string(step));
-    DecodeInputs in(c);
-    PageSelectConfig cfg;
-    cfg.scorer = scorer;
-    cfg.tau = 0.8, cfg.step = step, cfg.sink_pages = 1, cfg.recent_pages = 1;
-    const PageSelection sel = select_pages(in.params, cfg);
-    for (int64_t r = 0; r < sel.rows(); ++r) {
-      const int64_t b = r / c.heads_kv, len = c.lengths[size_t(b)];
-      if (len == 0) continue;
-      const int64_t first = c.window < 0 ? 0 : std::max<int64_t>(0, len - 1 - c.window);
-      const std::vector<int32_t> got(sel.pages.begin() + sel.row_ptr[size_t(r)],
-                                     sel.pages.begin() + sel.row_ptr[size_t(r) + 1]);
-      EXPECT_EQ(got, expected_selection(scores(c, in, b, int(r % c.heads_kv)), first / c.page, 0.8, 1, 1))
-          << "row " << r;
+  for (const char* isa : kIsas) {
+    if (!cpu::tile_kernels_available(isa)) continue;
+    ForceIsa force(isa);
+    for (const DecodeCase& c : decode_cases()) {
+      if (c.sink_mode != SinkMode::none || c.dtype != DType::f32) continue;
+      SCOPED_TRACE(std::string(isa) + " " + name_of(c) + " step " + std::to_string(step));
+      DecodeInputs in(c);
+      PageSelectConfig cfg;
+      cfg.scorer = scorer;
+      cfg.tau = 0.8, cfg.step = step, cfg.sink_pages = 1, cfg.recent_pages = 1;
+      const PageSelection sel = select_pages(in.params, cfg);
+      for (int64_t r = 0; r < sel.rows(); ++r) {
+        const int64_t b = r / c.heads_kv, len = c.lengths[size_t(b)];
+        if (len == 0) continue;
+        const int64_t first = c.window < 0 ? 0 : std::max<int64_t>(0, len - 1 - c.window);
+        const std::vector<int32_t> got(sel.pages.begin() + sel.row_ptr[size_t(r)],
+                                       sel.pages.begin() + sel.row_ptr[size_t(r) + 1]);
+        EXPECT_EQ(got, expected_selection(scores(c, in, b, int(r % c.heads_kv)), first / c.page, 0.8, 1, 1))
+            << "row " << r;
+      }
     }
   }
 }
@@ -547,6 +552,12 @@ TEST(Decode, BadCallsNameTheField) {
   sel.pages[0] = 99;
   p.selection = &sel;
   EXPECT_NE(error_of([&] { decode_attention(p); }).find("lists page 99"), std::string::npos);
+  // A row_ptr that overshoots pages in one row and comes back down by the last: refused before any
+  // row's pages are read (the first row would otherwise read past the end of pages).
+  sel = select_pages(in.params, PageSelectConfig{});
+  ASSERT_GE(sel.rows(), 3);
+  sel.row_ptr[1] = int32_t(sel.pages.size()) + 1000;
+  EXPECT_NE(error_of([&] { decode_attention(p); }).find("row_ptr decreases at row 1"), std::string::npos);
   PageSelectConfig cfg;
   cfg.tau = 0;
   EXPECT_NE(error_of([&] { select_pages(in.params, cfg); }).find("tau"), std::string::npos);

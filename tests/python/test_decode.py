@@ -315,12 +315,12 @@ def test_cache_bookkeeping(rng):
     for logical, pool in enumerate(table):
         keys = k[logical * P:(logical + 1) * P]
         sums = cache.key_sum(int(pool))
-        assert sums.shape == (P // S, HKV, D)
+        assert sums.shape == (HKV, P // S, D)
         for j in range(-(-len(keys) // S)):
             acc = np.zeros((HKV, D), np.float32)
             for row in keys[j * S:(j + 1) * S]:  # in row order, as the cache sums
                 acc += row
-            np.testing.assert_array_equal(sums[j], acc)
+            np.testing.assert_array_equal(sums[:, j], acc)
         np.testing.assert_array_equal(cache.key_min(int(pool)), keys.min(axis=0))
         np.testing.assert_array_equal(cache.key_max(int(pool)), keys.max(axis=0))
     cache.release(a)

@@ -32,6 +32,14 @@ constexpr int64_t kMinPagesPerRun = 4;
 
 }  // namespace
 
+ScoreKernels active_score_kernels() {
+  const std::string isa = cpu::active_tile_kernels().name;
+  ScoreKernels k;
+  if (isa == "avx512") k = score_kernels_avx512();
+  else if (isa == "avx2") k = score_kernels_avx2();
+  return k.dot ? k : score_kernels_generic();
+}
+
 void decode_cpu(const DecodeParams& p) {
   const PagedKVCache& cache = *p.cache;
   const KVCacheConfig& c = cache.config();

@@ -38,4 +38,18 @@ DecodeTaskFn decode_task_generic();
 DecodeTaskFn decode_task_avx2();    // null when not compiled for x86
 DecodeTaskFn decode_task_avx512();  // null when not compiled for x86
 
+// The page scorers' inner loops (select_pages), in double over sixteen interleaved partial sums
+// (lane l takes the terms i ≡ l mod 16, then a fixed pairwise reduction): the order is the same
+// on every table, so the scores differ between tables only by fused against separate multiply-adds.
+struct ScoreKernels {
+  double (*dot)(const double* q, const float* k, int d) = nullptr;  // Σ q_i·k_i
+  // Quest's bound Σ max(q_i·mn_i, q_i·mx_i)
+  double (*bound)(const double* q, const float* mn, const float* mx, int d) = nullptr;
+};
+ScoreKernels score_kernels_generic();
+ScoreKernels score_kernels_avx2();    // empty when not compiled for x86
+ScoreKernels score_kernels_avx512();  // empty when not compiled for x86
+// The table that matches the attention kernels' table (ARIADNE_CPU_ISA, force_tile_kernels).
+ScoreKernels active_score_kernels();
+
 }  // namespace ariadne::decode_detail

@@ -53,13 +53,13 @@ void CudaKVCache::sync(const PagedKVCache& twin) {
   if (twin.capacity_pages() > 0) {
     d->k = DeviceBuffer::from_host(twin.k_pool().data, c.dtype, {cap, c.kv_heads, c.page_size, c.head_dim});
     d->v = DeviceBuffer::from_host(twin.v_pool().data, c.dtype, {cap, c.kv_heads, c.page_size, c.head_dim});
-    d->sum = DeviceBuffer::from_host(twin.key_sum(0), DType::f32, {cap, twin.strides_per_page(), row});
+    d->sum = DeviceBuffer::from_host(twin.key_sum(0), DType::f32, {cap, c.kv_heads, twin.strides_per_page(), c.head_dim});
     d->min = DeviceBuffer::from_host(twin.key_min(0), DType::f32, {cap, row});
     d->max = DeviceBuffer::from_host(twin.key_max(0), DType::f32, {cap, row});
   } else {  // no page yet: one page of room, so every pointer is valid
     d->k = DeviceBuffer(c.dtype, {cap, c.kv_heads, c.page_size, c.head_dim});
     d->v = DeviceBuffer(c.dtype, {cap, c.kv_heads, c.page_size, c.head_dim});
-    d->sum = DeviceBuffer(DType::f32, {cap, twin.strides_per_page(), row});
+    d->sum = DeviceBuffer(DType::f32, {cap, c.kv_heads, twin.strides_per_page(), c.head_dim});
     d->min = DeviceBuffer(DType::f32, {cap, row});
     d->max = DeviceBuffer(DType::f32, {cap, row});
   }
