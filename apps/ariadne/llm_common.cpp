@@ -31,14 +31,16 @@ struct LayerSums {
   // One τ sweep point's figures (LayerTrace::tau_sweep), summed per layer over instances.
   enum SweepField { kDensity, kMassRecall, kPrecision, kRecall, kF1, kOracleDensity, kSweepFields };
   int n = 0;
-  std::vector<double> density, recall, f1, err, block_precision, block_recall;
+  std::vector<double> density, recall, f1, err, oracle_err, block_precision, block_recall;
+  bool oracle_err_measured = false;  // probes run with --probe-outputs (LayerTrace::oracle_out_rel_err)
   std::vector<std::vector<double>> recall_head, f1_head;
   std::vector<std::vector<MaskBreakdown>> breakdown;  // [layer][head], summed over instances
   std::vector<double> sweep_tau;                       // the τ list of the sweep (empty: none)
   std::vector<std::vector<std::array<double, kSweepFields>>> sweep;  // [τ][layer]
   void add(const std::vector<const LayerTrace*>& layers) {
     const size_t L = layers.size();
-    density.resize(L), recall.resize(L), f1.resize(L), err.resize(L), recall_head.resize(L), f1_head.resize(L);
+    density.resize(L), recall.resize(L), f1.resize(L), err.resize(L), oracle_err.resize(L);
+    recall_head.resize(L), f1_head.resize(L);
     block_precision.resize(L), block_recall.resize(L);
     breakdown.resize(L);
     for (size_t l = 0; l < L; ++l) {
@@ -46,6 +48,7 @@ struct LayerSums {
       breakdown[l].resize(t.breakdown_per_head.size());
       for (size_t h = 0; h < t.breakdown_per_head.size(); ++h) breakdown[l][h] += t.breakdown_per_head[h];
       density[l] += t.density, recall[l] += t.mass_recall, f1[l] += t.f1, err[l] += t.out_rel_err;
+      oracle_err[l] += t.oracle_out_rel_err;
       block_precision[l] += t.precision, block_recall[l] += t.recall;
       if (!t.tau_sweep.empty()) {
         if (sweep_tau.empty()) {
@@ -82,6 +85,7 @@ struct LayerSums {
     json j = {{"instances", n}, {"density", mean(density) / n}, {"mass_recall", mean(recall) / n},
               {"f1", mean(f1) / n}, {"precision", mean(block_precision) / n}, {"recall", mean(block_recall) / n},
               {"out_rel_err", mean(err) / n}};
+    if (oracle_err_measured) j["oracle_out_rel_err"] = mean(oracle_err) / n;
     if (!sweep_tau.empty()) {
       // Each figure as the probe's own above: the mean over layers of its sum over instances / n.
       json sw = json::array();
@@ -101,6 +105,7 @@ struct LayerSums {
     for (size_t l = 0; l < density.size(); ++l) {
       json e = {{"layer", l}, {"density", density[l] / n}, {"mass_recall", recall[l] / n}, {"f1", f1[l] / n},
                 {"out_rel_err", err[l] / n}};
+      if (oracle_err_measured) e["oracle_out_rel_err"] = oracle_err[l] / n;
       MaskBreakdown layer;
       for (const MaskBreakdown& b : breakdown[l]) layer += b;
       all += layer;
@@ -448,7 +453,9 @@ int run_task_loop(const Args& args, LoadedModel& lm, const TaskLoop& loop) {
           for (size_t i = 0; i < loop.probe_specs.size(); ++i) {
             std::vector<const LayerTrace*> pl;
             for (const LayerTrace& t : tr.layers) pl.push_back(&t.probes[i]);
-            agg[kind + "/" + len + "/" + loop.probe_specs[i].label()].probe.add(pl);
+            LayerSums& ps = agg[kind + "/" + len + "/" + loop.probe_specs[i].label()].probe;
+            ps.oracle_err_measured = loop.probe_outputs;
+            ps.add(pl);
           }
         }
         // Progress on stderr in every mode: long sweeps can be read (and salvaged) while they run.
@@ -490,8 +497,8 @@ int run_task_loop(const Args& args, LoadedModel& lm, const TaskLoop& loop) {
                      {"new_tokens", n_new}, {"summary", summary}, {"runs", runs}});
   } else {
     std::cout << "| case | runs | accuracy | vs dense | density | s/prefill | decode density | decode recall "
-                 "| probe density | mass recall | block F1 | out err |\n"
-                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+                 "| probe density | mass recall | block F1 | out err | oracle out err |\n"
+                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
     for (const json& s : summary) {
       const json pr = s.value("probe", json::object());
       std::cout << "| " << s["case"].get<std::string>() << " | " << s["runs"] << " | " << s.value("accuracy", 0.0)
@@ -499,7 +506,7 @@ int run_task_loop(const Args& args, LoadedModel& lm, const TaskLoop& loop) {
                 << s.value("s_prefill", 0.0) << " | " << s.value("decode_density", 1.0) << " | "
                 << s.value("decode_mass_recall", 1.0) << " | " << pr.value("density", 0.0) << " | "
                 << pr.value("mass_recall", 0.0) << " | " << pr.value("f1", 0.0) << " | " << pr.value("out_rel_err", 0.0)
-                << " |\n";
+                << " | " << pr.value("oracle_out_rel_err", 0.0) << " |\n";
     }
     for (const json& s : summary) {
       const json pr = s.value("probe", json::object());

@@ -206,6 +206,8 @@ struct DeviceEstimate {
   bool defined() const { return row_ptr.data() != nullptr; }
   // Device pointers, for Pattern::with_blocks on device tensors (Backend::cuda attention).
   BlockSparseView view() const;
+  // A host mask copied to the device (no scores), for the CUDA attention; needs a CUDA build.
+  static DeviceEstimate from_mask(const BlockMask& mask);
 };
 
 // The estimate: a mask in the CSR form the attention kernels read, and the scores behind it.
@@ -282,6 +284,14 @@ struct MaskMetrics {
 // `mask` must have the oracle's geometry (block, heads, rows, visible counts). The oracle's
 // scores are the true masses; its mask is the ground-truth block set at its τ.
 MaskMetrics compare_to_oracle(const BlockMask& mask, const EstimateResult& oracle);
+
+// The oracle's mask at another mask's size, row by row: each row keeps as many key blocks as
+// `mask` keeps there, the ones of largest exact mass (oracle.scores; ties to the lower block), so
+// both masks have the same density and the same count in every row, and no mask of those counts
+// keeps more mass. The output error of sparse attention over it is what the estimator's mask is
+// compared with at equal density (llm-probe --probe-outputs). `mask` must have the oracle's
+// geometry, as for compare_to_oracle. Sorted rows, as every mask.
+BlockMask oracle_mask_like(const BlockMask& mask, const EstimateResult& oracle);
 
 // ‖out − ref‖₂ / ‖ref‖₂ over n values (sums in double): the output error of a sparse attention
 // run against dense. NaN when it has no meaning: a NaN or infinity in either input, or an

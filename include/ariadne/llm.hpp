@@ -90,6 +90,10 @@ struct LayerTrace {
   std::vector<MaskBreakdown> breakdown_per_head;  // [heads]: where the mask differs from the oracle's
   // ‖o − o_dense‖₂ / ‖o_dense‖₂ on this layer's q/k/v (relative_l2_error: NaN when undefined)
   double out_rel_err = 0;
+  // A probe's trace with probe_outputs: the same error for the oracle's mask at this mask's count in
+  // every row (oracle_mask_like, estimate.hpp), i.e. the error at equal density that an estimator
+  // reaching the exact masses would have; NaN when undefined.
+  double oracle_out_rel_err = 0;
   std::vector<LayerTrace> probes;            // one per PrefillOptions::probes entry
   // A probe's trace with PrefillOptions::probe_tau_sweep: its scores and its oracle's block masses
   // selected anew at each τ of the list (tau_sweep, estimate.hpp), in the list's order.

@@ -305,6 +305,17 @@ void init_rows(const Geometry& g, EstimateResult& r) {
 
 }  // namespace est
 
+DeviceEstimate DeviceEstimate::from_mask(const BlockMask& mask) {
+  DeviceEstimate d;
+  d.block = mask.block;
+  d.heads = mask.heads;
+  d.seq_block_base = DeviceBuffer::from_ints(mask.seq_block_base);
+  d.row_ptr = DeviceBuffer::from_ints(mask.row_ptr);
+  // One int of room when the mask keeps nothing, so the pointer is valid.
+  d.col_idx = DeviceBuffer::from_ints(mask.col_idx.empty() ? std::vector<int32_t>{0} : mask.col_idx);
+  return d;
+}
+
 BlockSparseView DeviceEstimate::view() const {
   BlockSparseView v;
   v.block = block;

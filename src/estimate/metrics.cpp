@@ -1,5 +1,6 @@
 // Metrics of a block mask against the oracle: attention-mass recall and block precision/recall/F1,
 // at the oracle's τ or, for a τ sweep, at each τ of a list.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -77,6 +78,35 @@ MaskMetrics compare_to_truth(const BlockMask& mask, const BlockMask& truth, cons
 }
 
 }  // namespace
+
+BlockMask oracle_mask_like(const BlockMask& mask, const EstimateResult& oracle) {
+  ARIADNE_CHECK(mask.block == oracle.mask.block && mask.heads == oracle.mask.heads && mask.rows() == oracle.rows() &&
+                    mask.seq_block_base == oracle.mask.seq_block_base,
+                "oracle_mask_like: the mask (block ", mask.block, ", ", mask.heads, " heads, ", mask.rows(),
+                " rows) has another geometry than the oracle (block ", oracle.mask.block, ", ", oracle.mask.heads,
+                " heads, ", oracle.rows(), " rows, or other sequences)");
+  BlockMask out;
+  out.block = mask.block;
+  out.heads = mask.heads;
+  out.seq_block_base = mask.seq_block_base;
+  out.row_ptr.assign(1, 0);
+  out.col_idx.reserve(size_t(mask.nnz()));
+  std::vector<int32_t> order;
+  for (int64_t r = 0; r < mask.rows(); ++r) {
+    const int64_t nvis = oracle.visible(r), want = mask.row_ptr[size_t(r) + 1] - mask.row_ptr[size_t(r)];
+    ARIADNE_CHECK(want >= 0 && want <= nvis, "oracle_mask_like: mask row ", r, " keeps ", want,
+                  " blocks, the oracle's row has ", nvis, " visible");
+    order.resize(size_t(nvis));
+    for (int64_t n = 0; n < nvis; ++n) order[size_t(n)] = int32_t(n);
+    const float* s = oracle.scores.data() + oracle.score_ptr[size_t(r)];
+    std::partial_sort(order.begin(), order.begin() + want, order.end(),
+                      [s](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
+    std::sort(order.begin(), order.begin() + want);
+    out.col_idx.insert(out.col_idx.end(), order.begin(), order.begin() + want);
+    out.row_ptr.push_back(int32_t(out.col_idx.size()));
+  }
+  return out;
+}
 
 double relative_l2_error(const float* out, const float* ref, size_t n) {
   double num = 0, den = 0;

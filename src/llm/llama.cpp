@@ -138,6 +138,27 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
   return relative_l2_error(a.data(), ref.data(), a.size());
 }
 
+// The output error against dense of block-sparse attention over the oracle's mask at `mask`'s
+// per-row counts (oracle_mask_like), on the layer's q/k/v in `p` with the probe's backend. On the
+// GPU path the mask goes to the device, where the CUDA attention reads it.
+double matched_oracle_error(const AttentionParams& p, const PrefillConfig& pc, const BlockMask& mask,
+                            const EstimateResult& oracle, const std::vector<float>& dense_out) {
+  const BlockMask like = oracle_mask_like(mask, oracle);
+  OutTensor o(p.out);
+  AttentionParams pa = p;
+  pa.out = o.view;
+  pa.blocks_nnz = like.nnz();
+  DeviceEstimate on_device;
+  if (p.q.device == Device::cpu) {
+    pa.pattern = p.pattern.with_blocks(like.view());
+  } else {
+    on_device = DeviceEstimate::from_mask(like);
+    pa.pattern = p.pattern.with_blocks(on_device.view());
+  }
+  attention(pa, pc.attention_backend);
+  return rel_l2(host_values(o.view), dense_out);
+}
+
 // The run's prefill; with keep_previous the estimate's mask also gets key block diag(m) − 1 of
 // every row before the attention runs (PrefillOptions::keep_previous).
 PrefillResult run_prefill(const AttentionParams& p, const PrefillConfig& method, bool keep_previous) {
@@ -166,11 +187,8 @@ PrefillResult run_prefill(const AttentionParams& p, const PrefillConfig& method,
   AttentionParams pa = p;
   pa.blocks_nnz = int64_t(mk.col_idx.size());
   if (p.q.device == Device::cuda) {  // the CUDA attention reads the mask from device memory
-    DeviceEstimate& de = r.estimate.device;
-    de.row_ptr = DeviceBuffer::from_ints(mk.row_ptr);
-    de.col_idx = DeviceBuffer::from_ints(mk.col_idx);
-    de.seq_block_base = DeviceBuffer::from_ints(mk.seq_block_base);
-    pa.pattern = p.pattern.with_blocks(de.view());
+    r.estimate.device = DeviceEstimate::from_mask(mk);
+    pa.pattern = p.pattern.with_blocks(r.estimate.device.view());
   } else {
     pa.pattern = p.pattern.with_blocks(mk.view());
   }
@@ -311,6 +329,7 @@ void attend(const AttentionParams& p, int l, const PrefillOptions& opt, LayerTra
       pp.out = po.view;
       const PrefillResult pr = ariadne::prefill(pp, pc);
       pt.out_rel_err = rel_l2(host_values(po.view), dense_out);
+      pt.oracle_out_rel_err = matched_oracle_error(pp, pc, pr.estimate.mask, oracle_for(ec), dense_out);
       pt.density = pr.stats.density;
       pt.ms_estimate = pr.stats.ms_estimate;
       pt.ms_attention = pr.stats.ms_attention;

@@ -440,6 +440,63 @@ TEST(Estimate, MetricsOnHandBuiltCase) {
   EXPECT_THROW(compare_to_oracle(other, o), Error);
 }
 
+TEST(Estimate, OracleMaskLikeKeepsTheHeaviestBlocksAtTheMasksCounts) {
+  // The hand-built oracle of MetricsOnHandBuiltCase: per row, the same count as the mask, the
+  // heaviest blocks, ties (row 3's 0.1s) to the lower block.
+  EstimateResult o;
+  o.heads = 1;
+  o.score_ptr = {0, 1, 3, 6, 10};
+  o.scores = {1.0f, 0.5f, 0.5f, 0.2f, 0.3f, 0.5f, 0.1f, 0.1f, 0.1f, 0.7f};
+  o.row_queries = {2, 2, 2, 2};
+  o.mask = BlockMask::from_lists(2, 1, {8}, {{0}, {0, 1}, {1, 2}, {3}});
+  const BlockMask mask = BlockMask::from_lists(2, 1, {8}, {{}, {1}, {0, 1}, {0, 1, 2}});
+  const BlockMask like = oracle_mask_like(mask, o);
+  EXPECT_EQ(like.row_ptr, (std::vector<int32_t>{0, 0, 1, 3, 6}));
+  EXPECT_EQ(like.col_idx, (std::vector<int32_t>{0, 1, 2, 0, 1, 3}));
+  EXPECT_EQ(like.seq_block_base, mask.seq_block_base);
+  EXPECT_THROW(oracle_mask_like(BlockMask::from_lists(4, 1, {8}, {{0}, {0, 1}}), o), Error);
+
+  // On estimates of random inputs: the same count in every row, sorted rows, and in every row a
+  // kept mass no lower than the estimator's (no set of that count keeps more), re-derived by sorting
+  // each row's masses.
+  const Inputs in = testing::make_inputs(small_case("like", {300, 170}, {300, 260}, 29));
+  for (const Estimator m : {Estimator::rr, Estimator::xattn}) {
+    EstimateConfig c;
+    c.method = m;
+    c.block = 32;
+    c.stride = 8;
+    c.tau = 0.8;
+    EstimateConfig oc = c;
+    oc.method = Estimator::oracle;
+    oc.protect.reset();
+    const EstimateResult est = estimate(in.params.q, in.params.k, in.params.pattern, c);
+    const EstimateResult oracle = estimate(in.params.q, in.params.k, in.params.pattern, oc);
+    const BlockMask got = oracle_mask_like(est.mask, oracle);
+    ASSERT_EQ(got.rows(), est.mask.rows());
+    for (int64_t r = 0; r < got.rows(); ++r) {
+      const int32_t n = est.mask.row_ptr[size_t(r) + 1] - est.mask.row_ptr[size_t(r)];
+      ASSERT_EQ(got.row_ptr[size_t(r) + 1] - got.row_ptr[size_t(r)], n) << "row " << r;
+      std::vector<float> masses(oracle.scores.begin() + oracle.score_ptr[size_t(r)],
+                                oracle.scores.begin() + oracle.score_ptr[size_t(r) + 1]);
+      double kept = 0, est_kept = 0;
+      for (int32_t i = got.row_ptr[size_t(r)]; i < got.row_ptr[size_t(r) + 1]; ++i) {
+        if (i > got.row_ptr[size_t(r)]) {
+          EXPECT_LT(got.col_idx[size_t(i) - 1], got.col_idx[size_t(i)]);
+        }
+        kept += masses[size_t(got.col_idx[size_t(i)])];
+      }
+      for (int32_t i = est.mask.row_ptr[size_t(r)]; i < est.mask.row_ptr[size_t(r) + 1]; ++i)
+        est_kept += masses[size_t(est.mask.col_idx[size_t(i)])];
+      std::sort(masses.begin(), masses.end(), std::greater<float>());
+      double best = 0;
+      for (int32_t i = 0; i < n; ++i) best += masses[size_t(i)];
+      // The same blocks up to ties, summed in another order: equal to the rounding of a few adds.
+      EXPECT_NEAR(kept, best, 1e-9) << "row " << r;
+      EXPECT_GE(kept, est_kept - 1e-9) << "row " << r;
+    }
+  }
+}
+
 TEST(Estimate, TauSweepEqualsSingleTauRuns) {
   // Two sequences, one chunked (lq < lk), lengths off B and S: every selection path (sink,
   // diagonal, the last row of each sequence) is exercised on the sweep's re-selection.

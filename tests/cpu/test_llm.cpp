@@ -233,12 +233,22 @@ TEST(Llm, DenseEqualsOracleAtTauOneAndDecodeMatchesPrefill) {
   // Probes on the dense run: layer 0 sees the same q/k/v in every run, so RR probed there equals
   // the RR run's own layer-0 comparison exactly; at later layers the runs differ.
   PrefillOptions probed = dense;
-  probed.probes = {rr.method.estimate};
+  EstimateConfig oracle_probe = rr.method.estimate;
+  oracle_probe.method = Estimator::oracle;
+  oracle_probe.protect.reset();
+  probed.probes = {rr.method.estimate, oracle_probe};
   probed.probe_outputs = true;
   PrefillTrace pt;
   const std::vector<float> lp = m.prefill(tokens, probed, &pt);
   EXPECT_EQ(lp, ld);  // probing does not change the run
-  ASSERT_EQ(pt.layers[0].probes.size(), 1u);
+  ASSERT_EQ(pt.layers[0].probes.size(), 2u);
+  // The oracle at another mask's counts: for the oracle's own mask, that mask again (the same
+  // error); for RR's, a mask of RR's density whose error is measured.
+  for (const LayerTrace& layer : pt.layers) {
+    EXPECT_EQ(layer.probes[1].oracle_out_rel_err, layer.probes[1].out_rel_err);
+    EXPECT_TRUE(std::isfinite(layer.probes[0].oracle_out_rel_err));
+    EXPECT_GE(layer.probes[0].oracle_out_rel_err, 0.0);
+  }
   const LayerTrace& a = pt.layers[0].probes[0];
   const LayerTrace& b = tr.layers[0];
   EXPECT_EQ(a.density, b.density);
