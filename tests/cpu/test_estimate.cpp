@@ -410,14 +410,20 @@ TEST(Estimate, SelectionRuleOnHandBuiltRows) {
   EXPECT_EQ(select_blocks(t, 4, 1.0, {}, false), (std::vector<int32_t>{0, 1, 2, 3}));
 }
 
-TEST(Estimate, MetricsOnHandBuiltCase) {
-  // One sequence of 4 blocks of 2 tokens, one head: rows m = 0..3 see m + 1 blocks.
+// One sequence of 4 blocks of 2 tokens, one head: rows m = 0..3 see m + 1 blocks; an oracle's
+// masses and mask built by hand.
+EstimateResult hand_built_oracle() {
   EstimateResult o;
   o.heads = 1;
   o.score_ptr = {0, 1, 3, 6, 10};
   o.scores = {1.0f, 0.5f, 0.5f, 0.2f, 0.3f, 0.5f, 0.1f, 0.1f, 0.1f, 0.7f};
   o.row_queries = {2, 2, 2, 2};
   o.mask = BlockMask::from_lists(2, 1, {8}, {{0}, {0, 1}, {1, 2}, {3}});
+  return o;
+}
+
+TEST(Estimate, MetricsOnHandBuiltCase) {
+  const EstimateResult o = hand_built_oracle();
   const BlockMask mask = BlockMask::from_lists(2, 1, {8}, {{0}, {1}, {0, 2}, {0, 3}});
   const MaskMetrics m = compare_to_oracle(mask, o);
   // kept mass: 1 + 0.5 + 0.7 + 0.8 = 3.0 of 4 rows of mass 1
@@ -441,14 +447,8 @@ TEST(Estimate, MetricsOnHandBuiltCase) {
 }
 
 TEST(Estimate, OracleMaskLikeKeepsTheHeaviestBlocksAtTheMasksCounts) {
-  // The hand-built oracle of MetricsOnHandBuiltCase: per row, the same count as the mask, the
-  // heaviest blocks, ties (row 3's 0.1s) to the lower block.
-  EstimateResult o;
-  o.heads = 1;
-  o.score_ptr = {0, 1, 3, 6, 10};
-  o.scores = {1.0f, 0.5f, 0.5f, 0.2f, 0.3f, 0.5f, 0.1f, 0.1f, 0.1f, 0.7f};
-  o.row_queries = {2, 2, 2, 2};
-  o.mask = BlockMask::from_lists(2, 1, {8}, {{0}, {0, 1}, {1, 2}, {3}});
+  // Per row, the same count as the mask, the heaviest blocks, ties (row 3's 0.1s) to the lower block.
+  const EstimateResult o = hand_built_oracle();
   const BlockMask mask = BlockMask::from_lists(2, 1, {8}, {{}, {1}, {0, 1}, {0, 1, 2}});
   const BlockMask like = oracle_mask_like(mask, o);
   EXPECT_EQ(like.row_ptr, (std::vector<int32_t>{0, 0, 1, 3, 6}));
