@@ -94,7 +94,7 @@ int run_qk(const Args& args) {
   if (args.given("threads")) set_cpu_threads(args.i32("threads"));
 
   json layers = json::array();
-  std::map<std::string, std::vector<double>> sums;  // label -> ms, density, recall, f1, err, ms_attn
+  std::map<std::string, std::vector<double>> sums;  // label -> ms, density, recall, f1, err, ms_attn, oracle err
   for (const int l : layer_ids) {
     char sfx[16];
     std::snprintf(sfx, sizeof sfx, "%02d.npy", l);
@@ -170,7 +170,7 @@ int run_qk(const Args& args) {
                  {"mass_recall", mm.mass_recall}, {"precision", mm.precision}, {"recall", mm.recall}, {"f1", mm.f1},
                  {"breakdown", breakdown_json(all)}};
       // Without v nothing is measured: NaN (null in JSON), not an error of 0 in the summary's means.
-      double err = std::nan(""), ms_attn = std::nan("");
+      double err = std::nan(""), ms_attn = std::nan(""), oracle_err = std::nan("");
       if (with_v) {
         PrefillConfig pc;
         pc.estimate = ec;
@@ -181,11 +181,21 @@ int run_qk(const Args& args) {
         err = relative_l2_error(out.data(), dense_out.data(), out.size());  // NaN (JSON null) when undefined
         cj["ms_attention"] = ms_attn;
         cj["out_rel_err"] = err;
+        // The oracle's mask at this mask's per-row counts: the error at equal density.
+        const BlockMask like = oracle_mask_like(est.mask, oracle);
+        std::vector<float> like_out(q.size());
+        AttentionParams lp = p;
+        lp.out = make_view(like_out.data(), DType::f32, {n, H, d});
+        lp.lse = TensorView{};
+        lp.pattern = p.pattern.with_blocks(like.view());
+        attention(lp, Backend::cpu);
+        oracle_err = relative_l2_error(like_out.data(), dense_out.data(), like_out.size());
+        cj["oracle_out_rel_err"] = oracle_err;
       }
       std::vector<double>& sm = sums[m.label()];
-      sm.resize(6, 0.0);
-      const double vals[6] = {ms, est.stats.density, mm.mass_recall, mm.f1, err, ms_attn};
-      for (size_t i = 0; i < 6; ++i) sm[i] += vals[i];
+      sm.resize(7, 0.0);
+      const double vals[7] = {ms, est.stats.density, mm.mass_recall, mm.f1, err, ms_attn, oracle_err};
+      for (size_t i = 0; i < 7; ++i) sm[i] += vals[i];
       cfgs.push_back(cj);
     }
     lj["configs"] = cfgs;
@@ -197,14 +207,14 @@ int run_qk(const Args& args) {
     for (const auto& [label, sm] : sums)
       summary.push_back({{"config", label}, {"ms_estimate", sm[0] / nl}, {"density", sm[1] / nl},
                          {"mass_recall", sm[2] / nl}, {"f1", sm[3] / nl}, {"out_rel_err", sm[4] / nl},
-                         {"ms_attention", sm[5] / nl}});
+                         {"ms_attention", sm[5] / nl}, {"oracle_out_rel_err", sm[6] / nl}});
     print_json({{"qk", dir}, {"block", block}, {"repeat", repeat}, {"summary", summary}, {"layers", layers}});
   } else {
     std::cout << "| config (mean over " << layer_ids.size() << " layers) | ms estimate | density | mass recall | block F1 "
-              << "| out err | ms attention |\n| --- | --- | --- | --- | --- | --- | --- |\n";
+              << "| out err | ms attention | oracle out err |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n";
     for (const auto& [label, sm] : sums)
       std::cout << "| " << label << " | " << sm[0] / nl << " | " << sm[1] / nl << " | " << sm[2] / nl << " | "
-                << sm[3] / nl << " | " << sm[4] / nl << " | " << sm[5] / nl << " |\n";
+                << sm[3] / nl << " | " << sm[4] / nl << " | " << sm[5] / nl << " | " << sm[6] / nl << " |\n";
   }
   return 0;
 }

@@ -48,6 +48,7 @@ rows = d["summary"] + [c for l in d["layers"] for c in l["configs"]]
 assert rows, d
 for r in rows:
     assert r["out_rel_err"] is None, (case, r)  # NaN: no relative error against NaN or zeros
+    assert r["oracle_out_rel_err"] is None, (case, r)  # the same for the oracle at the mask's counts
     if case == "nan_q":
         assert r["mass_recall"] is None, (case, r)
 PY
