@@ -376,6 +376,31 @@ TEST_F(CudaEstimate, PrefillMatchesReferenceOnItsMask) {
   }
 }
 
+// A host mask copied to the device (DeviceEstimate::from_mask) holds the same CSR, and an empty
+// mask still gets a valid col_idx pointer.
+TEST_F(CudaEstimate, HostMaskUploadsExactly) {
+  const BlockMask m = BlockMask::from_lists(64, 2, {200, 70}, {{0}, {0, 1}, {1, 2}, {0, 3}, {}, {0}, {0, 1}, {1},
+                                                                 {}, {0}, {0, 1}, {0}});
+  const DeviceEstimate d = DeviceEstimate::from_mask(m);
+  EXPECT_EQ(d.block, 64);
+  EXPECT_EQ(d.heads, 2);
+  const auto back = [](const DeviceBuffer& b, size_t n) {
+    std::vector<int32_t> v(n);
+    b.copy_to_host(v.data(), n * sizeof(int32_t));
+    return v;
+  };
+  EXPECT_EQ(back(d.seq_block_base, m.seq_block_base.size()), m.seq_block_base);
+  EXPECT_EQ(back(d.row_ptr, m.row_ptr.size()), m.row_ptr);
+  EXPECT_EQ(back(d.col_idx, m.col_idx.size()), m.col_idx);
+  const BlockSparseView v = d.view();
+  EXPECT_EQ(v.block, 64);
+  EXPECT_NE(v.col_idx, nullptr);
+  BlockMask empty = m;
+  empty.col_idx.clear();
+  std::fill(empty.row_ptr.begin(), empty.row_ptr.end(), 0);
+  EXPECT_NE(DeviceEstimate::from_mask(empty).view().col_idx, nullptr);
+}
+
 // The f32 scoring kernel (EstimateConfig::cuda_f32_scoring) against the CPU:
 // the benchmark shape, XAttention on f16 and the f32 varlen case.
 TEST_F(CudaEstimate, F32ScoringMatchesCpu) {
