@@ -269,6 +269,43 @@ def test_report_estimate_table(tmp_path, capsys):
     assert "'ms_total' must be a positive number" in capsys.readouterr().err
 
 
+def test_report_decode_table(tmp_path, capsys):
+    # The decode table: bandwidth against the copy floor, each SDPA anchor's ratio, rr decode; an
+    # anchor that refused the shape says so; a row without a positive time is refused by name.
+    rep = load_report()
+    ours = [dict(context=8192, batch=1, heads=32, kv_heads=8, head_dim=128, page=64, kv_bytes=32 << 20, sets=8,
+                 ms_dense=0.02, dense_tbps=1.6777, ms_copy=0.03, copy_tbps=2.2369, dense_vs_copy=0.75, tau=0.9,
+                 density=0.125, ms_select=3.0, ms_sparse=0.005, sparse_speedup=4.0, sparse_out_rel_err=0.0123),
+            dict(context=131072, batch=8, kv_bytes=4 << 30, ms_dense=1.0, dense_tbps=4.295, copy_tbps=4.24)]
+    write(tmp_path / "d.json", ours)
+    write(tmp_path / "da.json", {"env": {"gpu": "G", "date": "D1", "cudnn": 91900},
+                                 "rows": [dict(impl="sdpa_cudnn", context=8192, batch=1, ms=0.05, tbps=0.67),
+                                          dict(impl="sdpa_flash", context=8192, batch=1, unsupported="no"),
+                                          dict(impl="sdpa_cudnn", context=131072, batch=8, ms=0.9, tbps=4.77)]})
+    assert rep.main(["--decode", str(tmp_path / "d.json"), "--decode-anchors", str(tmp_path / "da.json"),
+                     "--print"]) == 0
+    out = capsys.readouterr().out
+    short = [line for line in out.splitlines() if line.startswith("| 8192 | 1 |")][0]
+    assert short == ("| 8192 | 1 | 32 | 0.0200 | 1.68 | 2.24 | 0.75 | 0.0500 (0.67) | unsupported | 2.50× | — "
+                     "| 0.90 | 0.125 | 0.0050 | 4.00× | 0.0123 |")
+    long = [line for line in out.splitlines() if line.startswith("| 131072 | 8 |")][0]
+    assert "| 4096 | 1.0000 | 4.29 | 4.24 | 1.01 | 0.9000 (4.77) | — | 0.90× | — | — |" in long
+    assert "Measured D1 on G" in out and "cuDNN 9.19.0" in out
+    write(tmp_path / "bad.json", [dict(ours[1], ms_dense=0)])
+    assert rep.main(["--decode", str(tmp_path / "bad.json"), "--print"]) == 2
+    assert "row 0: 'ms_dense' must be a positive number" in capsys.readouterr().err
+    # Written into RESULTS.md between its markers; a later run without --decode keeps it.
+    results, history = tmp_path / "R.md", tmp_path / "h.md"
+    history.write_text("| date | change | figures |\n| --- | --- | --- |\n")
+    args = ["--results", str(results), "--history", str(history)]
+    assert rep.main(["--decode", str(tmp_path / "d.json")] + args) == 0
+    text = results.read_text()
+    assert "<!-- decode-table:begin -->" in text and "| 8192 | 1 | 32 | 0.0200 |" in text
+    write(tmp_path / "e.json", estimate_records())
+    assert rep.main(["--estimate", str(tmp_path / "e.json")] + args) == 0
+    assert "| 8192 | 1 | 32 | 0.0200 |" in results.read_text()
+
+
 def test_report_writes_the_whole_file_and_keeps_history(tmp_path):
     # RESULTS.md is written whole: the generated parts, the kept part copied as it stands, and the
     # headline history from bench/history.md; a part without inputs in this call stays as it was.
@@ -328,7 +365,7 @@ def test_committed_results_carry_every_part():
     # bench/RESULTS.md as committed: the four parts once each, no dated chapters.
     with open(os.path.join(ROOT, "bench", "RESULTS.md")) as f:
         text = f.read()
-    for name in ("gpu-table", "estimate-table", "kept", "history"):
+    for name in ("gpu-table", "estimate-table", "backward-table", "decode-table", "kept", "history"):
         assert text.count(f"<!-- {name}:begin -->") == 1 and text.count(f"<!-- {name}:end -->") == 1
     assert "session" not in text.lower().replace("device-session-check", "")
 
