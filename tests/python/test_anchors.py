@@ -281,15 +281,16 @@ def test_report_decode_table(tmp_path, capsys):
     write(tmp_path / "da.json", {"env": {"gpu": "G", "date": "D1", "cudnn": 91900},
                                  "rows": [dict(impl="sdpa_cudnn", context=8192, batch=1, ms=0.05, tbps=0.67),
                                           dict(impl="sdpa_flash", context=8192, batch=1, unsupported="no"),
+                                          dict(impl="flex", context=8192, batch=1, ms=0.1, tbps=0.34),
                                           dict(impl="sdpa_cudnn", context=131072, batch=8, ms=0.9, tbps=4.77)]})
     assert rep.main(["--decode", str(tmp_path / "d.json"), "--decode-anchors", str(tmp_path / "da.json"),
                      "--print"]) == 0
     out = capsys.readouterr().out
     short = [line for line in out.splitlines() if line.startswith("| 8192 | 1 |")][0]
-    assert short == ("| 8192 | 1 | 32 | 0.0200 | 1.68 | 2.24 | 0.75 | 0.0500 (0.67) | unsupported | 2.50× | — "
-                     "| 0.90 | 0.125 | 0.0050 | 4.00× | 0.0123 |")
+    assert short == ("| 8192 | 1 | 32 | 0.0200 | 1.68 | 2.24 | 0.75 | 0.0500 (0.67) | unsupported | 0.1000 (0.34) "
+                     "| 2.50× | — | 5.00× | 0.90 | 0.125 | 0.0050 | 4.00× | 0.0123 |")
     long = [line for line in out.splitlines() if line.startswith("| 131072 | 8 |")][0]
-    assert "| 4096 | 1.0000 | 4.29 | 4.24 | 1.01 | 0.9000 (4.77) | — | 0.90× | — | — |" in long
+    assert "| 4096 | 1.0000 | 4.29 | 4.24 | 1.01 | 0.9000 (4.77) | — | — | 0.90× | — | — | — |" in long
     assert "Measured D1 on G" in out and "cuDNN 9.19.0" in out
     write(tmp_path / "bad.json", [dict(ours[1], ms_dense=0)])
     assert rep.main(["--decode", str(tmp_path / "bad.json"), "--print"]) == 2
@@ -383,6 +384,27 @@ def test_anchors_smoke_on_cpu(tmp_path):
     recs = json.loads(out.read_text())
     assert recs[0]["id"] == "env"
     assert all(x["ms"] is not None or "block-sparse" in x["note"] for x in recs[1:])
+
+
+def test_decode_anchors_smoke_on_cpu(tmp_path):
+    """bench/anchors_decode.py on tiny CPU shapes: every anchor (SDPA, compiled FlexAttention with
+    one query row) runs, is timed and matches the float64 reference; an unknown anchor is refused."""
+    pytest.importorskip("torch")
+    if os.environ.get("ARIADNE_SKIP_TORCH_SMOKE"):
+        pytest.skip("ARIADNE_SKIP_TORCH_SMOKE set")
+    script = os.path.join(ROOT, "bench", "anchors_decode.py")
+    out = tmp_path / "decode.json"
+    r = subprocess.run([sys.executable, script, "--smoke", "--out", str(out), "--contexts", "300", "--batches", "1,2",
+                        "--heads", "4", "--kv-heads", "2", "--head-dim", "64"], capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert {x["impl"] for x in doc["rows"]} == {"sdpa_cudnn", "sdpa_flash", "flex"} and len(doc["rows"]) == 6
+    for x in doc["rows"]:
+        assert x["ms"] > 0 and x["rel_err"] < 1e-5, x
+    r = subprocess.run([sys.executable, script, "--smoke", "--out", str(out), "--impls", "flex,fa3"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "unknown anchor 'fa3'" in r.stderr
 
 
 def _mutated_run(tmp_path, monkeypatch, mutate, only, impls):
