@@ -268,11 +268,7 @@ int run_prefill(const cli::Args& args) {
         const BlockMask like = oracle_mask_like(mask, oracle);
         DeviceEstimate like_dev;
         AttentionParams lp = dp;
-        lp.pattern = ap.pattern.with_blocks(like.view());
-        if (on_gpu) {
-          like_dev = DeviceEstimate::from_mask(like);
-          lp.pattern = ap.pattern.with_blocks(like_dev.view());
-        }
+        lp.pattern = ap.pattern.with_blocks(mask_view_on(on_gpu ? Device::cuda : Device::cpu, like, like_dev));
         lp.blocks_nnz = like.nnz();
         Buffer like_out(DType::f32, {tokens, sc.heads_q, sc.dim});
         if (!on_gpu) lp.out = like_out.view();  // on the GPU it reuses ddense, read back into dense_out above

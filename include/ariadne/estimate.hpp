@@ -210,6 +210,11 @@ struct DeviceEstimate {
   static DeviceEstimate from_mask(const BlockMask& mask);
 };
 
+// The view of `mask` that attention on `device` reads, for Pattern::with_blocks: the host CSR
+// itself on Device::cpu; on Device::cuda a device copy made into `device_copy`, which must outlive
+// the attention call.
+BlockSparseView mask_view_on(Device device, const BlockMask& mask, DeviceEstimate& device_copy);
+
 // The estimate: a mask in the CSR form the attention kernels read, and the scores behind it.
 struct EstimateResult {
   BlockMask mask;  // rows (sequence, query head, query block), see pattern.hpp

@@ -316,6 +316,12 @@ DeviceEstimate DeviceEstimate::from_mask(const BlockMask& mask) {
   return d;
 }
 
+BlockSparseView mask_view_on(Device device, const BlockMask& mask, DeviceEstimate& device_copy) {
+  if (device == Device::cpu) return mask.view();
+  device_copy = DeviceEstimate::from_mask(mask);
+  return device_copy.view();
+}
+
 BlockSparseView DeviceEstimate::view() const {
   BlockSparseView v;
   v.block = block;

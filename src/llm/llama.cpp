@@ -149,12 +149,7 @@ double matched_oracle_error(const AttentionParams& p, const PrefillConfig& pc, c
   pa.out = o.view;
   pa.blocks_nnz = like.nnz();
   DeviceEstimate on_device;
-  if (p.q.device == Device::cpu) {
-    pa.pattern = p.pattern.with_blocks(like.view());
-  } else {
-    on_device = DeviceEstimate::from_mask(like);
-    pa.pattern = p.pattern.with_blocks(on_device.view());
-  }
+  pa.pattern = p.pattern.with_blocks(mask_view_on(p.q.device, like, on_device));
   attention(pa, pc.attention_backend);
   return rel_l2(host_values(o.view), dense_out);
 }
@@ -186,12 +181,7 @@ PrefillResult run_prefill(const AttentionParams& p, const PrefillConfig& method,
   r.stats.ms_estimate = ms_since(t0);
   AttentionParams pa = p;
   pa.blocks_nnz = int64_t(mk.col_idx.size());
-  if (p.q.device == Device::cuda) {  // the CUDA attention reads the mask from device memory
-    r.estimate.device = DeviceEstimate::from_mask(mk);
-    pa.pattern = p.pattern.with_blocks(r.estimate.device.view());
-  } else {
-    pa.pattern = p.pattern.with_blocks(mk.view());
-  }
+  pa.pattern = p.pattern.with_blocks(mask_view_on(p.q.device, mk, r.estimate.device));
   const auto t1 = Clock::now();
   attention(pa, method.attention_backend);
   if (p.q.device == Device::cuda) cuda_synchronize();  // kernels return before they finish

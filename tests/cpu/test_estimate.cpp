@@ -446,6 +446,18 @@ TEST(Estimate, MetricsOnHandBuiltCase) {
   EXPECT_THROW(compare_to_oracle(other, o), Error);
 }
 
+// On the CPU the view is the host CSR itself and nothing is copied (the CUDA side:
+// CudaEstimate.HostMaskUploadsExactly).
+TEST(Estimate, MaskViewOnTheCpuIsTheHostMask) {
+  const BlockMask mask = BlockMask::from_lists(2, 1, {8}, {{}, {1}, {0, 1}, {0, 1, 2}});
+  DeviceEstimate untouched;
+  const BlockSparseView v = mask_view_on(Device::cpu, mask, untouched);
+  EXPECT_EQ(v.row_ptr, mask.row_ptr.data());
+  EXPECT_EQ(v.col_idx, mask.col_idx.data());
+  EXPECT_EQ(v.block, 2);
+  EXPECT_FALSE(untouched.defined());
+}
+
 TEST(Estimate, OracleMaskLikeKeepsTheHeaviestBlocksAtTheMasksCounts) {
   // Per row, the same count as the mask, the heaviest blocks, ties (row 3's 0.1s) to the lower block.
   const EstimateResult o = hand_built_oracle();

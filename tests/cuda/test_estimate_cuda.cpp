@@ -399,6 +399,12 @@ TEST_F(CudaEstimate, HostMaskUploadsExactly) {
   empty.col_idx.clear();
   std::fill(empty.row_ptr.begin(), empty.row_ptr.end(), 0);
   EXPECT_NE(DeviceEstimate::from_mask(empty).view().col_idx, nullptr);
+  // mask_view_on(cuda) makes the same copy and points into it.
+  DeviceEstimate held;
+  const BlockSparseView on = mask_view_on(Device::cuda, m, held);
+  EXPECT_EQ(on.row_ptr, static_cast<const int32_t*>(held.row_ptr.data()));
+  EXPECT_NE(on.row_ptr, m.row_ptr.data());
+  EXPECT_EQ(back(held.col_idx, m.col_idx.size()), m.col_idx);
 }
 
 // The f32 scoring kernel (EstimateConfig::cuda_f32_scoring) against the CPU:
