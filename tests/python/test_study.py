@@ -274,6 +274,24 @@ def test_cli_reads_a_study_checkpoint(tmp_path):
     assert 0.5 <= summary["shs_index"] <= 1.0
 
 
+def test_macro_auroc_against_pair_counting():
+    """macro_auroc against the definition: the share of (positive, negative) pairs ordered right, ties
+    half; constant classes left out."""
+    rng = np.random.default_rng(5)
+    scores = rng.integers(0, 6, size=(40, 4)).astype(np.float32)  # few values: many ties
+    present = (rng.random((40, 4)) < 0.4).astype(np.float32)
+    present[:, 3] = 1.0  # present everywhere: no AUC
+    want = []
+    for c in range(3):
+        pos, neg = scores[present[:, c] == 1, c], scores[present[:, c] == 0, c]
+        pairs = [(1.0 if p > n else 0.5 if p == n else 0.0) for p in pos for n in neg]
+        want.append(sum(pairs) / len(pairs))
+    got = train.macro_auroc(torch.from_numpy(scores), torch.from_numpy(present))
+    assert got == pytest.approx(sum(want) / 3, abs=1e-12)
+    assert train.macro_auroc(torch.arange(4.0).reshape(4, 1), torch.tensor([[0.], [0.], [1.], [1.]])) == 1.0
+    assert math.isnan(train.macro_auroc(torch.zeros(3, 1), torch.ones(3, 1)))
+
+
 def test_report_table_and_pearson():
     from ariadne.study import report
 

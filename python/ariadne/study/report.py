@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 COLUMNS = (("exact", "held-out exact", 3), ("set", "class set", 3), ("count", "count", 3),
+           ("heldout_label_auroc", "class AUROC", 3), ("heldout_loss", "held-out loss", 3),
            ("shs_index", "SHS-Index", 3), ("shs_ood_index", "SHS-Index VOC", 3),
            ("fg_dominant_share", "FG-dominant share", 3),
            ("sink_bg_heavier_share", "sink takes more from BG", 3), ("attention_distance_px", "attn distance px", 1),

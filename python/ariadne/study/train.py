@@ -73,13 +73,36 @@ def loss_of(label_logits, count_logits, present, count) -> torch.Tensor:
     return bce + ce
 
 
+def macro_auroc(scores: torch.Tensor, present: torch.Tensor) -> float:
+    """Mean over classes of the ROC AUC of `scores` [images, classes] for `present` (0/1), by the
+    rank-sum (Mann-Whitney) form with tied scores given their average rank; classes that are present
+    in every image or in none have no AUC and are left out (nan when no class has one)."""
+    aucs = []
+    for c in range(scores.shape[1]):
+        s, y = scores[:, c].double(), present[:, c].bool()
+        npos, nneg = int(y.sum()), int((~y).sum())
+        if npos == 0 or nneg == 0:
+            continue
+        sorted_s, idx = torch.sort(s)
+        ranks = torch.empty_like(s)
+        ranks[idx] = torch.arange(1, s.numel() + 1, dtype=torch.float64, device=s.device)
+        uniq, inverse = torch.unique(sorted_s, return_inverse=True)  # average ranks of ties
+        mean_rank = torch.zeros(uniq.numel(), dtype=torch.float64, device=s.device).index_add_(
+            0, inverse, ranks[idx]) / torch.bincount(inverse, minlength=uniq.numel()).double()
+        ranks[idx] = mean_rank[inverse]
+        aucs.append((float(ranks[y].sum()) - npos * (npos + 1) / 2) / (npos * nneg))
+    return sum(aucs) / len(aucs) if aucs else math.nan
+
+
 @torch.no_grad()
 def evaluate(model: StudyViT, split: data.Batch, batch: int, autocast: bool) -> Dict[str, float]:
     """Held-out accuracy: `exact` (class set and count both right), `set` (class set right),
-    `count`, `label` (per class and image) and the loss."""
+    `count`, `label` (per class and image), `label_auroc` (macro_auroc of the class logits: graded,
+    so it separates models that the all-or-nothing `set` scores alike) and the loss."""
     model.eval()
     n = split.images.shape[0]
     totals = dict(exact=0.0, set=0.0, count=0.0, label=0.0, loss=0.0)
+    logits = []
     for i in range(0, n, batch):
         imgs = split.images[i:i + batch]
         px, grids = pixel_rows(imgs, model.config)
@@ -93,8 +116,11 @@ def evaluate(model: StudyViT, split: data.Batch, batch: int, autocast: bool) -> 
         totals["count"] += float(count_ok.sum())
         totals["label"] += float(((lab.float() > 0).float() == present).float().mean(1).sum())
         totals["loss"] += float(loss_of(lab, cnt, present, count)) * imgs.shape[0]
+        logits.append(lab.float())
     model.train()
-    return {k: v / n for k, v in totals.items()}
+    out = {k: v / n for k, v in totals.items()}
+    out["label_auroc"] = macro_auroc(torch.cat(logits), split.present[:n])
+    return out
 
 
 def run_shs_cli(cli: str, weights: Path, schedule: str, window: int, images: Path, masks: Path, backend: str,
@@ -215,6 +241,9 @@ def summarize(records: Sequence[dict]) -> Dict[str, dict]:
     for name, rs in by.items():
         values = {"exact": [r["heldout"]["exact"] for r in rs], "set": [r["heldout"]["set"] for r in rs],
                   "count": [r["heldout"]["count"] for r in rs], "loss_last": [r["loss_last"] for r in rs]}
+        for key in ("label_auroc", "loss"):  # absent from records written before they were measured
+            if all(key in r["heldout"] for r in rs):
+                values["heldout_" + key] = [r["heldout"][key] for r in rs]
         if all(r.get("receptive_field") for r in rs):
             values["erf"] = [r["receptive_field"]["erf"] for r in rs]
             values["erf_distance_px"] = [r["receptive_field"]["distance_px"] for r in rs]
@@ -318,7 +347,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             records.append(train_one(args, name, seed, train, heldout, order, device, out))
             r = records[-1]
             print(f"[{name} seed {seed}] held-out exact {r['heldout']['exact']:.3f} set {r['heldout']['set']:.3f} "
-                  f"count {r['heldout']['count']:.3f}", flush=True)
+                  f"count {r['heldout']['count']:.3f} class AUROC {r['heldout']['label_auroc']:.3f} "
+                  f"loss {r['heldout']['loss']:.3f}", flush=True)
         del train
     # Earlier calls with the same settings into the same folder (other schedules, the SDPA baseline)
     # join the summary: a study may be run in parts.
