@@ -18,6 +18,19 @@ namespace fs = std::filesystem;
 
 const char* kSamples = "/usr/share/doc/labelme-examples/examples/instance_segmentation/data_dataset_coco";
 
+// The settings every SHS run of this part shares: the encoder on the CPU backend (which falls back
+// to the reference where the fast kernels lack a feature), ±64 windows, 6-pixel heatmap cells.
+ShsJob demo_job(const VitWeights& weights, const std::string& letters, const fs::path& out_dir, int heatmap_layers) {
+  ShsJob job;
+  job.weights = &weights;
+  job.schedule = vit_schedule(letters, weights.config, 64);
+  job.encode.attention = Backend::cpu;
+  job.out_dir = out_dir.string();
+  job.cell = 6;
+  job.max_heatmap_layers = heatmap_layers;
+  return job;
+}
+
 void run_shs_part(DemoContext& ctx) {
   const fs::path root = kSamples;
   ARIADNE_CHECK(fs::exists(root / "annotations.json"), root.string(),
@@ -31,17 +44,11 @@ void run_shs_part(DemoContext& ctx) {
   config.full_layers = {depth - 1};
   const VitWeights weights = random_vit_weights(config, 1, 0.f);
 
-  ShsJob job;
+  ShsJob job = demo_job(weights, letters, fs::path(ctx.out_dir) / "shs", ctx.quick ? 1 : 2);
   for (const char* stem : {"2011_000003", "2011_000006", "2011_000025"})
     job.images.push_back((root / "JPEGImages" / (std::string(stem) + ".jpg")).string());
   job.coco_file = (root / "annotations.json").string();
-  job.weights = &weights;
-  job.schedule = vit_schedule(letters, weights.config, 64);
   job.preprocess.max_pixels = 50176;
-  job.encode.attention = Backend::cpu;  // falls back to the reference where the fast kernels lack a feature
-  job.out_dir = (fs::path(ctx.out_dir) / "shs").string();
-  job.cell = 6;
-  job.max_heatmap_layers = ctx.quick ? 1 : 2;
   const ShsRunResult r = run_shs(job, nullptr);
   const ShsSummary& s = r.summary;
 
@@ -109,15 +116,10 @@ void run_trained_section(DemoContext& ctx) {
   ShsSummary sums[2];
   nlohmann::json runs;
   for (int i = 0; i < 2; ++i) {
-    ShsJob job;
+    ShsJob job = demo_job(i == 0 ? trained : random, letters,
+                          fs::path(ctx.out_dir) / (i == 0 ? "shs_trained" : "shs_trained_random"), i == 0 ? 2 : 0);
     job.images = images;
     job.masks_dir = (dir / "heldout" / "masks").string();
-    job.weights = i == 0 ? &trained : &random;
-    job.schedule = vit_schedule(letters, job.weights->config, 64);
-    job.encode.attention = Backend::cpu;
-    job.out_dir = (fs::path(ctx.out_dir) / (i == 0 ? "shs_trained" : "shs_trained_random")).string();
-    job.cell = 6;
-    job.max_heatmap_layers = i == 0 ? 2 : 0;
     const ShsRunResult r = run_shs(job, nullptr);
     sums[i] = r.summary;
     runs[i == 0 ? "trained" : "random_same_architecture"] = r.json;

@@ -209,18 +209,27 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
     """Attention of `images` equal-sized images packed as [tokens, heads, head_dim] with one bool
     mask [n, n] through torch's SDPA. A sink is one more key with k = 0 and v = 0 whose logit is
     the sink value (the denominator form), given as an additive mask column."""
-    tokens, heads, hd = q.shape
-    n = tokens // images
-    qb, kb, vb = (t.reshape(images, n, heads, hd).transpose(1, 2) for t in (q, k, v))
+    qb, kb, vb, n = _per_image(q, k, v, sink, images)
+    heads = q.shape[1]
     if sink is None:
         out = nn.functional.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask)
     else:
-        zero = qb.new_zeros((images, heads, 1, hd))
-        kb, vb = torch.cat([kb, zero], dim=2), torch.cat([vb, zero], dim=2)
         bias = torch.zeros((n, n), dtype=torch.float32, device=q.device).masked_fill(~mask, float("-inf"))
         bias = torch.cat([bias.expand(heads, n, n), sink.float()[:, None, None].expand(heads, n, 1)], dim=2)
         out = nn.functional.scaled_dot_product_attention(qb, kb, vb, attn_mask=bias[None].to(q.dtype))
-    return out.transpose(1, 2).reshape(tokens, heads, hd)
+    return out.transpose(1, 2).reshape(q.shape)
+
+
+def _per_image(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: Optional[torch.Tensor], images: int):
+    """[tokens, heads, hd] of equal-sized images -> q, k, v as [images, heads, n, hd] and n; with a
+    sink, k and v get one more key (position n) with k = v = 0, whose logit the caller sets."""
+    tokens, heads, hd = q.shape
+    n = tokens // images
+    qb, kb, vb = (t.reshape(images, n, heads, hd).transpose(1, 2) for t in (q, k, v))
+    if sink is not None:
+        zero = qb.new_zeros((images, heads, 1, hd))
+        kb, vb = torch.cat([kb, zero], dim=2), torch.cat([vb, zero], dim=2)
+    return qb, kb, vb, n
 
 
 _flex_compiled = None
@@ -252,14 +261,9 @@ def _flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, sink: O
     global _flex_compiled
     from torch.nn.attention.flex_attention import flex_attention
 
-    tokens, heads, hd = q.shape
-    n = tokens // images
-    qb, kb, vb = (t.reshape(images, n, heads, hd).transpose(1, 2) for t in (q, k, v))
+    qb, kb, vb, n = _per_image(q, k, v, sink, images)
     score_mod = None
     if sink is not None:
-        zero = qb.new_zeros((images, heads, 1, hd))
-        kb, vb = torch.cat([kb, zero], dim=2), torch.cat([vb, zero], dim=2)
-
         def score_mod(score, b, h, qi, ki):
             return torch.where(ki == n, sink[h].to(score.dtype), score)
     fn = flex_attention
@@ -268,7 +272,7 @@ def _flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, sink: O
             _flex_compiled = torch.compile(flex_attention, dynamic=False)
         fn = _flex_compiled
     out = fn(qb, kb, vb, score_mod=score_mod, block_mask=block_mask)
-    return out.transpose(1, 2).reshape(tokens, heads, hd)
+    return out.transpose(1, 2).reshape(q.shape)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

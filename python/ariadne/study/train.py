@@ -74,23 +74,14 @@ def loss_of(label_logits, count_logits, present, count) -> torch.Tensor:
 
 
 def macro_auroc(scores: torch.Tensor, present: torch.Tensor) -> float:
-    """Mean over classes of the ROC AUC of `scores` [images, classes] for `present` (0/1), by the
-    rank-sum (Mann-Whitney) form with tied scores given their average rank; classes that are present
-    in every image or in none have no AUC and are left out (nan when no class has one)."""
+    """Mean over classes of the ROC AUC of `scores` [images, classes] for `present` (0/1)
+    (ariadne.auroc: Mann-Whitney, ties counted half); classes that are present in every image or in
+    none have no AUC and are left out (nan when no class has one)."""
     aucs = []
     for c in range(scores.shape[1]):
-        s, y = scores[:, c].double(), present[:, c].bool()
-        npos, nneg = int(y.sum()), int((~y).sum())
-        if npos == 0 or nneg == 0:
-            continue
-        sorted_s, idx = torch.sort(s)
-        ranks = torch.empty_like(s)
-        ranks[idx] = torch.arange(1, s.numel() + 1, dtype=torch.float64, device=s.device)
-        uniq, inverse = torch.unique(sorted_s, return_inverse=True)  # average ranks of ties
-        mean_rank = torch.zeros(uniq.numel(), dtype=torch.float64, device=s.device).index_add_(
-            0, inverse, ranks[idx]) / torch.bincount(inverse, minlength=uniq.numel()).double()
-        ranks[idx] = mean_rank[inverse]
-        aucs.append((float(ranks[y].sum()) - npos * (npos + 1) / 2) / (npos * nneg))
+        s, y = scores[:, c].double().cpu().numpy(), present[:, c].bool().cpu().numpy()
+        if y.any() and not y.all():
+            aucs.append(ariadne.auroc(s[y].tolist(), s[~y].tolist()))
     return sum(aucs) / len(aucs) if aucs else math.nan
 
 
