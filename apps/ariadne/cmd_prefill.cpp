@@ -11,7 +11,9 @@
 // and dense runs), --estimate-only (no attention: estimator time and mask quality only),
 // --tau-sweep T0,T1,... (after the run, the estimator's and the oracle's scores selected anew at each
 // τ of the list, no second scoring pass: density, mass recall and block precision/recall/F1 per τ,
-// the JSON's `tau_sweep` array; needs the oracle, so not with --metrics 0).
+// the JSON's `tau_sweep` array; needs the oracle, so not with --metrics 0), --ranks N (context
+// parallelism: the ring of ring_prefill simulated on the host with N ranks, dense or rr; the JSON's
+// `ring` object has each rank's work and bytes sent and the hand-off's balance).
 // Without --synthetic, q/k/v are i.i.d. uniform in [-1, 1].
 #include <chrono>
 #include <cmath>
@@ -19,6 +21,7 @@
 #include <limits>
 #include <sstream>
 
+#include "ariadne/context_parallel.hpp"
 #include "ariadne/device.hpp"
 #include "ariadne/image.hpp"
 #include "ariadne/mask_picture.hpp"
@@ -92,6 +95,13 @@ int run_prefill(const cli::Args& args) {
   const bool estimate_only = args.flag("estimate-only");
   const bool json_out = args.json();
   if (estimate_only && pc.dense) args.fail("estimate-only", "needs an estimator method, not dense");
+  const int ranks = args.i32("ranks");
+  if (ranks > 0) {
+    if (!pc.dense && ec.method != Estimator::rr)
+      args.fail("ranks", "context parallelism runs dense or rr (RR reads keys only as stride sums, which the ranks all-gather)");
+    if (pc.attention_backend == Backend::cuda) args.fail("ranks", "simulates the ring on the host: use --backend cpu or reference");
+    if (estimate_only) args.fail("ranks", "runs the ring's attention: drop --estimate-only");
+  }
   if (has_sweep) {
     if (pc.dense) args.fail("tau-sweep", "needs an estimator method, not dense");
     if (ec.method == Estimator::flexprefill)
@@ -155,12 +165,44 @@ int run_prefill(const cli::Args& args) {
     ap.lse = dlse.view();
   }
   PrefillResult res;
+  json ring_json;  // --ranks: the ring's statistics
   if (estimate_only) {
     // The estimator alone (CPU estimator benchmarks, where the attention would dominate the run).
     res.estimate = estimate(ap.q, ap.k, ap.pattern, ec, pc.estimate_backend);
     const EstimateStats& es = res.estimate.stats;
     res.stats = PrefillStats{es.ms_sampling, es.ms_scoring, es.ms_selection, es.ms_total, 0.0, es.ms_total,
                              es.density, es.density_per_head};
+  } else if (ranks > 0) {
+    RingConfig rc;
+    rc.ranks = ranks;
+    rc.backend = pc.attention_backend;
+    RingPrefillResult rr = ring_prefill(ap, pc, rc);
+    res = std::move(rr.prefill);
+    const BlockMask gathered = res.estimate.mask;
+    json jr;
+    if (!pc.dense) {
+      // The one-device estimate, for the metrics (they read its scores) and to show that the
+      // ranks' gathered mask is the same mask.
+      res.estimate = estimate(ap.q, ap.k, ap.pattern, ec, pc.estimate_backend);
+      jr["mask_equals_one_device"] = res.estimate.mask.col_idx == gathered.col_idx &&
+                                     res.estimate.mask.row_ptr == gathered.row_ptr;
+    }
+    jr["ranks"] = ranks;
+    jr["imbalance"] = rr.ring.imbalance();
+    jr["ms_ring"] = rr.ring.ms_total;
+    std::vector<int64_t> entries, bytes;
+    for (const RingRankStats& r : rr.ring.ranks) {
+      entries.push_back(r.entries);
+      bytes.push_back(r.bytes_sent);
+    }
+    jr["entries"] = entries;
+    jr["bytes_sent"] = bytes;
+    if (!pc.dense) {
+      jr["work_imbalance_before"] = rr.assignment.imbalance_before();
+      jr["work_imbalance"] = rr.assignment.imbalance();
+      jr["blocks_moved"] = rr.assignment.moved;
+    }
+    ring_json = jr;
   } else {
     res = prefill(ap, pc);
     if (on_gpu) out = dout.to_host();
@@ -194,6 +236,7 @@ int run_prefill(const cli::Args& args) {
   j["ms_attention"] = st.ms_attention;
   j["ms_total"] = st.ms_total;
   j["estimate_mac"] = pc.dense ? 0.0 : res.estimate.stats.mac;
+  if (!ring_json.is_null()) j["ring"] = ring_json;
   if (synthetic) {
     std::vector<std::string> types;
     for (HeadType t : data.head_types) types.push_back(head_type_name(t));
@@ -294,6 +337,13 @@ int run_prefill(const cli::Args& args) {
                 << (j.contains("oracle_rel_err") ? "  oracle at this density " + j["oracle_rel_err"].dump() : "")
                 << "\n";
     if (j.contains("tau_sweep")) cli::print_tau_sweep(j["tau_sweep"], "  ");
+    if (!ring_json.is_null())
+      std::cout << "  ring of " << ranks << " ranks: work max/mean " << ring_json["imbalance"].get<double>()
+                << (ring_json.contains("blocks_moved")
+                        ? " after moving " + ring_json["blocks_moved"].dump() + " query blocks (before " +
+                              ring_json["work_imbalance_before"].dump() + ")"
+                        : std::string())
+                << "\n";
   }
   return 0;
 }
@@ -333,7 +383,9 @@ const Command reg{
           "blue extra; needs --metrics yes)"),
      integer("picture-cell", 4, 1, 64, "pixels per block of --picture"),
      threads_option(),
-     boolean("estimate-only", false, "the estimator alone: no attention")},
+     boolean("estimate-only", false, "the estimator alone: no attention"),
+     integer("ranks", 0, 0, 1024,
+             "context parallelism: simulate a ring of this many ranks on the host (0: one device); dense or rr")},
     run_prefill};
 
 }  // namespace

@@ -253,6 +253,22 @@ EstimateResult estimate(const TensorView& q, const TensorView& k, const Pattern&
                         const EstimateConfig& config, Backend backend = Backend::automatic);
 bool estimate_supports(Backend backend, const TensorView& q, std::string* why = nullptr);
 
+// ---- RR under context parallelism ----
+// RR reads the keys only through their stride sums K̄_j, so a rank that holds some of a sequence's
+// queries needs the sums of the keys before them, never the keys. rr_key_sums gives the sums of a
+// run of keys that starts on a stride boundary: f32 [ceil(n / S), heads_kv, head_dim], K̄_j =
+// Σ_{t<S} k_{jS+t} summed in the order estimate() sums them (t ascending, missing keys of a short
+// final stride 0). Host tensors.
+Buffer rr_key_sums(const TensorView& k, int32_t stride);
+// The RR estimate of the queries at positions [q_pos, q_pos + n_q) of one causal self-attention
+// sequence of seq_len tokens, from that sequence's key-stride sums (f32 [>= ceil((q_pos + n_q) / S),
+// heads_kv, head_dim], rr_key_sums of its first keys): a one-sequence result of n_q queries whose
+// rows, scores and mask rows are, bit for bit, those estimate() gives these query blocks on the
+// whole sequence (its last_row protection applies only when q_pos + n_q == seq_len). q_pos must be
+// a multiple of config.block. Mask columns are the sequence's key blocks. CPU backend, rr only.
+EstimateResult estimate_rr_from_key_sums(const TensorView& q, const TensorView& key_sums, int64_t q_pos,
+                                         int64_t seq_len, const EstimateConfig& config);
+
 // RR's sampled query (local index) of query stride i in a sequence of lq queries for rotation
 // index r: iS + (S − 1 − (r mod S)) (paper) or iS + (r mod S) (released), clamped to lq − 1. The
 // rotation index of query head h at layer ℓ is rr_rotation(schedule, h, ℓ): h, 0, ℓ or h + ℓ.

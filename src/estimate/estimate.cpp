@@ -549,3 +549,95 @@ EstimateResult estimate(const TensorView& q, const TensorView& k, const Pattern&
 }
 
 }  // namespace ariadne
+
+namespace ariadne {
+
+Buffer rr_key_sums(const TensorView& k, int32_t stride) {
+  ARIADNE_CHECK(k.defined(), "rr_key_sums: k is not set");
+  require_rank(k, "k", 3);
+  require_dtype(k, "k", {DType::f32, DType::bf16, DType::f16});
+  require_device(k, "k", Device::cpu);
+  require_inner_contiguous(k, "k");
+  ARIADNE_CHECK(stride > 0, "rr_key_sums: stride is ", stride, ", expected > 0");
+  const int64_t n = k.shape[0], hkv = k.shape[1], d = k.shape[2], ns = (n + stride - 1) / stride;
+  Buffer sums(DType::f32, {ns, hkv, d});
+  sums.fill(0.f);
+  std::vector<float> tmp(static_cast<size_t>(d));
+  for (int64_t j = 0; j < ns; ++j)
+    for (int64_t kh = 0; kh < hkv; ++kh)
+      est::sum_key_stride(k, j * stride, std::min<int64_t>(stride, n - j * stride), kh, tmp.data(),
+                          sums.as<float>() + (j * hkv + kh) * d);
+  return sums;
+}
+
+EstimateResult estimate_rr_from_key_sums(const TensorView& q, const TensorView& key_sums, int64_t q_pos,
+                                         int64_t seq_len, const EstimateConfig& config) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ARIADNE_CHECK(q.defined() && key_sums.defined(), "estimate_rr_from_key_sums: q and key_sums must be set");
+  require_rank(q, "q", 3);
+  require_dtype(q, "q", {DType::f32, DType::bf16, DType::f16});
+  require_device(q, "q", Device::cpu);
+  require_inner_contiguous(q, "q");
+  require_rank(key_sums, "key_sums", 3);
+  require_dtype(key_sums, "key_sums", {DType::f32});
+  require_device(key_sums, "key_sums", Device::cpu);
+  require_inner_contiguous(key_sums, "key_sums");
+  validate(config, int(q.shape[1]));
+  ARIADNE_CHECK(config.method == Estimator::rr, "estimate_rr_from_key_sums: method is ",
+                estimator_name(config.method),
+                ", expected rr (the only estimator that reads keys only as stride sums)");
+  est::Geometry g;
+  g.heads_q = int(q.shape[1]);
+  g.heads_kv = int(key_sums.shape[1]);
+  g.dim = int(q.shape[2]);
+  require_dim(key_sums, "key_sums", 2, g.dim, "head_dim (must equal q's)");
+  ARIADNE_CHECK(g.heads_kv > 0 && g.heads_q % g.heads_kv == 0, "key_sums: dim 1 (heads_kv) is ", g.heads_kv,
+                ", expected a divisor of q's heads_q = ", g.heads_q);
+  const int64_t n_q = q.shape[0], B = config.block, S = config.stride;
+  ARIADNE_CHECK(q_pos >= 0 && q_pos % B == 0, "estimate_rr_from_key_sums: q_pos is ", q_pos,
+                ", expected a multiple of the block ", B, " (>= 0)");
+  ARIADNE_CHECK(n_q >= 1 && q_pos + n_q <= seq_len, "estimate_rr_from_key_sums: queries [", q_pos, ", ", q_pos + n_q,
+                ") do not lie in a sequence of ", seq_len, " tokens");
+  g.group = g.heads_q / g.heads_kv;
+  g.block = B;
+  g.stride = S;
+  est::Seq e;
+  e.lq = n_q;
+  e.lk = q_pos + n_q;
+  e.off = q_pos;
+  e.nqb = (n_q + B - 1) / B;
+  e.nqs = (n_q + S - 1) / S;
+  e.nks = (e.lk + S - 1) / S;
+  ARIADNE_CHECK(key_sums.shape[0] >= e.nks, "key_sums: dim 0 (key strides) is ", key_sums.shape[0],
+                ", expected >= ", e.nks, " (the strides of the keys up to the last query)");
+  g.total_q = n_q;
+  g.total_k = e.lk;
+  g.seqs = {e};
+  g.rows = e.nqb * g.heads_q;
+  g.total_qs = e.nqs;
+  g.total_ks = e.nks;
+
+  const float scale = config.scale > 0 ? config.scale : float(1.0 / std::sqrt(double(g.dim)));
+  EstimateResult r;
+  est::init_rows(g, r);
+  double ms_sampling = 0;
+  const auto t_score = std::chrono::steady_clock::now();
+  r.stats.mac = est::score_strided(g, q, TensorView{}, config, scale, r, ms_sampling, &key_sums);
+  r.stats.ms_sampling = ms_sampling;
+  r.stats.ms_scoring = est::ms_since(t_score) - ms_sampling;
+
+  const auto t_sel = std::chrono::steady_clock::now();
+  r.mask.block = config.block;
+  r.mask.heads = g.heads_q;
+  r.mask.seq_block_base = {0, int32_t(e.nqb)};
+  EstimateConfig c = config;
+  Protections prot = config.protections();
+  prot.last_row = prot.last_row && q_pos + n_q == seq_len;  // only the sequence's own last block
+  c.protect = prot;
+  r.mask = select_mask(r, c, &r.stats);
+  r.stats.ms_selection = est::ms_since(t_sel);
+  r.stats.ms_total = est::ms_since(t0);
+  return r;
+}
+
+}  // namespace ariadne

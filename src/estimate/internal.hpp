@@ -84,8 +84,13 @@ void init_rows(const Geometry& g, EstimateResult& r);
 
 // The stride-level estimators (rr, xattn) and the oracle: fill r.scores, return the MAC count.
 // `ms_sampling` receives the operand-building time.
+// key_sums (rr only): the key-stride sums, f32 [>= total_ks, heads_kv, dim] of the one sequence,
+// used instead of summing k (k is then not read).
 double score_strided(const Geometry& g, const TensorView& q, const TensorView& k,
-                     const EstimateConfig& c, float scale, EstimateResult& r, double& ms_sampling);
+                     const EstimateConfig& c, float scale, EstimateResult& r, double& ms_sampling,
+                     const TensorView* key_sums = nullptr);
+// dst[0 .. d) += k rows first … first + count − 1 of KV head kh, in row order (RR's K̄; tmp holds d floats).
+void sum_key_stride(const TensorView& k, int64_t first, int64_t count, int64_t kh, float* tmp, float* dst);
 double score_oracle(const Geometry& g, const TensorView& q, const TensorView& k, float scale,
                     EstimateResult& r, double& ms_sampling);
 // FlexPrefill (src/estimate/cpu/flexprefill.cpp): fills r.scores (the q̄·K̄ map's rows) and its own

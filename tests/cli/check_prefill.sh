@@ -124,3 +124,30 @@ import json, sys
 d = json.load(sys.stdin)
 assert d["density"] == 1.0, d["density"]
 ' || fail "--tau-heads 1,1 is not dense"
+
+# --ranks: the ring simulated on the host gives the one-device mask and output; dense and rr.
+ring_args=(--tokens 1024 --heads 4 --kv-heads 2 --dim 64 --block 64 --synthetic sink:1,local:1,stripe:1,needle:1)
+for m in dense rr; do
+  "$ARIADNE" prefill "${ring_args[@]}" --method $m --ranks 3 --json >"$sched/ring_$m.json" || fail "$m --ranks 3"
+  "$ARIADNE" prefill "${ring_args[@]}" --method $m --json >"$sched/one_$m.json" || fail "$m one device"
+done
+python3 - "$sched" <<'PY' || fail "prefill --ranks 3 against one device"
+import json, sys
+d = sys.argv[1]
+for m in ["dense", "rr"]:
+    ring, one = (json.load(open(f"{d}/{w}_{m}.json")) for w in ["ring", "one"])
+    r = ring["ring"]
+    assert r["ranks"] == 3 and len(r["entries"]) == 3 and len(r["bytes_sent"]) == 3, r
+    assert all(e > 0 for e in r["entries"]) and all(b > 0 for b in r["bytes_sent"]), r
+    assert abs(ring["density"] - one["density"]) < 1e-12, (m, ring["density"], one["density"])
+    # The same mask; the output within float rounding of one device's (the merge reorders sums).
+    assert abs(ring["rel_err"] - one["rel_err"]) < 1e-4, (m, ring["rel_err"], one["rel_err"])
+    if m == "rr":
+        assert r["mask_equals_one_device"] is True, r
+        assert r["work_imbalance"] <= r["work_imbalance_before"] + 1e-12, r
+    else:
+        assert ring["rel_err"] < 1e-5, ring["rel_err"]
+        assert r["imbalance"] < 1.1, r  # causal zig-zag
+PY
+expect_error "--ranks with xattn" prefill --tokens 256 --method xattn --ranks 2
+expect_error "--ranks on cuda" prefill --tokens 256 --method rr --ranks 2 --backend cuda

@@ -28,8 +28,17 @@ int64_t last_key_stride(const EstimateConfig& c, const Seq& e, int64_t i, int h)
 
 }  // namespace
 
+void sum_key_stride(const TensorView& k, int64_t first, int64_t count, int64_t kh, float* tmp, float* dst) {
+  const int64_t d = k.shape[2];
+  for (int64_t t = 0; t < count; ++t) {
+    load_row(k, first + t, kh, 1.f, tmp);
+    for (int64_t u = 0; u < d; ++u) dst[u] += tmp[u];
+  }
+}
+
 double score_strided(const Geometry& g, const TensorView& q, const TensorView& k,
-                     const EstimateConfig& c, float scale, EstimateResult& r, double& ms_sampling) {
+                     const EstimateConfig& c, float scale, EstimateResult& r, double& ms_sampling,
+                     const TensorView* key_sums) {
   const bool rr = c.method == Estimator::rr;
   const int64_t S = c.stride, d = g.dim, len = rr ? d : S * d;
   const float qmul = scale / float(S);  // the 1/(S·√d) of both papers, folded into the queries
@@ -45,20 +54,23 @@ double score_strided(const Geometry& g, const TensorView& q, const TensorView& k
     auto t_s = std::chrono::steady_clock::now();
     std::fill(krows.begin(), krows.end(), 0.f);
     for (const Seq& e : g.seqs) {
+      if (key_sums) {  // RR from sums made elsewhere (rr_key_sums): copied, not summed again
+        for (int64_t j = 0; j < e.nks; ++j)
+          std::memcpy(krows.data() + (e.ks_base + j) * len,
+                      static_cast<const float*>(key_sums->data) + key_sums->offset({j, kh, 0}),
+                      size_t(d) * sizeof(float));
+        continue;
+      }
 #pragma omp parallel num_threads(cpu_threads())
       {
         std::vector<float> tmp(static_cast<size_t>(d));
 #pragma omp for schedule(static)
         for (int64_t j = 0; j < e.nks; ++j) {
           float* dst = krows.data() + (e.ks_base + j) * len;
-          for (int64_t t = 0; t < S && j * S + t < e.lk; ++t) {
-            if (rr) {
-              load_row(k, e.k0 + j * S + t, kh, 1.f, tmp.data());
-              for (int64_t u = 0; u < d; ++u) dst[u] += tmp[size_t(u)];
-            } else {
-              load_row(k, e.k0 + j * S + t, kh, 1.f, dst + t * d);
-            }
-          }
+          const int64_t n = std::min(S, e.lk - j * S);
+          if (rr) sum_key_stride(k, e.k0 + j * S, n, kh, tmp.data(), dst);
+          else
+            for (int64_t t = 0; t < n; ++t) load_row(k, e.k0 + j * S + t, kh, 1.f, dst + t * d);
         }
       }
     }
