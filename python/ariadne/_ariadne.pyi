@@ -766,6 +766,48 @@ def kept_page_mass(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.ui
     hold; 1 for a selection that keeps every visible page (the selection's recall).
     """
 
+def attention_piece(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], k: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], v: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], q_pos: int, k_pos: int, out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None))], lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], rule: Pattern = ..., blocks: BlockMask | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'cpu', bf16_bits: bool = False) -> tuple[int, int]:
+    """
+    One piece of a ring: queries at positions q_pos ... of one self-attention sequence against keys
+    at positions k_pos ..., under the sequence's rule (a window and/or chunk Pattern, no varlen) and
+    optionally its block mask restricted to these queries (rows head * nqb + local block, columns the
+    sequence's key blocks: estimate_rr_from_key_sums(...).mask). Writes the partial out (float32
+    [n_q, heads_q, head_dim]) and lse (float32 [heads_q, n_q], -inf where no key is allowed). A key-0
+    sink applies in the piece whose keys start at position 0; a denominator sink is left to
+    finish_partials. Host arrays. Returns (attention calls, allowed score entries).
+    """
+
+def merge_partial(acc_out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None))], acc_lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None))], part_out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None), writable=False)], part_lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)]) -> None:
+    """
+    acc <- the LSE merge of acc and a piece's partial (float32 host arrays, out [n, heads, dim], lse
+    [heads, n]); a partial row with lse -inf changes nothing.
+    """
+
+def finish_partials(acc_out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None), writable=False)], acc_lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)], out: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None))], lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None))] | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', bf16_bits: bool = False) -> None:
+    """
+    Writes the merged result into out (float32, bfloat16 or float16) and lse, adding a denominator
+    sink once.
+    """
+
+def zigzag_shards(length: int, ranks: int, align: int = 1) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """
+    Rank r's pair of zig-zag chunks ((lo, hi), (lo, hi)) of a sequence: chunks r and 2N - 1 - r of
+    ceil(length / 2N) tokens rounded up to align.
+    """
+
+def rr_key_sums(k: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], stride: int = 8, bf16_bits: bool = False) -> Annotated[NDArray[numpy.float32], dict(shape=(None, None, None), order='C')]:
+    """
+    RR's key-stride sums of a run of keys starting on a stride boundary: float32
+    [ceil(n / stride), heads_kv, head_dim], summed as estimate() sums them.
+    """
+
+def estimate_rr_from_key_sums(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], key_sums: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None), writable=False)], q_pos: int, seq_len: int, block: int = 128, stride: int = 8, tau: float = 0.95, offset: str = 'paper', protect: Sequence[str] | None = None, scale: float = 0.0, bf16_bits: bool = False) -> EstimateResult:
+    """
+    RR's estimate of the queries at positions q_pos ... of a causal sequence of seq_len tokens from the
+    sequence's key-stride sums (rr_key_sums of its keys, all-gathered): the rows, scores and mask rows
+    estimate() gives those query blocks on the whole sequence, bit for bit. q_pos: a multiple of block.
+    """
+
 def read_label_map(path: str) -> NDArray[numpy.int32]:
     """
     A segmentation mask file (PNG palette/gray or .npy) as int32 [height, width] ids.

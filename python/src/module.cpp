@@ -14,6 +14,7 @@ NB_MODULE(_ariadne, m) {
   ariadne::py::bind_layout(m);
   ariadne::py::bind_estimate(m);
   ariadne::py::bind_decode(m);
+  ariadne::py::bind_context_parallel(m);  // after bind_estimate: returns EstimateResult
   ariadne::py::bind_shs(m);
   ariadne::py::bind_vit(m);  // after bind_layout: its functions take and return Schedule
   m.def("_set_leak_warnings", &nanobind::set_leak_warnings, nanobind::arg("enabled"),

@@ -1,0 +1,164 @@
+"""Context-parallel (ring) attention over a torch.distributed process group.
+
+Each rank holds its zig-zag shard of one self-attention sequence of ``seq_len`` tokens (chunks r and
+2N - 1 - r of 2N, see ``shard``); K/V travel around the ring with ``batch_isend_irecv`` while the
+rank computes the step's pieces, and the partial results merge by their log-sum-exp
+(docs/context-parallel.md)::
+
+    import torch.distributed as dist, ariadne
+    from ariadne import context_parallel as cp
+
+    dist.init_process_group("gloo")          # NCCL on GPUs; see below
+    q_r = cp.shard(q, rank, world)             # [n_r, heads_q, head_dim], the same for k and v
+    out_r, lse_r = cp.ring_attention(q_r, k_r, v_r, seq_len=len(q), pattern=ariadne.Pattern.causal())
+    out = cp.unshard([...gathered out_r...], world)
+
+Only the K/V heads travel. Sinks are applied once: a denominator sink after the merge, a key-0 bias
+in the piece whose keys start at position 0. With ``rr=dict(tau=..., block=..., stride=...)`` each
+rank sums its keys' strides, the sums are all-reduced (1/stride of K; exact, every position has one
+contributor) and each rank estimates its own query chunks: the masks one-device ``estimate`` gives.
+
+The pieces run on ariadne's host backends (torch CPU tensors; the process group may be gloo). The
+GPU ring (device pieces, NCCL) is not built yet: docs/context-parallel.md says what is missing.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+
+from . import _ariadne
+from ._ariadne import Pattern
+
+Tensor = torch.Tensor
+
+
+def _chunks(seq_len: int, world: int, align: int) -> List[Tuple[Tuple[int, int], Tuple[int, int]]]:
+    return _ariadne.zigzag_shards(seq_len, world, align)
+
+
+def shard(x: Tensor, rank: int, world: int, align: int = 1) -> Tensor:
+    """Rank ``rank``'s zig-zag rows of a full sequence ``x`` [seq_len, ...]: chunk ``rank`` then chunk
+    ``2 * world - 1 - rank`` (a copy)."""
+    (a0, a1), (b0, b1) = _chunks(x.shape[0], world, align)[rank]
+    return torch.cat([x[a0:a1], x[b0:b1]])
+
+
+def unshard(parts: Sequence[Tensor], world: int, align: int = 1, dim: int = 0) -> Tensor:
+    """The full sequence from every rank's shard (``parts[r]`` as ``shard`` gave it), along ``dim``
+    (0 for out, 1 for an LSE [heads, n])."""
+    seq_len = sum(p.shape[dim] for p in parts)
+    chunks = _chunks(seq_len, world, align)
+    pieces = []
+    for r, ((a0, a1), (b0, b1)) in enumerate(chunks):
+        pieces.append((a0, parts[r].narrow(dim, 0, a1 - a0)))
+        pieces.append((b0, parts[r].narrow(dim, a1 - a0, b1 - b0)))
+    pieces.sort(key=lambda p: p[0])
+    return torch.cat([p for _, p in pieces], dim=dim)
+
+
+def _peer(group, r: int) -> int:
+    return r if group is None else dist.get_global_rank(group, r)
+
+
+def _rr_masks(q: Tensor, k: Tensor, runs, seq_len: int, group, rr: dict):
+    """Each of this rank's query chunks' RR mask from all-reduced key-stride sums."""
+    block, stride = int(rr.get("block", 128)), int(rr.get("stride", 8))
+    heads_kv, dim = k.shape[1], k.shape[2]
+    sums = torch.zeros(((seq_len + stride - 1) // stride, heads_kv, dim), dtype=torch.float32)
+    for lo, hi, off in runs:
+        part = torch.from_numpy(_ariadne.rr_key_sums(k[off:off + hi - lo], stride))
+        sums[lo // stride:lo // stride + part.shape[0]] = part
+    dist.all_reduce(sums, group=group)  # one contributor per stride: the sum is exact
+    masks = []
+    for lo, hi, off in runs:
+        est = _ariadne.estimate_rr_from_key_sums(
+            q[off:off + hi - lo], sums, lo, seq_len, block=block, stride=stride, tau=float(rr.get("tau", 0.95)),
+            offset=rr.get("offset", "paper"), protect=rr.get("protect"), scale=float(rr.get("scale", 0.0)))
+        masks.append(est.mask)
+    return masks
+
+
+def ring_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    seq_len: int,
+    group: Optional["dist.ProcessGroup"] = None,
+    pattern: Pattern = Pattern.causal(),
+    sink: Optional[Tensor] = None,
+    sink_mode: Optional[str] = None,
+    scale: float = 0.0,
+    align: int = 1,
+    rr: Optional[dict] = None,
+    backend: str = "cpu",
+) -> Tuple[Tensor, Tensor]:
+    """Ring attention of this rank's shard over ``group`` (the default group when None).
+
+    q: [n_r, heads_q, head_dim], k, v: [n_r, heads_kv, head_dim] — this rank's zig-zag rows of one
+    sequence of ``seq_len`` tokens (``shard(x, rank, world, align)``); float32, bfloat16 or float16
+    CPU tensors. pattern: the sequence's window and/or chunk (Pattern.full(), causal(), window(l, r),
+    chunked(c)). sink: float32 [heads_q]; sink_mode 'denominator' (default with a sink) or 'key0'.
+    rr: RR block-sparse (causal only): dict with tau, block, stride, offset, protect; ``align`` must
+    then be a multiple of block. Returns (out [n_r, heads_q, head_dim] in q's dtype, lse float32
+    [heads_q, n_r]), the rows of one-device attention that this rank holds.
+    """
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    if rr is not None:
+        if not pattern.is_causal():
+            raise ValueError(f"rr: the RR estimator builds causal masks, but pattern is {pattern!r}")
+        if align % int(rr.get("block", 128)) != 0:
+            raise ValueError(f"align: {align} is not a multiple of rr's block {rr.get('block', 128)}")
+    mode = sink_mode if sink_mode is not None else ("denominator" if sink is not None else "none")
+    chunks = _chunks(seq_len, world, align)
+
+    def runs_of(r: int):  # (lo, hi, row offset in the rank's shard) of each non-empty chunk
+        (a0, a1), (b0, b1) = chunks[r]
+        return [x for x in ((a0, a1, 0), (b0, b1, a1 - a0)) if x[1] > x[0]]
+
+    mine = runs_of(rank)
+    n = sum(hi - lo for lo, hi, _ in mine)
+    if q.shape[0] != n or k.shape[0] != n or v.shape[0] != n:
+        raise ValueError(f"q, k, v: {q.shape[0]}, {k.shape[0]}, {v.shape[0]} rows, expected {n} "
+                         f"(rank {rank}'s zig-zag shard of {seq_len} tokens over {world} ranks, align {align})")
+    heads_q, dim = q.shape[1], q.shape[2]
+    masks = _rr_masks(q, k, mine, seq_len, group, rr) if rr is not None else [None] * len(mine)
+    acc = torch.zeros((n, heads_q, dim), dtype=torch.float32)
+    acc_lse = torch.full((heads_q, n), float("-inf"), dtype=torch.float32)
+    part = torch.empty((n, heads_q, dim), dtype=torch.float32)
+    part_lse = torch.empty(heads_q * n, dtype=torch.float32)  # a contiguous [heads, nq] per piece
+    cur_k, cur_v = k.contiguous(), v.contiguous()
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    for step in range(world):
+        src = (rank - step) % world
+        reqs = []
+        if step + 1 < world:  # the next step's K/V, in flight while this step computes
+            rows = sum(hi - lo for lo, hi, _ in runs_of((src - 1) % world))
+            new_k = torch.empty((rows,) + tuple(k.shape[1:]), dtype=k.dtype)
+            new_v = torch.empty((rows,) + tuple(v.shape[1:]), dtype=v.dtype)
+            ops = [dist.P2POp(dist.isend, cur_k, _peer(group, nxt), group),
+                   dist.P2POp(dist.isend, cur_v, _peer(group, nxt), group),
+                   dist.P2POp(dist.irecv, new_k, _peer(group, prv), group),
+                   dist.P2POp(dist.irecv, new_v, _peer(group, prv), group)]
+            reqs = dist.batch_isend_irecv(ops)
+        for (qlo, qhi, qoff), mask in zip(mine, masks):
+            nq = qhi - qlo
+            for klo, khi, koff in runs_of(src):
+                o, l = part[qoff:qoff + nq], part_lse[:heads_q * nq].view(heads_q, nq)
+                calls, _ = _ariadne.attention_piece(
+                    q[qoff:qoff + nq], cur_k[koff:koff + khi - klo], cur_v[koff:koff + khi - klo], qlo, klo, o, l,
+                    rule=pattern, blocks=mask, sink=sink, sink_mode="key0" if mode == "key0" else "none",
+                    scale=scale, backend=backend)
+                if calls:
+                    _ariadne.merge_partial(acc[qoff:qoff + nq], acc_lse[:, qoff:qoff + nq], o, l)
+        for req in reqs:
+            req.wait()
+        if reqs:
+            cur_k, cur_v = new_k, new_v
+    out = torch.empty((n, heads_q, dim), dtype=q.dtype)
+    lse = torch.empty((heads_q, n), dtype=torch.float32)
+    _ariadne.finish_partials(acc, acc_lse, out, lse, sink=sink, sink_mode=mode)
+    return out, lse
