@@ -49,6 +49,7 @@ struct PieceParams {
   float scale = 0.f;                    // 0 selects 1/sqrt(head_dim)
   TensorView out;  // f32 [n_q, heads_q, head_dim], written
   TensorView lse;  // f32 [heads_q, n_q] contiguous, written (−inf where a query sees no key)
+  void* stream = nullptr;  // cudaStream_t for device tensors
 };
 
 // What a piece computed: score entries (query head, query, key) its rule allows. Under the element
@@ -58,21 +59,24 @@ struct PieceWork {
   int64_t entries = 0;  // allowed (head, query, key) triples
 };
 
-// Runs one piece on `backend` (host tensors: cpu or reference). The piece is cut into at most one
-// call per attention chunk (one call without chunks); each call takes views of q, k, v trimmed to
-// the rows the window can reach and a local pattern whose window is the sequence's shifted by the
-// views' offset. Throws ariadne::Error naming the field when shapes, dtypes or positions disagree.
+// Runs one piece on `backend`: host tensors on cpu or reference, device tensors on cuda (every
+// output enqueued on p.stream; `blocks` stays a host array, its slice is uploaded per call, which
+// synchronizes). The piece is cut into at most one call per attention chunk (one call without
+// chunks); each call takes views of q, k, v trimmed to the rows the window can reach and a local
+// pattern whose window is the sequence's shifted by the views' offset. Throws ariadne::Error naming
+// the field when shapes, dtypes, devices or positions disagree.
 PieceWork attention_piece(const PieceParams& p, Backend backend = Backend::automatic);
 
-// acc ← merge(acc, part) row by row as above; all f32 host, out [n, heads, dim], lse [heads, n].
+// acc ← merge(acc, part) row by row as above; all f32 on one device, out [n, heads, dim] (rows
+// strided, dim contiguous), lse [heads, n] (columns contiguous). Device tensors: a kernel on `stream`.
 void merge_partial(const TensorView& acc_out, const TensorView& acc_lse, const TensorView& part_out,
-                   const TensorView& part_lse);
+                   const TensorView& part_lse, void* stream = nullptr);
 
 // The final result of merged partials: `out` (any attention dtype) and, when defined, `lse` (f32
 // [heads, n], may be strided along n) from acc_out / acc_lse, with a denominator sink added once.
 // sink_mode key0_bias and none add nothing here.
 void finish_partials(const TensorView& acc_out, const TensorView& acc_lse, SinkMode sink_mode, const TensorView& sink,
-                     const TensorView& out, const TensorView& lse);
+                     const TensorView& out, const TensorView& lse, void* stream = nullptr);
 
 // ---- sharding ----
 

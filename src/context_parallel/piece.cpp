@@ -13,6 +13,9 @@
 #include <limits>
 
 #include "ariadne/context_parallel.hpp"
+#include "ariadne/device.hpp"
+#include "ariadne/estimate.hpp"
+#include "context_parallel/internal.hpp"
 
 namespace ariadne {
 
@@ -73,11 +76,27 @@ int64_t count_entries(const Pattern& local, const SeqExtent& e, int heads, const
   return n;
 }
 
+void require_cuda_build(Device dev, const char* what) {
+#if !defined(ARIADNE_WITH_CUDA)
+  ARIADNE_CHECK(dev == Device::cpu, what, ": device tensors, but this build has no CUDA backend");
+#else
+  (void)dev;
+  (void)what;
+#endif
+}
+
+cp_detail::Row3 row3(const TensorView& t) {
+  return cp_detail::Row3{static_cast<float*>(t.data), t.stride[0], t.stride[1], t.shape[2]};
+}
+
 void check_piece(const PieceParams& p) {
+  ARIADNE_CHECK(p.q.defined(), "attention_piece: q is not set");
+  const Device dev = p.q.device;
+  require_cuda_build(dev, "attention_piece");
   for (auto [t, name] : {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.out, "out"}}) {
     ARIADNE_CHECK(t->defined(), "attention_piece: ", name, " is not set");
     require_rank(*t, name, 3);
-    require_device(*t, name, Device::cpu);
+    require_device(*t, name, dev);
     require_inner_contiguous(*t, name);
   }
   require_dtype(p.q, "q", {DType::f32, DType::bf16, DType::f16});
@@ -92,7 +111,7 @@ void check_piece(const PieceParams& p) {
   ARIADNE_CHECK(p.lse.defined(), "attention_piece: lse is not set (the merge needs it)");
   require_rank(p.lse, "lse", 2);
   require_dtype(p.lse, "lse", {DType::f32});
-  require_device(p.lse, "lse", Device::cpu);
+  require_device(p.lse, "lse", dev);
   ARIADNE_CHECK(p.lse.contiguous(), "attention_piece: lse ", p.lse.describe(), " must be contiguous");
   require_dim(p.lse, "lse", 0, hq, "heads_q");
   require_dim(p.lse, "lse", 1, n_q, "queries, same as q");
@@ -127,11 +146,18 @@ void check_piece(const PieceParams& p) {
 PieceWork attention_piece(const PieceParams& p, Backend backend) {
   check_piece(p);
   const int64_t n_q = p.q.shape[0], n_k = p.k.shape[0], hq = p.q.shape[1], d = p.q.shape[2];
+  const bool on_gpu = p.q.device == Device::cuda;
   // Rows no call reaches keep the empty partial: out 0, lse −inf.
-  for (int64_t i = 0; i < n_q; ++i)
-    for (int64_t h = 0; h < hq; ++h)
-      std::memset(static_cast<float*>(p.out.data) + p.out.offset({i, h, 0}), 0, size_t(d) * sizeof(float));
-  std::fill_n(static_cast<float*>(p.lse.data), hq * n_q, kNegInf);
+  if (on_gpu) {
+#if defined(ARIADNE_WITH_CUDA)
+    cp_detail::fill_partial_cuda(row3(p.out), static_cast<float*>(p.lse.data), n_q, hq, p.stream);
+#endif
+  } else {
+    for (int64_t i = 0; i < n_q; ++i)
+      for (int64_t h = 0; h < hq; ++h)
+        std::memset(static_cast<float*>(p.out.data) + p.out.offset({i, h, 0}), 0, size_t(d) * sizeof(float));
+    std::fill_n(static_cast<float*>(p.lse.data), hq * n_q, kNegInf);
+  }
 
   const int64_t B = p.blocks.defined() ? p.blocks.block : 1;
   const Rect whole{p.q_pos, p.q_pos + n_q, p.k_pos, p.k_pos + n_k};
@@ -157,6 +183,7 @@ PieceWork attention_piece(const PieceParams& p, Backend backend) {
     if (local.key_range(e, 0, lq).empty()) continue;
 
     BlockMask mask;  // the piece's rows for these queries, columns shifted to the key view
+    DeviceEstimate mask_on_gpu;  // its device copy, for the CUDA backend
     if (p.blocks.defined()) {
       const int64_t nqb_in = (n_q + B - 1) / B, nqb = (lq + B - 1) / B, m0 = (r.qa - p.q_pos) / B;
       const int64_t c_lo = r.ka / B, c_hi = (r.kb + B - 1) / B;
@@ -170,18 +197,24 @@ PieceWork attention_piece(const PieceParams& p, Backend backend) {
           }
         }
       mask = BlockMask::from_lists(int32_t(B), int32_t(hq), {lq}, lists);
-      local = local.with_blocks(mask.view());
+      local = local.with_blocks(mask_view_on(p.q.device, mask, mask_on_gpu));
     }
 
-    Buffer lse(DType::f32, {hq, lq});
+    // attention() writes a contiguous [heads, lq] LSE: a scratch, copied into the piece's columns.
+    Buffer lse;
+    DeviceBuffer lse_gpu;
+    if (on_gpu) lse_gpu = DeviceBuffer(DType::f32, {hq, lq});
+    else lse = Buffer(DType::f32, {hq, lq});
     AttentionParams ap;
     ap.q = rows_of(p.q, r.qa - p.q_pos, r.qb - p.q_pos);
     ap.k = rows_of(p.k, r.ka - p.k_pos, r.kb - p.k_pos);
     ap.v = rows_of(p.v, r.ka - p.k_pos, r.kb - p.k_pos);
     ap.out = rows_of(p.out, r.qa - p.q_pos, r.qb - p.q_pos);
-    ap.lse = lse.view();
+    ap.lse = on_gpu ? lse_gpu.view() : lse.view();
     ap.pattern = local;
     ap.scale = p.scale;
+    ap.stream = p.stream;
+    if (p.blocks.defined()) ap.blocks_nnz = mask.nnz();
     // The key-0 bias belongs to the call whose key view starts at position 0; a denominator sink
     // is added once, after the merge.
     if (p.sink_mode == SinkMode::key0_bias && r.ka == 0) {
@@ -189,9 +222,16 @@ PieceWork attention_piece(const PieceParams& p, Backend backend) {
       ap.sink = p.sink;
     }
     attention(ap, backend);
-    for (int64_t h = 0; h < hq; ++h)
-      std::memcpy(static_cast<float*>(p.lse.data) + h * n_q + (r.qa - p.q_pos), lse.as<float>() + h * lq,
-                  size_t(lq) * sizeof(float));
+    if (on_gpu) {
+#if defined(ARIADNE_WITH_CUDA)
+      cp_detail::copy_lse_columns_cuda(static_cast<float*>(p.lse.data) + (r.qa - p.q_pos), n_q,
+                                       static_cast<const float*>(lse_gpu.data()), lq, lq, hq, p.stream);
+#endif
+    } else {
+      for (int64_t h = 0; h < hq; ++h)
+        std::memcpy(static_cast<float*>(p.lse.data) + h * n_q + (r.qa - p.q_pos), lse.as<float>() + h * lq,
+                    size_t(lq) * sizeof(float));
+    }
     work.calls += 1;
     work.entries += count_entries(local, e, int(hq), p.blocks.defined() ? &mask : nullptr);
   }
@@ -200,15 +240,16 @@ PieceWork attention_piece(const PieceParams& p, Backend backend) {
 
 namespace {
 
-void check_partial(const TensorView& out, const TensorView& lse, const char* what_out, const char* what_lse) {
+void check_partial(const TensorView& out, const TensorView& lse, const char* what_out, const char* what_lse,
+                   Device dev) {
   ARIADNE_CHECK(out.defined() && lse.defined(), "merge: ", what_out, " and ", what_lse, " must be set");
   require_rank(out, what_out, 3);
   require_dtype(out, what_out, {DType::f32});
-  require_device(out, what_out, Device::cpu);
+  require_device(out, what_out, dev);
   require_inner_contiguous(out, what_out);
   require_rank(lse, what_lse, 2);
   require_dtype(lse, what_lse, {DType::f32});
-  require_device(lse, what_lse, Device::cpu);
+  require_device(lse, what_lse, dev);
   ARIADNE_CHECK(lse.stride[1] == 1, "merge: ", what_lse, " ", lse.describe(), " must be contiguous along queries");
   require_dim(lse, what_lse, 0, out.shape[1], "heads, same as the partial out");
   require_dim(lse, what_lse, 1, out.shape[0], "queries, same as the partial out");
@@ -217,12 +258,22 @@ void check_partial(const TensorView& out, const TensorView& lse, const char* wha
 }  // namespace
 
 void merge_partial(const TensorView& acc_out, const TensorView& acc_lse, const TensorView& part_out,
-                   const TensorView& part_lse) {
-  check_partial(acc_out, acc_lse, "acc_out", "acc_lse");
-  check_partial(part_out, part_lse, "part_out", "part_lse");
+                   const TensorView& part_lse, void* stream) {
+  ARIADNE_CHECK(acc_out.defined(), "merge: acc_out is not set");
+  const Device dev = acc_out.device;
+  require_cuda_build(dev, "merge_partial");
+  check_partial(acc_out, acc_lse, "acc_out", "acc_lse", dev);
+  check_partial(part_out, part_lse, "part_out", "part_lse", dev);
   for (int i = 0; i < 3; ++i)
     require_dim(part_out, "part_out", i, acc_out.shape[size_t(i)], "the shape of acc_out");
   const int64_t n = acc_out.shape[0], heads = acc_out.shape[1], d = acc_out.shape[2];
+  if (dev == Device::cuda) {
+#if defined(ARIADNE_WITH_CUDA)
+    cp_detail::merge_partial_cuda(row3(acc_out), static_cast<float*>(acc_lse.data), acc_lse.stride[0], row3(part_out),
+                                  static_cast<const float*>(part_lse.data), part_lse.stride[0], n, heads, stream);
+#endif
+    return;
+  }
   float* lse_a = static_cast<float*>(acc_lse.data);
   const float* lse_b = static_cast<const float*>(part_lse.data);
   for (int64_t h = 0; h < heads; ++h)
@@ -241,12 +292,15 @@ void merge_partial(const TensorView& acc_out, const TensorView& acc_lse, const T
 }
 
 void finish_partials(const TensorView& acc_out, const TensorView& acc_lse, SinkMode sink_mode, const TensorView& sink,
-                     const TensorView& out, const TensorView& lse) {
-  check_partial(acc_out, acc_lse, "acc_out", "acc_lse");
+                     const TensorView& out, const TensorView& lse, void* stream) {
+  ARIADNE_CHECK(acc_out.defined(), "finish_partials: acc_out is not set");
+  const Device dev = acc_out.device;
+  require_cuda_build(dev, "finish_partials");
+  check_partial(acc_out, acc_lse, "acc_out", "acc_lse", dev);
   ARIADNE_CHECK(out.defined(), "finish_partials: out is not set");
   require_rank(out, "out", 3);
   require_dtype(out, "out", {DType::f32, DType::bf16, DType::f16});
-  require_device(out, "out", Device::cpu);
+  require_device(out, "out", dev);
   require_inner_contiguous(out, "out");
   for (int i = 0; i < 3; ++i) require_dim(out, "out", i, acc_out.shape[size_t(i)], "the shape of acc_out");
   const int64_t n = acc_out.shape[0], heads = acc_out.shape[1], d = acc_out.shape[2];
@@ -255,11 +309,22 @@ void finish_partials(const TensorView& acc_out, const TensorView& acc_lse, SinkM
     require_dtype(lse, "lse", {DType::f32});
     require_dim(lse, "lse", 0, heads, "heads");
     require_dim(lse, "lse", 1, n, "queries");
+    require_device(lse, "lse", dev);
   }
   const bool denom = sink_mode == SinkMode::denominator;
   if (denom) {
-    ARIADNE_CHECK(sink.defined() && sink.dtype == DType::f32 && sink.rank == 1 && sink.shape[0] == heads,
-                  "finish_partials: sink must be f32 [", heads, "] with a denominator sink, got ", sink.describe());
+    ARIADNE_CHECK(sink.defined() && sink.dtype == DType::f32 && sink.rank == 1 && sink.shape[0] == heads &&
+                      sink.device == dev,
+                  "finish_partials: sink must be f32 [", heads, "] on the device of acc_out with a denominator sink, "
+                  "got ", sink.describe());
+  }
+  if (dev == Device::cuda) {
+#if defined(ARIADNE_WITH_CUDA)
+    cp_detail::finish_partials_cuda(row3(acc_out), static_cast<const float*>(acc_lse.data), acc_lse.stride[0], out, lse,
+                                    denom ? static_cast<const float*>(sink.data) : nullptr, denom ? sink.stride[0] : 0,
+                                    denom, n, heads, stream);
+#endif
+    return;
   }
   for (int64_t h = 0; h < heads; ++h) {
     const double s = denom ? double(static_cast<const float*>(sink.data)[h * sink.stride[0]]) : 0.0;

@@ -1,0 +1,116 @@
+// Context parallelism's pieces on the device (include/ariadne/context_parallel.hpp): a sequence's
+// queries and keys cut at random, every (query run, key run) piece on the CUDA backend, merged and
+// finished by the device kernels, against the float64 reference under the case runner's checks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "ariadne/context_parallel.hpp"
+#include "ariadne/device.hpp"
+#include "cases.hpp"
+#include "cuda_common.hpp"
+
+namespace ariadne {
+namespace {
+
+using namespace testing;
+
+TensorView slice(TensorView t, int64_t lo, int64_t hi) {  // rows [lo, hi) of a [tokens, …] view
+  t.data = static_cast<char*>(t.data) + lo * t.stride[0] * dtype_size(t.dtype);
+  t.shape[0] = hi - lo;
+  return t;
+}
+
+TEST(CudaContextParallel, PiecesOnTheDeviceMatchTheReference) {
+  std::mt19937_64 rng(17 + cuda_testing::base_seed());
+  const int64_t L = 301, H = 4, D = 64;
+  const char* patterns[] = {"full", "causal", "window:37,5", "window:0,20", "chunk:48", "chunk:48+window:10,inf",
+                            "causal+blocks:0.6@32"};
+  for (const char* pattern : patterns)
+    for (SinkMode sink : {SinkMode::none, SinkMode::denominator, SinkMode::key0_bias}) {
+      AttnCase c;
+      c.tokens_q = {L};
+      c.heads_q = int(H);
+      c.heads_kv = 2;
+      c.pattern = pattern;
+      c.sink_mode = sink;
+      c.sink = sink == SinkMode::none ? 0.f : NAN;
+      c.dtype = DType::bf16;
+      c.seed = rng();
+      const PreparedCase pc = prepare(c);
+      SCOPED_TRACE(pc.name);
+      const AttentionParams whole = host_params(pc, poisoned_outputs(pc));
+      const DeviceBuffer q = DeviceBuffer::from_host(pc.in.q), k = DeviceBuffer::from_host(pc.in.k),
+                         v = DeviceBuffer::from_host(pc.in.v);
+      DeviceBuffer sink_dev;
+      if (sink != SinkMode::none) sink_dev = DeviceBuffer::from_host(pc.in.sink);
+      DeviceBuffer out(DType::bf16, {L, H, D}), lse(DType::f32, {H, L});
+      const int64_t B = whole.pattern.blocks.defined() ? whole.pattern.blocks.block : 1;
+      auto cuts = [&](int n) {
+        std::vector<int64_t> at{0, L};
+        for (int i = 1; i < n; ++i) at.push_back(int64_t(rng() % uint64_t(L / B)) * B);
+        std::sort(at.begin(), at.end());
+        at.erase(std::unique(at.begin(), at.end()), at.end());
+        return at;
+      };
+      const std::vector<int64_t> qc = cuts(3), kc = cuts(4);
+      Pattern rule = whole.pattern;
+      rule.blocks = BlockSparseView{};
+      for (size_t a = 0; a + 1 < qc.size(); ++a) {
+        const int64_t q0 = qc[a], n = qc[a + 1] - q0;
+        DeviceBuffer acc(DType::f32, {n, H, D}), acc_lse(DType::f32, {H, n}), part(DType::f32, {n, H, D}),
+            part_lse(DType::f32, {H, n});
+        {  // the empty accumulator: a piece over no keys
+          PieceParams none;
+          none.q = slice(q.view(), q0, q0 + n);
+          none.k = none.v = slice(k.view(), 0, 0);
+          none.q_pos = q0;
+          none.out = acc.view();
+          none.lse = acc_lse.view();
+          EXPECT_EQ(attention_piece(none, Backend::cuda).calls, 0);
+        }
+        BlockMask rows;
+        if (B > 1) {
+          const int64_t nqb = (n + B - 1) / B;
+          std::vector<std::vector<int32_t>> lists;
+          for (int h = 0; h < H; ++h)
+            for (int64_t m = 0; m < nqb; ++m) {
+              const int64_t row = whole.pattern.block_row(0, whole.pattern.seq(0, L, L), h, q0 / B + m);
+              lists.emplace_back(whole.pattern.blocks.col_idx + whole.pattern.blocks.row_ptr[row],
+                                 whole.pattern.blocks.col_idx + whole.pattern.blocks.row_ptr[row + 1]);
+            }
+          rows = BlockMask::from_lists(int32_t(B), int32_t(H), {n}, lists);
+        }
+        for (size_t b = 0; b + 1 < kc.size(); ++b) {
+          PieceParams pp;
+          pp.q = slice(q.view(), q0, q0 + n);
+          pp.k = slice(k.view(), kc[b], kc[b + 1]);
+          pp.v = slice(v.view(), kc[b], kc[b + 1]);
+          pp.q_pos = q0;
+          pp.k_pos = kc[b];
+          pp.rule = rule;
+          if (B > 1) pp.blocks = rows.view();
+          pp.sink_mode = whole.sink_mode;
+          if (sink != SinkMode::none) pp.sink = sink_dev.view();
+          pp.out = part.view();
+          pp.lse = part_lse.view();
+          attention_piece(pp, Backend::cuda);
+          merge_partial(acc.view(), acc_lse.view(), part.view(), part_lse.view());
+        }
+        TensorView lse_cols = lse.view();
+        lse_cols.data = static_cast<float*>(lse_cols.data) + q0;
+        lse_cols.shape[1] = n;
+        finish_partials(acc.view(), acc_lse.view(), whole.sink_mode, sink_dev.view(), slice(out.view(), q0, q0 + n),
+                        lse_cols);
+      }
+      CaseOutputs o = poisoned_outputs(pc);
+      out.copy_to_host(o.out.data(), size_t(o.out.numel()) * 2);
+      lse.copy_to_host(o.lse.data(), size_t(o.lse.numel()) * 4);
+      check_outputs(pc, o, false);
+    }
+}
+
+}  // namespace
+}  // namespace ariadne
