@@ -766,7 +766,7 @@ def kept_page_mass(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.ui
     hold; 1 for a selection that keeps every visible page (the selection's recall).
     """
 
-def attention_piece(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], k: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], v: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], q_pos: int, k_pos: int, out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None))], lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], rule: Pattern = ..., blocks: BlockMask | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'cpu', bf16_bits: bool = False) -> tuple[int, int]:
+def attention_piece(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], k: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], v: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], q_pos: int, k_pos: int, out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None))], lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], rule: Pattern = ..., blocks: BlockMask | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'cpu', stream: int = 0, bf16_bits: bool = False) -> tuple[int, int]:
     """
     One piece of a ring: queries at positions q_pos ... of one self-attention sequence against keys
     at positions k_pos ..., under the sequence's rule (a window and/or chunk Pattern, no varlen) and
@@ -774,16 +774,18 @@ def attention_piece(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.u
     sequence's key blocks: estimate_rr_from_key_sums(...).mask). Writes the partial out (float32
     [n_q, heads_q, head_dim]) and lse (float32 [heads_q, n_q], -inf where no key is allowed). A key-0
     sink applies in the piece whose keys start at position 0; a denominator sink is left to
-    finish_partials. Host arrays. Returns (attention calls, allowed score entries).
+    finish_partials. Host arrays on backend 'cpu' / 'reference', or CUDA arrays on 'cuda' (enqueued on
+    `stream`, a cudaStream_t as an int; blocks stays a host BlockMask). Returns (attention calls,
+    allowed score entries).
     """
 
-def merge_partial(acc_out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None))], acc_lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None))], part_out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None), writable=False)], part_lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)]) -> None:
+def merge_partial(acc_out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None))], acc_lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None))], part_out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None), writable=False)], part_lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)], stream: int = 0) -> None:
     """
-    acc <- the LSE merge of acc and a piece's partial (float32 host arrays, out [n, heads, dim], lse
-    [heads, n]); a partial row with lse -inf changes nothing.
+    acc <- the LSE merge of acc and a piece's partial (float32 arrays on one device, out [n, heads, dim],
+    lse [heads, n]); a partial row with lse -inf changes nothing. CUDA arrays: a kernel on `stream`.
     """
 
-def finish_partials(acc_out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None), writable=False)], acc_lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)], out: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None))], lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None))] | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', bf16_bits: bool = False) -> None:
+def finish_partials(acc_out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None), writable=False)], acc_lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)], out: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None))], lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None))] | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', stream: int = 0, bf16_bits: bool = False) -> None:
     """
     Writes the merged result into out (float32, bfloat16 or float16) and lse, adding a denominator
     sink once.

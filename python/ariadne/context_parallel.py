@@ -18,8 +18,9 @@ in the piece whose keys start at position 0. With ``rr=dict(tau=..., block=..., 
 rank sums its keys' strides, the sums are all-reduced (1/stride of K; exact, every position has one
 contributor) and each rank estimates its own query chunks: the masks one-device ``estimate`` gives.
 
-The pieces run on ariadne's host backends (torch CPU tensors; the process group may be gloo). The
-GPU ring (device pieces, NCCL) is not built yet: docs/context-parallel.md says what is missing.
+CPU tensors run the pieces on ariadne's host backends (the process group may be gloo); CUDA tensors
+(a CUDA build, an NCCL group) run them on the CUDA backend on torch's current stream, with the RR
+estimate on the host. The device path has not run on several GPUs yet (docs/context-parallel.md).
 """
 
 from __future__ import annotations
@@ -68,14 +69,17 @@ def _rr_masks(q: Tensor, k: Tensor, runs, seq_len: int, group, rr: dict):
     block, stride = int(rr.get("block", 128)), int(rr.get("stride", 8))
     heads_kv, dim = k.shape[1], k.shape[2]
     sums = torch.zeros(((seq_len + stride - 1) // stride, heads_kv, dim), dtype=torch.float32)
+    k_host, q_host = k.cpu(), q.cpu()  # the estimator runs on the host
     for lo, hi, off in runs:
-        part = torch.from_numpy(_ariadne.rr_key_sums(k[off:off + hi - lo], stride))
+        part = torch.from_numpy(_ariadne.rr_key_sums(k_host[off:off + hi - lo], stride))
         sums[lo // stride:lo // stride + part.shape[0]] = part
-    dist.all_reduce(sums, group=group)  # one contributor per stride: the sum is exact
+    on_device = sums.to(k.device)  # NCCL reduces device tensors; gloo host ones
+    dist.all_reduce(on_device, group=group)  # one contributor per stride: the sum is exact
+    sums = on_device.cpu()
     masks = []
     for lo, hi, off in runs:
         est = _ariadne.estimate_rr_from_key_sums(
-            q[off:off + hi - lo], sums, lo, seq_len, block=block, stride=stride, tau=float(rr.get("tau", 0.95)),
+            q_host[off:off + hi - lo], sums, lo, seq_len, block=block, stride=stride, tau=float(rr.get("tau", 0.95)),
             offset=rr.get("offset", "paper"), protect=rr.get("protect"), scale=float(rr.get("scale", 0.0)))
         masks.append(est.mask)
     return masks
@@ -99,8 +103,9 @@ def ring_attention(
 
     q: [n_r, heads_q, head_dim], k, v: [n_r, heads_kv, head_dim] — this rank's zig-zag rows of one
     sequence of ``seq_len`` tokens (``shard(x, rank, world, align)``); float32, bfloat16 or float16
-    CPU tensors. pattern: the sequence's window and/or chunk (Pattern.full(), causal(), window(l, r),
-    chunked(c)). sink: float32 [heads_q]; sink_mode 'denominator' (default with a sink) or 'key0'.
+    CPU tensors, or bfloat16 / float16 CUDA tensors. pattern: the sequence's window and/or chunk
+    (Pattern.full(), causal(), window(l, r), chunked(c)). sink: float32 [heads_q] on q's device;
+    sink_mode 'denominator' (default with a sink) or 'key0'.
     rr: RR block-sparse (causal only): dict with tau, block, stride, offset, protect; ``align`` must
     then be a multiple of block. Returns (out [n_r, heads_q, head_dim] in q's dtype, lse float32
     [heads_q, n_r]), the rows of one-device attention that this rank holds.
@@ -126,10 +131,14 @@ def ring_attention(
                          f"(rank {rank}'s zig-zag shard of {seq_len} tokens over {world} ranks, align {align})")
     heads_q, dim = q.shape[1], q.shape[2]
     masks = _rr_masks(q, k, mine, seq_len, group, rr) if rr is not None else [None] * len(mine)
-    acc = torch.zeros((n, heads_q, dim), dtype=torch.float32)
-    acc_lse = torch.full((heads_q, n), float("-inf"), dtype=torch.float32)
-    part = torch.empty((n, heads_q, dim), dtype=torch.float32)
-    part_lse = torch.empty(heads_q * n, dtype=torch.float32)  # a contiguous [heads, nq] per piece
+    dev = q.device
+    if q.is_cuda:
+        backend = "cuda"
+    stream = int(torch.cuda.current_stream(dev).cuda_stream) if q.is_cuda else 0
+    acc = torch.zeros((n, heads_q, dim), dtype=torch.float32, device=dev)
+    acc_lse = torch.full((heads_q, n), float("-inf"), dtype=torch.float32, device=dev)
+    part = torch.empty((n, heads_q, dim), dtype=torch.float32, device=dev)
+    part_lse = torch.empty(heads_q * n, dtype=torch.float32, device=dev)  # a contiguous [heads, nq] per piece
     cur_k, cur_v = k.contiguous(), v.contiguous()
     nxt, prv = (rank + 1) % world, (rank - 1) % world
     for step in range(world):
@@ -137,8 +146,8 @@ def ring_attention(
         reqs = []
         if step + 1 < world:  # the next step's K/V, in flight while this step computes
             rows = sum(hi - lo for lo, hi, _ in runs_of((src - 1) % world))
-            new_k = torch.empty((rows,) + tuple(k.shape[1:]), dtype=k.dtype)
-            new_v = torch.empty((rows,) + tuple(v.shape[1:]), dtype=v.dtype)
+            new_k = torch.empty((rows,) + tuple(k.shape[1:]), dtype=k.dtype, device=dev)
+            new_v = torch.empty((rows,) + tuple(v.shape[1:]), dtype=v.dtype, device=dev)
             ops = [dist.P2POp(dist.isend, cur_k, _peer(group, nxt), group),
                    dist.P2POp(dist.isend, cur_v, _peer(group, nxt), group),
                    dist.P2POp(dist.irecv, new_k, _peer(group, prv), group),
@@ -151,14 +160,14 @@ def ring_attention(
                 calls, _ = _ariadne.attention_piece(
                     q[qoff:qoff + nq], cur_k[koff:koff + khi - klo], cur_v[koff:koff + khi - klo], qlo, klo, o, l,
                     rule=pattern, blocks=mask, sink=sink, sink_mode="key0" if mode == "key0" else "none",
-                    scale=scale, backend=backend)
+                    scale=scale, backend=backend, stream=stream)
                 if calls:
-                    _ariadne.merge_partial(acc[qoff:qoff + nq], acc_lse[:, qoff:qoff + nq], o, l)
+                    _ariadne.merge_partial(acc[qoff:qoff + nq], acc_lse[:, qoff:qoff + nq], o, l, stream=stream)
         for req in reqs:
             req.wait()
         if reqs:
             cur_k, cur_v = new_k, new_v
-    out = torch.empty((n, heads_q, dim), dtype=q.dtype)
-    lse = torch.empty((heads_q, n), dtype=torch.float32)
-    _ariadne.finish_partials(acc, acc_lse, out, lse, sink=sink, sink_mode=mode)
+    out = torch.empty((n, heads_q, dim), dtype=q.dtype, device=dev)
+    lse = torch.empty((heads_q, n), dtype=torch.float32, device=dev)
+    _ariadne.finish_partials(acc, acc_lse, out, lse, sink=sink, sink_mode=mode, stream=stream)
     return out, lse

@@ -47,8 +47,9 @@ void bind_context_parallel(nb::module_& m) {
       "attention_piece",
       [](const AnyIn& q, const AnyIn& k, const AnyIn& v, int64_t q_pos, int64_t k_pos, const AnyOut& out,
          const AnyOut& lse, const Pattern& rule, const BlockMask* blocks, const std::optional<AnyIn>& sink,
-         const std::string& sink_mode, float scale, const std::string& backend, bool bf16_bits) {
+         const std::string& sink_mode, float scale, const std::string& backend, uintptr_t stream, bool bf16_bits) {
         PieceParams p;
+        p.stream = reinterpret_cast<void*>(stream);
         p.q = as_view(q, "q", bf16_bits);
         p.k = as_view(k, "k", bf16_bits);
         p.v = as_view(v, "v", bf16_bits);
@@ -72,49 +73,52 @@ void bind_context_parallel(nb::module_& m) {
               ", q_pos: int, k_pos: int, out: " SIG_F32_OUT3 ", lse: " ARIADNE_SIG_F32_OUT2
               ", rule: Pattern = ..., blocks: BlockMask | None = None, sink: " ARIADNE_SIG_F32_IN1
               " | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'cpu', "
-              "bf16_bits: bool = False) -> tuple[int, int]"),
+              "stream: int = 0, bf16_bits: bool = False) -> tuple[int, int]"),
       "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "q_pos"_a, "k_pos"_a, "out"_a.noconvert(),
       "lse"_a.noconvert(), "rule"_a = Pattern::full(), "blocks"_a = nb::none(), "sink"_a = nb::none(),
-      "sink_mode"_a = "none", "scale"_a = 0.f, "backend"_a = "cpu", "bf16_bits"_a = false,
+      "sink_mode"_a = "none", "scale"_a = 0.f, "backend"_a = "cpu", "stream"_a = 0, "bf16_bits"_a = false,
       R"doc(One piece of a ring: queries at positions q_pos ... of one self-attention sequence against keys
 at positions k_pos ..., under the sequence's rule (a window and/or chunk Pattern, no varlen) and
 optionally its block mask restricted to these queries (rows head * nqb + local block, columns the
 sequence's key blocks: estimate_rr_from_key_sums(...).mask). Writes the partial out (float32
 [n_q, heads_q, head_dim]) and lse (float32 [heads_q, n_q], -inf where no key is allowed). A key-0
 sink applies in the piece whose keys start at position 0; a denominator sink is left to
-finish_partials. Host arrays. Returns (attention calls, allowed score entries).)doc");
+finish_partials. Host arrays on backend 'cpu' / 'reference', or CUDA arrays on 'cuda' (enqueued on
+`stream`, a cudaStream_t as an int; blocks stays a host BlockMask). Returns (attention calls,
+allowed score entries).)doc");
 
   m.def(
       "merge_partial",
-      [](const AnyOut& acc_out, const AnyOut& acc_lse, const AnyIn& part_out, const AnyIn& part_lse) {
+      [](const AnyOut& acc_out, const AnyOut& acc_lse, const AnyIn& part_out, const AnyIn& part_lse, uintptr_t stream) {
         const TensorView ao = as_view(acc_out, "acc_out"), al = as_view(acc_lse, "acc_lse");
         const TensorView po = as_view(part_out, "part_out"), pl = as_view(part_lse, "part_lse");
         nb::gil_scoped_release unlocked;
-        merge_partial(ao, al, po, pl);
+        merge_partial(ao, al, po, pl, reinterpret_cast<void*>(stream));
       },
       nb::sig("def merge_partial(acc_out: " SIG_F32_OUT3 ", acc_lse: " SIG_F32_OUT2 ", part_out: " SIG_F32_IN3
-              ", part_lse: " ARIADNE_SIG_F32_IN2 ") -> None"),
+              ", part_lse: " ARIADNE_SIG_F32_IN2 ", stream: int = 0) -> None"),
       "acc_out"_a.noconvert(), "acc_lse"_a.noconvert(), "part_out"_a.noconvert(), "part_lse"_a.noconvert(),
-      "acc <- the LSE merge of acc and a piece's partial (float32 host arrays, out [n, heads, dim], lse\n"
-      "[heads, n]); a partial row with lse -inf changes nothing.");
+      "stream"_a = 0,
+      "acc <- the LSE merge of acc and a piece's partial (float32 arrays on one device, out [n, heads, dim],\n"
+      "lse [heads, n]); a partial row with lse -inf changes nothing. CUDA arrays: a kernel on `stream`.");
 
   m.def(
       "finish_partials",
       [](const AnyIn& acc_out, const AnyIn& acc_lse, const AnyOut& out, const std::optional<AnyOut>& lse,
-         const std::optional<AnyIn>& sink, const std::string& sink_mode, bool bf16_bits) {
+         const std::optional<AnyIn>& sink, const std::string& sink_mode, uintptr_t stream, bool bf16_bits) {
         const TensorView ao = as_view(acc_out, "acc_out"), al = as_view(acc_lse, "acc_lse");
         const TensorView o = as_view(out, "out", bf16_bits);
         const TensorView l = lse ? as_view(*lse, "lse") : TensorView{};
         const TensorView s = sink ? as_view(*sink, "sink") : TensorView{};
         const SinkMode mode = parse_sink_mode(sink_mode);
         nb::gil_scoped_release unlocked;
-        finish_partials(ao, al, mode, s, o, l);
+        finish_partials(ao, al, mode, s, o, l, reinterpret_cast<void*>(stream));
       },
       nb::sig("def finish_partials(acc_out: " SIG_F32_IN3 ", acc_lse: " ARIADNE_SIG_F32_IN2 ", out: " ARIADNE_SIG_OUT
               ", lse: " SIG_F32_OUT2 " | None = None, sink: " ARIADNE_SIG_F32_IN1
-              " | None = None, sink_mode: str = 'none', bf16_bits: bool = False) -> None"),
+              " | None = None, sink_mode: str = 'none', stream: int = 0, bf16_bits: bool = False) -> None"),
       "acc_out"_a.noconvert(), "acc_lse"_a.noconvert(), "out"_a.noconvert(), "lse"_a = nb::none(),
-      "sink"_a = nb::none(), "sink_mode"_a = "none", "bf16_bits"_a = false,
+      "sink"_a = nb::none(), "sink_mode"_a = "none", "stream"_a = 0, "bf16_bits"_a = false,
       "Writes the merged result into out (float32, bfloat16 or float16) and lse, adding a denominator\n"
       "sink once.");
 

@@ -85,9 +85,11 @@ void require_cuda_build(Device dev, const char* what) {
 #endif
 }
 
+#if defined(ARIADNE_WITH_CUDA)
 cp_detail::Row3 row3(const TensorView& t) {
   return cp_detail::Row3{static_cast<float*>(t.data), t.stride[0], t.stride[1], t.shape[2]};
 }
+#endif
 
 void check_piece(const PieceParams& p) {
   ARIADNE_CHECK(p.q.defined(), "attention_piece: q is not set");
