@@ -42,8 +42,11 @@ TEST(CudaContextParallel, PiecesOnTheDeviceMatchTheReference) {
       const PreparedCase pc = prepare(c);
       SCOPED_TRACE(pc.name);
       const AttentionParams whole = host_params(pc, poisoned_outputs(pc));
-      const DeviceBuffer q = DeviceBuffer::from_host(pc.in.q), k = DeviceBuffer::from_host(pc.in.k),
-                         v = DeviceBuffer::from_host(pc.in.v);
+      const DeviceBuffer dq = DeviceBuffer::from_host(pc.in.q), dk = DeviceBuffer::from_host(pc.in.k),
+                         dv = DeviceBuffer::from_host(pc.in.v);
+      const TensorView q = cuda_testing::on_device(whole.q, pc.in.q, dq);
+      const TensorView k = cuda_testing::on_device(whole.k, pc.in.k, dk);
+      const TensorView v = cuda_testing::on_device(whole.v, pc.in.v, dv);
       DeviceBuffer sink_dev;
       if (sink != SinkMode::none) sink_dev = DeviceBuffer::from_host(pc.in.sink);
       DeviceBuffer out(DType::bf16, {L, H, D}), lse(DType::f32, {H, L});
@@ -64,8 +67,8 @@ TEST(CudaContextParallel, PiecesOnTheDeviceMatchTheReference) {
             part_lse(DType::f32, {H, n});
         {  // the empty accumulator: a piece over no keys
           PieceParams none;
-          none.q = slice(q.view(), q0, q0 + n);
-          none.k = none.v = slice(k.view(), 0, 0);
+          none.q = slice(q, q0, q0 + n);
+          none.k = none.v = slice(k, 0, 0);
           none.q_pos = q0;
           none.out = acc.view();
           none.lse = acc_lse.view();
@@ -85,9 +88,9 @@ TEST(CudaContextParallel, PiecesOnTheDeviceMatchTheReference) {
         }
         for (size_t b = 0; b + 1 < kc.size(); ++b) {
           PieceParams pp;
-          pp.q = slice(q.view(), q0, q0 + n);
-          pp.k = slice(k.view(), kc[b], kc[b + 1]);
-          pp.v = slice(v.view(), kc[b], kc[b + 1]);
+          pp.q = slice(q, q0, q0 + n);
+          pp.k = slice(k, kc[b], kc[b + 1]);
+          pp.v = slice(v, kc[b], kc[b + 1]);
           pp.q_pos = q0;
           pp.k_pos = kc[b];
           pp.rule = rule;
