@@ -36,26 +36,53 @@ from ._ariadne import Pattern
 Tensor = torch.Tensor
 
 
-def _chunks(seq_len: int, world: int, align: int) -> List[Tuple[Tuple[int, int], Tuple[int, int]]]:
-    return _ariadne.zigzag_shards(seq_len, world, align)
+Run = Tuple[int, int, int, int]  # (sequence, first position, end position, first row in the rank's tensors)
 
 
-def shard(x: Tensor, rank: int, world: int, align: int = 1) -> Tensor:
-    """Rank ``rank``'s zig-zag rows of a full sequence ``x`` [seq_len, ...]: chunk ``rank`` then chunk
-    ``2 * world - 1 - rank`` (a copy)."""
-    (a0, a1), (b0, b1) = _chunks(x.shape[0], world, align)[rank]
-    return torch.cat([x[a0:a1], x[b0:b1]])
+def _lengths(seq_len: Optional[int], cu_seqlens: Optional[Sequence[int]]) -> List[int]:
+    if (seq_len is None) == (cu_seqlens is None):
+        raise ValueError("give one of seq_len (one sequence) and cu_seqlens (a packed batch)")
+    if seq_len is not None:
+        return [int(seq_len)]
+    cu = [int(x) for x in cu_seqlens]
+    if len(cu) < 2 or cu[0] != 0 or any(b < a for a, b in zip(cu, cu[1:])):
+        raise ValueError(f"cu_seqlens: {cu} is not a non-decreasing list of offsets from 0")
+    return [b - a for a, b in zip(cu, cu[1:])]
 
 
-def unshard(parts: Sequence[Tensor], world: int, align: int = 1, dim: int = 0) -> Tensor:
-    """The full sequence from every rank's shard (``parts[r]`` as ``shard`` gave it), along ``dim``
+def _runs(lengths: Sequence[int], rank: int, world: int, align: int) -> List[Run]:
+    """Rank ``rank``'s rows: for each sequence in order, its chunk ``rank`` then its chunk
+    ``2 * world - 1 - rank`` (empty chunks left out)."""
+    runs, row = [], 0
+    for s, n in enumerate(lengths):
+        for lo, hi in _ariadne.zigzag_shards(n, world, align)[rank]:
+            if hi > lo:
+                runs.append((s, lo, hi, row))
+                row += hi - lo
+    return runs
+
+
+def shard(x: Tensor, rank: int, world: int, align: int = 1, cu_seqlens: Optional[Sequence[int]] = None) -> Tensor:
+    """Rank ``rank``'s zig-zag rows of ``x`` [tokens, ...] (a copy): one sequence, or the packed
+    batch of ``cu_seqlens``, each sequence cut into 2 * world chunks of which the rank holds chunk
+    ``rank`` and chunk ``2 * world - 1 - rank``."""
+    cu = [0, x.shape[0]] if cu_seqlens is None else [int(c) for c in cu_seqlens]
+    runs = _runs(_lengths(None, cu), rank, world, align)
+    if not runs:
+        return x[:0].clone()
+    return torch.cat([x[cu[s] + lo:cu[s] + hi] for s, lo, hi, _ in runs])
+
+
+def unshard(parts: Sequence[Tensor], world: int, align: int = 1, dim: int = 0,
+            cu_seqlens: Optional[Sequence[int]] = None) -> Tensor:
+    """The packed tokens from every rank's shard (``parts[r]`` as ``shard`` gave it), along ``dim``
     (0 for out, 1 for an LSE [heads, n])."""
-    seq_len = sum(p.shape[dim] for p in parts)
-    chunks = _chunks(seq_len, world, align)
+    lengths = [sum(p.shape[dim] for p in parts)] if cu_seqlens is None else _lengths(None, cu_seqlens)
+    starts = [sum(lengths[:s]) for s in range(len(lengths))]
     pieces = []
-    for r, ((a0, a1), (b0, b1)) in enumerate(chunks):
-        pieces.append((a0, parts[r].narrow(dim, 0, a1 - a0)))
-        pieces.append((b0, parts[r].narrow(dim, a1 - a0, b1 - b0)))
+    for r in range(world):
+        for s, lo, hi, row in _runs(lengths, r, world, align):
+            pieces.append((starts[s] + lo, parts[r].narrow(dim, row, hi - lo)))
     pieces.sort(key=lambda p: p[0])
     return torch.cat([p for _, p in pieces], dim=dim)
 
@@ -64,23 +91,27 @@ def _peer(group, r: int) -> int:
     return r if group is None else dist.get_global_rank(group, r)
 
 
-def _rr_masks(q: Tensor, k: Tensor, runs, seq_len: int, group, rr: dict):
-    """Each of this rank's query chunks' RR mask from all-reduced key-stride sums."""
+def _rr_masks(q: Tensor, k: Tensor, runs: List[Run], lengths: List[int], group, rr: dict):
+    """Each of this rank's query runs' RR mask from all-reduced key-stride sums."""
     block, stride = int(rr.get("block", 128)), int(rr.get("stride", 8))
     heads_kv, dim = k.shape[1], k.shape[2]
-    sums = torch.zeros(((seq_len + stride - 1) // stride, heads_kv, dim), dtype=torch.float32)
+    base = [0]  # first stride row of each sequence in the gathered sums
+    for n in lengths:
+        base.append(base[-1] + (n + stride - 1) // stride)
+    sums = torch.zeros((base[-1], heads_kv, dim), dtype=torch.float32)
     k_host, q_host = k.cpu(), q.cpu()  # the estimator runs on the host
-    for lo, hi, off in runs:
+    for s, lo, hi, off in runs:
         part = torch.from_numpy(_ariadne.rr_key_sums(k_host[off:off + hi - lo], stride))
-        sums[lo // stride:lo // stride + part.shape[0]] = part
+        sums[base[s] + lo // stride:base[s] + lo // stride + part.shape[0]] = part
     on_device = sums.to(k.device)  # NCCL reduces device tensors; gloo host ones
     dist.all_reduce(on_device, group=group)  # one contributor per stride: the sum is exact
     sums = on_device.cpu()
     masks = []
-    for lo, hi, off in runs:
+    for s, lo, hi, off in runs:
         est = _ariadne.estimate_rr_from_key_sums(
-            q_host[off:off + hi - lo], sums, lo, seq_len, block=block, stride=stride, tau=float(rr.get("tau", 0.95)),
-            offset=rr.get("offset", "paper"), protect=rr.get("protect"), scale=float(rr.get("scale", 0.0)))
+            q_host[off:off + hi - lo], sums[base[s]:base[s + 1]], lo, lengths[s], block=block, stride=stride,
+            tau=float(rr.get("tau", 0.95)), offset=rr.get("offset", "paper"), protect=rr.get("protect"),
+            scale=float(rr.get("scale", 0.0)))
         masks.append(est.mask)
     return masks
 
@@ -89,7 +120,7 @@ def ring_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    seq_len: int,
+    seq_len: Optional[int] = None,
     group: Optional["dist.ProcessGroup"] = None,
     pattern: Pattern = Pattern.causal(),
     sink: Optional[Tensor] = None,
@@ -98,11 +129,14 @@ def ring_attention(
     align: int = 1,
     rr: Optional[dict] = None,
     backend: str = "cpu",
+    cu_seqlens: Optional[Sequence[int]] = None,
 ) -> Tuple[Tensor, Tensor]:
     """Ring attention of this rank's shard over ``group`` (the default group when None).
 
     q: [n_r, heads_q, head_dim], k, v: [n_r, heads_kv, head_dim] — this rank's zig-zag rows of one
-    sequence of ``seq_len`` tokens (``shard(x, rank, world, align)``); float32, bfloat16 or float16
+    sequence of ``seq_len`` tokens, or of each sequence of the packed batch ``cu_seqlens`` (the
+    whole batch's offsets, the same on every rank): ``shard(x, rank, world, align, cu_seqlens)``;
+    self-attention sequences. float32, bfloat16 or float16
     CPU tensors, or bfloat16 / float16 CUDA tensors. pattern: the sequence's window and/or chunk
     (Pattern.full(), causal(), window(l, r), chunked(c)). sink: float32 [heads_q] on q's device;
     sink_mode 'denominator' (default with a sink) or 'key0'.
@@ -118,19 +152,14 @@ def ring_attention(
         if align % int(rr.get("block", 128)) != 0:
             raise ValueError(f"align: {align} is not a multiple of rr's block {rr.get('block', 128)}")
     mode = sink_mode if sink_mode is not None else ("denominator" if sink is not None else "none")
-    chunks = _chunks(seq_len, world, align)
-
-    def runs_of(r: int):  # (lo, hi, row offset in the rank's shard) of each non-empty chunk
-        (a0, a1), (b0, b1) = chunks[r]
-        return [x for x in ((a0, a1, 0), (b0, b1, a1 - a0)) if x[1] > x[0]]
-
-    mine = runs_of(rank)
-    n = sum(hi - lo for lo, hi, _ in mine)
+    lengths = _lengths(seq_len, cu_seqlens)
+    mine = _runs(lengths, rank, world, align)
+    n = sum(hi - lo for _, lo, hi, _ in mine)
     if q.shape[0] != n or k.shape[0] != n or v.shape[0] != n:
         raise ValueError(f"q, k, v: {q.shape[0]}, {k.shape[0]}, {v.shape[0]} rows, expected {n} "
-                         f"(rank {rank}'s zig-zag shard of {seq_len} tokens over {world} ranks, align {align})")
+                         f"(rank {rank}'s zig-zag shard of sequences {lengths} over {world} ranks, align {align})")
     heads_q, dim = q.shape[1], q.shape[2]
-    masks = _rr_masks(q, k, mine, seq_len, group, rr) if rr is not None else [None] * len(mine)
+    masks = _rr_masks(q, k, mine, lengths, group, rr) if rr is not None else [None] * len(mine)
     dev = q.device
     if q.is_cuda:
         backend = "cuda"
@@ -145,7 +174,7 @@ def ring_attention(
         src = (rank - step) % world
         reqs = []
         if step + 1 < world:  # the next step's K/V, in flight while this step computes
-            rows = sum(hi - lo for lo, hi, _ in runs_of((src - 1) % world))
+            rows = sum(hi - lo for _, lo, hi, _ in _runs(lengths, (src - 1) % world, world, align))
             new_k = torch.empty((rows,) + tuple(k.shape[1:]), dtype=k.dtype, device=dev)
             new_v = torch.empty((rows,) + tuple(v.shape[1:]), dtype=v.dtype, device=dev)
             ops = [dist.P2POp(dist.isend, cur_k, _peer(group, nxt), group),
@@ -153,9 +182,11 @@ def ring_attention(
                    dist.P2POp(dist.irecv, new_k, _peer(group, prv), group),
                    dist.P2POp(dist.irecv, new_v, _peer(group, prv), group)]
             reqs = dist.batch_isend_irecv(ops)
-        for (qlo, qhi, qoff), mask in zip(mine, masks):
+        for (qs, qlo, qhi, qoff), mask in zip(mine, masks):
             nq = qhi - qlo
-            for klo, khi, koff in runs_of(src):
+            for ks, klo, khi, koff in _runs(lengths, src, world, align):
+                if ks != qs:
+                    continue
                 o, l = part[qoff:qoff + nq], part_lse[:heads_q * nq].view(heads_q, nq)
                 calls, _ = _ariadne.attention_piece(
                     q[qoff:qoff + nq], cur_k[koff:koff + khi - klo], cur_v[koff:koff + khi - klo], qlo, klo, o, l,

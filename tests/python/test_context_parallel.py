@@ -24,6 +24,10 @@ CONFIGS = {
     "window_sink": dict(pattern=ariadne.Pattern.window(40, 7), sink_mode="denominator"),
     "chunk_key0": dict(pattern=ariadne.Pattern.chunked(48), sink_mode="key0"),
     "rr": dict(pattern=ariadne.Pattern.causal(), rr=dict(tau=0.5, block=32, stride=8, protect=[]), align=32),
+    # A packed batch with an empty sequence.
+    "varlen_window_sink": dict(pattern=ariadne.Pattern.window(25, 0), sink_mode="denominator", cu=[0, 131, 131, L]),
+    "varlen_rr": dict(pattern=ariadne.Pattern.causal(), rr=dict(tau=0.5, block=32, stride=8, protect=[]), align=32,
+                      cu=[0, 100, L]),
 }
 
 
@@ -43,10 +47,11 @@ def _worker(rank, world, init_file, out_dir):
         for name, c in CONFIGS.items():
             align = c.get("align", 1)
             mode = c.get("sink_mode")
+            cu = c.get("cu")
             out, lse = cp.ring_attention(
-                cp.shard(q, rank, world, align), cp.shard(k, rank, world, align), cp.shard(v, rank, world, align),
-                seq_len=L, pattern=c["pattern"], sink=sink if mode else None, sink_mode=mode, align=align,
-                rr=c.get("rr"))
+                cp.shard(q, rank, world, align, cu), cp.shard(k, rank, world, align, cu),
+                cp.shard(v, rank, world, align, cu), seq_len=None if cu else L, cu_seqlens=cu, pattern=c["pattern"],
+                sink=sink if mode else None, sink_mode=mode, align=align, rr=c.get("rr"))
             torch.save((out, lse), os.path.join(out_dir, f"{name}_{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -60,18 +65,19 @@ def test_ring_over_gloo_equals_one_device(tmp_path, world):
     for name, c in CONFIGS.items():
         align = c.get("align", 1)
         parts = [torch.load(tmp_path / f"{name}_{r}.pt") for r in range(world)]
-        out = cp.unshard([p[0] for p in parts], world, align).numpy()
-        lse = cp.unshard([p[1] for p in parts], world, align, dim=1).numpy()
+        cu = c.get("cu")
+        out = cp.unshard([p[0] for p in parts], world, align, cu_seqlens=cu).numpy()
+        lse = cp.unshard([p[1] for p in parts], world, align, dim=1, cu_seqlens=cu).numpy()
         if "rr" in c:
             ref, ref_lse, res = ariadne.prefill(q.numpy(), k.numpy(), v.numpy(), tau=c["rr"]["tau"],
                                                 block=c["rr"]["block"], stride=c["rr"]["stride"], protect=[], lse=True,
-                                                estimate_backend="cpu", attention_backend="reference")
+                                                cu_seqlens=cu, estimate_backend="cpu", attention_backend="reference")
             assert 0.2 < res.stats.density < 0.95, (name, res.stats.density)  # a mask that matters
         else:
             mode = c.get("sink_mode")
             ref, ref_lse = ariadne.attention(q.numpy(), k.numpy(), v.numpy(), c["pattern"],
                                              sink=sink.numpy() if mode else None, sink_mode=mode, lse=True,
-                                             backend="reference")
+                                             cu_seqlens=cu, backend="reference")
         close(out, ref, "float32", max_logit)
         lse_close(lse, ref_lse, BASE_TOL["float32"])
 
@@ -80,9 +86,13 @@ def test_shard_and_unshard_are_inverse():
     x = torch.arange(1000).reshape(1000, 1)
     for world in (1, 2, 3, 8):
         for align in (1, 64):
-            parts = [cp.shard(x, r, world, align) for r in range(world)]
-            assert sum(p.shape[0] for p in parts) == 1000
-            assert torch.equal(cp.unshard(parts, world, align), x)
+            for cu in (None, [0, 1000], [0, 10, 10, 700, 1000]):
+                parts = [cp.shard(x, r, world, align, cu) for r in range(world)]
+                assert sum(p.shape[0] for p in parts) == 1000
+                assert torch.equal(cp.unshard(parts, world, align, cu_seqlens=cu), x)
+    # Rank 0 of 2 holds chunks 0 and 3 of each sequence.
+    assert cp.shard(torch.arange(8), 0, 2).tolist() == [0, 1, 6, 7]
+    assert cp.shard(torch.arange(12), 0, 2, cu_seqlens=[0, 8, 12]).tolist() == [0, 1, 6, 7, 8, 11]
 
 
 def test_pieces_merge_to_attention(rng):
