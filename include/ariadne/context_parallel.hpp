@@ -50,6 +50,9 @@ struct PieceParams {
   TensorView out;  // f32 [n_q, heads_q, head_dim], written
   TensorView lse;  // f32 [heads_q, n_q] contiguous, written (−inf where a query sees no key)
   void* stream = nullptr;  // cudaStream_t for device tensors
+  // Optional: f32 scratch of >= heads_q · n_q elements on q's device for the calls' LSE (attention()
+  // writes a contiguous one); without it the piece allocates one per call.
+  TensorView lse_scratch;
 };
 
 // What a piece computed: score entries (query head, query, key) its rule allows. Under the element

@@ -766,7 +766,7 @@ def kept_page_mass(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.ui
     hold; 1 for a selection that keeps every visible page (the selection's recall).
     """
 
-def attention_piece(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], k: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], v: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], q_pos: int, k_pos: int, out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None))], lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], rule: Pattern = ..., blocks: BlockMask | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'cpu', stream: int = 0, bf16_bits: bool = False) -> tuple[int, int]:
+def attention_piece(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], k: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], v: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], q_pos: int, k_pos: int, out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None))], lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], rule: Pattern = ..., blocks: BlockMask | None = None, sink: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', writable=False)] | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'cpu', stream: int = 0, lse_scratch: Annotated[NDArray[numpy.float32], dict(order='C')] | None = None, bf16_bits: bool = False) -> tuple[int, int]:
     """
     One piece of a ring: queries at positions q_pos ... of one self-attention sequence against keys
     at positions k_pos ..., under the sequence's rule (a window and/or chunk Pattern, no varlen) and
@@ -775,8 +775,9 @@ def attention_piece(q: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.u
     [n_q, heads_q, head_dim]) and lse (float32 [heads_q, n_q], -inf where no key is allowed). A key-0
     sink applies in the piece whose keys start at position 0; a denominator sink is left to
     finish_partials. Host arrays on backend 'cpu' / 'reference', or CUDA arrays on 'cuda' (enqueued on
-    `stream`, a cudaStream_t as an int; blocks stays a host BlockMask). Returns (attention calls,
-    allowed score entries).
+    `stream`, a cudaStream_t as an int; blocks stays a host BlockMask). lse_scratch: optional float32
+    scratch of >= heads_q * n_q elements for the calls' LSE (else one is allocated per call). Returns
+    (attention calls, allowed score entries).
     """
 
 def merge_partial(acc_out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None))], acc_lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None))], part_out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None), writable=False)], part_lse: Annotated[NDArray[numpy.float32], dict(shape=(None, None), writable=False)], stream: int = 0) -> None:

@@ -168,6 +168,7 @@ def ring_attention(
     acc_lse = torch.full((heads_q, n), float("-inf"), dtype=torch.float32, device=dev)
     part = torch.empty((n, heads_q, dim), dtype=torch.float32, device=dev)
     part_lse = torch.empty(heads_q * n, dtype=torch.float32, device=dev)  # a contiguous [heads, nq] per piece
+    scratch = torch.empty(heads_q * n, dtype=torch.float32, device=dev)  # the pieces' calls' LSE
     cur_k, cur_v = k.contiguous(), v.contiguous()
     nxt, prv = (rank + 1) % world, (rank - 1) % world
     for step in range(world):
@@ -191,7 +192,7 @@ def ring_attention(
                 calls, _ = _ariadne.attention_piece(
                     q[qoff:qoff + nq], cur_k[koff:koff + khi - klo], cur_v[koff:koff + khi - klo], qlo, klo, o, l,
                     rule=pattern, blocks=mask, sink=sink, sink_mode="key0" if mode == "key0" else "none",
-                    scale=scale, backend=backend, stream=stream)
+                    scale=scale, backend=backend, stream=stream, lse_scratch=scratch)
                 if calls:
                     _ariadne.merge_partial(acc[qoff:qoff + nq], acc_lse[:, qoff:qoff + nq], o, l, stream=stream)
         for req in reqs:

@@ -47,9 +47,11 @@ void bind_context_parallel(nb::module_& m) {
       "attention_piece",
       [](const AnyIn& q, const AnyIn& k, const AnyIn& v, int64_t q_pos, int64_t k_pos, const AnyOut& out,
          const AnyOut& lse, const Pattern& rule, const BlockMask* blocks, const std::optional<AnyIn>& sink,
-         const std::string& sink_mode, float scale, const std::string& backend, uintptr_t stream, bool bf16_bits) {
+         const std::string& sink_mode, float scale, const std::string& backend, uintptr_t stream,
+         const std::optional<AnyOut>& lse_scratch, bool bf16_bits) {
         PieceParams p;
         p.stream = reinterpret_cast<void*>(stream);
+        if (lse_scratch) p.lse_scratch = as_view(*lse_scratch, "lse_scratch");
         p.q = as_view(q, "q", bf16_bits);
         p.k = as_view(k, "k", bf16_bits);
         p.v = as_view(v, "v", bf16_bits);
@@ -73,10 +75,12 @@ void bind_context_parallel(nb::module_& m) {
               ", q_pos: int, k_pos: int, out: " SIG_F32_OUT3 ", lse: " ARIADNE_SIG_F32_OUT2
               ", rule: Pattern = ..., blocks: BlockMask | None = None, sink: " ARIADNE_SIG_F32_IN1
               " | None = None, sink_mode: str = 'none', scale: float = 0.0, backend: str = 'cpu', "
-              "stream: int = 0, bf16_bits: bool = False) -> tuple[int, int]"),
+              "stream: int = 0, lse_scratch: Annotated[NDArray[numpy.float32], dict(order='C')] | None = None, "
+              "bf16_bits: bool = False) -> tuple[int, int]"),
       "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "q_pos"_a, "k_pos"_a, "out"_a.noconvert(),
       "lse"_a.noconvert(), "rule"_a = Pattern::full(), "blocks"_a = nb::none(), "sink"_a = nb::none(),
-      "sink_mode"_a = "none", "scale"_a = 0.f, "backend"_a = "cpu", "stream"_a = 0, "bf16_bits"_a = false,
+      "sink_mode"_a = "none", "scale"_a = 0.f, "backend"_a = "cpu", "stream"_a = 0, "lse_scratch"_a = nb::none(),
+      "bf16_bits"_a = false,
       R"doc(One piece of a ring: queries at positions q_pos ... of one self-attention sequence against keys
 at positions k_pos ..., under the sequence's rule (a window and/or chunk Pattern, no varlen) and
 optionally its block mask restricted to these queries (rows head * nqb + local block, columns the
@@ -84,8 +88,9 @@ sequence's key blocks: estimate_rr_from_key_sums(...).mask). Writes the partial 
 [n_q, heads_q, head_dim]) and lse (float32 [heads_q, n_q], -inf where no key is allowed). A key-0
 sink applies in the piece whose keys start at position 0; a denominator sink is left to
 finish_partials. Host arrays on backend 'cpu' / 'reference', or CUDA arrays on 'cuda' (enqueued on
-`stream`, a cudaStream_t as an int; blocks stays a host BlockMask). Returns (attention calls,
-allowed score entries).)doc");
+`stream`, a cudaStream_t as an int; blocks stays a host BlockMask). lse_scratch: optional float32
+scratch of >= heads_q * n_q elements for the calls' LSE (else one is allocated per call). Returns
+(attention calls, allowed score entries).)doc");
 
   m.def(
       "merge_partial",

@@ -128,6 +128,12 @@ void check_piece(const PieceParams& p) {
   ARIADNE_CHECK(r.window_right >= 0 || r.window_right == kUnbounded, "attention_piece: rule window_right is ",
                 r.window_right, ", expected >= 0 or unbounded");
   ARIADNE_CHECK(r.chunk >= 0, "attention_piece: rule chunk is ", r.chunk, ", expected >= 0");
+  if (p.lse_scratch.defined()) {
+    require_dtype(p.lse_scratch, "lse_scratch", {DType::f32});
+    require_device(p.lse_scratch, "lse_scratch", dev);
+    ARIADNE_CHECK(p.lse_scratch.contiguous() && p.lse_scratch.numel() >= hq * n_q, "attention_piece: lse_scratch ",
+                  p.lse_scratch.describe(), " must be contiguous with >= heads_q · n_q = ", hq * n_q, " elements");
+  }
   if (p.blocks.defined()) {
     const BlockSparseView& b = p.blocks;
     ARIADNE_CHECK(b.block > 0 && b.heads == hq, "attention_piece: blocks have block ", b.block, " and ", b.heads,
@@ -205,14 +211,22 @@ PieceWork attention_piece(const PieceParams& p, Backend backend) {
     // attention() writes a contiguous [heads, lq] LSE: a scratch, copied into the piece's columns.
     Buffer lse;
     DeviceBuffer lse_gpu;
-    if (on_gpu) lse_gpu = DeviceBuffer(DType::f32, {hq, lq});
-    else lse = Buffer(DType::f32, {hq, lq});
+    TensorView lse_view;
+    if (p.lse_scratch.defined()) {
+      lse_view = make_view(p.lse_scratch.data, DType::f32, {hq, lq}, p.q.device);
+    } else if (on_gpu) {
+      lse_gpu = DeviceBuffer(DType::f32, {hq, lq});
+      lse_view = lse_gpu.view();
+    } else {
+      lse = Buffer(DType::f32, {hq, lq});
+      lse_view = lse.view();
+    }
     AttentionParams ap;
     ap.q = rows_of(p.q, r.qa - p.q_pos, r.qb - p.q_pos);
     ap.k = rows_of(p.k, r.ka - p.k_pos, r.kb - p.k_pos);
     ap.v = rows_of(p.v, r.ka - p.k_pos, r.kb - p.k_pos);
     ap.out = rows_of(p.out, r.qa - p.q_pos, r.qb - p.q_pos);
-    ap.lse = on_gpu ? lse_gpu.view() : lse.view();
+    ap.lse = lse_view;
     ap.pattern = local;
     ap.scale = p.scale;
     ap.stream = p.stream;
@@ -227,12 +241,12 @@ PieceWork attention_piece(const PieceParams& p, Backend backend) {
     if (on_gpu) {
 #if defined(ARIADNE_WITH_CUDA)
       cp_detail::copy_lse_columns_cuda(static_cast<float*>(p.lse.data) + (r.qa - p.q_pos), n_q,
-                                       static_cast<const float*>(lse_gpu.data()), lq, lq, hq, p.stream);
+                                       static_cast<const float*>(lse_view.data), lq, lq, hq, p.stream);
 #endif
     } else {
       for (int64_t h = 0; h < hq; ++h)
-        std::memcpy(static_cast<float*>(p.lse.data) + h * n_q + (r.qa - p.q_pos), lse.as<float>() + h * lq,
-                    size_t(lq) * sizeof(float));
+        std::memcpy(static_cast<float*>(p.lse.data) + h * n_q + (r.qa - p.q_pos),
+                    static_cast<const float*>(lse_view.data) + h * lq, size_t(lq) * sizeof(float));
     }
     work.calls += 1;
     work.entries += count_entries(local, e, int(hq), p.blocks.defined() ? &mask : nullptr);

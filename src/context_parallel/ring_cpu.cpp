@@ -38,7 +38,7 @@ struct QueryRun {
   int owner = 0;  // the rank that holds these queries in the zig-zag shards
   Buffer q;       // [n, heads_q, dim]: the owner's rows (sent when another rank computes them)
   BlockMask mask; // rows (head, local query block), the sequence's key blocks; empty: dense
-  Buffer acc_out, acc_lse, part_out, part_lse;
+  Buffer acc_out, acc_lse, part_out, part_lse, lse_scratch;
 };
 
 // What a rank passes to the next one: its K/V chunks (only the K/V heads travel).
@@ -104,6 +104,7 @@ void run_ring(const Problem& pb, std::vector<std::vector<QueryRun>>& runs, std::
               pp.scale = pb.p->scale;
               pp.out = run.part_out.view();
               pp.lse = run.part_lse.view();
+              pp.lse_scratch = run.lse_scratch.view();
               const PieceWork w = attention_piece(pp, config.backend);
               if (w.calls == 0) continue;
               merge_partial(run.acc_out.view(), run.acc_lse.view(), run.part_out.view(), run.part_lse.view());
@@ -136,6 +137,7 @@ void init_run(QueryRun& run, int64_t hq, int64_t d) {
   run.acc_lse.fill(-std::numeric_limits<float>::infinity());
   run.part_out = Buffer(DType::f32, {len, hq, d});
   run.part_lse = Buffer(DType::f32, {hq, len});
+  run.lse_scratch = Buffer(DType::f32, {hq * len});
 }
 
 // Writes a finished run into the packed outputs of p (the gather a real ring does last).
