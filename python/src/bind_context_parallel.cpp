@@ -28,18 +28,6 @@ using namespace nb::literals;
 #define SIG_F32_OUT3 "Annotated[NDArray[numpy.float32], dict(shape=(None, None, None))]"
 #define SIG_F32_OUT2 "Annotated[NDArray[numpy.float32], dict(shape=(None, None))]"
 
-std::optional<Protections> protections_of(const std::optional<std::vector<std::string>>& names) {
-  if (!names) return std::nullopt;
-  Protections p;
-  for (const std::string& n : *names) {
-    if (n == "last_row") p.last_row = true;
-    else if (n == "sink") p.sink = true;
-    else if (n == "diagonal") p.diagonal = true;
-    else detail::fail("protect: '", n, "' is not one of last_row, sink, diagonal");
-  }
-  return p;
-}
-
 }  // namespace
 
 void bind_context_parallel(nb::module_& m) {

@@ -41,20 +41,6 @@ struct Layout {
   }
 };
 
-// protect: None for the method's published protections, else the names to keep
-// ("last_row", "sink", "diagonal"; an empty list keeps none).
-std::optional<Protections> parse_protect(const std::optional<std::vector<std::string>>& names) {
-  if (!names) return std::nullopt;
-  Protections p;
-  for (const std::string& n : *names) {
-    if (n == "last_row") p.last_row = true;
-    else if (n == "sink") p.sink = true;
-    else if (n == "diagonal") p.diagonal = true;
-    else detail::fail("protect: '", n, "' is not one of last_row, sink, diagonal");
-  }
-  return p;
-}
-
 EstimateConfig make_config(const std::string& method, int32_t block, int32_t stride, double tau,
                            std::vector<double> tau_per_head, const std::string& offset,
                            const std::optional<std::vector<std::string>>& protect, float scale) {
@@ -65,7 +51,7 @@ EstimateConfig make_config(const std::string& method, int32_t block, int32_t str
   c.tau = tau;
   c.tau_per_head = std::move(tau_per_head);
   c.offset = parse_rr_offset(offset);
-  c.protect = parse_protect(protect);
+  c.protect = protections_of(protect);
   c.scale = scale;
   return c;
 }
@@ -80,6 +66,18 @@ offset 'paper' or 'released' (rr's sampling formula); protect: None (as each met
 or names among 'last_row', 'sink', 'diagonal'. The GIL is released while it runs.)doc";
 
 }  // namespace
+
+std::optional<Protections> protections_of(const std::optional<std::vector<std::string>>& names) {
+  if (!names) return std::nullopt;
+  Protections p;
+  for (const std::string& n : *names) {
+    if (n == "last_row") p.last_row = true;
+    else if (n == "sink") p.sink = true;
+    else if (n == "diagonal") p.diagonal = true;
+    else detail::fail("protect: '", n, "' is not one of last_row, sink, diagonal");
+  }
+  return p;
+}
 
 void bind_estimate(nb::module_& m) {
   nb::class_<EstimateStats>(m, "EstimateStats", "Stage times (ms), kept / visible blocks and scoring cost.")

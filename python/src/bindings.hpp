@@ -1,7 +1,13 @@
 // The parts of the _ariadne extension module, one function per group of bindings.
 #pragma once
 
+#include <optional>
+#include <string>
+#include <vector>
+
 #include <nanobind/nanobind.h>
+
+#include "ariadne/estimate.hpp"
 
 namespace ariadne::py {
 
@@ -12,5 +18,9 @@ void bind_decode(nanobind::module_& m);     // paged KV cache, decode attention,
 void bind_context_parallel(nanobind::module_& m);  // ring pieces, LSE merge, RR from key sums
 void bind_shs(nanobind::module_& m);        // SHS-Index: patch labels, layer diagnostics, accumulator
 void bind_vit(nanobind::module_& m);        // vision encoder: images, config, preprocess, weights, encode
+
+// An estimator's `protect` argument: None for the method's published protections, else the names
+// to keep ("last_row", "sink", "diagonal"; an empty list keeps none). Errors name the argument.
+std::optional<Protections> protections_of(const std::optional<std::vector<std::string>>& names);
 
 }  // namespace ariadne::py

@@ -15,12 +15,6 @@ namespace {
 
 using namespace testing;
 
-TensorView slice(TensorView t, int64_t lo, int64_t hi) {  // rows [lo, hi) of a [tokens, …] view
-  t.data = static_cast<char*>(t.data) + lo * t.stride[0] * dtype_size(t.dtype);
-  t.shape[0] = hi - lo;
-  return t;
-}
-
 TEST(ContextParallel, ZigzagShardsCoverEverySequenceOnce) {
   for (int64_t len : {0, 1, 7, 128, 1000, 4097})
     for (int ranks : {1, 2, 3, 8})
@@ -64,14 +58,7 @@ TEST(ContextParallel, PiecesMergedOverRandomSplitsMatchTheReference) {
       SCOPED_TRACE(pc.name);
       const AttentionParams whole = host_params(pc, poisoned_outputs(pc));
       const int64_t B = whole.pattern.blocks.defined() ? whole.pattern.blocks.block : 1;
-      auto cuts = [&](int n) {  // n runs, starts on multiples of B
-        std::vector<int64_t> at{0, 301};
-        for (int i = 1; i < n; ++i) at.push_back(int64_t(rng() % (301 / B)) * B);
-        std::sort(at.begin(), at.end());
-        at.erase(std::unique(at.begin(), at.end()), at.end());
-        return at;
-      };
-      const std::vector<int64_t> qc = cuts(3), kc = cuts(4);
+      const std::vector<int64_t> qc = random_cuts(rng, 301, B, 3), kc = random_cuts(rng, 301, B, 4);
       CaseOutputs o = poisoned_outputs(pc);
       Pattern rule = whole.pattern;
       rule.blocks = BlockSparseView{};
@@ -81,23 +68,12 @@ TEST(ContextParallel, PiecesMergedOverRandomSplitsMatchTheReference) {
             part_lse(DType::f32, {4, n});
         acc.fill(0.f);
         acc_lse.fill(-INFINITY);
-        BlockMask rows;  // the mask's rows of these queries
-        if (B > 1) {
-          const int64_t nqb = (n + B - 1) / B;
-          std::vector<std::vector<int32_t>> lists;
-          for (int h = 0; h < 4; ++h)
-            for (int64_t m = 0; m < nqb; ++m) {
-              const int64_t row = whole.pattern.block_row(0, whole.pattern.seq(0, 301, 301), h, q0 / B + m);
-              lists.emplace_back(whole.pattern.blocks.col_idx + whole.pattern.blocks.row_ptr[row],
-                                 whole.pattern.blocks.col_idx + whole.pattern.blocks.row_ptr[row + 1]);
-            }
-          rows = BlockMask::from_lists(int32_t(B), 4, {n}, lists);
-        }
+        const BlockMask rows = B > 1 ? query_rows(whole.pattern, 0, 301, 301, q0, n) : BlockMask{};
         for (size_t b = 0; b + 1 < kc.size(); ++b) {
           PieceParams pp;
-          pp.q = slice(whole.q, q0, q0 + n);
-          pp.k = slice(whole.k, kc[b], kc[b + 1]);
-          pp.v = slice(whole.v, kc[b], kc[b + 1]);
+          pp.q = rows_of(whole.q, q0, q0 + n);
+          pp.k = rows_of(whole.k, kc[b], kc[b + 1]);
+          pp.v = rows_of(whole.v, kc[b], kc[b + 1]);
           pp.q_pos = q0;
           pp.k_pos = kc[b];
           pp.rule = rule;
@@ -109,7 +85,7 @@ TEST(ContextParallel, PiecesMergedOverRandomSplitsMatchTheReference) {
           attention_piece(pp, Backend::cpu);
           merge_partial(acc.view(), acc_lse.view(), part.view(), part_lse.view());
         }
-        TensorView out = slice(o.out.view(), q0, q0 + n);
+        TensorView out = rows_of(o.out.view(), q0, q0 + n);
         TensorView lse = o.lse.view();
         lse.data = o.lse.as<float>() + q0;
         lse.shape[1] = n;

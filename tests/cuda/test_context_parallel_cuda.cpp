@@ -17,12 +17,6 @@ namespace {
 
 using namespace testing;
 
-TensorView slice(TensorView t, int64_t lo, int64_t hi) {  // rows [lo, hi) of a [tokens, …] view
-  t.data = static_cast<char*>(t.data) + lo * t.stride[0] * dtype_size(t.dtype);
-  t.shape[0] = hi - lo;
-  return t;
-}
-
 TEST(CudaContextParallel, PiecesOnTheDeviceMatchTheReference) {
   std::mt19937_64 rng(17 + cuda_testing::base_seed());
   const int64_t L = 301, H = 4, D = 64;
@@ -51,14 +45,7 @@ TEST(CudaContextParallel, PiecesOnTheDeviceMatchTheReference) {
       if (sink != SinkMode::none) sink_dev = DeviceBuffer::from_host(pc.in.sink);
       DeviceBuffer out(DType::bf16, {L, H, D}), lse(DType::f32, {H, L});
       const int64_t B = whole.pattern.blocks.defined() ? whole.pattern.blocks.block : 1;
-      auto cuts = [&](int n) {
-        std::vector<int64_t> at{0, L};
-        for (int i = 1; i < n; ++i) at.push_back(int64_t(rng() % uint64_t(L / B)) * B);
-        std::sort(at.begin(), at.end());
-        at.erase(std::unique(at.begin(), at.end()), at.end());
-        return at;
-      };
-      const std::vector<int64_t> qc = cuts(3), kc = cuts(4);
+      const std::vector<int64_t> qc = random_cuts(rng, L, B, 3), kc = random_cuts(rng, L, B, 4);
       Pattern rule = whole.pattern;
       rule.blocks = BlockSparseView{};
       for (size_t a = 0; a + 1 < qc.size(); ++a) {
@@ -67,30 +54,19 @@ TEST(CudaContextParallel, PiecesOnTheDeviceMatchTheReference) {
             part_lse(DType::f32, {H, n});
         {  // the empty accumulator: a piece over no keys
           PieceParams none;
-          none.q = slice(q, q0, q0 + n);
-          none.k = none.v = slice(k, 0, 0);
+          none.q = rows_of(q, q0, q0 + n);
+          none.k = none.v = rows_of(k, 0, 0);
           none.q_pos = q0;
           none.out = acc.view();
           none.lse = acc_lse.view();
           EXPECT_EQ(attention_piece(none, Backend::cuda).calls, 0);
         }
-        BlockMask rows;
-        if (B > 1) {
-          const int64_t nqb = (n + B - 1) / B;
-          std::vector<std::vector<int32_t>> lists;
-          for (int h = 0; h < H; ++h)
-            for (int64_t m = 0; m < nqb; ++m) {
-              const int64_t row = whole.pattern.block_row(0, whole.pattern.seq(0, L, L), h, q0 / B + m);
-              lists.emplace_back(whole.pattern.blocks.col_idx + whole.pattern.blocks.row_ptr[row],
-                                 whole.pattern.blocks.col_idx + whole.pattern.blocks.row_ptr[row + 1]);
-            }
-          rows = BlockMask::from_lists(int32_t(B), int32_t(H), {n}, lists);
-        }
+        const BlockMask rows = B > 1 ? query_rows(whole.pattern, 0, L, L, q0, n) : BlockMask{};
         for (size_t b = 0; b + 1 < kc.size(); ++b) {
           PieceParams pp;
-          pp.q = slice(q, q0, q0 + n);
-          pp.k = slice(k, kc[b], kc[b + 1]);
-          pp.v = slice(v, kc[b], kc[b + 1]);
+          pp.q = rows_of(q, q0, q0 + n);
+          pp.k = rows_of(k, kc[b], kc[b + 1]);
+          pp.v = rows_of(v, kc[b], kc[b + 1]);
           pp.q_pos = q0;
           pp.k_pos = kc[b];
           pp.rule = rule;
@@ -105,7 +81,7 @@ TEST(CudaContextParallel, PiecesOnTheDeviceMatchTheReference) {
         TensorView lse_cols = lse.view();
         lse_cols.data = static_cast<float*>(lse_cols.data) + q0;
         lse_cols.shape[1] = n;
-        finish_partials(acc.view(), acc_lse.view(), whole.sink_mode, sink_dev.view(), slice(out.view(), q0, q0 + n),
+        finish_partials(acc.view(), acc_lse.view(), whole.sink_mode, sink_dev.view(), rows_of(out.view(), q0, q0 + n),
                         lse_cols);
       }
       CaseOutputs o = poisoned_outputs(pc);

@@ -129,17 +129,8 @@ TEST(NcclRing, EqualsOneDeviceAttention) {
               p.sink = dsink.view();
             }
             if (config == 2)  // each run's rows of the one-device mask
-              for (const auto& [s, pr] : sh.runs) {
-                const int64_t nqb = (pr.size() + B - 1) / B, nqb_seq = (lengths[size_t(s)] + B - 1) / B;
-                std::vector<std::vector<int32_t>> lists;
-                for (int64_t h = 0; h < hq; ++h)
-                  for (int64_t m = 0; m < nqb; ++m) {
-                    const int64_t row = est.mask.seq_block_base[size_t(s)] * hq + h * nqb_seq + pr.lo / B + m;
-                    lists.emplace_back(est.mask.col_idx.begin() + est.mask.row_ptr[size_t(row)],
-                                       est.mask.col_idx.begin() + est.mask.row_ptr[size_t(row) + 1]);
-                  }
-                p.masks.push_back(BlockMask::from_lists(int32_t(B), int32_t(hq), {pr.size()}, lists));
-              }
+              for (const auto& [s, pr] : sh.runs)
+                p.masks.push_back(query_rows(one.pattern, s, total, total, pr.lo, pr.size()));
             p.comm = comms[size_t(r)];
             ring_attention_nccl(p);
             const Buffer o = out.to_host(), l = lse.to_host();
