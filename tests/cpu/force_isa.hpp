@@ -12,7 +12,8 @@
 
 namespace ariadne::testing {
 
-inline const char* const kIsas[] = {"generic", "avx2", "avx512"};
+// "amx" runs only where the CPU has AMX (not on CI's machines).
+inline const char* const kIsas[] = {"generic", "avx2", "avx512", "amx"};
 
 // ARIADNE_TEST_SEED draws other inputs for every case (0 or unset: the table's own seeds).
 inline uint64_t salt() {

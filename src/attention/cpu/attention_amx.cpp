@@ -1,0 +1,170 @@
+// The AMX kernel table: the AVX-512 table with its two bf16 products on the tile unit (TDPBF16PS).
+//
+// The packed operands already have AMX's B layout: a key tile of K is [dp][32] pairs of bf16 (32-bit
+// words, the low half the even head-dim entry), i.e. B rows of 16 pairs per 64 bytes; V is [16][dv]
+// pairs of keys. So S = Q·Kᵀ takes Q rows as A tiles (16 rows × 32 bf16) against two B tiles (keys
+// 0–15 and 16–31) per 32 head-dim entries, and O += P·V takes P rounded to bf16 (16 rows × 32 keys)
+// against a B tile per 16 output columns. Rows are taken 16 at a time; a group of fewer rows goes
+// through 16-row local buffers, so no tile reads or writes past the caller's rows.
+// The tile configuration is loaded at each call (the thread may have run other AMX code since).
+// Linux grants the tile state to a process on request (arch_prctl); amx_usable() asks once.
+#include "attention/cpu/attention_kernels.hpp"
+
+#if defined(__x86_64__) && defined(__AMX_TILE__) && defined(__AMX_BF16__)
+
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cpuid.h>
+#include <cstring>
+
+namespace ariadne::cpu {
+
+namespace {
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// Tiles: 0, 1 the two C halves (or C); 2 A; 3, 4 the two B halves (or B); 5–7 the same for a
+// last head-dim chunk of fewer than 16 pairs.
+void configure(int rem_pairs) {
+  TileConfig c;
+  for (int t = 0; t < 5; ++t) {
+    c.rows[t] = 16;
+    c.colsb[t] = 64;
+  }
+  if (rem_pairs > 0) {
+    c.rows[5] = 16;
+    c.colsb[5] = uint16_t(4 * rem_pairs);
+    c.rows[6] = c.rows[7] = uint8_t(rem_pairs);
+    c.colsb[6] = c.colsb[7] = 64;
+  }
+  _tile_loadconfig(&c);
+}
+
+void qk_group(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, float* s) {
+  _tile_zero(0);
+  _tile_zero(1);
+  const int full = dp / 16, rem = dp % 16;
+  for (int c = 0; c < full; ++c) {
+    _tile_loadd(2, q + c * 32, ldq * 2);
+    _tile_loadd(3, k + c * 16 * 64, 128);
+    _tile_loadd(4, k + c * 16 * 64 + 32, 128);
+    _tile_dpbf16ps(0, 2, 3);
+    _tile_dpbf16ps(1, 2, 4);
+  }
+  if (rem > 0) {
+    _tile_loadd(5, q + full * 32, ldq * 2);
+    _tile_loadd(6, k + full * 16 * 64, 128);
+    _tile_loadd(7, k + full * 16 * 64 + 32, 128);
+    _tile_dpbf16ps(0, 5, 6);
+    _tile_dpbf16ps(1, 5, 7);
+  }
+  _tile_stored(0, s, kKeyTile * 4);
+  _tile_stored(1, s + 16, kKeyTile * 4);
+}
+
+void qk_bf16(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, int rows, float* s) {
+  if (dp > 256) {  // beyond the local buffer of a short row group
+    tile_kernels_avx512()->qk_bf16(q, ldq, k, dp, rows, s);
+    return;
+  }
+  configure(dp % 16);
+  for (int r = 0; r < rows; r += 16) {
+    const int n = rows - r < 16 ? rows - r : 16;
+    if (n == 16) {
+      qk_group(q + r * ldq, ldq, k, dp, s + r * kKeyTile);
+      continue;
+    }
+    alignas(64) uint16_t qa[16 * 512];  // head dims up to 512 (dp <= 256)
+    alignas(64) float sa[16 * kKeyTile];
+    std::memset(qa, 0, sizeof(qa));
+    for (int i = 0; i < n; ++i) std::memcpy(qa + i * 2 * dp, q + (r + i) * ldq, size_t(dp) * 4);
+    qk_group(qa, 2 * dp, k, dp, sa);
+    std::memcpy(s + r * kKeyTile, sa, size_t(n) * kKeyTile * 4);
+  }
+  _tile_release();
+}
+
+// O = alpha·O + P·V, P rounded to bf16 (round to nearest even, as the AVX-512 table does).
+void pv_bf16(const float* p, const uint16_t* v, int dv, int rows, const float* alpha, float* o) {
+  if (dv % 16 != 0) {  // the tile unit takes whole 16-column blocks
+    tile_kernels_avx512()->pv_bf16(p, v, dv, rows, alpha, o);
+    return;
+  }
+  configure(0);
+  for (int r = 0; r < rows; r += 16) {
+    const int n = rows - r < 16 ? rows - r : 16;
+    alignas(64) uint32_t pa[16 * 16] = {};
+    for (int i = 0; i < n; ++i) {
+      const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + (r + i) * kKeyTile + 16),
+                                             _mm512_loadu_ps(p + (r + i) * kKeyTile));
+      _mm512_store_si512(pa + i * 16, (__m512i)h);
+    }
+    for (int i = 0; i < n; ++i) {
+      const __m512 a = _mm512_set1_ps(alpha[r + i]);
+      float* row = o + int64_t(r + i) * dv;
+      for (int c = 0; c < dv; c += 16) _mm512_storeu_ps(row + c, _mm512_mul_ps(a, _mm512_loadu_ps(row + c)));
+    }
+    _tile_loadd(2, pa, 64);
+    for (int c = 0; c < dv; c += 16) {
+      _tile_loadd(3, v + c * 2, int64_t(dv) * 4);
+      if (n == 16) {
+        _tile_loadd(0, o + int64_t(r) * dv + c, int64_t(dv) * 4);
+        _tile_dpbf16ps(0, 2, 3);
+        _tile_stored(0, o + int64_t(r) * dv + c, int64_t(dv) * 4);
+      } else {
+        alignas(64) float ca[16 * 16] = {};
+        for (int i = 0; i < n; ++i) std::memcpy(ca + i * 16, o + int64_t(r + i) * dv + c, 64);
+        _tile_loadd(0, ca, 64);
+        _tile_dpbf16ps(0, 2, 3);
+        _tile_stored(0, ca, 64);
+        for (int i = 0; i < n; ++i) std::memcpy(o + int64_t(r + i) * dv + c, ca + i * 16, 64);
+      }
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace
+
+const TileKernels* tile_kernels_amx() {
+  static const TileKernels table = [] {
+    TileKernels t = *tile_kernels_avx512();
+    t.name = "amx";
+    t.qk_bf16 = qk_bf16;
+    t.pv_bf16 = pv_bf16;
+    return t;
+  }();
+  return tile_kernels_avx512() != nullptr ? &table : nullptr;
+}
+
+bool amx_usable() {
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool tile = (d >> 24) & 1u, bf16 = (d >> 22) & 1u;
+    if (!tile || !bf16) return false;
+    // ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA: the kernel grants the tile state to the process.
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+  }();
+  return ok;
+}
+
+}  // namespace ariadne::cpu
+
+#else
+
+namespace ariadne::cpu {
+const TileKernels* tile_kernels_amx() { return nullptr; }
+bool amx_usable() { return false; }
+}  // namespace ariadne::cpu
+
+#endif
