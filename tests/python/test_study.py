@@ -324,7 +324,9 @@ def _bf16_step_against_fp32_and_sdpa(name, config, side, device):
     with torch.no_grad():
         ref = cpu.encode(rows, grids).numpy()
     grads = {}
-    for attention in ("ariadne", "sdpa"):
+    # FlexAttention has no backward on the CPU: its path is checked with gradients on the GPU only.
+    attentions = ("ariadne", "sdpa") + (("flex",) if device == "cuda" else ())
+    for attention in attentions:
         model = StudyViT(config, schedule, data.NUM_CLASSES, data.MAX_OBJECTS, attention_dtype=torch.bfloat16,
                          attention=attention).to(device)
         model.load_state_dict(cpu.state_dict())
@@ -337,10 +339,26 @@ def _bf16_step_against_fp32_and_sdpa(name, config, side, device):
         assert rel_l2(out, ref) <= 2e-2, attention
         grads[attention] = {n: p.grad.float().cpu().numpy() for n, p in model.named_parameters()}
     names = sorted(grads["ariadne"])
-    flat = [np.concatenate([grads[a][n].ravel() for n in names]) for a in ("ariadne", "sdpa")]
-    assert rel_l2(flat[0], flat[1]) <= 3e-2
-    for n in names:
-        assert rel_l2(grads["ariadne"][n], grads["sdpa"][n]) <= 1e-1, n
+    for other in attentions[:1] + attentions[2:]:  # ariadne's and flex's against sdpa's
+        flat = [np.concatenate([grads[a][n].ravel() for n in names]) for a in (other, "sdpa")]
+        assert rel_l2(flat[0], flat[1]) <= 3e-2, other
+        for n in names:
+            assert rel_l2(grads[other][n], grads["sdpa"][n]) <= 1e-1, (other, n)
+
+
+@pytest.mark.parametrize("name", ["ariadne", "chunk+sink", "swa2d"])
+def test_flex_path_equals_the_sdpa_path_forward(name):
+    """The FlexAttention path (block masks of the same dense masks, the sink as a score_mod on an
+    extra key) gives the SDPA path's encoder output (fp32, CPU, forward only)."""
+    c = study_config(8, 32, 2)
+    torch.manual_seed(4)
+    flex = StudyViT(c, study_schedule(name, c, 16), data.NUM_CLASSES, data.MAX_OBJECTS, 16, attention="flex")
+    _random_sinks(flex, torch.Generator().manual_seed(5))
+    ref = StudyViT(c, flex.schedule, data.NUM_CLASSES, data.MAX_OBJECTS, 16, attention="sdpa")
+    ref.load_state_dict(flex.state_dict())
+    rows, grids = pixel_rows(data.make_batch(6, [0, 1], side=224).images, c)
+    with torch.no_grad():
+        assert rel_l2(flex.encode(rows, grids).numpy(), ref.encode(rows, grids).numpy()) <= ENCODER_TOL
 
 
 @pytest.mark.parametrize("name", ["ariadne", "chunk+sink"])

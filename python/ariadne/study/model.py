@@ -148,6 +148,14 @@ class _Plan:
         self.config, self.schedule, self.grids, self.device = config, schedule, list(grids), device
         self._orders = orders  # the patterns may point into their orders' arrays: keep them alive
         self._masks: Optional[List[torch.Tensor]] = None
+        self._flex_masks: Optional[list] = None
+
+    def flex_masks(self) -> list:
+        """Per layer, the FlexAttention BlockMask of dense_masks() (with the sink key where the layer
+        has a sink)."""
+        if self._flex_masks is None:
+            self._flex_masks = _flex_block_masks(self.dense_masks(), [spec.sink for spec in self.schedule.layers])
+        return self._flex_masks
 
     def dense_masks(self) -> List[torch.Tensor]:
         """Per layer, bool [n, n] over one image's tokens in native order: which keys a query sees
@@ -155,7 +163,7 @@ class _Plan:
         patterns as the op's arguments, so both paths compute the same attention."""
         if self._masks is None:
             if len(set(self.grids)) != 1:
-                raise ValueError(f"StudyViT: the sdpa path needs images of one grid, got {self.grids}")
+                raise ValueError(f"StudyViT: the sdpa and flex paths need images of one grid, got {self.grids}")
             grid = self.grids[0]
             native = ariadne.order([grid], "block_row", self.config.merge, self.config.window_units)
             self._masks = []
@@ -215,6 +223,54 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
     return out.transpose(1, 2).reshape(tokens, heads, hd)
 
 
+_flex_compiled = None
+
+
+def _flex_block_masks(masks: Sequence[torch.Tensor], sinks: Sequence[bool]) -> list:
+    """Per layer, FlexAttention's BlockMask (its default 128-token blocks) of the dense bool mask
+    [n, n]; a layer with a sink has one more key, n, that every query sees."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    out = []
+    for m, sink in zip(masks, sinks):
+        n = m.shape[0]
+        if sink:
+            def mask_mod(b, h, qi, ki, m=m, n=n):
+                return (ki == n) | m[qi, ki.clamp(max=n - 1)]
+        else:
+            def mask_mod(b, h, qi, ki, m=m):
+                return m[qi, ki]
+        out.append(create_block_mask(mask_mod, None, None, n, n + int(sink), device=m.device))
+    return out
+
+
+def _flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, sink: Optional[torch.Tensor],
+          images: int) -> torch.Tensor:
+    """As _sdpa through FlexAttention (torch.compile'd on the GPU, eager on the CPU): the sink is the
+    same extra key with k = v = 0, its logit set to the sink by a score_mod (so FlexAttention's
+    backward gives the sink its gradient)."""
+    global _flex_compiled
+    from torch.nn.attention.flex_attention import flex_attention
+
+    tokens, heads, hd = q.shape
+    n = tokens // images
+    qb, kb, vb = (t.reshape(images, n, heads, hd).transpose(1, 2) for t in (q, k, v))
+    score_mod = None
+    if sink is not None:
+        zero = qb.new_zeros((images, heads, 1, hd))
+        kb, vb = torch.cat([kb, zero], dim=2), torch.cat([vb, zero], dim=2)
+
+        def score_mod(score, b, h, qi, ki):
+            return torch.where(ki == n, sink[h].to(score.dtype), score)
+    fn = flex_attention
+    if q.is_cuda:
+        if _flex_compiled is None:
+            _flex_compiled = torch.compile(flex_attention, dynamic=False)
+        fn = _flex_compiled
+    out = fn(qb, kb, vb, score_mod=score_mod, block_mask=block_mask)
+    return out.transpose(1, 2).reshape(tokens, heads, hd)
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x [tokens, heads, head_dim]: x*cos + rotate_half(x)*sin, rotate_half(x) = [-x2, x1]."""
     x1, x2 = x.chunk(2, dim=-1)
@@ -229,10 +285,11 @@ class StudyViT(nn.Module):
                  window: int = 64, backend: str = "auto", attention_dtype: Optional[torch.dtype] = None,
                  attention: str = "ariadne"):
         super().__init__()
-        if attention not in ("ariadne", "sdpa"):
-            raise ValueError(f"StudyViT: attention '{attention}', expected 'ariadne' or 'sdpa'")
-        # 'sdpa' runs the same layers through torch's scaled_dot_product_attention with dense masks:
-        # the baseline of the throughput comparison and an independent check of the op's results.
+        if attention not in ("ariadne", "sdpa", "flex"):
+            raise ValueError(f"StudyViT: attention '{attention}', expected 'ariadne', 'sdpa' or 'flex'")
+        # 'sdpa' runs the same layers through torch's scaled_dot_product_attention with dense masks,
+        # 'flex' through FlexAttention with the block masks of the same dense masks: the baselines of
+        # the throughput comparison and independent checks of the op's results.
         self.attention = attention
         if len(schedule) != config.depth:
             raise ValueError(f"StudyViT: schedule '{schedule.letters()}' has {len(schedule)} layers, "
@@ -290,6 +347,8 @@ class StudyViT(nn.Module):
                 observe(layer, q, k, pattern, cu, order, sink)
             if self.attention == "sdpa":
                 out = _sdpa(q, k, v, plan.dense_masks()[layer], sink, len(grids))
+            elif self.attention == "flex":
+                out = _flex(q, k, v, plan.flex_masks()[layer], sink, len(grids))
             else:
                 out, _ = ariadne.attention(q, k, v, pattern=pattern, sink=sink, cu_seqlens=cu, order=order,
                                            backend=self.backend)

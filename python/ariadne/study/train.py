@@ -180,7 +180,7 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
     metrics = evaluate(model, heldout, args.batch, gpu)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=gpu):
         rf = measure.receptive_field(model, heldout.images[:args.rf_images]) if args.rf_images else None
-    # Runs of the SDPA baseline are kept apart from ariadne's: `chunk@sdpa`.
+    # Runs of the SDPA and FlexAttention baselines are kept apart from ariadne's: `chunk@sdpa`, `chunk@flex`.
     run = schedule_name if args.attention == "ariadne" else f"{schedule_name}@{args.attention}"
     record = dict(run=run, schedule_name=schedule_name, seed=seed, attention=args.attention, steps=args.steps,
                   batch=args.batch, side=args.size,
@@ -291,8 +291,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--eval-seed", type=int, default=1_000_000,
                    help="the held-out split (no training seed may equal it)")
     p.add_argument("--backend", default="auto", help="ariadne attention backend: auto, cpu, reference, cuda")
-    p.add_argument("--attention", default="ariadne", choices=["ariadne", "sdpa"],
-                   help="ariadne's op, or torch SDPA with dense masks (the throughput baseline)")
+    p.add_argument("--attention", default="ariadne", choices=["ariadne", "sdpa", "flex"],
+                   help="ariadne's op, or torch SDPA with dense masks, or FlexAttention with their block masks "
+                        "(the throughput baselines)")
     p.add_argument("--save-dtype", default="F32", choices=["F32", "BF16"])
     p.add_argument("--out", default="study-out")
     p.add_argument("--shs-cli", default=None, help="a built `ariadne` CLI: run `ariadne shs` on each checkpoint")
