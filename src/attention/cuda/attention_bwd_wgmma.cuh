@@ -10,11 +10,11 @@
 //   Pᵀ  = exp2(Sᵀ·scale·log2e − lse·log2e), dSᵀ = Pᵀ ⊙ (dPᵀ − D)   in registers;
 //   dV += Pᵀ·dO, dK += dSᵀ·Q        wgmma m64nDk16, A packed from the accumulators (their layout
 //                                   is the A fragment's), B = dO / Q read MN-major (transposed);
-//   dSᵀ to shared memory (keys on rows), then dQ = dS·K over all 128 keys by the 8 warps with
-//   mma.sync (16 query rows × D/2 columns each), added to the fp32 accumulator with float2
-//   atomics, once per 128 keys (the tile kernel adds once per 64).
-// The rs products run under the dS stores and the dQ step; they complete before the next pair
-// overwrites the buffers. Q, dO and the row statistics of the next pair are copied with cp.async
+//   dSᵀ to shared memory (keys on rows, swizzled), then dQ_c = dS·K_c over the warpgroup's own 64
+//   keys as wgmma with both operands MN-major (m64nD; D 128 in two 64-column parts); the two
+//   warpgroups' parts are summed in an f32 tile in shared memory and added to the f32 accumulator
+//   by one bulk reduce-add per query row (cp.reduce.async.bulk), once per 128 keys.
+// The rs products run under the dS stores; they and dQ_c complete before the sum. Q, dO and the row statistics of the next pair are copied with cp.async
 // (gathered through the token order, zero past a sequence's end) during the current one, double
 // buffered. Tiles use the forward wgmma kernel's swizzled layouts (attention_wgmma.cuh): W = 128
 // bytes at D 64 and 128, W = 32 at D 80 (regions of 16 columns: 80 runs natively).
@@ -39,14 +39,18 @@ struct BwdWgShape {
   static constexpr int BK = 128, BQ = kBwdBQ, threads = 256;
   static constexpr int C = D / 8;                   // 16-byte chunks per row
   static constexpr int W = D % 64 == 0 ? 128 : 32;  // swizzle span in bytes (as WgShape)
-  static constexpr int SS = BQ + 8;                 // dSᵀ rows: 64 queries + 16 bytes (conflict-free)
+  static constexpr int QS = D + 8;                  // dQ tile rows: D floats + 32 bytes (conflict-free halves)
   static constexpr size_t k_bytes = size_t(BK) * D * 2, q_bytes = size_t(BQ) * D * 2;
-  // K, V; then Q[2], dO[2]; then dSᵀ [BK][SS]; then lse·log2e [2][BQ] and D [2][BQ]. Every swizzled
-  // tile starts on a 1024-byte boundary (1024 bytes of slack align the base).
+  // K, V; then Q[2], dO[2]; then dSᵀ [BK keys][BQ queries] (128-byte rows, swizzled: the MN-major A
+  // operand of dQ = dS·K); then the f32 dQ tile [BQ][QS]; then lse·log2e [2][BQ] and D [2][BQ].
+  // Every swizzled tile starts on a 1024-byte boundary (1024 bytes of slack align the base).
   static constexpr size_t q_off = 2 * k_bytes, do_off = q_off + 2 * q_bytes, ds_off = do_off + 2 * q_bytes;
-  static constexpr size_t stat_off = ds_off + size_t(BK) * SS * 2;
+  static constexpr size_t dq_off = ds_off + size_t(BK) * BQ * 2;
+  static constexpr size_t stat_off = dq_off + size_t(BQ) * QS * sizeof(float);
   static constexpr size_t smem_bytes = 1024 + stat_off + 4 * BQ * sizeof(float);
   static_assert(k_bytes % 1024 == 0 && q_bytes % 1024 == 0, "tiles keep the 1024-byte alignment");
+  static_assert(BQ * 2 == 128, "a dSᵀ row is one 128-byte swizzle span");
+  static_assert(QS * sizeof(float) % 16 == 0, "dQ rows are bulk-copy aligned");
 };
 
 // Copies `rows` rows (first.., gathered through `order`) of one head into a swizzled tile of ROWS
@@ -67,10 +71,9 @@ template <int D, class E>
 __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_kernel(const BwdParams p) {
   using S = BwdWgShape<D>;
   using T = typename E::type;
-  constexpr int BK = S::BK, BQ = S::BQ, C = S::C, W = S::W, SS = S::SS;
+  constexpr int BK = S::BK, BQ = S::BQ, C = S::C, W = S::W, QS = S::QS;
   constexpr int NS = BQ / 2;   // accumulators of an m64n64 product per thread
-  constexpr int NO = D / 2;    // dK, dV accumulators per thread (m64nD)
-  constexpr int NH = D / 16;   // dQ: n8 tiles of D/2 columns per warp
+  constexpr int NO = D / 2;    // dK, dV, dQ accumulators per thread (m64nD)
   constexpr uint32_t kAtom8 = 8 * W, kRegionK = BK * W, kRegionQ = BQ * W;
 
   extern __shared__ __align__(16) unsigned char smem_dyn[];
@@ -79,7 +82,8 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_kernel(const BwdPa
   T* Vs = Ks + BK * D;
   T* Qs = reinterpret_cast<T*>(smem_raw + S::q_off);    // 2 buffers of BQ·D
   T* dOs = reinterpret_cast<T*>(smem_raw + S::do_off);  // 2 buffers of BQ·D
-  T* dSs = reinterpret_cast<T*>(smem_raw + S::ds_off);  // [BK][SS]: dSᵀ, keys on rows
+  T* dSs = reinterpret_cast<T*>(smem_raw + S::ds_off);  // [BK][BQ] swizzled: dSᵀ, keys on rows
+  float* dQs = reinterpret_cast<float*>(smem_raw + S::dq_off);  // [BQ][QS]: the CTA's dQ of a pair
   float* lse2s = reinterpret_cast<float*>(smem_raw + S::stat_off);  // 2 buffers of BQ
   float* Dls = lse2s + 2 * BQ;                                        // 2 buffers of BQ
 
@@ -162,6 +166,7 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_kernel(const BwdPa
 
     cp_async_wait<0>();
     wg::fence_proxy_async();  // this thread's cp.async writes, before the async proxy reads them
+    if (tid < BQ) wg::bulk_wait_read_all();  // the last pair's dQ adds have read the dQ tile
     __syncthreads();  // this pair's buffer landed; the other buffer's readers and dSᵀ's are done
     if (nxt < pairs) load_pair(nxt, buf ^ 1);
     cp_async_commit();
@@ -257,73 +262,92 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_kernel(const BwdPa
     wg::pin(dv);
     wg::pin(dk);
 
-    // ---- dSᵀ to shared memory, keys on rows (unscaled: dQ takes the scale at its adds) ----
+    // ---- dSᵀ to shared memory, keys on rows, swizzled (unscaled: dQ takes the scale at its adds) ----
+    // Thread rows key_row and key_row + 8 of the warpgroup's 64; queries 16·kk + 2·tq (+ 8) are
+    // 16-byte chunk 2·kk (+ 1) of the 128-byte row, XOR-ed with the row's place in its 8-row atom.
     {
-      T* row_a = dSs + (64 * wg + key_row) * SS + 2 * tq;
-      T* row_b = row_a + 8 * SS;
+      const int r_a = 64 * wg + key_row, r_b = r_a + 8;
 #pragma unroll
-      for (int kk = 0; kk < BQ / 16; ++kk) {
-        *reinterpret_cast<uint32_t*>(row_a + 16 * kk) = da[kk][0];
-        *reinterpret_cast<uint32_t*>(row_b + 16 * kk) = da[kk][1];
-        *reinterpret_cast<uint32_t*>(row_a + 16 * kk + 8) = da[kk][2];
-        *reinterpret_cast<uint32_t*>(row_b + 16 * kk + 8) = da[kk][3];
-      }
+      for (int kk = 0; kk < BQ / 16; ++kk)
+#pragma unroll
+        for (int h8 = 0; h8 < 2; ++h8) {
+          const int ch = 2 * kk + h8;
+          *reinterpret_cast<uint32_t*>(dSs + r_a * BQ + ((ch ^ (r_a & 7)) * 8) + 2 * tq) = da[kk][2 * h8];
+          *reinterpret_cast<uint32_t*>(dSs + r_b * BQ + ((ch ^ (r_b & 7)) * 8) + 2 * tq) = da[kk][2 * h8 + 1];
+        }
     }
-    __syncthreads();  // both warpgroups' dSᵀ written
+    wg::fence_proxy_async();   // the generic stores, before this warpgroup's wgmma reads them
+    wg::named_bar_sync(1 + wg, 128);
 
-    // ---- dQ = scale·dS·K: warp w takes query rows 16·(w mod 4) and columns (w / 4)·D/2 ----
-    int* const counter = bwd_wait_turn<BK>(p, s, e, h, kt, qt, tid);
-    // D 128 in two column parts, so that the part's accumulators fit beside dK, dV and the
-    // in-flight products' A fragments.
-    constexpr int DQP = D > 96 ? 2 : 1, NP = NH / DQP;  // parts, n8 tiles per part
+    // ---- dQ_c = dS·K over this warpgroup's 64 keys (wgmma, both operands MN-major) ----
+    // dQ_c in parts of NQ columns (D 128: two parts of one 64-column region each, so that a part's
+    // accumulators fit beside dK and dV); part by part, warpgroup 1 stores its dQ_1 into the dQ
+    // tile and warpgroup 0 adds its dQ_0 and the scale. m64nNQ accumulator layout: warp w of the
+    // warpgroup holds rows 16w + g (+ 8), columns 8j + 2tq (+ 1) in dq[4j + 2r + c].
+    constexpr int DQP = D > 96 ? 2 : 1, NQ = D / DQP;
+    static_assert(DQP == 1 || (NQ * 2) % W == 0, "a dQ part starts on a swizzle region");
+    // A: dSᵀ rows 64c.., one 128-byte span of queries per row (sbo: 8 rows); a k-step is 16 keys.
+    // B: the K tile from this warpgroup's first key, head-dim regions of W bytes (lbo) as dV's dO.
+    const wg::DescWords a_words = wg::desc_words<128>(smem_addr(dSs) + uint32_t(wg) * 64 * 128, 64 * 128, 1024);
+    const wg::DescWords b_words = wg::desc_words<W>(k_base, kRegionK, kAtom8);
+    const int q_row = 16 * wwarp + g;
 #pragma unroll 1
     for (int part = 0; part < DQP; ++part) {
-      const int q_row = 16 * wwarp, n_first = wg * NH + part * NP;  // n8 tiles n_first .. n_first + NP - 1
-      float dq[NP][4];
+      float dq[NQ / 2];
+      const uint32_t b_part = uint32_t(part) * (NQ * 2 / W) * kRegionK;
+      wg::fence();
 #pragma unroll
-      for (int j = 0; j < NP; ++j) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.f;
-#pragma unroll 1
-      for (int kk = 0; kk < BK / 16; ++kk) {
-        // A = dS (queries × keys) from dSᵀ, transposed: matrices (q 0-7, k 0-7), (q 8-15, k 0-7),
-        // (q 0-7, k 8-15), (q 8-15, k 8-15).
-        uint32_t a[4];
-        ldmatrix_x4_trans(a, smem_addr(dSs + (kk * 16 + (lane & 7) + ((lane >> 4) << 3)) * SS + q_row +
-                                       ((lane >> 3) & 1) * 8));
-        // B = K (keys × head dim), transposed from its swizzled tile: 16-byte chunks of 8 columns.
-        const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+      for (int kk = 0; kk < 4; ++kk)
+        wg::Mma<E, NQ>::ss_mn(dq, wg::desc_at(a_words, kk * 16 * 128), wg::desc_at(b_words, b_part + kk * 16 * W),
+                              kk > 0);
+      wg::commit();
+      wg::wait<0>();  // with the rs products: done with this pair's Q, dO, pa and da
+      wg::pin(dv);
+      wg::pin(dk);
+      wg::pin(dq);
+      float* const tile = dQs + part * NQ + 2 * tq;
+      if (wg == 1) {
 #pragma unroll
-        for (int j2 = 0; j2 < NP / 2; ++j2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, smem_addr(Ks + swz_off<W, BK>(key, n_first + 2 * j2 + (lane >> 4))));
-          E::mma(dq[2 * j2], a, b[0], b[1]);
-          E::mma(dq[2 * j2 + 1], a, b[2], b[3]);
-        }
-        if constexpr (NP % 2 == 1) {
-          uint32_t b[2];
-          ldmatrix_x2_trans(b, smem_addr(Ks + swz_off<W, BK>(key, n_first + NP - 1)));
-          E::mma(dq[NP - 1], a, b[0], b[1]);
-        }
+        for (int j = 0; j < NQ / 8; ++j)
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+            *reinterpret_cast<float2*>(tile + (q_row + 8 * r) * QS + 8 * j) =
+                make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
       }
+      __syncthreads();
+      if (wg == 0) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int64_t iq = q_lo + q_row + g + 8 * r;
-        if (iq >= e.lq) continue;
-        const int64_t row = e.q0 + iq;
-        float* acc = p.dq_acc + ((p.order != nullptr ? p.order[row] : row) * p.heads_q + h) * D + n_first * 8 + 2 * tq;
+        for (int j = 0; j < NQ / 8; ++j)
 #pragma unroll
-        for (int j = 0; j < NP; ++j)
-          atomicAdd(reinterpret_cast<float2*>(acc + j * 8), make_float2(dq[j][2 * r] * p.scale, dq[j][2 * r + 1] * p.scale));
+          for (int r = 0; r < 2; ++r) {
+            float2* at = reinterpret_cast<float2*>(tile + (q_row + 8 * r) * QS + 8 * j);
+            const float2 o = *at;
+            *at = make_float2((o.x + dq[4 * j + 2 * r]) * p.scale, (o.y + dq[4 * j + 2 * r + 1]) * p.scale);
+          }
+      }
+    }
+    int* const counter = bwd_wait_turn<BK>(p, s, e, h, kt, qt, tid);
+    if (wg == 0) {
+      wg::fence_proxy_async();  // the generic stores, before the bulk adds read them
+      wg::named_bar_sync(1, 128);
+      // One bulk add per query row into the f32 accumulator (rows gathered through the order).
+      if (tid < BQ && q_lo + tid < e.lq) {
+        const int64_t row = e.q0 + q_lo + tid;
+        wg::bulk_reduce_add_f32(p.dq_acc + ((p.order != nullptr ? p.order[row] : row) * p.heads_q + h) * D,
+                                smem_addr(dQs + tid * QS), D * sizeof(float));
+      }
+      if (tid < BQ) {
+        wg::bulk_commit();
+        if (counter != nullptr) wg::bulk_wait_all();  // deterministic: added before the turn passes
       }
     }
     bwd_pass_turn(counter, tid);
-    wg::wait<0>();  // dV and dK of this pair: done with its Q and dO buffer and pa, da
-    wg::pin(dv);
-    wg::pin(dk);
     buf ^= 1;
     cur = nxt;
   }
   if (ds0_head >= 0 && lane == 0 && wwarp == 0 && key0) p.sink_part[int64_t(ds0_head) * p.sink_parts + s] += ds0;
   cp_async_wait<0>();
+  if (tid < BQ) wg::bulk_wait_read_all();  // the shared memory stays until the last adds read it
 
   // ---- epilogue: dK·scale and dV, this thread's two key rows ----
 #pragma unroll

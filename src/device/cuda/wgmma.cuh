@@ -98,6 +98,16 @@ __device__ __forceinline__ void tma_store_3d(const void* map, uint32_t src, int 
                : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Adds `bytes` (a multiple of 16; both addresses 16-byte aligned) of f32 from shared memory into
+// global memory element by element, the additions done at the memory as atomics are, in this
+// thread's bulk group (bulk_commit, then bulk_wait_read_all or bulk_wait_all).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+// Waits until the committed bulk operations are complete, their writes included.
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 // Waits until the committed bulk stores have read their shared memory (not for their writes).
 __device__ __forceinline__ void bulk_wait_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 // The same with a 5-D tensor map (the wgmma band kernel's block_col tiles: head dim, head, row of
@@ -142,8 +152,10 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 }
 
 // m64nNk16, f32 accumulators. ss: A and B from shared memory, both K-major (S = Q·Kᵀ).
-// rs: A from registers (the mma.sync m16n8k16 A fragment per warp), B from shared memory MN-major
-// (transposed: V stored keys x head dim, head dim contiguous). scale_d = 0 overwrites d.
+// ss_mn: A and B from shared memory, both MN-major (the backward's dQ = dS·K: dSᵀ stored keys x
+// queries, K stored keys x head dim). rs: A from registers (the mma.sync m16n8k16 A fragment per
+// warp), B from shared memory MN-major (transposed: V stored keys x head dim, head dim contiguous).
+// scale_d = 0 overwrites d.
 template <class E, int N>
 struct Mma;
 
@@ -176,6 +188,15 @@ struct Mma;
         : DOPS                                                                                                        \
         : "l"(a), "l"(b), "r"(scale_d));                                                                              \
   }
+// ss_mn member: the same with both transpose bits set.
+#define ARIADNE_WG_SS_MN(T, N, REGS, AB, SCALE, DOPS)                                                                 \
+  static __device__ __forceinline__ void ss_mn(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d) {              \
+    asm volatile(                                                                                                     \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n"                                                            \
+        "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." T "." T " " REGS ", " AB ", p, 1, 1, 1, 1;\n}\n"            \
+        : DOPS                                                                                                        \
+        : "l"(a), "l"(b), "r"(scale_d));                                                                              \
+  }
 // rs member: AB names the four A-fragment registers and the B descriptor, SCALE the constant 1.
 #define ARIADNE_WG_RS(T, N, REGS, AB, SCALE, DOPS)                                                                    \
   static __device__ __forceinline__ void rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {                  \
@@ -194,16 +215,19 @@ struct Mma;
   template <>                                                                                                         \
   struct Mma<E, 64> {                                                                                                 \
     ARIADNE_WG_SS(T, 64, ARIADNE_WG_REGS32, "%32, %33", "%34", ARIADNE_WG_D32)                                        \
+    ARIADNE_WG_SS_MN(T, 64, ARIADNE_WG_REGS32, "%32, %33", "%34", ARIADNE_WG_D32)                                     \
     ARIADNE_WG_RS(T, 64, ARIADNE_WG_REGS32, "{%32, %33, %34, %35}, %36", "%37", ARIADNE_WG_D32)                       \
   };                                                                                                                  \
   template <>                                                                                                         \
   struct Mma<E, 80> {                                                                                                 \
     ARIADNE_WG_SS(T, 80, ARIADNE_WG_REGS40, "%40, %41", "%42", ARIADNE_WG_D40)                                        \
+    ARIADNE_WG_SS_MN(T, 80, ARIADNE_WG_REGS40, "%40, %41", "%42", ARIADNE_WG_D40)                                     \
     ARIADNE_WG_RS(T, 80, ARIADNE_WG_REGS40, "{%40, %41, %42, %43}, %44", "%45", ARIADNE_WG_D40)                       \
   };                                                                                                                  \
   template <>                                                                                                         \
   struct Mma<E, 128> {                                                                                                \
     ARIADNE_WG_SS(T, 128, ARIADNE_WG_REGS64, "%64, %65", "%66", ARIADNE_WG_D64)                                       \
+    ARIADNE_WG_SS_MN(T, 128, ARIADNE_WG_REGS64, "%64, %65", "%66", ARIADNE_WG_D64)                                    \
     ARIADNE_WG_RS(T, 128, ARIADNE_WG_REGS64, "{%64, %65, %66, %67}, %68", "%69", ARIADNE_WG_D64)                      \
   };
 
@@ -213,6 +237,7 @@ ARIADNE_WG_MMA_SHAPES(F16, "f16")
 #undef ARIADNE_WG_MMA_SHAPES
 #undef ARIADNE_WG_RS
 #undef ARIADNE_WG_SS
+#undef ARIADNE_WG_SS_MN
 #undef ARIADNE_WG_D64
 #undef ARIADNE_WG_D40
 #undef ARIADNE_WG_D32
