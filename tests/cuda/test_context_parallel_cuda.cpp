@@ -1,6 +1,7 @@
 // Context parallelism's pieces on the device (include/ariadne/context_parallel.hpp): a sequence's
 // queries and keys cut at random, every (query run, key run) piece on the CUDA backend, merged and
 // finished by the device kernels, against the float64 reference under the case runner's checks.
+// (Block masks of 64-token blocks: the CUDA kernels take multiples of 64.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,7 +22,7 @@ TEST(CudaContextParallel, PiecesOnTheDeviceMatchTheReference) {
   std::mt19937_64 rng(17 + cuda_testing::base_seed());
   const int64_t L = 301, H = 4, D = 64;
   const char* patterns[] = {"full", "causal", "window:37,5", "window:0,20", "chunk:48", "chunk:48+window:10,inf",
-                            "causal+blocks:0.6@32"};
+                            "causal+blocks:0.6@64"};
   for (const char* pattern : patterns)
     for (SinkMode sink : {SinkMode::none, SinkMode::denominator, SinkMode::key0_bias}) {
       AttnCase c;
