@@ -147,24 +147,6 @@ Diff compare(const TensorView& out, const TensorView& ref) {
   return ::testing::AssertionSuccess();
 }
 
-TensorView rows_of(TensorView t, int64_t lo, int64_t hi) {
-  t.data = static_cast<char*>(t.data) + lo * t.stride[0] * dtype_size(t.dtype);
-  t.shape[0] = hi - lo;
-  return t;
-}
-
-BlockMask query_rows(const Pattern& p, int32_t s, int64_t total_q, int64_t total_k, int64_t q0, int64_t n) {
-  const int64_t B = p.blocks.block, nqb = (n + B - 1) / B;
-  const SeqExtent e = p.seq(s, total_q, total_k);
-  std::vector<std::vector<int32_t>> lists;
-  for (int h = 0; h < p.blocks.heads; ++h)
-    for (int64_t m = 0; m < nqb; ++m) {
-      const int64_t row = p.block_row(s, e, h, q0 / B + m);
-      lists.emplace_back(p.blocks.col_idx + p.blocks.row_ptr[row], p.blocks.col_idx + p.blocks.row_ptr[row + 1]);
-    }
-  return BlockMask::from_lists(p.blocks.block, p.blocks.heads, {n}, lists);
-}
-
 std::vector<int64_t> random_cuts(std::mt19937_64& rng, int64_t len, int64_t align, int n) {
   std::vector<int64_t> at{0, len};
   for (int i = 1; i < n; ++i) at.push_back(int64_t(rng() % uint64_t(std::max<int64_t>(len / align, 1))) * align);

@@ -65,11 +65,6 @@ Diff compare(const TensorView& out, const TensorView& ref);
 // LSE: finite entries within tol·max(1,|ref|) absolute, −inf exactly where the reference has −inf.
 ::testing::AssertionResult lse_close(const TensorView& lse, const TensorView& ref, double tol);
 
-// Rows [lo, hi) of a [tokens, …] view (host or device memory: pointer arithmetic only).
-TensorView rows_of(TensorView t, int64_t lo, int64_t hi);
-// The rows of p's block mask for queries [q0, q0 + n) of sequence s (q0 a multiple of the block),
-// as a mask of its own: rows head · ceil(n / block) + local block, the sequence's key blocks.
-BlockMask query_rows(const Pattern& p, int32_t s, int64_t total_q, int64_t total_k, int64_t q0, int64_t n);
 // Sorted cut points 0 = c_0 < … < c_m = len of up to n runs, the inner ones random multiples of
 // `align` (drawn from rng).
 std::vector<int64_t> random_cuts(std::mt19937_64& rng, int64_t len, int64_t align, int n);

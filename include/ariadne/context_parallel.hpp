@@ -93,6 +93,22 @@ struct PosRange {
 // `align` (>= 1): element r is rank r's pair {chunk r, chunk 2·ranks − 1 − r}.
 std::vector<std::pair<PosRange, PosRange>> zigzag_shards(int64_t len, int ranks, int64_t align);
 
+// One rank's rows of a packed batch of sequences of `lengths` tokens: for each sequence in order,
+// its zig-zag chunks (zigzag_shards) that are not empty, each with the row where it starts in the
+// rank's tensors (the rows of all its runs, back to back). What every ring shards by.
+struct ShardRun {
+  int32_t seq = 0;
+  PosRange pos;
+  int64_t row = 0;
+};
+std::vector<ShardRun> zigzag_runs(const std::vector<int64_t>& lengths, int rank, int ranks, int64_t align);
+int64_t rows_of(const std::vector<ShardRun>& runs);  // the rank's row count
+
+// The rows of p's block mask (host arrays) for queries [q0, q0 + n) of sequence s, q0 a multiple
+// of the block, as a mask of their own: rows head · ceil(n / block) + local block, columns the
+// sequence's key blocks. The mask a piece, or a ring's query run, takes.
+BlockMask mask_rows(const Pattern& p, int32_t s, int64_t total_q, int64_t total_k, int64_t q0, int64_t n);
+
 // Query blocks handed between ranks so that each rank's block-sparse work is close to the mean.
 // work[r][i]: the work of rank r's i-th query block (any unit, >= 0). The result assigns every
 // (owner, index) to one rank: blocks stay with their owner while the owner is under the mean

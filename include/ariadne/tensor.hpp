@@ -81,6 +81,13 @@ struct TensorView {
   std::string describe() const;  // "bf16[4096, 16, 80] strides [3840, 80, 1] cpu"
 };
 
+// Rows [lo, hi) of a view along its first dimension (same strides; host or device memory).
+inline TensorView row_range(TensorView t, int64_t lo, int64_t hi) {
+  t.data = static_cast<char*>(t.data) + lo * t.stride[0] * dtype_size(t.dtype);
+  t.shape[0] = hi - lo;
+  return t;
+}
+
 // Contiguous row-major view of `data` with the given shape.
 TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> shape,
                      Device device = Device::cpu);

@@ -798,6 +798,13 @@ def zigzag_shards(length: int, ranks: int, align: int = 1) -> list[tuple[tuple[i
     ceil(length / 2N) tokens rounded up to align.
     """
 
+def zigzag_runs(lengths: Sequence[int], rank: int, ranks: int, align: int = 1) -> list[tuple[int, int, int, int]]:
+    """
+    Rank `rank`'s rows of a packed batch of sequences of `lengths` tokens: (sequence, first position,
+    end position, first row in the rank's tensors) of each non-empty zig-zag chunk, sequence after
+    sequence.
+    """
+
 def rr_key_sums(k: Annotated[NDArray[numpy.float32 | numpy.float16 | numpy.uint16], dict(shape=(None, None, None), writable=False)], stride: int = 8, bf16_bits: bool = False) -> Annotated[NDArray[numpy.float32], dict(shape=(None, None, None), order='C')]:
     """
     RR's key-stride sums of a run of keys starting on a stride boundary: float32

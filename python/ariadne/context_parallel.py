@@ -53,13 +53,7 @@ def _lengths(seq_len: Optional[int], cu_seqlens: Optional[Sequence[int]]) -> Lis
 def _runs(lengths: Sequence[int], rank: int, world: int, align: int) -> List[Run]:
     """Rank ``rank``'s rows: for each sequence in order, its chunk ``rank`` then its chunk
     ``2 * world - 1 - rank`` (empty chunks left out)."""
-    runs, row = [], 0
-    for s, n in enumerate(lengths):
-        for lo, hi in _ariadne.zigzag_shards(n, world, align)[rank]:
-            if hi > lo:
-                runs.append((s, lo, hi, row))
-                row += hi - lo
-    return runs
+    return [tuple(r) for r in _ariadne.zigzag_runs(list(lengths), rank, world, align)]
 
 
 def shard(x: Tensor, rank: int, world: int, align: int = 1, cu_seqlens: Optional[Sequence[int]] = None) -> Tensor:

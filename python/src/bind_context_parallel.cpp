@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "ariadne/context_parallel.hpp"
@@ -126,6 +128,19 @@ scratch of >= heads_q * n_q elements for the calls' LSE (else one is allocated p
       "length"_a, "ranks"_a, "align"_a = 1,
       "Rank r's pair of zig-zag chunks ((lo, hi), (lo, hi)) of a sequence: chunks r and 2N - 1 - r of\n"
       "ceil(length / 2N) tokens rounded up to align.");
+
+  m.def(
+      "zigzag_runs",
+      [](const std::vector<int64_t>& lengths, int rank, int ranks, int64_t align) {
+        std::vector<std::tuple<int32_t, int64_t, int64_t, int64_t>> out;
+        for (const ShardRun& r : zigzag_runs(lengths, rank, ranks, align))
+          out.emplace_back(r.seq, r.pos.lo, r.pos.hi, r.row);
+        return out;
+      },
+      "lengths"_a, "rank"_a, "ranks"_a, "align"_a = 1,
+      "Rank `rank`'s rows of a packed batch of sequences of `lengths` tokens: (sequence, first position,\n"
+      "end position, first row in the rank's tensors) of each non-empty zig-zag chunk, sequence after\n"
+      "sequence.");
 
   m.def(
       "rr_key_sums",

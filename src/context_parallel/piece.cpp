@@ -23,13 +23,6 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-TensorView rows_of(const TensorView& t, int64_t lo, int64_t hi) {
-  TensorView v = t;
-  v.data = static_cast<char*>(t.data) + lo * t.stride[0] * dtype_size(t.dtype);
-  v.shape[0] = hi - lo;
-  return v;
-}
-
 // A rectangle of positions: queries [qa, qb), keys [ka, kb).
 struct Rect {
   int64_t qa, qb, ka, kb;
@@ -222,10 +215,10 @@ PieceWork attention_piece(const PieceParams& p, Backend backend) {
       lse_view = lse.view();
     }
     AttentionParams ap;
-    ap.q = rows_of(p.q, r.qa - p.q_pos, r.qb - p.q_pos);
-    ap.k = rows_of(p.k, r.ka - p.k_pos, r.kb - p.k_pos);
-    ap.v = rows_of(p.v, r.ka - p.k_pos, r.kb - p.k_pos);
-    ap.out = rows_of(p.out, r.qa - p.q_pos, r.qb - p.q_pos);
+    ap.q = row_range(p.q, r.qa - p.q_pos, r.qb - p.q_pos);
+    ap.k = row_range(p.k, r.ka - p.k_pos, r.kb - p.k_pos);
+    ap.v = row_range(p.v, r.ka - p.k_pos, r.kb - p.k_pos);
+    ap.out = row_range(p.out, r.qa - p.q_pos, r.qb - p.q_pos);
     ap.lse = lse_view;
     ap.pattern = local;
     ap.scale = p.scale;

@@ -142,9 +142,7 @@ void init_run(QueryRun& run, int64_t hq, int64_t d) {
 
 // Writes a finished run into the packed outputs of p (the gather a real ring does last).
 void finish_run(const AttentionParams& p, const SeqExtent& e, const QueryRun& run) {
-  TensorView out = p.out;
-  out.data = static_cast<char*>(p.out.data) + p.out.offset({e.q0 + run.pos.lo, 0, 0}) * dtype_size(p.out.dtype);
-  out.shape[0] = run.pos.size();
+  const TensorView out = row_range(p.out, e.q0 + run.pos.lo, e.q0 + run.pos.hi);
   TensorView lse;
   if (p.lse.defined()) {
     lse = p.lse;
@@ -152,18 +150,6 @@ void finish_run(const AttentionParams& p, const SeqExtent& e, const QueryRun& ru
     lse.shape[1] = run.pos.size();
   }
   finish_partials(run.acc_out.view(), run.acc_lse.view(), p.sink_mode, p.sink, out, lse);
-}
-
-// The rows of `mask` (one sequence's query run of nqb blocks) for blocks [m0, m1), as a mask of its own.
-BlockMask slice_rows(const BlockMask& mask, int64_t hq, int64_t nqb, int64_t m0, int64_t m1, int64_t len) {
-  std::vector<std::vector<int32_t>> lists;
-  for (int64_t h = 0; h < hq; ++h)
-    for (int64_t m = m0; m < m1; ++m) {
-      const int64_t row = h * nqb + m;
-      lists.emplace_back(mask.col_idx.begin() + mask.row_ptr[size_t(row)],
-                         mask.col_idx.begin() + mask.row_ptr[size_t(row) + 1]);
-    }
-  return BlockMask::from_lists(mask.block, int32_t(hq), {len}, lists);
 }
 
 // Checks shared by both entry points; returns the problem and the chunk alignment.
@@ -196,23 +182,27 @@ Problem check_ring(const AttentionParams& p, const RingConfig& c, int64_t block,
 }
 
 // Each rank's own K/V chunks, per the shards.
-using Shards = std::vector<std::pair<PosRange, PosRange>>;  // zigzag_shards of one sequence
+// Every sequence's length (check_ring has made them self-attention sequences).
+std::vector<int64_t> lengths_of(const AttentionParams& p) {
+  std::vector<int64_t> out;
+  for (int32_t s = 0; s < p.pattern.num_seqs; ++s) out.push_back(p.pattern.seq(s, p.q.shape[0], p.k.shape[0]).lq);
+  return out;
+}
 
-std::vector<KvMessage> kv_messages(const AttentionParams& p, const std::vector<Shards>& shards, int ranks) {
+// Each rank's own K/V chunks, per the zig-zag runs.
+std::vector<KvMessage> kv_messages(const AttentionParams& p, const std::vector<int64_t>& lengths, int ranks,
+                                   int64_t align) {
   std::vector<KvMessage> own(static_cast<size_t>(ranks));
-  for (int32_t s = 0; s < p.pattern.num_seqs; ++s) {
-    const SeqExtent e = p.pattern.seq(s, p.q.shape[0], p.k.shape[0]);
-    for (int r = 0; r < ranks; ++r)
-      for (const PosRange& pr : {shards[size_t(s)][size_t(r)].first, shards[size_t(s)][size_t(r)].second}) {
-        if (pr.size() == 0) continue;
-        KvChunk c;
-        c.seq = s;
-        c.pos = pr;
-        c.k = copy_rows(p.k, e.k0 + pr.lo, e.k0 + pr.hi);
-        c.v = copy_rows(p.v, e.k0 + pr.lo, e.k0 + pr.hi);
-        own[size_t(r)].push_back(std::move(c));
-      }
-  }
+  for (int r = 0; r < ranks; ++r)
+    for (const ShardRun& run : zigzag_runs(lengths, r, ranks, align)) {
+      const SeqExtent e = p.pattern.seq(run.seq, p.q.shape[0], p.k.shape[0]);
+      KvChunk c;
+      c.seq = run.seq;
+      c.pos = run.pos;
+      c.k = copy_rows(p.k, e.k0 + run.pos.lo, e.k0 + run.pos.hi);
+      c.v = copy_rows(p.v, e.k0 + run.pos.lo, e.k0 + run.pos.hi);
+      own[size_t(r)].push_back(std::move(c));
+    }
   return own;
 }
 
@@ -228,36 +218,23 @@ RingStats ring_attention(const AttentionParams& p, const RingConfig& config) {
   int64_t align = 1;
   const Problem pb = check_ring(p, config, block, align);
   const int n = config.ranks;
-  std::vector<Shards> shards;
+  const std::vector<int64_t> lengths = lengths_of(p);
   std::vector<std::vector<QueryRun>> runs(static_cast<size_t>(n));
-  for (int32_t s = 0; s < p.pattern.num_seqs; ++s) {
-    const SeqExtent e = p.pattern.seq(s, p.q.shape[0], p.k.shape[0]);
-    shards.push_back(zigzag_shards(e.lq, n, align));
-    for (int r = 0; r < n; ++r)
-      for (const PosRange& pr : {shards.back()[size_t(r)].first, shards.back()[size_t(r)].second}) {
-        if (pr.size() == 0) continue;
-        QueryRun run;
-        run.seq = s;
-        run.pos = pr;
-        run.owner = r;
-        run.q = copy_rows(p.q, e.q0 + pr.lo, e.q0 + pr.hi);
-        if (block > 0) {  // the owner's rows of the mask: its query blocks, every key block
-          const int64_t nqb = (pr.size() + block - 1) / block;
-          std::vector<std::vector<int32_t>> lists;
-          for (int64_t h = 0; h < pb.hq; ++h)
-            for (int64_t m = 0; m < nqb; ++m) {
-              const int64_t row = p.pattern.block_row(s, e, int32_t(h), pr.lo / block + m);
-              lists.emplace_back(p.pattern.blocks.col_idx + p.pattern.blocks.row_ptr[row],
-                                 p.pattern.blocks.col_idx + p.pattern.blocks.row_ptr[row + 1]);
-            }
-          run.mask = BlockMask::from_lists(int32_t(block), int32_t(pb.hq), {pr.size()}, lists);
-        }
-        init_run(run, pb.hq, pb.d);
-        runs[size_t(r)].push_back(std::move(run));
-      }
-  }
+  for (int r = 0; r < n; ++r)
+    for (const ShardRun& sr : zigzag_runs(lengths, r, n, align)) {
+      const SeqExtent e = p.pattern.seq(sr.seq, p.q.shape[0], p.k.shape[0]);
+      QueryRun run;
+      run.seq = sr.seq;
+      run.pos = sr.pos;
+      run.owner = r;
+      run.q = copy_rows(p.q, e.q0 + sr.pos.lo, e.q0 + sr.pos.hi);
+      // The owner's rows of the mask: its query blocks, every key block.
+      if (block > 0) run.mask = mask_rows(p.pattern, sr.seq, p.q.shape[0], p.k.shape[0], sr.pos.lo, sr.pos.size());
+      init_run(run, pb.hq, pb.d);
+      runs[size_t(r)].push_back(std::move(run));
+    }
   RingStats stats;
-  run_ring(pb, runs, kv_messages(p, shards, n), config, stats);
+  run_ring(pb, runs, kv_messages(p, lengths, n, align), config, stats);
   for (const auto& rank_runs : runs)
     for (const QueryRun& run : rank_runs) finish_run(p, p.pattern.seq(run.seq, p.q.shape[0], p.k.shape[0]), run);
   stats.ms_total = ms_since(t0);
@@ -289,10 +266,8 @@ RingPrefillResult ring_prefill(const AttentionParams& p, const PrefillConfig& co
   const int n = ring.ranks;
   const int64_t B = ec.block, S = ec.stride, hq = pb.hq, hkv = p.heads_kv(), d = pb.d;
 
-  std::vector<Shards> shards;
-  for (int32_t s = 0; s < layout.num_seqs; ++s)
-    shards.push_back(zigzag_shards(layout.seq(s, p.q.shape[0], p.k.shape[0]).lq, n, align));
-  std::vector<KvMessage> own = kv_messages(p, shards, n);
+  const std::vector<int64_t> lengths = lengths_of(p);
+  std::vector<KvMessage> own = kv_messages(p, lengths, n, align);
   RingStats& stats = res.ring;
   stats.ranks.assign(size_t(n), RingRankStats{});
 
@@ -318,29 +293,26 @@ RingPrefillResult ring_prefill(const AttentionParams& p, const PrefillConfig& co
   };
   std::vector<std::vector<Owned>> owned(static_cast<size_t>(n));
   std::vector<std::vector<double>> work(static_cast<size_t>(n));
-  for (int32_t s = 0; s < layout.num_seqs; ++s) {
-    const SeqExtent e = layout.seq(s, p.q.shape[0], p.k.shape[0]);
-    for (int r = 0; r < n; ++r)
-      for (const PosRange& pr : {shards[size_t(s)][size_t(r)].first, shards[size_t(s)][size_t(r)].second}) {
-        if (pr.size() == 0) continue;
-        TensorView qv = p.q;
-        qv.data = static_cast<char*>(p.q.data) + p.q.offset({e.q0 + pr.lo, 0, 0}) * dtype_size(p.q.dtype);
-        qv.shape[0] = pr.size();
-        Owned o{s, pr, estimate_rr_from_key_sums(qv, sums[size_t(s)].view(), pr.lo, e.lq, ec)};
-        // A query block's work: its queries times the key blocks its rows list, over the heads.
-        const int64_t nqb = (pr.size() + B - 1) / B;
-        for (int64_t m = 0; m < nqb; ++m) {
-          double w = 0;
-          const double rows_in = double(std::min(B, pr.size() - m * B));
-          for (int64_t h = 0; h < hq; ++h) {
-            const int64_t row = h * nqb + m;
-            w += rows_in * double(o.est.mask.row_ptr[size_t(row) + 1] - o.est.mask.row_ptr[size_t(row)]);
-          }
-          work[size_t(r)].push_back(w);
+  for (int r = 0; r < n; ++r)
+    for (const ShardRun& sr : zigzag_runs(lengths, r, n, align)) {
+      const SeqExtent e = layout.seq(sr.seq, p.q.shape[0], p.k.shape[0]);
+      const PosRange pr = sr.pos;
+      Owned o{sr.seq, pr,
+              estimate_rr_from_key_sums(row_range(p.q, e.q0 + pr.lo, e.q0 + pr.hi), sums[size_t(sr.seq)].view(), pr.lo,
+                                        e.lq, ec)};
+      // A query block's work: its queries times the key blocks its rows list, over the heads.
+      const int64_t nqb = (pr.size() + B - 1) / B;
+      for (int64_t m = 0; m < nqb; ++m) {
+        double w = 0;
+        const double rows_in = double(std::min(B, pr.size() - m * B));
+        for (int64_t h = 0; h < hq; ++h) {
+          const int64_t row = h * nqb + m;
+          w += rows_in * double(o.est.mask.row_ptr[size_t(row) + 1] - o.est.mask.row_ptr[size_t(row)]);
         }
-        owned[size_t(r)].push_back(std::move(o));
+        work[size_t(r)].push_back(w);
       }
-  }
+      owned[size_t(r)].push_back(std::move(o));
+    }
   // The per-block work is all-gathered (a few numbers a rank), and every rank computes the same
   // assignment from it.
   if (ring.balance) {
@@ -371,7 +343,9 @@ RingPrefillResult ring_prefill(const AttentionParams& p, const PrefillConfig& co
         run.pos = PosRange{o.pos.lo + m0 * B, std::min(o.pos.hi, o.pos.lo + m1 * B)};
         run.owner = r;
         run.q = copy_rows(p.q, e.q0 + run.pos.lo, e.q0 + run.pos.hi);
-        run.mask = slice_rows(o.est.mask, hq, nqb, m0, m1, run.pos.size());
+        // The owned chunk's mask is a one-sequence mask of its queries: take blocks [m0, m1).
+        run.mask = mask_rows(Pattern::full().with_blocks(o.est.mask.view()), 0, o.pos.size(), o.pos.size(), m0 * B,
+                             run.pos.size());
         if (dest != r)  // the owner sends the queries and mask rows, and gets out and LSE back
           stats.ranks[size_t(r)].bytes_sent +=
               bytes_of(run.q) + int64_t(run.mask.col_idx.size() + run.mask.row_ptr.size()) * 4;

@@ -19,6 +19,42 @@ std::vector<std::pair<PosRange, PosRange>> zigzag_shards(int64_t len, int ranks,
   return out;
 }
 
+std::vector<ShardRun> zigzag_runs(const std::vector<int64_t>& lengths, int rank, int ranks, int64_t align) {
+  ARIADNE_CHECK(rank >= 0 && rank < ranks, "zigzag_runs: rank ", rank, " is not in [0, ", ranks, ")");
+  std::vector<ShardRun> out;
+  int64_t row = 0;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const auto z = zigzag_shards(lengths[s], ranks, align)[size_t(rank)];
+    for (const PosRange& pr : {z.first, z.second}) {
+      if (pr.size() == 0) continue;
+      out.push_back(ShardRun{int32_t(s), pr, row});
+      row += pr.size();
+    }
+  }
+  return out;
+}
+
+int64_t rows_of(const std::vector<ShardRun>& runs) {
+  return runs.empty() ? 0 : runs.back().row + runs.back().pos.size();
+}
+
+BlockMask mask_rows(const Pattern& p, int32_t s, int64_t total_q, int64_t total_k, int64_t q0, int64_t n) {
+  const BlockSparseView& b = p.blocks;
+  ARIADNE_CHECK(b.defined() && b.block > 0, "mask_rows: the pattern has no block mask");
+  ARIADNE_CHECK(q0 >= 0 && q0 % b.block == 0, "mask_rows: q0 is ", q0, ", expected a multiple of the block ", b.block);
+  const SeqExtent e = p.seq(s, total_q, total_k);
+  ARIADNE_CHECK(n >= 0 && q0 + n <= e.lq, "mask_rows: queries [", q0, ", ", q0 + n, ") are not in sequence ", s,
+                " of ", e.lq);
+  const int64_t nqb = (n + b.block - 1) / b.block;
+  std::vector<std::vector<int32_t>> lists;
+  for (int32_t h = 0; h < b.heads; ++h)
+    for (int64_t m = 0; m < nqb; ++m) {
+      const int64_t row = p.block_row(s, e, h, q0 / b.block + m);
+      lists.emplace_back(b.col_idx + b.row_ptr[row], b.col_idx + b.row_ptr[row + 1]);
+    }
+  return BlockMask::from_lists(b.block, b.heads, {n}, lists);
+}
+
 namespace {
 double max_over_mean(const std::vector<double>& v) {
   if (v.empty()) return 1.0;

@@ -68,12 +68,12 @@ TEST(ContextParallel, PiecesMergedOverRandomSplitsMatchTheReference) {
             part_lse(DType::f32, {4, n});
         acc.fill(0.f);
         acc_lse.fill(-INFINITY);
-        const BlockMask rows = B > 1 ? query_rows(whole.pattern, 0, 301, 301, q0, n) : BlockMask{};
+        const BlockMask rows = B > 1 ? mask_rows(whole.pattern, 0, 301, 301, q0, n) : BlockMask{};
         for (size_t b = 0; b + 1 < kc.size(); ++b) {
           PieceParams pp;
-          pp.q = rows_of(whole.q, q0, q0 + n);
-          pp.k = rows_of(whole.k, kc[b], kc[b + 1]);
-          pp.v = rows_of(whole.v, kc[b], kc[b + 1]);
+          pp.q = row_range(whole.q, q0, q0 + n);
+          pp.k = row_range(whole.k, kc[b], kc[b + 1]);
+          pp.v = row_range(whole.v, kc[b], kc[b + 1]);
           pp.q_pos = q0;
           pp.k_pos = kc[b];
           pp.rule = rule;
@@ -85,7 +85,7 @@ TEST(ContextParallel, PiecesMergedOverRandomSplitsMatchTheReference) {
           attention_piece(pp, Backend::cpu);
           merge_partial(acc.view(), acc_lse.view(), part.view(), part_lse.view());
         }
-        TensorView out = rows_of(o.out.view(), q0, q0 + n);
+        TensorView out = row_range(o.out.view(), q0, q0 + n);
         TensorView lse = o.lse.view();
         lse.data = o.lse.as<float>() + q0;
         lse.shape[1] = n;

@@ -55,19 +55,19 @@ TEST(CudaContextParallel, PiecesOnTheDeviceMatchTheReference) {
             part_lse(DType::f32, {H, n});
         {  // the empty accumulator: a piece over no keys
           PieceParams none;
-          none.q = rows_of(q, q0, q0 + n);
-          none.k = none.v = rows_of(k, 0, 0);
+          none.q = row_range(q, q0, q0 + n);
+          none.k = none.v = row_range(k, 0, 0);
           none.q_pos = q0;
           none.out = acc.view();
           none.lse = acc_lse.view();
           EXPECT_EQ(attention_piece(none, Backend::cuda).calls, 0);
         }
-        const BlockMask rows = B > 1 ? query_rows(whole.pattern, 0, L, L, q0, n) : BlockMask{};
+        const BlockMask rows = B > 1 ? mask_rows(whole.pattern, 0, L, L, q0, n) : BlockMask{};
         for (size_t b = 0; b + 1 < kc.size(); ++b) {
           PieceParams pp;
-          pp.q = rows_of(q, q0, q0 + n);
-          pp.k = rows_of(k, kc[b], kc[b + 1]);
-          pp.v = rows_of(v, kc[b], kc[b + 1]);
+          pp.q = row_range(q, q0, q0 + n);
+          pp.k = row_range(k, kc[b], kc[b + 1]);
+          pp.v = row_range(v, kc[b], kc[b + 1]);
           pp.q_pos = q0;
           pp.k_pos = kc[b];
           pp.rule = rule;
@@ -82,7 +82,7 @@ TEST(CudaContextParallel, PiecesOnTheDeviceMatchTheReference) {
         TensorView lse_cols = lse.view();
         lse_cols.data = static_cast<float*>(lse_cols.data) + q0;
         lse_cols.shape[1] = n;
-        finish_partials(acc.view(), acc_lse.view(), whole.sink_mode, sink_dev.view(), rows_of(out.view(), q0, q0 + n),
+        finish_partials(acc.view(), acc_lse.view(), whole.sink_mode, sink_dev.view(), row_range(out.view(), q0, q0 + n),
                         lse_cols);
       }
       CaseOutputs o = poisoned_outputs(pc);

@@ -21,34 +21,14 @@ namespace {
 
 using namespace testing;
 
-struct Shard {
-  std::vector<std::pair<int32_t, PosRange>> runs;  // (sequence, positions), in the rank's row order
-  int64_t rows = 0;
-};
-
-Shard shard_of(const std::vector<int64_t>& lengths, int rank, int world, int64_t align) {
-  Shard sh;
-  for (size_t s = 0; s < lengths.size(); ++s) {
-    const auto z = zigzag_shards(lengths[s], world, align)[size_t(rank)];
-    for (const PosRange& pr : {z.first, z.second})
-      if (pr.size() > 0) {
-        sh.runs.push_back({int32_t(s), pr});
-        sh.rows += pr.size();
-      }
-  }
-  return sh;
-}
-
 // Rows of a packed [tokens, heads, d] bf16 host buffer, in the shard's order.
-Buffer gather(const Buffer& x, const Shard& sh, const std::vector<int32_t>& cu) {
+Buffer gather(const Buffer& x, const std::vector<ShardRun>& runs, const std::vector<int32_t>& cu) {
   const int64_t row = x.numel() / x.shape()[0];
-  Buffer out(x.dtype(), {std::max<int64_t>(sh.rows, 1), x.shape()[1], x.shape()[2]});
-  int64_t at = 0;
-  for (const auto& [s, pr] : sh.runs) {
-    std::memcpy(static_cast<char*>(out.data()) + at * row * 2,
-                static_cast<const char*>(x.data()) + (cu[size_t(s)] + pr.lo) * row * 2, size_t(pr.size() * row * 2));
-    at += pr.size();
-  }
+  Buffer out(x.dtype(), {std::max<int64_t>(rows_of(runs), 1), x.shape()[1], x.shape()[2]});
+  for (const ShardRun& r : runs)
+    std::memcpy(static_cast<char*>(out.data()) + r.row * row * 2,
+                static_cast<const char*>(x.data()) + (cu[size_t(r.seq)] + r.pos.lo) * row * 2,
+                size_t(r.pos.size() * row * 2));
   return out;
 }
 
@@ -108,19 +88,20 @@ TEST(NcclRing, EqualsOneDeviceAttention) {
         ranks.emplace_back([&, r] {
           try {
             ARIADNE_CHECK(cudaSetDevice(r) == cudaSuccess, "cudaSetDevice");
-            const Shard sh = shard_of(lengths, r, world, B);
-            const DeviceBuffer dq = DeviceBuffer::from_host(gather(q, sh, cu));
-            const DeviceBuffer dk = DeviceBuffer::from_host(gather(k, sh, cu));
-            const DeviceBuffer dv = DeviceBuffer::from_host(gather(v, sh, cu));
+            const std::vector<ShardRun> runs = zigzag_runs(lengths, r, world, B);
+            const int64_t n_r = rows_of(runs);
+            const DeviceBuffer dq = DeviceBuffer::from_host(gather(q, runs, cu));
+            const DeviceBuffer dk = DeviceBuffer::from_host(gather(k, runs, cu));
+            const DeviceBuffer dv = DeviceBuffer::from_host(gather(v, runs, cu));
             const DeviceBuffer dsink = DeviceBuffer::from_host(sink);
-            const int64_t rows = std::max<int64_t>(sh.rows, 1);
+            const int64_t rows = std::max<int64_t>(n_r, 1);
             DeviceBuffer out(DType::f32, {rows, hq, d}), lse(DType::f32, {hq, rows});
             NcclRingParams p;
-            p.q = make_view(dq.data(), DType::bf16, {sh.rows, hq, d}, Device::cuda);
-            p.k = make_view(dk.data(), DType::bf16, {sh.rows, hkv, d}, Device::cuda);
-            p.v = make_view(dv.data(), DType::bf16, {sh.rows, hkv, d}, Device::cuda);
-            p.out = make_view(out.data(), DType::f32, {sh.rows, hq, d}, Device::cuda);
-            p.lse = make_view(lse.data(), DType::f32, {hq, sh.rows}, Device::cuda);
+            p.q = make_view(dq.data(), DType::bf16, {n_r, hq, d}, Device::cuda);
+            p.k = make_view(dk.data(), DType::bf16, {n_r, hkv, d}, Device::cuda);
+            p.v = make_view(dv.data(), DType::bf16, {n_r, hkv, d}, Device::cuda);
+            p.out = make_view(out.data(), DType::f32, {n_r, hq, d}, Device::cuda);
+            p.lse = make_view(lse.data(), DType::f32, {hq, n_r}, Device::cuda);
             p.lengths = lengths;
             p.align = B;
             p.rule = config == 1 ? Pattern::window(100, 0) : Pattern::causal();
@@ -129,19 +110,16 @@ TEST(NcclRing, EqualsOneDeviceAttention) {
               p.sink = dsink.view();
             }
             if (config == 2)  // each run's rows of the one-device mask
-              for (const auto& [s, pr] : sh.runs)
-                p.masks.push_back(query_rows(one.pattern, s, total, total, pr.lo, pr.size()));
+              for (const ShardRun& run : runs)
+                p.masks.push_back(mask_rows(one.pattern, run.seq, total, total, run.pos.lo, run.pos.size()));
             p.comm = comms[size_t(r)];
             ring_attention_nccl(p);
             const Buffer o = out.to_host(), l = lse.to_host();
-            int64_t at = 0;
-            for (const auto& [s, pr] : sh.runs) {
-              std::memcpy(got.as<float>() + (cu[size_t(s)] + pr.lo) * hq * d, o.as<float>() + at * hq * d,
-                          size_t(pr.size() * hq * d) * 4);
+            for (const ShardRun& run : runs) {
+              const int64_t at = run.row, g = cu[size_t(run.seq)] + run.pos.lo, len = run.pos.size();
+              std::memcpy(got.as<float>() + g * hq * d, o.as<float>() + at * hq * d, size_t(len * hq * d) * 4);
               for (int64_t h = 0; h < hq; ++h)
-                std::memcpy(got_lse.as<float>() + h * total + cu[size_t(s)] + pr.lo,
-                            l.as<float>() + h * sh.rows + at, size_t(pr.size()) * 4);
-              at += pr.size();
+                std::memcpy(got_lse.as<float>() + h * total + g, l.as<float>() + h * n_r + at, size_t(len) * 4);
             }
           } catch (const std::exception& e) {
             errors[size_t(r)] = e.what();

@@ -25,38 +25,6 @@ void check(ncclResult_t r, const char* what) {
   ARIADNE_CHECK(r == ncclSuccess, "ring_attention_nccl: ", what, " failed: ", ncclGetErrorString(r));
 }
 
-struct Run {
-  int32_t seq;
-  PosRange pos;
-  int64_t row;  // first row in the rank's tensors
-};
-
-std::vector<Run> runs_of(const std::vector<int64_t>& lengths, int rank, int world, int64_t align) {
-  std::vector<Run> out;
-  int64_t row = 0;
-  for (size_t s = 0; s < lengths.size(); ++s) {
-    const auto shards = zigzag_shards(lengths[s], world, align);
-    for (const PosRange& pr : {shards[size_t(rank)].first, shards[size_t(rank)].second}) {
-      if (pr.size() == 0) continue;
-      out.push_back(Run{int32_t(s), pr, row});
-      row += pr.size();
-    }
-  }
-  return out;
-}
-
-int64_t rows_of(const std::vector<Run>& runs) {
-  int64_t n = 0;
-  for (const Run& r : runs) n += r.pos.size();
-  return n;
-}
-
-TensorView rows(TensorView t, int64_t lo, int64_t hi) {
-  t.data = static_cast<char*>(t.data) + lo * t.stride[0] * dtype_size(t.dtype);
-  t.shape[0] = hi - lo;
-  return t;
-}
-
 // A [n, heads, d] contiguous view of the first n rows of a K/V buffer.
 TensorView kv_view(const DeviceBuffer& b, DType dt, int64_t n, int64_t heads, int64_t d) {
   return make_view(b.data(), dt, {n, heads, d}, Device::cuda);
@@ -80,7 +48,7 @@ RingRankStats ring_attention_nccl(const NcclRingParams& p) {
   ARIADNE_CHECK(p.align >= 1, "ring_attention_nccl: align is ", p.align, ", expected >= 1");
   for (size_t s = 0; s < p.lengths.size(); ++s)
     ARIADNE_CHECK(p.lengths[s] >= 0, "ring_attention_nccl: lengths[", s, "] is ", p.lengths[s], ", expected >= 0");
-  const std::vector<Run> mine = runs_of(p.lengths, rank, world, p.align);
+  const std::vector<ShardRun> mine = zigzag_runs(p.lengths, rank, world, p.align);
   const int64_t n = rows_of(mine), hq = p.q.shape[1], hkv = p.k.shape[1], d = p.q.shape[2];
   ARIADNE_CHECK(p.q.shape[0] == n && p.k.shape[0] == n && p.v.shape[0] == n, "ring_attention_nccl: q, k, v have ",
                 p.q.shape[0], ", ", p.k.shape[0], ", ", p.v.shape[0], " rows, expected ", n, " (rank ", rank,
@@ -92,7 +60,7 @@ RingRankStats ring_attention_nccl(const NcclRingParams& p) {
 
   // Buffers: the K/V pair this rank holds and the one it receives (sized for the largest shard).
   int64_t most = 0;
-  for (int r = 0; r < world; ++r) most = std::max(most, rows_of(runs_of(p.lengths, r, world, p.align)));
+  for (int r = 0; r < world; ++r) most = std::max(most, rows_of(zigzag_runs(p.lengths, r, world, p.align)));
   const DType dt = p.k.dtype;
   const int64_t row_bytes = hkv * d * dtype_size(dt);
   DeviceBuffer bufs[2][2];  // [which][k / v]
@@ -128,10 +96,10 @@ RingRankStats ring_attention_nccl(const NcclRingParams& p) {
     int cur = 0;
     for (int t = 0; t < world; ++t) {
       const int src = (rank - t + world) % world;
-      const std::vector<Run> held = runs_of(p.lengths, src, world, p.align);
+      const std::vector<ShardRun> held = zigzag_runs(p.lengths, src, world, p.align);
       const int64_t held_rows = rows_of(held);
       if (t + 1 < world) {
-        const int64_t in_rows = rows_of(runs_of(p.lengths, (src + world - 1) % world, world, p.align));
+        const int64_t in_rows = rows_of(zigzag_runs(p.lengths, (src + world - 1) % world, world, p.align));
         check(cudaEventRecord(computed, compute), "cudaEventRecord");  // the previous step's pieces
         check(cudaStreamWaitEvent(comm_stream, computed, 0), "cudaStreamWaitEvent");
         check(ncclGroupStart(), "ncclGroupStart");
@@ -146,13 +114,13 @@ RingRankStats ring_attention_nccl(const NcclRingParams& p) {
         st.bytes_sent += 2 * held_rows * row_bytes;
       }
       for (size_t qi = 0; qi < mine.size(); ++qi) {
-        const Run& qr = mine[qi];
-        for (const Run& kr : held) {
+        const ShardRun& qr = mine[qi];
+        for (const ShardRun& kr : held) {
           if (kr.seq != qr.seq) continue;
           PieceParams pp;
-          pp.q = rows(p.q, qr.row, qr.row + qr.pos.size());
-          pp.k = rows(kv_view(bufs[cur][0], dt, held_rows, hkv, d), kr.row, kr.row + kr.pos.size());
-          pp.v = rows(kv_view(bufs[cur][1], dt, held_rows, hkv, d), kr.row, kr.row + kr.pos.size());
+          pp.q = row_range(p.q, qr.row, qr.row + qr.pos.size());
+          pp.k = row_range(kv_view(bufs[cur][0], dt, held_rows, hkv, d), kr.row, kr.row + kr.pos.size());
+          pp.v = row_range(kv_view(bufs[cur][1], dt, held_rows, hkv, d), kr.row, kr.row + kr.pos.size());
           pp.q_pos = qr.pos.lo;
           pp.k_pos = kr.pos.lo;
           pp.rule = p.rule;
@@ -161,7 +129,7 @@ RingRankStats ring_attention_nccl(const NcclRingParams& p) {
           pp.sink = p.sink;
           pp.scale = p.scale;
           const int64_t nq = qr.pos.size();
-          pp.out = rows(part.view(), 0, nq);
+          pp.out = row_range(part.view(), 0, nq);
           pp.lse = make_view(part_lse.data(), DType::f32, {hq, nq}, Device::cuda);
           pp.lse_scratch = scratch.view();
           pp.stream = p.stream;
@@ -170,7 +138,7 @@ RingRankStats ring_attention_nccl(const NcclRingParams& p) {
           TensorView al = make_view(acc_lse.data(), DType::f32, {hq, n}, Device::cuda);
           al.data = static_cast<float*>(al.data) + qr.row;
           al.shape[1] = nq;
-          merge_partial(rows(acc.view(), qr.row, qr.row + nq), al, pp.out, pp.lse, p.stream);
+          merge_partial(row_range(acc.view(), qr.row, qr.row + nq), al, pp.out, pp.lse, p.stream);
           st.entries += w.entries;
           st.calls += w.calls;
           st.step_entries[size_t(t)] += w.entries;
@@ -183,7 +151,7 @@ RingRankStats ring_attention_nccl(const NcclRingParams& p) {
     }
     TensorView al = make_view(acc_lse.data(), DType::f32, {hq, n}, Device::cuda);
     if (n > 0)
-      finish_partials(rows(acc.view(), 0, n), al, p.sink_mode, p.sink, p.out, p.lse, p.stream);
+      finish_partials(row_range(acc.view(), 0, n), al, p.sink_mode, p.sink, p.out, p.lse, p.stream);
     check(cudaStreamSynchronize(comm_stream), "cudaStreamSynchronize");
   } catch (...) {
     cudaStreamSynchronize(comm_stream);
