@@ -1,5 +1,5 @@
-// CUDA block-sparse prefill benchmark (issue 5): RRAttention vs XAttention estimation at strides
-// 8 and 16, the block-sparse attention on each mask, and the total against our dense causal
+// CUDA block-sparse prefill benchmark: RRAttention vs XAttention estimation at strides 8 and 16 and
+// FlexPrefill at its released defaults, the block-sparse attention on each mask, and the total against our dense causal
 // kernel, all in the same run on the same inputs. Prints one JSON list on stdout (one object per
 // (tokens, method, stride); progress on stderr).
 //
@@ -34,7 +34,7 @@
 // The cuDNN and FlashAttention-2 anchors (PyTorch SDPA, dense causal on the same shapes) are
 // measured in the same device-check step by bench/anchors.py and joined there (speedup columns).
 //
-//   bench_estimate_cuda [tokens ...] [--recall-max N] [--methods rr,xattn] [--xattn-max N] [--strides 8,16]
+//   bench_estimate_cuda [tokens ...] [--recall-max N] [--methods rr,xattn,flexprefill] [--xattn-max N] [--strides 8,16]
 //                       [--mix M] [--scoring automatic,wgmma_approximate,wgmma_exact,mma_grouped,mma_rr,mma_generic,f32]
 //   default tokens 8192 32768 65536 131072; --xattn-max: XAttention only up to N tokens (its
 //   estimate takes seconds at 128K); --mix: the synthetic head mix (default SyntheticConfig's);
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
   try {
     std::vector<int64_t> lengths;
     int64_t recall_max = 65536, xattn_max = int64_t(1) << 40;
-    std::vector<Estimator> methods = {Estimator::rr, Estimator::xattn};
+    std::vector<Estimator> methods = {Estimator::rr, Estimator::xattn, Estimator::flexprefill};
     std::vector<int> strides = {8, 16};
     std::string mix = SyntheticConfig{}.mix;
     std::vector<std::string> scorings = {"automatic"};
@@ -156,9 +156,14 @@ int main(int argc, char** argv) {
       else if (a == "--methods" && i + 1 < argc) {
         const std::string m = argv[++i];
         methods.clear();
-        if (m.find("rr") != std::string::npos) methods.push_back(Estimator::rr);
-        if (m.find("xattn") != std::string::npos) methods.push_back(Estimator::xattn);
-        ARIADNE_CHECK(!methods.empty(), "bench_estimate_cuda: --methods '", m, "', expected rr, xattn or rr,xattn");
+        size_t pos = 0;
+        while (pos <= m.size()) {
+          const size_t comma = std::min(m.find(',', pos), m.size());
+          const Estimator e = parse_estimator(m.substr(pos, comma - pos));  // throws naming the methods
+          ARIADNE_CHECK(e != Estimator::oracle, "bench_estimate_cuda: --methods: the oracle is the recall reference");
+          methods.push_back(e);
+          pos = comma + 1;
+        }
       } else lengths.push_back(std::atoll(a.c_str()));
     }
     if (lengths.empty()) lengths = {8192, 32768, 65536, 131072};
@@ -203,6 +208,10 @@ int main(int argc, char** argv) {
       for (Estimator method : methods)
         for (int stride : strides) {
           if (method == Estimator::xattn && n > xattn_max) continue;
+          // FlexPrefill has no stride: one row per length, at its released defaults (γ 0.95,
+          // τ_js 0.1, min budget 1024 tokens: EstimateConfig's).
+          const bool flex = method == Estimator::flexprefill;
+          if (flex && stride != strides.front()) continue;
           EstimateConfig c;
           c.method = method;
           c.stride = stride;
@@ -274,7 +283,8 @@ int main(int argc, char** argv) {
           const double ms_attn_mma = time_attention(ps, 3, CudaKernel::tile);
 
           nlohmann::json j;
-          j["id"] = std::string(estimator_name(method)) + "-n" + std::to_string(n) + "-s" + std::to_string(stride);
+          j["id"] = std::string(estimator_name(method)) + "-n" + std::to_string(n) +
+                    (flex ? std::string() : "-s" + std::to_string(stride));
           j["kind"] = "estimate";
           j["method"] = estimator_name(method);
           j["tokens"] = n;
@@ -282,7 +292,7 @@ int main(int argc, char** argv) {
           j["heads_kv"] = kHkv;
           j["dim"] = kDim;
           j["block"] = c.block;
-          j["stride"] = stride;
+          if (!flex) j["stride"] = stride;
           j["tau"] = c.tau;
           const auto put_times = [&](nlohmann::json& o, const Timed& t) {
             o["ms_estimate"] = median(t.wall);
@@ -338,7 +348,7 @@ int main(int argc, char** argv) {
 
           // The other scoring kernels on the same case: their times, and how far their scores and
           // masks are from the first kernel's (host copies of both, τ 0.95).
-          for (size_t v = 1; v < scorings.size(); ++v) {
+          for (size_t v = 1; v < scorings.size() && !flex; ++v) {
             EstimateConfig cv = c;
             cv.overrides.scoring = parse_cuda_scoring(scorings[v]);
             EstimateConfig ha = c;

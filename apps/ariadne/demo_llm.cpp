@@ -59,9 +59,8 @@ void run_llm_part(DemoContext& ctx) {
 
   std::vector<Method> methods = {{"dense", true, published(Estimator::rr)},
                                  {"rr", false, published(Estimator::rr)},
-                                 {"xattn", false, published(Estimator::xattn)}};
-  // FlexPrefill's estimator runs on host q/k (estimate.hpp): on the CPU model only.
-  if (!gpu) methods.push_back({"flexprefill", false, published(Estimator::flexprefill)});
+                                 {"xattn", false, published(Estimator::xattn)},
+                                 {"flexprefill", false, published(Estimator::flexprefill)}};
   std::vector<EstimateConfig> probes;
   for (const Method& m : methods)
     if (!m.dense) probes.push_back(m.estimate);
@@ -72,9 +71,7 @@ void run_llm_part(DemoContext& ctx) {
      << " tokens (passkey and needle-in-a-haystack, needles from 10% to 90% depth). Sparse methods at their "
         "published settings: RR τ 0.95, XAttention τ 0.95 (both S 8), FlexPrefill γ 0.95 (τ_js 0.1, min budget "
         "1024 tokens); B 128. Mask metrics: each estimator's masks on the dense runs' real q/k against the oracle "
-        "at the same τ, averaged over layers and prompts."
-     << (gpu ? " FlexPrefill's estimator is CPU-only, so it does not run with the model on the GPU." : "")
-     << "\n\n";
+        "at the same τ, averaged over layers and prompts.\n\n";
 
   struct Tally {
     int correct = 0, agree = 0;

@@ -85,6 +85,63 @@ struct SelectParams {
   bool last_row, sink, diagonal, forced_first;
 };
 
+// FlexPrefill (flexprefill.cu): one sequence with its key-block, query-block and probe bookkeeping.
+struct FlexSeq {
+  int64_t q0, k0, lq, lk, off;  // off = lk − lq
+  int64_t row_base;             // first CSR row
+  int32_t nqb, nkb;             // query blocks, key blocks
+  int32_t kb_base;              // first key block of this sequence in K̄ and the per-block flags
+  int32_t probe;                // index among the probed sequences; −1: short input, every block kept
+  int32_t nch;                  // key chunks of the probe (kFlexChunk keys each)
+  int32_t ch_base;              // first chunk of this sequence among all probed sequences' chunks
+};
+
+// Operands, tables and the scratch of the FlexPrefill kernels. Strides in elements, head_dim
+// contiguous. L, the probe's rows, is the block size B (a probed sequence has lq > 2B).
+struct FlexParams {
+  const void* q;
+  const void* k;
+  int dtype;  // 0 f32, 1 bf16, 2 f16
+  int64_t q_tok, q_head, k_tok, k_head;
+  const FlexSeq* seqs;
+  const int32_t* probe_seq;     // [num_probe] sequence of each probed sequence
+  const int32_t* kb_seq;        // [total_kb] sequence of each key block
+  const int32_t* qb_seq;        // [total_qb] sequence of each query block
+  const int32_t* qb_m;          // [total_qb] its index inside the sequence
+  const int32_t* ch_seq;        // [total_ch] sequence of each probe chunk
+  int num_seqs, num_probe;
+  int64_t total_kb, total_qb, total_ch, total_k;
+  int max_lk;                   // longest probed key range
+  const int64_t* score_ptr;     // [rows + 1]
+  float* scores;                // [score_ptr[rows]]: the map's rows, softmax over visible blocks
+  float* kbar;                  // [heads_kv, total_kb, d] mean key of each key block
+  float2* part;                 // [heads_q, total_ch, L] (max, Σexp) of a probe row over one chunk
+  float2* stat;                 // [heads_q, num_probe, L] (max, Σexp) of a probe row
+  float* vert;                  // [heads_q, total_k] vertical score per key
+  float* slash;                 // [heads_q, total_k] slash score per distance
+  float* slash_part;            // [heads_q, total_ch, L + kFlexChunk − 1] diagonal sums per chunk
+  uint8_t* vsel;                // [heads_q, total_kb] kept vertical blocks
+  uint8_t* ssel;                // [heads_q, total_kb] kept slash distance bins
+  float* head_info;             // [heads_q, num_probe, 4]: sqrt JSD, query-aware, n_v, n_s
+  uint8_t* keep;                // [score_ptr[rows]] 0/1 per visible block (zeroed by the caller)
+  int32_t* counts;              // [rows + 1] kept blocks per row
+  int heads_q, heads_kv, group, d, block;
+  float scale;
+  double gamma, js_tau;
+  int64_t min_blocks, max_blocks;  // budgets in blocks: ceil(min_budget / B); ceil(max_budget / B) or 2^62
+  bool sink, diagonal, last_row;   // protections asked for, OR-ed in
+};
+// Keys of one probe chunk (one CTA of the probe kernels).
+constexpr int kFlexChunk = 64;
+// The FlexPrefill stages, launched in this order on one stream (keep zeroed by the caller):
+// sampling (K̄, the probe's two passes, the vertical and slash scores), scoring (the block-causal
+// q̄·K̄ map into scores) and selection (the per-head decisions, the query-aware selection, the
+// flags and counts of every row).
+enum class FlexStage { sampling, scoring, selection };
+cudaError_t launch_flexprefill(const FlexParams& p, FlexStage stage, cudaStream_t stream);
+// The device's shared memory limit allows these operands (head_dim and block): "" or why not.
+std::string flexprefill_refusal(int d, int block, int group, size_t smem_optin);
+
 // Largest key-block count of one row the selection takes (16 per thread of its CTA).
 constexpr int kMaxSelectBlocks = 4096;
 // Rows (sampled query strides) of one scoring CTA and key strides per chunk.

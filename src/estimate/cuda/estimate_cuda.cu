@@ -174,11 +174,12 @@ struct Workspace {
   GrowDevice counts;   // kept blocks per row, int32 [rows + 1]
   GrowDevice scan;     // CUB's temporary storage for the row_ptr scan
   GrowDevice tables;   // geometry tables (uploaded) and the kept blocks per head (computed)
+  GrowDevice flex;     // FlexPrefill: K̄, the probe's partials and scores, the per-head choices
   GrowPinned staging;  // host side of the tables' upload and of the per-head counts' read-back
   std::unique_ptr<Events> events;
 
   void release() {
-    for (GrowDevice* b : {&scratch, &ksum, &keep, &counts, &scan, &tables}) b->release();
+    for (GrowDevice* b : {&scratch, &ksum, &keep, &counts, &scan, &tables, &flex}) b->release();
     staging.release();
     events.reset();
   }
@@ -211,6 +212,34 @@ struct DrainOnExit {
   }
 };
 
+// The density per head from the device's kept counts and the host's visible counts, and with
+// config.host_copy the mask and the scores copied back.
+void finish_result(EstimateResult& r, const Geometry& g, const EstimateConfig& config, const std::vector<int32_t>& sbb,
+                   const std::vector<int64_t>& kept, const std::vector<int64_t>& vis, int64_t nvis_total) {
+  EstimateStats& s = r.stats;
+  s.density_per_head.resize(size_t(g.heads_q));
+  for (int h = 0; h < g.heads_q; ++h) {
+    s.kept_blocks += kept[size_t(h)];
+    s.visible_blocks += vis[size_t(h)];
+    s.density_per_head[size_t(h)] = vis[size_t(h)] ? double(kept[size_t(h)]) / double(vis[size_t(h)]) : 0.0;
+  }
+  s.density = s.visible_blocks ? double(s.kept_blocks) / double(s.visible_blocks) : 0.0;
+  if (!config.host_copy) return;
+  const DeviceEstimate& dev = r.device;
+  BlockMask& mask = r.mask;
+  mask.block = config.block;
+  mask.heads = g.heads_q;
+  mask.seq_block_base = sbb;
+  mask.row_ptr.resize(size_t(g.rows + 1));
+  dev.row_ptr.copy_to_host(mask.row_ptr.data(), mask.row_ptr.size() * sizeof(int32_t));
+  ARIADNE_CHECK(int64_t(mask.row_ptr.back()) == s.kept_blocks, "estimate (cuda): row_ptr ends at ",
+                mask.row_ptr.back(), " but the per-head counts sum to ", s.kept_blocks);
+  mask.col_idx.resize(size_t(s.kept_blocks));
+  if (!mask.col_idx.empty()) dev.col_idx.copy_to_host(mask.col_idx.data(), mask.col_idx.size() * sizeof(int32_t));
+  r.scores.resize(size_t(nvis_total));
+  if (!r.scores.empty()) dev.scores.copy_to_host(r.scores.data(), r.scores.size() * sizeof(float));
+}
+
 }  // namespace
 
 std::string estimate_cuda_refusal(const TensorView& q, const EstimateConfig* config) {
@@ -218,7 +247,7 @@ std::string estimate_cuda_refusal(const TensorView& q, const EstimateConfig* con
   if (q.rank == 3 && q.shape[2] > 256)
     return "head_dim " + std::to_string(q.shape[2]) + " exceeds the CUDA estimator's 256 (shared-memory tiles)";
   if (config == nullptr) return "";
-  if (config->method == Estimator::flexprefill) return "flexprefill runs on the CPU backend only";
+  if (config->method == Estimator::flexprefill) return "";  // its limits: flexprefill_refusal, at the call
   if (config->method == Estimator::rr && config->schedule != RRSchedule::head)
     return std::string("RR schedule '") + rr_schedule_name(config->schedule) +
            "': the CUDA scoring kernels rotate the sample by head only (the CPU backend runs every schedule)";
@@ -242,6 +271,259 @@ double cuda_timed_ms(void* stream, const std::function<void()>& fn) {
   return ev.ms(0, 1);
 }
 
+// FlexPrefill (flexprefill.cu): the tables of its kernels from the shared geometry, its scratch in
+// the workspace, the three stages timed by the events, then the CSR as for the other estimators.
+static EstimateResult estimate_flexprefill_cuda(const TensorView& q, const TensorView& k, const Pattern& host_layout,
+                                                const EstimateConfig& config, std::chrono::steady_clock::time_point t0) {
+  const Geometry g = make_geometry(q, k, host_layout, config.block, config.stride, Device::cuda);
+  const float scale = config.scale > 0 ? config.scale : float(1.0 / std::sqrt(double(g.dim)));
+  const int64_t B = config.block;
+  const std::string why = cuda::flexprefill_refusal(int(g.dim), int(B), g.group, smem_optin());
+  ARIADNE_CHECK(why.empty(), "estimate (cuda): flexprefill cannot run this case: ", why);
+  const int64_t min_blocks = (config.flex_min_budget + B - 1) / B;
+
+  // Tables: sequences (both layouts: the kernels' and the shared selection kernels'), and the
+  // sequence of every key block, query block and probe chunk.
+  std::vector<cuda::FlexSeq> seqs;
+  std::vector<cuda::EstSeq> eseqs;
+  std::vector<int32_t> probe_seq, kb_seq, qb_seq, qb_m, ch_seq, sbb{0};
+  int max_lk = 0;
+  int64_t nvis_total = 0;
+  for (size_t si = 0; si < g.seqs.size(); ++si) {
+    const Seq& e = g.seqs[si];
+    const int32_t s = int32_t(si);
+    const int64_t nkb = (e.lk + B - 1) / B;
+    const bool probe = e.lq > std::max(2 * B, min_blocks * B);
+    const int64_t nch = probe ? (e.lk + cuda::kFlexChunk - 1) / cuda::kFlexChunk : 0;
+    ARIADNE_CHECK(!probe || nkb <= cuda::kMaxSelectBlocks, "estimate (cuda): flexprefill: a sequence has ", nkb,
+                  " key blocks, more than the ", cuda::kMaxSelectBlocks, " its decisions hold: raise the block size");
+    seqs.push_back(cuda::FlexSeq{e.q0, e.k0, e.lq, e.lk, e.off, e.row_base, int32_t(e.nqb), int32_t(nkb),
+                                 int32_t(kb_seq.size()), probe ? int32_t(probe_seq.size()) : -1, int32_t(nch),
+                                 int32_t(ch_seq.size())});
+    eseqs.push_back(cuda::EstSeq{e.q0, e.k0, e.lq, e.lk, e.off, e.row_base, int32_t(e.nqb), int32_t(e.nqs),
+                                 int32_t(e.nks), int32_t(e.ks_base)});
+    if (probe) {
+      probe_seq.push_back(s);
+      max_lk = std::max(max_lk, int(e.lk));
+    }
+    kb_seq.insert(kb_seq.end(), size_t(nkb), s);
+    ch_seq.insert(ch_seq.end(), size_t(nch), s);
+    for (int64_t m = 0; m < e.nqb; ++m) {
+      qb_seq.push_back(s);
+      qb_m.push_back(int32_t(m));
+      nvis_total += (g.diag(e, m) + 1) * g.heads_q;
+    }
+    sbb.push_back(sbb.back() + int32_t(e.nqb));
+  }
+  ARIADNE_CHECK(int64_t(ch_seq.size()) < (int64_t(1) << 31) && g.rows < (int64_t(1) << 31),
+                "estimate (cuda): too many probe chunks or rows for 32-bit grids");
+  const int64_t total_kb = int64_t(kb_seq.size()), total_qb = int64_t(qb_seq.size());
+  const int64_t total_ch = int64_t(ch_seq.size()), num_probe = int64_t(probe_seq.size());
+  const int64_t L = B, W = L + cuda::kFlexChunk - 1;
+
+  // Staging (bytes): the tables, score_ptr, seq_block_base, then the per-head kept counts coming back.
+  size_t off = 0;
+  const auto place = [&](size_t bytes) {
+    const size_t at = off;
+    off = align_up(off + bytes);
+    return at;
+  };
+  const size_t off_seqs = place(seqs.size() * sizeof(cuda::FlexSeq));
+  const size_t off_eseqs = place(eseqs.size() * sizeof(cuda::EstSeq));
+  const size_t off_probe = place(probe_seq.size() * sizeof(int32_t));
+  const size_t off_kb = place(kb_seq.size() * sizeof(int32_t));
+  const size_t off_qb = place(qb_seq.size() * sizeof(int32_t));
+  const size_t off_qm = place(qb_m.size() * sizeof(int32_t));
+  const size_t off_ch = place(ch_seq.size() * sizeof(int32_t));
+  const size_t tables_end = off;
+  const size_t kept_bytes = size_t(g.heads_q) * sizeof(int64_t);
+  const size_t score_ptr_bytes = size_t(g.rows + 1) * sizeof(int64_t);
+  const size_t off_score_ptr = place(score_ptr_bytes);
+  const size_t sbb_bytes = sbb.size() * sizeof(int32_t);
+  const size_t off_sbb = place(sbb_bytes);
+  const size_t off_kept = place(kept_bytes);
+  const size_t staging_bytes = off;
+
+  // Scratch (bytes, one workspace buffer).
+  size_t soff = 0;
+  const auto carve = [&](size_t bytes) {
+    const size_t at = soff;
+    soff = align_up(soff + bytes);
+    return at;
+  };
+  const size_t s_kbar = carve(size_t(g.heads_kv) * size_t(total_kb) * size_t(g.dim) * sizeof(float));
+  const size_t s_part = carve(size_t(g.heads_q) * size_t(total_ch) * size_t(L) * sizeof(float2));
+  const size_t s_stat = carve(size_t(g.heads_q) * size_t(num_probe) * size_t(L) * sizeof(float2));
+  const size_t s_vert = carve(size_t(g.heads_q) * size_t(g.total_k) * sizeof(float));
+  const size_t s_slash = carve(size_t(g.heads_q) * size_t(g.total_k) * sizeof(float));
+  const size_t s_spart = carve(size_t(g.heads_q) * size_t(total_ch) * size_t(W) * sizeof(float));
+  const size_t s_vsel = carve(size_t(g.heads_q) * size_t(total_kb));
+  const size_t s_ssel = carve(size_t(g.heads_q) * size_t(total_kb));
+  const size_t s_info = carve(size_t(g.heads_q) * size_t(num_probe) * 4 * sizeof(float));
+  const size_t scratch_bytes = soff;
+
+  size_t scan_bytes = 0;
+  check(cuda::exclusive_scan(nullptr, nullptr, g.rows + 1, nullptr, scan_bytes, nullptr), "row_ptr scan (size)");
+
+  Workspace& ws = workspace_of_current_device();
+  const std::lock_guard<std::mutex> lock(ws.mu);
+  DrainOnExit drain;
+  if (!ws.events) ws.events = std::make_unique<Events>();
+  const Events& ev = *ws.events;
+
+  EstimateResult r;
+  DeviceEstimate& dev = r.device;
+  dev.block = config.block;
+  dev.heads = g.heads_q;
+  const bool pooled = config.cuda_pooled_result;
+  dev.seq_block_base = device_bytes(sbb_bytes, pooled);
+  dev.score_ptr = device_bytes(score_ptr_bytes, pooled);
+  dev.scores = device_bytes(size_t(nvis_total) * sizeof(float), pooled);
+  dev.row_ptr = device_bytes(size_t(g.rows + 1) * sizeof(int32_t), pooled);
+  dev.col_idx = device_bytes(size_t(nvis_total) * sizeof(int32_t), pooled);
+
+  char* tables = static_cast<char*>(ws.tables.get(tables_end + kept_bytes));
+  int64_t* d_kept = reinterpret_cast<int64_t*>(tables + tables_end);
+  char* scratch = static_cast<char*>(ws.flex.get(scratch_bytes));
+  void* d_keep = ws.keep.get(size_t(nvis_total));
+  void* d_counts = ws.counts.get(size_t(g.rows + 1) * sizeof(int32_t));
+  void* d_scan = ws.scan.get(scan_bytes);
+
+  char* host = ws.staging.get(staging_bytes);
+  const auto put = [&](size_t at, const void* src, size_t bytes) {
+    if (bytes > 0) std::memcpy(host + at, src, bytes);
+  };
+  put(off_seqs, seqs.data(), seqs.size() * sizeof(cuda::FlexSeq));
+  put(off_eseqs, eseqs.data(), eseqs.size() * sizeof(cuda::EstSeq));
+  put(off_probe, probe_seq.data(), probe_seq.size() * sizeof(int32_t));
+  put(off_kb, kb_seq.data(), kb_seq.size() * sizeof(int32_t));
+  put(off_qb, qb_seq.data(), qb_seq.size() * sizeof(int32_t));
+  put(off_qm, qb_m.data(), qb_m.size() * sizeof(int32_t));
+  put(off_ch, ch_seq.data(), ch_seq.size() * sizeof(int32_t));
+  int64_t* sp_host = reinterpret_cast<int64_t*>(host + off_score_ptr);
+  est::row_score_ptr(g, sp_host);
+  ARIADNE_CHECK(sp_host[g.rows] == nvis_total, "estimate (cuda): visible blocks ", sp_host[g.rows], " against ",
+                nvis_total);
+  put(off_sbb, sbb.data(), sbb_bytes);
+  const cudaStream_t st = nullptr;
+  check(cudaMemcpyAsync(tables, host, tables_end, cudaMemcpyHostToDevice, st), "uploading the tables");
+  check(cudaMemcpyAsync(dev.score_ptr.data(), host + off_score_ptr, score_ptr_bytes, cudaMemcpyHostToDevice, st),
+        "uploading score_ptr");
+  check(cudaMemcpyAsync(dev.seq_block_base.data(), host + off_sbb, sbb_bytes, cudaMemcpyHostToDevice, st),
+        "uploading seq_block_base");
+
+  const auto table = [&](size_t at) { return reinterpret_cast<const int32_t*>(tables + at); };
+  cuda::FlexParams fp{};
+  fp.q = q.data;
+  fp.k = k.data;
+  fp.dtype = int(q.dtype);
+  fp.q_tok = q.stride[0];
+  fp.q_head = q.stride[1];
+  fp.k_tok = k.stride[0];
+  fp.k_head = k.stride[1];
+  fp.seqs = reinterpret_cast<const cuda::FlexSeq*>(tables + off_seqs);
+  fp.probe_seq = table(off_probe);
+  fp.kb_seq = table(off_kb);
+  fp.qb_seq = table(off_qb);
+  fp.qb_m = table(off_qm);
+  fp.ch_seq = table(off_ch);
+  fp.num_seqs = int(seqs.size());
+  fp.num_probe = int(num_probe);
+  fp.total_kb = total_kb;
+  fp.total_qb = total_qb;
+  fp.total_ch = total_ch;
+  fp.total_k = g.total_k;
+  fp.max_lk = max_lk;
+  fp.score_ptr = static_cast<const int64_t*>(dev.score_ptr.data());
+  fp.scores = static_cast<float*>(dev.scores.data());
+  fp.kbar = reinterpret_cast<float*>(scratch + s_kbar);
+  fp.part = reinterpret_cast<float2*>(scratch + s_part);
+  fp.stat = reinterpret_cast<float2*>(scratch + s_stat);
+  fp.vert = reinterpret_cast<float*>(scratch + s_vert);
+  fp.slash = reinterpret_cast<float*>(scratch + s_slash);
+  fp.slash_part = reinterpret_cast<float*>(scratch + s_spart);
+  fp.vsel = reinterpret_cast<uint8_t*>(scratch + s_vsel);
+  fp.ssel = reinterpret_cast<uint8_t*>(scratch + s_ssel);
+  fp.head_info = reinterpret_cast<float*>(scratch + s_info);
+  fp.keep = static_cast<uint8_t*>(d_keep);
+  fp.counts = static_cast<int32_t*>(d_counts);
+  fp.heads_q = g.heads_q;
+  fp.heads_kv = g.heads_kv;
+  fp.group = g.group;
+  fp.d = int(g.dim);
+  fp.block = int(B);
+  fp.scale = scale;
+  fp.gamma = config.tau;
+  fp.js_tau = config.flex_js_tau;
+  fp.min_blocks = min_blocks;
+  fp.max_blocks = config.flex_max_budget > 0 ? (config.flex_max_budget + B - 1) / B : int64_t(1) << 62;
+  const Protections prot = config.protections();
+  fp.sink = prot.sink;
+  fp.diagonal = prot.diagonal;
+  fp.last_row = prot.last_row;
+
+  cuda::SelectParams sel{};  // the CSR assembly shared with the other estimators
+  sel.seqs = reinterpret_cast<const cuda::EstSeq*>(tables + off_eseqs);
+  sel.num_seqs = int(eseqs.size());
+  sel.score_ptr = fp.score_ptr;
+  sel.keep = fp.keep;
+  sel.counts = fp.counts;
+  sel.row_ptr = static_cast<const int32_t*>(dev.row_ptr.data());
+  sel.col_idx = static_cast<int32_t*>(dev.col_idx.data());
+  sel.heads_q = g.heads_q;
+
+  const auto t_setup = std::chrono::steady_clock::now();
+  check(cudaEventRecord(ev.ev[0], st), "cudaEventRecord");
+  check(cuda::launch_flexprefill(fp, cuda::FlexStage::sampling, st), "flexprefill probe");
+  check(cudaEventRecord(ev.ev[1], st), "cudaEventRecord");
+  check(cuda::launch_flexprefill(fp, cuda::FlexStage::scoring, st), "flexprefill map");
+  check(cudaEventRecord(ev.ev[2], st), "cudaEventRecord");
+  check(cudaMemsetAsync(fp.keep, 0, size_t(nvis_total), st), "clearing the flags");
+  check(cudaMemsetAsync(fp.counts, 0, size_t(g.rows + 1) * sizeof(int32_t), st), "clearing counts");
+  check(cuda::launch_flexprefill(fp, cuda::FlexStage::selection, st), "flexprefill selection");
+  check(cuda::exclusive_scan(fp.counts, static_cast<int32_t*>(dev.row_ptr.data()), g.rows + 1, d_scan, scan_bytes, st),
+        "row_ptr scan");
+  check(cuda::launch_compact(sel, g.rows, st), "CSR compaction");
+  check(cuda::launch_head_counts(sel, d_kept, st), "kept blocks per head");
+  check(cudaMemcpyAsync(host + off_kept, d_kept, kept_bytes, cudaMemcpyDeviceToHost, st), "reading the counts");
+  check(cudaEventRecord(ev.ev[3], st), "cudaEventRecord");
+
+  // While the kernels run: the host rows, the visible blocks per head, the multiply-adds as the CPU
+  // estimator counts them (the map's mean queries and dots, the probe's rows).
+  est::init_row_geometry(g, r, sp_host);
+  EstimateStats& s = r.stats;
+  std::vector<int64_t> vis(size_t(g.heads_q), 0);
+  for (size_t si = 0; si < g.seqs.size(); ++si) {
+    const Seq& e = g.seqs[si];
+    for (int h = 0; h < g.heads_q; ++h) {
+      for (int64_t m = 0; m < e.nqb; ++m) {
+        const int64_t nv = r.visible(e.row_base + h * e.nqb + m);
+        vis[size_t(h)] += nv;
+        s.mac += double(g.queries_in(e, m) + nv) * double(g.dim);
+      }
+      if (seqs[si].probe >= 0) s.mac += double(L) * double(e.lk - L + 1 + e.lk) / 2.0 * double(g.dim);
+    }
+  }
+
+  check(cudaEventSynchronize(ev.ev[3]), "estimate");
+  drain.armed = false;
+  const auto t_synced = std::chrono::steady_clock::now();
+  s.ms_sampling = ev.ms(0, 1);
+  s.ms_scoring = ev.ms(1, 2);
+  s.ms_selection = ev.ms(2, 3);
+  std::vector<int64_t> kept(size_t(g.heads_q), 0);
+  if (kept_bytes > 0) std::memcpy(kept.data(), host + off_kept, kept_bytes);
+  finish_result(r, g, config, sbb, kept, vis, nvis_total);
+  if (!config.keep_workspace) {
+    ws.release();
+    if (pooled) DeviceBuffer::trim_stream_ordered_pool();
+  }
+  s.ms_total = ms_since(t0);
+  s.ms_host_setup = std::chrono::duration<double, std::milli>(t_setup - t0).count();
+  s.ms_host_finish = ms_since(t_synced);
+  return r;
+}
+
 EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pattern& layout,
                              const EstimateConfig& config) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -260,6 +542,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
       host_layout.cu_seqlens_k = ck.data();
     }
   }
+  if (config.method == Estimator::flexprefill) return estimate_flexprefill_cuda(q, k, host_layout, config, t0);
   // The oracle is XAttention's computation at S = 1: every query a row, every key a column, the
   // exact causal softmax per query summed into blocks (divided by the queries of the block).
   const bool oracle = config.method == Estimator::oracle;
@@ -537,28 +820,7 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
 
   std::vector<int64_t> kept(size_t(g.heads_q), 0);
   if (kept_bytes > 0) std::memcpy(kept.data(), host + off_kept, kept_bytes);
-  s.density_per_head.resize(size_t(g.heads_q));
-  for (int h = 0; h < g.heads_q; ++h) {
-    s.kept_blocks += kept[size_t(h)];
-    s.visible_blocks += vis[size_t(h)];
-    s.density_per_head[size_t(h)] = vis[size_t(h)] ? double(kept[size_t(h)]) / double(vis[size_t(h)]) : 0.0;
-  }
-  s.density = s.visible_blocks ? double(s.kept_blocks) / double(s.visible_blocks) : 0.0;
-
-  if (config.host_copy) {
-    BlockMask& mask = r.mask;
-    mask.block = config.block;
-    mask.heads = g.heads_q;
-    mask.seq_block_base = sbb;
-    mask.row_ptr.resize(size_t(g.rows + 1));
-    dev.row_ptr.copy_to_host(mask.row_ptr.data(), mask.row_ptr.size() * sizeof(int32_t));
-    ARIADNE_CHECK(int64_t(mask.row_ptr.back()) == s.kept_blocks, "estimate (cuda): row_ptr ends at ",
-                  mask.row_ptr.back(), " but the per-head counts sum to ", s.kept_blocks);
-    mask.col_idx.resize(size_t(s.kept_blocks));
-    if (!mask.col_idx.empty()) dev.col_idx.copy_to_host(mask.col_idx.data(), mask.col_idx.size() * sizeof(int32_t));
-    r.scores.resize(size_t(nvis_total));
-    if (!r.scores.empty()) dev.scores.copy_to_host(r.scores.data(), r.scores.size() * sizeof(float));
-  }
+  finish_result(r, g, config, sbb, kept, vis, nvis_total);
   if (!config.keep_workspace) {
     ws.release();
     if (pooled) DeviceBuffer::trim_stream_ordered_pool();  // pool blocks of earlier, freed results

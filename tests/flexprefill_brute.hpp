@@ -1,0 +1,37 @@
+// FlexPrefill written plainly in double from the rule stated in src/estimate/cpu/flexprefill.cpp,
+// for the CPU and CUDA estimator tests: the mask rows, and per (sequence, query head) the head's
+// decisions and how close each came to going the other way (the margin), so that a backend whose
+// sums run in another order or precision is compared exactly wherever the rule is not on a knife's
+// edge.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ariadne/estimate.hpp"
+#include "common.hpp"
+
+namespace ariadne::testing {
+
+struct FlexHead {
+  int seq = 0, head = 0;
+  bool probed = false, aware = false;
+  double js = 0;
+  int64_t n_v = 0, n_s = 0;  // budgets in blocks after the head's kind
+  // The smallest distance of a decision from its threshold: |sqrt JSD − τ_js|, the γ budgets'
+  // running sums against γ (where a one-token change moves the block budget), the gaps between
+  // the last kept and the first dropped vertical / slash block, and the query-aware selection's
+  // running sum against γ·rows and its last kept / first dropped entries. +inf for a short input.
+  double margin = 0;
+  double margin_js = 0, margin_cover = 0, margin_top = 0, margin_aware = 0;  // its parts
+};
+
+struct FlexBrute {
+  std::vector<std::vector<int32_t>> rows;  // sorted key blocks of every mask row, in row order
+  std::vector<FlexHead> heads;             // (sequence, head) in sequence-major order
+  int aware_heads = 0;
+};
+
+FlexBrute brute_flex(const Inputs& in, const Case& cs, const EstimateConfig& c);
+
+}  // namespace ariadne::testing
