@@ -42,7 +42,7 @@
 //          (sqrt JSD of the pooled q̄·K̄ estimate against the pooled vertical scores < flex_js_tau)
 //          that adds the blocks of the block-causal q̄·K̄ map up to γ of its mass. Its own selection:
 //          select_mask and tau_sweep refuse it (re-run estimate() per γ). The row scores are the
-//          q̄·K̄ map's rows. CPU backend only.
+//          q̄·K̄ map's rows. CPU and CUDA backends.
 //
 // Ties in the descending order are broken by the smaller key-block index, so results do not
 // depend on the thread count. τ >= 1 keeps every visible block.
