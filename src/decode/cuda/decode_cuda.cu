@@ -2,8 +2,9 @@
 // paged keys and values, split-K over the row's pages with a log-sum-exp merge.
 //
 // Work: a row is (sequence b, KV head g); its pages are the visible ones (dense) or the ones a
-// selection keeps. A page is read in tiles of up to 64 rows, and the tiles of a row are cut into
-// `splits` contiguous ranges, one CTA each, so that a batch-1 long context still fills the GPU.
+// selection keeps. A page is read in tiles of up to 32 rows, and the tiles of a row are cut into
+// `splits` contiguous ranges, one CTA each (choose_splits: whole waves of resident CTAs), so that a
+// batch-1 long context still fills the GPU.
 // A CTA serves up to MAXG query heads of g's group (GQA): every K and V tile is read once from
 // global memory for all of them, which is where decode's bytes go.
 // Pipeline: cp.async copies whole K and V tiles into shared memory, kStages deep; rows outside the
@@ -11,7 +12,7 @@
 // itself, so masked rows carry no stale value that 0·NaN could spread.
 // Compute: a half-warp owns a key row at a time, each lane D/16 of its dimensions; the 16 partial
 // dot products meet in 4 shuffles. Every half-warp keeps its own online softmax (m, l, acc) per
-// head over the 8 rows of each tile it owns; the CTA merges its 8 half-warps at the end, and a
+// head over the kRows rows of each tile it owns; the CTA merges its 8 half-warps at the end, and a
 // second kernel merges the splits (skipped when one split covers the row).
 // Scores are kept in log2 units (scale · log2 e folded into q), as the attention kernels do.
 #include <cuda_bf16.h>
@@ -33,8 +34,10 @@ namespace ariadne::decode_detail {
 namespace {
 
 constexpr int kThreads = 128;  // 4 warps, 8 half-warps
-constexpr int kTile = 64;      // rows per stage (8 per half-warp)
-constexpr int kStages = 3;
+constexpr int kHalfWarps = kThreads / 16;
+constexpr int kTile = 32;                  // rows per stage
+constexpr int kRows = kTile / kHalfWarps;  // rows per half-warp and stage
+constexpr int kStages = 2;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -230,11 +233,11 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Args a) {
     const T* kt = ks + stage * kTile * D;
     const T* vt = vs + stage * kTile * D;
 
-    // Scores of this half-warp's 8 rows.
-    float s[8][MAXG];
+    // Scores of this half-warp's rows.
+    float s[kRows][MAXG];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int j = hw * 8 + i;
+    for (int i = 0; i < kRows; ++i) {
+      const int j = hw * kRows + i;
       const int t = page * a.P + row0 + j;
       const bool ok = j < rows && t >= row.first && t < row.len;
       float kx[E];
@@ -249,16 +252,16 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Args a) {
         s[i][h] = ok ? dot : -INFINITY;
       }
     }
-    // Online softmax per head over the 8 rows, then the values.
+    // Online softmax per head over its rows, then the values.
 #pragma unroll
     for (int h = 0; h < MAXG; ++h) {
       float mt = s[0][h];
 #pragma unroll
-      for (int i = 1; i < 8; ++i) mt = ariadne::cuda::fmax_nan(mt, s[i][h]);
+      for (int i = 1; i < kRows; ++i) mt = ariadne::cuda::fmax_nan(mt, s[i][h]);
       const float mn = ariadne::cuda::fmax_nan(m[h], mt);
       if (mn == -INFINITY) {  // no visible row yet: nothing to scale or add
 #pragma unroll
-        for (int i = 0; i < 8; ++i) s[i][h] = 0.f;
+        for (int i = 0; i < kRows; ++i) s[i][h] = 0.f;
         continue;
       }
       const float c = exp2f(m[h] - mn);
@@ -267,15 +270,15 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Args a) {
 #pragma unroll
       for (int e = 0; e < E; ++e) acc[h][e] *= c;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i < kRows; ++i) {
         s[i][h] = exp2f(s[i][h] - mn);
         l[h] += s[i][h];
       }
     }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < kRows; ++i) {
       float vx[E];
-      load_row<E>(vt + (hw * 8 + i) * D + l16 * E, vx);
+      load_row<E>(vt + (hw * kRows + i) * D + l16 * E, vx);
 #pragma unroll
       for (int h = 0; h < MAXG; ++h)
 #pragma unroll
@@ -351,16 +354,54 @@ void check(cudaError_t e, const char* what) {
   ARIADNE_CHECK(e == cudaSuccess, "decode (cuda): ", what, ": ", cudaGetErrorString(e));
 }
 
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev), "SM count");
+    return v;
+  }();
+  return n;
+}
+
+// The split of each row's tiles: the smallest count that minimizes waves × tiles per CTA, the
+// waves counted against the CTAs the GPU holds at once (`capacity`). A memory-bound kernel whose
+// last wave is partly empty leaves bandwidth unused; among equal costs fewer splits mean less
+// merging. Never below two tiles a CTA (something to pipeline), at most 1024 splits.
+int choose_splits(int64_t ctas, int64_t units, int64_t capacity) {
+  const int64_t most = std::clamp<int64_t>(units / 2, 1, 1024);
+  int64_t best = 1, best_cost = INT64_MAX;
+  for (int64_t s = 1; s <= most; ++s) {
+    const int64_t waves = (ctas * s + capacity - 1) / capacity, per = (units + s - 1) / s;
+    if (waves * per < best_cost) {
+      best_cost = waves * per;
+      best = s;
+    }
+  }
+  return int(best);
+}
+
+// Splits the rows (`ctas` CTAs of `units` tiles at most), allocates the partials and launches.
 template <int D, int MAXG, class T>
-void launch(const Args& a, dim3 grid) {
+void launch(Args a, int64_t ctas, int64_t units) {
   const size_t smem = std::max<size_t>(size_t(2) * kStages * kTile * D * sizeof(T),
                                        size_t(8) * MAXG * (2 + D) * sizeof(float));
-  static const bool attribute_set = [smem] {  // once per instantiation (the size is a constant of it)
+  static const int resident = [smem] {  // once per instantiation (the size is a constant of it)
     check(cudaFuncSetAttribute(decode_kernel<D, MAXG, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
           "shared memory attribute");
-    return true;
+    int n = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel<D, MAXG, T>, kThreads, smem), "occupancy");
+    return std::max(n, 1);
   }();
-  (void)attribute_set;
+  a.splits = choose_splits(ctas, units, int64_t(resident) * sm_count());
+  DeviceBuffer part_o, part_ml;  // freed in stream order, after the kernels that use them
+  if (a.splits > 1) {
+    part_o = DeviceBuffer::stream_ordered(DType::f32, {int64_t(a.B) * a.Hq * a.splits * D});
+    part_ml = DeviceBuffer::stream_ordered(DType::f32, {int64_t(a.B) * a.Hq * a.splits * 2});
+    a.part_o = static_cast<float*>(part_o.data());
+    a.part_ml = static_cast<float*>(part_ml.data());
+  }
+  const dim3 grid(unsigned(a.splits), unsigned(a.Hkv * a.head_chunks), unsigned(a.B));
   decode_kernel<D, MAXG, T><<<grid, kThreads, smem>>>(a);
   check(cudaGetLastError(), "decode kernel launch");
   if (a.splits > 1) {
@@ -370,33 +411,23 @@ void launch(const Args& a, dim3 grid) {
 }
 
 template <int D, class T>
-void launch_group(const Args& a, int maxg, dim3 grid) {
+void launch_group(const Args& a, int maxg, int64_t ctas, int64_t units) {
   switch (maxg) {
-    case 1: launch<D, 1, T>(a, grid); break;
-    case 2: launch<D, 2, T>(a, grid); break;
-    case 4: launch<D, 4, T>(a, grid); break;
-    default: launch<D, 8, T>(a, grid); break;
+    case 1: launch<D, 1, T>(a, ctas, units); break;
+    case 2: launch<D, 2, T>(a, ctas, units); break;
+    case 4: launch<D, 4, T>(a, ctas, units); break;
+    default: launch<D, 8, T>(a, ctas, units); break;
   }
 }
 
 template <class T>
-void launch_dim(const Args& a, int d, int maxg, dim3 grid) {
+void launch_dim(const Args& a, int d, int maxg, int64_t ctas, int64_t units) {
   switch (d) {
-    case 64: launch_group<64, T>(a, maxg, grid); break;
-    case 80: launch_group<80, T>(a, maxg, grid); break;
-    case 96: launch_group<96, T>(a, maxg, grid); break;
-    default: launch_group<128, T>(a, maxg, grid); break;
+    case 64: launch_group<64, T>(a, maxg, ctas, units); break;
+    case 80: launch_group<80, T>(a, maxg, ctas, units); break;
+    case 96: launch_group<96, T>(a, maxg, ctas, units); break;
+    default: launch_group<128, T>(a, maxg, ctas, units); break;
   }
-}
-
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    check(cudaGetDevice(&dev), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev), "SM count");
-    return v;
-  }();
-  return n;
 }
 
 }  // namespace
@@ -426,9 +457,6 @@ void decode_cuda(const DecodeParams& p) {
       most = std::max<int64_t>(most, visible_of(cache.length(p.seqs[size_t(b)]), p.window, c.page_size).pages());
   const int64_t units = most * tiles_per_page;
   const int64_t ctas = int64_t(B) * c.kv_heads * head_chunks;
-  // Enough CTAs for about four per SM, each with at least two tiles to pipeline.
-  int splits = int(std::clamp<int64_t>((4 * sm_count() + ctas - 1) / ctas, 1, std::max<int64_t>(1, (units + 1) / 2)));
-  splits = std::min(splits, 1024);
 
   // Small per-call arrays travel in stream-ordered buffers with asynchronous copies on the legacy
   // stream the kernels run on: no device-wide synchronization (cudaMalloc / cudaFree) per step.
@@ -442,11 +470,6 @@ void decode_cuda(const DecodeParams& p) {
   if (p.selection) {
     row_ptr = upload(p.selection->row_ptr.data(), p.selection->row_ptr.size());
     pages = upload(p.selection->pages.data(), p.selection->pages.size());
-  }
-  DeviceBuffer part_o, part_ml;
-  if (splits > 1) {
-    part_o = DeviceBuffer::stream_ordered(DType::f32, {int64_t(B) * Hq * splits * d});
-    part_ml = DeviceBuffer::stream_ordered(DType::f32, {int64_t(B) * Hq * splits * 2});
   }
   Args a{};
   a.q = p.q.data;
@@ -475,15 +498,11 @@ void decode_cuda(const DecodeParams& p) {
   a.P = c.page_size;
   a.tile = tile;
   a.tiles_per_page = tiles_per_page;
-  a.splits = splits;
   a.head_chunks = head_chunks;
-  a.part_o = splits > 1 ? static_cast<float*>(part_o.data()) : nullptr;
-  a.part_ml = splits > 1 ? static_cast<float*>(part_ml.data()) : nullptr;
-  const dim3 grid(unsigned(splits), unsigned(c.kv_heads * head_chunks), unsigned(B));
   if (c.dtype == DType::bf16)
-    launch_dim<__nv_bfloat16>(a, d, maxg, grid);
+    launch_dim<__nv_bfloat16>(a, d, maxg, ctas, units);
   else
-    launch_dim<__half>(a, d, maxg, grid);
+    launch_dim<__half>(a, d, maxg, ctas, units);
 }
 
 }  // namespace ariadne::decode_detail
