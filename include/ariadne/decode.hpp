@@ -82,6 +82,8 @@ class PagedKVCache {
   int sequence_slots() const { return int(seqs_.size()); }  // every id handed out is below it
   int64_t capacity_pages() const { return capacity_; }
   bool live(int seq) const;
+  // The pool pages no sequence holds, in the order they are taken from the back.
+  const std::vector<int64_t>& free_pages() const { return free_pages_; }
 
   // Host views of the pools [capacity, kv_heads, page_size, head_dim] and the summaries. Valid until the next append, which may
   // grow the pool.
@@ -129,9 +131,18 @@ struct PageSelection {
 // layout, and the tables the kernels read,
 //   block_table  int32 [sequences, max_pages]  the pool page of each logical page (−1 past the end)
 //   lengths      int32 [sequences]             cached tokens
-// The page bookkeeping stays with a host PagedKVCache, its twin: sync() copies the twin's pools,
-// summaries and tables (a prefill on the host, then decode on the device). Copies are device-wide
-// synchronous; ids are the twin's sequence ids.
+// sync() copies a host PagedKVCache, its twin: pools, summaries, tables and free pages (a prefill
+// on the host, then decode on the device); ids are the twin's sequence ids. From there the device
+// cache can grow by itself, a decode step at a time, with no host cache involved:
+//   reserve(seqs, n)   pages for n more tokens of each sequence, taken from the free pages in the
+//                      twin's order (the pools double as the host's do when none is left); the
+//                      block table goes up. Host bookkeeping and synchronous copies.
+//   append(k, v, ...)  one token per batch entry at its sequence's current length, into reserved
+//                      pages: the rows, the page's key summaries (the same values PagedKVCache::
+//                      append computes, bit for bit), then the lengths. Two kernels on the legacy
+//                      stream, no copy and no synchronization; the positions come from the device
+//                      lengths, so a step needs nothing from the host but the kernel launches.
+// So a sequence appended here holds, page for page, what the twin would after the same appends.
 class CudaKVCache {
  public:
   CudaKVCache();
@@ -156,13 +167,27 @@ class CudaKVCache {
   const float* key_min() const;  // [capacity, kv_heads, head_dim]
   const float* key_max() const;
 
+  // Makes room for `tokens` more tokens of each sequence in `seqs` (live ids).
+  void reserve(std::span<const int32_t> seqs, int64_t tokens);
+  // Appends one token to each sequence seqs[b]: k, v [batch, kv_heads, head_dim] device tensors of
+  // the cache's dtype (bf16 or f16; any batch and head stride, contiguous head dim); seqs distinct
+  // live ids, also in device memory as device_seqs (int32 [batch]). The token's page must be
+  // reserved. The host mirror of the lengths advances by one per call; refresh_lengths() reads the
+  // device's back (synchronous), for work that moved them without a call here.
+  void append(const TensorView& k, const TensorView& v, std::span<const int32_t> seqs, const int32_t* device_seqs);
+  void refresh_lengths();
+
   struct Device;  // the device buffers (src/decode/cuda)
 
  private:
+  int64_t take_page();
+  void upload_table();
   KVCacheConfig cfg_;
   int64_t capacity_ = 0;
   int max_pages_ = 0;
   std::vector<int64_t> lengths_;  // −1: not a live sequence
+  std::vector<int32_t> table_;    // host copy of block_table, [sequences, max_pages_]
+  std::vector<int64_t> free_;     // free pool pages, taken from the back
   Device* dev_ = nullptr;
 };
 

@@ -30,4 +30,25 @@ void decode_cpu(const DecodeParams& p);
 // The device cache's kernels (src/decode/cuda); builds without CUDA throw.
 void decode_cuda(const DecodeParams& p);
 
+// One decode step's appends on the device (src/decode/cuda/append_cuda.cu): batch entry b writes
+// its token into row lengths[seqs[b]] of its reserved page, refreshes that page's key summaries,
+// then every entry's length grows by one. dtype: the cache's (bf16 or f16).
+struct AppendArgs {
+  const void* k;
+  const void* v;
+  int64_t k_sb, k_sh, v_sb, v_sh;  // strides in elements (batch, head); the head dim is contiguous
+  void* k_pool;
+  void* v_pool;
+  float* sum;  // [capacity, kv_heads, strides_per_page, head_dim]
+  float* min;  // [capacity, kv_heads, head_dim]
+  float* max;
+  const int32_t* table;
+  int max_pages;
+  int32_t* lengths;
+  const int32_t* seqs;  // [batch], device
+  int batch, kv_heads, head_dim, page_size, summary_stride;
+  DType dtype;
+};
+void append_cuda(const AppendArgs& a);
+
 }  // namespace ariadne::decode_detail

@@ -217,6 +217,9 @@ const int32_t* CudaKVCache::lengths() const { no_cuda(); }
 const float* CudaKVCache::key_sum() const { no_cuda(); }
 const float* CudaKVCache::key_min() const { no_cuda(); }
 const float* CudaKVCache::key_max() const { no_cuda(); }
+void CudaKVCache::reserve(std::span<const int32_t>, int64_t) { no_cuda(); }
+void CudaKVCache::append(const TensorView&, const TensorView&, std::span<const int32_t>, const int32_t*) { no_cuda(); }
+void CudaKVCache::refresh_lengths() { no_cuda(); }
 namespace decode_detail {
 void decode_cuda(const DecodeParams&) { no_cuda(); }
 }  // namespace decode_detail

@@ -1,0 +1,73 @@
+// A decode step's appends into the device cache (CudaKVCache::append): one CTA per (batch entry,
+// KV head), a thread per head-dim element. The new key row and value row go into the reserved page;
+// the page's min / max fold the stored key in (from ±inf at a page's first row) and the stride sum
+// holding the row is summed again from the stride's first row in row order, in f32: the operations
+// and the order of PagedKVCache::summarize, so the summaries equal the host twin's bit for bit.
+// A second kernel then moves the lengths, after every CTA has read them.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "ariadne/error.hpp"
+#include "decode/internal.hpp"
+
+namespace ariadne::decode_detail {
+namespace {
+
+__device__ __forceinline__ float as_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float as_float(__half x) { return __half2float(x); }
+
+template <class T>
+__global__ void append_kernel(const AppendArgs a) {
+  const int b = blockIdx.x, h = blockIdx.y;
+  const int seq = a.seqs[b];
+  const int t = a.lengths[seq];
+  const int page = a.table[int64_t(seq) * a.max_pages + t / a.page_size];
+  const int row = t % a.page_size, d = a.head_dim;
+  const int strides = a.page_size / a.summary_stride, j = row / a.summary_stride;
+  T* kp = static_cast<T*>(a.k_pool) + (int64_t(page) * a.kv_heads + h) * a.page_size * d;
+  T* vp = static_cast<T*>(a.v_pool) + (int64_t(page) * a.kv_heads + h) * a.page_size * d;
+  float* mn = a.min + (int64_t(page) * a.kv_heads + h) * d;
+  float* mx = a.max + (int64_t(page) * a.kv_heads + h) * d;
+  float* sum = a.sum + ((int64_t(page) * a.kv_heads + h) * strides + j) * d;
+  for (int u = threadIdx.x; u < d; u += blockDim.x) {
+    const T kx = static_cast<const T*>(a.k)[b * a.k_sb + h * a.k_sh + u];
+    kp[int64_t(row) * d + u] = kx;
+    vp[int64_t(row) * d + u] = static_cast<const T*>(a.v)[b * a.v_sb + h * a.v_sh + u];
+    const float x = as_float(kx);
+    const float lo = row == 0 ? INFINITY : mn[u], hi = row == 0 ? -INFINITY : mx[u];
+    mn[u] = x < lo ? x : lo;  // std::min(lo, x), NaN and signed zeros included
+    mx[u] = hi < x ? x : hi;  // std::max(hi, x)
+    float s = 0.f;
+    for (int r = j * a.summary_stride; r < row; ++r) s += as_float(kp[int64_t(r) * d + u]);
+    sum[u] = s + x;
+  }
+}
+
+__global__ void advance_kernel(const AppendArgs a) {
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b < a.batch) a.lengths[a.seqs[b]] += 1;
+}
+
+void check(cudaError_t e, const char* what) {
+  ARIADNE_CHECK(e == cudaSuccess, "kv cache append (cuda): ", what, ": ", cudaGetErrorString(e));
+}
+
+}  // namespace
+
+void append_cuda(const AppendArgs& a) {
+  if (a.batch == 0) return;
+  const dim3 grid(unsigned(a.batch), unsigned(a.kv_heads));
+  const int threads = a.head_dim >= 128 ? 128 : 64;
+  if (a.dtype == DType::bf16)
+    append_kernel<__nv_bfloat16><<<grid, threads>>>(a);
+  else
+    append_kernel<__half><<<grid, threads>>>(a);
+  check(cudaGetLastError(), "append kernel launch");
+  advance_kernel<<<(a.batch + 127) / 128, 128>>>(a);
+  check(cudaGetLastError(), "length kernel launch");
+}
+
+}  // namespace ariadne::decode_detail

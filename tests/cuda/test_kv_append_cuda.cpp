@@ -1,0 +1,215 @@
+// Device appends into the paged KV cache (CudaKVCache::reserve / append) against the host twin
+// given the same tokens: the pools, the key summaries, the block table and the lengths equal the
+// host's bit for bit after every step pattern (pools grown on the device, pages filled across many
+// steps, sequences of different lengths, one new sequence, pages reserved one step or eight steps
+// ahead), dense decode on the grown device cache equals decode on a fresh copy of the host cache,
+// and the refusals name the field. Fresh random tokens per run (ARIADNE_TEST_SEED repeats one).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ariadne/decode.hpp"
+#include "ariadne/device.hpp"
+#include "cuda/cuda_common.hpp"
+
+namespace ariadne {
+namespace {
+
+uint64_t seed() {
+  static const uint64_t s = [] {
+    if (const char* e = std::getenv("ARIADNE_TEST_SEED")) return uint64_t(std::strtoull(e, nullptr, 10));
+    return uint64_t(std::random_device{}());
+  }();
+  return s;
+}
+
+// One step's tokens: [batch, kv_heads, head_dim] in the cache dtype on the host.
+Buffer random_tokens(std::mt19937_64& rng, DType dt, int64_t batch, const KVCacheConfig& c) {
+  Buffer b(dt, {batch, c.kv_heads, c.head_dim});
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  for (int64_t i = 0; i < b.numel(); ++i)
+    b.view().set({i / (int64_t(c.kv_heads) * c.head_dim), (i / c.head_dim) % c.kv_heads, i % c.head_dim}, u(rng));
+  return b;
+}
+
+TensorView row_of(const Buffer& b, int64_t r) {  // token r of a step as a [1, kv_heads, head_dim] view
+  TensorView v = b.view();
+  v.data = static_cast<char*>(v.data) + r * v.stride[0] * dtype_size(v.dtype);
+  v.shape[0] = 1;
+  return v;
+}
+
+template <class T>
+std::vector<T> download(const void* p, size_t n) {
+  std::vector<T> h(n);
+  if (n) {
+    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  return h;
+}
+
+// Every stored byte a live sequence owns, and the summaries of its pages, against the host twin,
+// logical page by logical page (pages reserved ahead may come from the pool in another order than
+// the host took them), and no pool page held twice.
+void expect_same(const PagedKVCache& host, const CudaKVCache& dev, const std::vector<int32_t>& seqs,
+                 const std::string& when) {
+  SCOPED_TRACE(when + " (ARIADNE_TEST_SEED=" + std::to_string(seed()) + ")");
+  const KVCacheConfig& c = host.config();
+  const int64_t esz = dtype_size(c.dtype), row = int64_t(c.kv_heads) * c.head_dim;
+  const int64_t page_elems = int64_t(c.page_size) * row, spp = host.strides_per_page();
+  const int64_t cap = dev.capacity_pages();
+  const auto dk = download<unsigned char>(dev.k_pool(), size_t(cap * page_elems * esz));
+  const auto dv = download<unsigned char>(dev.v_pool(), size_t(cap * page_elems * esz));
+  const auto dsum = download<float>(dev.key_sum(), size_t(cap * spp * row));
+  const auto dmin = download<float>(dev.key_min(), size_t(cap * row));
+  const auto dmax = download<float>(dev.key_max(), size_t(cap * row));
+  const auto dlen = download<int32_t>(dev.lengths(), size_t(dev.sequences()));
+  const auto dtab = download<int32_t>(dev.block_table(), size_t(dev.sequences()) * size_t(dev.max_pages()));
+  const auto* hk = static_cast<const unsigned char*>(host.k_pool().data);
+  const auto* hv = static_cast<const unsigned char*>(host.v_pool().data);
+  std::vector<char> held(size_t(cap), 0);
+  for (const int32_t s : seqs) {
+    ASSERT_EQ(dev.length(s), host.length(s)) << "sequence " << s;
+    ASSERT_EQ(int64_t(dlen[size_t(s)]), host.length(s)) << "device length of sequence " << s;
+    const std::vector<int32_t>& pt = host.page_table(s);
+    for (size_t i = 0; i < pt.size(); ++i) {
+      const int64_t ph = pt[i], pd = dtab[size_t(s) * size_t(dev.max_pages()) + i];
+      ASSERT_TRUE(pd >= 0 && pd < cap) << "sequence " << s << " page " << i << ": device pool page " << pd;
+      ASSERT_FALSE(held[size_t(pd)]) << "pool page " << pd << " held twice";
+      held[size_t(pd)] = 1;
+      const int64_t rows = std::min<int64_t>(c.page_size, host.length(s) - int64_t(i) * c.page_size);
+      for (int h = 0; h < c.kv_heads; ++h) {
+        const auto at = [&](int64_t p) { return size_t(((p * c.kv_heads + h) * c.page_size) * c.head_dim * esz); };
+        const size_t n = size_t(rows * c.head_dim * esz);
+        ASSERT_EQ(0, std::memcmp(dk.data() + at(pd), hk + at(ph), n)) << "K of sequence " << s << " page " << i << " head " << h;
+        ASSERT_EQ(0, std::memcmp(dv.data() + at(pd), hv + at(ph), n)) << "V of sequence " << s << " page " << i << " head " << h;
+        const int64_t strides = (rows + c.summary_stride - 1) / c.summary_stride;
+        ASSERT_EQ(0, std::memcmp(dsum.data() + (pd * c.kv_heads + h) * spp * c.head_dim,
+                                 host.key_sum(ph) + int64_t(h) * spp * c.head_dim, size_t(strides * c.head_dim) * sizeof(float)))
+            << "stride sums of sequence " << s << " page " << i << " head " << h;
+      }
+      ASSERT_EQ(0, std::memcmp(dmin.data() + pd * row, host.key_min(ph), size_t(row) * sizeof(float)))
+          << "key min of sequence " << s << " page " << i;
+      ASSERT_EQ(0, std::memcmp(dmax.data() + pd * row, host.key_max(ph), size_t(row) * sizeof(float)))
+          << "key max of sequence " << s << " page " << i;
+    }
+  }
+}
+
+// Dense decode of one step's queries on the device cache against the same on a fresh device copy
+// of the host cache: bitwise equal outputs (same pools, pages and lengths, so the same kernels).
+void expect_same_decode(PagedKVCache& host, const CudaKVCache& dev, const std::vector<int32_t>& seqs, int heads_q,
+                        std::mt19937_64& rng) {
+  const KVCacheConfig& c = host.config();
+  const int64_t B = int64_t(seqs.size());
+  Buffer q(c.dtype, {B, heads_q, c.head_dim});
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  for (int64_t i = 0; i < q.numel(); ++i)
+    q.view().set({i / (int64_t(heads_q) * c.head_dim), (i / c.head_dim) % heads_q, i % c.head_dim}, u(rng));
+  const DeviceBuffer dq = DeviceBuffer::from_host(q), ids = DeviceBuffer::from_ints(seqs);
+  const CudaKVCache fresh(host);
+  std::vector<float> outs[2];
+  for (int side = 0; side < 2; ++side) {
+    DeviceBuffer out(DType::f32, {B, heads_q, c.head_dim});
+    DecodeParams p;
+    p.q = dq.view();
+    p.out = out.view();
+    p.device_cache = side == 0 ? &dev : &fresh;
+    p.seqs = seqs;
+    p.device_seqs = static_cast<const int32_t*>(ids.data());
+    decode_attention(p, Backend::cuda);
+    outs[side].resize(size_t(B * heads_q * c.head_dim));
+    out.copy_to_host(outs[side].data(), outs[side].size() * sizeof(float));
+  }
+  EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)))
+      << "decode on the appended cache differs from decode on a copy of the host cache";
+}
+
+class CudaKvAppend : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(CudaKvAppend, StepsEqualTheHostTwin) {
+  const DType dt = GetParam();
+  std::mt19937_64 rng(seed() ^ uint64_t(dt));
+  const KVCacheConfig c{16, 2, 80, dt, 4};
+  PagedKVCache host(c);
+  std::vector<int32_t> seqs;
+  for (int64_t len : {13, 0, 40}) {  // a prefill on the host, then the device takes over
+    const int s = host.add_sequence();
+    seqs.push_back(s);
+    if (len > 0) {
+      const Buffer t = random_tokens(rng, dt, len, c);
+      host.append(s, t.view(), t.view());
+    }
+  }
+  CudaKVCache dev(host);
+  for (int step = 0; step < 70; ++step) {
+    if (step == 30) {  // a new sequence joins, on both sides, and the device copy is taken again
+      seqs.push_back(host.add_sequence());
+      dev.sync(host);
+    }
+    const int64_t B = int64_t(seqs.size());
+    const Buffer k = random_tokens(rng, dt, B, c), v = random_tokens(rng, dt, B, c);
+    for (int64_t b = 0; b < B; ++b) host.append(seqs[size_t(b)], row_of(k, b), row_of(v, b));
+    // Reserve a step at a time early on, then eight at once (pages ahead of the tokens).
+    if (step < 40 || step % 8 == 0) dev.reserve(seqs, step < 40 ? 1 : 8);
+    const DeviceBuffer dk = DeviceBuffer::from_host(k), dv = DeviceBuffer::from_host(v), ids = DeviceBuffer::from_ints(seqs);
+    dev.append(dk.view(), dv.view(), seqs, static_cast<const int32_t*>(ids.data()));
+    if (step % 10 == 9) expect_same(host, dev, seqs, "after step " + std::to_string(step));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(dev.capacity_pages(), 16) << "the pools were meant to grow on the device";
+  expect_same(host, dev, seqs, "at the end");
+  dev.refresh_lengths();
+  for (const int32_t s : seqs) EXPECT_EQ(dev.length(s), host.length(s));
+  expect_same_decode(host, dev, seqs, 6, rng);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaKvAppend, ::testing::Values(DType::bf16, DType::f16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(CudaKvAppendErrors, NameTheField) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const KVCacheConfig c{16, 2, 64, DType::bf16, 8};
+  PagedKVCache host(c);
+  const int s = host.add_sequence();
+  CudaKVCache dev(host);
+  const std::vector<int32_t> seqs{s};
+  const DeviceBuffer ids = DeviceBuffer::from_ints(seqs);
+  DeviceBuffer k(DType::bf16, {1, 2, 64}), v(DType::bf16, {1, 2, 64}), wrong(DType::f16, {1, 2, 64});
+  const auto expect_error = [&](const std::function<void()>& f, const std::string& words) {
+    try {
+      f();
+      ADD_FAILURE() << "accepted; expected an error naming " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  const auto* dids = static_cast<const int32_t*>(ids.data());
+  expect_error([&] { dev.append(k.view(), v.view(), seqs, dids); }, "no page reserved for its token 0");
+  dev.reserve(seqs, 2);
+  expect_error([&] { dev.append(wrong.view(), v.view(), seqs, dids); }, "k has dtype f16");
+  const std::vector<int32_t> twice{s, s};
+  DeviceBuffer k2(DType::bf16, {2, 2, 64});
+  expect_error([&] { dev.append(k2.view(), k2.view(), twice, dids); }, "appears twice");
+  expect_error([&] { dev.reserve(std::vector<int32_t>{7}, 1); }, "sequence 7 is not a live sequence");
+  Buffer hk(DType::bf16, {1, 2, 64});
+  expect_error([&] { dev.append(hk.view(), v.view(), seqs, dids); }, "k must be a device tensor");
+  dev.append(k.view(), v.view(), seqs, dids);
+  EXPECT_EQ(dev.length(s), 1);
+}
+
+}  // namespace
+}  // namespace ariadne
