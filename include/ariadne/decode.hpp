@@ -174,7 +174,9 @@ class CudaKVCache {
   // live ids, also in device memory as device_seqs (int32 [batch]). The token's page must be
   // reserved. The host mirror of the lengths advances by one per call; refresh_lengths() reads the
   // device's back (synchronous), for work that moved them without a call here.
-  void append(const TensorView& k, const TensorView& v, std::span<const int32_t> seqs, const int32_t* device_seqs);
+  // `stream`: a cudaStream_t for the two kernels (null: the legacy default stream).
+  void append(const TensorView& k, const TensorView& v, std::span<const int32_t> seqs, const int32_t* device_seqs,
+              void* stream = nullptr);
   void refresh_lengths();
 
   struct Device;  // the device buffers (src/decode/cuda)
@@ -208,7 +210,20 @@ struct DecodeParams {
   int64_t window = -1;   // the query sees its `window` previous tokens and itself; < 0: all
   float scale = 0;       // 0: 1/sqrt(head_dim)
   const PageSelection* selection = nullptr;  // null: dense; else only the kept pages
+  // Device cache only. The stream the kernels and copies go to (a cudaStream_t; null: the legacy
+  // default stream, which CUDA cannot capture into a graph). The split partials: with a workspace
+  // (device memory of at least decode_workspace_bytes(params) bytes) the call allocates nothing, so
+  // a dense step with device_seqs captures into a CUDA graph and replays with the workspace it was
+  // captured with; without one they are allocated per call, ordered on the legacy stream.
+  void* stream = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
+
+// Bytes of the split partials a device-cache decode_attention with these parameters needs now
+// (0 when one split covers every row). A step's split follows the longest row, so a workspace sized
+// for the longest context a loop will reach serves every step of it.
+size_t decode_workspace_bytes(const DecodeParams& p);
 
 // Checks q/out/lse/sink shapes and dtypes, the sequence ids, the cache's KV heads and head dim
 // against q, and a selection's geometry and page indices; throws ariadne::Error naming the field.

@@ -136,6 +136,11 @@ void check_params(const DecodeParams& p, bool need_out, bool host) {
 
 void validate(const DecodeParams& p) { check_params(p, true, false); }
 
+size_t decode_workspace_bytes(const DecodeParams& p) {
+  validate(p);
+  return p.device_cache ? decode_detail::decode_cuda_workspace(p) : 0;
+}
+
 void decode_attention(const DecodeParams& p, Backend backend) {
   validate(p);
   if (p.device_cache) {

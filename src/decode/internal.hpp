@@ -29,6 +29,7 @@ void decode_reference(const DecodeParams& p);
 void decode_cpu(const DecodeParams& p);
 // The device cache's kernels (src/decode/cuda); builds without CUDA throw.
 void decode_cuda(const DecodeParams& p);
+size_t decode_cuda_workspace(const DecodeParams& p);
 
 // One decode step's appends on the device (src/decode/cuda/append_cuda.cu): batch entry b writes
 // its token into row lengths[seqs[b]] of its reserved page, refreshes that page's key summaries,
@@ -48,6 +49,7 @@ struct AppendArgs {
   const int32_t* seqs;  // [batch], device
   int batch, kv_heads, head_dim, page_size, summary_stride;
   DType dtype;
+  void* stream;  // cudaStream_t; null: the legacy default stream
 };
 void append_cuda(const AppendArgs& a);
 

@@ -218,10 +218,13 @@ const float* CudaKVCache::key_sum() const { no_cuda(); }
 const float* CudaKVCache::key_min() const { no_cuda(); }
 const float* CudaKVCache::key_max() const { no_cuda(); }
 void CudaKVCache::reserve(std::span<const int32_t>, int64_t) { no_cuda(); }
-void CudaKVCache::append(const TensorView&, const TensorView&, std::span<const int32_t>, const int32_t*) { no_cuda(); }
+void CudaKVCache::append(const TensorView&, const TensorView&, std::span<const int32_t>, const int32_t*, void*) {
+  no_cuda();
+}
 void CudaKVCache::refresh_lengths() { no_cuda(); }
 namespace decode_detail {
 void decode_cuda(const DecodeParams&) { no_cuda(); }
+size_t decode_cuda_workspace(const DecodeParams&) { no_cuda(); }
 }  // namespace decode_detail
 }  // namespace ariadne
 #endif

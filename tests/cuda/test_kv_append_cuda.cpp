@@ -3,10 +3,13 @@
 // host's bit for bit after every step pattern (pools grown on the device, pages filled across many
 // steps, sequences of different lengths, one new sequence, pages reserved one step or eight steps
 // ahead), dense decode on the grown device cache equals decode on a fresh copy of the host cache,
-// and the refusals name the field. Fresh random tokens per run (ARIADNE_TEST_SEED repeats one).
+// one decode step (append, then dense decode into a caller's workspace) captured into a CUDA graph
+// and replayed step after step keeps the cache equal to the host's and each step's output within
+// the f32 rule of the reference decode on the host cache, and the refusals name the field. Fresh random tokens per run (ARIADNE_TEST_SEED repeats one).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -18,6 +21,7 @@
 
 #include "ariadne/decode.hpp"
 #include "ariadne/device.hpp"
+#include "common.hpp"
 #include "cuda/cuda_common.hpp"
 
 namespace ariadne {
@@ -175,6 +179,100 @@ TEST_P(CudaKvAppend, StepsEqualTheHostTwin) {
   dev.refresh_lengths();
   for (const int32_t s : seqs) EXPECT_EQ(dev.length(s), host.length(s));
   expect_same_decode(host, dev, seqs, 6, rng);
+}
+
+TEST_P(CudaKvAppend, GraphOfAppendAndDecodeReplays) {
+  const DType dt = GetParam();
+  std::mt19937_64 rng(seed() ^ 77 ^ uint64_t(dt));
+  const KVCacheConfig c{64, 8, 128, dt, 8};
+  const int heads_q = 32, steps = 12;
+  PagedKVCache host(c);
+  std::vector<int32_t> seqs;
+  for (int64_t len : {1000, 64, 333}) {
+    const int s = host.add_sequence();
+    seqs.push_back(s);
+    const Buffer t = random_tokens(rng, dt, len, c);
+    host.append(s, t.view(), t.view());
+  }
+  CudaKVCache dev(host);
+  const int64_t B = int64_t(seqs.size());
+  dev.reserve(seqs, steps);
+  const DeviceBuffer ids = DeviceBuffer::from_ints(seqs);
+  DeviceBuffer kin(dt, {B, c.kv_heads, c.head_dim}), vin(dt, {B, c.kv_heads, c.head_dim});
+  DeviceBuffer q(dt, {B, heads_q, c.head_dim}), out(DType::f32, {B, heads_q, c.head_dim});
+  Buffer qh(dt, {B, heads_q, c.head_dim});
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  for (int64_t i = 0; i < qh.numel(); ++i)
+    qh.view().set({i / (int64_t(heads_q) * c.head_dim), (i / c.head_dim) % heads_q, i % c.head_dim}, u(rng));
+  ASSERT_EQ(cudaMemcpy(q.data(), qh.data(), size_t(qh.numel()) * dtype_size(dt), cudaMemcpyHostToDevice), cudaSuccess);
+  cudaStream_t st = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  DecodeParams p;
+  p.q = q.view();
+  p.out = out.view();
+  p.device_cache = &dev;
+  p.seqs = seqs;
+  p.device_seqs = static_cast<const int32_t*>(ids.data());
+  p.stream = st;
+  const auto* dids = static_cast<const int32_t*>(ids.data());
+
+  // New tokens into the captured input buffers, the same into the host twin; after the step, the
+  // output against the reference decode on the host cache.
+  const auto next_tokens = [&] {
+    const Buffer k = random_tokens(rng, dt, B, c), v = random_tokens(rng, dt, B, c);
+    ASSERT_EQ(cudaMemcpy(kin.data(), k.data(), size_t(k.numel()) * dtype_size(dt), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(vin.data(), v.data(), size_t(v.numel()) * dtype_size(dt), cudaMemcpyHostToDevice), cudaSuccess);
+    for (int64_t b = 0; b < B; ++b) host.append(seqs[size_t(b)], row_of(k, b), row_of(v, b));
+  };
+  const auto check_step = [&](int step) {
+    std::vector<float> got(size_t(B * heads_q * c.head_dim)), want(got.size());
+    out.copy_to_host(got.data(), got.size() * sizeof(float));
+    DecodeParams r;
+    r.q = qh.view();
+    r.out = make_view(want.data(), DType::f32, {B, heads_q, c.head_dim});
+    r.cache = &host;
+    r.seqs = seqs;
+    decode_attention(r, Backend::reference);
+    const double tol = testing::tolerance(DType::f32, 2.0 * 2.0 * std::sqrt(double(c.head_dim)));
+    EXPECT_TRUE(testing::close_enough("out", testing::compare(make_view(got.data(), DType::f32, {B, heads_q, c.head_dim}),
+                                                              r.out),
+                                      tol))
+        << "step " << step << " (ARIADNE_TEST_SEED=" << seed() << ")";
+  };
+
+  // Step 0 eagerly (first-call setup), then the workspace for this geometry and the capture.
+  next_tokens();
+  dev.append(kin.view(), vin.view(), seqs, dids, st);
+  decode_attention(p, Backend::cuda);
+  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  check_step(0);
+  const size_t ws_bytes = decode_workspace_bytes(p);
+  DeviceBuffer ws(DType::f32, {int64_t(std::max<size_t>(ws_bytes, 4) / 4)});
+  p.workspace = ws.data();
+  p.workspace_bytes = ws_bytes;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  dev.append(kin.view(), vin.view(), seqs, dids, st);
+  decode_attention(p, Backend::cuda);
+  ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int step = 1; step < steps; ++step) {
+    next_tokens();
+    ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    check_step(step);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
+  dev.refresh_lengths();  // the capture counted one append on the host; the replays moved the device
+  expect_same(host, dev, seqs, "after the replays");
+  // A workspace smaller than the call needs is refused by name.
+  if (ws_bytes > 0) {
+    p.workspace_bytes = ws_bytes - 1;
+    EXPECT_THROW(decode_attention(p, Backend::cuda), Error);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaKvAppend, ::testing::Values(DType::bf16, DType::f16),

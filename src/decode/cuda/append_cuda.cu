@@ -61,12 +61,13 @@ void append_cuda(const AppendArgs& a) {
   if (a.batch == 0) return;
   const dim3 grid(unsigned(a.batch), unsigned(a.kv_heads));
   const int threads = a.head_dim >= 128 ? 128 : 64;
+  const auto st = static_cast<cudaStream_t>(a.stream);
   if (a.dtype == DType::bf16)
-    append_kernel<__nv_bfloat16><<<grid, threads>>>(a);
+    append_kernel<__nv_bfloat16><<<grid, threads, 0, st>>>(a);
   else
-    append_kernel<__half><<<grid, threads>>>(a);
+    append_kernel<__half><<<grid, threads, 0, st>>>(a);
   check(cudaGetLastError(), "append kernel launch");
-  advance_kernel<<<(a.batch + 127) / 128, 128>>>(a);
+  advance_kernel<<<(a.batch + 127) / 128, 128, 0, st>>>(a);
   check(cudaGetLastError(), "length kernel launch");
 }
 

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "ariadne/decode.hpp"
@@ -62,6 +63,7 @@ struct Args {
   int B, Hq, Hkv, group, P, tile, tiles_per_page, splits, head_chunks;
   float* part_o;   // [B · Hq, splits, D]
   float* part_ml;  // [B · Hq, splits, 2]: m (log2 units), l
+  cudaStream_t stream;
 };
 
 template <class T>
@@ -381,95 +383,138 @@ int choose_splits(int64_t ctas, int64_t units, int64_t capacity) {
   return int(best);
 }
 
-// Splits the rows (`ctas` CTAs of `units` tiles at most), allocates the partials and launches.
 template <int D, int MAXG, class T>
-void launch(Args a, int64_t ctas, int64_t units) {
-  const size_t smem = std::max<size_t>(size_t(2) * kStages * kTile * D * sizeof(T),
-                                       size_t(8) * MAXG * (2 + D) * sizeof(float));
-  static const int resident = [smem] {  // once per instantiation (the size is a constant of it)
+size_t smem_bytes() {
+  return std::max<size_t>(size_t(2) * kStages * kTile * D * sizeof(T), size_t(8) * MAXG * (2 + D) * sizeof(float));
+}
+
+// CTAs of one instantiation an SM holds (the occupancy API; its shared-memory attribute set once).
+template <int D, int MAXG, class T>
+int resident() {
+  static const int n = [] {
+    const size_t smem = smem_bytes<D, MAXG, T>();
     check(cudaFuncSetAttribute(decode_kernel<D, MAXG, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
           "shared memory attribute");
-    int n = 0;
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel<D, MAXG, T>, kThreads, smem), "occupancy");
-    return std::max(n, 1);
+    int r = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r, decode_kernel<D, MAXG, T>, kThreads, smem), "occupancy");
+    return std::max(r, 1);
   }();
-  a.splits = choose_splits(ctas, units, int64_t(resident) * sm_count());
-  DeviceBuffer part_o, part_ml;  // freed in stream order, after the kernels that use them
-  if (a.splits > 1) {
-    part_o = DeviceBuffer::stream_ordered(DType::f32, {int64_t(a.B) * a.Hq * a.splits * D});
-    part_ml = DeviceBuffer::stream_ordered(DType::f32, {int64_t(a.B) * a.Hq * a.splits * 2});
-    a.part_o = static_cast<float*>(part_o.data());
-    a.part_ml = static_cast<float*>(part_ml.data());
-  }
-  const dim3 grid(unsigned(a.splits), unsigned(a.Hkv * a.head_chunks), unsigned(a.B));
-  decode_kernel<D, MAXG, T><<<grid, kThreads, smem>>>(a);
+  return n;
+}
+
+template <int D, int MAXG, class T>
+void launch(const Args& a) {
+  decode_kernel<D, MAXG, T><<<dim3(unsigned(a.splits), unsigned(a.Hkv * a.head_chunks), unsigned(a.B)), kThreads,
+                              smem_bytes<D, MAXG, T>(), a.stream>>>(a);
   check(cudaGetLastError(), "decode kernel launch");
   if (a.splits > 1) {
-    merge_kernel<D><<<a.B * a.Hq, kThreads>>>(a);
+    merge_kernel<D><<<a.B * a.Hq, kThreads, 0, a.stream>>>(a);
     check(cudaGetLastError(), "merge kernel launch");
   }
 }
 
-template <int D, class T>
-void launch_group(const Args& a, int maxg, int64_t ctas, int64_t units) {
-  switch (maxg) {
-    case 1: launch<D, 1, T>(a, ctas, units); break;
-    case 2: launch<D, 2, T>(a, ctas, units); break;
-    case 4: launch<D, 4, T>(a, ctas, units); break;
-    default: launch<D, 8, T>(a, ctas, units); break;
-  }
+// The instantiation of (d, maxg, dtype): `run` gets a callable of its launch and its residency.
+template <class F>
+void dispatch(int d, int maxg, DType dt, F&& run) {
+  const auto by_group = [&](auto dim, auto t) {
+    constexpr int D = decltype(dim)::value;
+    using T = typename decltype(t)::type;
+    switch (maxg) {
+      case 1: run(launch<D, 1, T>, resident<D, 1, T>()); break;
+      case 2: run(launch<D, 2, T>, resident<D, 2, T>()); break;
+      case 4: run(launch<D, 4, T>, resident<D, 4, T>()); break;
+      default: run(launch<D, 8, T>, resident<D, 8, T>()); break;
+    }
+  };
+  const auto by_dim = [&](auto t) {
+    switch (d) {
+      case 64: by_group(std::integral_constant<int, 64>{}, t); break;
+      case 80: by_group(std::integral_constant<int, 80>{}, t); break;
+      case 96: by_group(std::integral_constant<int, 96>{}, t); break;
+      default: by_group(std::integral_constant<int, 128>{}, t); break;
+    }
+  };
+  if (dt == DType::bf16) by_dim(std::type_identity<__nv_bfloat16>{});
+  else by_dim(std::type_identity<__half>{});
 }
 
-template <class T>
-void launch_dim(const Args& a, int d, int maxg, int64_t ctas, int64_t units) {
-  switch (d) {
-    case 64: launch_group<64, T>(a, maxg, ctas, units); break;
-    case 80: launch_group<80, T>(a, maxg, ctas, units); break;
-    case 96: launch_group<96, T>(a, maxg, ctas, units); break;
-    default: launch_group<128, T>(a, maxg, ctas, units); break;
-  }
-}
+// A call's geometry: the CTAs per split, the tiles of the longest row, the split.
+struct Split {
+  int d = 0, B = 0, Hq = 0, group = 0, maxg = 1, head_chunks = 1, tile = 0, tiles_per_page = 1, splits = 1;
+  int64_t ctas = 0, units = 0;
+  // The partials' bytes: o [B·Hq, splits, d] then (m, l) [B·Hq, splits, 2], f32, 256-byte aligned.
+  size_t o_bytes() const { return splits > 1 ? (size_t(B) * Hq * splits * d * sizeof(float) + 255) / 256 * 256 : 0; }
+  size_t bytes() const { return splits > 1 ? o_bytes() + size_t(B) * Hq * splits * 2 * sizeof(float) : 0; }
+};
 
-}  // namespace
-
-void decode_cuda(const DecodeParams& p) {
+Split split_of(const DecodeParams& p) {
   const CudaKVCache& cache = *p.device_cache;
   const KVCacheConfig& c = cache.config();
-  const int d = c.head_dim;
-  ARIADNE_CHECK(d == 64 || d == 80 || d == 96 || d == 128, "decode (cuda): head dim ", d,
+  Split s;
+  s.d = c.head_dim;
+  ARIADNE_CHECK(s.d == 64 || s.d == 80 || s.d == 96 || s.d == 128, "decode (cuda): head dim ", s.d,
                 " has no kernel, expected 64, 80, 96 or 128");
-  ARIADNE_CHECK(p.q.stride[2] == 1 && p.out.stride[2] == 1, "decode (cuda): q and out need a contiguous head dim");
-  const int B = int(p.q.shape[0]), Hq = int(p.q.shape[1]), group = Hq / c.kv_heads;
-  if (B == 0) return;
+  s.B = int(p.q.shape[0]);
+  s.Hq = int(p.q.shape[1]);
+  s.group = s.Hq / c.kv_heads;
   // The kernel's head slots: the group rounded up to 1, 2, 4 or 8; larger groups in chunks of 8.
-  const int maxg = group > 4 ? 8 : group > 2 ? 4 : group;
-  const int head_chunks = (group + maxg - 1) / maxg;
-
-  // Host side: the rows' page counts decide the split; the selection and the sequence ids travel.
-  const int tile = std::min(c.page_size, kTile);
-  const int tiles_per_page = (c.page_size + tile - 1) / tile;
+  s.maxg = s.group > 4 ? 8 : s.group > 2 ? 4 : s.group;
+  s.head_chunks = (s.group + s.maxg - 1) / s.maxg;
+  s.tile = std::min(c.page_size, kTile);
+  s.tiles_per_page = (c.page_size + s.tile - 1) / s.tile;
   int64_t most = 0;  // the longest row's page count
   if (p.selection)
     for (int64_t r = 0; r < p.selection->rows(); ++r)
       most = std::max<int64_t>(most, p.selection->row_ptr[size_t(r) + 1] - p.selection->row_ptr[size_t(r)]);
   else
-    for (int b = 0; b < B; ++b)
+    for (int b = 0; b < s.B; ++b)
       most = std::max<int64_t>(most, visible_of(cache.length(p.seqs[size_t(b)]), p.window, c.page_size).pages());
-  const int64_t units = most * tiles_per_page;
-  const int64_t ctas = int64_t(B) * c.kv_heads * head_chunks;
+  s.units = most * s.tiles_per_page;
+  s.ctas = int64_t(s.B) * c.kv_heads * s.head_chunks;
+  if (s.B > 0)
+    dispatch(s.d, s.maxg, c.dtype, [&](auto, int res) {
+      s.splits = choose_splits(s.ctas, s.units, int64_t(res) * sm_count());
+    });
+  return s;
+}
 
-  // Small per-call arrays travel in stream-ordered buffers with asynchronous copies on the legacy
-  // stream the kernels run on: no device-wide synchronization (cudaMalloc / cudaFree) per step.
-  const auto upload = [](const int32_t* host, size_t n) {
-    DeviceBuffer d = DeviceBuffer::stream_ordered(DType::f32, {int64_t(std::max<size_t>(n, 1))});
-    if (n) check(cudaMemcpyAsync(d.data(), host, n * sizeof(int32_t), cudaMemcpyHostToDevice, 0), "upload");
+}  // namespace
+
+size_t decode_cuda_workspace(const DecodeParams& p) { return split_of(p).bytes(); }
+
+void decode_cuda(const DecodeParams& p) {
+  const CudaKVCache& cache = *p.device_cache;
+  const KVCacheConfig& c = cache.config();
+  ARIADNE_CHECK(p.q.stride[2] == 1 && p.out.stride[2] == 1, "decode (cuda): q and out need a contiguous head dim");
+  const Split s = split_of(p);
+  if (s.B == 0) return;
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  ARIADNE_CHECK(p.workspace == nullptr || p.workspace_bytes >= s.bytes(), "decode (cuda): workspace_bytes is ",
+                p.workspace_bytes, ", this call needs ", s.bytes(), " (decode_workspace_bytes)");
+
+  // Per-call arrays (sequence ids unless given in device memory, a selection, the partials without
+  // a workspace). On the legacy stream they come from the stream-ordered pool with asynchronous
+  // copies: no device-wide synchronization per step. On a caller's stream, whose order with the
+  // legacy stream's pool is not known, they are plain allocations (freed with a synchronization).
+  const auto scratch = [&](int64_t n) {
+    return stream == nullptr ? DeviceBuffer::stream_ordered(DType::f32, {std::max<int64_t>(n, 1)})
+                             : DeviceBuffer(DType::f32, {std::max<int64_t>(n, 1)});
+  };
+  const auto upload = [&](const int32_t* host, size_t n) {
+    DeviceBuffer d = scratch(int64_t(n));
+    if (n) check(cudaMemcpyAsync(d.data(), host, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream), "upload");
     return d;
   };
-  DeviceBuffer seq_ids, row_ptr, pages;
+  DeviceBuffer seq_ids, row_ptr, pages, parts;
   if (!p.device_seqs) seq_ids = upload(p.seqs.data(), p.seqs.size());
   if (p.selection) {
     row_ptr = upload(p.selection->row_ptr.data(), p.selection->row_ptr.size());
     pages = upload(p.selection->pages.data(), p.selection->pages.size());
+  }
+  char* part = static_cast<char*>(p.workspace);
+  if (s.splits > 1 && part == nullptr) {
+    parts = scratch(int64_t((s.bytes() + 3) / 4));
+    part = static_cast<char*>(parts.data());
   }
   Args a{};
   a.q = p.q.data;
@@ -490,19 +535,20 @@ void decode_cuda(const DecodeParams& p) {
   a.sink = p.sink_mode == SinkMode::none ? nullptr : static_cast<const float*>(p.sink.data);
   a.sink_mode = p.sink_mode == SinkMode::none ? 0 : p.sink_mode == SinkMode::denominator ? 1 : 2;
   a.window = p.window;
-  a.scale_log2 = (p.scale > 0 ? p.scale : 1.f / std::sqrt(float(d))) * kLog2e;
-  a.B = B;
-  a.Hq = Hq;
+  a.scale_log2 = (p.scale > 0 ? p.scale : 1.f / std::sqrt(float(s.d))) * kLog2e;
+  a.B = s.B;
+  a.Hq = s.Hq;
   a.Hkv = c.kv_heads;
-  a.group = group;
+  a.group = s.group;
   a.P = c.page_size;
-  a.tile = tile;
-  a.tiles_per_page = tiles_per_page;
-  a.head_chunks = head_chunks;
-  if (c.dtype == DType::bf16)
-    launch_dim<__nv_bfloat16>(a, d, maxg, ctas, units);
-  else
-    launch_dim<__half>(a, d, maxg, ctas, units);
+  a.tile = s.tile;
+  a.tiles_per_page = s.tiles_per_page;
+  a.splits = s.splits;
+  a.head_chunks = s.head_chunks;
+  a.part_o = s.splits > 1 ? reinterpret_cast<float*>(part) : nullptr;
+  a.part_ml = s.splits > 1 ? reinterpret_cast<float*>(part + s.o_bytes()) : nullptr;
+  a.stream = stream;
+  dispatch(s.d, s.maxg, c.dtype, [&](auto run, int) { run(a); });
 }
 
 }  // namespace ariadne::decode_detail

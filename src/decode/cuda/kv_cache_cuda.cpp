@@ -153,7 +153,7 @@ void CudaKVCache::reserve(std::span<const int32_t> seqs, int64_t tokens) {
 }
 
 void CudaKVCache::append(const TensorView& k, const TensorView& v, std::span<const int32_t> seqs,
-                         const int32_t* device_seqs) {
+                         const int32_t* device_seqs, void* stream) {
   need(dev_);
   const KVCacheConfig& c = cfg_;
   const int64_t B = int64_t(seqs.size());
@@ -203,6 +203,7 @@ void CudaKVCache::append(const TensorView& k, const TensorView& v, std::span<con
   a.page_size = c.page_size;
   a.summary_stride = c.summary_stride;
   a.dtype = c.dtype;
+  a.stream = stream;
   decode_detail::append_cuda(a);
   for (const int32_t s : seqs) ++lengths_[size_t(s)];
 }
