@@ -186,4 +186,16 @@ FlexBrute brute_flex(const Inputs& in, const Case& cs, const EstimateConfig& c) 
   return out;
 }
 
+void plant_vertical_and_slash(Inputs& in) {
+  in.params.k.set({200, 0, 0}, 10.f);
+  for (int64_t t = 0; t < 640; ++t) in.params.q.set({t, 0, 0}, 10.f);
+  const double w = 2 * 3.141592653589793 / 1000, amp = 34;
+  for (int64_t t = 0; t < 640; ++t) {
+    in.params.k.set({t, 1, 0}, float(amp * std::cos(w * double(t))));
+    in.params.k.set({t, 1, 1}, float(amp * std::sin(w * double(t))));
+    in.params.q.set({t, 1, 0}, float(amp * std::cos(w * double(t - 100))));
+    in.params.q.set({t, 1, 1}, float(amp * std::sin(w * double(t - 100))));
+  }
+}
+
 }  // namespace ariadne::testing

@@ -34,4 +34,10 @@ struct FlexBrute {
 
 FlexBrute brute_flex(const Inputs& in, const Case& cs, const EstimateConfig& c);
 
+// Plants two heads into f32 inputs of one 640-token sequence (heads_q = heads_kv = 2, d >= 2, small
+// random values elsewhere): head 0's strongest key by far is key 200 for every query (a vertical
+// line); head 1 has q_t·k_j = A cos(ω(j − t + 100)) in dims 0-1 with one period longer than the
+// sequence, so each query's mass sits within ~10 tokens of distance 100 (a slash).
+void plant_vertical_and_slash(Inputs& in);
+
 }  // namespace ariadne::testing

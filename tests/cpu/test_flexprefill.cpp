@@ -119,24 +119,14 @@ TEST(FlexPrefill, ShortInputsRunDense) {
 }
 
 TEST(FlexPrefill, FindsPlantedVerticalAndSlashHeads) {
-  // Head 0: every query's strongest key by far is key 200 (a vertical line). Head 1: a rotary code
-  // in dims 0-1, q_t·k_j = A cos(ω(j − t + 100)) with one period longer than the sequence, so each
-  // query's mass sits within ~10 tokens of distance 100 (a slash). Small random values elsewhere.
+  // Head 0 a vertical line at key 200, head 1 a slash at distance 100 (flexprefill_brute.hpp).
   Case cs = flex_case({640}, {}, 11);
   cs.heads_q = 2;
   cs.heads_kv = 2;
   cs.dim = 32;
   cs.input_scale = 0.1f;
   Inputs in = testing::make_inputs(cs);
-  in.params.k.set({200, 0, 0}, 10.f);
-  for (int64_t t = 0; t < 640; ++t) in.params.q.set({t, 0, 0}, 10.f);
-  const double w = 2 * 3.141592653589793 / 1000, amp = 34;
-  for (int64_t t = 0; t < 640; ++t) {
-    in.params.k.set({t, 1, 0}, float(amp * std::cos(w * double(t))));
-    in.params.k.set({t, 1, 1}, float(amp * std::sin(w * double(t))));
-    in.params.q.set({t, 1, 0}, float(amp * std::cos(w * double(t - 100))));
-    in.params.q.set({t, 1, 1}, float(amp * std::sin(w * double(t - 100))));
-  }
+  testing::plant_vertical_and_slash(in);
   EstimateConfig c;
   c.method = Estimator::flexprefill;
   c.block = 32;

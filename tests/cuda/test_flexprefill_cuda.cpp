@@ -160,20 +160,11 @@ TEST_F(CudaFlexPrefill, ProtectionsAreOredIn) {
 }
 
 TEST_F(CudaFlexPrefill, FindsPlantedVerticalAndSlashHeads) {
-  // Head 0: every query's strongest key by far is key 200 (a vertical line). Head 1: q_t·k_j =
-  // A cos(ω(j − t + 100)), the mass of each query within ~10 tokens of distance 100 (a slash).
+  // Head 0 a vertical line at key 200, head 1 a slash at distance 100 (flexprefill_brute.hpp).
   Case cs = make_case("flex_planted", {640}, {}, 2, 2, 32, DType::f32);
   cs.input_scale = 0.1f;
   Inputs in = testing::make_inputs(cs);
-  in.params.k.set({200, 0, 0}, 10.f);
-  for (int64_t t = 0; t < 640; ++t) in.params.q.set({t, 0, 0}, 10.f);
-  const double w = 2 * 3.141592653589793 / 1000, amp = 34;
-  for (int64_t t = 0; t < 640; ++t) {
-    in.params.k.set({t, 1, 0}, float(amp * std::cos(w * double(t))));
-    in.params.k.set({t, 1, 1}, float(amp * std::sin(w * double(t))));
-    in.params.q.set({t, 1, 0}, float(amp * std::cos(w * double(t - 100))));
-    in.params.q.set({t, 1, 1}, float(amp * std::sin(w * double(t - 100))));
-  }
+  testing::plant_vertical_and_slash(in);
   const OnDevice d = upload(in);
   EstimateConfig c = flex_config(32, 0.9, 0.0, 64);
   c.host_copy = true;

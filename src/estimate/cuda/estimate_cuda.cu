@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "estimate/cuda/estimate.cuh"
@@ -212,6 +213,95 @@ struct DrainOnExit {
   }
 };
 
+// q and k as the kernels read them (ScoreParams, FlexParams): pointers, dtype, element strides.
+template <class P>
+void set_operands(P& p, const TensorView& q, const TensorView& k) {
+  p.q = q.data;
+  p.k = k.data;
+  p.dtype = int(q.dtype);
+  p.q_tok = q.stride[0];
+  p.q_head = q.stride[1];
+  p.k_tok = k.stride[0];
+  p.k_head = k.stride[1];
+}
+
+// CUB's temporary storage for the row_ptr scan of `rows` rows.
+size_t scan_storage_bytes(int64_t rows) {
+  size_t bytes = 0;
+  check(cuda::exclusive_scan(nullptr, nullptr, rows + 1, nullptr, bytes, nullptr), "row_ptr scan (size)");
+  return bytes;
+}
+
+Events& events_of(Workspace& ws) {
+  if (!ws.events) ws.events = std::make_unique<Events>();
+  return *ws.events;
+}
+
+// A call's hold on the workspace: its lock until the call returns, a drain of the stream when the
+// call leaves early (destroyed first), and the stage events.
+struct CallScope {
+  Workspace& ws;
+  std::lock_guard<std::mutex> lock;
+  DrainOnExit drain;
+  const Events& ev;
+  explicit CallScope(Workspace& w) : ws(w), lock(w.mu), ev(events_of(w)) {}
+};
+
+// The workspace buffers every call takes: device tables (then the per-head kept counts), the
+// selection flags, the row counts, the scan's storage, and the pinned staging.
+struct CallBuffers {
+  char* tables;
+  int64_t* kept;
+  void *keep, *counts, *scan;
+  char* host;
+};
+CallBuffers call_buffers(Workspace& ws, size_t tables_end, size_t kept_bytes, int64_t nvis_total, int64_t rows,
+                         size_t scan_bytes, size_t staging_bytes) {
+  CallBuffers b{};
+  b.tables = static_cast<char*>(ws.tables.get(tables_end + kept_bytes));
+  b.kept = reinterpret_cast<int64_t*>(b.tables + tables_end);
+  b.keep = ws.keep.get(size_t(nvis_total));
+  b.counts = ws.counts.get(size_t(rows + 1) * sizeof(int32_t));
+  b.scan = ws.scan.get(scan_bytes);
+  b.host = ws.staging.get(staging_bytes);
+  return b;
+}
+
+// The result's device arrays (owned by the result). col_idx is sized for every visible block:
+// nnz is only known on the device, and waiting for it would cost a host round trip.
+void allocate_result(DeviceEstimate& dev, const Geometry& g, const EstimateConfig& config, size_t sbb_bytes,
+                     int64_t nvis_total) {
+  const bool pooled = config.cuda_pooled_result;
+  dev.block = config.block;
+  dev.heads = g.heads_q;
+  dev.seq_block_base = device_bytes(sbb_bytes, pooled);
+  dev.score_ptr = device_bytes(size_t(g.rows + 1) * sizeof(int64_t), pooled);
+  dev.scores = device_bytes(size_t(nvis_total) * sizeof(float), pooled);
+  dev.row_ptr = device_bytes(size_t(g.rows + 1) * sizeof(int32_t), pooled);
+  dev.col_idx = device_bytes(size_t(nvis_total) * sizeof(int32_t), pooled);
+}
+
+// score_ptr and seq_block_base into the pinned staging (at their offsets), then the staged tables
+// [0, tables_end) and both arrays up in three asynchronous copies; returns the staged score_ptr.
+int64_t* upload_geometry(DeviceEstimate& dev, const Geometry& g, const std::vector<int32_t>& sbb, int64_t nvis_total,
+                         char* host, size_t off_score_ptr, size_t off_sbb, char* tables, size_t tables_end,
+                         cudaStream_t st) {
+  int64_t* sp_host = reinterpret_cast<int64_t*>(host + off_score_ptr);
+  est::row_score_ptr(g, sp_host);
+  ARIADNE_CHECK(sp_host[g.rows] == nvis_total, "estimate (cuda): visible blocks ", sp_host[g.rows], " against ",
+                nvis_total);
+  if (!sbb.empty()) std::memcpy(host + off_sbb, sbb.data(), sbb.size() * sizeof(int32_t));
+  check(cudaMemcpyAsync(tables, host, tables_end, cudaMemcpyHostToDevice, st), "uploading the tables");
+  check(cudaMemcpyAsync(dev.score_ptr.data(), host + off_score_ptr, size_t(g.rows + 1) * sizeof(int64_t),
+                        cudaMemcpyHostToDevice, st),
+        "uploading score_ptr");
+  check(cudaMemcpyAsync(dev.seq_block_base.data(), host + off_sbb, sbb.size() * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, st),
+        "uploading seq_block_base");
+  return sp_host;
+}
+
+
 // The density per head from the device's kept counts and the host's visible counts, and with
 // config.host_copy the mask and the scores copied back.
 void finish_result(EstimateResult& r, const Geometry& g, const EstimateConfig& config, const std::vector<int32_t>& sbb,
@@ -238,6 +328,30 @@ void finish_result(EstimateResult& r, const Geometry& g, const EstimateConfig& c
   if (!mask.col_idx.empty()) dev.col_idx.copy_to_host(mask.col_idx.data(), mask.col_idx.size() * sizeof(int32_t));
   r.scores.resize(size_t(nvis_total));
   if (!r.scores.empty()) dev.scores.copy_to_host(r.scores.data(), r.scores.size() * sizeof(float));
+}
+
+// The call's start, the end of its host setup, and the return of its one synchronization.
+struct CallTimes {
+  std::chrono::steady_clock::time_point start, setup, synced;
+};
+
+// The end of a call after its synchronization: the per-head kept counts (int64 [heads_q] at
+// `kept_src`, read back) into the statistics and the optional host copies, the workspace given
+// back under keep_workspace = false (and the pool blocks of earlier, freed results), the host times.
+void close_call(EstimateResult& r, const Geometry& g, const EstimateConfig& config, const std::vector<int32_t>& sbb,
+                const std::vector<int64_t>& vis, int64_t nvis_total, const char* kept_src, Workspace& ws,
+                const CallTimes& t) {
+  std::vector<int64_t> kept(size_t(g.heads_q), 0);
+  if (!kept.empty()) std::memcpy(kept.data(), kept_src, kept.size() * sizeof(int64_t));
+  finish_result(r, g, config, sbb, kept, vis, nvis_total);
+  if (!config.keep_workspace) {
+    ws.release();
+    if (config.cuda_pooled_result) DeviceBuffer::trim_stream_ordered_pool();
+  }
+  EstimateStats& s = r.stats;
+  s.ms_total = ms_since(t.start);
+  s.ms_host_setup = std::chrono::duration<double, std::milli>(t.setup - t.start).count();
+  s.ms_host_finish = ms_since(t.synced);
 }
 
 }  // namespace
@@ -362,65 +476,35 @@ static EstimateResult estimate_flexprefill_cuda(const TensorView& q, const Tenso
   const size_t s_info = carve(size_t(g.heads_q) * size_t(num_probe) * 4 * sizeof(float));
   const size_t scratch_bytes = soff;
 
-  size_t scan_bytes = 0;
-  check(cuda::exclusive_scan(nullptr, nullptr, g.rows + 1, nullptr, scan_bytes, nullptr), "row_ptr scan (size)");
-
-  Workspace& ws = workspace_of_current_device();
-  const std::lock_guard<std::mutex> lock(ws.mu);
-  DrainOnExit drain;
-  if (!ws.events) ws.events = std::make_unique<Events>();
-  const Events& ev = *ws.events;
+  size_t scan_bytes = scan_storage_bytes(g.rows);  // exclusive_scan takes it by reference
+  // ---- from here on the workspace is ours until the call returns ----
+  CallScope call(workspace_of_current_device());
+  Workspace& ws = call.ws;
+  const Events& ev = call.ev;
 
   EstimateResult r;
   DeviceEstimate& dev = r.device;
-  dev.block = config.block;
-  dev.heads = g.heads_q;
-  const bool pooled = config.cuda_pooled_result;
-  dev.seq_block_base = device_bytes(sbb_bytes, pooled);
-  dev.score_ptr = device_bytes(score_ptr_bytes, pooled);
-  dev.scores = device_bytes(size_t(nvis_total) * sizeof(float), pooled);
-  dev.row_ptr = device_bytes(size_t(g.rows + 1) * sizeof(int32_t), pooled);
-  dev.col_idx = device_bytes(size_t(nvis_total) * sizeof(int32_t), pooled);
+  allocate_result(dev, g, config, sbb_bytes, nvis_total);
 
-  char* tables = static_cast<char*>(ws.tables.get(tables_end + kept_bytes));
-  int64_t* d_kept = reinterpret_cast<int64_t*>(tables + tables_end);
+  const CallBuffers cb = call_buffers(ws, tables_end, kept_bytes, nvis_total, g.rows, scan_bytes, staging_bytes);
   char* scratch = static_cast<char*>(ws.flex.get(scratch_bytes));
-  void* d_keep = ws.keep.get(size_t(nvis_total));
-  void* d_counts = ws.counts.get(size_t(g.rows + 1) * sizeof(int32_t));
-  void* d_scan = ws.scan.get(scan_bytes);
-
-  char* host = ws.staging.get(staging_bytes);
-  const auto put = [&](size_t at, const void* src, size_t bytes) {
-    if (bytes > 0) std::memcpy(host + at, src, bytes);
-  };
-  put(off_seqs, seqs.data(), seqs.size() * sizeof(cuda::FlexSeq));
-  put(off_eseqs, eseqs.data(), eseqs.size() * sizeof(cuda::EstSeq));
-  put(off_probe, probe_seq.data(), probe_seq.size() * sizeof(int32_t));
-  put(off_kb, kb_seq.data(), kb_seq.size() * sizeof(int32_t));
-  put(off_qb, qb_seq.data(), qb_seq.size() * sizeof(int32_t));
-  put(off_qm, qb_m.data(), qb_m.size() * sizeof(int32_t));
-  put(off_ch, ch_seq.data(), ch_seq.size() * sizeof(int32_t));
-  int64_t* sp_host = reinterpret_cast<int64_t*>(host + off_score_ptr);
-  est::row_score_ptr(g, sp_host);
-  ARIADNE_CHECK(sp_host[g.rows] == nvis_total, "estimate (cuda): visible blocks ", sp_host[g.rows], " against ",
-                nvis_total);
-  put(off_sbb, sbb.data(), sbb_bytes);
+  for (const auto& [at, src, bytes] : {std::tuple{off_seqs, static_cast<const void*>(seqs.data()),
+                                                  seqs.size() * sizeof(cuda::FlexSeq)},
+                                       {off_eseqs, eseqs.data(), eseqs.size() * sizeof(cuda::EstSeq)},
+                                       {off_probe, probe_seq.data(), probe_seq.size() * sizeof(int32_t)},
+                                       {off_kb, kb_seq.data(), kb_seq.size() * sizeof(int32_t)},
+                                       {off_qb, qb_seq.data(), qb_seq.size() * sizeof(int32_t)},
+                                       {off_qm, qb_m.data(), qb_m.size() * sizeof(int32_t)},
+                                       {off_ch, ch_seq.data(), ch_seq.size() * sizeof(int32_t)}})
+    if (bytes > 0) std::memcpy(cb.host + at, src, bytes);
   const cudaStream_t st = nullptr;
-  check(cudaMemcpyAsync(tables, host, tables_end, cudaMemcpyHostToDevice, st), "uploading the tables");
-  check(cudaMemcpyAsync(dev.score_ptr.data(), host + off_score_ptr, score_ptr_bytes, cudaMemcpyHostToDevice, st),
-        "uploading score_ptr");
-  check(cudaMemcpyAsync(dev.seq_block_base.data(), host + off_sbb, sbb_bytes, cudaMemcpyHostToDevice, st),
-        "uploading seq_block_base");
+  char* const tables = cb.tables;
+  int64_t* sp_host =
+      upload_geometry(dev, g, sbb, nvis_total, cb.host, off_score_ptr, off_sbb, tables, tables_end, st);
 
   const auto table = [&](size_t at) { return reinterpret_cast<const int32_t*>(tables + at); };
   cuda::FlexParams fp{};
-  fp.q = q.data;
-  fp.k = k.data;
-  fp.dtype = int(q.dtype);
-  fp.q_tok = q.stride[0];
-  fp.q_head = q.stride[1];
-  fp.k_tok = k.stride[0];
-  fp.k_head = k.stride[1];
+  set_operands(fp, q, k);
   fp.seqs = reinterpret_cast<const cuda::FlexSeq*>(tables + off_seqs);
   fp.probe_seq = table(off_probe);
   fp.kb_seq = table(off_kb);
@@ -445,8 +529,8 @@ static EstimateResult estimate_flexprefill_cuda(const TensorView& q, const Tenso
   fp.vsel = reinterpret_cast<uint8_t*>(scratch + s_vsel);
   fp.ssel = reinterpret_cast<uint8_t*>(scratch + s_ssel);
   fp.head_info = reinterpret_cast<float*>(scratch + s_info);
-  fp.keep = static_cast<uint8_t*>(d_keep);
-  fp.counts = static_cast<int32_t*>(d_counts);
+  fp.keep = static_cast<uint8_t*>(cb.keep);
+  fp.counts = static_cast<int32_t*>(cb.counts);
   fp.heads_q = g.heads_q;
   fp.heads_kv = g.heads_kv;
   fp.group = g.group;
@@ -481,11 +565,11 @@ static EstimateResult estimate_flexprefill_cuda(const TensorView& q, const Tenso
   check(cudaMemsetAsync(fp.keep, 0, size_t(nvis_total), st), "clearing the flags");
   check(cudaMemsetAsync(fp.counts, 0, size_t(g.rows + 1) * sizeof(int32_t), st), "clearing counts");
   check(cuda::launch_flexprefill(fp, cuda::FlexStage::selection, st), "flexprefill selection");
-  check(cuda::exclusive_scan(fp.counts, static_cast<int32_t*>(dev.row_ptr.data()), g.rows + 1, d_scan, scan_bytes, st),
+  check(cuda::exclusive_scan(fp.counts, static_cast<int32_t*>(dev.row_ptr.data()), g.rows + 1, cb.scan, scan_bytes, st),
         "row_ptr scan");
   check(cuda::launch_compact(sel, g.rows, st), "CSR compaction");
-  check(cuda::launch_head_counts(sel, d_kept, st), "kept blocks per head");
-  check(cudaMemcpyAsync(host + off_kept, d_kept, kept_bytes, cudaMemcpyDeviceToHost, st), "reading the counts");
+  check(cuda::launch_head_counts(sel, cb.kept, st), "kept blocks per head");
+  check(cudaMemcpyAsync(cb.host + off_kept, cb.kept, kept_bytes, cudaMemcpyDeviceToHost, st), "reading the counts");
   check(cudaEventRecord(ev.ev[3], st), "cudaEventRecord");
 
   // While the kernels run: the host rows, the visible blocks per head, the multiply-adds as the CPU
@@ -506,21 +590,12 @@ static EstimateResult estimate_flexprefill_cuda(const TensorView& q, const Tenso
   }
 
   check(cudaEventSynchronize(ev.ev[3]), "estimate");
-  drain.armed = false;
+  call.drain.armed = false;
   const auto t_synced = std::chrono::steady_clock::now();
   s.ms_sampling = ev.ms(0, 1);
   s.ms_scoring = ev.ms(1, 2);
   s.ms_selection = ev.ms(2, 3);
-  std::vector<int64_t> kept(size_t(g.heads_q), 0);
-  if (kept_bytes > 0) std::memcpy(kept.data(), host + off_kept, kept_bytes);
-  finish_result(r, g, config, sbb, kept, vis, nvis_total);
-  if (!config.keep_workspace) {
-    ws.release();
-    if (pooled) DeviceBuffer::trim_stream_ordered_pool();
-  }
-  s.ms_total = ms_since(t0);
-  s.ms_host_setup = std::chrono::duration<double, std::milli>(t_setup - t0).count();
-  s.ms_host_finish = ms_since(t_synced);
+  close_call(r, g, config, sbb, vis, nvis_total, cb.host + off_kept, ws, {t0, t_setup, t_synced});
   return r;
 }
 
@@ -657,42 +732,31 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   const size_t off_kept = align_up(off_sbb + sbb_bytes);
   const size_t staging_bytes = off_kept + kept_bytes;
 
-  size_t scan_bytes = 0;
-  check(cuda::exclusive_scan(nullptr, nullptr, g.rows + 1, nullptr, scan_bytes, nullptr), "row_ptr scan (size)");
-
+  size_t scan_bytes = scan_storage_bytes(g.rows);  // exclusive_scan takes it by reference
   // ---- from here on the workspace is ours until the call returns ----
-  Workspace& ws = workspace_of_current_device();
-  const std::lock_guard<std::mutex> lock(ws.mu);
-  DrainOnExit drain;
-  if (!ws.events) ws.events = std::make_unique<Events>();
-  const Events& ev = *ws.events;
+  CallScope call(workspace_of_current_device());
+  Workspace& ws = call.ws;
+  const Events& ev = call.ev;
 
   // The result's device arrays (owned by the result). col_idx is sized for every visible block:
   // nnz is only known on the device, and waiting for it would cost a host round trip.
   DeviceEstimate& dev = r.device;
-  dev.block = config.block;
-  dev.heads = g.heads_q;
-  const bool pooled = config.cuda_pooled_result;
-  dev.seq_block_base = device_bytes(sbb_bytes, pooled);
-  dev.score_ptr = device_bytes(score_ptr_bytes, pooled);
-  dev.scores = device_bytes(size_t(nvis_total) * sizeof(float), pooled);
-  dev.row_ptr = device_bytes(size_t(g.rows + 1) * sizeof(int32_t), pooled);
-  dev.col_idx = device_bytes(size_t(nvis_total) * sizeof(int32_t), pooled);
+  allocate_result(dev, g, config, sbb_bytes, nvis_total);
 
-  char* tables = static_cast<char*>(ws.tables.get(tables_end + kept_bytes));
-  int64_t* d_kept = reinterpret_cast<int64_t*>(tables + tables_end);
+  // Host tables into the pinned staging (no copy of the previous call can still read it: that
+  // call synchronized before releasing the lock), then up in three asynchronous copies.
+  const CallBuffers cb = call_buffers(ws, tables_end, kept_bytes, nvis_total, g.rows, scan_bytes, staging_bytes);
+  char* tables = cb.tables;
+  int64_t* d_kept = cb.kept;
   void* d_scratch = ws.scratch.get(size_t(scratch_pairs) * 2 * sizeof(float));
   // rr: K̄ as f32 [heads_kv, total_ks, d] or as three bf16 terms [heads_kv, total_ks, 3, dpad].
   const size_t ksum_bytes = size_t(g.heads_kv) * size_t(g.total_ks) *
                             (use_mma ? size_t(3) * size_t(dpad) * 2 : size_t(g.dim) * sizeof(float));
   void* d_ksum = rr ? ws.ksum.get(ksum_bytes) : nullptr;
-  void* d_keep = ws.keep.get(size_t(nvis_total));
-  void* d_counts = ws.counts.get(size_t(g.rows + 1) * sizeof(int32_t));
-  void* d_scan = ws.scan.get(scan_bytes);
-
-  // Host tables into the pinned staging (no copy of the previous call can still read it: that
-  // call synchronized before releasing the lock), then up in three asynchronous copies.
-  char* host = ws.staging.get(staging_bytes);
+  void* d_keep = cb.keep;
+  void* d_counts = cb.counts;
+  void* d_scan = cb.scan;
+  char* host = cb.host;
   const auto put = [&](size_t off, const void* src, size_t bytes) {
     if (bytes > 0) std::memcpy(host + off, src, bytes);
   };
@@ -702,26 +766,11 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
   put(off_sbase, scratch_base.data(), scratch_base.size() * sizeof(int64_t));
   put(off_tau, tau.data(), tau.size() * sizeof(double));
   put(off_groups, group_ctas.data(), group_ctas.size() * sizeof(int32_t));
-  int64_t* sp_host = reinterpret_cast<int64_t*>(host + off_score_ptr);
-  est::row_score_ptr(g, sp_host);
-  ARIADNE_CHECK(sp_host[g.rows] == nvis_total, "estimate (cuda): visible blocks ", sp_host[g.rows], " against ",
-                nvis_total);
-  put(off_sbb, sbb.data(), sbb_bytes);
   const cudaStream_t st = nullptr;
-  check(cudaMemcpyAsync(tables, host, tables_end, cudaMemcpyHostToDevice, st), "uploading the tables");
-  check(cudaMemcpyAsync(dev.score_ptr.data(), host + off_score_ptr, score_ptr_bytes, cudaMemcpyHostToDevice, st),
-        "uploading score_ptr");
-  check(cudaMemcpyAsync(dev.seq_block_base.data(), host + off_sbb, sbb_bytes, cudaMemcpyHostToDevice, st),
-        "uploading seq_block_base");
+  int64_t* sp_host = upload_geometry(dev, g, sbb, nvis_total, host, off_score_ptr, off_sbb, tables, tables_end, st);
 
   cuda::ScoreParams sp{};
-  sp.q = q.data;
-  sp.k = k.data;
-  sp.dtype = int(q.dtype);
-  sp.q_tok = q.stride[0];
-  sp.q_head = q.stride[1];
-  sp.k_tok = k.stride[0];
-  sp.k_head = k.stride[1];
+  set_operands(sp, q, k);
   sp.ksum = static_cast<float*>(d_ksum);
   sp.total_ks = g.total_ks;
   sp.seqs = reinterpret_cast<const cuda::EstSeq*>(tables + off_seqs);
@@ -811,23 +860,13 @@ EstimateResult estimate_cuda(const TensorView& q, const TensorView& k, const Pat
       }
 
   check(cudaEventSynchronize(ev.ev[3]), "estimate");
-  drain.armed = false;
+  call.drain.armed = false;
   const auto t_synced = std::chrono::steady_clock::now();
   s.ms_sampling = ev.ms(0, 1);
   s.ms_scoring = ev.ms(1, 2);
   s.scoring = sp.kernel;
   s.ms_selection = ev.ms(2, 3);
-
-  std::vector<int64_t> kept(size_t(g.heads_q), 0);
-  if (kept_bytes > 0) std::memcpy(kept.data(), host + off_kept, kept_bytes);
-  finish_result(r, g, config, sbb, kept, vis, nvis_total);
-  if (!config.keep_workspace) {
-    ws.release();
-    if (pooled) DeviceBuffer::trim_stream_ordered_pool();  // pool blocks of earlier, freed results
-  }
-  s.ms_total = ms_since(t0);
-  s.ms_host_setup = std::chrono::duration<double, std::milli>(t_setup - t0).count();
-  s.ms_host_finish = ms_since(t_synced);
+  close_call(r, g, config, sbb, vis, nvis_total, host + off_kept, ws, {t0, t_setup, t_synced});
   return r;
 }
 
