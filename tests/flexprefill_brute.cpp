@@ -186,6 +186,10 @@ FlexBrute brute_flex(const Inputs& in, const Case& cs, const EstimateConfig& c) 
   return out;
 }
 
+std::vector<int32_t> mask_row(const BlockMask& mk, size_t r) {
+  return {mk.col_idx.begin() + mk.row_ptr[r], mk.col_idx.begin() + mk.row_ptr[r + 1]};
+}
+
 void plant_vertical_and_slash(Inputs& in) {
   in.params.k.set({200, 0, 0}, 10.f);
   for (int64_t t = 0; t < 640; ++t) in.params.q.set({t, 0, 0}, 10.f);

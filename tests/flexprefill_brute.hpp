@@ -34,6 +34,9 @@ struct FlexBrute {
 
 FlexBrute brute_flex(const Inputs& in, const Case& cs, const EstimateConfig& c);
 
+// Row r of a mask as its sorted key-block list.
+std::vector<int32_t> mask_row(const BlockMask& mk, size_t r);
+
 // Plants two heads into f32 inputs of one 640-token sequence (heads_q = heads_kv = 2, d >= 2, small
 // random values elsewhere): head 0's strongest key by far is key 200 for every query (a vertical
 // line); head 1 has q_t·k_j = A cos(ω(j − t + 100)) in dims 0-1 with one period longer than the

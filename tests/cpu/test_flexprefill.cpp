@@ -18,10 +18,6 @@ namespace {
 using testing::Case;
 using testing::Inputs;
 
-std::vector<int32_t> mask_row(const BlockMask& mk, size_t r) {
-  return {mk.col_idx.begin() + mk.row_ptr[r], mk.col_idx.begin() + mk.row_ptr[r + 1]};
-}
-
 Case flex_case(std::vector<int64_t> sq, std::vector<int64_t> sk, uint64_t seed) {
   Case c;
   c.name = "flex";
@@ -58,7 +54,7 @@ TEST(FlexPrefill, MatchesThePlainImplementation) {
         const std::vector<std::vector<int32_t>>& want = fb.rows;
         const int aware = fb.aware_heads;
         ASSERT_EQ(size_t(r.mask.rows()), want.size());
-        for (size_t row = 0; row < want.size(); ++row) ASSERT_EQ(mask_row(r.mask, row), want[row]) << "row " << row;
+        for (size_t row = 0; row < want.size(); ++row) ASSERT_EQ(testing::mask_row(r.mask, row), want[row]) << "row " << row;
         if (js == 0.0) {
           EXPECT_EQ(aware, 0);
         }
@@ -97,7 +93,7 @@ TEST(FlexPrefill, TheDivergenceThresholdSplitsTheHeads) {
   const std::vector<std::vector<int32_t>>& want = fb.rows;
   EXPECT_EQ(fb.aware_heads, 2);
   const EstimateResult r = estimate(in.params.q, in.params.k, in.params.pattern, c);
-  for (size_t row = 0; row < want.size(); ++row) ASSERT_EQ(mask_row(r.mask, row), want[row]) << "row " << row;
+  for (size_t row = 0; row < want.size(); ++row) ASSERT_EQ(testing::mask_row(r.mask, row), want[row]) << "row " << row;
 }
 
 TEST(FlexPrefill, ShortInputsRunDense) {
@@ -115,7 +111,7 @@ TEST(FlexPrefill, ShortInputsRunDense) {
   const EstimateResult s = estimate(in.params.q, in.params.k, in.params.pattern, c);
   EXPECT_LT(s.stats.density, 0.9);
   for (int h = 0; h < cs.heads_q; ++h)  // the 64-token sequence's rows (2 per head) stay whole
-    for (int64_t m = 0; m < 2; ++m) EXPECT_EQ(mask_row(s.mask, size_t(h * 2 + m)).size(), size_t(m + 1));
+    for (int64_t m = 0; m < 2; ++m) EXPECT_EQ(testing::mask_row(s.mask, size_t(h * 2 + m)).size(), size_t(m + 1));
 }
 
 TEST(FlexPrefill, FindsPlantedVerticalAndSlashHeads) {
@@ -136,11 +132,11 @@ TEST(FlexPrefill, FindsPlantedVerticalAndSlashHeads) {
   const EstimateResult r = estimate(in.params.q, in.params.k, in.params.pattern, c);
   const int64_t nqb = 20;
   for (int64_t m = 200 / 32; m < nqb; ++m) {  // head 0: key block 6 in every row that sees it
-    const std::vector<int32_t> l = mask_row(r.mask, size_t(m));
+    const std::vector<int32_t> l = testing::mask_row(r.mask, size_t(m));
     EXPECT_EQ(std::count(l.begin(), l.end(), int32_t(200 / 32)), 1) << "query block " << m;
   }
   for (int64_t m = 100 / 32 + 1; m < nqb; ++m) {  // head 1: distance bin 100 / 32 = 3
-    const std::vector<int32_t> l = mask_row(r.mask, size_t(nqb + m));
+    const std::vector<int32_t> l = testing::mask_row(r.mask, size_t(nqb + m));
     EXPECT_EQ(std::count(l.begin(), l.end(), int32_t(m - 3)), 1) << "query block " << m;
   }
   EXPECT_LT(r.stats.density_per_head[0], 0.5);

@@ -26,10 +26,6 @@ using namespace estimate_testing;
 
 constexpr double kMargin = 1e-5;
 
-std::vector<int32_t> row_of(const BlockMask& mk, size_t r) {
-  return {mk.col_idx.begin() + mk.row_ptr[r], mk.col_idx.begin() + mk.row_ptr[r + 1]};
-}
-
 EstimateConfig flex_config(int64_t block, double gamma, double js_tau, int64_t min_budget, int64_t max_budget = 0) {
   EstimateConfig c;
   c.method = Estimator::flexprefill;
@@ -72,7 +68,7 @@ int check_flex(const Case& cs, const Inputs& in, const OnDevice& d, EstimateConf
     if (clear) ++compared;
     for (int64_t m = 0; m < nqb; ++m, ++row) {
       if (!clear) continue;
-      const std::vector<int32_t> g = row_of(gpu.mask, row), cp = row_of(cpu.mask, row);
+      const std::vector<int32_t> g = testing::mask_row(gpu.mask, row), cp = testing::mask_row(cpu.mask, row);
       EXPECT_EQ(cp, brute.rows[row]) << "cpu, sequence " << h.seq << " head " << h.head << " block " << m;
       if (g != cp) {
         ADD_FAILURE() << "cuda against cpu, sequence " << h.seq << " head " << h.head << " query block " << m
@@ -141,7 +137,7 @@ TEST_F(CudaFlexPrefill, ProtectionsAreOredIn) {
   const int64_t nqb = (800 + 63) / 64;
   for (int h = 0; h < 4; ++h)
     for (int64_t m = 0; m < nqb; ++m) {
-      const std::vector<int32_t> l = row_of(gpu.mask, size_t(h * nqb + m));
+      const std::vector<int32_t> l = testing::mask_row(gpu.mask, size_t(h * nqb + m));
       ASSERT_FALSE(l.empty());
       EXPECT_EQ(l.front(), 0);
       EXPECT_EQ(l.back(), int32_t(m));
@@ -154,7 +150,7 @@ TEST_F(CudaFlexPrefill, ProtectionsAreOredIn) {
   for (int h = 0; h < 4; ++h)
     if (brute.heads[size_t(h)].margin > kMargin) {
       for (int64_t m = 0; m < nqb; ++m) {
-        EXPECT_EQ(row_of(gpu.mask, size_t(h * nqb + m)), row_of(cpu.mask, size_t(h * nqb + m)));
+        EXPECT_EQ(testing::mask_row(gpu.mask, size_t(h * nqb + m)), testing::mask_row(cpu.mask, size_t(h * nqb + m)));
       }
     }
 }
@@ -171,11 +167,11 @@ TEST_F(CudaFlexPrefill, FindsPlantedVerticalAndSlashHeads) {
   const EstimateResult r = estimate(d.qv, d.kv, d.layout, c, Backend::cuda);
   const int64_t nqb = 20;
   for (int64_t m = 200 / 32; m < nqb; ++m) {
-    const std::vector<int32_t> l = row_of(r.mask, size_t(m));
+    const std::vector<int32_t> l = testing::mask_row(r.mask, size_t(m));
     EXPECT_EQ(std::count(l.begin(), l.end(), int32_t(200 / 32)), 1) << "query block " << m;
   }
   for (int64_t m = 100 / 32 + 1; m < nqb; ++m) {
-    const std::vector<int32_t> l = row_of(r.mask, size_t(nqb + m));
+    const std::vector<int32_t> l = testing::mask_row(r.mask, size_t(nqb + m));
     EXPECT_EQ(std::count(l.begin(), l.end(), int32_t(m - 3)), 1) << "query block " << m;
   }
   EXPECT_LT(r.stats.density_per_head[0], 0.5);

@@ -27,14 +27,6 @@
 namespace ariadne {
 namespace {
 
-uint64_t seed() {
-  static const uint64_t s = [] {
-    if (const char* e = std::getenv("ARIADNE_TEST_SEED")) return uint64_t(std::strtoull(e, nullptr, 10));
-    return uint64_t(std::random_device{}());
-  }();
-  return s;
-}
-
 // One step's tokens: [batch, kv_heads, head_dim] in the cache dtype on the host.
 Buffer random_tokens(std::mt19937_64& rng, DType dt, int64_t batch, const KVCacheConfig& c) {
   Buffer b(dt, {batch, c.kv_heads, c.head_dim});
@@ -65,7 +57,7 @@ std::vector<T> download(const void* p, size_t n) {
 // the host took them), and no pool page held twice.
 void expect_same(const PagedKVCache& host, const CudaKVCache& dev, const std::vector<int32_t>& seqs,
                  const std::string& when) {
-  SCOPED_TRACE(when + " (ARIADNE_TEST_SEED=" + std::to_string(seed()) + ")");
+  SCOPED_TRACE(when + " (ARIADNE_TEST_SEED=" + std::to_string(cuda_testing::base_seed()) + ")");
   const KVCacheConfig& c = host.config();
   const int64_t esz = dtype_size(c.dtype), row = int64_t(c.kv_heads) * c.head_dim;
   const int64_t page_elems = int64_t(c.page_size) * row, spp = host.strides_per_page();
@@ -146,7 +138,7 @@ class CudaKvAppend : public ::testing::TestWithParam<DType> {
 
 TEST_P(CudaKvAppend, StepsEqualTheHostTwin) {
   const DType dt = GetParam();
-  std::mt19937_64 rng(seed() ^ uint64_t(dt));
+  std::mt19937_64 rng(cuda_testing::base_seed() ^ uint64_t(dt));
   const KVCacheConfig c{16, 2, 80, dt, 4};
   PagedKVCache host(c);
   std::vector<int32_t> seqs;
@@ -183,7 +175,7 @@ TEST_P(CudaKvAppend, StepsEqualTheHostTwin) {
 
 TEST_P(CudaKvAppend, GraphOfAppendAndDecodeReplays) {
   const DType dt = GetParam();
-  std::mt19937_64 rng(seed() ^ 77 ^ uint64_t(dt));
+  std::mt19937_64 rng(cuda_testing::base_seed() ^ 77 ^ uint64_t(dt));
   const KVCacheConfig c{64, 8, 128, dt, 8};
   const int heads_q = 32, steps = 12;
   PagedKVCache host(c);
@@ -237,7 +229,7 @@ TEST_P(CudaKvAppend, GraphOfAppendAndDecodeReplays) {
     EXPECT_TRUE(testing::close_enough("out", testing::compare(make_view(got.data(), DType::f32, {B, heads_q, c.head_dim}),
                                                               r.out),
                                       tol))
-        << "step " << step << " (ARIADNE_TEST_SEED=" << seed() << ")";
+        << "step " << step << " (ARIADNE_TEST_SEED=" << cuda_testing::base_seed() << ")";
   };
 
   // Step 0 eagerly (first-call setup), then the workspace for this geometry and the capture.
