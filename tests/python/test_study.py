@@ -39,8 +39,15 @@ def test_generator_is_deterministic_per_seed_and_differs_across_seeds():
     assert torch.equal(a.images, b.images) and torch.equal(a.instances, b.instances)
     assert a.object_classes == b.object_classes
     # An image depends on (seed, index) only, not on what was rendered before it.
+    # A batch draws every image's elements on the rows that have them: an image is the same bits
+    # alone and beside images with more or fewer objects, stripes, blobs and strokes.
     alone = data.render(7, 2, side=112)
     assert torch.equal(alone[0], a.images[2]) and torch.equal(alone[1], a.instances[2])
+    wide = data.make_batch(7, [9, 2, 5, 0, 1], side=112)
+    assert len({len(c) for c in wide.object_classes}) > 1
+    for j, i in ((1, 2), (3, 0), (4, 1)):
+        assert torch.equal(wide.images[j], a.images[i]) and torch.equal(wide.instances[j], a.instances[i])
+        assert wide.object_classes[j] == a.object_classes[i]
     other = data.make_batch(8, [0, 1, 2], side=112)
     for i in range(3):
         assert not torch.equal(other.images[i], a.images[i])

@@ -138,7 +138,11 @@ def _centre(rng: np.random.Generator, side: int, size: float) -> np.ndarray:
     return rng.uniform(margin, side - margin, 2)
 
 
-# ---------------------------------------------------------------- rendering (torch)
+# ---------------------------------------------------------------- rendering (torch, many images at once)
+#
+# A batch is rendered as one set of tensor operations over [B, ...] tensors, with each image's
+# parameters as per-image tensors. The k-th stripe, blob, stroke or stroke segment is drawn on the
+# images that have one (a subset of rows), so an image is the same bits in any batch.
 
 def _grid(side: int, device) -> Tuple[torch.Tensor, torch.Tensor]:
     """Pixel-centre coordinates y, x float32 [side, side]."""
@@ -150,36 +154,67 @@ def _t(x, device) -> torch.Tensor:
     return torch.as_tensor(np.asarray(x, dtype=np.float32), device=device)
 
 
-def _segment_distance(y, x, a, b) -> torch.Tensor:
-    ab = b - a
-    denom = float(max(np.dot(ab, ab), 1e-6))
-    t = (((x - float(a[0])) * float(ab[0]) + (y - float(a[1])) * float(ab[1])) / denom).clamp(0, 1)
-    return torch.hypot(x - (float(a[0]) + t * float(ab[0])), y - (float(a[1]) + t * float(ab[1])))
+def _per_image(values, device) -> torch.Tensor:
+    """float32 [B, 1, 1] from B numbers: broadcasts against [B, S, S]."""
+    return _t(values, device).view(-1, 1, 1)
 
 
-def _render_background(p: dict, side: int, device) -> torch.Tensor:
+def _colours(values, device) -> torch.Tensor:
+    """float32 [B, 3, 1, 1] from B colours."""
+    return _t(np.stack(values), device).view(-1, 3, 1, 1)
+
+
+def _kth(lists: Sequence[Sequence], device):
+    """For k = 0, 1, ...: (rows, items): the images that have a k-th element (an index tensor) and
+    those elements."""
+    for k in range(max((len(x) for x in lists), default=0)):
+        rows = [b for b, x in enumerate(lists) if k < len(x)]
+        yield torch.as_tensor(rows, device=device), [lists[b][k] for b in rows]
+
+
+def _render_backgrounds(ps: Sequence[dict], side: int, device) -> torch.Tensor:
+    """float32 [B, 3, S, S]: the backgrounds of parameter sets `ps` (noise, stripes, blobs, strokes)."""
     y, x = _grid(side, device)
-    img = _t(p["base"], device)[:, None, None].expand(3, side, side).clone()
-    for grid, amp in p["noise"]:
-        low = _t(grid, device)[None]
-        img += amp * torch.nn.functional.interpolate(low, size=(side, side), mode="bilinear", align_corners=False)[0]
-    for s in p["stripes"]:
-        u = x * math.cos(s["angle"]) + y * math.sin(s["angle"])
-        on = torch.sin(2 * math.pi * u / s["period"] + s["phase"]) > s["duty"]
-        col = _t(s["colour"], device)[:, None, None]
-        img = torch.where(on, (1 - s["alpha"]) * img + s["alpha"] * col, img)
-    for b in p["blobs"]:
-        dy, dx = y - float(b["centre"][1]), x - float(b["centre"][0])
-        r = torch.hypot(dx, dy)
-        theta = torch.atan2(dy, dx)
-        edge = b["radius"] * (1 + b["wobble"] * torch.sin(b["lobes"] * theta + b["phase"]))
-        weight = b["alpha"] * torch.exp(-(r / edge) ** 2 * 2)  # soft: a blob has no edge to learn
-        img = (1 - weight) * img + weight * _t(b["colour"], device)[:, None, None]
-    for s in p["strokes"]:
-        pts = s["points"]
-        d = torch.stack([_segment_distance(y, x, pts[i], pts[i + 1]) for i in range(len(pts) - 1)]).amin(0)
-        img = torch.where(d <= s["width"] / 2, _t(s["colour"], device)[:, None, None], img)
+    img = _colours([p["base"] for p in ps], device).expand(len(ps), 3, side, side).clone()
+    for level in range(len(ps[0]["noise"])):  # the noise scales depend on the side only
+        low = _t(np.stack([p["noise"][level][0] for p in ps]), device)
+        amp = _per_image([p["noise"][level][1] for p in ps], device)[:, None]
+        img += amp * torch.nn.functional.interpolate(low, size=(side, side), mode="bilinear", align_corners=False)
+    for rows, s in _kth([p["stripes"] for p in ps], device):
+        u = x * _per_image([math.cos(e["angle"]) for e in s], device) + \
+            y * _per_image([math.sin(e["angle"]) for e in s], device)
+        on = torch.sin(u * _per_image([2 * math.pi / e["period"] for e in s], device) +
+                       _per_image([e["phase"] for e in s], device)) > _per_image([e["duty"] for e in s], device)
+        alpha = _per_image([e["alpha"] for e in s], device)[:, None]
+        sub = img[rows]
+        img[rows] = torch.where(on[:, None], (1 - alpha) * sub + alpha * _colours([e["colour"] for e in s], device), sub)
+    for rows, b in _kth([p["blobs"] for p in ps], device):
+        dy = y - _per_image([e["centre"][1] for e in b], device)
+        dx = x - _per_image([e["centre"][0] for e in b], device)
+        edge = _per_image([e["radius"] for e in b], device) * (
+            1 + _per_image([e["wobble"] for e in b], device) *
+            torch.sin(_per_image([e["lobes"] for e in b], device) * torch.atan2(dy, dx) +
+                      _per_image([e["phase"] for e in b], device)))
+        # Soft: a blob has no edge to learn.
+        weight = (_per_image([e["alpha"] for e in b], device) * torch.exp(-(torch.hypot(dx, dy) / edge) ** 2 * 2))[:, None]
+        img[rows] = (1 - weight) * img[rows] + weight * _colours([e["colour"] for e in b], device)
+    for rows, s in _kth([p["strokes"] for p in ps], device):
+        d = torch.full((len(s), side, side), math.inf, device=device)
+        for seg_rows, seg in _kth([list(zip(e["points"][:-1], e["points"][1:])) for e in s], device):
+            d[seg_rows] = torch.minimum(d[seg_rows], _segment_distance(y, x, seg, device))
+        on = d <= _per_image([e["width"] / 2 for e in s], device)
+        img[rows] = torch.where(on[:, None], _colours([e["colour"] for e in s], device), img[rows])
     return img
+
+
+def _segment_distance(y, x, segments, device) -> torch.Tensor:
+    """[B, S, S]: each pixel's distance to segment b (a, b)."""
+    ax, ay = _per_image([a[0] for a, _ in segments], device), _per_image([a[1] for a, _ in segments], device)
+    ab = [b - a for a, b in segments]
+    abx, aby = _per_image([v[0] for v in ab], device), _per_image([v[1] for v in ab], device)
+    inv = _per_image([1 / max(float(np.dot(v, v)), 1e-6) for v in ab], device)
+    t = (((x - ax) * abx + (y - ay) * aby) * inv).clamp(0, 1)
+    return torch.hypot(x - (ax + t * abx), y - (ay + t * aby))
 
 
 def _inside(shape: str, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -213,99 +248,179 @@ def _inside(shape: str, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"study data: unknown shape '{shape}'")
 
 
-def _object_layer(p: dict, centre: np.ndarray, side: int, device) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(inside bool [S, S], texture float32 [3, S, S]) of one object."""
+def _offsets(centres: Sequence[np.ndarray], side: int, device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """dx, dy float32 [B, S, S]: each pixel's offset from image b's object centre."""
     y, x = _grid(side, device)
-    c = CLASSES[p["cls"]]
-    dx, dy = x - float(centre[0]), y - float(centre[1])
-    ca, sa = math.cos(p["angle"]), math.sin(p["angle"])
-    half = p["size"] / 2
-    u, v = (dx * ca + dy * sa) / half, (-dx * sa + dy * ca) / half
-    inside = _inside(c.shape, u, v)
-    col = _t(p["colour"], device)[:, None, None]
-    period = p["period"]
-    tu = dx * math.cos(p["tex_angle"]) + dy * math.sin(p["tex_angle"])
-    tv = -dx * math.sin(p["tex_angle"]) + dy * math.cos(p["tex_angle"])
-    if c.texture == "solid":
-        on = torch.ones_like(inside)
-    elif c.texture == "stripes":
-        on = torch.remainder(tu / period + p["tex_phase"][0], 1.0) < 0.5
-    elif c.texture == "checker":
-        on = (torch.floor(tu / period + p["tex_phase"][0]) + torch.floor(tv / period + p["tex_phase"][1])) % 2 == 0
-    elif c.texture == "dots":
-        fu = torch.remainder(tu / period + p["tex_phase"][0], 1.0) - 0.5
-        fv = torch.remainder(tv / period + p["tex_phase"][1], 1.0) - 0.5
-        on = torch.hypot(fu, fv) > 0.3
-    elif c.texture == "rings":
-        on = torch.remainder(torch.hypot(dx, dy) / period + p["tex_phase"][0], 1.0) < 0.5
-    else:
-        raise ValueError(f"study data: unknown texture '{c.texture}'")
-    tex = torch.where(on, col, col * p["dark"])
-    gen = torch.Generator(device="cpu").manual_seed(p["grain_seed"])
-    grain = torch.randn((1, side, side), generator=gen).to(device)  # host draws: the same on every device
-    return inside, tex + p["grain"] * grain
+    return x - _per_image([c[0] for c in centres], device), y - _per_image([c[1] for c in centres], device)
+
+
+def _by_value(keys: Sequence[str]):
+    """(key, positions) for each distinct key, in first-seen order."""
+    groups: dict = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(k, []).append(i)
+    return groups.items()
+
+
+def _insides(ps: Sequence[dict], centres: Sequence[np.ndarray], side: int, device) -> torch.Tensor:
+    """bool [B, S, S]: the pixels inside object b (parameters ps[b], placed at centres[b])."""
+    dx, dy = _offsets(centres, side, device)
+    ca = _per_image([math.cos(p["angle"]) for p in ps], device)
+    sa = _per_image([math.sin(p["angle"]) for p in ps], device)
+    inv_half = _per_image([2 / p["size"] for p in ps], device)
+    u, v = (dx * ca + dy * sa) * inv_half, (-dx * sa + dy * ca) * inv_half
+    out = torch.empty(u.shape, dtype=torch.bool, device=device)
+    for shape, rows in _by_value([CLASSES[p["cls"]].shape for p in ps]):
+        idx = torch.as_tensor(rows, device=device)
+        out[idx] = _inside(shape, u[idx], v[idx])
+    return out
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _hash32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer mix of int64 tensors holding values below 2**32 (multipliers below 2**31 keep
+    the products inside int64 on every device)."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x2C1B3C6D) & _MASK32
+    return x ^ (x >> 16)
+
+
+def _grain(seeds: Sequence[int], side: int, device) -> torch.Tensor:
+    """float32 [B, 1, S, S] of zero mean and unit variance from (seed, pixel) alone: the sum of four
+    8-bit uniforms of an integer hash, so every device computes the same bits."""
+    pixel = torch.arange(side * side, device=device, dtype=torch.int64).view(1, side, side)
+    h = _hash32(_hash32(torch.as_tensor(list(seeds), dtype=torch.int64, device=device).view(-1, 1, 1)) ^ pixel)
+    total = sum((h >> (8 * k)) & 255 for k in range(4)).to(torch.float32)
+    return ((total + 2) / 256 - 2)[:, None] * math.sqrt(3)
+
+
+def _textures(ps: Sequence[dict], centres: Sequence[np.ndarray], side: int, device) -> torch.Tensor:
+    """float32 [B, 3, S, S]: the textured colour of object b over the whole frame."""
+    dx, dy = _offsets(centres, side, device)
+    ct = _per_image([math.cos(p["tex_angle"]) for p in ps], device)
+    st = _per_image([math.sin(p["tex_angle"]) for p in ps], device)
+    inv_period = _per_image([1 / p["period"] for p in ps], device)
+    tu, tv = (dx * ct + dy * st) * inv_period, (-dx * st + dy * ct) * inv_period
+    ph0 = _per_image([p["tex_phase"][0] for p in ps], device)
+    ph1 = _per_image([p["tex_phase"][1] for p in ps], device)
+    on = torch.empty(dx.shape, dtype=torch.bool, device=device)
+    for texture, rows in _by_value([CLASSES[p["cls"]].texture for p in ps]):
+        i = torch.as_tensor(rows, device=device)
+        if texture == "solid":
+            on[i] = True
+        elif texture == "stripes":
+            on[i] = torch.remainder(tu[i] + ph0[i], 1.0) < 0.5
+        elif texture == "checker":
+            on[i] = (torch.floor(tu[i] + ph0[i]) + torch.floor(tv[i] + ph1[i])) % 2 == 0
+        elif texture == "dots":
+            on[i] = torch.hypot(torch.remainder(tu[i] + ph0[i], 1.0) - 0.5, torch.remainder(tv[i] + ph1[i], 1.0) - 0.5) > 0.3
+        elif texture == "rings":
+            on[i] = torch.remainder(torch.hypot(dx[i], dy[i]) * inv_period[i] + ph0[i], 1.0) < 0.5
+        else:
+            raise ValueError(f"study data: unknown texture '{texture}'")
+    col = _colours([p["colour"] for p in ps], device)
+    tex = torch.where(on[:, None], col, col * _per_image([p["dark"] for p in ps], device)[:, None])
+    return tex + _per_image([p["grain"] for p in ps], device)[:, None] * _grain([p["grain_seed"] for p in ps], side,
+                                                                                  device)
 
 
 def _quantize(img: torch.Tensor) -> torch.Tensor:
-    """float [3, S, S] in [0, 1] -> uint8 [S, S, 3]."""
-    return torch.round(img.clamp(0, 1) * 255).to(torch.uint8).permute(1, 2, 0).contiguous()
+    """float [..., 3, S, S] in [0, 1] -> uint8 [..., S, S, 3]."""
+    return torch.round(img.clamp(0, 1) * 255).to(torch.uint8).movedim(-3, -1).contiguous()
+
+
+def render_many(seed: int, indices: Sequence[int], side: int = REFERENCE_SIDE, device="cpu", layers: bool = False):
+    """Images `indices` of split `seed`: (images uint8 [B, S, S, 3], instances int32 [B, S, S],
+    classes: per image the class of each object in painting order). With layers=True also
+    (backgrounds uint8 [B, S, S, 3], per image [(inside bool [S, S], texture uint8 [S, S, 3])] per
+    painted object), from which tests check that the masks are exact.
+
+    Objects are placed slot by slot over the whole batch: every image still draws its parameters
+    from its own generator in the order of painting (object, then a centre per try), so an image
+    does not depend on the batch it is rendered in."""
+    if side % 28 or side < 56:
+        raise ValueError(f"study data: image side {side} must be a multiple of 28 (patch 14, merge 2), at least 56")
+    rngs = [_rng(seed, int(i)) for i in indices]
+    backgrounds = [_background_params(rng, side) for rng in rngs]
+    wanted = []
+    for rng in rngs:
+        n = int(rng.integers(1, MAX_OBJECTS + 1))
+        wanted.append([int(c) for c in rng.integers(0, NUM_CLASSES, n)])
+    count = len(rngs)
+    img = _render_backgrounds(backgrounds, side, device)
+    background = _quantize(img) if layers else None
+    inst = torch.zeros((count, side, side), dtype=torch.int32, device=device)
+    kept: List[List[int]] = [[] for _ in range(count)]
+    areas: List[List[int]] = [[] for _ in range(count)]  # in-frame pixels of each kept object
+    painted: List[list] = [[] for _ in range(count)]
+    for slot in range(MAX_OBJECTS):
+        params = {b: _object_params(rngs[b], side, wanted[b][slot]) for b in range(count) if slot < len(wanted[b])}
+        pending, placed = list(params), {}
+        for _ in range(PLACEMENT_TRIES):
+            if not pending:
+                break
+            centres = [_centre(rngs[b], side, params[b]["size"]) for b in pending]
+            inside = _insides([params[b] for b in pending], centres, side, device)
+            after = torch.where(inside, _per_image([len(kept[b]) + 1 for b in pending], device).to(torch.int32),
+                                inst[torch.as_tensor(pending, device=device)])
+            counts = torch.stack([inside.sum((1, 2))] + [(after == k + 1).sum((1, 2)) for k in range(MAX_OBJECTS)],
+                                 1).cpu().tolist()  # one transfer per try
+            accepted, still = [], []
+            for p, b in enumerate(pending):
+                area, visible = counts[p][0], counts[p][1:]
+                if area > 0 and all(visible[k] >= MIN_VISIBLE * tot for k, tot in enumerate(areas[b])):
+                    placed[b] = (inside[p], centres[p], area)
+                    accepted.append(p)
+                else:
+                    still.append(b)
+            if accepted:
+                inst[torch.as_tensor([pending[p] for p in accepted], device=device)] = after[
+                    torch.as_tensor(accepted, device=device)]
+            pending = still
+        # An object that finds no placement keeping the earlier ones visible is left out: the image
+        # then has one object fewer, and its labels say so.
+        if not placed:
+            continue
+        done = sorted(placed)
+        tex = _textures([params[b] for b in done], [placed[b][1] for b in done], side, device)
+        inside = torch.stack([placed[b][0] for b in done])
+        rows = torch.as_tensor(done, device=device)
+        img[rows] = torch.where(inside[:, None], tex, img[rows])
+        for j, b in enumerate(done):
+            kept[b].append(wanted[b][slot])
+            areas[b].append(placed[b][2])
+            if layers:
+                painted[b].append((inside[j], _quantize(tex[j])))
+    for b in range(count):
+        if not kept[b]:  # cannot happen for the first object (nothing to cover) unless it fell outside
+            raise RuntimeError(f"study data: image (seed {seed}, index {indices[b]}) got no object")
+    images = _quantize(img)
+    if not layers:
+        return images, inst, kept
+    return images, inst, kept, background, painted
 
 
 def render(seed: int, index: int, side: int = REFERENCE_SIDE, device="cpu", layers: bool = False):
-    """One image: (image uint8 [S, S, 3], instances int32 [S, S], classes [object class per instance]).
-    With layers=True also (background uint8 [S, S, 3], [(inside bool [S, S], texture uint8 [S, S, 3])]
-    per painted object), from which tests check that the mask is exact."""
-    if side % 28 or side < 56:
-        raise ValueError(f"study data: image side {side} must be a multiple of 28 (patch 14, merge 2), at least 56")
-    rng = _rng(seed, index)
-    bg_params = _background_params(rng, side)
-    n = int(rng.integers(1, MAX_OBJECTS + 1))
-    classes = [int(c) for c in rng.integers(0, NUM_CLASSES, n)]
-    img = _render_background(bg_params, side, device)
-    background = _quantize(img)
-    inst = torch.zeros((side, side), dtype=torch.int32, device=device)
-    in_frame: List[int] = []
-    painted, kept = [], []
-    for cls in classes:
-        p = _object_params(rng, side, cls)
-        for _ in range(PLACEMENT_TRIES):
-            centre = _centre(rng, side, p["size"])
-            inside, tex = _object_layer(p, centre, side, device)
-            area = int(inside.sum())
-            if area == 0:
-                continue
-            after = torch.where(inside, len(kept) + 1, inst)
-            visible = [int((after == k + 1).sum()) for k in range(len(kept))]
-            if all(vis >= MIN_VISIBLE * tot for vis, tot in zip(visible, in_frame)):
-                break
-        else:
-            continue  # no placement keeps the others visible: the image has one object fewer
-        inst = after
-        in_frame.append(area)
-        img = torch.where(inside, tex, img)
-        kept.append(cls)
-        painted.append((inside, tex))
-    if not kept:  # cannot happen for the first object (nothing to cover) unless it fell outside
-        raise RuntimeError(f"study data: image (seed {seed}, index {index}) got no object")
-    image = _quantize(img)
-    if not layers:
-        return image, inst, kept
-    return image, inst, kept, background, [(i, _quantize(t)) for i, t in painted]
+    """One image: (image uint8 [S, S, 3], instances int32 [S, S], classes [object class per instance]);
+    with layers=True also (background uint8 [S, S, 3], [(inside bool [S, S], texture uint8 [S, S, 3])]
+    per painted object). The same bits as the image in any batch of render_many."""
+    out = render_many(seed, [index], side, device, layers)
+    first = (out[0][0], out[1][0], out[2][0])
+    return first if not layers else first + (out[3][0], out[4][0])
 
 
 def make_batch(seed: int, indices: Sequence[int], side: int = REFERENCE_SIDE, device="cpu") -> Batch:
-    """Images `indices` of split `seed`, stacked."""
-    images, instances, object_classes = [], [], []
-    for i in indices:
-        image, inst, classes = render(seed, int(i), side, device)
-        images.append(image)
-        instances.append(inst)
-        object_classes.append(classes)
+    """Images `indices` of split `seed`, rendered together."""
+    images, instances, object_classes = render_many(seed, [int(i) for i in indices], side, device)
     present = torch.zeros((len(indices), NUM_CLASSES), dtype=torch.float32, device=device)
     for b, classes in enumerate(object_classes):
         present[b, classes] = 1.0
     count = torch.tensor([len(c) for c in object_classes], dtype=torch.int64, device=device)
-    return Batch(torch.stack(images), torch.stack(instances), present, count, object_classes)
+    return Batch(images, instances, present, count, object_classes)
 
 
 # ---------------------------------------------------------------- files for `ariadne shs`
@@ -340,13 +455,13 @@ def write_split(folder, seed: int, count: int, side: int = REFERENCE_SIDE, devic
     (folder / "images").mkdir(parents=True, exist_ok=True)
     (folder / "masks").mkdir(parents=True, exist_ok=True)
     records = []
-    for i in range(count):
-        image, inst, classes = render(seed, i, side, device)
-        name = f"s{seed}_{i:05d}"
-        (folder / "images" / f"{name}.png").write_bytes(encode_png(image.cpu().numpy()))
-        ids = inst.cpu().numpy()
-        (folder / "masks" / f"{name}.png").write_bytes(encode_png(ids.astype(np.uint8)))
-        records.append(dict(name=name, classes=classes, count=len(classes),
-                            class_names=[CLASSES[c].name for c in classes]))
+    for first in range(0, count, 64):
+        images, instances, kept = render_many(seed, range(first, min(count, first + 64)), side, device)
+        for j, classes in enumerate(kept):
+            name = f"s{seed}_{first + j:05d}"
+            (folder / "images" / f"{name}.png").write_bytes(encode_png(images[j].cpu().numpy()))
+            (folder / "masks" / f"{name}.png").write_bytes(encode_png(instances[j].cpu().numpy().astype(np.uint8)))
+            records.append(dict(name=name, classes=classes, count=len(classes),
+                                class_names=[CLASSES[c].name for c in classes]))
     (folder / "labels.json").write_text(json.dumps(dict(seed=seed, side=side, images=records), indent=1))
     return records

@@ -36,7 +36,7 @@ def _device(name: str) -> torch.device:
     return d
 
 
-def render_split(seed: int, count: int, side: int, device, batch: int = 64, masks: bool = True) -> data.Batch:
+def render_split(seed: int, count: int, side: int, device, batch: int = 256, masks: bool = True) -> data.Batch:
     """Images 0..count-1 of split `seed`, rendered in batches and kept on `device`. masks=False
     drops the instance maps (training needs the labels only; at 448 px they would double the memory)."""
     parts = []
