@@ -2,6 +2,7 @@
 // checks every output against the reference on every kernel table): bit-identical results for any
 // thread count, on both the call-wide and the stream path, and the checks of its settings.
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "attention/backends.hpp"
@@ -73,6 +74,56 @@ TEST(AttentionCpu, ForcedKernelsReturnToTheConfiguredTable) {
   EXPECT_STREQ(cpu::active_tile_kernels().name, cpu::tile_kernels_generic()->name);
   cpu::force_tile_kernels("");
   EXPECT_EQ(&cpu::active_tile_kernels(), configured);
+}
+
+// A table with per-thread state (AMX: the tile configuration loaded once per session) must give the
+// products of a session exactly as it gives them alone, also when a session's product of another
+// head dim reloads the configuration in between (d 80 and d 128 here; 7-row groups take the short
+// path). Runs where the CPU has such a table (the device machine's Xeon), else skips.
+TEST(AttentionCpu, Bf16SessionProductsEqualStandaloneOnes) {
+  const cpu::TileKernels* k = cpu::tile_kernels_available("amx") ? cpu::tile_kernels_amx() : nullptr;
+  if (k == nullptr || k->begin_bf16 == nullptr) GTEST_SKIP() << "no kernel table with per-thread state here";
+  std::mt19937_64 rng(31);
+  std::uniform_real_distribution<float> unit(0.f, 1.f);
+  auto bf16_words = [&](size_t n) {  // bf16 of magnitude 2^-8 .. 2^1, either sign
+    std::vector<uint16_t> w(n);
+    for (auto& x : w) x = uint16_t(0x3b80u + rng() % 0x480u) | uint16_t(rng() % 2 ? 0x8000u : 0u);
+    return w;
+  };
+  struct Product {
+    int dp, rows;
+    std::vector<uint16_t> q, kt, v;
+    std::vector<float> p, alpha;
+  };
+  std::vector<Product> products;
+  for (int dp : {40, 64, 40})
+    for (int rows : {32, 7}) {
+      Product x{dp, rows, bf16_words(size_t(rows) * 2 * dp), bf16_words(size_t(dp) * cpu::kKeyTile * 2),
+                bf16_words(size_t(16) * 2 * dp * 2), std::vector<float>(size_t(rows) * cpu::kKeyTile),
+                std::vector<float>(size_t(rows))};
+      for (auto& f : x.p) f = unit(rng);
+      for (auto& f : x.alpha) f = unit(rng);
+      products.push_back(std::move(x));
+    }
+  auto run = [&](const Product& x, std::vector<float>& s, std::vector<float>& o) {
+    s.assign(size_t(x.rows) * cpu::kKeyTile, 0.f);
+    o.assign(size_t(x.rows) * 2 * x.dp, 0.5f);
+    k->qk_bf16(x.q.data(), 2 * x.dp, reinterpret_cast<const uint16_t*>(x.kt.data()), x.dp, x.rows, s.data());
+    k->pv_bf16(x.p.data(), x.v.data(), 2 * x.dp, x.rows, x.alpha.data(), o.data());
+  };
+  std::vector<std::vector<float>> alone_s(products.size()), alone_o(products.size());
+  for (size_t i = 0; i < products.size(); ++i) run(products[i], alone_s[i], alone_o[i]);
+  std::vector<float> s, o;
+  {
+    const cpu::Bf16Session session(*k, true, 40);
+    for (size_t i = 0; i < products.size(); ++i) {
+      run(products[i], s, o);
+      EXPECT_EQ(s, alone_s[i]) << "product " << i;
+      EXPECT_EQ(o, alone_o[i]) << "product " << i;
+    }
+  }
+  run(products[0], s, o);  // after the session, alone again
+  EXPECT_EQ(s, alone_s[0]);
 }
 
 }  // namespace

@@ -6,7 +6,10 @@
 // 0–15 and 16–31) per 32 head-dim entries, and O += P·V takes P rounded to bf16 (16 rows × 32 keys)
 // against a B tile per 16 output columns. Rows are taken 16 at a time; a group of fewer rows goes
 // through 16-row local buffers, so no tile reads or writes past the caller's rows.
-// The tile configuration is loaded at each call (the thread may have run other AMX code since).
+// The tile configuration is loaded once per thread's run of products when the driver brackets it
+// (begin_bf16 / end_bf16, Bf16Session): one configuration serves both products. A product called
+// outside such a run loads it and releases the tiles itself, since the thread may have run other AMX
+// code since its last product.
 // Linux grants the tile state to a process on request (arch_prctl); amx_usable() asks once.
 #include "attention/cpu/attention_kernels.hpp"
 
@@ -45,7 +48,37 @@ void configure(int rem_pairs) {
     c.rows[6] = c.rows[7] = uint8_t(rem_pairs);
     c.colsb[6] = c.colsb[7] = 64;
   }
-  _tile_loadconfig(&c);
+  // GCC 12 models _tile_loadconfig as reading only the first bytes of its operand and drops the
+  // stores of rows and colsb as dead; the asm's memory operand is the whole 64-byte object.
+  asm volatile("ldtilecfg %0" : : "m"(c));
+}
+
+// The last head-dim chunk of a session's configuration (dp % 16), or -1 outside a session.
+thread_local int t_session_rem = -1;
+
+// Loads the configuration for `rem` unless this thread's session already holds one that serves it
+// (P·V uses tiles 0, 2 and 3 only, which every configuration has); returns whether it loaded one,
+// and then the caller calls restore() at its end.
+bool acquire(int rem) {
+  if (t_session_rem == rem || (rem == 0 && t_session_rem >= 0)) return false;
+  configure(rem);
+  return true;
+}
+
+// Puts the thread's session configuration back, or releases the tiles outside a session.
+void restore() {
+  if (t_session_rem >= 0) configure(t_session_rem);
+  else _tile_release();
+}
+
+void begin_bf16(int dp) {
+  configure(dp % 16);
+  t_session_rem = dp % 16;
+}
+
+void end_bf16() {
+  _tile_release();
+  t_session_rem = -1;
 }
 
 void qk_group(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, float* s) {
@@ -75,7 +108,7 @@ void qk_bf16(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, int rows
     tile_kernels_avx512()->qk_bf16(q, ldq, k, dp, rows, s);
     return;
   }
-  configure(dp % 16);
+  const bool own = acquire(dp % 16);
   for (int r = 0; r < rows; r += 16) {
     const int n = rows - r < 16 ? rows - r : 16;
     if (n == 16) {
@@ -89,7 +122,7 @@ void qk_bf16(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, int rows
     qk_group(qa, 2 * dp, k, dp, sa);
     std::memcpy(s + r * kKeyTile, sa, size_t(n) * kKeyTile * 4);
   }
-  _tile_release();
+  if (own) restore();
 }
 
 // O = alpha·O + P·V, P rounded to bf16 (round to nearest even, as the AVX-512 table does).
@@ -98,7 +131,7 @@ void pv_bf16(const float* p, const uint16_t* v, int dv, int rows, const float* a
     tile_kernels_avx512()->pv_bf16(p, v, dv, rows, alpha, o);
     return;
   }
-  configure(0);
+  const bool own = acquire(0);
   for (int r = 0; r < rows; r += 16) {
     const int n = rows - r < 16 ? rows - r : 16;
     alignas(64) uint32_t pa[16 * 16] = {};
@@ -129,7 +162,7 @@ void pv_bf16(const float* p, const uint16_t* v, int dv, int rows, const float* a
       }
     }
   }
-  _tile_release();
+  if (own) restore();
 }
 
 }  // namespace
@@ -140,6 +173,8 @@ const TileKernels* tile_kernels_amx() {
     t.name = "amx";
     t.qk_bf16 = qk_bf16;
     t.pv_bf16 = pv_bf16;
+    t.begin_bf16 = begin_bf16;
+    t.end_bf16 = end_bf16;
     return t;
   }();
   return tile_kernels_avx512() != nullptr ? &table : nullptr;

@@ -106,6 +106,30 @@ struct TileKernels {
   // masked; s = raw dots, t as in softmax. off[r] must not be NaN or −inf (−inf − −inf is NaN):
   // a row without keys passes 0 with lo >= hi, and the driver handles NaN rows. p may be s.
   void (*probs)(const float* s, const RowMask& mask, int rows, const float* off, float* p);
+
+  // ---- per-thread state (optional: null where a table keeps none) ----
+  // begin_bf16(dp) before one thread's run of bf16 products with dp head-dim pairs, end_bf16() after
+  // it (Bf16Session below); nothing else may use the tile unit on that thread in between. The AMX
+  // table loads its tile configuration there once instead of at every product, where it costs
+  // about as much as a window's product.
+  void (*begin_bf16)(int dp);
+  void (*end_bf16)();
+};
+
+// Brackets a thread's bf16 products (TileKernels::begin_bf16 / end_bf16); inactive when `on` is false.
+class Bf16Session {
+ public:
+  Bf16Session(const TileKernels& k, bool on, int dp) : end_(on && k.begin_bf16 != nullptr ? k.end_bf16 : nullptr) {
+    if (end_ != nullptr) k.begin_bf16(dp);
+  }
+  ~Bf16Session() {
+    if (end_ != nullptr) end_();
+  }
+  Bf16Session(const Bf16Session&) = delete;
+  Bf16Session& operator=(const Bf16Session&) = delete;
+
+ private:
+  void (*end_)();
 };
 
 const TileKernels* tile_kernels_generic();

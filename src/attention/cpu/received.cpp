@@ -34,6 +34,7 @@ void Runner::received() {
 #pragma omp parallel num_threads(threads_)
   {
     Scratch sc = make_scratch();
+    const Bf16Session tiles(k_, bf16_, dp_);  // only this runner uses the tile unit inside the region
 #pragma omp for schedule(dynamic, 1)
     for (size_t i = 0; i < items.size(); ++i) received_item(sc, items[i], recv);
   }
