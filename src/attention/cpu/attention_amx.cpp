@@ -132,34 +132,56 @@ void pv_bf16(const float* p, const uint16_t* v, int dv, int rows, const float* a
     return;
   }
   const bool own = acquire(0);
+  const int64_t ld = int64_t(dv) * 4;
   for (int r = 0; r < rows; r += 16) {
     const int n = rows - r < 16 ? rows - r : 16;
-    alignas(64) uint32_t pa[16 * 16] = {};
+    alignas(64) uint32_t pa[16 * 16];
+    if (n < 16) std::memset(pa, 0, sizeof(pa));
     for (int i = 0; i < n; ++i) {
       const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + (r + i) * kKeyTile + 16),
                                              _mm512_loadu_ps(p + (r + i) * kKeyTile));
       _mm512_store_si512(pa + i * 16, (__m512i)h);
     }
+    // alpha is exactly 1 on most rows once their maximum has settled, and 1·x is x (NaN and inf
+    // included): those rows skip the pass over O.
     for (int i = 0; i < n; ++i) {
+      if (alpha[r + i] == 1.f) continue;
       const __m512 a = _mm512_set1_ps(alpha[r + i]);
       float* row = o + int64_t(r + i) * dv;
       for (int c = 0; c < dv; c += 16) _mm512_storeu_ps(row + c, _mm512_mul_ps(a, _mm512_loadu_ps(row + c)));
     }
     _tile_loadd(2, pa, 64);
-    for (int c = 0; c < dv; c += 16) {
-      _tile_loadd(3, v + c * 2, int64_t(dv) * 4);
-      if (n == 16) {
-        _tile_loadd(0, o + int64_t(r) * dv + c, int64_t(dv) * 4);
+    if (n == 16) {
+      // Two accumulator chains (C tiles 0 and 1, B tiles 3 and 4): each product waits for its C load
+      // and its store for the product, so one chain alone leaves the tile unit idle most of the time.
+      float* o16 = o + int64_t(r) * dv;
+      int c = 0;
+      for (; c + 32 <= dv; c += 32) {
+        _tile_loadd(3, v + c * 2, ld);
+        _tile_loadd(0, o16 + c, ld);
+        _tile_loadd(4, v + (c + 16) * 2, ld);
+        _tile_loadd(1, o16 + c + 16, ld);
         _tile_dpbf16ps(0, 2, 3);
-        _tile_stored(0, o + int64_t(r) * dv + c, int64_t(dv) * 4);
-      } else {
-        alignas(64) float ca[16 * 16] = {};
-        for (int i = 0; i < n; ++i) std::memcpy(ca + i * 16, o + int64_t(r + i) * dv + c, 64);
-        _tile_loadd(0, ca, 64);
-        _tile_dpbf16ps(0, 2, 3);
-        _tile_stored(0, ca, 64);
-        for (int i = 0; i < n; ++i) std::memcpy(o + int64_t(r + i) * dv + c, ca + i * 16, 64);
+        _tile_dpbf16ps(1, 2, 4);
+        _tile_stored(0, o16 + c, ld);
+        _tile_stored(1, o16 + c + 16, ld);
       }
+      if (c < dv) {
+        _tile_loadd(3, v + c * 2, ld);
+        _tile_loadd(0, o16 + c, ld);
+        _tile_dpbf16ps(0, 2, 3);
+        _tile_stored(0, o16 + c, ld);
+      }
+      continue;
+    }
+    for (int c = 0; c < dv; c += 16) {  // a short group goes through a 16-row local tile
+      alignas(64) float ca[16 * 16] = {};
+      for (int i = 0; i < n; ++i) std::memcpy(ca + i * 16, o + int64_t(r + i) * dv + c, 64);
+      _tile_loadd(3, v + c * 2, ld);
+      _tile_loadd(0, ca, 64);
+      _tile_dpbf16ps(0, 2, 3);
+      _tile_stored(0, ca, 64);
+      for (int i = 0; i < n; ++i) std::memcpy(o + int64_t(r + i) * dv + c, ca + i * 16, 64);
     }
   }
   if (own) restore();

@@ -142,7 +142,7 @@ bool amx_usable();
 
 // The table attention_cpu uses (runtime.cpp): the best one the CPU supports, or the one named by
 // the environment variable ARIADNE_CPU_ISA ("generic", "avx2", "avx512", "amx"; an unsupported name
-// throws), read once at the first call. "amx" is chosen only by name until it is measured faster.
+// throws), read once at the first call.
 const TileKernels& active_tile_kernels();
 // Tests and benchmarks: force a table by name ("generic" | "avx2" | "avx512" | "amx" | "" = the
 // configured one again: ARIADNE_CPU_ISA's, else the best). Throws ariadne::Error when this CPU

@@ -68,7 +68,10 @@ const TileKernels* table_by_name(const std::string& name) {
   return nullptr;
 }
 
+// AMX first: its bf16 products beat the AVX-512 ones on every pattern (docs/cpu-backend.md), and its
+// fp32 path is the AVX-512 table's.
 const TileKernels* best_table() {
+  if (tile_kernels_available("amx")) return tile_kernels_amx();
   if (tile_kernels_available("avx512")) return tile_kernels_avx512();
   if (tile_kernels_available("avx2")) return tile_kernels_avx2();
   return tile_kernels_generic();
