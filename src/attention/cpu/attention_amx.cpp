@@ -21,6 +21,7 @@
 
 #include <cpuid.h>
 #include <cstring>
+#include <vector>
 
 namespace ariadne::cpu {
 
@@ -187,6 +188,72 @@ void pv_bf16(const float* p, const uint16_t* v, int dv, int rows, const float* a
   if (own) restore();
 }
 
+// O = alpha·O + Σ_j P_j·V_j: O is loaded into the accumulators once per call and column pair, not
+// once per key tile, and rescaled once.
+void pv_bf16_batch(const float* const* p, const uint16_t* const* v, int count, int dv, int rows,
+                   const float* alpha, float* o) {
+  if (dv % 16 != 0 || count > kPvBatch) {  // one tile at a time: rescale with the first only
+    const std::vector<float> ones(size_t(rows), 1.f);
+    for (int j = 0; j < count; ++j) pv_bf16(p[j], v[j], dv, rows, j == 0 ? alpha : ones.data(), o);
+    return;
+  }
+  const bool own = acquire(0);
+  const int64_t ld = int64_t(dv) * 4;
+  for (int r = 0; r < rows; r += 16) {
+    const int n = rows - r < 16 ? rows - r : 16;
+    alignas(64) uint32_t pa[kPvBatch][16 * 16];
+    for (int j = 0; j < count; ++j) {
+      if (n < 16) std::memset(pa[j], 0, sizeof(pa[j]));
+      for (int i = 0; i < n; ++i) {
+        const float* row = p[j] + (r + i) * kKeyTile;
+        _mm512_store_si512(pa[j] + i * 16,
+                           (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + 16), _mm512_loadu_ps(row)));
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      if (alpha[r + i] == 1.f) continue;
+      const __m512 a = _mm512_set1_ps(alpha[r + i]);
+      float* row = o + int64_t(r + i) * dv;
+      for (int c = 0; c < dv; c += 16) _mm512_storeu_ps(row + c, _mm512_mul_ps(a, _mm512_loadu_ps(row + c)));
+    }
+    alignas(64) float ca[2][16 * 16];
+    float* o16 = o + int64_t(r) * dv;
+    for (int c = 0; c < dv; c += 32) {
+      const bool pair = c + 16 < dv;
+      if (n == 16) {
+        _tile_loadd(0, o16 + c, ld);
+        if (pair) _tile_loadd(1, o16 + c + 16, ld);
+      } else {  // a short group goes through 16-row local tiles
+        for (int h = 0; h < (pair ? 2 : 1); ++h) {
+          std::memset(ca[h], 0, sizeof(ca[h]));
+          for (int i = 0; i < n; ++i) std::memcpy(ca[h] + i * 16, o + int64_t(r + i) * dv + c + 16 * h, 64);
+        }
+        _tile_loadd(0, ca[0], 64);
+        if (pair) _tile_loadd(1, ca[1], 64);
+      }
+      for (int j = 0; j < count; ++j) {
+        _tile_loadd(2, pa[j], 64);
+        _tile_loadd(3, v[j] + c * 2, ld);
+        _tile_dpbf16ps(0, 2, 3);
+        if (pair) {
+          _tile_loadd(4, v[j] + (c + 16) * 2, ld);
+          _tile_dpbf16ps(1, 2, 4);
+        }
+      }
+      if (n == 16) {
+        _tile_stored(0, o16 + c, ld);
+        if (pair) _tile_stored(1, o16 + c + 16, ld);
+      } else {
+        _tile_stored(0, ca[0], 64);
+        if (pair) _tile_stored(1, ca[1], 64);
+        for (int h = 0; h < (pair ? 2 : 1); ++h)
+          for (int i = 0; i < n; ++i) std::memcpy(o + int64_t(r + i) * dv + c + 16 * h, ca[h] + i * 16, 64);
+      }
+    }
+  }
+  if (own) restore();
+}
+
 }  // namespace
 
 const TileKernels* tile_kernels_amx() {
@@ -195,6 +262,7 @@ const TileKernels* tile_kernels_amx() {
     t.name = "amx";
     t.qk_bf16 = qk_bf16;
     t.pv_bf16 = pv_bf16;
+    t.pv_bf16_batch = pv_bf16_batch;
     t.begin_bf16 = begin_bf16;
     t.end_bf16 = end_bf16;
     return t;

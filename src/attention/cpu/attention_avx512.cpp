@@ -392,7 +392,7 @@ void probs(const float* s, const RowMask& mk, int rows, const float* off, float*
   }
 }
 
-const TileKernels kAvx512{"avx512", qk_f32,     qk_bf16,     softmax,     pv_f32, pv_bf16, colsum,
+const TileKernels kAvx512{"avx512", qk_f32,     qk_bf16,     softmax,     pv_f32, pv_bf16, nullptr, colsum,
                           pack_k_f32, pack_k_bf16, pack_v_bf16, store_bf16, probs, nullptr, nullptr};
 
 }  // namespace

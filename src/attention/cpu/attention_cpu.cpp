@@ -63,6 +63,9 @@ Runner::Runner(const AttentionParams& p)
   scale2_ = float(double(p.resolved_scale()) * kLog2e);
   threads_ = cpu_threads();
   diag_ = p.entropy.defined() || p.distance.defined();
+  // The diagnostics read each tile's P and α as the tile is done, and stream mode's ring may reuse
+  // a pending tile's slot, so both keep P·V per tile.
+  batch_pv_ = bf16_ && !stream_ && !diag_ && k_.pv_bf16_batch != nullptr;
   for (int32_t s = 0; s < pat_.num_seqs; ++s) {
     seqs_.push_back(pat_.seq(s, total_q_, total_k_));
     tile_base_.push_back(total_tiles_);
@@ -97,6 +100,10 @@ Runner::Scratch Runner::make_scratch() const {
   if (bf16_) sc.qb.resize(R * size_t(2 * dp_));
   else sc.qf.resize(R * size_t(d_));
   sc.s.resize(R * kKeyTile);
+  if (batch_pv_) {
+    sc.batch_p.resize(size_t(kPvBatch) * R * kKeyTile);
+    sc.batch_alpha.resize(size_t(kPvBatch) * R);
+  }
   sc.t.resize(R * kKeyTile);
   sc.o.resize(R * size_t(dv_));
   for (auto* v : {&sc.m, &sc.l, &sc.alpha, &sc.m_old, &sc.l_old}) v->resize(R);

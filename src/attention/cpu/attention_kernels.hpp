@@ -28,6 +28,7 @@
 namespace ariadne::cpu {
 
 constexpr int kKeyTile = 32;
+constexpr int kPvBatch = 8;  // key tiles per TileKernels::pv_bf16_batch call at most
 
 // Per-row visibility inside one key tile plus the softmax constants.
 struct RowMask {
@@ -86,6 +87,11 @@ struct TileKernels {
   void (*pv_f32)(const float* p, const float* v, int64_t ldv, int dv, int rows, const float* alpha, float* o);
   // Same with P rounded to bf16 and bf16 V; null when the ISA has no bf16 dot product.
   void (*pv_bf16)(const float* p, const uint16_t* v, int dv, int rows, const float* alpha, float* o);
+  // o[r] = alpha[r]·o[r] + Σ_j Σ_i p_j[r][i]·v_j[i] over `count` (<= kPvBatch) key tiles, bf16 as
+  // pv_bf16; the caller has scaled each p_j by the rescale factors of the tiles after it. Lets a
+  // table keep O in its accumulators across several key tiles; null: the driver calls pv_bf16 per tile.
+  void (*pv_bf16_batch)(const float* const* p, const uint16_t* const* v, int count, int dv, int rows,
+                        const float* alpha, float* o);
   // Received attention: colsum[j] += Σ_r 2^(t_rj − off[r]) over allowed (r, j); s = raw dots.
   void (*colsum)(const float* s, const RowMask& mask, int rows, const float* off, float* colsum);
 

@@ -128,6 +128,28 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
   mk.scale2 = scale2_;
   mk.bias2 = p_.sink_mode == SinkMode::key0_bias ? float(double(sink(h)) * kLog2e) : 0.f;
   mk.moving_max = stream_;
+  // batch_pv_: a visit that every row sees whole (the interior of full, causal and wide patterns)
+  // runs Q·Kᵀ and the softmax at once but waits with P·V; a batch of up to kPvBatch of them is added
+  // in one pv_bf16_batch call, so O is loaded into the accumulators and stored once per batch. Each
+  // pending P is scaled by the α of the tiles after it (β), O by the product of them all.
+  int pending = 0;
+  const float* batch_p[kPvBatch];
+  const uint16_t* batch_v[kPvBatch];
+  auto flush = [&] {
+    if (pending == 0) return;
+    for (int r = 0; r < rows; ++r) {
+      float beta = 1.f;
+      for (int j = pending - 1; j >= 0; --j) {
+        float* p = sc.batch_p.data() + (size_t(j) * kQueryTile + size_t(r)) * kKeyTile;
+        if (beta != 1.f)
+          for (int i = 0; i < kKeyTile; ++i) p[i] *= beta;
+        beta *= sc.batch_alpha[size_t(j) * kQueryTile + size_t(r)];
+      }
+      sc.alpha[r] = beta;
+    }
+    k_.pv_bf16_batch(batch_p, batch_v, pending, dv_, rows, sc.alpha.data(), sc.o.data());
+    pending = 0;
+  };
   for (size_t vi = 0; vi < sc.visits.size(); ++vi) {
     const TileVisit& v = sc.visits[vi];
     // Block-sparse visits jump between key tiles, which the hardware prefetcher cannot follow
@@ -140,6 +162,19 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
     mk.keymask = v.keymask;
     mk.dense = sc.dense && v.keymask == ~0u;
     mk.apply_bias = p_.sink_mode == SinkMode::key0_bias && v.tile == 0;
+    if (batch_pv_ && mk.dense && r0 == 0 && r1 == rows) {
+      float* P = sc.batch_p.data() + size_t(pending) * kQueryTile * kKeyTile;
+      k_.qk_bf16(sc.q_b16, sc.ldq, static_cast<const uint16_t*>(tl.k), dp_, rows, P);
+      mk.lo = sc.lo.data();
+      mk.hi = sc.hi.data();
+      k_.softmax(P, mk, rows, sc.m.data(), sc.l.data(), sc.batch_alpha.data() + size_t(pending) * kQueryTile,
+                 nullptr);
+      batch_p[pending] = P;
+      batch_v[pending] = static_cast<const uint16_t*>(tl.v);
+      if (++pending == kPvBatch) flush();
+      continue;
+    }
+    flush();  // O must hold every earlier tile before a tile of its own updates it
     for (int c0 = r0; c0 < r1; c0 += chunk_rows_) {
       const int c1 = std::min(r1, c0 + chunk_rows_), n = c1 - c0;
       if (stream_) prefetch_some(sc);
@@ -161,6 +196,7 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
         k_.pv_f32(S, static_cast<const float*>(tl.v), tl.ldv, dv_, n, sc.alpha.data() + c0, O);
     }
   }
+  flush();
   finalize(sc, e, h, q_lo, rows);
 }
 

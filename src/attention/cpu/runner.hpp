@@ -83,6 +83,7 @@ class Runner {
   // ---- per-thread scratch ----
   struct Scratch {
     std::vector<float> qf, s, t, o, m, l, alpha, m_old, l_old, colsum;
+    std::vector<float> batch_p, batch_alpha;  // batch_pv_: P and α of each pending key tile
     std::vector<uint16_t> qb;
     std::vector<float> ring_kf, ring_vf;     // stream mode: packed key tiles, ring_ slots
     std::vector<uint32_t> ring_kb, ring_vb;
@@ -201,6 +202,7 @@ class Runner {
   int64_t total_q_ = 0, total_k_ = 0;
   int hq_ = 0, group_ = 1, d_ = 0, dp_ = 0, dv_ = 0, threads_ = 1;
   bool bf16_ = false, diag_ = false, direct_v_ = false, stream_ = false;
+  bool batch_pv_ = false;  // P·V of consecutive whole tiles in one pv_bf16_batch call (forward_tile)
   int ring_ = 0;  // stream mode: key-tile slots per thread
   int chunk_rows_ = kQueryTile;  // rows per Q·Kᵀ / softmax / P·V step
   float scale2_ = 1.f;
