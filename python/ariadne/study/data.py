@@ -262,13 +262,19 @@ def _by_value(keys: Sequence[str]):
     return groups.items()
 
 
+def _frames(ps: Sequence[dict], centres: Sequence[np.ndarray], side: int, device, angle: str, unit):
+    """(dx, dy, u, v) float32 [B, S, S]: each pixel's offset from object b's centre, and the same
+    offset rotated by ps[b][angle] in units of unit(ps[b]) pixels."""
+    dx, dy = _offsets(centres, side, device)
+    c = _per_image([math.cos(p[angle]) for p in ps], device)
+    s = _per_image([math.sin(p[angle]) for p in ps], device)
+    inv = _per_image([1 / unit(p) for p in ps], device)
+    return dx, dy, (dx * c + dy * s) * inv, (-dx * s + dy * c) * inv
+
+
 def _insides(ps: Sequence[dict], centres: Sequence[np.ndarray], side: int, device) -> torch.Tensor:
     """bool [B, S, S]: the pixels inside object b (parameters ps[b], placed at centres[b])."""
-    dx, dy = _offsets(centres, side, device)
-    ca = _per_image([math.cos(p["angle"]) for p in ps], device)
-    sa = _per_image([math.sin(p["angle"]) for p in ps], device)
-    inv_half = _per_image([2 / p["size"] for p in ps], device)
-    u, v = (dx * ca + dy * sa) * inv_half, (-dx * sa + dy * ca) * inv_half
+    _, _, u, v = _frames(ps, centres, side, device, "angle", lambda p: p["size"] / 2)
     out = torch.empty(u.shape, dtype=torch.bool, device=device)
     for shape, rows in _by_value([CLASSES[p["cls"]].shape for p in ps]):
         idx = torch.as_tensor(rows, device=device)
@@ -300,11 +306,8 @@ def _grain(seeds: Sequence[int], side: int, device) -> torch.Tensor:
 
 def _textures(ps: Sequence[dict], centres: Sequence[np.ndarray], side: int, device) -> torch.Tensor:
     """float32 [B, 3, S, S]: the textured colour of object b over the whole frame."""
-    dx, dy = _offsets(centres, side, device)
-    ct = _per_image([math.cos(p["tex_angle"]) for p in ps], device)
-    st = _per_image([math.sin(p["tex_angle"]) for p in ps], device)
+    dx, dy, tu, tv = _frames(ps, centres, side, device, "tex_angle", lambda p: p["period"])
     inv_period = _per_image([1 / p["period"] for p in ps], device)
-    tu, tv = (dx * ct + dy * st) * inv_period, (-dx * st + dy * ct) * inv_period
     ph0 = _per_image([p["tex_phase"][0] for p in ps], device)
     ph1 = _per_image([p["tex_phase"][1] for p in ps], device)
     on = torch.empty(dx.shape, dtype=torch.bool, device=device)
