@@ -150,8 +150,9 @@ void qk_bf16(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, int rows
 }
 
 // ---- online softmax over one key tile ----
-void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* alpha, float* t_out) {
-  for (int r = 0; r < rows; ++r) {
+// Rows [r_lo, r_hi) one at a time, with horizontal reductions.
+void softmax_rows(float* s, const RowMask& mk, int r_lo, int r_hi, float* m, float* l, float* alpha, float* t_out) {
+  for (int r = r_lo; r < r_hi; ++r) {
     __m512 t0, t1;
     logits(s, mk, r, t0, t1);
     if (t_out) {
@@ -183,6 +184,79 @@ void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* a
     l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
     m[r] = m_new;
   }
+}
+
+// Lane i of the result = op over the 16 lanes of v[i]: the reductions of 16 rows at once, as a
+// transpose in four levels of shuffles (45 operations for 16 rows, against a dependent chain of
+// about 8 per row for a horizontal reduction, which bounded the softmax of the AMX table).
+template <class Op>
+inline __m512 reduce_rows16(const __m512* v, Op op) {
+  __m512 w[8], x[4], y[2];
+  for (int k = 0; k < 8; ++k)
+    w[k] = op(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+              _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  for (int k = 0; k < 4; ++k)
+    x[k] = op(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+              _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  for (int k = 0; k < 2; ++k)
+    y[k] = op(_mm512_shuffle_ps(x[2 * k], x[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+              _mm512_shuffle_ps(x[2 * k], x[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 z = op(_mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                      _mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  // The four levels leave row 4a + b in lane 4b + a.
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
+}
+
+// Rows [r0, r0 + 16) as softmax_rows computes them, with the row maxima, the rescale factors and
+// the row sums taken for the 16 rows together. Returns false, having changed nothing but t_out,
+// when a row meets a NaN or +inf logit or is already poisoned: softmax_rows then does those rows.
+bool softmax16(float* s, const RowMask& mk, int r0, float* m, float* l, float* alpha, float* t_out) {
+  alignas(64) float t[16][kKeyTile];
+  __m512 v[16];
+  const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+  __mmask16 bad = 0;
+  for (int i = 0; i < 16; ++i) {
+    __m512 t0, t1;
+    logits(s, mk, r0 + i, t0, t1);
+    bad |= _mm512_cmp_ps_mask(t0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(t1, big, _CMP_NLE_UQ);
+    _mm512_store_ps(t[i], t0);
+    _mm512_store_ps(t[i] + 16, t1);
+    // The maskz form: GCC 12 reports the plain form's undefined pass-through operand as used
+    // uninitialized here (-Wuninitialized).
+    v[i] = _mm512_maskz_max_ps(0xFFFF, t0, t1);
+  }
+  const __m512 mo = _mm512_loadu_ps(m + r0);
+  if (bad != 0 || _mm512_cmp_ps_mask(mo, mo, _CMP_UNORD_Q) != 0) return false;
+  if (t_out != nullptr) std::memcpy(t_out + r0 * kKeyTile, t, sizeof(t));
+  const __m512 mn = _mm512_max_ps(reduce_rows16(v, [](__m512 x, __m512 y) { return _mm512_max_ps(x, y); }), mo);
+  const __m512 one = _mm512_set1_ps(1.f);
+  const __mmask16 empty = _mm512_cmp_ps_mask(mn, _mm512_set1_ps(kNegInf), _CMP_EQ_OQ);  // no key seen yet
+  __m512 a = exp2v(_mm512_sub_ps(mo, mn));
+  if (!mk.moving_max) a = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mn, mo, _CMP_EQ_OQ), a, one);
+  a = _mm512_mask_blend_ps(empty, a, one);
+  _mm512_storeu_ps(alpha + r0, a);
+  // An empty row subtracts 0 from logits that are all −inf: its p is exactly 0, as in softmax_rows.
+  alignas(64) float shift[16];
+  _mm512_store_ps(shift, _mm512_mask_blend_ps(empty, mn, _mm512_setzero_ps()));
+  for (int i = 0; i < 16; ++i) {
+    const __m512 c = _mm512_set1_ps(shift[i]);
+    const __m512 p0 = exp2v(_mm512_sub_ps(_mm512_load_ps(t[i]), c));
+    const __m512 p1 = exp2v(_mm512_sub_ps(_mm512_load_ps(t[i] + 16), c));
+    _mm512_storeu_ps(s + (r0 + i) * kKeyTile, p0);
+    _mm512_storeu_ps(s + (r0 + i) * kKeyTile + 16, p1);
+    v[i] = _mm512_add_ps(p0, p1);
+  }
+  const __m512 sums = reduce_rows16(v, [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); });
+  _mm512_storeu_ps(l + r0, _mm512_fmadd_ps(_mm512_loadu_ps(l + r0), a, sums));
+  _mm512_storeu_ps(m + r0, mn);
+  return true;
+}
+
+void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* alpha, float* t_out) {
+  int r = 0;
+  for (; r + 16 <= rows; r += 16)
+    if (!softmax16(s, mk, r, m, l, alpha, t_out)) softmax_rows(s, mk, r, r + 16, m, l, alpha, t_out);
+  softmax_rows(s, mk, r, rows, m, l, alpha, t_out);
 }
 
 void colsum(const float* s, const RowMask& mk, int rows, const float* off, float* cs) {
