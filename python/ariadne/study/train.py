@@ -169,12 +169,17 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
                   f"({time.perf_counter() - start:.0f} s)", flush=True)
     train_seconds = time.perf_counter() - start
     phases = {}  # seconds of each step after training: where a run's time beyond the steps goes
-    mark = time.perf_counter()
+    mark = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        phases[name], mark[0] = now - mark[0], now
+
     metrics = evaluate(model, heldout, args.batch, gpu)
-    phases["evaluate"], mark = time.perf_counter() - mark, time.perf_counter()
+    lap("evaluate")
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=gpu):
         rf = measure.receptive_field(model, heldout.images[:args.rf_images]) if args.rf_images else None
-    phases["receptive_field"], mark = time.perf_counter() - mark, time.perf_counter()
+    lap("receptive_field")
     # Runs of the SDPA and FlexAttention baselines are kept apart from ariadne's: `chunk@sdpa`, `chunk@flex`.
     run = schedule_name if args.attention == "ariadne" else f"{schedule_name}@{args.attention}"
     record = dict(run=run, schedule_name=schedule_name, seed=seed, attention=args.attention, steps=args.steps,
@@ -189,7 +194,7 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
     run_dir.mkdir(parents=True, exist_ok=True)
     weights = run_dir / "model.safetensors"
     checkpoint.save(weights, model, record, args.save_dtype)
-    phases["save"], mark = time.perf_counter() - mark, time.perf_counter()
+    lap("save")
     if args.shs_cli:
         keys = ("shs_index", "per_layer", "fg_dominant_share", "attention_distance", "entropy", "sink_allocation",
                 "images_scored")
@@ -205,7 +210,7 @@ def train_one(args, schedule_name: str, seed: int, train: data.Batch, heldout: d
                               args.heatmap_layers)
             (run_dir / "shs_ood.json").write_text(json.dumps(ood, indent=1))
             record["shs_ood"] = {k: ood.get(k) for k in keys}
-        phases["shs"] = time.perf_counter() - mark
+        lap("shs")
     record["phase_seconds"] = phases
     print(f"[{schedule_name} seed {seed}] train {train_seconds:.0f} s, then " +
           ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()), flush=True)

@@ -58,7 +58,7 @@ void configure(int rem_pairs) {
 thread_local int t_session_rem = -1;
 
 // Loads the configuration for `rem` unless this thread's session already holds one that serves it
-// (P·V uses tiles 0, 2 and 3 only, which every configuration has); returns whether it loaded one,
+// (P·V uses tiles 0–4 only, which every configuration has); returns whether it loaded one,
 // and then the caller calls restore() at its end.
 bool acquire(int rem) {
   if (t_session_rem == rem || (rem == 0 && t_session_rem >= 0)) return false;
@@ -126,75 +126,15 @@ void qk_bf16(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, int rows
   if (own) restore();
 }
 
-// O = alpha·O + P·V, P rounded to bf16 (round to nearest even, as the AVX-512 table does).
-void pv_bf16(const float* p, const uint16_t* v, int dv, int rows, const float* alpha, float* o) {
-  if (dv % 16 != 0) {  // the tile unit takes whole 16-column blocks
-    tile_kernels_avx512()->pv_bf16(p, v, dv, rows, alpha, o);
-    return;
-  }
-  const bool own = acquire(0);
-  const int64_t ld = int64_t(dv) * 4;
-  for (int r = 0; r < rows; r += 16) {
-    const int n = rows - r < 16 ? rows - r : 16;
-    alignas(64) uint32_t pa[16 * 16];
-    if (n < 16) std::memset(pa, 0, sizeof(pa));
-    for (int i = 0; i < n; ++i) {
-      const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + (r + i) * kKeyTile + 16),
-                                             _mm512_loadu_ps(p + (r + i) * kKeyTile));
-      _mm512_store_si512(pa + i * 16, (__m512i)h);
-    }
-    // alpha is exactly 1 on most rows once their maximum has settled, and 1·x is x (NaN and inf
-    // included): those rows skip the pass over O.
-    for (int i = 0; i < n; ++i) {
-      if (alpha[r + i] == 1.f) continue;
-      const __m512 a = _mm512_set1_ps(alpha[r + i]);
-      float* row = o + int64_t(r + i) * dv;
-      for (int c = 0; c < dv; c += 16) _mm512_storeu_ps(row + c, _mm512_mul_ps(a, _mm512_loadu_ps(row + c)));
-    }
-    _tile_loadd(2, pa, 64);
-    if (n == 16) {
-      // Two accumulator chains (C tiles 0 and 1, B tiles 3 and 4): each product waits for its C load
-      // and its store for the product, so one chain alone leaves the tile unit idle most of the time.
-      float* o16 = o + int64_t(r) * dv;
-      int c = 0;
-      for (; c + 32 <= dv; c += 32) {
-        _tile_loadd(3, v + c * 2, ld);
-        _tile_loadd(0, o16 + c, ld);
-        _tile_loadd(4, v + (c + 16) * 2, ld);
-        _tile_loadd(1, o16 + c + 16, ld);
-        _tile_dpbf16ps(0, 2, 3);
-        _tile_dpbf16ps(1, 2, 4);
-        _tile_stored(0, o16 + c, ld);
-        _tile_stored(1, o16 + c + 16, ld);
-      }
-      if (c < dv) {
-        _tile_loadd(3, v + c * 2, ld);
-        _tile_loadd(0, o16 + c, ld);
-        _tile_dpbf16ps(0, 2, 3);
-        _tile_stored(0, o16 + c, ld);
-      }
-      continue;
-    }
-    for (int c = 0; c < dv; c += 16) {  // a short group goes through a 16-row local tile
-      alignas(64) float ca[16 * 16] = {};
-      for (int i = 0; i < n; ++i) std::memcpy(ca + i * 16, o + int64_t(r + i) * dv + c, 64);
-      _tile_loadd(3, v + c * 2, ld);
-      _tile_loadd(0, ca, 64);
-      _tile_dpbf16ps(0, 2, 3);
-      _tile_stored(0, ca, 64);
-      for (int i = 0; i < n; ++i) std::memcpy(o + int64_t(r + i) * dv + c, ca + i * 16, 64);
-    }
-  }
-  if (own) restore();
-}
-
-// O = alpha·O + Σ_j P_j·V_j: O is loaded into the accumulators once per call and column pair, not
-// once per key tile, and rescaled once.
+// O = alpha·O + Σ_j P_j·V_j, each P rounded to bf16 (round to nearest even, as the AVX-512 table
+// does): O is loaded into the accumulators once per call and column pair, not once per key tile,
+// and rescaled once. Column pairs run as two accumulator chains (C tiles 0 and 1, B tiles 3 and 4).
 void pv_bf16_batch(const float* const* p, const uint16_t* const* v, int count, int dv, int rows,
                    const float* alpha, float* o) {
-  if (dv % 16 != 0 || count > kPvBatch) {  // one tile at a time: rescale with the first only
+  if (dv % 16 != 0 || count > kPvBatch) {  // the tile unit takes whole 16-column blocks
     const std::vector<float> ones(size_t(rows), 1.f);
-    for (int j = 0; j < count; ++j) pv_bf16(p[j], v[j], dv, rows, j == 0 ? alpha : ones.data(), o);
+    for (int j = 0; j < count; ++j)
+      tile_kernels_avx512()->pv_bf16(p[j], v[j], dv, rows, j == 0 ? alpha : ones.data(), o);
     return;
   }
   const bool own = acquire(0);
@@ -210,6 +150,8 @@ void pv_bf16_batch(const float* const* p, const uint16_t* const* v, int count, i
                            (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + 16), _mm512_loadu_ps(row)));
       }
     }
+    // alpha is exactly 1 on most rows once their maximum has settled, and 1·x is x (NaN and inf
+    // included): those rows skip the pass over O.
     for (int i = 0; i < n; ++i) {
       if (alpha[r + i] == 1.f) continue;
       const __m512 a = _mm512_set1_ps(alpha[r + i]);
@@ -252,6 +194,10 @@ void pv_bf16_batch(const float* const* p, const uint16_t* const* v, int count, i
     }
   }
   if (own) restore();
+}
+
+void pv_bf16(const float* p, const uint16_t* v, int dv, int rows, const float* alpha, float* o) {
+  pv_bf16_batch(&p, &v, 1, dv, rows, alpha, o);
 }
 
 }  // namespace
