@@ -418,3 +418,34 @@ def test_gradient_reach_equals_the_schedules_receptive_field(letters, window):
         assert np.array_equal(g > 0, reached)
     r = measure.receptive_field(model, data.make_batch(0, [0, 1], side=224).images)
     assert 0 < r["erf"] <= r["reach"] < 1 and r["distance_px"] > 0
+
+
+def test_report_merges_study_parts_and_refuses_mixed_or_repeated_runs(tmp_path):
+    import json
+
+    from ariadne.study import report
+
+    def write(folder, run, seed, exact, steps=10):
+        d = tmp_path / folder / "runs" / run / f"seed{seed}"
+        d.mkdir(parents=True)
+        record = dict(run=run, seed=seed, device="cpu", settings=dict(steps=steps, batch=4), loss_last=1.0 - exact,
+                      losses=[2.0, 1.0], heldout=dict(exact=exact, set=exact, count=exact))
+        (d / "metrics.json").write_text(json.dumps(record))
+
+    write("a", "full", 0, 0.5)
+    write("a", "chunk", 0, 0.25)
+    write("b", "full", 1, 0.75)
+    results = report.merge([tmp_path / "a", tmp_path / "b"], tmp_path / "out")
+    assert [(r["run"], r["seed"]) for r in results["runs"]] == [("chunk", 0), ("full", 0), ("full", 1)]
+    assert results["summary"]["full"]["exact"] == dict(mean=0.625, std=pytest.approx(0.1767767), n=2)
+    assert "losses" not in results["runs"][0]
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["summary"] == results["summary"]
+    assert "| full | 2 |" in (tmp_path / "out" / "results.md").read_text()
+    with pytest.raises(ValueError, match="run chunk seed 0 is in both"):
+        report.merge([tmp_path / "a", tmp_path / "a"], tmp_path / "out2")
+    write("c", "full", 2, 0.5, steps=20)
+    with pytest.raises(ValueError, match="2 different settings"):
+        report.merge([tmp_path / "a", tmp_path / "c"], tmp_path / "out3")
+    with pytest.raises(ValueError, match="no runs"):
+        report.merge([tmp_path / "empty"], tmp_path / "out4")
+    assert report.main(["--merge", str(tmp_path / "out5"), str(tmp_path / "a"), str(tmp_path / "c")]) == 1

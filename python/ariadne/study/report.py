@@ -1,9 +1,11 @@
 """The study's results as Markdown: one row per run name (schedule, or schedule@sdpa) with mean ±
 sample standard deviation over seeds, the Pearson r between SHS-Index and held-out accuracy across
 the configurations, and two SVG pictures beside the results (per-layer SHS-Index per run, accuracy
-against SHS-Index). Reads the results.json that `python -m ariadne.study` writes.
+against SHS-Index). Reads the results.json that `python -m ariadne.study` writes, or merges the runs
+of several study folders (parts of one study run apart, e.g. concurrently on one GPU) into one.
 
     python -m ariadne.study.report study-out/results.json
+    python -m ariadne.study.report --merge OUT DIR [DIR ...]
 """
 
 from __future__ import annotations
@@ -152,10 +154,54 @@ def write_pictures(results: dict, folder) -> List[Path]:
     return written
 
 
+def merge(folders: Sequence[Path], out: Path) -> dict:
+    """One results.json (and results.md, pictures) in `out` over the runs of every folder: the runs
+    must share their settings (study_settings) and no (run, seed) may appear twice."""
+    from .train import summarize  # train imports this module
+
+    records, where = [], {}
+    for folder in folders:
+        paths = sorted((Path(folder) / "runs").glob("*/seed*/metrics.json"))
+        if not paths:
+            raise ValueError(f"{folder}: no runs/*/seed*/metrics.json")
+        for path in paths:
+            r = json.loads(path.read_text())
+            r.pop("losses", None)
+            key = (r["run"], r["seed"])
+            if key in where:
+                raise ValueError(f"run {key[0]} seed {key[1]} is in both {where[key]} and {path}")
+            where[key] = path
+            records.append(r)
+    settings = {json.dumps(r["settings"], sort_keys=True) for r in records}
+    if len(settings) != 1:
+        raise ValueError(f"the runs were made with {len(settings)} different settings "
+                         "(study_settings: every option but the schedules, seeds and attention path); "
+                         "only runs of one study can be merged")
+    records.sort(key=lambda r: (r["run"], r["seed"]))
+    results = dict(args=dict(records[0]["settings"]), runs=records, summary=summarize(records),
+                   merged_from=[str(f) for f in folders])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "results.md").write_text(render(results))
+    write_pictures(results, out)
+    return results
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--merge"]:
+        if len(argv) < 3:
+            print("usage: python -m ariadne.study.report --merge OUT DIR [DIR ...]", file=sys.stderr)
+            return 2
+        try:
+            results = merge([Path(a) for a in argv[2:]], Path(argv[1]))
+        except (OSError, ValueError, KeyError) as e:
+            print(f"study report: {e}", file=sys.stderr)
+            return 1
+        sys.stdout.write(render(results))
+        return 0
     if len(argv) != 1:
-        print("usage: python -m ariadne.study.report RESULTS.json", file=sys.stderr)
+        print("usage: python -m ariadne.study.report RESULTS.json | --merge OUT DIR [DIR ...]", file=sys.stderr)
         return 2
     path = Path(argv[0])
     try:
