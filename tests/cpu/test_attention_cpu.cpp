@@ -2,12 +2,15 @@
 // checks every output against the reference on every kernel table): bit-identical results for any
 // thread count, on both the call-wide and the stream path, and the checks of its settings.
 #include <cstring>
+#include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attention/backends.hpp"
 #include "attention/cpu/attention_kernels.hpp"
 #include "cases.hpp"
+#include "cpu/force_isa.hpp"
 
 namespace ariadne {
 namespace {
@@ -57,6 +60,67 @@ TEST(AttentionCpu, DeterministicAcrossThreadCounts) {
   w.dtype = DType::bf16;
   w.f32_out = true;
   expect_thread_independent(prepare(w));
+}
+
+// bf16 narrow patterns without the diagnostics: on a table with a batched P·V (AMX) the stream path
+// walks 16-row groups over all their key tiles and batches P·V per group (forward_groups), a path
+// the case table's CPU sweeps (all with diagnostics) do not take. Rows off the 16-row grid, query
+// tiles cut by 48- and 40-row blocks, several stream items, a band wider than one P·V batch
+// (kPvBatch tiles), windows of one key, both sink forms, GQA, strided views; on every table.
+TEST(AttentionCpu, StreamRowGroupsMatchReference) {
+  auto make = [](std::vector<int64_t> q, std::vector<int64_t> k, int hq, int hkv, int dim, const char* pat) {
+    AttnCase c;
+    c.tokens_q = std::move(q);
+    c.tokens_k = std::move(k);
+    c.heads_q = hq;
+    c.heads_kv = hkv;
+    c.dim = dim;
+    c.pattern = pat;
+    c.dtype = DType::bf16;
+    c.f32_out = true;
+    return c;
+  };
+  std::vector<AttnCase> cs = {
+      make({1100, 70}, {}, 4, 2, 80, "window:100,30"),
+      make({1090}, {1200}, 2, 1, 48, "chunk:200"),
+      make({1030}, {}, 2, 1, 32, "window:64,64+blocks:0.6@48"),
+      make({300, 77}, {}, 2, 2, 80, "window:33,47+blocks:0.7@40"),
+      make({900}, {}, 2, 1, 64, "window:400,300"),
+      make({45, 1, 130}, {}, 4, 4, 64, "window:0,0"),
+      make({77, 200}, {90, 200}, 2, 1, 96, "window:5,0"),
+      make({150}, {}, 2, 1, 80, "chunk:48+window:10,inf"),
+  };
+  for (SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias}) {
+    AttnCase c = make({300, 33}, {}, 8, 2, 80, "window:17,5");
+    c.sink_mode = mode;
+    c.sink = std::numeric_limits<float>::quiet_NaN();  // random per head
+    cs.push_back(c);
+  }
+  AttnCase padded = make({257, 64}, {}, 8, 2, 80, "window:64,64");
+  padded.token_pad = 24;
+  padded.f32_out = false;
+  cs.push_back(padded);
+  for (const AttnCase& c : cs) {
+    const PreparedCase pc = prepare(c, salt());
+    for (const char* isa : kIsas) {
+      if (!cpu::tile_kernels_available(isa)) continue;
+      SCOPED_TRACE(pc.name + " on cpu/" + isa);
+      CaseBackend b;
+      b.name = std::string("cpu/") + isa;
+      b.repeat = true;
+      b.run = [isa](const PreparedCase& p, CaseOutputs& o, std::string* why) {
+        const AttentionParams params = host_params(p, o);
+        if (!backend_supports(Backend::cpu, params, why)) return false;
+        const ForceIsa force(isa);
+        attention(params, Backend::cpu);
+        return true;
+      };
+      std::string why;
+      EXPECT_TRUE(run_case(pc, b, &why)) << why;
+    }
+  }
+  // Thread counts on the group path: items of 16 query tiles, split among threads differently.
+  expect_thread_independent(prepare(cs[0]));
 }
 
 TEST(AttentionCpu, ThreadAndKernelSettingsRejectBadValues) {

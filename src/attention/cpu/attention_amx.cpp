@@ -126,15 +126,14 @@ void qk_bf16(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, int rows
   if (own) restore();
 }
 
-// O = alpha·O + Σ_j P_j·V_j, each P rounded to bf16 (round to nearest even, as the AVX-512 table
-// does): O is loaded into the accumulators once per call and column pair, not once per key tile,
-// and rescaled once. Column pairs run as two accumulator chains (C tiles 0 and 1, B tiles 3 and 4).
-void pv_bf16_batch(const float* const* p, const uint16_t* const* v, int count, int dv, int rows,
-                   const float* alpha, float* o) {
-  if (dv % 16 != 0 || count > kPvBatch) {  // the tile unit takes whole 16-column blocks
-    const std::vector<float> ones(size_t(rows), 1.f);
-    for (int j = 0; j < count; ++j)
-      tile_kernels_avx512()->pv_bf16(p[j], v[j], dv, rows, j == 0 ? alpha : ones.data(), o);
+// O = A·O + Σ_j β_j·P_j·V_j (TileKernels::pv_bf16_batch), each P rounded to bf16 (round to nearest
+// even, as the AVX-512 table does) after its β scaling: O is loaded into the accumulators once per
+// call and column pair, not once per key tile, and rescaled once. Column pairs run as two
+// accumulator chains (C tiles 0 and 1, B tiles 3 and 4).
+void pv_bf16_batch(const float* const* p, const uint16_t* const* v, const float* const* alpha, int count, int dv,
+                   int rows, float* o) {
+  if (dv % 16 != 0 || count > kPvBatch) {  // the tile unit takes whole 16-column blocks: tile by tile
+    for (int j = 0; j < count; ++j) tile_kernels_avx512()->pv_bf16(p[j], v[j], dv, rows, alpha[j], o);
     return;
   }
   const bool own = acquire(0);
@@ -142,19 +141,26 @@ void pv_bf16_batch(const float* const* p, const uint16_t* const* v, int count, i
   for (int r = 0; r < rows; r += 16) {
     const int n = rows - r < 16 ? rows - r : 16;
     alignas(64) uint32_t pa[kPvBatch][16 * 16];
-    for (int j = 0; j < count; ++j) {
-      if (n < 16) std::memset(pa[j], 0, sizeof(pa[j]));
-      for (int i = 0; i < n; ++i) {
-        const float* row = p[j] + (r + i) * kKeyTile;
-        _mm512_store_si512(pa[j] + i * 16,
-                           (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + 16), _mm512_loadu_ps(row)));
-      }
-    }
-    // alpha is exactly 1 on most rows once their maximum has settled, and 1·x is x (NaN and inf
-    // included): those rows skip the pass over O.
+    float scale[16];  // A of each row
+    if (n < 16)
+      for (int j = 0; j < count; ++j) std::memset(pa[j], 0, sizeof(pa[j]));
     for (int i = 0; i < n; ++i) {
-      if (alpha[r + i] == 1.f) continue;
-      const __m512 a = _mm512_set1_ps(alpha[r + i]);
+      float beta = 1.f;
+      for (int j = count - 1; j >= 0; --j) {
+        const float* row = p[j] + (r + i) * kKeyTile;
+        const __m512 b = _mm512_set1_ps(beta);
+        _mm512_store_si512(pa[j] + i * 16,
+                           (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(row + 16), b),
+                                                        _mm512_mul_ps(_mm512_loadu_ps(row), b)));
+        beta *= alpha[j][r + i];
+      }
+      scale[i] = beta;
+    }
+    // A is exactly 1 on most rows of full attention once their maximum has settled, and 1·x is x
+    // (NaN and inf included): those rows skip the pass over O.
+    for (int i = 0; i < n; ++i) {
+      if (scale[i] == 1.f) continue;
+      const __m512 a = _mm512_set1_ps(scale[i]);
       float* row = o + int64_t(r + i) * dv;
       for (int c = 0; c < dv; c += 16) _mm512_storeu_ps(row + c, _mm512_mul_ps(a, _mm512_loadu_ps(row + c)));
     }
@@ -197,7 +203,7 @@ void pv_bf16_batch(const float* const* p, const uint16_t* const* v, int count, i
 }
 
 void pv_bf16(const float* p, const uint16_t* v, int dv, int rows, const float* alpha, float* o) {
-  pv_bf16_batch(&p, &v, 1, dv, rows, alpha, o);
+  pv_bf16_batch(&p, &v, &alpha, 1, dv, rows, o);
 }
 
 }  // namespace

@@ -56,15 +56,20 @@ Runner::Runner(const AttentionParams& p)
   // tiles next to it, and the call-wide packed copy, written out and read back, was 15-20 % of a
   // bf16 ±64-window call. The received pass reads the call-wide copy, so it keeps it.
   stream_ = narrow && !p.received.defined();
-  // bf16 tiles in stream mode are computed 8 rows at a time (Q·Kᵀ, softmax, P·V), with a few
-  // prefetches between those steps: measured 4-7 % faster than whole-tile steps with one
-  // prefetch burst per tile at d 80 and 128; fp32 measured 2 % slower that way.
-  chunk_rows_ = stream_ && bf16_ ? 8 : kQueryTile;
+  diag_ = p.entropy.defined() || p.distance.defined();
+  // Stream mode on a table with a batched bf16 P·V (AMX) and without the diagnostics (which read
+  // each tile's P and α as the tile is done) walks the query tile in 16-row groups, each over all
+  // its key tiles with P·V batched per group (forward_groups): the tile unit's row count, and O
+  // through the tiles once per group instead of once (and rescaled once) per key tile.
+  group_pv_ = stream_ && bf16_ && !diag_ && k_.pv_bf16_batch != nullptr;
+  // Other bf16 tiles in stream mode are computed 8 rows at a time (Q·Kᵀ, softmax, P·V), with a few
+  // prefetches between those steps: measured 4-7 % faster than whole-tile steps with one prefetch
+  // burst per tile at d 80 and 128 on the AVX-512 products; fp32 measured 2 % slower that way.
+  // AMX takes 16 rows (a short group is padded through local buffers).
+  chunk_rows_ = !stream_ || !bf16_ ? kQueryTile : k_.pv_bf16_batch != nullptr ? kRowGroup : 8;
   scale2_ = float(double(p.resolved_scale()) * kLog2e);
   threads_ = cpu_threads();
-  diag_ = p.entropy.defined() || p.distance.defined();
-  // The diagnostics read each tile's P and α as the tile is done, and stream mode's ring may reuse
-  // a pending tile's slot, so both keep P·V per tile.
+  // The diagnostics read each tile's P and α as the tile is done, so they keep P·V per tile.
   batch_pv_ = bf16_ && !stream_ && !diag_ && k_.pv_bf16_batch != nullptr;
   for (int32_t s = 0; s < pat_.num_seqs; ++s) {
     seqs_.push_back(pat_.seq(s, total_q_, total_k_));
@@ -100,7 +105,7 @@ Runner::Scratch Runner::make_scratch() const {
   if (bf16_) sc.qb.resize(R * size_t(2 * dp_));
   else sc.qf.resize(R * size_t(d_));
   sc.s.resize(R * kKeyTile);
-  if (batch_pv_) {
+  if (batch_pv_ || group_pv_) {
     sc.batch_p.resize(size_t(kPvBatch) * R * kKeyTile);
     sc.batch_alpha.resize(size_t(kPvBatch) * R);
   }

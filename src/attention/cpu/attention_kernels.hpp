@@ -87,11 +87,13 @@ struct TileKernels {
   void (*pv_f32)(const float* p, const float* v, int64_t ldv, int dv, int rows, const float* alpha, float* o);
   // Same with P rounded to bf16 and bf16 V; null when the ISA has no bf16 dot product.
   void (*pv_bf16)(const float* p, const uint16_t* v, int dv, int rows, const float* alpha, float* o);
-  // o[r] = alpha[r]·o[r] + Σ_j Σ_i p_j[r][i]·v_j[i] over `count` (<= kPvBatch) key tiles, bf16 as
-  // pv_bf16; the caller has scaled each p_j by the rescale factors of the tiles after it. Lets a
-  // table keep O in its accumulators across several key tiles; null: the driver calls pv_bf16 per tile.
-  void (*pv_bf16_batch)(const float* const* p, const uint16_t* const* v, int count, int dv, int rows,
-                        const float* alpha, float* o);
+  // pv_bf16 over `count` (<= kPvBatch) consecutive key tiles, tile j with P p[j], V v[j] and the
+  // rescale factors alpha[j] its softmax step gave: o[r] = A[r]·o[r] + Σ_j β_j[r]·p_j[r]·v_j with
+  // β_j = Π_{i>j} alpha[i] (taken from the last tile down, P scaled in fp32 before the bf16
+  // rounding) and A = β_{-1}, the product of all. Lets a table keep O in its accumulators across
+  // several key tiles; null: the driver calls pv_bf16 per tile.
+  void (*pv_bf16_batch)(const float* const* p, const uint16_t* const* v, const float* const* alpha, int count,
+                        int dv, int rows, float* o);
   // Received attention: colsum[j] += Σ_r 2^(t_rj − off[r]) over allowed (r, j); s = raw dots.
   void (*colsum)(const float* s, const RowMask& mask, int rows, const float* off, float* colsum);
 

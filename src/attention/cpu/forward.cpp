@@ -128,26 +128,22 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
   mk.scale2 = scale2_;
   mk.bias2 = p_.sink_mode == SinkMode::key0_bias ? float(double(sink(h)) * kLog2e) : 0.f;
   mk.moving_max = stream_;
+  if (group_pv_) {
+    forward_groups(sc, g, s, rows, mk);
+    finalize(sc, e, h, q_lo, rows);
+    return;
+  }
   // batch_pv_: a visit that every row sees whole (the interior of full, causal and wide patterns)
   // runs Q·Kᵀ and the softmax at once but waits with P·V; a batch of up to kPvBatch of them is added
-  // in one pv_bf16_batch call, so O is loaded into the accumulators and stored once per batch. Each
-  // pending P is scaled by the α of the tiles after it (β), O by the product of them all.
+  // in one pv_bf16_batch call, so O is loaded into the accumulators and stored once per batch (each
+  // pending P scaled by the α of the tiles after it, O by the product of them all).
   int pending = 0;
   const float* batch_p[kPvBatch];
   const uint16_t* batch_v[kPvBatch];
+  const float* batch_a[kPvBatch];
   auto flush = [&] {
     if (pending == 0) return;
-    for (int r = 0; r < rows; ++r) {
-      float beta = 1.f;
-      for (int j = pending - 1; j >= 0; --j) {
-        float* p = sc.batch_p.data() + (size_t(j) * kQueryTile + size_t(r)) * kKeyTile;
-        if (beta != 1.f)
-          for (int i = 0; i < kKeyTile; ++i) p[i] *= beta;
-        beta *= sc.batch_alpha[size_t(j) * kQueryTile + size_t(r)];
-      }
-      sc.alpha[r] = beta;
-    }
-    k_.pv_bf16_batch(batch_p, batch_v, pending, dv_, rows, sc.alpha.data(), sc.o.data());
+    k_.pv_bf16_batch(batch_p, batch_v, batch_a, pending, dv_, rows, sc.o.data());
     pending = 0;
   };
   for (size_t vi = 0; vi < sc.visits.size(); ++vi) {
@@ -167,10 +163,11 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
       k_.qk_bf16(sc.q_b16, sc.ldq, static_cast<const uint16_t*>(tl.k), dp_, rows, P);
       mk.lo = sc.lo.data();
       mk.hi = sc.hi.data();
-      k_.softmax(P, mk, rows, sc.m.data(), sc.l.data(), sc.batch_alpha.data() + size_t(pending) * kQueryTile,
-                 nullptr);
+      float* A = sc.batch_alpha.data() + size_t(pending) * kQueryTile;
+      k_.softmax(P, mk, rows, sc.m.data(), sc.l.data(), A, nullptr);
       batch_p[pending] = P;
       batch_v[pending] = static_cast<const uint16_t*>(tl.v);
+      batch_a[pending] = A;
       if (++pending == kPvBatch) flush();
       continue;
     }
@@ -198,6 +195,50 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
   }
   flush();
   finalize(sc, e, h, q_lo, rows);
+}
+
+// Stream mode with a batched P·V (group_pv_): the query tile runs in groups of kRowGroup rows, each
+// over every key tile it sees before the next group starts. A group's P of up to kPvBatch tiles waits
+// and is added in one pv_bf16_batch call, so the group's O goes through the tile unit once per batch
+// instead of once per key tile, where in a narrow band (whose row maxima move on most tiles) it was
+// also rescaled per tile. A group is computed whole on each tile it meets (the tile unit and
+// softmax16 take 16 rows): its rows that do not reach the tile see only masked keys (p = 0, α = 1).
+// The visited tiles all lie in the query tile's span, so none of the pending ones leaves the ring.
+void Runner::forward_groups(Scratch& sc, int g, int32_t s, int rows, RowMask mk) const {
+  const float* batch_p[kPvBatch];
+  const uint16_t* batch_v[kPvBatch];
+  const float* batch_a[kPvBatch];
+  for (int g0 = 0; g0 < rows; g0 += kRowGroup) {
+    const int n = std::min(kRowGroup, rows - g0);
+    int pending = 0;
+    auto flush = [&] {
+      if (pending > 0) k_.pv_bf16_batch(batch_p, batch_v, batch_a, pending, dv_, n, sc.o.data() + int64_t(g0) * dv_);
+      pending = 0;
+    };
+    for (const TileVisit& v : sc.visits) {
+      bool dense = false;
+      const auto [r0, r1] = clip_rows_to_tile(sc.row_lo.data() + g0, sc.row_hi.data() + g0, n, v.tile,
+                                              sc.lo.data() + g0, sc.hi.data() + g0, &dense);
+      if (r0 >= r1) continue;
+      prefetch_some(sc);
+      const Tile tl = tile(sc, g, s, v.tile);
+      mk.keymask = v.keymask;
+      mk.dense = dense && r0 == 0 && r1 == n && v.keymask == ~0u;
+      mk.apply_bias = p_.sink_mode == SinkMode::key0_bias && v.tile == 0;
+      mk.lo = sc.lo.data() + g0;
+      mk.hi = sc.hi.data() + g0;
+      float* P = sc.batch_p.data() + (size_t(pending) * kQueryTile + size_t(g0)) * kKeyTile;
+      float* A = sc.batch_alpha.data() + size_t(pending) * kQueryTile + size_t(g0);
+      k_.qk_bf16(sc.q_b16 + g0 * sc.ldq, sc.ldq, static_cast<const uint16_t*>(tl.k), dp_, n, P);
+      prefetch_some(sc);
+      k_.softmax(P, mk, n, sc.m.data() + g0, sc.l.data() + g0, A, nullptr);
+      batch_p[pending] = P;
+      batch_v[pending] = static_cast<const uint16_t*>(tl.v);
+      batch_a[pending] = A;
+      if (++pending == kPvBatch) flush();
+    }
+    flush();
+  }
 }
 
 // Entropy and distance ride on the online softmax: A = Σ_j p_j (t_j − m) and D = Σ_j p_j ‖c_i − c_j‖

@@ -83,7 +83,7 @@ class Runner {
   // ---- per-thread scratch ----
   struct Scratch {
     std::vector<float> qf, s, t, o, m, l, alpha, m_old, l_old, colsum;
-    std::vector<float> batch_p, batch_alpha;  // batch_pv_: P and α of each pending key tile
+    std::vector<float> batch_p, batch_alpha;  // batch_pv_, group_pv_: P and α of each pending key tile
     std::vector<uint16_t> qb;
     std::vector<float> ring_kf, ring_vf;     // stream mode: packed key tiles, ring_ slots
     std::vector<uint32_t> ring_kb, ring_vb;
@@ -187,6 +187,9 @@ class Runner {
   static constexpr int kStreamRun = 16;
   void forward();
   void forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q_hi) const;
+  // The visits of the loaded query tile in row groups, P·V batched per group (group_pv_).
+  static constexpr int kRowGroup = 16;
+  void forward_groups(Scratch& sc, int g, int32_t s, int rows, RowMask mk) const;
   void plan_visits(Scratch& sc, int32_t s, const SeqExtent& e, int h, int64_t q_lo, int64_t q_hi) const;
   std::pair<int, int> clip_rows(Scratch& sc, int rows, int64_t t) const;
   void accumulate_diagnostics(Scratch& sc, const SeqExtent& e, int64_t q_lo, int64_t tile, int r0, int r1) const;
@@ -203,6 +206,7 @@ class Runner {
   int hq_ = 0, group_ = 1, d_ = 0, dp_ = 0, dv_ = 0, threads_ = 1;
   bool bf16_ = false, diag_ = false, direct_v_ = false, stream_ = false;
   bool batch_pv_ = false;  // P·V of consecutive whole tiles in one pv_bf16_batch call (forward_tile)
+  bool group_pv_ = false;  // stream mode: 16-row groups over all their tiles, P·V batched (forward_groups)
   int ring_ = 0;  // stream mode: key-tile slots per thread
   int chunk_rows_ = kQueryTile;  // rows per Q·Kᵀ / softmax / P·V step
   float scale2_ = 1.f;

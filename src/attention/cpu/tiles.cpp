@@ -249,9 +249,10 @@ void Runner::plan_prefetch(Scratch& sc, const SeqExtent& e, int g, int64_t lo, i
     rows += 2 * (nhi - nlo);
   }
   // Spread over the steps of this query tile: its key tiles, each in row chunks, for every head
-  // of the group (an estimate: rows that see none of a tile skip it).
+  // of the group (an estimate: rows that see none of a tile skip it). forward_groups calls twice
+  // per step (before Q·Kᵀ and before the softmax), so no burst outgrows the line-fill buffers.
   const int64_t tiles = cur.empty() ? 1 : (cur.hi - 1) / kKeyTile - cur.lo / kKeyTile + 1;
-  const int64_t steps = tiles * group_ * ((hi - lo + chunk_rows_ - 1) / chunk_rows_);
+  const int64_t steps = tiles * group_ * ((hi - lo + chunk_rows_ - 1) / chunk_rows_) * (group_pv_ ? 2 : 1);
   sc.ahead_step = (rows + steps - 1) / steps;
 }
 
