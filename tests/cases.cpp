@@ -145,13 +145,8 @@ PatternSpec parse_case_pattern(const std::string& spec) {
 // ---------------------------------------------------------------------------------------------
 // The table
 // ---------------------------------------------------------------------------------------------
-namespace {
-
-const DType kAllDtypes[] = {DType::f32, DType::bf16, DType::f16};
-const DType kHalfDtypes[] = {DType::bf16, DType::f16};
-
-AttnCase make(std::vector<int64_t> q, std::vector<int64_t> k, int hq, int hkv, int dim, std::string pattern, DType dt,
-              uint64_t seed = 1) {
+AttnCase make_case(std::vector<int64_t> q, std::vector<int64_t> k, int hq, int hkv, int dim, std::string pattern,
+                   DType dt, uint64_t seed) {
   AttnCase c;
   c.tokens_q = std::move(q);
   c.tokens_k = std::move(k);
@@ -163,6 +158,12 @@ AttnCase make(std::vector<int64_t> q, std::vector<int64_t> k, int hq, int hkv, i
   c.seed = seed;
   return c;
 }
+
+namespace {
+
+const DType kAllDtypes[] = {DType::f32, DType::bf16, DType::f16};
+const DType kHalfDtypes[] = {DType::bf16, DType::f16};
+
 
 std::string window(int64_t l, int64_t r) {
   auto side = [](int64_t x) { return x == kUnbounded ? std::string("inf") : std::to_string(x); };
@@ -185,7 +186,7 @@ std::string cat(std::initializer_list<std::string> parts) {
 void cpu_sweeps(std::vector<AttnCase>& t) {
   auto add = [&](std::vector<int64_t> q, std::vector<int64_t> k, std::string pat, DType dt, int hq = 4, int hkv = 2,
                  int dim = 64, uint64_t seed = 1) -> AttnCase& {
-    AttnCase c = make(std::move(q), std::move(k), hq, hkv, dim, std::move(pat), dt, seed);
+    AttnCase c = make_case(std::move(q), std::move(k), hq, hkv, dim, std::move(pat), dt, seed);
     c.f32_out = true;
     c.diagnostics = true;
     t.push_back(c);
@@ -290,7 +291,7 @@ void cpu_sweeps(std::vector<AttnCase>& t) {
     const int hkv = 1 + pick(2), hq = hkv * (1 + pick(4));
     const int dims[] = {8, 33, 64, 80};
     const int dim = dims[pick(4)];
-    AttnCase c = make(sq, sk == sq ? std::vector<int64_t>{} : sk, hq, hkv, dim, pat, dt, 100 + uint64_t(i));
+    AttnCase c = make_case(sq, sk == sq ? std::vector<int64_t>{} : sk, hq, hkv, dim, pat, dt, 100 + uint64_t(i));
     c.f32_out = true;
     c.diagnostics = true;
     if (pick(3) == 0) {
@@ -311,11 +312,11 @@ void cpu_sweeps(std::vector<AttnCase>& t) {
 void edge_cases(std::vector<AttnCase>& t) {
   // Host shapes: GQA 2:1, d 16, f32.
   auto host = [](std::vector<int64_t> q, std::vector<int64_t> k, std::string pat, int dim = 16,
-                 DType dt = DType::f32) { return make(std::move(q), std::move(k), 4, 2, dim, std::move(pat), dt, 11); };
+                 DType dt = DType::f32) { return make_case(std::move(q), std::move(k), 4, 2, dim, std::move(pat), dt, 11); };
   // Device shapes: GQA 2:1, d 64, bf16, f32 out.
   auto dev = [](std::vector<int64_t> q, std::vector<int64_t> k, std::string pat, int dim = 64,
                 DType dt = DType::bf16) {
-    AttnCase c = make(std::move(q), std::move(k), 4, 2, dim, std::move(pat), dt, 23);
+    AttnCase c = make_case(std::move(q), std::move(k), 4, 2, dim, std::move(pat), dt, 23);
     c.f32_out = true;
     return c;
   };
@@ -366,7 +367,7 @@ void edge_cases(std::vector<AttnCase>& t) {
 void cuda_sweeps(std::vector<AttnCase>& t) {
   auto add = [&](std::vector<int64_t> q, std::vector<int64_t> k, int dim, DType dt, std::string pat, int hq = 4,
                  int hkv = 4) -> AttnCase& {
-    t.push_back(make(std::move(q), std::move(k), hq, hkv, dim, std::move(pat), dt, 1));
+    t.push_back(make_case(std::move(q), std::move(k), hq, hkv, dim, std::move(pat), dt, 1));
     return t.back();
   };
   // Pattern × head dim × dtype × length; GQA 4:1 on half of the cases, MHA on the rest.

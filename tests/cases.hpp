@@ -56,6 +56,9 @@ struct AttnCase {
 
 // "n1000_h4x1_d80_window:64,64_sink:denominator+2_bf16_s7": every field that is not at its
 // default, in a fixed order. Unique within the table.
+// A case with the given shape, pattern and dtype (every other field at its default).
+AttnCase make_case(std::vector<int64_t> q, std::vector<int64_t> k, int hq, int hkv, int dim, std::string pattern,
+                   DType dt, uint64_t seed = 1);
 std::string name_of(const AttnCase& c);
 // The same name with only [A-Za-z0-9_] (GoogleTest's rule for parameterized test names).
 std::string test_name_of(const AttnCase& c);

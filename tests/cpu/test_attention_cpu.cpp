@@ -69,14 +69,7 @@ TEST(AttentionCpu, DeterministicAcrossThreadCounts) {
 // (kPvBatch tiles), windows of one key, both sink forms, GQA, strided views; on every table.
 TEST(AttentionCpu, StreamRowGroupsMatchReference) {
   auto make = [](std::vector<int64_t> q, std::vector<int64_t> k, int hq, int hkv, int dim, const char* pat) {
-    AttnCase c;
-    c.tokens_q = std::move(q);
-    c.tokens_k = std::move(k);
-    c.heads_q = hq;
-    c.heads_kv = hkv;
-    c.dim = dim;
-    c.pattern = pat;
-    c.dtype = DType::bf16;
+    AttnCase c = make_case(std::move(q), std::move(k), hq, hkv, dim, pat, DType::bf16);
     c.f32_out = true;
     return c;
   };
