@@ -312,7 +312,9 @@ void cpu_sweeps(std::vector<AttnCase>& t) {
 void edge_cases(std::vector<AttnCase>& t) {
   // Host shapes: GQA 2:1, d 16, f32.
   auto host = [](std::vector<int64_t> q, std::vector<int64_t> k, std::string pat, int dim = 16,
-                 DType dt = DType::f32) { return make_case(std::move(q), std::move(k), 4, 2, dim, std::move(pat), dt, 11); };
+                 DType dt = DType::f32) {
+    return make_case(std::move(q), std::move(k), 4, 2, dim, std::move(pat), dt, 11);
+  };
   // Device shapes: GQA 2:1, d 64, bf16, f32 out.
   auto dev = [](std::vector<int64_t> q, std::vector<int64_t> k, std::string pat, int dim = 64,
                 DType dt = DType::bf16) {
