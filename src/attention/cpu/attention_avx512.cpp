@@ -43,6 +43,29 @@ inline __m512 exp2v(__m512 x) {
   return _mm512_maskz_scalef_ps(live, p, n);
 }
 
+// 2^x for x <= 0 with relative error ≤ 7.5e-5: a degree-3 minimax polynomial of 2^f on
+// f ∈ [−½, ½] (fitted for relative error, coefficients rounded to fp32), for p that is rounded to
+// bf16 right after (RowMask::bf16_p): bf16's rounding is 2^-9 = 2e-3, 26 times larger. Four FMAs
+// and the upper clamp fewer than exp2v (x = t − m never exceeds 0); x < −125 gives exactly 0 as there.
+inline __m512 exp2v_bf16(__m512 x) {
+  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.f), _CMP_GE_OQ);
+  x = _mm512_maskz_max_ps(0xFFFF, x, _mm512_set1_ps(-125.f));
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(0.0551716685295105f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.2426111251115799f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6932609677314758f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.9999280571937561f));
+  return _mm512_maskz_scalef_ps(live, p, n);
+}
+
+// p = 2^x of the softmax: exp2v, or exp2v_bf16 where p is rounded to bf16 next.
+template <bool kBf16P>
+inline __m512 exp2p(__m512 x) {
+  if constexpr (kBf16P) return exp2v_bf16(x);
+  else return exp2v(x);
+}
+
 // The maximum of x's lanes, in every lane.
 inline __m512 all_max(__m512 x) {
   x = _mm512_max_ps(x, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
@@ -156,6 +179,7 @@ void qk_bf16(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, int rows
 
 // ---- online softmax over one key tile ----
 // Rows [r_lo, r_hi) one at a time, with horizontal reductions.
+template <bool kBf16P>
 void softmax_rows(float* s, const RowMask& mk, int r_lo, int r_hi, float* m, float* l, float* alpha, float* t_out) {
   for (int r = r_lo; r < r_hi; ++r) {
     __m512 t0, t1;
@@ -183,7 +207,7 @@ void softmax_rows(float* s, const RowMask& mk, int r_lo, int r_hi, float* m, flo
     // than a mispredicted branch; elsewhere the max rarely moves after a few tiles and the branch
     // skips the work (always computing it cost full attention 2-5 %).
     alpha[r] = !mk.moving_max && m_new == m[r] ? 1.f : _mm512_cvtss_f32(exp2v(_mm512_sub_ps(mo, mn)));
-    const __m512 p0 = exp2v(_mm512_sub_ps(t0, mn)), p1 = exp2v(_mm512_sub_ps(t1, mn));
+    const __m512 p0 = exp2p<kBf16P>(_mm512_sub_ps(t0, mn)), p1 = exp2p<kBf16P>(_mm512_sub_ps(t1, mn));
     _mm512_storeu_ps(p, p0);
     _mm512_storeu_ps(p + 16, p1);
     l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
@@ -215,6 +239,7 @@ inline __m512 reduce_rows16(const __m512* v, Op op) {
 // Rows [r0, r0 + 16) as softmax_rows computes them, with the row maxima, the rescale factors and
 // the row sums taken for the 16 rows together. Returns false, having changed nothing but t_out,
 // when a row meets a NaN or +inf logit or is already poisoned: softmax_rows then does those rows.
+template <bool kBf16P>
 bool softmax16(float* s, const RowMask& mk, int r0, float* m, float* l, float* alpha, float* t_out) {
   alignas(64) float t[16][kKeyTile];
   __m512 v[16];
@@ -245,8 +270,8 @@ bool softmax16(float* s, const RowMask& mk, int r0, float* m, float* l, float* a
   _mm512_store_ps(shift, _mm512_mask_blend_ps(empty, mn, _mm512_setzero_ps()));
   for (int i = 0; i < 16; ++i) {
     const __m512 c = _mm512_set1_ps(shift[i]);
-    const __m512 p0 = exp2v(_mm512_sub_ps(_mm512_load_ps(t[i]), c));
-    const __m512 p1 = exp2v(_mm512_sub_ps(_mm512_load_ps(t[i] + 16), c));
+    const __m512 p0 = exp2p<kBf16P>(_mm512_sub_ps(_mm512_load_ps(t[i]), c));
+    const __m512 p1 = exp2p<kBf16P>(_mm512_sub_ps(_mm512_load_ps(t[i] + 16), c));
     _mm512_storeu_ps(s + (r0 + i) * kKeyTile, p0);
     _mm512_storeu_ps(s + (r0 + i) * kKeyTile + 16, p1);
     v[i] = _mm512_add_ps(p0, p1);
@@ -257,11 +282,17 @@ bool softmax16(float* s, const RowMask& mk, int r0, float* m, float* l, float* a
   return true;
 }
 
-void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* alpha, float* t_out) {
+template <bool kBf16P>
+void softmax_t(float* s, const RowMask& mk, int rows, float* m, float* l, float* alpha, float* t_out) {
   int r = 0;
   for (; r + 16 <= rows; r += 16)
-    if (!softmax16(s, mk, r, m, l, alpha, t_out)) softmax_rows(s, mk, r, r + 16, m, l, alpha, t_out);
-  softmax_rows(s, mk, r, rows, m, l, alpha, t_out);
+    if (!softmax16<kBf16P>(s, mk, r, m, l, alpha, t_out)) softmax_rows<kBf16P>(s, mk, r, r + 16, m, l, alpha, t_out);
+  softmax_rows<kBf16P>(s, mk, r, rows, m, l, alpha, t_out);
+}
+
+void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* alpha, float* t_out) {
+  if (mk.bf16_p) softmax_t<true>(s, mk, rows, m, l, alpha, t_out);
+  else softmax_t<false>(s, mk, rows, m, l, alpha, t_out);
 }
 
 void colsum(const float* s, const RowMask& mk, int rows, const float* off, float* cs) {

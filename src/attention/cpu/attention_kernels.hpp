@@ -40,6 +40,10 @@ struct RowMask {
   bool apply_bias = false;
   bool dense = false;           // every row sees all 32 keys: the kernels may skip the masks
   bool moving_max = false;      // narrow band: row maxima move on most tiles (a branch hint only)
+  // p is rounded to bf16 before P·V and nothing else reads it (no diagnostics): the softmax may
+  // compute p with an exp2 of relative error ≤ 1e-4, far below bf16's 2^-9 (docs/cpu-backend.md).
+  // l sums those same p values. α keeps the exact exp2 (2^0 must be exactly 1).
+  bool bf16_p = false;
 };
 
 // Shared by the softmax kernels: a row that met a NaN or +inf logit (`bad`, or m already NaN)

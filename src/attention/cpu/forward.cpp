@@ -128,6 +128,7 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
   mk.scale2 = scale2_;
   mk.bias2 = p_.sink_mode == SinkMode::key0_bias ? float(double(sink(h)) * kLog2e) : 0.f;
   mk.moving_max = stream_;
+  mk.bf16_p = bf16_ && !diag_;  // p is only rounded to bf16 for P·V and summed into l
   if (group_pv_) {
     forward_groups(sc, g, s, rows, mk);
     finalize(sc, e, h, q_lo, rows);
