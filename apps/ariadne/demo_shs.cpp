@@ -113,36 +113,56 @@ void run_trained_section(DemoContext& ctx) {
   const VitWeights trained = load_vit_weights({ckpt.string()}, VitConfig::qwen25_vl());
   const VitWeights random = random_vit_weights(trained.config, 1, 0.f);
   const std::string letters(size_t(trained.config.depth), 'F');
-  ShsSummary sums[2];
+  // sums[set][model]: set 0 the held-out procedural images (exact masks), set 1 the VOC photos (COCO
+  // polygons), which the model never saw: the out-of-distribution probe of its heads. Model 0 is the
+  // trained checkpoint, 1 random weights of its architecture.
+  const fs::path voc = kSamples;
+  const bool has_voc = fs::exists(voc / "annotations.json");
+  ShsSummary sums[2][2];
   nlohmann::json runs;
-  for (int i = 0; i < 2; ++i) {
-    ShsJob job = demo_job(i == 0 ? trained : random, letters,
-                          fs::path(ctx.out_dir) / (i == 0 ? "shs_trained" : "shs_trained_random"), i == 0 ? 2 : 0);
-    job.images = images;
-    job.masks_dir = (dir / "heldout" / "masks").string();
-    const ShsRunResult r = run_shs(job, nullptr);
-    sums[i] = r.summary;
-    runs[i == 0 ? "trained" : "random_same_architecture"] = r.json;
-  }
+  for (int set = 0; set < (has_voc ? 2 : 1); ++set)
+    for (int i = 0; i < 2; ++i) {
+      const std::string name = std::string(set == 0 ? "shs_trained" : "shs_trained_voc") + (i == 0 ? "" : "_random");
+      ShsJob job = demo_job(i == 0 ? trained : random, letters, fs::path(ctx.out_dir) / name, i == 0 ? 2 : 0);
+      if (set == 0) {
+        job.images = images;
+        job.masks_dir = (dir / "heldout" / "masks").string();
+      } else {
+        for (const char* stem : {"2011_000003", "2011_000006", "2011_000025"})
+          job.images.push_back((voc / "JPEGImages" / (std::string(stem) + ".jpg")).string());
+        job.coco_file = (voc / "annotations.json").string();
+        job.preprocess.max_pixels = 50176;  // the checkpoint's training size, 224²
+      }
+      const ShsRunResult r = run_shs(job, nullptr);
+      sums[set][i] = r.summary;
+      runs[std::string(set == 0 ? "" : "voc_") + (i == 0 ? "trained" : "random_same_architecture")] = r.json;
+    }
   const VitConfig& c = trained.config;
   md << "`" << ckpt.filename().string() << "` (data/study/README.md says how it was trained): a tower of depth "
      << c.depth << ", hidden " << c.hidden << ", " << c.heads << " heads × " << c.head_dim()
      << ", schedule `" << letters << "`, trained on the study's procedural images "
      << "(docs/study.md). Its SHS-Index on " << images.size()
      << " held-out images of the same generator, whose masks are exact, beside the same architecture with "
-        "random weights (seed 1):\n\n"
-     << std::fixed << "| measure | trained | random weights |\n| --- | --- | --- |\n"
-     << std::setprecision(4) << "| SHS-Index | " << sums[0].shs_index << " | " << sums[1].shs_index << " |\n"
-     << std::setprecision(1) << "| FG-dominant heads | " << 100 * sums[0].fg_dominant_share << "% | "
-     << 100 * sums[1].fg_dominant_share << "% |\n"
-     << std::setprecision(2) << "| mean attention distance (patches) | " << sums[0].distance_patches << " | "
-     << sums[1].distance_patches << " |\n"
-     << std::setprecision(3) << "| mean row entropy (nats) | " << sums[0].entropy << " | " << sums[1].entropy
-     << " |\n\nPer layer SHS, trained:";
-  for (double v : sums[0].per_layer) md << " " << v;
+        "random weights (seed 1)";
+  if (has_voc) md << "; and on the three VOC photos above, which it never saw (an out-of-distribution probe)";
+  md << ":\n\n| measure | trained | random weights |" << (has_voc ? " VOC: trained | VOC: random |" : "")
+     << "\n| --- | --- | --- |" << (has_voc ? " --- | --- |" : "") << "\n" << std::fixed;
+  auto row = [&](const char* label, int precision, double scale, auto field) {
+    md << "| " << label << " |" << std::setprecision(precision);
+    for (int set = 0; set < (has_voc ? 2 : 1); ++set)
+      for (int i = 0; i < 2; ++i) md << " " << scale * field(sums[set][i]) << " |";
+    md << "\n";
+  };
+  row("SHS-Index", 4, 1.0, [](const ShsSummary& x) { return x.shs_index; });
+  row("FG-dominant heads (%)", 1, 100.0, [](const ShsSummary& x) { return x.fg_dominant_share; });
+  row("mean attention distance (patches)", 2, 1.0, [](const ShsSummary& x) { return x.distance_patches; });
+  row("mean row entropy (nats)", 3, 1.0, [](const ShsSummary& x) { return x.entropy; });
+  md << "\nPer layer SHS, trained:" << std::setprecision(3);
+  for (double v : sums[0][0].per_layer) md << " " << v;
   md << "; random:";
-  for (double v : sums[1].per_layer) md << " " << v;
-  md << "\n\nPictures of the trained heads: `shs_trained/<image>/layerNN.png` (as above).\n";
+  for (double v : sums[0][1].per_layer) md << " " << v;
+  md << "\n\nPictures of the trained heads: `shs_trained/<image>/layerNN.png`"
+     << (has_voc ? " and on the photos `shs_trained_voc/<image>/layerNN.png`" : "") << " (as above).\n";
   ctx.json["trained"] = runs;
 }
 
