@@ -6,8 +6,10 @@
 
 #if defined(__x86_64__)
 // GCC 12's _mm512_undefined_ps() initializes a register with itself, which -Wmaybe-uninitialized
-// reports inside max/min/scalef intrinsics once inlined: a false positive in the compiler's header.
+// reports inside max/min/scalef intrinsics once inlined, and -Wuninitialized inside the shuffles of
+// transpose16 once transpose32 inlines it with constant sizes: false positives in the compiler's header.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -503,8 +505,45 @@ void probs(const float* s, const RowMask& mk, int rows, const float* off, float*
   }
 }
 
+// ---- backward ----
+void grad_s(const float* p, const float* dp, const float* D, int rows, float* ds) {
+  for (int r = 0; r < rows; ++r) {
+    const __m512 d = _mm512_set1_ps(D[r]);
+    for (int h = 0; h < kKeyTile; h += 16) {
+      const __m512 pv = _mm512_loadu_ps(p + r * kKeyTile + h);
+      const __m512 x = _mm512_sub_ps(_mm512_loadu_ps(dp + r * kKeyTile + h), d);
+      // p == 0 gives 0, a NaN p stays NaN (NEQ_UQ is true for it), as the driver's loop does.
+      const __mmask16 live = _mm512_cmp_ps_mask(pv, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+      _mm512_storeu_ps(ds + r * kKeyTile + h, _mm512_maskz_mul_ps(live, pv, x));
+    }
+  }
+}
+
+void transpose32(const float* src, int n, float* dst) {
+  transpose_words(reinterpret_cast<const char*>(src), kKeyTile * 4, n, kKeyTile, dst);
+}
+
+// Σ_j a_j·b_j over 32 values (b null: Σ_j a_j) in double: products exact, four 8-lane partials
+// added pairwise, then the lanes.
+inline double dot32(const float* a, const float* b) {
+  __m512d part[4];
+  for (int q = 0; q < 4; ++q) {
+    part[q] = _mm512_cvtps_pd(_mm256_loadu_ps(a + 8 * q));
+    if (b != nullptr) part[q] = _mm512_mul_pd(part[q], _mm512_cvtps_pd(_mm256_loadu_ps(b + 8 * q)));
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(part[0], part[1]), _mm512_add_pd(part[2], part[3])));
+}
+
+void row_sums(const float* p, const float* dp, int rows, double* z, double* pd) {
+  for (int r = 0; r < rows; ++r) {
+    z[r] += dot32(p + r * kKeyTile, nullptr);
+    pd[r] += dot32(p + r * kKeyTile, dp + r * kKeyTile);
+  }
+}
+
 const TileKernels kAvx512{"avx512", qk_f32,     qk_bf16,     softmax,     pv_f32, pv_bf16, nullptr, colsum,
-                          pack_k_f32, pack_k_bf16, pack_v_bf16, store_bf16, probs, nullptr, nullptr};
+                          pack_k_f32, pack_k_bf16, pack_v_bf16, store_bf16, probs,   grad_s,  transpose32,
+                          row_sums,   nullptr,     nullptr};
 
 }  // namespace
 

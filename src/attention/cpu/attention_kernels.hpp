@@ -118,6 +118,15 @@ struct TileKernels {
   // masked; s = raw dots, t as in softmax. off[r] must not be NaN or −inf (−inf − −inf is NaN):
   // a row without keys passes 0 with lo >= hi, and the driver handles NaN rows. p may be s.
   void (*probs)(const float* s, const RowMask& mask, int rows, const float* off, float* p);
+  // ds[r][j] = p[r][j]·(dp[r][j] − D[r]), exactly 0 where p is 0 (masked keys stay 0 whatever
+  // dP − D is), for r < rows; ds may be dp. Null: the driver's loop (the same arithmetic).
+  void (*grad_s)(const float* p, const float* dp, const float* D, int rows, float* ds);
+  // dst[j][i] = src[i][j] for i < n (rows of 32), 0 for i in [n, 32): the 32 × 32 Pᵀ and dSᵀ
+  // blocks of the key pass. Null: the driver's loop.
+  void (*transpose32)(const float* src, int n, float* dst);
+  // The query pass's per-row sums, in double, each in a fixed order: z[r] += Σ_j p[r][j] and
+  // pd[r] += Σ_j p[r][j]·dp[r][j] (products exact in double). Null: the driver's loops.
+  void (*row_sums)(const float* p, const float* dp, int rows, double* z, double* pd);
 
   // ---- per-thread state (optional: null where a table keeps none) ----
   // begin_bf16(dp) before one thread's run of bf16 products with dp head-dim pairs, end_bf16() after

@@ -2,7 +2,7 @@
 // whose P = 2^(t − lse) and dP = dO·Vᵀ are recomputed from the saved LSE:
 //   query pass  items (sequence, query head, query tile of ≤ 64 rows): over the key tiles the
 //               forward's walk visits, P and dP (kept for the item), then per row
-//               D = Σ_j (p_j / z) dP_j with z = Σ_j p_j (+ the denominator sink's p), then
+//               D = Σ_j p_j dP_j / z with z = Σ_j p_j (+ the denominator sink's p), then
 //               dS = P ∘ (dP − D) and dq += dS·K; the denominator sink's term −p_sink·D;
 //   key pass    items (sequence, KV head, key tile), after the query pass: for every query head of
 //               the group and every chunk of ≤ 32 query rows that Pattern::query_range says may
@@ -14,8 +14,10 @@
 // +10) or logits are large (±1e4): there the rounding of out or of the LSE, amplified by |k| in
 // dq, exceeds the gradient tolerance (measured: 0.14–0.21 rel. L2 against 0.02–0.04 with bf16 out).
 // With D from the same P and dP that dS uses, the sum cancels to fp32 rounding; and a row that sees
-// one key gets p̂ = p/p = 1 and D = dP exactly, so its dS and dq are exactly 0, as in exact
-// arithmetic. The two passes do 7 tile products per block, as many as a single key-major pass
+// one key gets D = p·dP / p = dP exactly (the products are exact in double), so its dS and dq are
+// exactly 0, as in exact arithmetic. On the bf16 path (q, k, v, dout bf16) the five products run on
+// the table's bf16 primitives with P and dS rounded to bf16 before theirs, as GPU kernels do; D and
+// z still come from the fp32 P and dP. The two passes do 7 tile products per block, as many as a single key-major pass
 // would with this D (it needs a pre-pass for D), and every output belongs to one item: no atomics,
 // no per-thread copies, sums in a fixed order.
 #include <omp.h>
@@ -41,7 +43,11 @@ struct Ones {
 const Ones kOnes;
 
 // dst[j][i] = src[i][j] for i < n (rows of src, 32 columns), zero for i in [n, 32).
-void transpose_block(const float* src, int n, float* dst) {
+void transpose_block(const TileKernels& k, const float* src, int n, float* dst) {
+  if (k.transpose32 != nullptr) {
+    k.transpose32(src, n, dst);
+    return;
+  }
   for (int j = 0; j < kKeyTile; ++j) {
     float* row = dst + j * kBwdChunk;
     for (int i = 0; i < n; ++i) row[i] = src[i * kKeyTile + j];
@@ -53,7 +59,8 @@ void transpose_block(const float* src, int n, float* dst) {
 // reassociation), then the partials in order. Double because D and z feed the cancellations of
 // backward_passes' header: fp32 sums there measured 1.1× the f32 gradient tolerance (a key-0 bias
 // of +10).
-double row_sum(const float* x) {
+template <class T>
+double row_sum(const T* x) {
   double part[4] = {};
   for (int j = 0; j < kKeyTile; j += 4)
     for (int l = 0; l < 4; ++l) part[l] += double(x[j + l]);
@@ -77,14 +84,20 @@ void BackwardRunner::load_rows(Scratch& sc, const SeqExtent& e, int h, int64_t q
   }
 }
 
-void BackwardRunner::p_dp(Scratch& sc, const RowMask& mk, int g, int32_t s, int64_t t, const float* q,
-                          const float* dout, int r0, int r1, float* p, float* dp) const {
+void BackwardRunner::p_dp(Scratch& sc, const RowMask& mk, int g, int32_t s, int64_t t, int h, int64_t row0, int r0,
+                          int r1, float* p, float* dp) const {
   const int n = r1 - r0;
   float* S = sc.s.data() + r0 * kKeyTile;
   float* P = p + r0 * kKeyTile;
-  k_.qk_f32(q, dv_, kt(g, s, t), d_, n, S);
-  k_.probs(S, mk, n, sc.off.data() + r0, P);
-  k_.qk_f32(dout, dv_, vt(g, s, t), d_, n, dp + r0 * kKeyTile);
+  if (bf16_) {  // exact bf16 products, fp32 sums: the same S and dP as the fp32 path up to summation order
+    k_.qk_bf16(q_rows_b(h, row0), dv_, reinterpret_cast<const uint16_t*>(kbt(g, s, t)), dp_, n, S);
+    k_.probs(S, mk, n, sc.off.data() + r0, P);
+    k_.qk_bf16(do_rows_b(h, row0), dv_, reinterpret_cast<const uint16_t*>(vbt(g, s, t)), dp_, n, dp + r0 * kKeyTile);
+  } else {
+    k_.qk_f32(q_rows(h, row0), dv_, kt(g, s, t), d_, n, S);
+    k_.probs(S, mk, n, sc.off.data() + r0, P);
+    k_.qk_f32(do_rows(h, row0), dv_, vt(g, s, t), d_, n, dp + r0 * kKeyTile);
+  }
   for (int r = 0; r < n; ++r) {
     if (!sc.nan_row[size_t(r0 + r)]) continue;
     // A NaN LSE or D (the forward poisoned the row, or dout holds a NaN): NaN on every key the
@@ -95,14 +108,46 @@ void BackwardRunner::p_dp(Scratch& sc, const RowMask& mk, int g, int32_t s, int6
   }
 }
 
-void BackwardRunner::d_s(Scratch& sc, const float* p, const float* dp, int r0, int r1) const {
+void BackwardRunner::d_s(const Scratch& sc, const float* p, const float* dp, int r0, int r1, float* ds) const {
+  if (k_.grad_s != nullptr) {
+    k_.grad_s(p + r0 * kKeyTile, dp + r0 * kKeyTile, sc.D.data() + r0, r1 - r0, ds + r0 * kKeyTile);
+    return;
+  }
   for (int r = r0; r < r1; ++r) {
     const float D = sc.D[size_t(r)];
     const float* pr = p + r * kKeyTile;
     const float* dpr = dp + r * kKeyTile;
-    float* dsr = sc.ds.data() + r * kKeyTile;
+    float* dsr = ds + r * kKeyTile;
     // Masked keys (p = 0) stay exactly 0 whatever dP − D is.
     for (int j = 0; j < kKeyTile; ++j) dsr[j] = pr[j] == 0.f ? 0.f : pr[j] * (dpr[j] - D);
+  }
+}
+
+void BackwardRunner::flush_key_batch(Scratch& sc, const uint32_t* const* qb, const uint32_t* const* dob, int count,
+                                     float* dk, float* dv) const {
+  if (count == 0) return;
+  const float* pt[kPvBatch];
+  const float* dst[kPvBatch];
+  const uint16_t* qv[kPvBatch];
+  const uint16_t* dov[kPvBatch];
+  const float* ones[kPvBatch];
+  const size_t block = size_t(kBwdChunk) * kKeyTile;
+  for (int j = 0; j < count; ++j) {
+    pt[j] = sc.pt_batch.data() + size_t(j) * block;
+    dst[j] = sc.dst_batch.data() + size_t(j) * block;
+    qv[j] = reinterpret_cast<const uint16_t*>(qb[j]);
+    dov[j] = reinterpret_cast<const uint16_t*>(dob[j]);
+    ones[j] = kOnes.v;
+  }
+  // α = 1 everywhere: the batch only keeps dk and dv in the accumulators across chunks.
+  if (k_.pv_bf16_batch != nullptr) {
+    k_.pv_bf16_batch(pt, dov, ones, count, dv_, kKeyTile, dv);
+    k_.pv_bf16_batch(dst, qv, ones, count, dv_, kKeyTile, dk);
+    return;
+  }
+  for (int j = 0; j < count; ++j) {
+    k_.pv_bf16(pt[j], dov[j], dv_, kKeyTile, kOnes.v, dv);
+    k_.pv_bf16(dst[j], qv[j], dv_, kKeyTile, kOnes.v, dk);
   }
 }
 
@@ -128,6 +173,7 @@ void BackwardRunner::passes() {
 #pragma omp parallel num_threads(threads_)
   {
     Scratch sc = make_scratch();
+    const Bf16Session tiles(k_, bf16_, dp_);  // only this runner uses the tile unit inside the region
 #pragma omp for schedule(dynamic, 1)
     for (size_t i = 0; i < query_items.size(); ++i) {
       const Item& it = query_items[i];
@@ -153,6 +199,9 @@ void BackwardRunner::key_item(Scratch& sc, int32_t s, int g, int64_t t) {
   mk.scale2 = scale2_;
   mk.apply_bias = bias && t == 0;
   const KeyRange qr = pat_.query_range(e, k_lo, k_hi);
+  const uint32_t* qb[kPvBatch];  // bf16 path: the pending chunks' B operands
+  const uint32_t* dob[kPvBatch];
+  int pending = 0;
   for (int h = g * group_; h < (g + 1) * group_; ++h) {
     mk.bias2 = bias ? float(double(sink(h)) * kLog2e) : 0.f;
     double bias_sum = 0;
@@ -177,12 +226,46 @@ void BackwardRunner::key_item(Scratch& sc, int32_t s, int g, int64_t t) {
       mk.dense = dense && bits == ~0u;
       const int n = r1 - r0;
       const int64_t row0 = e.q0 + q_lo + r0;
+      p_dp(sc, mk, g, s, t, h, row0, r0, r1, sc.p.data(), sc.dp.data());
+      d_s(sc, sc.p.data(), sc.dp.data(), r0, r1, sc.ds.data());
+      if (mk.apply_bias)
+        for (int r = 0; r < n; ++r) bias_sum += sc.ds[size_t((r0 + r) * kKeyTile)];
+      if (bf16_) {
+        // The chunk waits in the batch; its B operands are the packed row pairs when the chunk is
+        // 32 rows from an even row, else its rows copied into the slot's pairs, zero past n.
+        const size_t block = size_t(kBwdChunk) * kKeyTile;
+        transpose_block(k_, sc.p.data() + r0 * kKeyTile, n, sc.pt_batch.data() + size_t(pending) * block);
+        transpose_block(k_, sc.ds.data() + r0 * kKeyTile, n, sc.dst_batch.data() + size_t(pending) * block);
+        if (n == kBwdChunk && row0 % 2 == 0) {
+          qb[pending] = q_pairs(h, row0);
+          dob[pending] = do_pairs(h, row0);
+        } else {
+          const size_t slot = size_t(pending) * (kBwdChunk / 2) * size_t(dv_);
+          uint32_t* qs = sc.q_pairs.data() + slot;
+          uint32_t* ds = sc.do_pairs.data() + slot;
+          const uint16_t* qr0 = q_rows_b(h, row0);
+          const uint16_t* dr0 = do_rows_b(h, row0);
+          for (int i = 0; i < kBwdChunk / 2; ++i)
+            for (int c = 0; c < dv_; ++c) {
+              const int a0 = 2 * i, a1 = 2 * i + 1;
+              const uint32_t q0 = a0 < n ? qr0[a0 * dv_ + c] : 0u, q1 = a1 < n ? qr0[a1 * dv_ + c] : 0u;
+              const uint32_t d0 = a0 < n ? dr0[a0 * dv_ + c] : 0u, d1 = a1 < n ? dr0[a1 * dv_ + c] : 0u;
+              qs[i * dv_ + c] = q0 | q1 << 16;
+              ds[i * dv_ + c] = d0 | d1 << 16;
+            }
+          qb[pending] = qs;
+          dob[pending] = ds;
+        }
+        if (++pending == kPvBatch) {
+          flush_key_batch(sc, qb, dob, pending, dk, dv);
+          pending = 0;
+        }
+        continue;
+      }
       const float* q = q_rows(h, row0);
       const float* dout = do_rows(h, row0);
-      p_dp(sc, mk, g, s, t, q, dout, r0, r1, sc.p.data(), sc.dp.data());
-      d_s(sc, sc.p.data(), sc.dp.data(), r0, r1);
-      transpose_block(sc.p.data() + r0 * kKeyTile, n, sc.pt.data());
-      transpose_block(sc.ds.data() + r0 * kKeyTile, n, sc.dst.data());
+      transpose_block(k_, sc.p.data() + r0 * kKeyTile, n, sc.pt.data());
+      transpose_block(k_, sc.ds.data() + r0 * kKeyTile, n, sc.dst.data());
       if (n < kBwdChunk) {  // the P·V primitive reads 32 operand rows: pad a short chunk with zeros
         const size_t used = size_t(n) * size_t(dv_), all = size_t(kBwdChunk) * size_t(dv_);
         std::memcpy(sc.pad_q.data(), q, used * sizeof(float));
@@ -194,11 +277,10 @@ void BackwardRunner::key_item(Scratch& sc, int32_t s, int g, int64_t t) {
       }
       k_.pv_f32(sc.pt.data(), dout, dv_, dv_, kKeyTile, kOnes.v, dv);
       k_.pv_f32(sc.dst.data(), q, dv_, dv_, kKeyTile, kOnes.v, dk);
-      if (mk.apply_bias)
-        for (int r = 0; r < n; ++r) bias_sum += sc.ds[size_t((r0 + r) * kKeyTile)];
     }
     if (mk.apply_bias) sink_seqs_[size_t(int64_t(s) * hq_ + h)] = bias_sum;
   }
+  flush_key_batch(sc, qb, dob, pending, dk, dv);
   for (int64_t j = 0; j < k_hi - k_lo; ++j) {
     const int64_t tok = e.k0 + k_lo + j;
     store_row(g_.dk, row_offset(g_.dk, tok, g), d_, dk + j * dv_, scale_, k_);
@@ -245,21 +327,24 @@ void BackwardRunner::query_item(Scratch& sc, int32_t s, int h, int64_t q_lo, int
     sc.spans[vi] = {r0, r1};
     const int64_t row0 = e.q0 + q_lo + r0;
     float* P = sc.p_all.data() + vi * block;
-    p_dp(sc, mk, g, s, sc.visits[vi].tile, q_rows(h, row0), do_rows(h, row0), r0, r1, P, sc.dp_all.data() + vi * block);
-    for (int r = r0; r < r1; ++r) sc.z[size_t(r)] += row_sum(P + r * kKeyTile);
-  }
-  // D = Σ_j (p_j / z) dP_j: a row that sees one key divides p by itself (exactly 1).
-  for (size_t vi = 0; vi < sc.visits.size(); ++vi) {
-    const auto [r0, r1] = sc.spans[vi];
-    const float* P = sc.p_all.data() + vi * block;
+    p_dp(sc, mk, g, s, sc.visits[vi].tile, h, row0, r0, r1, P, sc.dp_all.data() + vi * block);
     const float* dP = sc.dp_all.data() + vi * block;
-    for (int r = r0; r < r1; ++r) {
-      const float z = float(sc.z[size_t(r)]);
-      if (!(z > 0.f) && z == z) continue;  // no mass on any key: D stays 0
-      float terms[kKeyTile];
-      for (int j = 0; j < kKeyTile; ++j) terms[j] = P[r * kKeyTile + j] / z * dP[r * kKeyTile + j];
-      sc.dsum[size_t(r)] += row_sum(terms);
+    if (k_.row_sums != nullptr) {
+      k_.row_sums(P + r0 * kKeyTile, dP + r0 * kKeyTile, r1 - r0, sc.z.data() + r0, sc.dsum.data() + r0);
+      continue;
     }
+    for (int r = r0; r < r1; ++r) {
+      double pdp[kKeyTile];
+      for (int j = 0; j < kKeyTile; ++j) pdp[j] = double(P[r * kKeyTile + j]) * double(dP[r * kKeyTile + j]);
+      sc.z[size_t(r)] += row_sum(P + r * kKeyTile);
+      sc.dsum[size_t(r)] += row_sum(pdp);
+    }
+  }
+  // D = Σ_j p_j dP_j / z: the products are exact in double, so a row that sees one key gets
+  // p·dP / p = dP exactly.
+  for (int r = 0; r < rows; ++r) {
+    const double z = sc.z[size_t(r)];
+    sc.dsum[size_t(r)] = !(z > 0) && z == z ? 0.0 : sc.dsum[size_t(r)] / z;  // no mass on any key: D = 0
   }
   for (int r = 0; r < rows; ++r) {
     const float D = float(sc.dsum[size_t(r)]);
@@ -272,12 +357,44 @@ void BackwardRunner::query_item(Scratch& sc, int32_t s, int h, int64_t q_lo, int
   // dS and dq += dS·K.
   float* dq = sc.acc_a.data();
   std::fill(dq, dq + int64_t(rows) * dv_, 0.f);
-  for (size_t vi = 0; vi < sc.visits.size(); ++vi) {
-    const auto [r0, r1] = sc.spans[vi];
-    if (r0 >= r1) continue;
-    d_s(sc, sc.p_all.data() + vi * block, sc.dp_all.data() + vi * block, r0, r1);
-    k_.pv_f32(sc.ds.data() + r0 * kKeyTile, kr(g, s, sc.visits[vi].tile), dv_, dv_, r1 - r0, kOnes.v,
-              dq + int64_t(r0) * dv_);
+  if (bf16_) {
+    // dS in place of dP; consecutive visits with the same rows go to one pv_bf16_batch call, which
+    // keeps dq in the accumulators across them (α = 1).
+    const float* batch_p[kPvBatch];
+    const uint16_t* batch_k[kPvBatch];
+    const float* ones[kPvBatch];
+    int pending = 0;
+    std::pair<int, int> span{0, 0};
+    auto flush = [&] {
+      if (pending == 0) return;
+      float* o = dq + int64_t(span.first) * dv_;
+      const int n = span.second - span.first;
+      if (k_.pv_bf16_batch != nullptr) k_.pv_bf16_batch(batch_p, batch_k, ones, pending, dv_, n, o);
+      else
+        for (int j = 0; j < pending; ++j) k_.pv_bf16(batch_p[j], batch_k[j], dv_, n, kOnes.v, o);
+      pending = 0;
+    };
+    for (size_t vi = 0; vi < sc.visits.size(); ++vi) {
+      const auto [r0, r1] = sc.spans[vi];
+      if (r0 >= r1) continue;
+      float* dS = sc.dp_all.data() + vi * block;
+      d_s(sc, sc.p_all.data() + vi * block, dS, r0, r1, dS);
+      if (pending == kPvBatch || (pending > 0 && sc.spans[vi] != span)) flush();
+      span = sc.spans[vi];
+      batch_p[pending] = dS + r0 * kKeyTile;
+      batch_k[pending] = reinterpret_cast<const uint16_t*>(kbr(g, s, sc.visits[vi].tile));
+      ones[pending] = kOnes.v;
+      ++pending;
+    }
+    flush();
+  } else {
+    for (size_t vi = 0; vi < sc.visits.size(); ++vi) {
+      const auto [r0, r1] = sc.spans[vi];
+      if (r0 >= r1) continue;
+      d_s(sc, sc.p_all.data() + vi * block, sc.dp_all.data() + vi * block, r0, r1, sc.ds.data());
+      k_.pv_f32(sc.ds.data() + r0 * kKeyTile, kr(g, s, sc.visits[vi].tile), dv_, dv_, r1 - r0, kOnes.v,
+                dq + int64_t(r0) * dv_);
+    }
   }
   for (int r = 0; r < rows; ++r)
     store_row(g_.dq, row_offset(g_.dq, e.q0 + q_lo + r, h), d_, dq + int64_t(r) * dv_, scale_, k_);
