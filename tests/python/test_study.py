@@ -321,7 +321,10 @@ def _bf16_step_against_fp32_and_sdpa(name, config, side, device):
     """One training step as the GPU run takes it (bf16 autocast, q/k/v in bf16 on ariadne's kernels)
     against the fp32 model on the CPU, and against the SDPA path in bf16 on the same device: encoder
     outputs within the whole-network bf16 bound of docs/numerics.md (2e-2); all gradients together
-    within 3e-2 of SDPA's, each parameter's within 1e-1 (small gradients carry bf16 noise)."""
+    within 3e-2 of SDPA's; each parameter's gradient within 1e-1 of the fp32 model's (SDPA path, on
+    the CPU), or no further from it than twice bf16 SDPA's own distance. A small gradient (a layer's
+    two sink logits) carries bf16 noise of that size on both paths, in different directions, so two
+    bf16 gradients are compared through the fp32 one, not with each other."""
     schedule = study_schedule(name, config)
     torch.manual_seed(0)
     cpu = StudyViT(config, schedule, data.NUM_CLASSES, data.MAX_OBJECTS)
@@ -330,6 +333,10 @@ def _bf16_step_against_fp32_and_sdpa(name, config, side, device):
     rows, grids = pixel_rows(b.images, config)
     with torch.no_grad():
         ref = cpu.encode(rows, grids).numpy()
+    exact = StudyViT(config, schedule, data.NUM_CLASSES, data.MAX_OBJECTS, attention="sdpa")
+    exact.load_state_dict(cpu.state_dict())
+    train.loss_of(*exact(rows, grids), b.present, b.count).backward()
+    fp32 = {n: p.grad.numpy() for n, p in exact.named_parameters()}
     grads = {}
     # FlexAttention has no backward on the CPU: its path is checked with gradients on the GPU only.
     attentions = ("ariadne", "sdpa") + (("flex",) if device == "cuda" else ())
@@ -350,7 +357,8 @@ def _bf16_step_against_fp32_and_sdpa(name, config, side, device):
         flat = [np.concatenate([grads[a][n].ravel() for n in names]) for a in (other, "sdpa")]
         assert rel_l2(flat[0], flat[1]) <= 3e-2, other
         for n in names:
-            assert rel_l2(grads[other][n], grads["sdpa"][n]) <= 1e-1, (other, n)
+            error, anchor = rel_l2(grads[other][n], fp32[n]), rel_l2(grads["sdpa"][n], fp32[n])
+            assert error <= max(1e-1, 2 * anchor), (other, n, error, anchor)
 
 
 @pytest.mark.parametrize("name", ["ariadne", "chunk+sink", "swa2d"])
