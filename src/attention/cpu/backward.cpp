@@ -123,14 +123,18 @@ void BackwardRunner::pack_rows(const TensorView& t, int heads, float* dst) const
   }
 }
 
-// Key tile gtile (call-wide index) of KV head g into its three layouts; keys past the sequence
-// end are zero.
-void BackwardRunner::pack_tiles(int g, int64_t gtile) {
+BackwardRunner::TileSpot BackwardRunner::locate(int g, int64_t gtile) const {
   const int32_t s = int32_t(std::upper_bound(tile_base_.begin(), tile_base_.end(), gtile) - tile_base_.begin()) - 1;
   const int64_t t = gtile - tile_base_[size_t(s)];
   const SeqExtent& e = seqs_[size_t(s)];
-  const int64_t i = int64_t(g) * total_tiles_ + gtile, tok0 = e.k0 + t * kKeyTile;
   const int n = int(std::min<int64_t>(kKeyTile, e.lk - t * kKeyTile));
+  return {int64_t(g) * total_tiles_ + gtile, e.k0 + t * kKeyTile, n};
+}
+
+// Key tile gtile (call-wide index) of KV head g into its three layouts; keys past the sequence
+// end are zero.
+void BackwardRunner::pack_tiles(int g, int64_t gtile) {
+  const auto [i, tok0, n] = locate(g, gtile);
   float* ktp = kt_ + i * ktile_;
   float* vtp = vt_ + i * ktile_;
   float* krp = kr_ + i * krtile_;
@@ -155,11 +159,7 @@ void BackwardRunner::pack_tiles(int g, int64_t gtile) {
 // Key tile gtile of KV head g in the bf16 layouts (kbt_, vbt_, kbr_); keys past the sequence end
 // and head-dim entries past d are zero.
 void BackwardRunner::pack_tiles_bf16(int g, int64_t gtile) {
-  const int32_t s = int32_t(std::upper_bound(tile_base_.begin(), tile_base_.end(), gtile) - tile_base_.begin()) - 1;
-  const int64_t t = gtile - tile_base_[size_t(s)];
-  const SeqExtent& e = seqs_[size_t(s)];
-  const int64_t i = int64_t(g) * total_tiles_ + gtile, tok0 = e.k0 + t * kKeyTile;
-  const int n = int(std::min<int64_t>(kKeyTile, e.lk - t * kKeyTile));
+  const auto [i, tok0, n] = locate(g, gtile);
   const uint16_t* kin = static_cast<const uint16_t*>(p_.k.data);
   const uint16_t* vin = static_cast<const uint16_t*>(p_.v.data);
   // Element (key j, head-dim c) of K or V, 0 outside the tile's keys and the head dim.

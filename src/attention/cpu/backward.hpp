@@ -60,6 +60,13 @@ class BackwardRunner {
   // ---- preprocess (backward.cpp) ----
   void prepare();
   void pack_rows(const TensorView& t, int heads, float* dst) const;  // [heads][tokens][dv]
+  // Where call-wide key tile gtile of KV head g lies: its slot in the packed arrays, its first key
+  // token and its key count (< kKeyTile past a sequence's end).
+  struct TileSpot {
+    int64_t slot, tok0;
+    int n;
+  };
+  TileSpot locate(int g, int64_t gtile) const;
   void pack_tiles(int g, int64_t gtile);
   void pack_tiles_bf16(int g, int64_t gtile);
   void pack_rows_bf16(const TensorView& t, uint16_t* rows, uint32_t* pairs) const;
