@@ -163,7 +163,8 @@ void BackwardRunner::pack_tiles_bf16(int g, int64_t gtile) {
   const uint16_t* kin = static_cast<const uint16_t*>(p_.k.data);
   const uint16_t* vin = static_cast<const uint16_t*>(p_.v.data);
   // Element (key j, head-dim c) of K or V, 0 outside the tile's keys and the head dim.
-  auto at = [&](const uint16_t* in, const TensorView& v, int j, int c) -> uint16_t {
+  // The bindings are copied into the capture: clang 14 does not capture structured bindings.
+  auto at = [&, n = n, tok0 = tok0](const uint16_t* in, const TensorView& v, int j, int c) -> uint16_t {
     return j < n && c < d_ ? in[row_offset(v, tok0 + j, g) + c] : uint16_t(0);
   };
   uint32_t* kt = kbt_ + i * ktile_b_;
