@@ -1,6 +1,8 @@
 // The fast CPU backend's own properties, beyond the case table (tests/cpu/test_cases.cpp, which
 // checks every output against the reference on every kernel table): bit-identical results for any
 // thread count, on both the call-wide and the stream path, and the checks of its settings.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -114,6 +116,129 @@ TEST(AttentionCpu, StreamRowGroupsMatchReference) {
   }
   // Thread counts on the group path: items of 16 query tiles, split among threads differently.
   expect_thread_independent(prepare(cs[0]));
+}
+
+// Runs pc on the named table (the caller checks it is available).
+void run_on_table(const PreparedCase& pc, const char* isa, std::vector<CaseOutputs>& runs) {
+  runs.push_back(poisoned_outputs(pc));
+  const ForceIsa force(isa);
+  attention(host_params(pc, runs.back()), Backend::cpu);
+}
+
+// bf16 without the diagnostics on the call-wide path: whole key tiles seen by every row of a query
+// tile are done in batches of up to kPvBatch (on AMX one fused softmax step per 16-row group over
+// the batch, TileKernels::dense_bf16). Batches cut by partial tiles, a block mask, a causal
+// diagonal and the key-0 bias tile; short row groups; lq < lk with GQA 4:1; head dims 64/80/128;
+// logits near ±1e4; strided views; on every table.
+TEST(AttentionCpu, DenseBatchesMatchReference) {
+  auto make = [](std::vector<int64_t> q, std::vector<int64_t> k, int hq, int hkv, int dim, const char* pat) {
+    AttnCase c = make_case(std::move(q), std::move(k), hq, hkv, dim, pat, DType::bf16);
+    c.f32_out = true;
+    return c;
+  };
+  std::vector<AttnCase> cs = {
+      make({300, 77}, {}, 4, 2, 80, "full"),         make({512}, {}, 2, 1, 128, "causal"),
+      make({256}, {700}, 4, 1, 64, "full"),          make({640}, {}, 2, 2, 80, "causal+blocks:0.5@64"),
+      make({64, 256}, {600, 256}, 2, 1, 80, "full"),
+  };
+  for (SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias}) {
+    AttnCase c = make({400}, {}, 4, 2, 80, "full");
+    c.sink_mode = mode;
+    c.sink = std::numeric_limits<float>::quiet_NaN();  // random per head
+    cs.push_back(c);
+  }
+  AttnCase large = make({384}, {}, 2, 1, 80, "full");
+  large.input_scale = 35;  // logits ~1e4: each step's maximum moves by thousands
+  cs.push_back(large);
+  AttnCase shifted = make({320}, {}, 2, 2, 64, "full");
+  shifted.logit_shift = 3000;
+  cs.push_back(shifted);
+  AttnCase padded = make({257, 64}, {}, 8, 2, 80, "full");
+  padded.token_pad = 24;
+  cs.push_back(padded);
+  for (const AttnCase& c : cs) {
+    const PreparedCase pc = prepare(c, salt());
+    for (const char* isa : kIsas) {
+      if (!cpu::tile_kernels_available(isa)) continue;
+      SCOPED_TRACE(pc.name + " on cpu/" + isa);
+      CaseBackend b;
+      b.name = std::string("cpu/") + isa;
+      b.repeat = true;
+      b.run = [isa](const PreparedCase& p, CaseOutputs& o, std::string* why) {
+        const AttentionParams params = host_params(p, o);
+        if (!backend_supports(Backend::cpu, params, why)) return false;
+        const ForceIsa force(isa);
+        attention(params, Backend::cpu);
+        return true;
+      };
+      std::string why;
+      EXPECT_TRUE(run_case(pc, b, &why)) << why;
+    }
+  }
+  expect_thread_independent(prepare(cs[0]));
+}
+
+// The same batches with a non-finite value: a NaN query row, a +inf query row (logits ±inf), a NaN
+// key in the first batch (every row of its KV group poisoned before the second batch starts) and
+// one in the second batch. The poisoned rows come out NaN (out and LSE); every other row keeps the
+// reference's value, also the rows that share a 16-row group with a poisoned one (docs/numerics.md).
+TEST(AttentionCpu, DenseBatchesPoisonOnlyTheirRows) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  struct Poison {
+    const char* what;
+    char tensor;
+    int64_t row;
+    float value;
+  };
+  for (const Poison& z : {Poison{"q NaN", 'q', 37, nan}, Poison{"q +inf", 'q', 200, inf},
+                         Poison{"k NaN, first batch", 'k', 70, nan}, Poison{"k NaN, second batch", 'k', 300, nan}}) {
+    AttnCase c = make_case({512}, {}, 4, 2, 80, "full", DType::bf16);
+    c.f32_out = true;
+    PreparedCase pc = prepare(c, salt());
+    const int h = 1, g = 0;  // query head 1 reads KV head 0
+    if (z.tensor == 'q') pc.in.params.q.set({z.row, h, 0}, z.value);
+    else pc.in.params.k.set({z.row, g, 5}, z.value);
+    for (const char* isa : kIsas) {
+      if (!cpu::tile_kernels_available(isa)) continue;
+      SCOPED_TRACE(std::string(z.what) + " on cpu/" + isa);
+      std::vector<CaseOutputs> runs;
+      run_on_table(pc, isa, runs);
+      const float* out = runs[0].out.as<float>();
+      const float* lse = runs[0].lse.as<float>();
+      const float* ref_out = pc.ref.out.as<float>();
+      const float* ref_lse = pc.ref.lse.as<float>();
+      // The tolerance rule of docs/numerics.md (tests/common.hpp) on the clean rows: relative L2 within
+      // tol, every element within 10·tol·max|ref|, the LSE within tol·max(1, |ref|).
+      float ref_max = 1e-3f;
+      for (int64_t i = 0; i < pc.ref.out.numel(); ++i) ref_max = std::max(ref_max, std::abs(ref_out[i]));
+      int bad_rows = 0, wrong = 0;
+      double err2 = 0, ref2 = 0;
+      for (int hh = 0; hh < c.heads_q; ++hh)
+        for (int64_t r = 0; r < 512; ++r) {
+          const bool poisoned = z.tensor == 'q' ? hh == h && r == z.row : hh / 2 == g;
+          const float l = lse[hh * 512 + r];
+          const float* o = out + (r * c.heads_q + hh) * c.dim;
+          if (poisoned) {
+            bool all_nan = std::isnan(l);
+            for (int j = 0; j < c.dim; ++j) all_nan = all_nan && std::isnan(o[j]);
+            bad_rows += all_nan ? 0 : 1;
+            continue;
+          }
+          const float* ro = ref_out + (r * c.heads_q + hh) * c.dim;
+          const float rl = ref_lse[hh * 512 + r];
+          bool near = std::abs(l - rl) <= pc.tol * std::max(1.f, std::abs(rl));
+          for (int j = 0; j < c.dim; ++j) {
+            near = near && std::abs(o[j] - ro[j]) <= 10 * pc.tol * ref_max;
+            err2 += double(o[j] - ro[j]) * (o[j] - ro[j]);
+            ref2 += double(ro[j]) * ro[j];
+          }
+          wrong += near ? 0 : 1;
+        }
+      EXPECT_EQ(bad_rows, 0) << "poisoned rows that are not NaN everywhere";
+      EXPECT_EQ(wrong, 0) << "clean rows off the reference";
+      EXPECT_LE(std::sqrt(err2 / ref2), pc.tol) << "relative L2 of the clean rows";
+    }
+  }
 }
 
 TEST(AttentionCpu, ThreadAndKernelSettingsRejectBadValues) {

@@ -15,11 +15,14 @@
 
 #if defined(__x86_64__) && defined(__AMX_TILE__) && defined(__AMX_BF16__)
 
+#include "attention/cpu/simd_avx512.hpp"  // first: it silences GCC's false uninitialized reports
+
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cpuid.h>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -82,7 +85,8 @@ void end_bf16() {
   t_session_rem = -1;
 }
 
-void qk_group(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, float* s) {
+// S (16 rows × 32 keys, row stride lds floats) = Q·Kᵀ for one key tile.
+void qk_group(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, float* s, int lds) {
   _tile_zero(0);
   _tile_zero(1);
   const int full = dp / 16, rem = dp % 16;
@@ -100,8 +104,8 @@ void qk_group(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, float* 
     _tile_dpbf16ps(0, 5, 6);
     _tile_dpbf16ps(1, 5, 7);
   }
-  _tile_stored(0, s, kKeyTile * 4);
-  _tile_stored(1, s + 16, kKeyTile * 4);
+  _tile_stored(0, s, lds * 4);
+  _tile_stored(1, s + 16, lds * 4);
 }
 
 void qk_bf16(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, int rows, float* s) {
@@ -113,14 +117,14 @@ void qk_bf16(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, int rows
   for (int r = 0; r < rows; r += 16) {
     const int n = rows - r < 16 ? rows - r : 16;
     if (n == 16) {
-      qk_group(q + r * ldq, ldq, k, dp, s + r * kKeyTile);
+      qk_group(q + r * ldq, ldq, k, dp, s + r * kKeyTile, kKeyTile);
       continue;
     }
     alignas(64) uint16_t qa[16 * 512];  // head dims up to 512 (dp <= 256)
     alignas(64) float sa[16 * kKeyTile];
     std::memset(qa, 0, sizeof(qa));
     for (int i = 0; i < n; ++i) std::memcpy(qa + i * 2 * dp, q + (r + i) * ldq, size_t(dp) * 4);
-    qk_group(qa, 2 * dp, k, dp, sa);
+    qk_group(qa, 2 * dp, k, dp, sa, kKeyTile);
     std::memcpy(s + r * kKeyTile, sa, size_t(n) * kKeyTile * 4);
   }
   if (own) restore();
@@ -206,6 +210,93 @@ void pv_bf16(const float* p, const uint16_t* v, int dv, int rows, const float* a
   pv_bf16_batch(&p, &v, &alpha, 1, dv, rows, o);
 }
 
+// TileKernels::dense_bf16: one online-softmax step over the 32·count keys of `count` whole key tiles
+// for 16 rows. S of all the tiles lands in one [16][256] buffer, so the row maxima, the rescale
+// factors and the row sums are taken once per step, not once per 32 keys, and P is rounded to bf16
+// as the softmax writes it, straight into the A tiles of P·V (no β scaling: the step has one maximum
+// per row). t = s·scale2 as in the softmax kernels; scale2 > 0 makes max t = scale2·max s.
+bool dense_bf16(const uint16_t* q, int64_t ldq, const uint16_t* const* k, const uint16_t* const* v, int count, int dp,
+                int dv, float scale2, float* m, float* l, float* o) {
+  if (dv % 16 != 0 || count < 1 || count > kPvBatch || dp > 256 || !(scale2 > 0.f) || !std::isfinite(scale2))
+    return false;
+  const __m512 mo = _mm512_loadu_ps(m);
+  if (_mm512_cmp_ps_mask(mo, mo, _CMP_UNORD_Q) != 0) return false;  // a poisoned row
+  constexpr int lds = kPvBatch * kKeyTile;
+  alignas(64) float s[16][lds];
+  const bool own = acquire(dp % 16);
+  for (int j = 0; j < count; ++j) qk_group(q, ldq, k[j], dp, s[0] + j * kKeyTile, lds);
+  // Row maxima of the raw dots. A NaN or infinite dot (QNaN, +inf, −inf, SNaN classes) sends the
+  // group back to the per-tile kernels, which poison or mask its row.
+  const int vecs = 2 * count;
+  __m512 red[16];
+  __mmask16 bad = 0;
+  for (int i = 0; i < 16; ++i) {
+    __m512 x = _mm512_load_ps(s[i]);
+    bad |= _mm512_fpclass_ps_mask(x, 0x99);
+    for (int c = 1; c < vecs; ++c) {
+      const __m512 y = _mm512_load_ps(s[i] + 16 * c);
+      bad |= _mm512_fpclass_ps_mask(y, 0x99);
+      x = _mm512_maskz_max_ps(0xFFFF, x, y);
+    }
+    red[i] = x;
+  }
+  if (bad != 0) {
+    if (own) restore();
+    return false;
+  }
+  const __m512 sc = _mm512_set1_ps(scale2);
+  const __m512 mn = _mm512_max_ps(
+      _mm512_mul_ps(reduce_rows16(red, [](__m512 x, __m512 y) { return _mm512_maskz_max_ps(0xFFFF, x, y); }), sc),
+      mo);
+  // exp2v(0) is exactly 1, so rows whose maximum did not move keep O as it is; a first step
+  // (m = −inf) gives α = 0.
+  const __m512 a = exp2v(_mm512_sub_ps(mo, mn));
+  alignas(64) float shift[16], alpha[16];
+  _mm512_store_ps(shift, mn);
+  _mm512_store_ps(alpha, a);
+  alignas(64) uint32_t pa[kPvBatch][16 * 16];  // P of each tile as an A tile: 16 rows × 32 bf16
+  for (int i = 0; i < 16; ++i) {
+    const __m512 c = _mm512_set1_ps(shift[i]);
+    __m512 sum = _mm512_setzero_ps();
+    for (int j = 0; j < count; ++j) {
+      const float* row = s[i] + j * kKeyTile;
+      const __m512 p0 = exp2v_bf16(_mm512_sub_ps(_mm512_mul_ps(_mm512_load_ps(row), sc), c));
+      const __m512 p1 = exp2v_bf16(_mm512_sub_ps(_mm512_mul_ps(_mm512_load_ps(row + 16), sc), c));
+      sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
+      _mm512_store_si512(pa[j] + i * 16, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+    }
+    red[i] = sum;
+  }
+  const __m512 sums = reduce_rows16(red, [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); });
+  _mm512_storeu_ps(l, _mm512_fmadd_ps(_mm512_loadu_ps(l), a, sums));
+  _mm512_storeu_ps(m, mn);
+  for (int i = 0; i < 16; ++i) {
+    if (alpha[i] == 1.f) continue;
+    const __m512 ai = _mm512_set1_ps(alpha[i]);
+    float* row = o + int64_t(i) * dv;
+    for (int c = 0; c < dv; c += 16) _mm512_storeu_ps(row + c, _mm512_mul_ps(ai, _mm512_loadu_ps(row + c)));
+  }
+  const int64_t ld = int64_t(dv) * 4;
+  for (int c = 0; c < dv; c += 32) {
+    const bool pair = c + 16 < dv;
+    _tile_loadd(0, o + c, ld);
+    if (pair) _tile_loadd(1, o + c + 16, ld);
+    for (int j = 0; j < count; ++j) {
+      _tile_loadd(2, pa[j], 64);
+      _tile_loadd(3, v[j] + c * 2, ld);
+      _tile_dpbf16ps(0, 2, 3);
+      if (pair) {
+        _tile_loadd(4, v[j] + (c + 16) * 2, ld);
+        _tile_dpbf16ps(1, 2, 4);
+      }
+    }
+    _tile_stored(0, o + c, ld);
+    if (pair) _tile_stored(1, o + c + 16, ld);
+  }
+  if (own) restore();
+  return true;
+}
+
 }  // namespace
 
 const TileKernels* tile_kernels_amx() {
@@ -215,6 +306,7 @@ const TileKernels* tile_kernels_amx() {
     t.qk_bf16 = qk_bf16;
     t.pv_bf16 = pv_bf16;
     t.pv_bf16_batch = pv_bf16_batch;
+    t.dense_bf16 = dense_bf16;
     t.begin_bf16 = begin_bf16;
     t.end_bf16 = end_bf16;
     return t;

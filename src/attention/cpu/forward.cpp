@@ -135,16 +135,21 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
     return;
   }
   // batch_pv_: a visit that every row sees whole (the interior of full, causal and wide patterns)
-  // runs Q·Kᵀ and the softmax at once but waits with P·V; a batch of up to kPvBatch of them is added
-  // in one pv_bf16_batch call, so O is loaded into the accumulators and stored once per batch (each
-  // pending P scaled by the α of the tiles after it, O by the product of them all).
+  // waits, and a batch of up to kPvBatch of them is done at once. On a table with dense_bf16 (AMX) a
+  // batch is one softmax step per 16-row group over all its keys, P·V included; elsewhere each visit
+  // runs Q·Kᵀ and the softmax at once but waits with P·V, and the batch is added in one
+  // pv_bf16_batch call, so O is loaded into the accumulators and stored once per batch (each pending
+  // P scaled by the α of the tiles after it, O by the product of them all).
+  const bool fused = batch_pv_ && k_.dense_bf16 != nullptr;
   int pending = 0;
   const float* batch_p[kPvBatch];
+  const uint16_t* batch_k[kPvBatch];
   const uint16_t* batch_v[kPvBatch];
   const float* batch_a[kPvBatch];
   auto flush = [&] {
     if (pending == 0) return;
-    k_.pv_bf16_batch(batch_p, batch_v, batch_a, pending, dv_, rows, sc.o.data());
+    if (fused) flush_dense(sc, batch_k, batch_v, pending, rows, mk);
+    else k_.pv_bf16_batch(batch_p, batch_v, batch_a, pending, dv_, rows, sc.o.data());
     pending = 0;
   };
   for (size_t vi = 0; vi < sc.visits.size(); ++vi) {
@@ -159,7 +164,13 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
     mk.keymask = v.keymask;
     mk.dense = sc.dense && v.keymask == ~0u;
     mk.apply_bias = p_.sink_mode == SinkMode::key0_bias && v.tile == 0;
-    if (batch_pv_ && mk.dense && r0 == 0 && r1 == rows) {
+    if (fused && mk.dense && r0 == 0 && r1 == rows && !mk.apply_bias) {
+      batch_k[pending] = static_cast<const uint16_t*>(tl.k);
+      batch_v[pending] = static_cast<const uint16_t*>(tl.v);
+      if (++pending == kPvBatch) flush();
+      continue;
+    }
+    if (batch_pv_ && !fused && mk.dense && r0 == 0 && r1 == rows) {
       float* P = sc.batch_p.data() + size_t(pending) * kQueryTile * kKeyTile;
       k_.qk_bf16(sc.q_b16, sc.ldq, static_cast<const uint16_t*>(tl.k), dp_, rows, P);
       mk.lo = sc.lo.data();
@@ -196,6 +207,32 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
   }
   flush();
   finalize(sc, e, h, q_lo, rows);
+}
+
+// The pending whole key tiles of forward_tile on a table with dense_bf16: one fused step per 16-row
+// group; a group the kernel sends back (a short group, a NaN or infinite dot, a poisoned row) runs
+// the tiles one at a time through the per-tile kernels, which poison or mask as they always do.
+void Runner::flush_dense(Scratch& sc, const uint16_t* const* k, const uint16_t* const* v, int count, int rows,
+                         RowMask mk) const {
+  static const std::vector<int32_t> lo(kQueryTile, 0), hi(kQueryTile, kKeyTile);  // every key of a tile
+  mk.dense = true;
+  mk.apply_bias = false;
+  mk.keymask = ~0u;
+  for (int g0 = 0; g0 < rows; g0 += kRowGroup) {
+    const int n = std::min(kRowGroup, rows - g0);
+    float* m = sc.m.data() + g0;
+    float* l = sc.l.data() + g0;
+    float* o = sc.o.data() + int64_t(g0) * dv_;
+    const uint16_t* q = sc.q_b16 + g0 * sc.ldq;
+    if (n == kRowGroup && k_.dense_bf16(q, sc.ldq, k, v, count, dp_, dv_, scale2_, m, l, o)) continue;
+    mk.lo = lo.data();
+    mk.hi = hi.data();
+    for (int j = 0; j < count; ++j) {
+      k_.qk_bf16(q, sc.ldq, k[j], dp_, n, sc.s.data());
+      k_.softmax(sc.s.data(), mk, n, m, l, sc.alpha.data(), nullptr);
+      k_.pv_bf16(sc.s.data(), v[j], dv_, n, sc.alpha.data(), o);
+    }
+  }
 }
 
 // Stream mode with a batched P·V (group_pv_): the query tile runs in groups of kRowGroup rows, each

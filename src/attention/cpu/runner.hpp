@@ -187,6 +187,9 @@ class Runner {
   static constexpr int kStreamRun = 16;
   void forward();
   void forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q_hi) const;
+  // forward_tile's pending whole key tiles k[j], v[j] on a table with dense_bf16 (forward.cpp).
+  void flush_dense(Scratch& sc, const uint16_t* const* k, const uint16_t* const* v, int count, int rows,
+                   RowMask mk) const;
   // The visits of the loaded query tile in row groups, P·V batched per group (group_pv_).
   static constexpr int kRowGroup = 16;
   void forward_groups(Scratch& sc, int g, int32_t s, int rows, RowMask mk) const;
