@@ -64,17 +64,43 @@ TEST(AttentionCpu, DeterministicAcrossThreadCounts) {
   expect_thread_independent(prepare(w));
 }
 
+// A bf16 case with f32 out (the rounding of out stays out of the comparison).
+AttnCase bf16_case(std::vector<int64_t> q, std::vector<int64_t> k, int hq, int hkv, int dim, const char* pat) {
+  AttnCase c = make_case(std::move(q), std::move(k), hq, hkv, dim, pat, DType::bf16);
+  c.f32_out = true;
+  return c;
+}
+
+// Each case on every kernel table this CPU can run, against the reference, twice (bit-identical).
+void expect_reference_on_every_table(const std::vector<AttnCase>& cs) {
+  for (const AttnCase& c : cs) {
+    const PreparedCase pc = prepare(c, salt());
+    for (const char* isa : kIsas) {
+      if (!cpu::tile_kernels_available(isa)) continue;
+      SCOPED_TRACE(pc.name + " on cpu/" + isa);
+      CaseBackend b;
+      b.name = std::string("cpu/") + isa;
+      b.repeat = true;
+      b.run = [isa](const PreparedCase& p, CaseOutputs& o, std::string* why) {
+        const AttentionParams params = host_params(p, o);
+        if (!backend_supports(Backend::cpu, params, why)) return false;
+        const ForceIsa force(isa);
+        attention(params, Backend::cpu);
+        return true;
+      };
+      std::string why;
+      EXPECT_TRUE(run_case(pc, b, &why)) << why;
+    }
+  }
+}
+
 // bf16 narrow patterns without the diagnostics: on a table with a batched P·V (AMX) the stream path
 // walks 16-row groups over all their key tiles and batches P·V per group (forward_groups), a path
 // the case table's CPU sweeps (all with diagnostics) do not take. Rows off the 16-row grid, query
 // tiles cut by 48- and 40-row blocks, several stream items, a band wider than one P·V batch
 // (kPvBatch tiles), windows of one key, both sink forms, GQA, strided views; on every table.
 TEST(AttentionCpu, StreamRowGroupsMatchReference) {
-  auto make = [](std::vector<int64_t> q, std::vector<int64_t> k, int hq, int hkv, int dim, const char* pat) {
-    AttnCase c = make_case(std::move(q), std::move(k), hq, hkv, dim, pat, DType::bf16);
-    c.f32_out = true;
-    return c;
-  };
+  const auto make = bf16_case;
   std::vector<AttnCase> cs = {
       make({1100, 70}, {}, 4, 2, 80, "window:100,30"),
       make({1090}, {1200}, 2, 1, 48, "chunk:200"),
@@ -95,25 +121,7 @@ TEST(AttentionCpu, StreamRowGroupsMatchReference) {
   padded.token_pad = 24;
   padded.f32_out = false;
   cs.push_back(padded);
-  for (const AttnCase& c : cs) {
-    const PreparedCase pc = prepare(c, salt());
-    for (const char* isa : kIsas) {
-      if (!cpu::tile_kernels_available(isa)) continue;
-      SCOPED_TRACE(pc.name + " on cpu/" + isa);
-      CaseBackend b;
-      b.name = std::string("cpu/") + isa;
-      b.repeat = true;
-      b.run = [isa](const PreparedCase& p, CaseOutputs& o, std::string* why) {
-        const AttentionParams params = host_params(p, o);
-        if (!backend_supports(Backend::cpu, params, why)) return false;
-        const ForceIsa force(isa);
-        attention(params, Backend::cpu);
-        return true;
-      };
-      std::string why;
-      EXPECT_TRUE(run_case(pc, b, &why)) << why;
-    }
-  }
+  expect_reference_on_every_table(cs);
   // Thread counts on the group path: items of 16 query tiles, split among threads differently.
   expect_thread_independent(prepare(cs[0]));
 }
@@ -128,18 +136,15 @@ void run_on_table(const PreparedCase& pc, const char* isa, std::vector<CaseOutpu
 // bf16 without the diagnostics on the call-wide path: whole key tiles seen by every row of a query
 // tile are done in batches of up to kPvBatch (on AMX one fused softmax step per 16-row group over
 // the batch, TileKernels::dense_bf16). Batches cut by partial tiles, a block mask, a causal
-// diagonal and the key-0 bias tile; short row groups; lq < lk with GQA 4:1; head dims 64/80/128;
+// diagonal and the key-0 bias tile; short row groups; lq < lk with GQA 4:1; head dims 48-128;
 // logits near ±1e4; strided views; on every table.
 TEST(AttentionCpu, DenseBatchesMatchReference) {
-  auto make = [](std::vector<int64_t> q, std::vector<int64_t> k, int hq, int hkv, int dim, const char* pat) {
-    AttnCase c = make_case(std::move(q), std::move(k), hq, hkv, dim, pat, DType::bf16);
-    c.f32_out = true;
-    return c;
-  };
+  const auto make = bf16_case;
   std::vector<AttnCase> cs = {
       make({300, 77}, {}, 4, 2, 80, "full"),         make({512}, {}, 2, 1, 128, "causal"),
       make({256}, {700}, 4, 1, 64, "full"),          make({640}, {}, 2, 2, 80, "causal+blocks:0.5@64"),
-      make({64, 256}, {600, 256}, 2, 1, 80, "full"),
+      make({64, 256}, {600, 256}, 2, 1, 80, "full"),  make({200}, {}, 2, 1, 96, "full"),
+      make({130}, {}, 2, 2, 48, "full"),
   };
   for (SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias}) {
     AttnCase c = make({400}, {}, 4, 2, 80, "full");
@@ -156,32 +161,16 @@ TEST(AttentionCpu, DenseBatchesMatchReference) {
   AttnCase padded = make({257, 64}, {}, 8, 2, 80, "full");
   padded.token_pad = 24;
   cs.push_back(padded);
-  for (const AttnCase& c : cs) {
-    const PreparedCase pc = prepare(c, salt());
-    for (const char* isa : kIsas) {
-      if (!cpu::tile_kernels_available(isa)) continue;
-      SCOPED_TRACE(pc.name + " on cpu/" + isa);
-      CaseBackend b;
-      b.name = std::string("cpu/") + isa;
-      b.repeat = true;
-      b.run = [isa](const PreparedCase& p, CaseOutputs& o, std::string* why) {
-        const AttentionParams params = host_params(p, o);
-        if (!backend_supports(Backend::cpu, params, why)) return false;
-        const ForceIsa force(isa);
-        attention(params, Backend::cpu);
-        return true;
-      };
-      std::string why;
-      EXPECT_TRUE(run_case(pc, b, &why)) << why;
-    }
-  }
+  expect_reference_on_every_table(cs);
   expect_thread_independent(prepare(cs[0]));
 }
 
 // The same batches with a non-finite value: a NaN query row, a +inf query row (logits ±inf), a NaN
-// key in the first batch (every row of its KV group poisoned before the second batch starts) and
-// one in the second batch. The poisoned rows come out NaN (out and LSE); every other row keeps the
-// reference's value, also the rows that share a 16-row group with a poisoned one (docs/numerics.md).
+// key in the first batch (every row of its KV group poisoned before the second batch starts), one
+// in the second batch, and every key +inf in one channel (rows whose logits are all −inf see no key).
+// The poisoned rows come out NaN (out and LSE), the rows without a key empty (out 0, LSE −inf);
+// every other row keeps the reference's value, also the rows that share a 16-row group with a
+// poisoned one (docs/numerics.md).
 TEST(AttentionCpu, DenseBatchesPoisonOnlyTheirRows) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   struct Poison {
@@ -191,13 +180,16 @@ TEST(AttentionCpu, DenseBatchesPoisonOnlyTheirRows) {
     float value;
   };
   for (const Poison& z : {Poison{"q NaN", 'q', 37, nan}, Poison{"q +inf", 'q', 200, inf},
-                         Poison{"k NaN, first batch", 'k', 70, nan}, Poison{"k NaN, second batch", 'k', 300, nan}}) {
+                         Poison{"k NaN, first batch", 'k', 70, nan}, Poison{"k NaN, second batch", 'k', 300, nan},
+                         Poison{"every k +inf", 'K', 0, inf}}) {
     AttnCase c = make_case({512}, {}, 4, 2, 80, "full", DType::bf16);
     c.f32_out = true;
     PreparedCase pc = prepare(c, salt());
     const int h = 1, g = 0;  // query head 1 reads KV head 0
     if (z.tensor == 'q') pc.in.params.q.set({z.row, h, 0}, z.value);
-    else pc.in.params.k.set({z.row, g, 5}, z.value);
+    else if (z.tensor == 'k') pc.in.params.k.set({z.row, g, 5}, z.value);
+    else
+      for (int64_t j = 0; j < 512; ++j) pc.in.params.k.set({j, g, 5}, z.value);
     for (const char* isa : kIsas) {
       if (!cpu::tile_kernels_available(isa)) continue;
       SCOPED_TRACE(std::string(z.what) + " on cpu/" + isa);
@@ -211,13 +203,22 @@ TEST(AttentionCpu, DenseBatchesPoisonOnlyTheirRows) {
       // tol, every element within 10·tol·max|ref|, the LSE within tol·max(1, |ref|).
       float ref_max = 1e-3f;
       for (int64_t i = 0; i < pc.ref.out.numel(); ++i) ref_max = std::max(ref_max, std::abs(ref_out[i]));
-      int bad_rows = 0, wrong = 0;
+      int bad_rows = 0, wrong = 0, empty_rows = 0;
       double err2 = 0, ref2 = 0;
       for (int hh = 0; hh < c.heads_q; ++hh)
         for (int64_t r = 0; r < 512; ++r) {
           const bool poisoned = z.tensor == 'q' ? hh == h && r == z.row : hh / 2 == g;
           const float l = lse[hh * 512 + r];
           const float* o = out + (r * c.heads_q + hh) * c.dim;
+          // Every key +inf in channel 5: a query negative there has only −inf logits, so it sees no
+          // key (out 0, LSE −inf); any other query of the group meets +inf or inf·0 (NaN).
+          if (poisoned && z.tensor == 'K' && pc.in.params.q.get({r, hh, 5}) < 0) {
+            bool empty = l == -inf;
+            for (int j = 0; j < c.dim; ++j) empty = empty && o[j] == 0.f;
+            empty_rows += 1;
+            bad_rows += empty ? 0 : 1;
+            continue;
+          }
           if (poisoned) {
             bool all_nan = std::isnan(l);
             for (int j = 0; j < c.dim; ++j) all_nan = all_nan && std::isnan(o[j]);
@@ -234,7 +235,8 @@ TEST(AttentionCpu, DenseBatchesPoisonOnlyTheirRows) {
           }
           wrong += near ? 0 : 1;
         }
-      EXPECT_EQ(bad_rows, 0) << "poisoned rows that are not NaN everywhere";
+      EXPECT_EQ(bad_rows, 0) << "poisoned rows that are not NaN everywhere, or empty rows not empty";
+      if (z.tensor == 'K') EXPECT_GT(empty_rows, 100);
       EXPECT_EQ(wrong, 0) << "clean rows off the reference";
       EXPECT_LE(std::sqrt(err2 / ref2), pc.tol) << "relative L2 of the clean rows";
     }

@@ -38,19 +38,18 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64);
 
-// Tiles: 0, 1 the two C halves (or C); 2 A; 3, 4 the two B halves (or B); 5–7 the same for a
-// last head-dim chunk of fewer than 16 pairs.
+// Tiles: 0, 1 the two C halves (or C); 2 A; 3, 4 the two B halves (or B); for a last head-dim
+// chunk of rem_pairs < 16 pairs, 5 its A and 6 its B (one half at a time); every other tile full
+// (16 rows × 64 bytes), which dense_bf16 uses for resident Q tiles and alternate P tiles.
 void configure(int rem_pairs) {
   TileConfig c;
-  for (int t = 0; t < 5; ++t) {
+  for (int t = 0; t < 8; ++t) {
     c.rows[t] = 16;
     c.colsb[t] = 64;
   }
   if (rem_pairs > 0) {
-    c.rows[5] = 16;
     c.colsb[5] = uint16_t(4 * rem_pairs);
-    c.rows[6] = c.rows[7] = uint8_t(rem_pairs);
-    c.colsb[6] = c.colsb[7] = 64;
+    c.rows[6] = uint8_t(rem_pairs);
   }
   // GCC 12 models _tile_loadconfig as reading only the first bytes of its operand and drops the
   // stores of rows and colsb as dead; the asm's memory operand is the whole 64-byte object.
@@ -65,6 +64,13 @@ thread_local int t_session_rem = -1;
 // and then the caller calls restore() at its end.
 bool acquire(int rem) {
   if (t_session_rem == rem || (rem == 0 && t_session_rem >= 0)) return false;
+  configure(rem);
+  return true;
+}
+
+// The same for a kernel that needs the configuration of exactly `rem` (dense_bf16's tiles 5–7).
+bool acquire_exact(int rem) {
+  if (t_session_rem == rem) return false;
   configure(rem);
   return true;
 }
@@ -100,9 +106,9 @@ void qk_group(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, float* 
   if (rem > 0) {
     _tile_loadd(5, q + full * 32, ldq * 2);
     _tile_loadd(6, k + full * 16 * 64, 128);
-    _tile_loadd(7, k + full * 16 * 64 + 32, 128);
     _tile_dpbf16ps(0, 5, 6);
-    _tile_dpbf16ps(1, 5, 7);
+    _tile_loadd(6, k + full * 16 * 64 + 32, 128);
+    _tile_dpbf16ps(1, 5, 6);
   }
   _tile_stored(0, s, lds * 4);
   _tile_stored(1, s + 16, lds * 4);
@@ -210,93 +216,214 @@ void pv_bf16(const float* p, const uint16_t* v, int dv, int rows, const float* a
   pv_bf16_batch(&p, &v, &alpha, 1, dv, rows, o);
 }
 
-// TileKernels::dense_bf16: one online-softmax step over the 32·count keys of `count` whole key tiles
-// for 16 rows. S of all the tiles lands in one [16][256] buffer, so the row maxima, the rescale
-// factors and the row sums are taken once per step, not once per 32 keys, and P is rounded to bf16
-// as the softmax writes it, straight into the A tiles of P·V (no β scaling: the step has one maximum
-// per row). t = s·scale2 as in the softmax kernels; scale2 > 0 makes max t = scale2·max s.
-bool dense_bf16(const uint16_t* q, int64_t ldq, const uint16_t* const* k, const uint16_t* const* v, int count, int dp,
-                int dv, float scale2, float* m, float* l, float* o) {
-  if (dv % 16 != 0 || count < 1 || count > kPvBatch || dp > 256 || !(scale2 > 0.f) || !std::isfinite(scale2))
-    return false;
-  const __m512 mo = _mm512_loadu_ps(m);
-  if (_mm512_cmp_ps_mask(mo, mo, _CMP_UNORD_Q) != 0) return false;  // a poisoned row
-  constexpr int lds = kPvBatch * kKeyTile;
-  alignas(64) float s[16][lds];
-  const bool own = acquire(dp % 16);
-  for (int j = 0; j < count; ++j) qk_group(q, ldq, k[j], dp, s[0] + j * kKeyTile, lds);
-  // Row maxima of the raw dots. A NaN or infinite dot (QNaN, +inf, −inf, SNaN classes) sends the
-  // group back to the per-tile kernels, which poison or mask its row.
-  const int vecs = 2 * count;
-  __m512 red[16];
-  __mmask16 bad = 0;
-  for (int i = 0; i < 16; ++i) {
-    __m512 x = _mm512_load_ps(s[i]);
-    bad |= _mm512_fpclass_ps_mask(x, 0x99);
-    for (int c = 1; c < vecs; ++c) {
-      const __m512 y = _mm512_load_ps(s[i] + 16 * c);
-      bad |= _mm512_fpclass_ps_mask(y, 0x99);
-      x = _mm512_maskz_max_ps(0xFFFF, x, y);
+// ---- TileKernels::dense_bf16 ----
+// Tiles in the session's configuration (configure): 0, 1 C; 2 and 7 (rem > 0) or 2, 5, 6, 7
+// (rem = 0) hold a group's Q for all its key tiles; 3, 4 B; with rem > 0, 5 the last Q chunk and 6
+// its B halves one after the other. P·V takes its A tiles in 2 and 7 / 5, alternately, so the load
+// of the next P need not wait for the product reading the last one.
+
+bool dense_takes(int dp, int dv) { return dv % 16 == 0 && dp >= 16 && (dp % 16 == 0 ? dp <= 64 : dp < 48); }
+
+// The query rows of one group into the Q tiles.
+void load_q_tiles(const uint16_t* q, int64_t ldq, int dp) {
+  const int full = dp / 16;
+  _tile_loadd(2, q, ldq * 2);
+  if (dp % 16 != 0) {
+    if (full > 1) _tile_loadd(7, q + 32, ldq * 2);
+    _tile_loadd(5, q + full * 32, ldq * 2);
+    return;
+  }
+  if (full > 1) _tile_loadd(5, q + 32, ldq * 2);
+  if (full > 2) _tile_loadd(6, q + 64, ldq * 2);
+  if (full > 3) _tile_loadd(7, q + 96, ldq * 2);
+}
+
+// S (16 × 32, row stride lds floats) = Q·Kᵀ for key tile k, Q in its tiles (load_q_tiles).
+void qk_resident(const uint16_t* k, int dp, float* s, int lds) {
+  const int full = dp / 16;
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_loadd(3, k, 128);
+  _tile_loadd(4, k + 32, 128);
+  _tile_dpbf16ps(0, 2, 3);
+  _tile_dpbf16ps(1, 2, 4);
+  if (dp % 16 != 0) {
+    if (full > 1) {
+      _tile_loadd(3, k + 1024, 128);
+      _tile_loadd(4, k + 1024 + 32, 128);
+      _tile_dpbf16ps(0, 7, 3);
+      _tile_dpbf16ps(1, 7, 4);
     }
-    red[i] = x;
-  }
-  if (bad != 0) {
-    if (own) restore();
-    return false;
-  }
-  const __m512 sc = _mm512_set1_ps(scale2);
-  const __m512 mn = _mm512_max_ps(
-      _mm512_mul_ps(reduce_rows16(red, [](__m512 x, __m512 y) { return _mm512_maskz_max_ps(0xFFFF, x, y); }), sc),
-      mo);
-  // exp2v(0) is exactly 1, so rows whose maximum did not move keep O as it is; a first step
-  // (m = −inf) gives α = 0.
-  const __m512 a = exp2v(_mm512_sub_ps(mo, mn));
-  alignas(64) float shift[16], alpha[16];
-  _mm512_store_ps(shift, mn);
-  _mm512_store_ps(alpha, a);
-  alignas(64) uint32_t pa[kPvBatch][16 * 16];  // P of each tile as an A tile: 16 rows × 32 bf16
-  for (int i = 0; i < 16; ++i) {
-    const __m512 c = _mm512_set1_ps(shift[i]);
-    __m512 sum = _mm512_setzero_ps();
-    for (int j = 0; j < count; ++j) {
-      const float* row = s[i] + j * kKeyTile;
-      const __m512 p0 = exp2v_bf16(_mm512_sub_ps(_mm512_mul_ps(_mm512_load_ps(row), sc), c));
-      const __m512 p1 = exp2v_bf16(_mm512_sub_ps(_mm512_mul_ps(_mm512_load_ps(row + 16), sc), c));
-      sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
-      _mm512_store_si512(pa[j] + i * 16, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+    _tile_loadd(6, k + full * 1024, 128);
+    _tile_dpbf16ps(0, 5, 6);
+    _tile_loadd(6, k + full * 1024 + 32, 128);
+    _tile_dpbf16ps(1, 5, 6);
+  } else {
+    if (full > 1) {
+      _tile_loadd(3, k + 1024, 128);
+      _tile_loadd(4, k + 1024 + 32, 128);
+      _tile_dpbf16ps(0, 5, 3);
+      _tile_dpbf16ps(1, 5, 4);
     }
-    red[i] = sum;
+    if (full > 2) {
+      _tile_loadd(3, k + 2048, 128);
+      _tile_loadd(4, k + 2048 + 32, 128);
+      _tile_dpbf16ps(0, 6, 3);
+      _tile_dpbf16ps(1, 6, 4);
+    }
+    if (full > 3) {
+      _tile_loadd(3, k + 3072, 128);
+      _tile_loadd(4, k + 3072 + 32, 128);
+      _tile_dpbf16ps(0, 7, 3);
+      _tile_dpbf16ps(1, 7, 4);
+    }
   }
-  const __m512 sums = reduce_rows16(red, [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); });
-  _mm512_storeu_ps(l, _mm512_fmadd_ps(_mm512_loadu_ps(l), a, sums));
-  _mm512_storeu_ps(m, mn);
-  for (int i = 0; i < 16; ++i) {
-    if (alpha[i] == 1.f) continue;
-    const __m512 ai = _mm512_set1_ps(alpha[i]);
-    float* row = o + int64_t(i) * dv;
-    for (int c = 0; c < dv; c += 16) _mm512_storeu_ps(row + c, _mm512_mul_ps(ai, _mm512_loadu_ps(row + c)));
-  }
+  _tile_stored(0, s, lds * 4);
+  _tile_stored(1, s + 16, lds * 4);
+}
+
+// o (16 rows × dv) += Σ_j P_j·V_j, P_j the A tiles pa[j].
+void pv_resident(const uint32_t (*pa)[256], const uint16_t* const* v, int count, int dv, float* o, bool rem) {
   const int64_t ld = int64_t(dv) * 4;
   for (int c = 0; c < dv; c += 32) {
     const bool pair = c + 16 < dv;
     _tile_loadd(0, o + c, ld);
     if (pair) _tile_loadd(1, o + c + 16, ld);
     for (int j = 0; j < count; ++j) {
-      _tile_loadd(2, pa[j], 64);
+      const bool alt = j % 2 != 0;
+      if (!alt) _tile_loadd(2, pa[j], 64);
+      else if (rem) _tile_loadd(7, pa[j], 64);
+      else _tile_loadd(5, pa[j], 64);
       _tile_loadd(3, v[j] + c * 2, ld);
-      _tile_dpbf16ps(0, 2, 3);
-      if (pair) {
-        _tile_loadd(4, v[j] + (c + 16) * 2, ld);
-        _tile_dpbf16ps(1, 2, 4);
-      }
+      if (!alt) _tile_dpbf16ps(0, 2, 3);
+      else if (rem) _tile_dpbf16ps(0, 7, 3);
+      else _tile_dpbf16ps(0, 5, 3);
+      if (!pair) continue;
+      _tile_loadd(4, v[j] + (c + 16) * 2, ld);
+      if (!alt) _tile_dpbf16ps(1, 2, 4);
+      else if (rem) _tile_dpbf16ps(1, 7, 4);
+      else _tile_dpbf16ps(1, 5, 4);
     }
     _tile_stored(0, o + c, ld);
     if (pair) _tile_stored(1, o + c + 16, ld);
   }
-  if (own) restore();
+}
+
+// One group's softmax step over S (16 × 32·count): the new row maxima, α and the shifts (pass 1),
+// then p per key tile (pass 2, softmax_tile) and the sums (finish).
+struct GroupStep {
+  alignas(64) float shift[16];
+  alignas(64) float alpha[16];
+  __m512 a, mn;
+  __m512 sum[16];
+};
+
+// Pass 1: the row maxima; false when a row is already poisoned (the group then stays as it was).
+// A NaN or infinite dot is found by softmax_end instead.
+bool softmax_begin(const float* s, int lds, int count, float scale2, const float* m, GroupStep& st) {
+  const __m512 mo = _mm512_loadu_ps(m);
+  if (_mm512_cmp_ps_mask(mo, mo, _CMP_UNORD_Q) != 0) return false;
+  __m512 red[16];
+  for (int i = 0; i < 16; ++i) {
+    const float* row = s + i * lds;
+    __m512 x = _mm512_load_ps(row);
+    for (int c = 1; c < 2 * count; ++c) x = _mm512_maskz_max_ps(0xFFFF, x, _mm512_load_ps(row + 16 * c));
+    red[i] = x;
+  }
+  // scale2 > 0, so max t = scale2·max s; exp2v(0) is exactly 1 (rows whose maximum did not move
+  // keep O as it is) and a first step (m = −inf) gives α = 0.
+  st.mn = _mm512_max_ps(
+      _mm512_mul_ps(reduce_rows16(red, [](__m512 x, __m512 y) { return _mm512_maskz_max_ps(0xFFFF, x, y); }),
+                    _mm512_set1_ps(scale2)),
+      mo);
+  st.a = exp2v(_mm512_sub_ps(mo, st.mn));
+  _mm512_store_ps(st.shift, st.mn);
+  _mm512_store_ps(st.alpha, st.a);
+  for (int i = 0; i < 16; ++i) st.sum[i] = _mm512_setzero_ps();
   return true;
 }
 
+// 2^x for x <= 0 with the relative error of exp2v_bf16 (degree 3), for the dense step: x below
+// −125 is raised to −125, so the result is at least 2^−125.5, a normal number (no subnormal assist),
+// which next to a row maximum of 1 changes no fp32 sum; NaN stays NaN (max returns its second
+// operand when one is NaN), and so does −inf − −inf, which is how softmax_end finds bad rows.
+inline __m512 exp2_dense(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-125.f), x);
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEAREST_INT);  // x − round(x), one instruction
+  __m512 p = _mm512_set1_ps(0.0551716685295105f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.2426111251115799f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6932609677314758f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.9999280571937561f));
+  return _mm512_scalef_ps(p, _mm512_sub_ps(x, f));
+}
+
+// Pass 2 on key tile j: p = 2^(s·scale2 − m) (one fused multiply-subtract), summed per row, rounded
+// to bf16 into the A tile pa (16 rows × 32 keys).
+void softmax_tile(const float* s, int lds, float scale2, GroupStep& st, uint32_t* pa) {
+  const __m512 sc = _mm512_set1_ps(scale2);
+  for (int i = 0; i < 16; ++i) {
+    const __m512 c = _mm512_set1_ps(st.shift[i]);
+    const float* row = s + i * lds;
+    const __m512 p0 = exp2_dense(_mm512_fmsub_ps(_mm512_load_ps(row), sc, c));
+    const __m512 p1 = exp2_dense(_mm512_fmsub_ps(_mm512_load_ps(row + 16), sc, c));
+    st.sum[i] = _mm512_add_ps(st.sum[i], _mm512_add_ps(p0, p1));
+    _mm512_store_si512(pa + i * 16, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+  }
+}
+
+// l = α·l + Σ p, m = the new maxima, O rows rescaled by α where it is not 1. False, changing
+// nothing, when a row sum is NaN: a NaN dot, or an infinite one (+inf makes the maximum +inf and
+// every t − m NaN; a row of −inf gives −inf − −inf).
+bool softmax_end(GroupStep& st, float* m, float* l, float* o, int dv) {
+  const __m512 sums = reduce_rows16(st.sum, [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); });
+  if (_mm512_cmp_ps_mask(sums, sums, _CMP_UNORD_Q) != 0) return false;
+  _mm512_storeu_ps(l, _mm512_fmadd_ps(_mm512_loadu_ps(l), st.a, sums));
+  _mm512_storeu_ps(m, st.mn);
+  for (int i = 0; i < 16; ++i) {
+    if (st.alpha[i] == 1.f) continue;
+    const __m512 ai = _mm512_set1_ps(st.alpha[i]);
+    float* row = o + int64_t(i) * dv;
+    for (int c = 0; c < dv; c += 16) _mm512_storeu_ps(row + c, _mm512_mul_ps(ai, _mm512_loadu_ps(row + c)));
+  }
+  return true;
+}
+
+// Group by group: Q into its tiles once, S of all the key tiles into one buffer, the softmax step
+// on the vector units, then P·V. Interleaving the next group's Q·Kᵀ with this group's softmax (a
+// software pipeline across the tile unit and the vector units, S double-buffered) measured no
+// faster (docs/cpu-backend.md), so the groups run one after the other.
+unsigned dense_bf16(const uint16_t* q, int64_t ldq, const uint16_t* const* k, const uint16_t* const* v, int count,
+                    int dp, int dv, float scale2, int rows, float* m, float* l, float* o) {
+  const int groups = rows / 16;
+  const unsigned tail = rows % 16 != 0 ? 1u << groups : 0u;
+  if (groups == 0 || !dense_takes(dp, dv) || count < 1 || count > kPvBatch || !(scale2 > 0.f) ||
+      !std::isfinite(scale2))
+    return ((1u << groups) - 1) | tail;
+  constexpr int lds = kPvBatch * kKeyTile;
+  alignas(64) float s[16 * lds];
+  alignas(64) uint32_t pa[kPvBatch][256];
+  GroupStep st;
+  const bool own = acquire_exact(dp % 16);
+  const bool rem = dp % 16 != 0;
+  unsigned undone = tail;
+  for (int g = 0; g < groups; ++g) {
+    float* og = o + int64_t(g) * 16 * dv;
+    load_q_tiles(q + int64_t(g) * 16 * ldq, ldq, dp);
+    for (int j = 0; j < count; ++j) qk_resident(k[j], dp, s + j * kKeyTile, lds);
+    if (!softmax_begin(s, lds, count, scale2, m + g * 16, st)) {
+      undone |= 1u << g;
+      continue;
+    }
+    for (int j = 0; j < count; ++j) softmax_tile(s + j * kKeyTile, lds, scale2, st, pa[j]);
+    if (!softmax_end(st, m + g * 16, l + g * 16, og, dv)) {
+      undone |= 1u << g;
+      continue;
+    }
+    pv_resident(pa, v, count, dv, og, rem);
+  }
+  if (own) restore();
+  return undone;
+}
 }  // namespace
 
 const TileKernels* tile_kernels_amx() {
@@ -307,6 +434,7 @@ const TileKernels* tile_kernels_amx() {
     t.pv_bf16 = pv_bf16;
     t.pv_bf16_batch = pv_bf16_batch;
     t.dense_bf16 = dense_bf16;
+    t.dense_bf16_takes = dense_takes;
     t.begin_bf16 = begin_bf16;
     t.end_bf16 = end_bf16;
     return t;

@@ -71,6 +71,7 @@ Runner::Runner(const AttentionParams& p)
   threads_ = cpu_threads();
   // The diagnostics read each tile's P and α as the tile is done, so they keep P·V per tile.
   batch_pv_ = bf16_ && !stream_ && !diag_ && k_.pv_bf16_batch != nullptr;
+  fused_ = batch_pv_ && k_.dense_bf16 != nullptr && k_.dense_bf16_takes(dp_, dv_);
   for (int32_t s = 0; s < pat_.num_seqs; ++s) {
     seqs_.push_back(pat_.seq(s, total_q_, total_k_));
     tile_base_.push_back(total_tiles_);

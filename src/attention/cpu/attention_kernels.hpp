@@ -98,15 +98,17 @@ struct TileKernels {
   // several key tiles; null: the driver calls pv_bf16 per tile.
   void (*pv_bf16_batch)(const float* const* p, const uint16_t* const* v, const float* const* alpha, int count,
                         int dv, int rows, float* o);
-  // One online-softmax step of 16 rows over `count` (<= kPvBatch) consecutive key tiles that every
-  // row sees whole, without the key-0 bias: S = Q·Kᵀ of all of them (q: the 16 rows, ldq as for
-  // qk_bf16; k[j], v[j]: tile j in the bf16 layouts), m/l updated once over their 32·count keys with
-  // p by the bf16 exp2 (RowMask::bf16_p), and o[r] = α[r]·o[r] + Σ_j P_j[r]·V_j, P rounded to bf16
-  // as it is computed. Returns false, having changed nothing, when a dot is NaN or infinite, a row
-  // is already poisoned (m NaN) or the shapes are not the table's; the driver then runs the tiles
-  // one at a time (qk_bf16, softmax, pv_bf16). Null: the driver batches through pv_bf16_batch.
-  bool (*dense_bf16)(const uint16_t* q, int64_t ldq, const uint16_t* const* k, const uint16_t* const* v, int count,
-                     int dp, int dv, float scale2, float* m, float* l, float* o);
+  // One online-softmax step of `rows` query rows over `count` (<= kPvBatch) consecutive key tiles
+  // that every row sees whole, without the key-0 bias, in 16-row groups: S = Q·Kᵀ of all of them
+  // (q: the rows, ldq as for qk_bf16; k[j], v[j]: tile j in the bf16 layouts), m/l updated once over
+  // their 32·count keys with p by the bf16 exp2 (RowMask::bf16_p), and o[r] = α[r]·o[r] + Σ_j
+  // P_j[r]·V_j, P rounded to bf16 as it is computed. Returns the groups it left unchanged (bit g:
+  // rows [16g, 16g + 16)): one with a NaN or infinite dot or an already poisoned row (m NaN), and a
+  // last group of fewer than 16 rows; the driver runs those through qk_bf16, softmax and pv_bf16.
+  // Null, or dense_bf16_takes(dp, dv) false: the driver batches through pv_bf16_batch.
+  unsigned (*dense_bf16)(const uint16_t* q, int64_t ldq, const uint16_t* const* k, const uint16_t* const* v,
+                         int count, int dp, int dv, float scale2, int rows, float* m, float* l, float* o);
+  bool (*dense_bf16_takes)(int dp, int dv);
   // Received attention: colsum[j] += Σ_r 2^(t_rj − off[r]) over allowed (r, j); s = raw dots.
   void (*colsum)(const float* s, const RowMask& mask, int rows, const float* off, float* colsum);
 

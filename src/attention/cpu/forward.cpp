@@ -113,10 +113,14 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
   const SeqExtent& e = seqs_[size_t(s)];
   const int rows = int(q_hi - q_lo);
   load_q(sc, e, h, q_lo, rows);
+  // [all_lo, all_hi): the keys every row of the tile sees (empty when the rows share none).
+  int64_t all_lo = 0, all_hi = std::numeric_limits<int64_t>::max();
   for (int r = 0; r < rows; ++r) {
     const KeyRange kr = pat_.key_range(e, q_lo + r, q_lo + r + 1);
     sc.row_lo[r] = kr.lo;
     sc.row_hi[r] = kr.empty() ? kr.lo : kr.hi;
+    all_lo = std::max(all_lo, sc.row_lo[r]);
+    all_hi = std::min(all_hi, sc.row_hi[r]);
     sc.m[r] = kNegInf;
     sc.l[r] = 0.f;
     sc.ent[r] = sc.dist[r] = 0.0;
@@ -140,7 +144,7 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
   // runs Q·Kᵀ and the softmax at once but waits with P·V, and the batch is added in one
   // pv_bf16_batch call, so O is loaded into the accumulators and stored once per batch (each pending
   // P scaled by the α of the tiles after it, O by the product of them all).
-  const bool fused = batch_pv_ && k_.dense_bf16 != nullptr;
+  const bool fused = fused_;
   int pending = 0;
   const float* batch_p[kPvBatch];
   const uint16_t* batch_k[kPvBatch];
@@ -158,18 +162,22 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
     // (in stream mode the next tile is packed only when it is reached).
     if (pat_.blocks.defined() && !stream_ && vi + 1 < sc.visits.size())
       prefetch_tile(tile(sc, g, s, sc.visits[vi + 1].tile));
+    // A whole tile inside the keys every row sees joins the fused batch without clipping the rows
+    // (flush_dense reads no per-row bounds).
+    const bool whole = v.keymask == ~0u && v.tile * kKeyTile >= all_lo && (v.tile + 1) * kKeyTile <= all_hi;
+    if (fused && whole && !(p_.sink_mode == SinkMode::key0_bias && v.tile == 0)) {
+      const Tile tl = tile(sc, g, s, v.tile);
+      batch_k[pending] = static_cast<const uint16_t*>(tl.k);
+      batch_v[pending] = static_cast<const uint16_t*>(tl.v);
+      if (++pending == kPvBatch) flush();
+      continue;
+    }
     const auto [r0, r1] = clip_rows(sc, rows, v.tile);
     if (r0 >= r1) continue;
     const Tile tl = tile(sc, g, s, v.tile);
     mk.keymask = v.keymask;
     mk.dense = sc.dense && v.keymask == ~0u;
     mk.apply_bias = p_.sink_mode == SinkMode::key0_bias && v.tile == 0;
-    if (fused && mk.dense && r0 == 0 && r1 == rows && !mk.apply_bias) {
-      batch_k[pending] = static_cast<const uint16_t*>(tl.k);
-      batch_v[pending] = static_cast<const uint16_t*>(tl.v);
-      if (++pending == kPvBatch) flush();
-      continue;
-    }
     if (batch_pv_ && !fused && mk.dense && r0 == 0 && r1 == rows) {
       float* P = sc.batch_p.data() + size_t(pending) * kQueryTile * kKeyTile;
       k_.qk_bf16(sc.q_b16, sc.ldq, static_cast<const uint16_t*>(tl.k), dp_, rows, P);
@@ -209,24 +217,27 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
   finalize(sc, e, h, q_lo, rows);
 }
 
-// The pending whole key tiles of forward_tile on a table with dense_bf16: one fused step per 16-row
-// group; a group the kernel sends back (a short group, a NaN or infinite dot, a poisoned row) runs
-// the tiles one at a time through the per-tile kernels, which poison or mask as they always do.
+// The pending whole key tiles of forward_tile on a table with dense_bf16: one fused step for the
+// query tile's 16-row groups; a group the kernel sends back (a short group, a NaN or infinite dot,
+// a poisoned row) runs the tiles one at a time through the per-tile kernels, which poison or mask
+// as they always do.
 void Runner::flush_dense(Scratch& sc, const uint16_t* const* k, const uint16_t* const* v, int count, int rows,
                          RowMask mk) const {
+  unsigned undone = k_.dense_bf16(sc.q_b16, sc.ldq, k, v, count, dp_, dv_, scale2_, rows, sc.m.data(), sc.l.data(),
+                                  sc.o.data());
   static const std::vector<int32_t> lo(kQueryTile, 0), hi(kQueryTile, kKeyTile);  // every key of a tile
   mk.dense = true;
   mk.apply_bias = false;
   mk.keymask = ~0u;
-  for (int g0 = 0; g0 < rows; g0 += kRowGroup) {
+  mk.lo = lo.data();
+  mk.hi = hi.data();
+  for (int g0 = 0; undone != 0; g0 += kRowGroup, undone >>= 1) {
+    if ((undone & 1u) == 0) continue;
     const int n = std::min(kRowGroup, rows - g0);
     float* m = sc.m.data() + g0;
     float* l = sc.l.data() + g0;
     float* o = sc.o.data() + int64_t(g0) * dv_;
     const uint16_t* q = sc.q_b16 + g0 * sc.ldq;
-    if (n == kRowGroup && k_.dense_bf16(q, sc.ldq, k, v, count, dp_, dv_, scale2_, m, l, o)) continue;
-    mk.lo = lo.data();
-    mk.hi = hi.data();
     for (int j = 0; j < count; ++j) {
       k_.qk_bf16(q, sc.ldq, k[j], dp_, n, sc.s.data());
       k_.softmax(sc.s.data(), mk, n, m, l, sc.alpha.data(), nullptr);

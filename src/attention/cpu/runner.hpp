@@ -208,6 +208,8 @@ class Runner {
   int64_t total_q_ = 0, total_k_ = 0;
   int hq_ = 0, group_ = 1, d_ = 0, dp_ = 0, dv_ = 0, threads_ = 1;
   bool bf16_ = false, diag_ = false, direct_v_ = false, stream_ = false;
+  // Whole key tiles of forward_tile through dense_bf16 (a table that has it, a head dim it takes).
+  bool fused_ = false;
   bool batch_pv_ = false;  // P·V of consecutive whole tiles in one pv_bf16_batch call (forward_tile)
   bool group_pv_ = false;  // stream mode: 16-row groups over all their tiles, P·V batched (forward_groups)
   int ring_ = 0;  // stream mode: key-tile slots per thread
