@@ -20,7 +20,7 @@ def load_ariadne(paths):
         if b.get("run_type") == "aggregate" or b.get("error_occurred"):
             continue  # a skipped benchmark (no AVX-512 BF16 under ISA=avx2) has no figures
         name = b["name"]
-        if name.startswith("BM_FmaPeak") or name.startswith("BM_Bf16DotPeak"):
+        if name.startswith(("BM_FmaPeak", "BM_Bf16DotPeak", "BM_AmxPeak")):
             key = name.split("/")[0][3:]
             peak[key] = max(peak.get(key, 0), b["GFLOPs"])
             continue
@@ -55,8 +55,11 @@ def main():
     fma = max(peak.get("FmaPeak", 0), float(ctx.get("fma_peak_GFLOPs", 0)))
     if len(sys.argv) > 3:  # an explicit peak (GFLOP/s), e.g. from an undisturbed BM_FmaPeak CPU time
         fma = float(sys.argv[3])
-    print(f"measured peak (best repetition): fp32 FMA {fma:.1f} GFLOP/s, bf16 dot {peak.get('Bf16DotPeak', 0):.1f} GFLOP/s\n")
-    bf16_peak = peak.get("Bf16DotPeak", 0)
+    # On the AMX table the bf16 products run on the tile unit: its peak is bf16's own.
+    amx = ctx.get("kernels") == "amx" and peak.get("AmxPeak", 0) > 0
+    print(f"measured peak (best repetition): fp32 FMA {fma:.1f} GFLOP/s, bf16 dot {peak.get('Bf16DotPeak', 0):.1f} GFLOP/s"
+          + (f", AMX bf16 {peak['AmxPeak']:.1f} GFLOP/s" if amx else "") + "\n")
+    bf16_peak = peak.get("AmxPeak", 0) if amx else peak.get("Bf16DotPeak", 0)
     for key, o in ours.items():
         o["peak_frac"] = o["gflops"] / fma if fma else 0
         o["own_peak_frac"] = o["gflops"] / (bf16_peak if key[2] == "bf16" and bf16_peak else fma) if fma else 0
@@ -79,7 +82,7 @@ def main():
 
 
 def print_forward(ours, torch, fma):
-    print("| N | d | dtype | pattern | ariadne ms | GFLOP/s | % fp32 FMA peak | % own peak (bf16: dot) | torch SDPA ms | speed-up vs torch |")
+    print("| N | d | dtype | pattern | ariadne ms | GFLOP/s | % fp32 FMA peak | % own peak (bf16: dot or AMX) | torch SDPA ms | speed-up vs torch |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for key in sorted(ours, key=lambda k: (k[0], k[1], k[2] != "f32", PATTERNS.index(k[3]))):
         o = ours[key]
