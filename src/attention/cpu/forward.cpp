@@ -144,7 +144,6 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
   // runs Q·Kᵀ and the softmax at once but waits with P·V, and the batch is added in one
   // pv_bf16_batch call, so O is loaded into the accumulators and stored once per batch (each pending
   // P scaled by the α of the tiles after it, O by the product of them all).
-  const bool fused = fused_;
   int pending = 0;
   const float* batch_p[kPvBatch];
   const uint16_t* batch_k[kPvBatch];
@@ -152,7 +151,7 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
   const float* batch_a[kPvBatch];
   auto flush = [&] {
     if (pending == 0) return;
-    if (fused) flush_dense(sc, batch_k, batch_v, pending, rows, mk);
+    if (fused_) flush_dense(sc, batch_k, batch_v, pending, rows, mk);
     else k_.pv_bf16_batch(batch_p, batch_v, batch_a, pending, dv_, rows, sc.o.data());
     pending = 0;
   };
@@ -165,7 +164,7 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
     // A whole tile inside the keys every row sees joins the fused batch without clipping the rows
     // (flush_dense reads no per-row bounds).
     const bool whole = v.keymask == ~0u && v.tile * kKeyTile >= all_lo && (v.tile + 1) * kKeyTile <= all_hi;
-    if (fused && whole && !(p_.sink_mode == SinkMode::key0_bias && v.tile == 0)) {
+    if (fused_ && whole && !(p_.sink_mode == SinkMode::key0_bias && v.tile == 0)) {
       const Tile tl = tile(sc, g, s, v.tile);
       batch_k[pending] = static_cast<const uint16_t*>(tl.k);
       batch_v[pending] = static_cast<const uint16_t*>(tl.v);
@@ -178,7 +177,7 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
     mk.keymask = v.keymask;
     mk.dense = sc.dense && v.keymask == ~0u;
     mk.apply_bias = p_.sink_mode == SinkMode::key0_bias && v.tile == 0;
-    if (batch_pv_ && !fused && mk.dense && r0 == 0 && r1 == rows) {
+    if (batch_pv_ && !fused_ && mk.dense && r0 == 0 && r1 == rows) {
       float* P = sc.batch_p.data() + size_t(pending) * kQueryTile * kKeyTile;
       k_.qk_bf16(sc.q_b16, sc.ldq, static_cast<const uint16_t*>(tl.k), dp_, rows, P);
       mk.lo = sc.lo.data();
