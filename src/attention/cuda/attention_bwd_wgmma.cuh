@@ -36,30 +36,37 @@ namespace ariadne::cuda {
 
 template <int D>
 struct BwdWgShape {
-  static constexpr int BK = 128, BQ = kBwdBQ, threads = 256;
+  static constexpr int BK = 128, BQ = kBwdBQ, threads = 384, STAGES = 2;
   static constexpr int C = D / 8;                   // 16-byte chunks per row
   static constexpr int W = D % 64 == 0 ? 128 : 32;  // swizzle span in bytes (as WgShape)
   static constexpr int QS = D + 8;                  // dQ tile rows: D floats + 32 bytes (conflict-free halves)
+  // setmaxnreg: the consumers hold dK, dV (D floats each) beside the products; at D 128 they take
+  // all the producer can spare (its loads then keep a few values in local memory).
+  static constexpr int consumer_regs = D > 96 ? 240 : 224, producer_regs = D > 96 ? 32 : 56;
+  static_assert(128 * producer_regs + 256 * consumer_regs <= 65536, "the SM's register file");
   static constexpr size_t k_bytes = size_t(BK) * D * 2, q_bytes = size_t(BQ) * D * 2;
-  // K, V; then Q[2], dO[2]; then dSᵀ [BK keys][BQ queries] (128-byte rows, swizzled: the MN-major A
-  // operand of dQ = dS·K); then the f32 dQ tile [BQ][QS]; then lse·log2e [2][BQ] and D [2][BQ].
-  // Every swizzled tile starts on a 1024-byte boundary (1024 bytes of slack align the base).
-  static constexpr size_t q_off = 2 * k_bytes, do_off = q_off + 2 * q_bytes, ds_off = do_off + 2 * q_bytes;
+  static constexpr size_t dq_bytes = size_t(BQ) * QS * sizeof(float);
+  // K, V; then the stages' Q and dO; then dSᵀ [BK keys][BQ queries] (128-byte rows, swizzled: the
+  // MN-major A operand of dQ = dS·K); then two f32 dQ tiles [BQ][QS]; then the stages' raw lse and
+  // D [BQ] each; then the mbarriers. Every swizzled tile starts on a 1024-byte boundary (1024 bytes
+  // of slack align the base).
+  static constexpr size_t q_off = 2 * k_bytes, do_off = q_off + STAGES * q_bytes, ds_off = do_off + STAGES * q_bytes;
   static constexpr size_t dq_off = ds_off + size_t(BK) * BQ * 2;
-  static constexpr size_t stat_off = dq_off + size_t(BQ) * QS * sizeof(float);
-  static constexpr size_t smem_bytes = 1024 + stat_off + 4 * BQ * sizeof(float);
+  static constexpr size_t stat_off = dq_off + 2 * dq_bytes;
+  static constexpr size_t bar_off = stat_off + 2 * STAGES * BQ * sizeof(float);
+  static constexpr size_t smem_bytes = 1024 + bar_off + (2 * STAGES + 1) * 8;
   static_assert(k_bytes % 1024 == 0 && q_bytes % 1024 == 0, "tiles keep the 1024-byte alignment");
   static_assert(BQ * 2 == 128, "a dSᵀ row is one 128-byte swizzle span");
   static_assert(QS * sizeof(float) % 16 == 0, "dQ rows are bulk-copy aligned");
 };
 
 // Copies `rows` rows (first.., gathered through `order`) of one head into a swizzled tile of ROWS
-// rows with cp.async, zero-filling rows at or past `valid`. All 256 threads take part.
-template <int ROWS, int W, int C, class T>
+// rows with cp.async by NT threads (index t), zero-filling rows at or past `valid`.
+template <int ROWS, int W, int C, int NT, class T>
 __device__ __forceinline__ void bwd_wg_load(T* dst, const T* head, int64_t stride, int64_t first, int64_t valid,
-                                            const int32_t* order, int tid) {
+                                            const int32_t* order, int t) {
 #pragma unroll 2
-  for (int i = tid; i < ROWS * C; i += 256) {
+  for (int i = t; i < ROWS * C; i += NT) {
     const int r = i / C, ch = i % C;
     const bool ok = r < valid;
     const int64_t row = ok ? (order != nullptr ? order[first + r] : first + r) : 0;
@@ -67,29 +74,40 @@ __device__ __forceinline__ void bwd_wg_load(T* dst, const T* head, int64_t strid
   }
 }
 
+// Named barriers of the main kernel (0 is __syncthreads'): per dQ tile b, `combine` (consumer 0
+// has stored its part), `dq_full` (the sum is in the tile, for the writer warp) and `dq_free` (the
+// writer's bulk adds have read the tile); per consumer warpgroup c, `ds_ready` (its dSᵀ rows).
+__device__ __forceinline__ int bwd_bar_combine(int b) { return 1 + b; }
+__device__ __forceinline__ int bwd_bar_dq_full(int b) { return 3 + b; }
+__device__ __forceinline__ int bwd_bar_dq_free(int b) { return 5 + b; }
+__device__ __forceinline__ int bwd_bar_ds_ready(int c) { return 7 + c; }
+
 template <int D, class E>
-__global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_kernel(const BwdParams p) {
+__global__ void __launch_bounds__(384, 1) attention_bwd_wgmma_kernel(const BwdParams p) {
   using S = BwdWgShape<D>;
   using T = typename E::type;
-  constexpr int BK = S::BK, BQ = S::BQ, C = S::C, W = S::W, QS = S::QS;
+  constexpr int BK = S::BK, BQ = S::BQ, C = S::C, W = S::W, QS = S::QS, STAGES = S::STAGES;
   constexpr int NS = BQ / 2;   // accumulators of an m64n64 product per thread
-  constexpr int NO = D / 2;    // dK, dV, dQ accumulators per thread (m64nD)
+  constexpr int NO = D / 2;    // dK, dV accumulators per thread (m64nD)
   constexpr uint32_t kAtom8 = 8 * W, kRegionK = BK * W, kRegionQ = BQ * W;
 
   extern __shared__ __align__(16) unsigned char smem_dyn[];
   unsigned char* smem_raw = smem_dyn + ((1024 - (smem_addr(smem_dyn) & 1023)) & 1023);
   T* Ks = reinterpret_cast<T*>(smem_raw);
   T* Vs = Ks + BK * D;
-  T* Qs = reinterpret_cast<T*>(smem_raw + S::q_off);    // 2 buffers of BQ·D
-  T* dOs = reinterpret_cast<T*>(smem_raw + S::do_off);  // 2 buffers of BQ·D
+  T* Qs = reinterpret_cast<T*>(smem_raw + S::q_off);    // STAGES buffers of BQ·D
+  T* dOs = reinterpret_cast<T*>(smem_raw + S::do_off);  // STAGES buffers of BQ·D
   T* dSs = reinterpret_cast<T*>(smem_raw + S::ds_off);  // [BK][BQ] swizzled: dSᵀ, keys on rows
-  float* dQs = reinterpret_cast<float*>(smem_raw + S::dq_off);  // [BQ][QS]: the CTA's dQ of a pair
-  float* lse2s = reinterpret_cast<float*>(smem_raw + S::stat_off);  // 2 buffers of BQ
-  float* Dls = lse2s + 2 * BQ;                                        // 2 buffers of BQ
+  float* dQs = reinterpret_cast<float*>(smem_raw + S::dq_off);     // 2 tiles [BQ][QS]: a pair's dQ
+  float* lses = reinterpret_cast<float*>(smem_raw + S::stat_off);  // STAGES buffers of BQ (raw lse)
+  float* Dls = lses + STAGES * BQ;                                 // STAGES buffers of BQ
+  const uint32_t bars = smem_addr(smem_raw + S::bar_off);
+  auto full = [&](int st) { return bars + 8u * uint32_t(st); };            // a stage's Q, dO, stats landed
+  auto empty = [&](int st) { return bars + 8u * uint32_t(STAGES + st); };  // both consumers done with it
+  const uint32_t kv_full = bars + 8u * 2 * STAGES;
 
   const Pattern& pat = p.pattern;
-  const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32, wwarp = warp % 4, lane = tid % 32;
-  const int g = lane / 4, tq = lane % 4;
+  const int tid = threadIdx.x, wg = tid / 128;
   const int kvh = blockIdx.y;
   const int32_t* cuk = pat.cu_seqlens_k != nullptr ? pat.cu_seqlens_k : pat.cu_seqlens_q;
   // Launch order as the tile kernel's: first to last by default (causal: heaviest first), last to
@@ -107,76 +125,133 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_kernel(const BwdPa
   const int64_t pairs = span * p.group;
 
   // Pairs in walk order: head by head of the group, query tiles ascending. Every query tile of
-  // [qt_first, qt_end) meets the key tile's query range, so only a block mask skips pairs.
+  // [qt_first, qt_end) meets the key tile's query range, so only a block mask skips pairs. The
+  // producer, the writer warp and the consumers each walk the same sequence.
   auto next_pair = [&](int64_t i) {
     if (pat.blocks.defined())
       while (i < pairs && !bwd_block_listed(pat, s, e, kvh * p.group + int(i / span), k_lo, qt_first + i % span)) ++i;
     return i;
   };
-  // Q, dO and the row statistics of pair i into buffer b.
-  auto load_pair = [&](int64_t i, int b) {
-    const int h = kvh * p.group + int(i / span);
-    const int64_t q_lo = (qt_first + i % span) * BQ;
-    const int64_t valid = e.lq - q_lo;
-    bwd_wg_load<BQ, W, C>(Qs + b * BQ * D, static_cast<const T*>(p.q) + h * p.q_head, p.q_tok, e.q0 + q_lo, valid,
-                          p.order, tid);
-    bwd_wg_load<BQ, W, C>(dOs + b * BQ * D, static_cast<const T*>(p.dout) + h * p.do_head, p.do_tok, e.q0 + q_lo,
-                          valid, p.order, tid);
-    if (tid < BQ) {
-      float l2 = INFINITY, dd = 0.f;  // rows past the sequence: p = 0
-      if (tid < valid) {
-        const int64_t row = e.q0 + q_lo + tid;
-        const int64_t at = int64_t(h) * p.total_q + (p.order != nullptr ? p.order[row] : row);
-        const float lse = p.lse[at];
-        // A row with no mass (lse −inf) has no probability anywhere: +inf makes p = 0.
-        l2 = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
-        dd = p.delta[at];
-      }
-      lse2s[b * BQ + tid] = l2;
-      Dls[b * BQ + tid] = dd;
+
+  if (tid == 0) {
+    for (int st = 0; st < STAGES; ++st) {
+      wg::mbar_init(full(st), 96);    // one cp.async arrival per loading producer thread
+      wg::mbar_init(empty(st), 256);  // one arrival per consumer thread
     }
-  };
+    wg::mbar_init(kv_full, 96);
+  }
+  __syncthreads();
 
-  bwd_wg_load<BK, W, C>(Ks, static_cast<const T*>(p.k) + kvh * p.k_head, p.k_tok, e.k0 + k_lo, k_hi - k_lo, p.order,
-                        tid);
-  bwd_wg_load<BK, W, C>(Vs, static_cast<const T*>(p.v) + kvh * p.v_head, p.v_tok, e.k0 + k_lo, k_hi - k_lo, p.order,
-                        tid);
-  int64_t cur = next_pair(0);
-  if (cur < pairs) load_pair(cur, 0);
-  cp_async_commit();
+  if (wg == 0) {
+    // ================= producer warpgroup: warps 0-2 load, warp 3 adds dQ =================
+    wg::setmaxnreg_dec<S::producer_regs>();
+    if (tid < 96) {
+      bwd_wg_load<BK, W, C, 96>(Ks, static_cast<const T*>(p.k) + kvh * p.k_head, p.k_tok, e.k0 + k_lo, k_hi - k_lo,
+                                p.order, tid);
+      bwd_wg_load<BK, W, C, 96>(Vs, static_cast<const T*>(p.v) + kvh * p.v_head, p.v_tok, e.k0 + k_lo, k_hi - k_lo,
+                                p.order, tid);
+      wg::mbar_arrive_cp_async(kv_full);
+      int it = 0;
+      for (int64_t cur = next_pair(0); cur < pairs; cur = next_pair(cur + 1), ++it) {
+        const int st = it % STAGES;
+        if (it >= STAGES) wg::mbar_wait(empty(st), uint32_t((it / STAGES) - 1) & 1);
+        const int h = kvh * p.group + int(cur / span);
+        const int64_t q_lo = (qt_first + cur % span) * BQ;
+        const int64_t valid = e.lq - q_lo;
+        bwd_wg_load<BQ, W, C, 96>(Qs + st * BQ * D, static_cast<const T*>(p.q) + h * p.q_head, p.q_tok, e.q0 + q_lo,
+                                  valid, p.order, tid);
+        bwd_wg_load<BQ, W, C, 96>(dOs + st * BQ * D, static_cast<const T*>(p.dout) + h * p.do_head, p.do_tok,
+                                  e.q0 + q_lo, valid, p.order, tid);
+        if (tid < BQ) {  // raw lse and D of the rows (zero past the sequence: the consumers mask them)
+          const bool ok = tid < valid;
+          const int64_t row = ok ? e.q0 + q_lo + tid : 0;
+          const int64_t at = int64_t(h) * p.total_q + (ok && p.order != nullptr ? p.order[row] : row);
+          cp_async4(smem_addr(lses + st * BQ + tid), p.lse + at, ok);
+          cp_async4(smem_addr(Dls + st * BQ + tid), p.delta + at, ok);
+        }
+        wg::mbar_arrive_cp_async(full(st));
+      }
+      wg::cp_async_wait_all();
+    } else {
+      // The writer warp: per pair, the summed dQ tile into the f32 accumulator by one bulk add per
+      // query row (rows gathered through the order); deterministic mode takes its turn first.
+      const int lane = tid % 32;
+      int it = 0;
+      for (int64_t cur = next_pair(0); cur < pairs; cur = next_pair(cur + 1), ++it) {
+        const int b = it % 2;
+        const int h = kvh * p.group + int(cur / span);
+        const int64_t qt = qt_first + cur % span;
+        const int64_t q_lo = qt * BQ;
+        wg::named_bar_sync(bwd_bar_dq_full(b), 160);
+        int* const counter = p.counters != nullptr ? p.counters + int64_t(h) * p.query_tiles +
+                                                         (pat.cu_seqlens_q != nullptr ? s + pat.cu_seqlens_q[s] / kBwdBQ : 0) + qt
+                                                   : nullptr;
+        if (counter != nullptr) {
+          if (lane == 0) {
+            const int rank = bwd_rank<BK>(pat, s, e, h, kt, qt);
+            while (atomicAdd(counter, 0) != rank) __nanosleep(32);
+            __threadfence();
+          }
+          __syncwarp();
+        }
+#pragma unroll
+        for (int r = lane; r < BQ; r += 32)
+          if (q_lo + r < e.lq) {
+            const int64_t row = e.q0 + q_lo + r;
+            wg::bulk_reduce_add_f32(p.dq_acc + ((p.order != nullptr ? p.order[row] : row) * p.heads_q + h) * D,
+                                    smem_addr(dQs + b * (BQ * QS) + r * QS), D * sizeof(float));
+          }
+        wg::bulk_commit();
+        if (counter != nullptr) {
+          wg::bulk_wait_all();  // added before the turn passes
+          __threadfence();
+          __syncwarp();
+          if (lane == 0) atomicAdd(counter, 1);
+        } else {
+          wg::bulk_wait_read_all();
+        }
+        __syncwarp();
+        // Tile b's next user is the pair two places on, if there is one (no arrival is left
+        // pending when the CTA exits).
+        if (next_pair(next_pair(cur + 1) + 1) < pairs) wg::named_bar_arrive(bwd_bar_dq_free(b), 160);
+      }
+      wg::bulk_wait_all();
+    }
+    return;
+  }
 
+  // ================= consumer warpgroups =================
+  wg::setmaxnreg_inc<S::consumer_regs>();
+  const int c = wg - 1, warp = tid / 32, wwarp = warp % 4, lane = tid % 32;
+  const int g = lane / 4, tq = lane % 4;
   float dk[NO], dv[NO];
 #pragma unroll
   for (int i = 0; i < NO; ++i) dk[i] = dv[i] = 0.f;
 
   // This warpgroup's keys [kw_lo, kw_hi) and this thread's two key rows kw_lo + key_row (+ 8).
-  const int64_t kw_lo = k_lo + 64 * wg, kw_hi = kw_lo + 64 < k_hi ? kw_lo + 64 : k_hi;
+  const int64_t kw_lo = k_lo + 64 * c, kw_hi = kw_lo + 64 < k_hi ? kw_lo + 64 : k_hi;
   const int key_row = 16 * wwarp + g;
   const bool key0 = p.sink_kind == kSinkKey0 && kw_lo == 0;  // this warpgroup holds key 0
-  const uint32_t k_base = smem_addr(Ks) + uint32_t(wg) * 64 * W, v_base = smem_addr(Vs) + uint32_t(wg) * 64 * W;
-  int buf = 0;
+  const uint32_t k_base = smem_addr(Ks) + uint32_t(c) * 64 * W, v_base = smem_addr(Vs) + uint32_t(c) * 64 * W;
   float ds0 = 0.f;  // key0 sink: Σ dS over the current head's rows for local key 0
   int ds0_head = -1;
-  while (cur < pairs) {
-    const int64_t nxt = next_pair(cur + 1);
+  int it = 0;
+  if (pairs > 0) wg::mbar_wait(kv_full, 0);
+  for (int64_t cur = next_pair(0); cur < pairs; cur = next_pair(cur + 1), ++it) {
+    const int st = it % STAGES, b = it % 2;
     const int h = kvh * p.group + int(cur / span);
     const int64_t qt = qt_first + cur % span;
     const int64_t q_lo = qt * BQ;
     const int64_t q_hi = q_lo + BQ < e.lq ? q_lo + BQ : e.lq;
+    const int nvalid = int(q_hi - q_lo);
 
-    cp_async_wait<0>();
-    wg::fence_proxy_async();  // this thread's cp.async writes, before the async proxy reads them
-    if (tid < BQ) wg::bulk_wait_read_all();  // the last pair's dQ adds have read the dQ tile
-    __syncthreads();  // this pair's buffer landed; the other buffer's readers and dSᵀ's are done
-    if (nxt < pairs) load_pair(nxt, buf ^ 1);
-    cp_async_commit();
-
-    const uint32_t q_base = smem_addr(Qs + buf * BQ * D), do_base = smem_addr(dOs + buf * BQ * D);
-    const float* l2b = lse2s + buf * BQ;
-    const float* Db = Dls + buf * BQ;
+    wg::mbar_wait(full(st), uint32_t(it / STAGES) & 1);
+    const uint32_t q_base = smem_addr(Qs + st * BQ * D), do_base = smem_addr(dOs + st * BQ * D);
+    const float* lb = lses + st * BQ;
+    const float* Db = Dls + st * BQ;
 
     // ---- Sᵀ = K_c·Qᵀ and dPᵀ = V_c·dOᵀ (64 keys × 64 queries each) ----
-    float st[NS], dpt[NS];
+    float st_[NS], dpt[NS];
     // Descriptors built once per operand; a k-step moves the start by 32 bytes within a region row
     // or to the next region (attention_wgmma.cuh's layout).
     const wg::DescWords dk_words = wg::desc_words<W>(k_base, 16, kAtom8), dv_words = wg::desc_words<W>(v_base, 16, kAtom8);
@@ -186,14 +261,14 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_kernel(const BwdPa
     for (int ks = 0; ks < D / 16; ++ks) {
       // k-step ks: 32 bytes of each row, in region ks·32 / W at byte ks·32 % W of the row.
       const uint32_t in_row = (ks * 32) % W, region = ks * 32 / W;
-      wg::Mma<E, 64>::ss(st, wg::desc_at(dk_words, region * kRegionK + in_row),
+      wg::Mma<E, 64>::ss(st_, wg::desc_at(dk_words, region * kRegionK + in_row),
                          wg::desc_at(dq_words, region * kRegionQ + in_row), ks > 0);
       wg::Mma<E, 64>::ss(dpt, wg::desc_at(dv_words, region * kRegionK + in_row),
                          wg::desc_at(do_words, region * kRegionQ + in_row), ks > 0);
     }
     wg::commit();
     wg::wait<0>();
-    wg::pin(st);
+    wg::pin(st_);
     wg::pin(dpt);
 
     // ---- Pᵀ and dSᵀ; element masks on the warpgroup's tiles the pattern cuts ----
@@ -221,18 +296,21 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_kernel(const BwdPa
 #pragma unroll
     for (int j = 0; j < BQ / 8; ++j)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int col = j * 8 + 2 * tq + c;
-        const float l2 = l2b[col], dd = Db[col];
+      for (int cc = 0; cc < 2; ++cc) {
+        const int col = j * 8 + 2 * tq + cc;
+        // Rows past the sequence (zero-filled) and rows with no mass (lse −inf) have p = 0.
+        const float lse = lb[col];
+        const float l2 = col >= nvalid || lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+        const float dd = Db[col];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const float raw = st[4 * j + 2 * r + c] + (r == 0 && sink_row ? sink_raw : 0.f);
+          const float raw = st_[4 * j + 2 * r + cc] + (r == 0 && sink_row ? sink_raw : 0.f);
           const float pr = col < col_lo[r] || col >= col_hi[r] ? 0.f : ex2(fmaf(raw, p.scale_log2, -l2));
-          st[4 * j + 2 * r + c] = pr;
-          dpt[4 * j + 2 * r + c] = pr * (dpt[4 * j + 2 * r + c] - dd);
+          st_[4 * j + 2 * r + cc] = pr;
+          dpt[4 * j + 2 * r + cc] = pr * (dpt[4 * j + 2 * r + cc] - dd);
         }
       }
-    // The key0 sink: Σ_i dS_i0 (key 0 is row 0 of warp 0 of warpgroup 0: lanes with g = 0, r = 0).
+    // The key0 sink: Σ_i dS_i0 (key 0 is row 0 of warp 0 of consumer 0: lanes with g = 0, r = 0).
     if (key0 && wwarp == 0) {
       float v = 0.f;
 #pragma unroll
@@ -246,7 +324,7 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_kernel(const BwdPa
     for (int kk = 0; kk < BQ / 16; ++kk)
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
-        pa[kk][x] = E::pack(st[8 * kk + 2 * x], st[8 * kk + 2 * x + 1]);
+        pa[kk][x] = E::pack(st_[8 * kk + 2 * x], st_[8 * kk + 2 * x + 1]);
         da[kk][x] = E::pack(dpt[8 * kk + 2 * x], dpt[8 * kk + 2 * x + 1]);
       }
     wg::pin(dv);
@@ -266,7 +344,7 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_kernel(const BwdPa
     // Thread rows key_row and key_row + 8 of the warpgroup's 64; queries 16·kk + 2·tq (+ 8) are
     // 16-byte chunk 2·kk (+ 1) of the 128-byte row, XOR-ed with the row's place in its 8-row atom.
     {
-      const int r_a = 64 * wg + key_row, r_b = r_a + 8;
+      const int r_a = 64 * c + key_row, r_b = r_a + 8;
 #pragma unroll
       for (int kk = 0; kk < BQ / 16; ++kk)
 #pragma unroll
@@ -277,20 +355,22 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_kernel(const BwdPa
         }
     }
     wg::fence_proxy_async();   // the generic stores, before this warpgroup's wgmma reads them
-    wg::named_bar_sync(1 + wg, 128);
+    wg::named_bar_sync(bwd_bar_ds_ready(c), 128);
 
     // ---- dQ_c = dS·K over this warpgroup's 64 keys (wgmma, both operands MN-major) ----
     // dQ_c in parts of NQ columns (D 128: two parts of one 64-column region each, so that a part's
-    // accumulators fit beside dK and dV); part by part, warpgroup 1 stores its dQ_1 into the dQ
-    // tile and warpgroup 0 adds its dQ_0 and the scale. m64nNQ accumulator layout: warp w of the
-    // warpgroup holds rows 16w + g (+ 8), columns 8j + 2tq (+ 1) in dq[4j + 2r + c].
+    // accumulators fit beside dK and dV). Consumer 0 stores its parts into dQ tile b (once the
+    // writer has read the tile's last pair) and arrives on `combine`; consumer 1 waits there, adds
+    // its own parts and the scale, and hands the tile to the writer warp. m64nNQ accumulator
+    // layout: warp w of the warpgroup holds rows 16w + g (+ 8), columns 8j + 2tq (+ 1) in dq[4j + 2r + c].
     constexpr int DQP = D > 96 ? 2 : 1, NQ = D / DQP;
     static_assert(DQP == 1 || (NQ * 2) % W == 0, "a dQ part starts on a swizzle region");
     // A: dSᵀ rows 64c.., one 128-byte span of queries per row (sbo: 8 rows); a k-step is 16 keys.
     // B: the K tile from this warpgroup's first key, head-dim regions of W bytes (lbo) as dV's dO.
-    const wg::DescWords a_words = wg::desc_words<128>(smem_addr(dSs) + uint32_t(wg) * 64 * 128, 64 * 128, 1024);
+    const wg::DescWords a_words = wg::desc_words<128>(smem_addr(dSs) + uint32_t(c) * 64 * 128, 64 * 128, 1024);
     const wg::DescWords b_words = wg::desc_words<W>(k_base, kRegionK, kAtom8);
     const int q_row = 16 * wwarp + g;
+    float* const tile_b = dQs + b * (BQ * QS);
 #pragma unroll 1
     for (int part = 0; part < DQP; ++part) {
       float dq[NQ / 2];
@@ -305,17 +385,19 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_kernel(const BwdPa
       wg::pin(dv);
       wg::pin(dk);
       wg::pin(dq);
-      float* const tile = dQs + part * NQ + 2 * tq;
-      if (wg == 1) {
+      if (part == 0) wg::mbar_arrive(empty(st));  // the stage's Q, dO and statistics are read
+      float* const tile = tile_b + part * NQ + 2 * tq;
+      if (c == 0) {
+        if (part == 0 && it >= 2) wg::named_bar_sync(bwd_bar_dq_free(b), 160);
 #pragma unroll
         for (int j = 0; j < NQ / 8; ++j)
 #pragma unroll
           for (int r = 0; r < 2; ++r)
             *reinterpret_cast<float2*>(tile + (q_row + 8 * r) * QS + 8 * j) =
                 make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
-      }
-      __syncthreads();
-      if (wg == 0) {
+        if (part == DQP - 1) wg::named_bar_arrive(bwd_bar_combine(b), 256);
+      } else {
+        if (part == 0) wg::named_bar_sync(bwd_bar_combine(b), 256);
 #pragma unroll
         for (int j = 0; j < NQ / 8; ++j)
 #pragma unroll
@@ -326,28 +408,12 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_kernel(const BwdPa
           }
       }
     }
-    int* const counter = bwd_wait_turn<BK>(p, s, e, h, kt, qt, tid);
-    if (wg == 0) {
-      wg::fence_proxy_async();  // the generic stores, before the bulk adds read them
-      wg::named_bar_sync(1, 128);
-      // One bulk add per query row into the f32 accumulator (rows gathered through the order).
-      if (tid < BQ && q_lo + tid < e.lq) {
-        const int64_t row = e.q0 + q_lo + tid;
-        wg::bulk_reduce_add_f32(p.dq_acc + ((p.order != nullptr ? p.order[row] : row) * p.heads_q + h) * D,
-                                smem_addr(dQs + tid * QS), D * sizeof(float));
-      }
-      if (tid < BQ) {
-        wg::bulk_commit();
-        if (counter != nullptr) wg::bulk_wait_all();  // deterministic: added before the turn passes
-      }
+    if (c == 1) {
+      wg::fence_proxy_async();  // the generic stores, before the writer's bulk adds read them
+      wg::named_bar_arrive(bwd_bar_dq_full(b), 160);
     }
-    bwd_pass_turn(counter, tid);
-    buf ^= 1;
-    cur = nxt;
   }
   if (ds0_head >= 0 && lane == 0 && wwarp == 0 && key0) p.sink_part[int64_t(ds0_head) * p.sink_parts + s] += ds0;
-  cp_async_wait<0>();
-  if (tid < BQ) wg::bulk_wait_read_all();  // the shared memory stays until the last adds read it
 
   // ---- epilogue: dK·scale and dV, this thread's two key rows ----
 #pragma unroll
@@ -357,15 +423,15 @@ __global__ void __launch_bounds__(256, 1) attention_bwd_wgmma_kernel(const BwdPa
     const int64_t row = p.order != nullptr ? p.order[e.k0 + ik] : e.k0 + ik;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
-      const int c = j * 8 + 2 * tq;
+      const int cc = j * 8 + 2 * tq;
       const float k0 = dk[4 * j + 2 * r] * p.scale, k1 = dk[4 * j + 2 * r + 1] * p.scale;
       const float v0 = dv[4 * j + 2 * r], v1 = dv[4 * j + 2 * r + 1];
       if (p.dkv_f32) {
-        *reinterpret_cast<float2*>(static_cast<float*>(p.dk) + row * p.dk_tok + kvh * p.dk_head + c) = make_float2(k0, k1);
-        *reinterpret_cast<float2*>(static_cast<float*>(p.dv) + row * p.dv_tok + kvh * p.dv_head + c) = make_float2(v0, v1);
+        *reinterpret_cast<float2*>(static_cast<float*>(p.dk) + row * p.dk_tok + kvh * p.dk_head + cc) = make_float2(k0, k1);
+        *reinterpret_cast<float2*>(static_cast<float*>(p.dv) + row * p.dv_tok + kvh * p.dv_head + cc) = make_float2(v0, v1);
       } else {
-        *reinterpret_cast<uint32_t*>(static_cast<T*>(p.dk) + row * p.dk_tok + kvh * p.dk_head + c) = E::pack(k0, k1);
-        *reinterpret_cast<uint32_t*>(static_cast<T*>(p.dv) + row * p.dv_tok + kvh * p.dv_head + c) = E::pack(v0, v1);
+        *reinterpret_cast<uint32_t*>(static_cast<T*>(p.dk) + row * p.dk_tok + kvh * p.dk_head + cc) = E::pack(k0, k1);
+        *reinterpret_cast<uint32_t*>(static_cast<T*>(p.dv) + row * p.dv_tok + kvh * p.dv_head + cc) = E::pack(v0, v1);
       }
     }
   }
