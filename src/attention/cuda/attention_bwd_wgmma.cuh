@@ -1,23 +1,28 @@
-// Internal: the Hopper (sm_90a) backward main kernel: the products whose M side is the key tile
-// run as wgmma from swizzled shared tiles, dQ as mma.sync. The prep and finish launches, the walk,
-// the deterministic ranks and the semantics (masks, sinks, GQA, varlen, orders, block-sparse rows)
-// are attention_bwd.cuh's; this file only replaces its main kernel.
+// Internal: the Hopper (sm_90a) backward main kernel: every product as wgmma from swizzled shared
+// tiles, warp-specialized. The prep and finish launches, the walk, the deterministic ranks and the
+// semantics (masks, sinks, GQA, varlen, orders, block-sparse rows) are attention_bwd.cuh's; this
+// file only replaces its main kernel.
 //
-// A CTA of 2 warpgroups owns (128 keys, KV head); warpgroup c holds keys 64c .. 64c + 63 with
-// their dK and dV accumulators (m64nD, fp32, D/2 registers each) for the whole walk. Per
-// (query head of the group, 64-query tile) pair:
-//   Sᵀ  = K_c·Qᵀ, dPᵀ = V_c·dOᵀ     wgmma m64n64k16, both operands K-major in shared memory;
-//   Pᵀ  = exp2(Sᵀ·scale·log2e − lse·log2e), dSᵀ = Pᵀ ⊙ (dPᵀ − D)   in registers;
-//   dV += Pᵀ·dO, dK += dSᵀ·Q        wgmma m64nDk16, A packed from the accumulators (their layout
-//                                   is the A fragment's), B = dO / Q read MN-major (transposed);
-//   dSᵀ to shared memory (keys on rows, swizzled), then dQ_c = dS·K_c over the warpgroup's own 64
-//   keys as wgmma with both operands MN-major (m64nD; D 128 in two 64-column parts); the two
-//   warpgroups' parts are summed in an f32 tile in shared memory and added to the f32 accumulator
-//   by one bulk reduce-add per query row (cp.reduce.async.bulk), once per 128 keys.
-// The rs products run under the dS stores; they and dQ_c complete before the sum. Q, dO and the row statistics of the next pair are copied with cp.async
-// (gathered through the token order, zero past a sequence's end) during the current one, double
-// buffered. Tiles use the forward wgmma kernel's swizzled layouts (attention_wgmma.cuh): W = 128
-// bytes at D 64 and 128, W = 32 at D 80 (regions of 16 columns: 80 runs natively).
+// A CTA of 3 warpgroups owns (128 keys, KV head) and walks the (query head of the group, 64-query
+// tile) pairs that see its keys:
+//   - warpgroup 0, the producer (few registers, setmaxnreg): warps 0-2 copy K and V once, then per
+//     pair Q, dO and the rows' raw lse and D with cp.async (gathered through the token order, zero
+//     past a sequence's end) into a ring of 2 stages, each stage's arrival on its mbarrier;
+//     warp 3, the writer, adds each pair's summed dQ tile to the f32 accumulator by one bulk
+//     reduce-add per query row (cp.reduce.async.bulk), and in the deterministic mode takes the
+//     pair's turn first, so that neither the turn's spin nor the adds hold up the products.
+//   - consumer warpgroups c = 0, 1 hold keys 64c .. 64c + 63 with their dK and dV accumulators
+//     (m64nD, fp32, D/2 registers each) for the whole walk. Per pair:
+//       Sᵀ  = K_c·Qᵀ, dPᵀ = V_c·dOᵀ     wgmma m64n64k16, both operands K-major in shared memory;
+//       Pᵀ  = exp2(Sᵀ·scale·log2e − lse·log2e), dSᵀ = Pᵀ ⊙ (dPᵀ − D)   in registers;
+//       dV += Pᵀ·dO, dK += dSᵀ·Q        wgmma m64nDk16, A packed from the accumulators (their
+//                                       layout is the A fragment's), B = dO / Q read MN-major;
+//       dSᵀ to shared memory (keys on rows, swizzled), then dQ_c = dS·K_c over the warpgroup's own
+//       64 keys as wgmma with both operands MN-major (m64nD; D 128 in two 64-column parts).
+//     Consumer 0 stores dQ_0 into one of two f32 dQ tiles, consumer 1 adds dQ_1 and the scale and
+//     hands the tile to the writer: named barriers between the roles, none across the whole CTA.
+// Tiles use the forward wgmma kernel's swizzled layouts (attention_wgmma.cuh): W = 128 bytes at
+// D 64 and 128, W = 32 at D 80 (regions of 16 columns: 80 runs natively).
 //
 // Block-sparse rows need blocks that are multiples of 128 (a key tile lies in one key block);
 // the dispatcher (backward_cuda.cu) keeps other blocks, head dim 96 and non-sm90 devices on the
