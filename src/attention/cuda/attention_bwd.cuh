@@ -149,22 +149,30 @@ __device__ inline int bwd_rank(const Pattern& pat, int s, const SeqExtent& e, in
   return rank;
 }
 
+// The deterministic mode's counter of (head h, query tile qt) in sequence s; null in the default mode.
+__device__ __forceinline__ int* bwd_counter(const BwdParams& p, int s, int h, int64_t qt) {
+  if (p.counters == nullptr) return nullptr;
+  const int32_t* cuq = p.pattern.cu_seqlens_q;
+  return p.counters + int64_t(h) * p.query_tiles + (cuq != nullptr ? s + cuq[s] / kBwdBQ : 0) + qt;
+}
+// One thread waits until `counter` reaches the rank of the (key tile kt, query tile qt) pair.
+template <int BK>
+__device__ __forceinline__ void bwd_await_rank(const BwdParams& p, int* counter, int s, const SeqExtent& e, int h,
+                                               int64_t kt, int64_t qt) {
+  const int rank = bwd_rank<BK>(p.pattern, s, e, h, kt, qt);
+  while (atomicAdd(counter, 0) != rank) __nanosleep(32);
+  __threadfence();
+}
+
 // The deterministic mode's turn of one (key tile kt, query tile qt) pair at adding into dQ: the
 // counter of (head h, query tile) reaches the pair's rank, then the CTA adds, then bwd_pass_turn
 // bumps it. Null (no wait, nothing to bump) in the default mode. Every thread of the CTA calls both.
 template <int BK>
 __device__ __forceinline__ int* bwd_wait_turn(const BwdParams& p, int s, const SeqExtent& e, int h, int64_t kt,
                                               int64_t qt, int tid) {
-  const Pattern& pat = p.pattern;
-  int* counter = p.counters != nullptr ? p.counters + int64_t(h) * p.query_tiles +
-                                             (pat.cu_seqlens_q != nullptr ? s + pat.cu_seqlens_q[s] / kBwdBQ : 0) + qt
-                                       : nullptr;
+  int* const counter = bwd_counter(p, s, h, qt);
   if (counter != nullptr) {
-    if (tid == 0) {
-      const int rank = bwd_rank<BK>(pat, s, e, h, kt, qt);
-      while (atomicAdd(counter, 0) != rank) __nanosleep(32);
-      __threadfence();
-    }
+    if (tid == 0) bwd_await_rank<BK>(p, counter, s, e, h, kt, qt);
     __syncthreads();
   }
   return counter;

@@ -188,15 +188,9 @@ __global__ void __launch_bounds__(384, 1) attention_bwd_wgmma_kernel(const BwdPa
         const int64_t qt = qt_first + cur % span;
         const int64_t q_lo = qt * BQ;
         wg::named_bar_sync(bwd_bar_dq_full(b), 160);
-        int* const counter = p.counters != nullptr ? p.counters + int64_t(h) * p.query_tiles +
-                                                         (pat.cu_seqlens_q != nullptr ? s + pat.cu_seqlens_q[s] / kBwdBQ : 0) + qt
-                                                   : nullptr;
+        int* const counter = bwd_counter(p, s, h, qt);
         if (counter != nullptr) {
-          if (lane == 0) {
-            const int rank = bwd_rank<BK>(pat, s, e, h, kt, qt);
-            while (atomicAdd(counter, 0) != rank) __nanosleep(32);
-            __threadfence();
-          }
+          if (lane == 0) bwd_await_rank<BK>(p, counter, s, e, h, kt, qt);
           __syncwarp();
         }
 #pragma unroll
