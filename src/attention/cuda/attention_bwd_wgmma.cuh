@@ -47,8 +47,10 @@ struct BwdWgShape {
   static constexpr int QS = D + 8;                  // dQ tile rows: D floats + 32 bytes (conflict-free halves)
   // setmaxnreg: the consumers hold dK, dV (D floats each) beside the products; at D 128 they take
   // all the producer can spare (its loads then keep a few values in local memory).
-  static constexpr int consumer_regs = D > 96 ? 240 : 224, producer_regs = D > 96 ? 32 : 56;
-  static_assert(128 * producer_regs + 256 * consumer_regs <= 65536, "the SM's register file");
+  // The pool is what the launch gave the CTA: 384 threads at 168 registers (launch bounds); a
+  // setmaxnreg.inc that the pool cannot cover never returns.
+  static constexpr int consumer_regs = D > 96 ? 232 : 224, producer_regs = D > 96 ? 40 : 56;
+  static_assert(128 * producer_regs + 256 * consumer_regs <= 384 * 168, "the registers the launch allocated");
   static constexpr size_t k_bytes = size_t(BK) * D * 2, q_bytes = size_t(BQ) * D * 2;
   static constexpr size_t dq_bytes = size_t(BQ) * QS * sizeof(float);
   // K, V; then the stages' Q and dO; then dSᵀ [BK keys][BQ queries] (128-byte rows, swizzled: the
