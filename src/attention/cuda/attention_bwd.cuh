@@ -185,41 +185,49 @@ __device__ __forceinline__ void bwd_pass_turn(int* counter, int tid) {
 }
 
 // ---- prep: D, the cleared accumulator and partials, the denominator sink's terms ----
-// Grid (ceil(total_q / 64), heads_q), 128 threads: 2 threads per (row, head), each half the row.
+// Grid (ceil(total_q / 64), heads_q), 128 threads: a warp takes 16 of the block's rows one after the
+// other, its lanes reading consecutive element pairs of the row (coalesced 4-byte loads of dout and
+// out, coalesced float2 stores clearing the accumulator); the row's D is a fixed shuffle tree, so it
+// is the same bits in every run.
 template <int D, class E>
 __global__ void __launch_bounds__(128) attention_bwd_prep_kernel(const BwdParams p) {
   using T = typename E::type;
-  const int h = blockIdx.y;
-  const int64_t r0 = int64_t(blockIdx.x) * kBwdPrepRows;
-  const int row_in = threadIdx.x / 2, half = threadIdx.x % 2;
-  const int64_t row = r0 + row_in;  // stored row
-  float dsum = 0.f;
-  if (row < p.total_q) {
+  constexpr int PAIRS = D / 2, ROWS = kBwdPrepRows / 4;  // element pairs per row, rows per warp
+  const int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float term = 0.f;  // lane 0: the warp's denominator-sink terms, summed in row order
+#pragma unroll 1
+  for (int i = 0; i < ROWS; ++i) {
+    const int64_t row = int64_t(blockIdx.x) * kBwdPrepRows + warp * ROWS + i;  // stored row
+    if (row >= p.total_q) break;
     const T* dog = static_cast<const T*>(p.dout) + row * p.do_tok + h * p.do_head;
-    for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c) {
-      const float o = p.out_f32 ? static_cast<const float*>(p.out)[row * p.o_tok + h * p.o_head + c]
-                                : float(static_cast<const T*>(p.out)[row * p.o_tok + h * p.o_head + c]);
-      dsum += float(dog[c]) * o;
-    }
     float* acc = p.dq_acc + (row * p.heads_q + h) * D;
-    for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c) acc[c] = 0.f;
-  }
-  dsum += __shfl_xor_sync(0xffffffffu, dsum, 1);
-  float term = 0.f;
-  if (row < p.total_q) {
-    if (half == 0) p.delta[int64_t(h) * p.total_q + row] = dsum;
-    if (p.sink_kind == kSinkDenominator && half == 0) {
-      // The sink's probability exp(sink − lse): 1 where sink = lse (a +inf sink takes all the
-      // mass; a −inf sink on a row without keys), where the difference would be NaN.
-      const float sink = p.sink[h], lse = p.lse[int64_t(h) * p.total_q + row];
-      term = -(sink == lse ? 1.f : __expf(sink - lse)) * dsum;
+    float dsum = 0.f;
+#pragma unroll
+    for (int c2 = lane; c2 < PAIRS; c2 += 32) {
+      const float2 d2 = E::unpack(*reinterpret_cast<const uint32_t*>(dog + 2 * c2));
+      const float2 o2 = p.out_f32
+                            ? *reinterpret_cast<const float2*>(static_cast<const float*>(p.out) + row * p.o_tok +
+                                                               h * p.o_head + 2 * c2)
+                            : E::unpack(*reinterpret_cast<const uint32_t*>(static_cast<const T*>(p.out) +
+                                                                          row * p.o_tok + h * p.o_head + 2 * c2));
+      dsum = fmaf(d2.x, o2.x, fmaf(d2.y, o2.y, dsum));
+      *reinterpret_cast<float2*>(acc + 2 * c2) = make_float2(0.f, 0.f);
+    }
+    for (int o = 16; o > 0; o /= 2) dsum += __shfl_xor_sync(0xffffffffu, dsum, o);
+    if (lane == 0) {
+      p.delta[int64_t(h) * p.total_q + row] = dsum;
+      if (p.sink_kind == kSinkDenominator) {
+        // The sink's probability exp(sink − lse): 1 where sink = lse (a +inf sink takes all the
+        // mass; a −inf sink on a row without keys), where the difference would be NaN.
+        const float sink = p.sink[h], lse = p.lse[int64_t(h) * p.total_q + row];
+        term += -(sink == lse ? 1.f : __expf(sink - lse)) * dsum;
+      }
     }
   }
   if (p.sink_kind == kSinkDenominator) {
-    // Block sum in a fixed order: warp shuffles, then the 4 warps' sums by thread 0.
+    // Block sum in a fixed order: the warps' row-ordered sums, added by thread 0.
     __shared__ float warp_sum[4];
-    for (int o = 16; o > 0; o /= 2) term += __shfl_xor_sync(0xffffffffu, term, o);
-    if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = term;
+    if (lane == 0) warp_sum[warp] = term;
     __syncthreads();
     if (threadIdx.x == 0)
       p.sink_part[int64_t(h) * p.sink_parts + blockIdx.x] = warp_sum[0] + warp_sum[1] + warp_sum[2] + warp_sum[3];
@@ -509,23 +517,27 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_kernel(const BwdPar
 }
 
 // ---- finish: dq from the accumulator; dsink from its partials ----
+// Grid (x, heads_q): each head's rows × element pairs, consecutive threads on consecutive pairs of a
+// row (the divisions are by the constant D / 2, the head comes from the grid).
 template <int D, class E>
 __global__ void __launch_bounds__(256) attention_bwd_finish_kernel(const BwdParams p) {
   using T = typename E::type;
-  const int64_t n = p.total_q * p.heads_q * (D / 2);
+  const int h = blockIdx.y;
+  const int64_t n = p.total_q * (D / 2);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t rh = i / (D / 2), c = (i % (D / 2)) * 2, row = rh / p.heads_q, h = rh % p.heads_q;
-    const float2 v = *reinterpret_cast<const float2*>(p.dq_acc + rh * D + c);
+    const int64_t row = i / (D / 2);
+    const int c = int(i - row * (D / 2)) * 2;
+    const float2 v = *reinterpret_cast<const float2*>(p.dq_acc + (row * p.heads_q + h) * D + c);
     if (p.dq_f32) *reinterpret_cast<float2*>(static_cast<float*>(p.dq) + row * p.dq_tok + h * p.dq_head + c) = v;
     else *reinterpret_cast<uint32_t*>(static_cast<T*>(p.dq) + row * p.dq_tok + h * p.dq_head + c) = E::pack(v.x, v.y);
   }
-  if (p.dsink != nullptr && blockIdx.x == 0 && threadIdx.x < 32) {
+  if (p.dsink != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < 32) {
     // One warp per head in turn: strided partial sums, then a fixed butterfly.
-    for (int h = 0; h < p.heads_q; ++h) {
+    for (int hs = 0; hs < p.heads_q; ++hs) {
       float v = 0.f;
-      for (int i = threadIdx.x; i < p.sink_parts; i += 32) v += p.sink_part[int64_t(h) * p.sink_parts + i];
+      for (int i = threadIdx.x; i < p.sink_parts; i += 32) v += p.sink_part[int64_t(hs) * p.sink_parts + i];
       for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (threadIdx.x == 0) p.dsink[h] = v;
+      if (threadIdx.x == 0) p.dsink[hs] = v;
     }
   }
 }
@@ -538,9 +550,9 @@ void launch_bwd_prep(const BwdParams& p, cudaStream_t stream) {
 }
 template <int D, class E>
 void launch_bwd_finish(const BwdParams& p, cudaStream_t stream) {
-  const int64_t work = p.total_q * p.heads_q * (D / 2);
-  const unsigned blocks = unsigned(work / 256 + 1 < 4096 ? work / 256 + 1 : 4096);
-  attention_bwd_finish_kernel<D, E><<<blocks, 256, 0, stream>>>(p);
+  const int64_t work = p.total_q * (D / 2), cap = 4096 / p.heads_q + 1;
+  const unsigned blocks = unsigned(work / 256 + 1 < cap ? work / 256 + 1 : cap);
+  attention_bwd_finish_kernel<D, E><<<dim3(blocks, unsigned(p.heads_q)), 256, 0, stream>>>(p);
 }
 // The CTAs of a main kernel with key tiles of BK rows: one per tile, the varlen cover for packed
 // sequences (sequence s owns tiles [s + cu[s]/BK, s + 1 + cu[s+1]/BK)).

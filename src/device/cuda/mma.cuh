@@ -84,6 +84,9 @@ struct Bf16 {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
   }
+  static __device__ __forceinline__ float2 unpack(uint32_t bits) {  // pack's inverse (exact)
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
+  }
   ARIADNE_MMA_M16N8K16("bf16")
 };
 struct F16 {
@@ -91,6 +94,9 @@ struct F16 {
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t bits) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&bits));
   }
   ARIADNE_MMA_M16N8K16("f16")
 };
