@@ -55,13 +55,14 @@ struct BwdWgShape {
   static constexpr size_t dq_bytes = size_t(BQ) * QS * sizeof(float);
   // K, V; then the stages' Q and dO; then dSᵀ [BK keys][BQ queries] (128-byte rows, swizzled: the
   // MN-major A operand of dQ = dS·K); then two f32 dQ tiles [BQ][QS]; then the stages' raw lse and
-  // D [BQ] each; then the mbarriers. Every swizzled tile starts on a 1024-byte boundary (1024 bytes
+  // D [BQ] each; then the mbarriers; then each stage's pair (head, query tile). Every swizzled tile starts on a 1024-byte boundary (1024 bytes
   // of slack align the base).
   static constexpr size_t q_off = 2 * k_bytes, do_off = q_off + STAGES * q_bytes, ds_off = do_off + STAGES * q_bytes;
   static constexpr size_t dq_off = ds_off + size_t(BK) * BQ * 2;
   static constexpr size_t stat_off = dq_off + 2 * dq_bytes;
   static constexpr size_t bar_off = stat_off + 2 * STAGES * BQ * sizeof(float);
-  static constexpr size_t smem_bytes = 1024 + bar_off + (2 * STAGES + 1) * 8;
+  static constexpr size_t meta_off = bar_off + (2 * STAGES + 1) * 8;
+  static constexpr size_t smem_bytes = 1024 + meta_off + STAGES * 8;
   static_assert(k_bytes % 1024 == 0 && q_bytes % 1024 == 0, "tiles keep the 1024-byte alignment");
   static_assert(BQ * 2 == 128, "a dSᵀ row is one 128-byte swizzle span");
   static_assert(QS * sizeof(float) % 16 == 0, "dQ rows are bulk-copy aligned");
@@ -112,6 +113,7 @@ __global__ void __launch_bounds__(384, 1) attention_bwd_wgmma_kernel(const BwdPa
   auto full = [&](int st) { return bars + 8u * uint32_t(st); };            // a stage's Q, dO, stats landed
   auto empty = [&](int st) { return bars + 8u * uint32_t(STAGES + st); };  // both consumers done with it
   const uint32_t kv_full = bars + 8u * 2 * STAGES;
+  int2* meta = reinterpret_cast<int2*>(smem_raw + S::meta_off);  // a stage's (head, query tile); head −1: the end
 
   const Pattern& pat = p.pattern;
   const int tid = threadIdx.x, wg = tid / 128;
@@ -133,7 +135,8 @@ __global__ void __launch_bounds__(384, 1) attention_bwd_wgmma_kernel(const BwdPa
 
   // Pairs in walk order: head by head of the group, query tiles ascending. Every query tile of
   // [qt_first, qt_end) meets the key tile's query range, so only a block mask skips pairs. The
-  // producer, the writer warp and the consumers each walk the same sequence.
+  // producer and the writer warp each walk it; the consumers read each stage's pair from `meta`,
+  // so a block mask's lookups stay off their path.
   auto next_pair = [&](int64_t i) {
     if (pat.blocks.defined())
       while (i < pairs && !bwd_block_listed(pat, s, e, kvh * p.group + int(i / span), k_lo, qt_first + i % span)) ++i;
@@ -142,7 +145,7 @@ __global__ void __launch_bounds__(384, 1) attention_bwd_wgmma_kernel(const BwdPa
 
   if (tid == 0) {
     for (int st = 0; st < STAGES; ++st) {
-      wg::mbar_init(full(st), 96);    // one cp.async arrival per loading producer thread
+      wg::mbar_init(full(st), 97);    // one cp.async arrival per loading producer thread, thread 0's for meta
       wg::mbar_init(empty(st), 256);  // one arrival per consumer thread
     }
     wg::mbar_init(kv_full, 96);
@@ -159,24 +162,30 @@ __global__ void __launch_bounds__(384, 1) attention_bwd_wgmma_kernel(const BwdPa
                                 p.order, tid);
       wg::mbar_arrive_cp_async(kv_full);
       int it = 0;
-      for (int64_t cur = next_pair(0); cur < pairs; cur = next_pair(cur + 1), ++it) {
+      for (int64_t cur = next_pair(0);; cur = next_pair(cur + 1), ++it) {
         const int st = it % STAGES;
         if (it >= STAGES) wg::mbar_wait(empty(st), uint32_t((it / STAGES) - 1) & 1);
-        const int h = kvh * p.group + int(cur / span);
-        const int64_t q_lo = (qt_first + cur % span) * BQ;
-        const int64_t valid = e.lq - q_lo;
-        bwd_wg_load<BQ, W, C, 96>(Qs + st * BQ * D, static_cast<const T*>(p.q) + h * p.q_head, p.q_tok, e.q0 + q_lo,
-                                  valid, p.order, tid);
-        bwd_wg_load<BQ, W, C, 96>(dOs + st * BQ * D, static_cast<const T*>(p.dout) + h * p.do_head, p.do_tok,
-                                  e.q0 + q_lo, valid, p.order, tid);
-        if (tid < BQ) {  // raw lse and D of the rows (zero past the sequence: the consumers mask them)
-          const bool ok = tid < valid;
-          const int64_t row = ok ? e.q0 + q_lo + tid : 0;
-          const int64_t at = int64_t(h) * p.total_q + (ok && p.order != nullptr ? p.order[row] : row);
-          cp_async4(smem_addr(lses + st * BQ + tid), p.lse + at, ok);
-          cp_async4(smem_addr(Dls + st * BQ + tid), p.delta + at, ok);
+        const bool live = cur < pairs;  // else the end marker (span may be 0 then)
+        const int h = live ? kvh * p.group + int(cur / span) : -1;
+        const int64_t qt = live ? qt_first + cur % span : 0, q_lo = qt * BQ;
+        if (tid == 0) meta[st] = make_int2(h, int(qt));
+        if (live) {
+          const int64_t valid = e.lq - q_lo;
+          bwd_wg_load<BQ, W, C, 96>(Qs + st * BQ * D, static_cast<const T*>(p.q) + h * p.q_head, p.q_tok,
+                                    e.q0 + q_lo, valid, p.order, tid);
+          bwd_wg_load<BQ, W, C, 96>(dOs + st * BQ * D, static_cast<const T*>(p.dout) + h * p.do_head, p.do_tok,
+                                    e.q0 + q_lo, valid, p.order, tid);
+          if (tid < BQ) {  // raw lse and D of the rows (zero past the sequence: the consumers mask them)
+            const bool ok = tid < valid;
+            const int64_t row = ok ? e.q0 + q_lo + tid : 0;
+            const int64_t at = int64_t(h) * p.total_q + (ok && p.order != nullptr ? p.order[row] : row);
+            cp_async4(smem_addr(lses + st * BQ + tid), p.lse + at, ok);
+            cp_async4(smem_addr(Dls + st * BQ + tid), p.delta + at, ok);
+          }
         }
         wg::mbar_arrive_cp_async(full(st));
+        if (tid == 0) wg::mbar_arrive(full(st));  // releases meta[st]
+        if (!live) break;  // the end marker is out
       }
       wg::cp_async_wait_all();
     } else {
@@ -212,9 +221,9 @@ __global__ void __launch_bounds__(384, 1) attention_bwd_wgmma_kernel(const BwdPa
           wg::bulk_wait_read_all();
         }
         __syncwarp();
-        // Tile b's next user is the pair two places on, if there is one (no arrival is left
-        // pending when the CTA exits).
-        if (next_pair(next_pair(cur + 1) + 1) < pairs) wg::named_bar_arrive(bwd_bar_dq_free(b), 160);
+        // Tile b is free for the pair two places on. After the last two pairs nobody waits: the
+        // barrier keeps those arrivals until the CTA exits.
+        wg::named_bar_arrive(bwd_bar_dq_free(b), 160);
       }
       wg::bulk_wait_all();
     }
@@ -236,17 +245,17 @@ __global__ void __launch_bounds__(384, 1) attention_bwd_wgmma_kernel(const BwdPa
   const uint32_t k_base = smem_addr(Ks) + uint32_t(c) * 64 * W, v_base = smem_addr(Vs) + uint32_t(c) * 64 * W;
   float ds0 = 0.f;  // key0 sink: Σ dS over the current head's rows for local key 0
   int ds0_head = -1;
-  int it = 0;
-  if (pairs > 0) wg::mbar_wait(kv_full, 0);
-  for (int64_t cur = next_pair(0); cur < pairs; cur = next_pair(cur + 1), ++it) {
+  wg::mbar_wait(kv_full, 0);
+  for (int it = 0;; ++it) {
     const int st = it % STAGES, b = it % 2;
-    const int h = kvh * p.group + int(cur / span);
-    const int64_t qt = qt_first + cur % span;
+    wg::mbar_wait(full(st), uint32_t(it / STAGES) & 1);
+    const int2 pair = meta[st];
+    if (pair.x < 0) break;
+    const int h = pair.x;
+    const int64_t qt = pair.y;
     const int64_t q_lo = qt * BQ;
     const int64_t q_hi = q_lo + BQ < e.lq ? q_lo + BQ : e.lq;
     const int nvalid = int(q_hi - q_lo);
-
-    wg::mbar_wait(full(st), uint32_t(it / STAGES) & 1);
     const uint32_t q_base = smem_addr(Qs + st * BQ * D), do_base = smem_addr(dOs + st * BQ * D);
     const float* lb = lses + st * BQ;
     const float* Db = Dls + st * BQ;
