@@ -179,68 +179,72 @@ TEST(AttentionCpu, DenseBatchesPoisonOnlyTheirRows) {
     int64_t row;
     float value;
   };
-  for (const Poison& z : {Poison{"q NaN", 'q', 37, nan}, Poison{"q +inf", 'q', 200, inf},
-                         Poison{"k NaN, first batch", 'k', 70, nan}, Poison{"k NaN, second batch", 'k', 300, nan},
-                         Poison{"every k +inf", 'K', 0, inf}}) {
-    AttnCase c = make_case({512}, {}, 4, 2, 80, "full", DType::bf16);
-    c.f32_out = true;
-    PreparedCase pc = prepare(c, salt());
-    const int h = 1, g = 0;  // query head 1 reads KV head 0
-    if (z.tensor == 'q') pc.in.params.q.set({z.row, h, 0}, z.value);
-    else if (z.tensor == 'k') pc.in.params.k.set({z.row, g, 5}, z.value);
-    else
-      for (int64_t j = 0; j < 512; ++j) pc.in.params.k.set({j, g, 5}, z.value);
-    for (const char* isa : kIsas) {
-      if (!cpu::tile_kernels_available(isa)) continue;
-      SCOPED_TRACE(std::string(z.what) + " on cpu/" + isa);
-      std::vector<CaseOutputs> runs;
-      run_on_table(pc, isa, runs);
-      const float* out = runs[0].out.as<float>();
-      const float* lse = runs[0].lse.as<float>();
-      const float* ref_out = pc.ref.out.as<float>();
-      const float* ref_lse = pc.ref.lse.as<float>();
-      // The tolerance rule of docs/numerics.md (tests/common.hpp) on the clean rows: relative L2 within
-      // tol, every element within 10·tol·max|ref|, the LSE within tol·max(1, |ref|).
-      float ref_max = 1e-3f;
-      for (int64_t i = 0; i < pc.ref.out.numel(); ++i) ref_max = std::max(ref_max, std::abs(ref_out[i]));
-      int bad_rows = 0, wrong = 0, empty_rows = 0;
-      double err2 = 0, ref2 = 0;
-      for (int hh = 0; hh < c.heads_q; ++hh)
-        for (int64_t r = 0; r < 512; ++r) {
-          const bool poisoned = z.tensor == 'q' ? hh == h && r == z.row : hh / 2 == g;
-          const float l = lse[hh * 512 + r];
-          const float* o = out + (r * c.heads_q + hh) * c.dim;
-          // Every key +inf in channel 5: a query negative there has only −inf logits, so it sees no
-          // key (out 0, LSE −inf); any other query of the group meets +inf or inf·0 (NaN).
-          if (poisoned && z.tensor == 'K' && pc.in.params.q.get({r, hh, 5}) < 0) {
-            bool empty = l == -inf;
-            for (int j = 0; j < c.dim; ++j) empty = empty && o[j] == 0.f;
-            empty_rows += 1;
-            bad_rows += empty ? 0 : 1;
-            continue;
+  // Row 37 poisons an even 16-row group, row 250 an odd one: at head dim 128 groups run their P·V
+  // in pairs (pv_pair), and a poisoned group sends its waiting partner through the single path.
+  for (const int dim : {80, 128}) {
+    for (const Poison& z : {Poison{"q NaN", 'q', 37, nan}, Poison{"q +inf", 'q', 250, inf},
+                           Poison{"k NaN, first batch", 'k', 70, nan}, Poison{"k NaN, second batch", 'k', 300, nan},
+                           Poison{"every k +inf", 'K', 0, inf}}) {
+      AttnCase c = make_case({512}, {}, 4, 2, dim, "full", DType::bf16);
+      c.f32_out = true;
+      PreparedCase pc = prepare(c, salt());
+      const int h = 1, g = 0;  // query head 1 reads KV head 0
+      if (z.tensor == 'q') pc.in.params.q.set({z.row, h, 0}, z.value);
+      else if (z.tensor == 'k') pc.in.params.k.set({z.row, g, 5}, z.value);
+      else
+        for (int64_t j = 0; j < 512; ++j) pc.in.params.k.set({j, g, 5}, z.value);
+      for (const char* isa : kIsas) {
+        if (!cpu::tile_kernels_available(isa)) continue;
+        SCOPED_TRACE(std::string(z.what) + " at d " + std::to_string(dim) + " on cpu/" + isa);
+        std::vector<CaseOutputs> runs;
+        run_on_table(pc, isa, runs);
+        const float* out = runs[0].out.as<float>();
+        const float* lse = runs[0].lse.as<float>();
+        const float* ref_out = pc.ref.out.as<float>();
+        const float* ref_lse = pc.ref.lse.as<float>();
+        // The tolerance rule of docs/numerics.md (tests/common.hpp) on the clean rows: relative L2 within
+        // tol, every element within 10·tol·max|ref|, the LSE within tol·max(1, |ref|).
+        float ref_max = 1e-3f;
+        for (int64_t i = 0; i < pc.ref.out.numel(); ++i) ref_max = std::max(ref_max, std::abs(ref_out[i]));
+        int bad_rows = 0, wrong = 0, empty_rows = 0;
+        double err2 = 0, ref2 = 0;
+        for (int hh = 0; hh < c.heads_q; ++hh)
+          for (int64_t r = 0; r < 512; ++r) {
+            const bool poisoned = z.tensor == 'q' ? hh == h && r == z.row : hh / 2 == g;
+            const float l = lse[hh * 512 + r];
+            const float* o = out + (r * c.heads_q + hh) * c.dim;
+            // Every key +inf in channel 5: a query negative there has only −inf logits, so it sees no
+            // key (out 0, LSE −inf); any other query of the group meets +inf or inf·0 (NaN).
+            if (poisoned && z.tensor == 'K' && pc.in.params.q.get({r, hh, 5}) < 0) {
+              bool empty = l == -inf;
+              for (int j = 0; j < c.dim; ++j) empty = empty && o[j] == 0.f;
+              empty_rows += 1;
+              bad_rows += empty ? 0 : 1;
+              continue;
+            }
+            if (poisoned) {
+              bool all_nan = std::isnan(l);
+              for (int j = 0; j < c.dim; ++j) all_nan = all_nan && std::isnan(o[j]);
+              bad_rows += all_nan ? 0 : 1;
+              continue;
+            }
+            const float* ro = ref_out + (r * c.heads_q + hh) * c.dim;
+            const float rl = ref_lse[hh * 512 + r];
+            bool near = std::abs(l - rl) <= pc.tol * std::max(1.f, std::abs(rl));
+            for (int j = 0; j < c.dim; ++j) {
+              near = near && std::abs(o[j] - ro[j]) <= 10 * pc.tol * ref_max;
+              err2 += double(o[j] - ro[j]) * (o[j] - ro[j]);
+              ref2 += double(ro[j]) * ro[j];
+            }
+            wrong += near ? 0 : 1;
           }
-          if (poisoned) {
-            bool all_nan = std::isnan(l);
-            for (int j = 0; j < c.dim; ++j) all_nan = all_nan && std::isnan(o[j]);
-            bad_rows += all_nan ? 0 : 1;
-            continue;
-          }
-          const float* ro = ref_out + (r * c.heads_q + hh) * c.dim;
-          const float rl = ref_lse[hh * 512 + r];
-          bool near = std::abs(l - rl) <= pc.tol * std::max(1.f, std::abs(rl));
-          for (int j = 0; j < c.dim; ++j) {
-            near = near && std::abs(o[j] - ro[j]) <= 10 * pc.tol * ref_max;
-            err2 += double(o[j] - ro[j]) * (o[j] - ro[j]);
-            ref2 += double(ro[j]) * ro[j];
-          }
-          wrong += near ? 0 : 1;
+        EXPECT_EQ(bad_rows, 0) << "poisoned rows that are not NaN everywhere, or empty rows not empty";
+        if (z.tensor == 'K') {
+          EXPECT_GT(empty_rows, 100);
         }
-      EXPECT_EQ(bad_rows, 0) << "poisoned rows that are not NaN everywhere, or empty rows not empty";
-      if (z.tensor == 'K') {
-        EXPECT_GT(empty_rows, 100);
+        EXPECT_EQ(wrong, 0) << "clean rows off the reference";
+        EXPECT_LE(std::sqrt(err2 / ref2), pc.tol) << "relative L2 of the clean rows";
       }
-      EXPECT_EQ(wrong, 0) << "clean rows off the reference";
-      EXPECT_LE(std::sqrt(err2 / ref2), pc.tol) << "relative L2 of the clean rows";
     }
   }
 }

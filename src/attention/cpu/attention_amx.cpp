@@ -309,6 +309,35 @@ void pv_resident(const uint32_t (*pa)[256], const uint16_t* const* v, int count,
   }
 }
 
+// oa and ob (16 rows × dv each, two groups) += Σ_j P_j·V_j with 2 × 2 tiles: each V load and each P
+// load feeds two products (pv_resident's loads per product: 1.5, here 1). Tiles: C 0, 1 (group a)
+// and 4, 5 (group b), A 2 and 7, B 3 and 6; every tile 16 rows × 64 bytes (the session
+// configuration of a head dim without a remainder chunk) and dv a multiple of 32.
+void pv_pair(const uint32_t (*pa)[256], const uint32_t (*pb)[256], const uint16_t* const* v, int count, int dv,
+             float* oa, float* ob) {
+  const int64_t ld = int64_t(dv) * 4;
+  for (int c = 0; c < dv; c += 32) {
+    _tile_loadd(0, oa + c, ld);
+    _tile_loadd(1, oa + c + 16, ld);
+    _tile_loadd(4, ob + c, ld);
+    _tile_loadd(5, ob + c + 16, ld);
+    for (int j = 0; j < count; ++j) {
+      _tile_loadd(3, v[j] + c * 2, ld);
+      _tile_loadd(2, pa[j], 64);
+      _tile_dpbf16ps(0, 2, 3);
+      _tile_loadd(6, v[j] + (c + 16) * 2, ld);
+      _tile_dpbf16ps(1, 2, 6);
+      _tile_loadd(7, pb[j], 64);
+      _tile_dpbf16ps(4, 7, 3);
+      _tile_dpbf16ps(5, 7, 6);
+    }
+    _tile_stored(0, oa + c, ld);
+    _tile_stored(1, oa + c + 16, ld);
+    _tile_stored(4, ob + c, ld);
+    _tile_stored(5, ob + c + 16, ld);
+  }
+}
+
 // One group's softmax step over S (16 × 32·count): the new row maxima, α and the shifts (pass 1),
 // then p per key tile (pass 2, softmax_tile) and the sums (finish).
 struct GroupStep {
@@ -391,7 +420,9 @@ bool softmax_end(GroupStep& st, float* m, float* l, float* o, int dv) {
 // Group by group: Q into its tiles once, S of all the key tiles into one buffer, the softmax step
 // on the vector units, then P·V. Interleaving the next group's Q·Kᵀ with this group's softmax (a
 // software pipeline across the tile unit and the vector units, S double-buffered) measured no
-// faster (docs/cpu-backend.md), so the groups run one after the other.
+// faster (docs/cpu-backend.md), so the groups run one after the other. Where every tile is full
+// (no remainder chunk) and dv is a multiple of 32, a group's P·V waits for the next group's P and
+// the two run together (pv_pair).
 unsigned dense_bf16(const uint16_t* q, int64_t ldq, const uint16_t* const* k, const uint16_t* const* v, int count,
                     int dp, int dv, float scale2, int rows, float* m, float* l, float* o) {
   const int groups = rows / 16;
@@ -401,25 +432,32 @@ unsigned dense_bf16(const uint16_t* q, int64_t ldq, const uint16_t* const* k, co
     return ((1u << groups) - 1) | tail;
   constexpr int lds = kPvBatch * kKeyTile;
   alignas(64) float s[16 * lds];
-  alignas(64) uint32_t pa[kPvBatch][256];
+  alignas(64) uint32_t pa[2][kPvBatch][256];
   GroupStep st;
   const bool own = acquire_exact(dp % 16);
-  const bool rem = dp % 16 != 0;
+  const bool rem = dp % 16 != 0, paired = !rem && dv % 32 == 0;
   unsigned undone = tail;
+  int waiting = -1;  // a group whose P (in pa[0]) waits for the next group's
   for (int g = 0; g < groups; ++g) {
     float* og = o + int64_t(g) * 16 * dv;
+    uint32_t(*pg)[256] = pa[waiting >= 0 ? 1 : 0];
     load_q_tiles(q + int64_t(g) * 16 * ldq, ldq, dp);
     for (int j = 0; j < count; ++j) qk_resident(k[j], dp, s + j * kKeyTile, lds);
-    if (!softmax_begin(s, lds, count, scale2, m + g * 16, st)) {
-      undone |= 1u << g;
-      continue;
+    bool ok = softmax_begin(s, lds, count, scale2, m + g * 16, st);
+    if (ok) {
+      for (int j = 0; j < count; ++j) softmax_tile(s + j * kKeyTile, lds, scale2, st, pg[j]);
+      ok = softmax_end(st, m + g * 16, l + g * 16, og, dv);
     }
-    for (int j = 0; j < count; ++j) softmax_tile(s + j * kKeyTile, lds, scale2, st, pa[j]);
-    if (!softmax_end(st, m + g * 16, l + g * 16, og, dv)) {
-      undone |= 1u << g;
-      continue;
+    if (!ok) undone |= 1u << g;
+    if (waiting >= 0) {
+      float* ow = o + int64_t(waiting) * 16 * dv;
+      if (ok) pv_pair(pa[0], pa[1], v, count, dv, ow, og);
+      else pv_resident(pa[0], v, count, dv, ow, rem);
+      waiting = -1;
+    } else if (ok) {
+      if (paired && g + 1 < groups) waiting = g;
+      else pv_resident(pg, v, count, dv, og, rem);
     }
-    pv_resident(pa, v, count, dv, og, rem);
   }
   if (own) restore();
   return undone;
