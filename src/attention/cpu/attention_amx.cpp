@@ -310,13 +310,14 @@ void pv_resident(const uint32_t (*pa)[256], const uint16_t* const* v, int count,
 }
 
 // oa and ob (16 rows × dv each, two groups) += Σ_j P_j·V_j with 2 × 2 tiles: each V load and each P
-// load feeds two products (pv_resident's loads per product: 1.5, here 1). Tiles: C 0, 1 (group a)
-// and 4, 5 (group b), A 2 and 7, B 3 and 6; every tile 16 rows × 64 bytes (the session
-// configuration of a head dim without a remainder chunk) and dv a multiple of 32.
+// load feeds two products (pv_resident's loads per product: 1.5, here 1); a last 16-column chunk
+// runs 2 × 1. Tiles: C 0, 1 (group a) and 4, 5 (group b), A 2 and 7, B 3 and 6; every tile 16 rows
+// × 64 bytes (the configuration without a remainder chunk).
 void pv_pair(const uint32_t (*pa)[256], const uint32_t (*pb)[256], const uint16_t* const* v, int count, int dv,
              float* oa, float* ob) {
   const int64_t ld = int64_t(dv) * 4;
-  for (int c = 0; c < dv; c += 32) {
+  int c = 0;
+  for (; c + 32 <= dv; c += 32) {
     _tile_loadd(0, oa + c, ld);
     _tile_loadd(1, oa + c + 16, ld);
     _tile_loadd(4, ob + c, ld);
@@ -335,6 +336,19 @@ void pv_pair(const uint32_t (*pa)[256], const uint32_t (*pb)[256], const uint16_
     _tile_stored(1, oa + c + 16, ld);
     _tile_stored(4, ob + c, ld);
     _tile_stored(5, ob + c + 16, ld);
+  }
+  if (c < dv) {
+    _tile_loadd(0, oa + c, ld);
+    _tile_loadd(4, ob + c, ld);
+    for (int j = 0; j < count; ++j) {
+      _tile_loadd(3, v[j] + c * 2, ld);
+      _tile_loadd(2, pa[j], 64);
+      _tile_dpbf16ps(0, 2, 3);
+      _tile_loadd(7, pb[j], 64);
+      _tile_dpbf16ps(4, 7, 3);
+    }
+    _tile_stored(0, oa + c, ld);
+    _tile_stored(4, ob + c, ld);
   }
 }
 
@@ -420,9 +434,9 @@ bool softmax_end(GroupStep& st, float* m, float* l, float* o, int dv) {
 // Group by group: Q into its tiles once, S of all the key tiles into one buffer, the softmax step
 // on the vector units, then P·V. Interleaving the next group's Q·Kᵀ with this group's softmax (a
 // software pipeline across the tile unit and the vector units, S double-buffered) measured no
-// faster (docs/cpu-backend.md), so the groups run one after the other. Where every tile is full
-// (no remainder chunk) and dv is a multiple of 32, a group's P·V waits for the next group's P and
-// the two run together (pv_pair).
+// faster (docs/cpu-backend.md), so the groups run one after the other, except that a group's P·V
+// waits for the next group's P and the two run together (pv_pair); with a remainder chunk (d 80)
+// the tiles are configured all full for it and back for the next Q·Kᵀ.
 unsigned dense_bf16(const uint16_t* q, int64_t ldq, const uint16_t* const* k, const uint16_t* const* v, int count,
                     int dp, int dv, float scale2, int rows, float* m, float* l, float* o) {
   const int groups = rows / 16;
@@ -435,7 +449,7 @@ unsigned dense_bf16(const uint16_t* q, int64_t ldq, const uint16_t* const* k, co
   alignas(64) uint32_t pa[2][kPvBatch][256];
   GroupStep st;
   const bool own = acquire_exact(dp % 16);
-  const bool rem = dp % 16 != 0, paired = !rem && dv % 32 == 0;
+  const bool rem = dp % 16 != 0;
   unsigned undone = tail;
   int waiting = -1;  // a group whose P (in pa[0]) waits for the next group's
   for (int g = 0; g < groups; ++g) {
@@ -451,11 +465,16 @@ unsigned dense_bf16(const uint16_t* q, int64_t ldq, const uint16_t* const* k, co
     if (!ok) undone |= 1u << g;
     if (waiting >= 0) {
       float* ow = o + int64_t(waiting) * 16 * dv;
-      if (ok) pv_pair(pa[0], pa[1], v, count, dv, ow, og);
-      else pv_resident(pa[0], v, count, dv, ow, rem);
+      if (ok) {
+        if (rem) configure(0);
+        pv_pair(pa[0], pa[1], v, count, dv, ow, og);
+        if (rem) configure(dp % 16);
+      } else {
+        pv_resident(pa[0], v, count, dv, ow, rem);
+      }
       waiting = -1;
     } else if (ok) {
-      if (paired && g + 1 < groups) waiting = g;
+      if (g + 1 < groups) waiting = g;
       else pv_resident(pg, v, count, dv, og, rem);
     }
   }
