@@ -286,13 +286,15 @@ TEST(CudaBackward, ForcedKernelsNameWhyTheyCannotRun) {
   }
 }
 
-// automatic takes the wgmma kernel for rows without a left bound (full, causal, block-sparse with
-// a block of 128) and the tile kernel for windows and chunks (docs/design/backward.md).
-TEST(CudaBackward, AutomaticRoutesRowsWithoutALeftBoundToWgmma) {
+// automatic takes the wgmma kernel wherever it runs but for chunks (full, causal, block-sparse with
+// a block of 128, windows) and the tile kernel for chunks and what the wgmma kernel refuses
+// (docs/design/backward.md).
+TEST(CudaBackward, AutomaticRoutesAllButChunksToWgmma) {
   for (const auto& [dim, pattern, want] :
        {std::tuple{64, "full", CudaKernel::wgmma}, std::tuple{80, "causal", CudaKernel::wgmma},
-        std::tuple{128, "causal+blocks:0.5@128", CudaKernel::wgmma}, std::tuple{80, "window:64,64", CudaKernel::tile},
-        std::tuple{80, "chunk:64", CudaKernel::tile}, std::tuple{64, "window:100,0", CudaKernel::tile}}) {
+        std::tuple{128, "causal+blocks:0.5@128", CudaKernel::wgmma}, std::tuple{80, "window:64,64", CudaKernel::wgmma},
+        std::tuple{80, "chunk:64", CudaKernel::tile}, std::tuple{64, "window:100,0", CudaKernel::wgmma},
+        std::tuple{96, "window:64,64", CudaKernel::tile}, std::tuple{80, "causal+blocks:0.5@64", CudaKernel::tile}}) {
     std::string error;
     planned_kernel(300, dim, pattern, CudaKernel::wgmma, &error);  // off compute capability 9.0: refused
     if (error.find("compute capability") != std::string::npos) GTEST_SKIP() << error;

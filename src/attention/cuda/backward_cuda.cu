@@ -95,14 +95,14 @@ std::shared_ptr<CudaBackwardPlan> plan_cuda_backward(const AttentionParams& p, c
                                                           : (total_q + cuda::kBwdBQ - 1) / cuda::kBwdBQ;
     plan->counters = device_alloc<int>(size_t(hq * plan->query_tiles), "deterministic counters");
   }
-  // The routing decision. automatic takes the wgmma kernel for rows without a left bound (full,
-  // causal, block-sparse), where it measured 1.21-1.30x the tile kernel on the H200, and the tile
-  // kernel for sliding windows and chunks, where the wgmma kernel's 128-key CTAs walk mostly
-  // masked tiles and measured 0.90-0.98x (docs/design/backward.md, "The Hopper kernel").
+  // The routing decision. automatic takes the warp-specialized wgmma kernel wherever it runs except
+  // chunks: full, causal and block-sparse rows (1.45-1.64x the kernel before it on an H100) and
+  // sliding windows (±64 at N 4096: 0.140 against the tile kernel's 0.158 ms); chunks stay on the
+  // tile kernel, whose 64-key CTAs match a chunk's tiles (0.113 against 0.121 ms at chunk 64;
+  // docs/design/backward.md, "The Hopper kernel").
   switch (options.cuda_kernel) {
     case CudaKernel::automatic:
-      plan->kernel = p.pattern.window_left == kUnbounded && p.pattern.chunk == 0 &&
-                             wgmma_backward_refuses(p).empty()
+      plan->kernel = p.pattern.chunk == 0 && wgmma_backward_refuses(p).empty()
                          ? CudaKernel::wgmma
                          : CudaKernel::tile;
       break;
