@@ -531,14 +531,13 @@ __global__ void __launch_bounds__(256) attention_bwd_finish_kernel(const BwdPara
     if (p.dq_f32) *reinterpret_cast<float2*>(static_cast<float*>(p.dq) + row * p.dq_tok + h * p.dq_head + c) = v;
     else *reinterpret_cast<uint32_t*>(static_cast<T*>(p.dq) + row * p.dq_tok + h * p.dq_head + c) = E::pack(v.x, v.y);
   }
-  if (p.dsink != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < 32) {
-    // One warp per head in turn: strided partial sums, then a fixed butterfly.
-    for (int hs = 0; hs < p.heads_q; ++hs) {
-      float v = 0.f;
-      for (int i = threadIdx.x; i < p.sink_parts; i += 32) v += p.sink_part[int64_t(hs) * p.sink_parts + i];
-      for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (threadIdx.x == 0) p.dsink[hs] = v;
-    }
+  if (p.dsink != nullptr && blockIdx.x == 0 && threadIdx.x < 32) {
+    // The head's first block, one warp: strided partial sums, then a fixed butterfly (the same
+    // order in every run; the heads in parallel, not one warp walking them all).
+    float v = 0.f;
+    for (int i = threadIdx.x; i < p.sink_parts; i += 32) v += p.sink_part[int64_t(h) * p.sink_parts + i];
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x == 0) p.dsink[h] = v;
   }
 }
 
