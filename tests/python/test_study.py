@@ -306,12 +306,15 @@ def test_report_table_and_pearson():
     assert report.pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
     assert report.pearson([1, 2], [1, 2]) is None and report.pearson([1, 1, 1], [1, 2, 3]) is None
     stat = lambda m: dict(mean=m, std=0.01, n=3)  # noqa: E731
-    summary = {name: dict(exact=stat(a), shs_index=stat(s)) for name, a, s in
-               [("full", 0.8, 0.70), ("chunk", 0.6, 0.62), ("ariadne", 0.75, 0.69)]}
+    summary = {name: dict(exact=stat(a), count=stat(c), shs_index=stat(s)) for name, a, c, s in
+               [("full", 0.8, 0.5, 0.70), ("chunk", 0.6, 0.4, 0.62), ("ariadne", 0.75, 0.2, 0.69)]}
     text = report.render(dict(summary=summary, args=dict(steps=10), runs=[dict(device="cpu")]))
-    assert "| chunk | 3 | 0.600 ± 0.010 | 0.620 ± 0.010 |" in text
+    assert "| chunk | 3 | 0.600 ± 0.010 | 0.400 ± 0.010 | 0.620 ± 0.010 |" in text
     r = report.pearson([0.70, 0.62, 0.69], [0.8, 0.6, 0.75])
-    assert f"over 3 configurations: {r:.3f}" in text
+    assert f"(SHS-Index vs exact accuracy) over 3 configurations: {r:.3f}" in text
+    r = report.pearson([0.70, 0.62, 0.69], [0.5, 0.4, 0.2])
+    assert f"(SHS-Index vs count accuracy) over 3 configurations: {r:.3f}" in text
+    assert "class AUROC)" not in text  # no run has it
 
 
 CUDA = torch.cuda.is_available() and ariadne.cuda_available()
