@@ -394,6 +394,13 @@ void cuda_sweeps(std::vector<AttnCase>& t) {
   for (const char* pat : {"full", "causal", "window:20,3", "chunk:40"})
     for (DType dt : kHalfDtypes) add({1, 0, 130, 64, 5, 200, 1}, {}, 80, dt, pat, 8, 2);
   add({1, 0, 130, 64, 200}, {}, 64, DType::bf16, "causal+blocks:0.6@64");
+  // Chunks that divide the 64-row tiles in a packed batch (the backward's direct dQ), with sinks.
+  for (SinkMode mode : {SinkMode::none, SinkMode::denominator, SinkMode::key0_bias})
+    for (int dim : {80, 128}) {
+      AttnCase& c = add({1, 0, 130, 64, 5, 200, 1}, {}, dim, dim == 80 ? DType::bf16 : DType::f16, "chunk:32", 8, 2);
+      c.sink_mode = mode;
+      c.sink = mode == SinkMode::none ? 0.f : kNaN;
+    }
   for (SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias}) {
     AttnCase& c = add({1, 0, 70, 129}, {}, 96, DType::f16, "window:16,16");
     c.sink_mode = mode;
@@ -416,7 +423,7 @@ void cuda_sweeps(std::vector<AttnCase>& t) {
   add({400}, {}, 128, DType::f16, "causal").input_scale = 2;
   // A 24 × 20 token grid walked column-major (Ariadne's alternate layers) or shuffled.
   for (TokenOrder order : {TokenOrder::column_major, TokenOrder::shuffled})
-    for (const char* pat : {"window:8,8", "chunk:24", "causal"})
+    for (const char* pat : {"window:8,8", "chunk:24", "chunk:16", "causal"})
       for (int dim : {64, 80}) {
         AttnCase& c = add({24 * 20}, {}, dim, DType::bf16, pat, 8, 2);
         c.order = order;

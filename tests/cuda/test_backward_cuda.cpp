@@ -303,5 +303,44 @@ TEST(CudaBackward, AutomaticRoutesAllButChunksToWgmma) {
   }
 }
 
+// The tile kernel stores dQ directly where each query tile has one visiting key tile (a chunk that
+// divides 64, queries and keys of one length per sequence: docs/design/backward.md) and accumulates
+// it elsewhere; MatchesTheReference checks the values of both on the case table.
+TEST(CudaBackward, DirectDqOnlyWhereOneKeyTileSeesEachQueryTile) {
+  struct Want {
+    std::vector<int64_t> q, k;
+    const char* pattern;
+    CudaKernel kernel;
+    bool direct;
+  };
+  for (const Want& w : {Want{{300}, {}, "chunk:64", CudaKernel::automatic, true},
+                        Want{{1, 0, 130, 64, 200}, {}, "chunk:32", CudaKernel::automatic, true},
+                        Want{{300}, {}, "chunk:16+window:3,3", CudaKernel::tile, true},
+                        Want{{300}, {}, "chunk:48", CudaKernel::automatic, false},
+                        Want{{300}, {}, "chunk:128", CudaKernel::automatic, false},
+                        Want{{100}, {300}, "chunk:64", CudaKernel::automatic, false},
+                        Want{{130, 64}, {130, 100}, "chunk:32", CudaKernel::automatic, false},
+                        Want{{300}, {}, "causal+blocks:0.5@64", CudaKernel::tile, false},
+                        Want{{300}, {}, "window:32,32", CudaKernel::tile, false}}) {
+    AttnCase c;
+    c.tokens_q = w.q;
+    c.tokens_k = w.k;
+    c.dim = 64;
+    c.pattern = w.pattern;
+    const PreparedCase pc = prepare(c, cuda_testing::base_seed());
+    const BackwardCase bc = prepare_backward(pc);
+    DeviceBackward db(pc, bc, poisoned_grads(pc, false));
+    BackwardOptions opts;
+    opts.backend = Backend::cuda;
+    opts.cuda_kernel = w.kernel;
+    for (const bool deterministic : {false, true}) {
+      opts.deterministic = deterministic;
+      const AttentionBackwardPlan plan = plan_attention_backward(db.d.p, db.g, opts);
+      EXPECT_EQ(plan.describe().find("dq stored directly") != std::string::npos, w.direct)
+          << w.pattern << " over " << w.q.size() << " sequence(s): " << plan.describe();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ariadne

@@ -14,6 +14,11 @@
 //           whole walk (GQA sums the group's heads there) and are stored once.
 //   finish: dq = the accumulator in dq's dtype; dsink reduced from its partials in a fixed order.
 //
+// Direct dQ (BwdParams::dq_direct, the tile kernel only): when every query tile is seen by exactly
+// one key tile (a chunk that divides the 64-row tiles, queries and keys of equal length), that
+// CTA's dQ is the whole gradient: it is stored in dq's dtype, so there is no accumulator to clear,
+// no atomics, no finish copy and no turn-taking (deterministic by construction).
+//
 // Deterministic mode orders the dQ additions: the pairs that add into one query tile do so in
 // descending key-tile order, each waiting on a per-(head, query tile) counter for its rank
 // (bwd_rank). CTAs launch in that order, so a waited-for CTA is always resident or done.
@@ -44,7 +49,7 @@ struct BwdParams {
   float* dsink;      // [heads_q] or null
   // Workspace (the plan's): the dq accumulator [total_q, heads_q, D] f32 contiguous by stored
   // row; D [heads_q, total_q] by stored row; the sink partials; the deterministic counters.
-  float* dq_acc;
+  float* dq_acc;     // null with dq_direct
   float* delta;
   float* sink_part;  // [heads_q, sink_parts]: prep row blocks (denominator) or sequences (key0)
   int* counters;     // [heads_q, query tiles] (deterministic) or null
@@ -56,6 +61,7 @@ struct BwdParams {
   float scale, scale_log2;
   int sink_kind;
   bool out_f32, dq_f32, dkv_f32, deterministic;
+  bool dq_direct;    // each query tile has one visiting key tile: dQ stored, not accumulated
   int64_t query_tiles;  // per head: the counters' row length (the virtual query tiles)
   Pattern pattern;
 };
@@ -200,7 +206,7 @@ __global__ void __launch_bounds__(128) attention_bwd_prep_kernel(const BwdParams
     const int64_t row = int64_t(blockIdx.x) * kBwdPrepRows + warp * ROWS + i;  // stored row
     if (row >= p.total_q) break;
     const T* dog = static_cast<const T*>(p.dout) + row * p.do_tok + h * p.do_head;
-    float* acc = p.dq_acc + (row * p.heads_q + h) * D;
+    float* acc = p.dq_direct ? nullptr : p.dq_acc + (row * p.heads_q + h) * D;
     float dsum = 0.f;
 #pragma unroll
     for (int c2 = lane; c2 < PAIRS; c2 += 32) {
@@ -211,7 +217,7 @@ __global__ void __launch_bounds__(128) attention_bwd_prep_kernel(const BwdParams
                             : E::unpack(*reinterpret_cast<const uint32_t*>(static_cast<const T*>(p.out) +
                                                                           row * p.o_tok + h * p.o_head + 2 * c2));
       dsum = fmaf(d2.x, o2.x, fmaf(d2.y, o2.y, dsum));
-      *reinterpret_cast<float2*>(acc + 2 * c2) = make_float2(0.f, 0.f);
+      if (!p.dq_direct) *reinterpret_cast<float2*>(acc + 2 * c2) = make_float2(0.f, 0.f);
     }
     for (int o = 16; o > 0; o /= 2) dsum += __shfl_xor_sync(0xffffffffu, dsum, o);
     if (lane == 0) {
@@ -475,6 +481,20 @@ __global__ void __launch_bounds__(kBwdThreads) attention_bwd_kernel(const BwdPar
       for (int r = 0; r < 2; ++r) {
         const int64_t iq = q_lo + warp * 16 + g + 8 * r;
         if (iq >= e.lq) continue;
+        if (p.dq_direct) {  // the only visitor of this query tile: its dQ is the gradient
+          const int64_t row = stored(e.q0 + iq), col = part * DP + 2 * tq;
+#pragma unroll
+          for (int j = 0; j < DP / 8; ++j) {
+            const float x = dq[j][2 * r], y = dq[j][2 * r + 1];
+            if (p.dq_f32)
+              *reinterpret_cast<float2*>(static_cast<float*>(p.dq) + row * p.dq_tok + h * p.dq_head + col + j * 8) =
+                  make_float2(x, y);
+            else
+              *reinterpret_cast<uint32_t*>(static_cast<T*>(p.dq) + row * p.dq_tok + h * p.dq_head + col + j * 8) =
+                  E::pack(x, y);
+          }
+          continue;
+        }
         float* acc = p.dq_acc + (stored(e.q0 + iq) * p.heads_q + h) * D + part * DP + 2 * tq;
 #pragma unroll
         for (int j = 0; j < DP / 8; ++j) {
@@ -523,7 +543,7 @@ template <int D, class E>
 __global__ void __launch_bounds__(256) attention_bwd_finish_kernel(const BwdParams p) {
   using T = typename E::type;
   const int h = blockIdx.y;
-  const int64_t n = p.total_q * (D / 2);
+  const int64_t n = p.dq_direct ? 0 : p.total_q * (D / 2);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / (D / 2);
     const int c = int(i - row * (D / 2)) * 2;
@@ -549,7 +569,8 @@ void launch_bwd_prep(const BwdParams& p, cudaStream_t stream) {
 }
 template <int D, class E>
 void launch_bwd_finish(const BwdParams& p, cudaStream_t stream) {
-  const int64_t work = p.total_q * (D / 2), cap = 4096 / p.heads_q + 1;
+  if (p.dq_direct && p.dsink == nullptr) return;  // nothing left to finish
+  const int64_t work = p.dq_direct ? 0 : p.total_q * (D / 2), cap = 4096 / p.heads_q + 1;
   const unsigned blocks = unsigned(work / 256 + 1 < cap ? work / 256 + 1 : cap);
   attention_bwd_finish_kernel<D, E><<<dim3(blocks, unsigned(p.heads_q)), 256, 0, stream>>>(p);
 }

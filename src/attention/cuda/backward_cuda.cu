@@ -12,13 +12,14 @@ namespace ariadne {
 
 // The plan's device workspace, owned; sized for the planned shapes.
 struct CudaBackwardPlan {
-  float* dq_acc = nullptr;     // [total_q, heads_q, D]
+  float* dq_acc = nullptr;     // [total_q, heads_q, D]; none with dq_direct
   float* delta = nullptr;      // [heads_q, total_q]
   float* sink_part = nullptr;  // [heads_q, sink_parts]
   int* counters = nullptr;     // [heads_q, query_tiles], deterministic only
   int sink_parts = 0;
   int64_t query_tiles = 0;
   bool deterministic = false;
+  bool dq_direct = false;  // the tile kernel stores dQ (one key tile per query tile): dq_direct_holds
   CudaKernel kernel = CudaKernel::tile;  // the main kernel: tile (attention_bwd.cuh) or wgmma
   CudaBackwardPlan() = default;
   CudaBackwardPlan(const CudaBackwardPlan&) = delete;
@@ -61,6 +62,18 @@ std::string wgmma_backward_refuses(const AttentionParams& p) {
   return {};
 }
 
+// Whether every query tile of the tile kernel is seen by exactly one of its key tiles, so that the
+// key tile's CTA may store dQ instead of adding it (BwdParams::dq_direct): a chunk that divides the
+// 64-row tiles, no block mask, and queries and keys of one length in every sequence (cu_seqlens_k
+// null, or no cu_seqlens and total_q == total_k; both are part of the plan's signature). Then a
+// query and its keys lie in the same 64-row tile of their sequence, and each row sees itself.
+bool dq_direct_holds(const AttentionParams& p) {
+  const Pattern& pat = p.pattern;
+  if (pat.chunk <= 0 || cuda::kBwdBQ % pat.chunk != 0 || cuda::kBwdBQ != cuda::kBwdBK || pat.blocks.defined())
+    return false;
+  return pat.cu_seqlens_q != nullptr ? pat.cu_seqlens_k == nullptr : p.q.shape[0] == p.k.shape[0];
+}
+
 }  // namespace
 
 bool attention_backward_cuda_supports(const AttentionParams& p, const AttentionGrads& g, std::string* why) {
@@ -84,17 +97,6 @@ std::shared_ptr<CudaBackwardPlan> plan_cuda_backward(const AttentionParams& p, c
   auto plan = std::make_shared<CudaBackwardPlan>();
   const int64_t total_q = p.q.shape[0], hq = p.heads_q(), d = p.head_dim();
   plan->deterministic = options.deterministic;
-  plan->dq_acc = device_alloc<float>(size_t(checked_mul(checked_mul(total_q, hq, "dq accumulator"), d, "dq accumulator")),
-                                     "dq accumulator");
-  plan->delta = device_alloc<float>(size_t(total_q * hq), "D = rowsum(dout * out)");
-  if (p.sink_mode == SinkMode::denominator) plan->sink_parts = int((total_q + cuda::kBwdPrepRows - 1) / cuda::kBwdPrepRows);
-  if (p.sink_mode == SinkMode::key0_bias) plan->sink_parts = p.pattern.num_seqs;
-  plan->sink_part = device_alloc<float>(size_t(hq) * size_t(plan->sink_parts), "sink partials");
-  if (options.deterministic) {
-    plan->query_tiles = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + total_q / cuda::kBwdBQ + 1
-                                                          : (total_q + cuda::kBwdBQ - 1) / cuda::kBwdBQ;
-    plan->counters = device_alloc<int>(size_t(hq * plan->query_tiles), "deterministic counters");
-  }
   // The routing decision. automatic takes the warp-specialized wgmma kernel wherever it runs except
   // chunks: full, causal and block-sparse rows (1.45-1.64x the kernel before it on an H100) and
   // sliding windows (±64 at N 4096: 0.140 against the tile kernel's 0.158 ms); chunks stay on the
@@ -117,8 +119,24 @@ std::shared_ptr<CudaBackwardPlan> plan_cuda_backward(const AttentionParams& p, c
       ARIADNE_CHECK(false, "attention_backward: cuda_kernel '", cuda_kernel_name(options.cuda_kernel),
                     "' is a forward kernel (the backward has tile and wgmma)");
   }
+  // Direct dQ needs no accumulator (nor, deterministic, any turn-taking).
+  plan->dq_direct = plan->kernel == CudaKernel::tile && dq_direct_holds(p);
+  if (!plan->dq_direct)
+    plan->dq_acc = device_alloc<float>(
+        size_t(checked_mul(checked_mul(total_q, hq, "dq accumulator"), d, "dq accumulator")), "dq accumulator");
+  plan->delta = device_alloc<float>(size_t(total_q * hq), "D = rowsum(dout * out)");
+  if (p.sink_mode == SinkMode::denominator) plan->sink_parts = int((total_q + cuda::kBwdPrepRows - 1) / cuda::kBwdPrepRows);
+  if (p.sink_mode == SinkMode::key0_bias) plan->sink_parts = p.pattern.num_seqs;
+  plan->sink_part = device_alloc<float>(size_t(hq) * size_t(plan->sink_parts), "sink partials");
+  if (options.deterministic && !plan->dq_direct) {
+    plan->query_tiles = p.pattern.cu_seqlens_q != nullptr ? p.pattern.num_seqs + total_q / cuda::kBwdBQ + 1
+                                                          : (total_q + cuda::kBwdBQ - 1) / cuda::kBwdBQ;
+    plan->counters = device_alloc<int>(size_t(hq * plan->query_tiles), "deterministic counters");
+  }
   info.cuda_kernel = plan->kernel;
-  info.kernel = plan->kernel == CudaKernel::wgmma ? "wgmma kernel, 128 keys x 64 queries" : "tile kernel, 64x64 tiles";
+  info.kernel = plan->kernel == CudaKernel::wgmma ? "wgmma kernel, 128 keys x 64 queries"
+                : plan->dq_direct                 ? "tile kernel, 64x64 tiles, dq stored directly"
+                                                  : "tile kernel, 64x64 tiles";
   return plan;
 }
 
@@ -183,6 +201,7 @@ void run_cuda_backward(const CudaBackwardPlan& plan, const AttentionParams& p, c
   bp.dq_f32 = g.dq.dtype == DType::f32;
   bp.dkv_f32 = g.dk.dtype == DType::f32;
   bp.deterministic = plan.deterministic;
+  bp.dq_direct = plan.dq_direct;
   bp.query_tiles = plan.query_tiles;
   bp.pattern = p.pattern;
 
