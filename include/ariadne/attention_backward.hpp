@@ -81,8 +81,21 @@ AttentionBackwardPlan plan_attention_backward(const AttentionParams& p, const At
 // only enqueues work on p.stream, and is safe inside CUDA graph capture.
 void run(const AttentionBackwardPlan& plan, const AttentionParams& p, const AttentionGrads& g);
 
-// plan_attention_backward(p, g, {backend}) then run.
+// plan_attention_backward(p, g, options) then run, with the plan taken from a per-process cache of
+// the 8 plans used last when one fits: the same shapes, strides, dtypes, pattern structure,
+// options, stream and CUDA device (pointers may differ). A CUDA plan owns its device workspace (the
+// fp32 dq accumulator, D, the sink partials); made per call, it would be allocated and freed per
+// call, and cudaFree waits for the whole device, so a training step could not run ahead of the
+// GPU. With the cache, repeated calls of one shape only enqueue work. Calls that share a plan hold
+// it while they enqueue, so those of two host threads on one stream stay in order on its workspace;
+// calls on different streams get different plans. The PyTorch op and the Python functions use it.
+void attention_backward(const AttentionParams& p, const AttentionGrads& g, const BackwardOptions& options);
+// The same with BackwardOptions{backend}.
 void attention_backward(const AttentionParams& p, const AttentionGrads& g, Backend backend = Backend::automatic);
+// How many plans the cache holds; and dropping them all (their device memory is freed once no
+// call is using them).
+size_t backward_plan_cache_size();
+void clear_backward_plan_cache();
 
 // Whether `backend` can run this backward; when not, `why` (if given) says what is missing.
 bool backend_supports_backward(Backend backend, const AttentionParams& p, const AttentionGrads& g,

@@ -502,7 +502,7 @@ void bind_attention(nb::module_& m) {
         options.deterministic = deterministic;
         {
           nb::gil_scoped_release unlocked;
-          run(plan_attention_backward(c.p, g, options), c.p, g);
+          attention_backward(c.p, g, options);  // plans cached: no workspace allocated per call
         }
       },
       nb::sig("def attention_backward_into("

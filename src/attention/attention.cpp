@@ -252,8 +252,8 @@ std::string view_text(const PlanSignature::View& v) {
   return s + "]";
 }
 
-// Throws naming the first field of p that differs from what the plan was made for.
-void check_matches(const PlanSignature& want, const AttentionParams& p) {
+// The first field of p that differs from what the plan was made for, as a message; empty if none.
+std::string plan_mismatch(const PlanSignature& want, const AttentionParams& p) {
   const PlanSignature got = signature_of(p);
   using V = PlanSignature::View;
   const std::pair<const V*, const V*> views[] = {{&want.q, &got.q},           {&want.k, &got.k},
@@ -264,24 +264,35 @@ void check_matches(const PlanSignature& want, const AttentionParams& p) {
                                                  {&want.sink, &got.sink}};
   const char* names[] = {"q", "k", "v", "out", "lse", "entropy", "distance", "received", "coords_q", "coords_k", "sink"};
   for (size_t i = 0; i < std::size(views); ++i)
-    ARIADNE_CHECK(same_view(*views[i].first, *views[i].second), "run: ", names[i], " is ", view_text(*views[i].second),
-                  ", the plan was made for ", view_text(*views[i].first));
-  ARIADNE_CHECK(want.sink_mode == got.sink_mode, "run: sink_mode is ", sink_mode_name(got.sink_mode),
-                ", the plan was made for ", sink_mode_name(want.sink_mode));
-  const auto field = [](const char* name, int64_t w, int64_t g) {
-    ARIADNE_CHECK(w == g, "run: pattern.", name, " is ", g, ", the plan was made for ", w);
-  };
-  field("window_left", want.window_left, got.window_left);
-  field("window_right", want.window_right, got.window_right);
-  field("chunk", want.chunk, got.chunk);
-  field("num_seqs", want.num_seqs, got.num_seqs);
-  field("cu_seqlens_q (given)", want.varlen_q, got.varlen_q);
-  field("cu_seqlens_k (given)", want.varlen_k, got.varlen_k);
-  field("blocks (given)", want.blocks, got.blocks);
-  field("blocks.block", want.block, got.block);
-  field("blocks.heads", want.block_heads, got.block_heads);
-  ARIADNE_CHECK(want.order == got.order, "run: order is ", got.order ? "given" : "not given", ", the plan was made ",
-                want.order ? "with" : "without", " a token order");
+    if (!same_view(*views[i].first, *views[i].second))
+      return std::string("run: ") + names[i] + " is " + view_text(*views[i].second) + ", the plan was made for " +
+             view_text(*views[i].first);
+  if (want.sink_mode != got.sink_mode)
+    return std::string("run: sink_mode is ") + sink_mode_name(got.sink_mode) + ", the plan was made for " +
+           sink_mode_name(want.sink_mode);
+  const std::pair<const char*, std::pair<int64_t, int64_t>> fields[] = {
+      {"window_left", {want.window_left, got.window_left}},
+      {"window_right", {want.window_right, got.window_right}},
+      {"chunk", {want.chunk, got.chunk}},
+      {"num_seqs", {want.num_seqs, got.num_seqs}},
+      {"cu_seqlens_q (given)", {want.varlen_q, got.varlen_q}},
+      {"cu_seqlens_k (given)", {want.varlen_k, got.varlen_k}},
+      {"blocks (given)", {want.blocks, got.blocks}},
+      {"blocks.block", {want.block, got.block}},
+      {"blocks.heads", {want.block_heads, got.block_heads}}};
+  for (const auto& [name, wg] : fields)
+    if (wg.first != wg.second)
+      return std::string("run: pattern.") + name + " is " + std::to_string(wg.second) + ", the plan was made for " +
+             std::to_string(wg.first);
+  if (want.order != got.order)
+    return std::string("run: order is ") + (got.order ? "given" : "not given") + ", the plan was made " +
+           (want.order ? "with" : "without") + " a token order";
+  return {};
+}
+
+void check_matches(const PlanSignature& want, const AttentionParams& p) {
+  const std::string why = plan_mismatch(want, p);
+  ARIADNE_CHECK(why.empty(), why);
 }
 
 }  // namespace detail

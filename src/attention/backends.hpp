@@ -55,6 +55,7 @@ void run_cuda(const CudaPlan& plan, const AttentionParams& p);
 
 // Whether the current device is compute capability 9.0 (the Hopper kernels' sm_90a build).
 bool current_device_is_sm90();
+int current_cuda_device();  // cudaGetDevice (−1 on failure)
 
 // The backward kernels (src/attention/cuda/backward_cuda.cu), planned and run like the forward's.
 bool attention_backward_cuda_supports(const AttentionParams& p, const AttentionGrads& g, std::string* why);

@@ -1,6 +1,10 @@
 // ariadne::attention_backward(): the checks shared by every backend, the plan and the dispatch.
 #include "ariadne/attention_backward.hpp"
 
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
 #include <utility>
 
 #include "attention/backends.hpp"
@@ -139,18 +143,48 @@ void run_matched(const detail::BackwardPlanState& s, const AttentionParams& p, c
 
 }  // namespace
 
-void run(const AttentionBackwardPlan& plan, const AttentionParams& p, const AttentionGrads& g) {
-  const detail::BackwardPlanState& s = plan.state();
-  detail::check_matches(s.signature, p);
+namespace {
+
+// The first tensor of (p, g) that differs from what the backward plan was made for; empty if none.
+std::string backward_mismatch(const detail::BackwardPlanState& s, const AttentionParams& p, const AttentionGrads& g) {
+  std::string why = detail::plan_mismatch(s.signature, p);
+  if (!why.empty()) return why;
   using V = detail::PlanSignature::View;
   const std::pair<const V*, const TensorView*> grads[] = {
       {&s.dout, &g.dout}, {&s.dq, &g.dq}, {&s.dk, &g.dk}, {&s.dv, &g.dv}, {&s.dsink, &g.dsink}};
   const char* names[] = {"dout", "dq", "dk", "dv", "dsink"};
   for (size_t i = 0; i < 5; ++i) {
     const V got = detail::view_of(*grads[i].second);
-    ARIADNE_CHECK(detail::same_view(*grads[i].first, got), "run: ", names[i], " is ", detail::view_text(got),
-                  ", the backward plan was made for ", detail::view_text(*grads[i].first));
+    if (!detail::same_view(*grads[i].first, got))
+      return std::string("run: ") + names[i] + " is " + detail::view_text(got) +
+             ", the backward plan was made for " + detail::view_text(*grads[i].first);
   }
+  return {};
+}
+
+// The plans attention_backward(p, g, options) keeps for reuse, most recently used first. A plan
+// is shared by the calls that fit it; `enqueue` is held while one of them enqueues its launches,
+// so that the calls of two host threads on one stream do not interleave on its workspace.
+struct CachedBackwardPlan {
+  AttentionBackwardPlan plan;
+  BackwardOptions options;
+  void* stream = nullptr;
+  int device = -1;  // the CUDA device (−1: a host backend)
+  std::mutex enqueue;
+};
+constexpr size_t kBackwardPlanCacheSize = 8;
+std::mutex backward_cache_mutex;
+std::list<std::shared_ptr<CachedBackwardPlan>>& backward_cache() {
+  static std::list<std::shared_ptr<CachedBackwardPlan>> cache;
+  return cache;
+}
+
+}  // namespace
+
+void run(const AttentionBackwardPlan& plan, const AttentionParams& p, const AttentionGrads& g) {
+  const detail::BackwardPlanState& s = plan.state();
+  const std::string why = backward_mismatch(s, p, g);
+  ARIADNE_CHECK(why.empty(), why);
   if (s.backend != Backend::cuda) validate_backward(p, g);
   run_matched(s, p, g);
 }
@@ -158,8 +192,56 @@ void run(const AttentionBackwardPlan& plan, const AttentionParams& p, const Atte
 void attention_backward(const AttentionParams& p, const AttentionGrads& g, Backend backend) {
   BackwardOptions options;
   options.backend = backend;
-  const AttentionBackwardPlan plan = plan_attention_backward(p, g, options);
-  run_matched(plan.state(), p, g);
+  attention_backward(p, g, options);
+}
+
+void attention_backward(const AttentionParams& p, const AttentionGrads& g, const BackwardOptions& options) {
+  validate_backward(p, g);
+  const Backend backend = options.backend == Backend::automatic ? automatic_backend(p.q) : options.backend;
+  int device = -1;
+#if defined(ARIADNE_WITH_CUDA)
+  if (backend == Backend::cuda) device = current_cuda_device();
+#endif
+  std::shared_ptr<CachedBackwardPlan> entry;
+  {
+    const std::lock_guard<std::mutex> lock(backward_cache_mutex);
+    auto& cache = backward_cache();
+    for (auto it = cache.begin(); it != cache.end(); ++it) {
+      const CachedBackwardPlan& c = **it;
+      if (c.options.backend == options.backend && c.options.deterministic == options.deterministic &&
+          c.options.cuda_kernel == options.cuda_kernel && c.stream == p.stream && c.device == device &&
+          backward_mismatch(c.plan.state(), p, g).empty()) {
+        entry = *it;
+        cache.splice(cache.begin(), cache, it);
+        break;
+      }
+    }
+    if (entry == nullptr) {
+      entry = std::make_shared<CachedBackwardPlan>();
+      entry->plan = plan_attention_backward(p, g, options);
+      entry->options = options;
+      entry->stream = p.stream;
+      entry->device = device;
+      cache.push_front(entry);
+      // The evicted plan's workspace is freed when its last user lets go of it.
+      if (cache.size() > kBackwardPlanCacheSize) cache.pop_back();
+    }
+  }
+  const std::lock_guard<std::mutex> lock(entry->enqueue);
+  run_matched(entry->plan.state(), p, g);
+}
+
+size_t backward_plan_cache_size() {
+  const std::lock_guard<std::mutex> lock(backward_cache_mutex);
+  return backward_cache().size();
+}
+
+void clear_backward_plan_cache() {
+  std::list<std::shared_ptr<CachedBackwardPlan>> dropped;
+  {
+    const std::lock_guard<std::mutex> lock(backward_cache_mutex);
+    dropped.swap(backward_cache());
+  }
 }
 
 }  // namespace ariadne

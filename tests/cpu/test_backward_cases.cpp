@@ -203,5 +203,55 @@ TEST(CpuBackward, IdenticalAcrossThreadCounts) {
   set_cpu_threads(saved);
 }
 
+// attention_backward(p, g, options) keeps the 8 plans used last and reuses one only where it fits
+// (shapes, pattern structure, options); a reused plan gives the same bits as a fresh one. The
+// cases are prepared first and checked last: their reference runs go through the cache too.
+TEST(CpuBackward, PlanCacheReusesOnlyFittingPlans) {
+  const std::vector<std::pair<int64_t, const char*>> shapes = {
+      {70, "window:16,16"}, {71, "window:16,16"}, {70, "window:8,8"}, {70, "causal"}, {72, "full"},
+      {73, "full"}, {74, "full"}, {75, "full"}, {76, "full"}};
+  std::vector<PreparedCase> pcs;
+  std::vector<BackwardCase> bcs;
+  for (const auto& [n, pattern] : shapes) {
+    pcs.push_back(prepare(make_case({n}, {}, 4, 2, 32, pattern, DType::bf16, 1), salt()));
+    bcs.push_back(prepare_backward(pcs.back()));
+  }
+  BackwardOptions options;
+  options.backend = Backend::cpu;
+  BackwardOutputs fresh = poisoned_grads(pcs[0], false);
+  run(plan_attention_backward(backward_params(pcs[0], bcs[0]), grads_of(bcs[0], fresh), options),
+      backward_params(pcs[0], bcs[0]), grads_of(bcs[0], fresh));
+  clear_backward_plan_cache();
+  ASSERT_EQ(backward_plan_cache_size(), 0u);
+  std::vector<BackwardOutputs> outs;
+  for (size_t i = 0; i < shapes.size(); ++i) outs.push_back(poisoned_grads(pcs[i], false));
+  BackwardOutputs again = poisoned_grads(pcs[0], false);
+  for (BackwardOutputs* o : {&outs[0], &again}) {
+    attention_backward(backward_params(pcs[0], bcs[0]), grads_of(bcs[0], *o), options);
+    EXPECT_EQ(backward_plan_cache_size(), 1u) << "a second call of one shape made another plan";
+  }
+  // Another length or pattern is another plan; the ninth evicts the one used longest ago.
+  for (size_t i = 1; i < shapes.size(); ++i) {
+    attention_backward(backward_params(pcs[i], bcs[i]), grads_of(bcs[i], outs[i]), options);
+    EXPECT_EQ(backward_plan_cache_size(), std::min<size_t>(i + 1, 8)) << shapes[i].second;
+  }
+  BackwardOptions deterministic = options;  // another option is another plan too
+  deterministic.deterministic = true;
+  BackwardOutputs det = poisoned_grads(pcs[1], false);
+  const size_t before = backward_plan_cache_size();
+  attention_backward(backward_params(pcs[1], bcs[1]), grads_of(bcs[1], det), deterministic);
+  EXPECT_EQ(backward_plan_cache_size(), before) << "full at 8: a new plan evicts one";
+  clear_backward_plan_cache();
+  EXPECT_EQ(backward_plan_cache_size(), 0u);
+  for (BackwardOutputs* o : {&outs[0], &again})
+    for (auto m : {&BackwardOutputs::dq, &BackwardOutputs::dk, &BackwardOutputs::dv}) {
+      const Buffer& a = fresh.*m;
+      const Buffer& b = (*o).*m;
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), size_t(a.numel()) * size_t(dtype_size(a.dtype()))));
+    }
+  for (size_t i = 0; i < shapes.size(); ++i) check_grads(pcs[i], bcs[i], outs[i]);
+  check_grads(pcs[1], bcs[1], det);
+}
+
 }  // namespace
 }  // namespace ariadne

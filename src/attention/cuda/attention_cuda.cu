@@ -243,6 +243,11 @@ bool current_device_is_sm90() {
   return major == 9 && minor == 0;
 }
 
+int current_cuda_device() {
+  int dev = -1;
+  return cudaGetDevice(&dev) == cudaSuccess ? dev : -1;
+}
+
 // The CUDA backend's plan (AttentionPlan's state for Backend::cuda).
 struct CudaPlan {
   CudaKernel kernel = CudaKernel::tile;
