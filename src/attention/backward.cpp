@@ -197,9 +197,9 @@ void attention_backward(const AttentionParams& p, const AttentionGrads& g, Backe
 
 void attention_backward(const AttentionParams& p, const AttentionGrads& g, const BackwardOptions& options) {
   validate_backward(p, g);
-  const Backend backend = options.backend == Backend::automatic ? automatic_backend(p.q) : options.backend;
   int device = -1;
 #if defined(ARIADNE_WITH_CUDA)
+  const Backend backend = options.backend == Backend::automatic ? automatic_backend(p.q) : options.backend;
   if (backend == Backend::cuda) device = current_cuda_device();
 #endif
   std::shared_ptr<CachedBackwardPlan> entry;
