@@ -252,9 +252,9 @@ std::string view_text(const PlanSignature::View& v) {
   return s + "]";
 }
 
-// The first field of p that differs from what the plan was made for, as a message; empty if none.
-std::string plan_mismatch(const PlanSignature& want, const AttentionParams& p) {
-  const PlanSignature got = signature_of(p);
+// The first field of `got` (signature_of the call) that differs from what the plan was made for,
+// as a message; empty if none.
+std::string plan_mismatch(const PlanSignature& want, const PlanSignature& got) {
   using V = PlanSignature::View;
   const std::pair<const V*, const V*> views[] = {{&want.q, &got.q},           {&want.k, &got.k},
                                                  {&want.v, &got.v},           {&want.out, &got.out},
@@ -291,7 +291,7 @@ std::string plan_mismatch(const PlanSignature& want, const AttentionParams& p) {
 }
 
 void check_matches(const PlanSignature& want, const AttentionParams& p) {
-  const std::string why = plan_mismatch(want, p);
+  const std::string why = plan_mismatch(want, signature_of(p));
   ARIADNE_CHECK(why.empty(), why);
 }
 

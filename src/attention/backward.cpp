@@ -146,8 +146,10 @@ void run_matched(const detail::BackwardPlanState& s, const AttentionParams& p, c
 namespace {
 
 // The first tensor of (p, g) that differs from what the backward plan was made for; empty if none.
-std::string backward_mismatch(const detail::BackwardPlanState& s, const AttentionParams& p, const AttentionGrads& g) {
-  std::string why = detail::plan_mismatch(s.signature, p);
+// `got` is signature_of(p), computed once by the caller (the cache compares it with every plan).
+std::string backward_mismatch(const detail::BackwardPlanState& s, const detail::PlanSignature& got,
+                              const AttentionGrads& g) {
+  std::string why = detail::plan_mismatch(s.signature, got);
   if (!why.empty()) return why;
   using V = detail::PlanSignature::View;
   const std::pair<const V*, const TensorView*> grads[] = {
@@ -183,7 +185,7 @@ std::list<std::shared_ptr<CachedBackwardPlan>>& backward_cache() {
 
 void run(const AttentionBackwardPlan& plan, const AttentionParams& p, const AttentionGrads& g) {
   const detail::BackwardPlanState& s = plan.state();
-  const std::string why = backward_mismatch(s, p, g);
+  const std::string why = backward_mismatch(s, detail::signature_of(p), g);
   ARIADNE_CHECK(why.empty(), why);
   if (s.backend != Backend::cuda) validate_backward(p, g);
   run_matched(s, p, g);
@@ -202,6 +204,7 @@ void attention_backward(const AttentionParams& p, const AttentionGrads& g, const
   const Backend backend = options.backend == Backend::automatic ? automatic_backend(p.q) : options.backend;
   if (backend == Backend::cuda) device = current_cuda_device();
 #endif
+  const detail::PlanSignature signature = detail::signature_of(p);
   std::shared_ptr<CachedBackwardPlan> entry;
   {
     const std::lock_guard<std::mutex> lock(backward_cache_mutex);
@@ -210,7 +213,7 @@ void attention_backward(const AttentionParams& p, const AttentionGrads& g, const
       const CachedBackwardPlan& c = **it;
       if (c.options.backend == options.backend && c.options.deterministic == options.deterministic &&
           c.options.cuda_kernel == options.cuda_kernel && c.stream == p.stream && c.device == device &&
-          backward_mismatch(c.plan.state(), p, g).empty()) {
+          backward_mismatch(c.plan.state(), signature, g).empty()) {
         entry = *it;
         cache.splice(cache.begin(), cache, it);
         break;

@@ -36,9 +36,9 @@ PlanSignature::View view_of(const TensorView& t);
 PlanSignature signature_of(const AttentionParams& p);
 bool same_view(const PlanSignature::View& a, const PlanSignature::View& b);
 std::string view_text(const PlanSignature::View& v);
-// The first field of p that differs from what the plan was made for, as a message (empty: none);
-// check_matches throws it.
-std::string plan_mismatch(const PlanSignature& want, const AttentionParams& p);
+// The first field of a call's signature that differs from what the plan was made for, as a
+// message (empty: none); check_matches throws it for p.
+std::string plan_mismatch(const PlanSignature& want, const PlanSignature& got);
 void check_matches(const PlanSignature& want, const AttentionParams& p);
 
 struct PlanState {

@@ -68,9 +68,9 @@ std::string wgmma_backward_refuses(const AttentionParams& p) {
 // null, or no cu_seqlens and total_q == total_k; both are part of the plan's signature). Then a
 // query and its keys lie in the same 64-row tile of their sequence, and each row sees itself.
 bool dq_direct_holds(const AttentionParams& p) {
+  static_assert(cuda::kBwdBQ == cuda::kBwdBK, "direct dQ pairs query tile t with key tile t");
   const Pattern& pat = p.pattern;
-  if (pat.chunk <= 0 || cuda::kBwdBQ % pat.chunk != 0 || cuda::kBwdBQ != cuda::kBwdBK || pat.blocks.defined())
-    return false;
+  if (pat.chunk <= 0 || cuda::kBwdBQ % pat.chunk != 0 || pat.blocks.defined()) return false;
   return pat.cu_seqlens_q != nullptr ? pat.cu_seqlens_k == nullptr : p.q.shape[0] == p.k.shape[0];
 }
 
