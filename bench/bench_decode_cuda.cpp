@@ -18,10 +18,18 @@
 //                   of as many bytes), the copy floor (read + write); dense_vs_copy their ratio
 //   ms_sparse       the same call with the rr selection at τ (uploaded per call: its arrays travel
 //                   in the call), density = kept / visible pages, ms_select the host selection time
+//   ms_select_device  the rr selection on the device (select_pages into a CudaPageSelection);
+//                   device_selection_equal: it keeps the host's pages
+//   ms_sparse_step  a whole sparse step on the device: that selection, then decode over it;
+//                   ms_sparse_graph the same two calls captured into a CUDA graph (one per twin) and
+//                   launched; select_share = ms_select_device / ms_sparse_step
 // The anchors (PyTorch SDPA with one query per sequence, its cuDNN and flash backends) are the
 // issue's numbers until bench/anchors.py measures them in the same run.
 //
-//   bench_decode_cuda [--contexts 8192,32768,131072] [--batches 1,8] [--tau 0.9] [--page 64]
+// `--stride` is the cache's summary_stride (rows per key-stride sum): the rr selection reads
+// kv_heads · d f32 per stride of `stride` rows, 1 / stride of the bytes of its K and V at 16 bits.
+//
+//   bench_decode_cuda [--contexts 8192,32768,131072] [--batches 1,8] [--tau 0.9] [--page 64] [--stride 8]
 #if defined(ARIADNE_WITH_CUDA)
 
 #include <cuda_runtime.h>
@@ -108,13 +116,14 @@ double single_call_ms(F&& call) {
 int main(int argc, char** argv) {
   std::vector<int64_t> contexts = {8192, 32768, 131072}, batches = {1, 8};
   double tau = 0.9;
-  int page = 64;
+  int page = 64, stride = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string o = argv[i], v = argv[i + 1];
     if (o == "--contexts") contexts = list_of(v);
     else if (o == "--batches") batches = list_of(v);
     else if (o == "--tau") tau = std::stod(v);
     else if (o == "--page") page = std::stoi(v);
+    else if (o == "--stride") stride = std::stoi(v);
     else {
       std::fprintf(stderr, "bench_decode_cuda: unknown option %s\n", o.c_str());
       return 2;
@@ -130,7 +139,7 @@ int main(int argc, char** argv) {
   for (const int64_t N : contexts)
     for (const int64_t B : batches) {
       std::fprintf(stderr, "context %lld batch %lld\n", static_cast<long long>(N), static_cast<long long>(B));
-      PagedKVCache host(KVCacheConfig{page, Hkv, d, DType::bf16, 8});
+      PagedKVCache host(KVCacheConfig{page, Hkv, d, DType::bf16, stride});
       std::vector<int32_t> seqs;
       std::vector<float> qf(size_t(B * Hq * d));
       const int64_t chunk = 4096;
@@ -201,6 +210,47 @@ int main(int argc, char** argv) {
       });
       std::vector<float> sparse(dense.size());
       out.copy_to_host(sparse.data(), out.bytes());
+      // The same rule on the device, alone and as a step with decode, plain and from a graph.
+      CudaPageSelection dsel;
+      const double ms_select_device = single_call_ms([&](int i) {
+        DecodeParams c = p;
+        c.device_cache = &twins[size_t(i % sets)];
+        select_pages(c, cfg, dsel);
+      });
+      const PageSelection dev_sel = dsel.to_host();
+      const bool same = dev_sel.row_ptr == sel.row_ptr && dev_sel.pages == sel.pages;
+      const auto step = [&](int i, void* stream) {
+        DecodeParams c = p;
+        c.device_cache = &twins[size_t(i % sets)];
+        c.stream = stream;
+        select_pages(c, cfg, dsel);
+        c.device_selection = &dsel;
+        decode_attention(c, Backend::cuda);
+      };
+      const double ms_sparse_step = single_call_ms([&](int i) { step(i, nullptr); });
+      DecodeParams wp = p;
+      wp.device_cache = &twins[0];
+      wp.device_selection = &dsel;
+      DeviceBuffer ws(DType::f32, {int64_t(decode_workspace_bytes(wp) / 4 + 1)});
+      p.workspace = ws.data();
+      p.workspace_bytes = ws.bytes();
+      cudaStream_t cap = nullptr;
+      check(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking), "stream");
+      std::vector<cudaGraphExec_t> graphs(static_cast<size_t>(sets));
+      for (int t = 0; t < sets; ++t) {
+        cudaGraph_t g = nullptr;
+        check(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal), "capture");
+        step(t, cap);
+        check(cudaStreamEndCapture(cap, &g), "capture");
+        check(cudaGraphInstantiate(&graphs[size_t(t)], g, 0), "instantiate");
+        check(cudaGraphDestroy(g), "graph");
+      }
+      const double ms_sparse_graph =
+          single_call_ms([&](int i) { check(cudaGraphLaunch(graphs[size_t(i % sets)], nullptr), "launch"); });
+      for (cudaGraphExec_t g : graphs) check(cudaGraphExecDestroy(g), "graph");
+      check(cudaStreamDestroy(cap), "stream");
+      p.workspace = nullptr;
+      p.workspace_bytes = 0;
       double num = 0, den = 0;
       for (size_t i = 0; i < dense.size(); ++i) {
         num += double(sparse[i] - dense[i]) * (sparse[i] - dense[i]);
@@ -208,13 +258,21 @@ int main(int argc, char** argv) {
       }
       const double tb = double(kv_bytes) / (ms_dense * 1e9), copy_tb = 2.0 * double(kv_bytes) / (ms_copy * 1e9);
       rows.push_back({{"context", N}, {"batch", B}, {"heads", Hq}, {"kv_heads", Hkv}, {"head_dim", d}, {"page", page},
-                      {"kv_bytes", kv_bytes}, {"sets", sets}, {"ms_dense", ms_dense}, {"dense_tbps", tb},
+                      {"summary_stride", stride}, {"kv_bytes", kv_bytes}, {"sets", sets}, {"ms_dense", ms_dense},
+                      {"dense_tbps", tb},
                       {"ms_copy", ms_copy}, {"copy_tbps", copy_tb}, {"dense_vs_copy", tb / copy_tb},
                       {"tau", tau}, {"density", sel.density()}, {"ms_select", sel.ms_select},
                       {"ms_sparse", ms_sparse}, {"sparse_speedup", ms_dense / ms_sparse},
-                      {"sparse_out_rel_err", den > 0 ? std::sqrt(num / den) : 0.0}});
+                      {"sparse_out_rel_err", den > 0 ? std::sqrt(num / den) : 0.0},
+                      {"ms_select_device", ms_select_device}, {"device_selection_equal", same},
+                      {"ms_sparse_step", ms_sparse_step}, {"ms_sparse_graph", ms_sparse_graph},
+                      {"sparse_step_speedup", ms_dense / ms_sparse_step},
+                      {"sparse_graph_speedup", ms_dense / ms_sparse_graph},
+                      {"select_share", ms_select_device / ms_sparse_step}});
       std::fprintf(stderr, "  dense %.4f ms (%.2f TB/s, copy %.2f TB/s), rr tau %.2f density %.3f: %.4f ms\n", ms_dense,
                    tb, copy_tb, tau, sel.density(), ms_sparse);
+      std::fprintf(stderr, "  device select %.4f ms (%s the host's), step %.4f ms, graph %.4f ms\n", ms_select_device,
+                   same ? "equals" : "DIFFERS from", ms_sparse_step, ms_sparse_graph);
     }
   std::printf("%s\n", rows.dump(1).c_str());
   return 0;

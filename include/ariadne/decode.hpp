@@ -40,8 +40,8 @@
 //   bytes. With rotate (the default, RR's head round-robin turned to the key side), stride j of
 //   page p is scored by one query head of the group only, head (j + p + step) mod group, so the
 //   scoring cost does not grow with the group size and over a page every head is consulted.
-// The estimator runs on the host for host caches; docs/decode.md has the design, the measurements
-// and what is missing (the CUDA cache and kernels).
+// The estimator runs on the host for host caches and on the device for device caches
+// (CudaPageSelection); docs/decode.md has the design and the measurements.
 #pragma once
 
 #include <cstdint>
@@ -193,6 +193,54 @@ class CudaKVCache {
   Device* dev_ = nullptr;
 };
 
+struct DecodeParams;
+struct PageSelectConfig;
+
+// A page selection in device memory (CUDA builds), the device counterpart of PageSelection:
+// select_pages on a device cache writes it with kernels on DecodeParams::stream, and decode_attention
+// reads it through DecodeParams::device_selection, so a sparse step (select, then decode) needs nothing
+// from the host, neither a copy nor a synchronization, and captures into a CUDA graph. Device arrays,
+// PageSelection's layout with room for every visible page of every row r = b · kv_heads + g:
+//   row_ptr    int32 [rows + 1]
+//   pages      int32 [rows · max_pages]  logical pages of each row, ascending
+//   visible    int32 [rows]              visible pages of each row
+//   kept_mass  f32   [rows]              the selection's normalized score mass of the kept pages
+// and the scoring scratch. A select_pages call that needs more room than the buffers hold (more
+// rows, a cache with more pages per sequence, a larger GQA group) allocates; one that fits
+// allocates nothing, so capture after a call of the same geometry, or after reserve().
+class CudaPageSelection {
+ public:
+  CudaPageSelection();
+  ~CudaPageSelection();
+  CudaPageSelection(CudaPageSelection&&) noexcept;
+  CudaPageSelection& operator=(CudaPageSelection&&) noexcept;
+  CudaPageSelection(const CudaPageSelection&) = delete;
+  CudaPageSelection& operator=(const CudaPageSelection&) = delete;
+
+  // Room for rows of up to `max_pages` pages (the device cache's max_pages() bounds a row), scored
+  // by GQA groups of `group` query heads.
+  void reserve(int64_t rows, int max_pages, int group);
+  int64_t rows() const { return rows_; }       // rows of the last selection written (0: none)
+  int kv_heads() const { return kv_heads_; }
+  const int32_t* row_ptr() const;
+  const int32_t* pages() const;
+  const int32_t* visible() const;
+  const float* kept_mass() const;
+  // The rotation counter that PageSelectConfig::advance_step adds to the step (device memory; 0 at
+  // construction). reset_step() sets it to `step` with a synchronous copy.
+  void reset_step(int64_t step = 0);
+  // A host copy of the last selection (synchronous; ms_select is 0): tests and reports.
+  PageSelection to_host() const;
+
+  struct Device;  // the device buffers (src/decode/cuda)
+
+ private:
+  friend void select_pages(const DecodeParams&, const PageSelectConfig&, CudaPageSelection&);
+  int64_t rows_ = 0;
+  int kv_heads_ = 0;
+  Device* dev_ = nullptr;
+};
+
 struct DecodeParams {
   TensorView q;    // [batch, heads_q, head_dim] host f32 (bf16/f16 read exactly); device bf16/f16 with device_cache
   TensorView out;  // [batch, heads_q, head_dim] f32 in q's memory; written
@@ -210,6 +258,10 @@ struct DecodeParams {
   int64_t window = -1;   // the query sees its `window` previous tokens and itself; < 0: all
   float scale = 0;       // 0: 1/sqrt(head_dim)
   const PageSelection* selection = nullptr;  // null: dense; else only the kept pages
+  // Device cache only, instead of `selection`: a selection written on the device by select_pages
+  // (its rows must be this call's batch × kv_heads). The split of the rows' pages follows the
+  // visible pages, as for dense decode, since the kept counts stay on the device.
+  const CudaPageSelection* device_selection = nullptr;
   // Device cache only. The stream the kernels and copies go to (a cudaStream_t; null: the legacy
   // default stream, which CUDA cannot capture into a graph). The split partials: with a workspace
   // (device memory of at least decode_workspace_bytes(params) bytes) the call allocates nothing, so
@@ -246,10 +298,20 @@ struct PageSelectConfig {
   int recent_pages = 1;    // last visible pages always kept (≥ 0); the newest page holds the query
   bool rotate = true;      // rr: one query head per key stride, rotated (see the header comment)
   int64_t step = 0;        // rr: the decode step, which advances the rotation
+  // Device selection only: the rotation step is step + the CudaPageSelection's device counter, which
+  // the call then advances by one, so the replays of a captured graph rotate as a host loop that
+  // passes step = 0, 1, 2, … does.
+  bool advance_step = false;
 };
 
 // The selection for this step's queries (p.selection is ignored; p.out is not written).
 PageSelection select_pages(const DecodeParams& p, const PageSelectConfig& config);
+// The same selection computed on the device from a device cache (p.device_cache; q device memory),
+// written into `out` by kernels on p.stream: rr and quest (the oracle reads every key: use the host
+// cache). Scores in double as on the host, so the kept pages equal select_pages' on the twin host
+// cache unless a decision lies within rounding of its threshold; kept_mass from the f32 scores.
+// Rows of at most 4096 visible pages and groups of at most 64 query heads.
+void select_pages(const DecodeParams& p, const PageSelectConfig& config, CudaPageSelection& out);
 
 // Per-row (b, g) exact attention mass of each visible page, normalized per query head and averaged
 // over the group (the oracle's score; tests and measurements): masses[r] has visible[r] entries.

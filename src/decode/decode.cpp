@@ -108,6 +108,14 @@ void check_params(const DecodeParams& p, bool need_out, bool host) {
                   p.sink.defined() ? p.sink.describe() : std::string("undefined"));
   ARIADNE_CHECK(std::isfinite(p.scale) && p.scale >= 0, "decode: scale is ", p.scale,
                 ", expected 0 (1/sqrt(head_dim)) or a positive value");
+  if (const CudaPageSelection* s = p.device_selection) {
+    ARIADNE_CHECK(dev, "decode: device_selection is read by the device kernels: it needs a device cache ",
+                  "(DecodeParams::device_cache)");
+    ARIADNE_CHECK(p.selection == nullptr, "decode: selection and device_selection are both set, expected one");
+    ARIADNE_CHECK(s->kv_heads() == c.kv_heads && s->rows() == B * c.kv_heads, "decode: device_selection has ",
+                  s->rows(), " rows for ", s->kv_heads(), " KV heads, expected ", B * c.kv_heads, " (batch × the ",
+                  "cache's ", c.kv_heads, " KV heads): select_pages writes it for this call's batch");
+  }
   if (const PageSelection* s = p.selection) {
     const int64_t rows = B * c.kv_heads;
     ARIADNE_CHECK(s->kv_heads == c.kv_heads && s->rows() == rows && s->row_ptr.front() == 0 &&
@@ -297,6 +305,7 @@ std::vector<double> group_mean(const HeadWeights& w, int64_t npages) {
 std::vector<std::vector<double>> page_masses(const DecodeParams& p) {
   DecodeParams v = p;
   v.selection = nullptr;
+  v.device_selection = nullptr;
   check_params(v, false, true);
   const KVCacheConfig& c = p.cache->config();
   std::vector<std::vector<double>> out;
@@ -329,14 +338,41 @@ std::vector<double> kept_page_mass(const DecodeParams& p, const PageSelection& s
   return kept;
 }
 
-PageSelection select_pages(const DecodeParams& p, const PageSelectConfig& cfg) {
-  const auto t0 = std::chrono::steady_clock::now();
+namespace {
+void check_select_config(const PageSelectConfig& cfg) {
   ARIADNE_CHECK(cfg.tau > 0 && cfg.tau <= 1, "select_pages: tau is ", cfg.tau, ", expected (0, 1]");
   ARIADNE_CHECK(cfg.sink_pages >= 0 && cfg.recent_pages >= 0, "select_pages: sink_pages ", cfg.sink_pages,
                 " and recent_pages ", cfg.recent_pages, " must be ≥ 0");
   ARIADNE_CHECK(cfg.step >= 0, "select_pages: step is ", cfg.step, ", expected ≥ 0");
+}
+}  // namespace
+
+void select_pages(const DecodeParams& p, const PageSelectConfig& cfg, CudaPageSelection& out) {
+  check_select_config(cfg);
+  ARIADNE_CHECK(p.device_cache != nullptr, "select_pages: the device selection reads a device cache ",
+                "(DecodeParams::device_cache); for a host cache call select_pages(p, config)");
+  ARIADNE_CHECK(cfg.scorer != PageScorer::oracle, "select_pages: the oracle reads every key of the host cache; ",
+                "the device selection scores with rr or quest");
   DecodeParams v = p;
   v.selection = nullptr;
+  v.device_selection = nullptr;
+  check_params(v, false, false);
+  const KVCacheConfig& c = p.device_cache->config();
+  const int64_t rows = p.q.shape[0] * c.kv_heads;
+  out.reserve(rows, p.device_cache->max_pages(), int(p.q.shape[1]) / c.kv_heads);
+  decode_detail::select_cuda(p, cfg, *out.dev_);
+  out.rows_ = rows;
+  out.kv_heads_ = c.kv_heads;
+}
+
+PageSelection select_pages(const DecodeParams& p, const PageSelectConfig& cfg) {
+  const auto t0 = std::chrono::steady_clock::now();
+  check_select_config(cfg);
+  ARIADNE_CHECK(!cfg.advance_step, "select_pages: advance_step moves the device counter of a CudaPageSelection; ",
+                "a host selection takes the step itself (PageSelectConfig::step)");
+  DecodeParams v = p;
+  v.selection = nullptr;
+  v.device_selection = nullptr;
   check_params(v, false, true);
   const KVCacheConfig& c = p.cache->config();
   const int64_t B = p.q.shape[0];

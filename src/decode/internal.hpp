@@ -30,6 +30,9 @@ void decode_cpu(const DecodeParams& p);
 // The device cache's kernels (src/decode/cuda); builds without CUDA throw.
 void decode_cuda(const DecodeParams& p);
 size_t decode_cuda_workspace(const DecodeParams& p);
+// The page selection on the device (src/decode/cuda/select_cuda.cu) into buffers reserved for it;
+// p and config are validated by the caller.
+void select_cuda(const DecodeParams& p, const PageSelectConfig& config, CudaPageSelection::Device& out);
 
 // One decode step's appends on the device (src/decode/cuda/append_cuda.cu): batch entry b writes
 // its token into row lengths[seqs[b]] of its reserved page, refreshes that page's key summaries,

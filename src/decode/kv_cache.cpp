@@ -199,7 +199,9 @@ const float* PagedKVCache::key_max(int64_t p) const { return max_.data() + p * c
 // Builds without the CUDA backend: a device cache cannot be made, and says so.
 namespace ariadne {
 namespace {
-[[noreturn]] void no_cuda() { detail::fail("CudaKVCache: this build of ariadne has no CUDA backend"); }
+[[noreturn]] void no_cuda() {
+  detail::fail("the device decode (CudaKVCache, CudaPageSelection): this build of ariadne has no CUDA backend");
+}
 }  // namespace
 struct CudaKVCache::Device {};
 CudaKVCache::CudaKVCache() = default;
@@ -222,7 +224,20 @@ void CudaKVCache::append(const TensorView&, const TensorView&, std::span<const i
   no_cuda();
 }
 void CudaKVCache::refresh_lengths() { no_cuda(); }
+struct CudaPageSelection::Device {};
+CudaPageSelection::CudaPageSelection() = default;
+CudaPageSelection::~CudaPageSelection() = default;
+CudaPageSelection::CudaPageSelection(CudaPageSelection&&) noexcept = default;
+CudaPageSelection& CudaPageSelection::operator=(CudaPageSelection&&) noexcept = default;
+void CudaPageSelection::reserve(int64_t, int, int) { no_cuda(); }
+const int32_t* CudaPageSelection::row_ptr() const { no_cuda(); }
+const int32_t* CudaPageSelection::pages() const { no_cuda(); }
+const int32_t* CudaPageSelection::visible() const { no_cuda(); }
+const float* CudaPageSelection::kept_mass() const { no_cuda(); }
+void CudaPageSelection::reset_step(int64_t) { no_cuda(); }
+PageSelection CudaPageSelection::to_host() const { no_cuda(); }
 namespace decode_detail {
+void select_cuda(const DecodeParams&, const PageSelectConfig&, CudaPageSelection::Device&) { no_cuda(); }
 void decode_cuda(const DecodeParams&) { no_cuda(); }
 size_t decode_cuda_workspace(const DecodeParams&) { no_cuda(); }
 }  // namespace decode_detail

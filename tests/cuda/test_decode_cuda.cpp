@@ -1,9 +1,13 @@
 // Decode over the device cache (include/ariadne/decode.hpp, src/decode/cuda): the CUDA kernels
 // against the decode reference on the same stored keys, values and queries (bf16 / f16), dense and
 // with host selections, every head dim, GQA groups from 1 to 16, page sizes from 1 to 128, windows,
-// both sink forms, empty sequences, long contexts that split, and NaN propagation.
+// both sink forms, empty sequences, long contexts that split, and NaN propagation; the device page
+// selection (select_pages on the device cache) against the host scorers on the twin host cache, and a
+// sparse step (select, then decode) captured into a CUDA graph and replayed as the rotation advances.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <sstream>
@@ -89,7 +93,9 @@ struct Outputs {
 
 // Runs the reference on the host cache and the CUDA kernels on the device twin (sequence ids
 // uploaded by the call, or given in device memory); returns both.
-std::pair<Outputs, Outputs> run_both(const Case& c, Inputs& in, const PageSelection* sel, bool device_ids = false) {
+// With `device_sel`, the kernels read that device selection instead of `sel` (which the reference reads).
+std::pair<Outputs, Outputs> run_both(const Case& c, Inputs& in, const PageSelection* sel, bool device_ids = false,
+                                     const CudaPageSelection* device_sel = nullptr) {
   const int64_t B = int64_t(c.lengths.size());
   Outputs ref{std::vector<float>(size_t(in.q.numel()), std::nanf("")), std::vector<float>(size_t(B * c.heads_q))};
   DecodeParams p;
@@ -118,6 +124,10 @@ std::pair<Outputs, Outputs> run_both(const Case& c, Inputs& in, const PageSelect
   if (c.sink_mode != SinkMode::none) d.sink = sink.view();
   const DeviceBuffer ids = DeviceBuffer::from_ints(in.seqs);
   if (device_ids) d.device_seqs = static_cast<const int32_t*>(ids.data());
+  if (device_sel) {
+    d.selection = nullptr;
+    d.device_selection = device_sel;
+  }
   decode_attention(d, Backend::cuda);
   Outputs gpu{std::vector<float>(ref.out.size()), std::vector<float>(ref.lse.size())};
   out.copy_to_host(gpu.out.data(), gpu.out.size() * sizeof(float));
@@ -192,6 +202,189 @@ TEST(DecodeCuda, SelectedPagesMatchReference) {
       expect_close(c, in, ref, gpu);
     }
   }
+}
+
+// The host scorers' parameters on the twin host cache (f32 copies of the queries), and the device's.
+DecodeParams host_params(const Case& c, Inputs& in) {
+  DecodeParams hp;
+  hp.q = make_view(in.qf.data(), DType::f32, {int64_t(c.lengths.size()), c.heads_q, c.dim});
+  hp.cache = &in.cache;
+  hp.seqs = in.seqs;
+  hp.window = c.window;
+  return hp;
+}
+
+DecodeParams device_params(const Case& c, Inputs& in, const DeviceBuffer& q) {
+  DecodeParams dp;
+  dp.q = q.view();
+  dp.device_cache = &in.device;
+  dp.seqs = in.seqs;
+  dp.window = c.window;
+  return dp;
+}
+
+std::string config_name(const PageSelectConfig& s) {
+  std::ostringstream os;
+  os << page_scorer_name(s.scorer) << " tau " << s.tau << " sink_pages " << s.sink_pages << " recent " << s.recent_pages
+     << " rotate " << s.rotate << " step " << s.step;
+  return os.str();
+}
+
+// Discrete outputs compared exactly: the same rows, visible counts and kept pages; kept_mass from
+// f32 scores summed in another order.
+void expect_same_selection(const PageSelection& host, const PageSelection& dev) {
+  ASSERT_EQ(dev.kv_heads, host.kv_heads);
+  EXPECT_EQ(dev.visible, host.visible);
+  ASSERT_EQ(dev.row_ptr.size(), host.row_ptr.size());
+  for (size_t r = 0; r + 1 < host.row_ptr.size(); ++r) {
+    const std::vector<int32_t> h(host.pages.begin() + host.row_ptr[r], host.pages.begin() + host.row_ptr[r + 1]);
+    const std::vector<int32_t> d(dev.pages.begin() + dev.row_ptr[r], dev.pages.begin() + dev.row_ptr[r + 1]);
+    ASSERT_EQ(d, h) << "row " << r << " of " << host.rows();
+    EXPECT_NEAR(dev.kept_mass[r], host.kept_mass[r], 1e-5) << "row " << r;
+  }
+  EXPECT_EQ(dev.row_ptr, host.row_ptr);
+}
+
+std::vector<PageSelectConfig> select_configs() {
+  std::vector<PageSelectConfig> v(6);
+  v[0].tau = 0.9;
+  v[1].tau = 0.5, v[1].sink_pages = 0, v[1].recent_pages = 0, v[1].step = 3;
+  v[2].tau = 0.9, v[2].rotate = false, v[2].sink_pages = 2, v[2].recent_pages = 3, v[2].step = 1;
+  v[3].scorer = PageScorer::quest, v[3].tau = 0.9;
+  v[4].scorer = PageScorer::quest, v[4].tau = 0.7, v[4].sink_pages = 0, v[4].recent_pages = 2;
+  v[5].tau = 1.0, v[5].step = 2;
+  return v;
+}
+
+// The device selection keeps the pages the host's keeps, on every case and rule (both scorers,
+// rotation on and off, τ 0.5 … 1, forced pages, steps), twice with equal results, and decode over it
+// matches the reference decode over the host selection.
+TEST(DecodeCuda, DeviceSelectionEqualsTheHostSelection) {
+  uint64_t seed = cuda_testing::base_seed() + 200;
+  CudaPageSelection dsel;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(name_of(c));
+    Inputs in(c, seed++);
+    const DecodeParams hp = host_params(c, in);
+    const DeviceBuffer q = DeviceBuffer::from_host(in.q);
+    const DecodeParams dp = device_params(c, in, q);
+    for (const PageSelectConfig& cfg : select_configs()) {
+      SCOPED_TRACE(config_name(cfg));
+      const PageSelection host = select_pages(hp, cfg);
+      select_pages(dp, cfg, dsel);
+      const PageSelection dev = dsel.to_host();
+      expect_same_selection(host, dev);
+      select_pages(dp, cfg, dsel);
+      const PageSelection again = dsel.to_host();
+      EXPECT_EQ(again.pages, dev.pages);
+      EXPECT_EQ(again.kept_mass, dev.kept_mass);
+      const auto [ref, gpu] = run_both(c, in, &host, false, &dsel);
+      expect_close(c, in, ref, gpu);
+    }
+  }
+}
+
+// One sparse step (the device selection with advance_step, then decode over it) captured into a CUDA
+// graph on a stream: replay s selects as the host does at step s and decodes as the reference does
+// over that selection.
+TEST(DecodeCuda, SparseStepReplaysFromAGraph) {
+  const Case c{{3000, 1200, 64}, 8, 2, 128, 64, DType::bf16, SinkMode::denominator};
+  Inputs in(c, cuda_testing::base_seed() + 300);
+  const DecodeParams hp = host_params(c, in);
+  const DeviceBuffer q = DeviceBuffer::from_host(in.q);
+  const int64_t B = int64_t(c.lengths.size());
+  DeviceBuffer out(DType::f32, {B, c.heads_q, c.dim}), lse(DType::f32, {B, c.heads_q});
+  const DeviceBuffer sink = DeviceBuffer::from_host(in.sink.data(), DType::f32, {c.heads_q});
+  const DeviceBuffer ids = DeviceBuffer::from_ints(in.seqs);
+  cudaStream_t st = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  CudaPageSelection dsel;
+  DecodeParams dp = device_params(c, in, q);
+  dp.out = out.view();
+  dp.lse = lse.view();
+  dp.sink_mode = c.sink_mode;
+  dp.sink = sink.view();
+  dp.device_seqs = static_cast<const int32_t*>(ids.data());
+  dp.stream = st;
+  dp.device_selection = &dsel;
+  PageSelectConfig cfg;
+  cfg.tau = 0.8;
+  select_pages(dp, cfg, dsel);  // sizes the selection's buffers, so the captured call allocates nothing
+  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  DeviceBuffer ws(DType::f32, {int64_t(decode_workspace_bytes(dp) / 4 + 1)});
+  dp.workspace = ws.data();
+  dp.workspace_bytes = ws.bytes();
+  dsel.reset_step(0);
+  cfg.advance_step = true;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  select_pages(dp, cfg, dsel);
+  decode_attention(dp, Backend::cuda);
+  ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  std::vector<std::vector<int32_t>> kept;
+  for (int64_t step = 0; step < 5; ++step) {
+    SCOPED_TRACE("replay " + std::to_string(step));
+    ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    PageSelectConfig at = cfg;
+    at.advance_step = false;
+    at.step = step;
+    const PageSelection host = select_pages(hp, at);
+    expect_same_selection(host, dsel.to_host());
+    kept.push_back(host.pages);
+    Outputs ref{std::vector<float>(size_t(in.q.numel())), std::vector<float>(size_t(B * c.heads_q))};
+    DecodeParams rp = hp;
+    rp.q = in.q.view();
+    rp.out = make_view(ref.out.data(), DType::f32, {B, c.heads_q, c.dim});
+    rp.lse = make_view(ref.lse.data(), DType::f32, {B, c.heads_q});
+    rp.sink_mode = c.sink_mode;
+    rp.sink = make_view(in.sink.data(), DType::f32, {c.heads_q});
+    rp.selection = &host;
+    decode_attention(rp, Backend::reference);
+    Outputs gpu{std::vector<float>(ref.out.size()), std::vector<float>(ref.lse.size())};
+    out.copy_to_host(gpu.out.data(), gpu.out.size() * sizeof(float));
+    lse.copy_to_host(gpu.lse.data(), gpu.lse.size() * sizeof(float));
+    expect_close(c, in, ref, gpu);
+  }
+  // The rotation moved the selection: the replays are not one selection repeated.
+  EXPECT_TRUE(std::any_of(kept.begin() + 1, kept.end(), [&](const auto& k) { return k != kept[0]; }));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
+}
+
+TEST(DecodeCuda, DeviceSelectionRefusalsNameTheField) {
+  const Case c{{200, 90}, 4, 2, 64, 16};
+  Inputs in(c, 5);
+  const DeviceBuffer q = DeviceBuffer::from_host(in.q);
+  DecodeParams dp = device_params(c, in, q);
+  CudaPageSelection dsel;
+  PageSelectConfig cfg;
+  cfg.scorer = PageScorer::oracle;
+  EXPECT_NE(testing::error_of([&] { select_pages(dp, cfg, dsel); }).find("oracle"), std::string::npos);
+  cfg.scorer = PageScorer::rr;
+  DecodeParams hp = host_params(c, in);
+  EXPECT_NE(testing::error_of([&] { select_pages(hp, cfg, dsel); }).find("device cache"), std::string::npos);
+  cfg.advance_step = true;
+  EXPECT_NE(testing::error_of([&] { (void)select_pages(hp, cfg); }).find("advance_step"), std::string::npos);
+  cfg.advance_step = false;
+  select_pages(dp, cfg, dsel);
+  const PageSelection host = select_pages(hp, cfg);
+  const DeviceBuffer out(DType::f32, {2, 4, 64});
+  dp.out = out.view();
+  dp.device_selection = &dsel;
+  dp.selection = &host;
+  EXPECT_NE(testing::error_of([&] { decode_attention(dp, Backend::cuda); }).find("both set"), std::string::npos);
+  dp.selection = nullptr;
+  const DeviceBuffer q1 = DeviceBuffer::from_host(in.q.view().data, in.q.dtype(), {1, 4, 64});
+  const DeviceBuffer out1(DType::f32, {1, 4, 64});
+  dp.q = q1.view();
+  dp.out = out1.view();
+  dp.seqs = std::span<const int32_t>(in.seqs.data(), 1);
+  EXPECT_NE(testing::error_of([&] { decode_attention(dp, Backend::cuda); }).find("device_selection has 4 rows"),
+            std::string::npos);
 }
 
 // A NaN in a query poisons its row (out and lse NaN), never reads as a masked row; other rows stay

@@ -462,7 +462,8 @@ Split split_of(const DecodeParams& p) {
   s.head_chunks = (s.group + s.maxg - 1) / s.maxg;
   s.tile = std::min(c.page_size, kTile);
   s.tiles_per_page = (c.page_size + s.tile - 1) / s.tile;
-  int64_t most = 0;  // the longest row's page count
+  int64_t most = 0;  // the longest row's page count (a device selection's counts stay on the device:
+                     // its rows are bounded by the visible pages)
   if (p.selection)
     for (int64_t r = 0; r < p.selection->rows(); ++r)
       most = std::max<int64_t>(most, p.selection->row_ptr[size_t(r) + 1] - p.selection->row_ptr[size_t(r)]);
@@ -530,8 +531,10 @@ void decode_cuda(const DecodeParams& p) {
   a.max_pages = cache.max_pages();
   a.lengths = cache.lengths();
   a.seqs = p.device_seqs ? p.device_seqs : static_cast<const int32_t*>(seq_ids.data());
-  a.row_ptr = p.selection ? static_cast<const int32_t*>(row_ptr.data()) : nullptr;
-  a.pages = p.selection ? static_cast<const int32_t*>(pages.data()) : nullptr;
+  a.row_ptr = p.selection ? static_cast<const int32_t*>(row_ptr.data())
+              : p.device_selection ? p.device_selection->row_ptr() : nullptr;
+  a.pages = p.selection ? static_cast<const int32_t*>(pages.data())
+            : p.device_selection ? p.device_selection->pages() : nullptr;
   a.sink = p.sink_mode == SinkMode::none ? nullptr : static_cast<const float*>(p.sink.data);
   a.sink_mode = p.sink_mode == SinkMode::none ? 0 : p.sink_mode == SinkMode::denominator ? 1 : 2;
   a.window = p.window;
