@@ -339,24 +339,25 @@ std::vector<double> kept_page_mass(const DecodeParams& p, const PageSelection& s
 }
 
 namespace {
-void check_select_config(const PageSelectConfig& cfg) {
+// The config, then the decode parameters without their selections (a selection reads none).
+void check_select(const DecodeParams& p, const PageSelectConfig& cfg, bool host) {
   ARIADNE_CHECK(cfg.tau > 0 && cfg.tau <= 1, "select_pages: tau is ", cfg.tau, ", expected (0, 1]");
   ARIADNE_CHECK(cfg.sink_pages >= 0 && cfg.recent_pages >= 0, "select_pages: sink_pages ", cfg.sink_pages,
                 " and recent_pages ", cfg.recent_pages, " must be ≥ 0");
   ARIADNE_CHECK(cfg.step >= 0, "select_pages: step is ", cfg.step, ", expected ≥ 0");
+  DecodeParams v = p;
+  v.selection = nullptr;
+  v.device_selection = nullptr;
+  check_params(v, false, host);
 }
 }  // namespace
 
 void select_pages(const DecodeParams& p, const PageSelectConfig& cfg, CudaPageSelection& out) {
-  check_select_config(cfg);
   ARIADNE_CHECK(p.device_cache != nullptr, "select_pages: the device selection reads a device cache ",
                 "(DecodeParams::device_cache); for a host cache call select_pages(p, config)");
   ARIADNE_CHECK(cfg.scorer != PageScorer::oracle, "select_pages: the oracle reads every key of the host cache; ",
                 "the device selection scores with rr or quest");
-  DecodeParams v = p;
-  v.selection = nullptr;
-  v.device_selection = nullptr;
-  check_params(v, false, false);
+  check_select(p, cfg, false);
   const KVCacheConfig& c = p.device_cache->config();
   const int64_t rows = p.q.shape[0] * c.kv_heads;
   out.reserve(rows, p.device_cache->max_pages(), int(p.q.shape[1]) / c.kv_heads);
@@ -367,13 +368,9 @@ void select_pages(const DecodeParams& p, const PageSelectConfig& cfg, CudaPageSe
 
 PageSelection select_pages(const DecodeParams& p, const PageSelectConfig& cfg) {
   const auto t0 = std::chrono::steady_clock::now();
-  check_select_config(cfg);
   ARIADNE_CHECK(!cfg.advance_step, "select_pages: advance_step moves the device counter of a CudaPageSelection; ",
                 "a host selection takes the step itself (PageSelectConfig::step)");
-  DecodeParams v = p;
-  v.selection = nullptr;
-  v.device_selection = nullptr;
-  check_params(v, false, true);
+  check_select(p, cfg, true);
   const KVCacheConfig& c = p.cache->config();
   const int64_t B = p.q.shape[0];
   PageSelection sel;
@@ -391,7 +388,7 @@ PageSelection select_pages(const DecodeParams& p, const PageSelectConfig& cfg) {
     visible[size_t(r)] = int32_t(std::max<int64_t>(n, 0));
     if (n <= 0) continue;
     const std::vector<double> score = group_mean(
-        cfg.scorer == PageScorer::oracle ? oracle_weights(v, b, g, vis) : summary_weights(v, b, g, vis, cfg), n);
+        cfg.scorer == PageScorer::oracle ? oracle_weights(p, b, g, vis) : summary_weights(p, b, g, vis, cfg), n);
     std::vector<float> f(score.begin(), score.end());
     std::vector<int32_t> forced;
     for (int64_t i = 0; i < n; ++i) {

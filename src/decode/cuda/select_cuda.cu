@@ -449,21 +449,23 @@ void CudaPageSelection::reserve(int64_t rows, int max_pages, int group) {
   d.group = G;
 }
 
+namespace {
+// A selection's device buffers, once select_pages has written one.
+const CudaPageSelection::Device& written(const CudaPageSelection::Device* d, int64_t rows) {
+  ARIADNE_CHECK(d != nullptr && rows > 0, "CudaPageSelection: no selection written yet");
+  return *d;
+}
+}  // namespace
+
 const int32_t* CudaPageSelection::row_ptr() const {
-  ARIADNE_CHECK(dev_ && rows_ > 0, "CudaPageSelection: no selection written yet");
-  return static_cast<const int32_t*>(dev_->row_ptr.data());
+  return static_cast<const int32_t*>(written(dev_, rows_).row_ptr.data());
 }
-const int32_t* CudaPageSelection::pages() const {
-  ARIADNE_CHECK(dev_ && rows_ > 0, "CudaPageSelection: no selection written yet");
-  return static_cast<const int32_t*>(dev_->pages.data());
-}
+const int32_t* CudaPageSelection::pages() const { return static_cast<const int32_t*>(written(dev_, rows_).pages.data()); }
 const int32_t* CudaPageSelection::visible() const {
-  ARIADNE_CHECK(dev_ && rows_ > 0, "CudaPageSelection: no selection written yet");
-  return static_cast<const int32_t*>(dev_->visible.data());
+  return static_cast<const int32_t*>(written(dev_, rows_).visible.data());
 }
 const float* CudaPageSelection::kept_mass() const {
-  ARIADNE_CHECK(dev_ && rows_ > 0, "CudaPageSelection: no selection written yet");
-  return static_cast<const float*>(dev_->kept_mass.data());
+  return static_cast<const float*>(written(dev_, rows_).kept_mass.data());
 }
 
 void CudaPageSelection::reset_step(int64_t step) {
