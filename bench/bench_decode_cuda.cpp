@@ -27,9 +27,11 @@
 // issue's numbers until bench/anchors.py measures them in the same run.
 //
 // `--stride` is the cache's summary_stride (rows per key-stride sum): the rr selection reads
-// kv_heads · d f32 per stride of `stride` rows, 1 / stride of the bytes of its K and V at 16 bits.
+// kv_heads · d f32 per stride of `stride` rows, 1 / stride of the bytes of its K and V at 16 bits;
+// `--rotate 0` scores every stride with every query head of the group instead of one.
 //
 //   bench_decode_cuda [--contexts 8192,32768,131072] [--batches 1,8] [--tau 0.9] [--page 64] [--stride 8]
+//                     [--rotate 1]
 #if defined(ARIADNE_WITH_CUDA)
 
 #include <cuda_runtime.h>
@@ -117,6 +119,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> contexts = {8192, 32768, 131072}, batches = {1, 8};
   double tau = 0.9;
   int page = 64, stride = 8;
+  bool rotate = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string o = argv[i], v = argv[i + 1];
     if (o == "--contexts") contexts = list_of(v);
@@ -124,6 +127,7 @@ int main(int argc, char** argv) {
     else if (o == "--tau") tau = std::stod(v);
     else if (o == "--page") page = std::stoi(v);
     else if (o == "--stride") stride = std::stoi(v);
+    else if (o == "--rotate") rotate = std::stoi(v) != 0;
     else {
       std::fprintf(stderr, "bench_decode_cuda: unknown option %s\n", o.c_str());
       return 2;
@@ -201,6 +205,7 @@ int main(int argc, char** argv) {
       PageSelectConfig cfg;
       cfg.scorer = PageScorer::rr;
       cfg.tau = tau;
+      cfg.rotate = rotate;
       const PageSelection sel = select_pages(hp, cfg);
       const double ms_sparse = single_call_ms([&](int i) {
         DecodeParams c = p;
@@ -258,7 +263,8 @@ int main(int argc, char** argv) {
       }
       const double tb = double(kv_bytes) / (ms_dense * 1e9), copy_tb = 2.0 * double(kv_bytes) / (ms_copy * 1e9);
       rows.push_back({{"context", N}, {"batch", B}, {"heads", Hq}, {"kv_heads", Hkv}, {"head_dim", d}, {"page", page},
-                      {"summary_stride", stride}, {"kv_bytes", kv_bytes}, {"sets", sets}, {"ms_dense", ms_dense},
+                      {"summary_stride", stride}, {"rotate", rotate}, {"kv_bytes", kv_bytes}, {"sets", sets},
+                      {"ms_dense", ms_dense},
                       {"dense_tbps", tb},
                       {"ms_copy", ms_copy}, {"copy_tbps", copy_tb}, {"dense_vs_copy", tb / copy_tb},
                       {"tau", tau}, {"density", sel.density()}, {"ms_select", sel.ms_select},
