@@ -290,16 +290,17 @@ void for_groups(int dv, Block&& block) {
   }
 }
 
-template <int R>
-void pv_f32_rows(const float* p, const float* v, int64_t ldv, int dv, const float* alpha, float* o) {
-  for_groups<R>(dv, [&](int col, int g) {
-    with_count<5>(g, [&](auto c) { pv_f32_block<R, decltype(c)::value>(p, v, ldv, dv, alpha, o, col); });
-  });
-}
-
+// Each column group runs over all the rows, R = 5 rows at 5 vectors, 6 at 4 or fewer (R·C + C + 1
+// of the 32 registers): one load of V serves R broadcasts, which measured 6-13 % faster than 4
+// rows at d = 80 (in cache). Every element's sum runs in the same order as with any blocking.
 void pv_f32(const float* p, const float* v, int64_t ldv, int dv, int rows, const float* alpha, float* o) {
-  for_row_tiles<4>(rows, [&](int r, auto n) {
-    pv_f32_rows<decltype(n)::value>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv);
+  for_groups<0>(dv, [&](int col, int g) {
+    with_count<5>(g, [&](auto c) {
+      constexpr int C = decltype(c)::value, R = C == 5 ? 5 : 6;
+      for_row_tiles<R>(rows, [&](int r, auto n) {
+        pv_f32_block<decltype(n)::value, C>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv, col);
+      });
+    });
   });
 }
 

@@ -83,8 +83,8 @@ namespace {
 // (a model's layers, a benchmark) neither page-fault nor zero-fill; every element, padding
 // included, is written below.
 struct Workspace {
-  std::vector<float> kf, vf;
-  std::vector<uint32_t> kb, vb;  // bf16 pairs, as 32-bit words
+  AlignedVector<float> kf, vf;
+  AlignedVector<uint32_t> kb, vb;  // bf16 pairs, as 32-bit words
 };
 
 }  // namespace
