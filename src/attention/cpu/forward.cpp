@@ -19,9 +19,9 @@ namespace ariadne::cpu {
 namespace {
 // Row bounds of a key tile that every row sees whole (the tables' softmax may read them even when
 // RowMask::dense is set).
-const std::array<int32_t, kQueryTile> kWholeLo{};
-const std::array<int32_t, kQueryTile> kWholeHi = [] {
-  std::array<int32_t, kQueryTile> a{};
+const std::array<int32_t, kWideQueryTile> kWholeLo{};
+const std::array<int32_t, kWideQueryTile> kWholeHi = [] {
+  std::array<int32_t, kWideQueryTile> a{};
   a.fill(kKeyTile);
   return a;
 }();
@@ -194,11 +194,11 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
     mk.dense = sc.dense && v.keymask == ~0u;
     mk.apply_bias = p_.sink_mode == SinkMode::key0_bias && v.tile == 0;
     if (batch_pv_ && !fused_ && mk.dense && r0 == 0 && r1 == rows) {
-      float* P = sc.batch_p.data() + size_t(pending) * kQueryTile * kKeyTile;
+      float* P = sc.batch_p.data() + size_t(pending) * size_t(qtile_) * kKeyTile;
       k_.qk_bf16(sc.q_b16, sc.ldq, static_cast<const uint16_t*>(tl.k), dp_, rows, P);
       mk.lo = lo;
       mk.hi = hi;
-      float* A = sc.batch_alpha.data() + size_t(pending) * kQueryTile;
+      float* A = sc.batch_alpha.data() + size_t(pending) * size_t(qtile_);
       k_.softmax(P, mk, rows, sc.m.data(), sc.l.data(), A, nullptr);
       batch_p[pending] = P;
       batch_v[pending] = static_cast<const uint16_t*>(tl.v);
@@ -290,8 +290,8 @@ void Runner::forward_groups(Scratch& sc, int g, int32_t s, int rows, RowMask mk)
       mk.apply_bias = p_.sink_mode == SinkMode::key0_bias && v.tile == 0;
       mk.lo = sc.lo.data() + g0;
       mk.hi = sc.hi.data() + g0;
-      float* P = sc.batch_p.data() + (size_t(pending) * kQueryTile + size_t(g0)) * kKeyTile;
-      float* A = sc.batch_alpha.data() + size_t(pending) * kQueryTile + size_t(g0);
+      float* P = sc.batch_p.data() + (size_t(pending) * size_t(qtile_) + size_t(g0)) * kKeyTile;
+      float* A = sc.batch_alpha.data() + size_t(pending) * size_t(qtile_) + size_t(g0);
       k_.qk_bf16(sc.q_b16 + g0 * sc.ldq, sc.ldq, static_cast<const uint16_t*>(tl.k), dp_, n, P);
       prefetch_some(sc);
       k_.softmax(P, mk, n, sc.m.data() + g0, sc.l.data() + g0, A, nullptr);

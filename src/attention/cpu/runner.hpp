@@ -20,6 +20,7 @@
 namespace ariadne::cpu {
 
 constexpr int kQueryTile = 64;
+constexpr int kWideQueryTile = 128;  // Runner::qtile_ of fp32 wide patterns (attention_cpu.cpp)
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
@@ -176,7 +177,7 @@ class Runner {
   void plan_prefetch(Scratch& sc, const SeqExtent& e, int g, int64_t lo, int64_t hi, int64_t nlo, int64_t nhi) const;
 
   // ---- the query side ----
-  // Query tiles: rows [0, lq) in steps of 64; with a block mask, tiles never cross a query block,
+  // Query tiles: rows [0, lq) in steps of qtile_; with a block mask, tiles never cross a query block,
   // so each tile reads exactly one CSR row.
   template <class F>
   void for_query_tiles(const SeqExtent& e, F&& f) const {
@@ -189,7 +190,7 @@ class Runner {
   // One past the last row of the query tile that starts at row lo.
   int64_t query_tile_end(const SeqExtent& e, int64_t lo) const {
     const int64_t seg = pat_.blocks.defined() ? int64_t(pat_.blocks.block) : std::max<int64_t>(e.lq, 1);
-    return std::min({lo + kQueryTile, (lo / seg + 1) * seg, e.lq});
+    return std::min({lo + qtile_, (lo / seg + 1) * seg, e.lq});
   }
   void load_q(Scratch& sc, const SeqExtent& e, int h, int64_t q_lo, int rows) const;
   // S = Q·Kᵀ for the rows [r0, r0 + n) of the loaded query tile against packed key tile kt.
@@ -236,6 +237,7 @@ class Runner {
   bool batch_pv_ = false;  // P·V of consecutive whole tiles in one pv_bf16_batch call (forward_tile)
   bool group_pv_ = false;  // stream mode: 16-row groups over all their tiles, P·V batched (forward_groups)
   int ring_ = 0;  // stream mode: key-tile slots per thread
+  int qtile_ = kQueryTile;       // rows per query tile at most
   int chunk_rows_ = kQueryTile;  // rows per Q·Kᵀ / softmax / P·V step
   float scale2_ = 1.f;
   std::vector<SeqExtent> seqs_;
