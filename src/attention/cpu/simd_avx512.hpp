@@ -57,7 +57,7 @@ inline __m512 exp2v_p(__m512 x) {
 
 // 2^x for x <= 0 with relative error ≤ 7.5e-5: a degree-3 minimax polynomial of 2^f on
 // f ∈ [−½, ½] (fitted for relative error, coefficients rounded to fp32), for p that is rounded to
-// bf16 right after (RowMask::bf16_p): bf16's rounding is 2^-9 = 2e-3, 26 times larger. Four FMAs
+// bf16 right after (RowMask::bf16_p): bf16's rounding is 2^-9 = 2e-3, 26 times larger. Three FMAs
 // and the upper clamp fewer than exp2v (x = t − m never exceeds 0); x < −125 gives exactly 0 as there.
 inline __m512 exp2v_bf16(__m512 x) {
   const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.f), _CMP_GE_OQ);
