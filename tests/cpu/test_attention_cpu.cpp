@@ -126,10 +126,11 @@ TEST(AttentionCpu, StreamRowGroupsMatchReference) {
   expect_thread_independent(prepare(cs[0]));
 }
 
-// fp32 wide patterns whose packed K and V of one head exceed 1 MiB take 128-row query tiles (Runner's
+// Wide patterns whose packed K and V of one head exceed 1 MiB take 128-row query tiles (Runner's
 // qtile_): lq off the 128-row grid, lq < lk with GQA 4:1, a packed batch with one sequence below the
 // size, a causal diagonal clipped inside a tile, blocks of 64 and 160 rows cutting the tiles, both
-// sink forms, logits near ±1e4, f16 inputs (widened to fp32); on every table.
+// sink forms, logits near ±1e4, f16 inputs (widened to fp32), and bf16 (the batched and the fused
+// dense paths over 8 row groups); on every table.
 TEST(AttentionCpu, WideQueryTilesMatchReference) {
   auto make = [](std::vector<int64_t> q, std::vector<int64_t> k, int hq, int hkv, int dim, const char* pat) {
     return make_case(std::move(q), std::move(k), hq, hkv, dim, pat, DType::f32);
@@ -153,6 +154,14 @@ TEST(AttentionCpu, WideQueryTilesMatchReference) {
   AttnCase half = make({300}, {1100}, 2, 1, 128, "full");
   half.dtype = DType::f16;
   cs.push_back(half);
+  // bf16 tiles hold half the bytes: 1 MiB is 2048 keys at d 128.
+  cs.push_back(bf16_case({300}, {2100}, 2, 1, 128, "full"));
+  cs.push_back(bf16_case({200, 170}, {2100, 2200}, 4, 1, 128, "full"));
+  cs.push_back(bf16_case({2100}, {}, 2, 1, 128, "causal"));
+  AttnCase bias = bf16_case({300}, {2100}, 2, 2, 128, "full");
+  bias.sink_mode = SinkMode::key0_bias;
+  bias.sink = std::numeric_limits<float>::quiet_NaN();
+  cs.push_back(bias);
   expect_reference_on_every_table(cs);
   expect_thread_independent(prepare(cs[1]));
 }

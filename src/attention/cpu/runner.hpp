@@ -20,7 +20,7 @@
 namespace ariadne::cpu {
 
 constexpr int kQueryTile = 64;
-constexpr int kWideQueryTile = 128;  // Runner::qtile_ of fp32 wide patterns (attention_cpu.cpp)
+constexpr int kWideQueryTile = 128;  // Runner::qtile_ of wide patterns over long sequences (attention_cpu.cpp)
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
