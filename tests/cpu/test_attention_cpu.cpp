@@ -126,6 +126,46 @@ TEST(AttentionCpu, StreamRowGroupsMatchReference) {
   expect_thread_independent(prepare(cs[0]));
 }
 
+// Wide patterns whose packed K and V of one head exceed 1 MiB take 128-row query tiles (Runner's
+// qtile_): lq off the 128-row grid, lq < lk with GQA 4:1, a packed batch with one sequence below the
+// size, a causal diagonal clipped inside a tile, blocks of 64 and 160 rows cutting the tiles, both
+// sink forms, logits near ±1e4, f16 inputs (widened to fp32), and bf16 (the batched and the fused
+// dense paths over 8 row groups); on every table.
+TEST(AttentionCpu, WideQueryTilesMatchReference) {
+  auto make = [](std::vector<int64_t> q, std::vector<int64_t> k, int hq, int hkv, int dim, const char* pat) {
+    return make_case(std::move(q), std::move(k), hq, hkv, dim, pat, DType::f32);
+  };
+  std::vector<AttnCase> cs = {
+      make({300}, {1100}, 2, 1, 128, "full"),
+      make({1100}, {}, 2, 2, 128, "causal"),
+      make({200, 150}, {1700, 1200}, 4, 1, 80, "full"),
+      make({1100}, {}, 2, 1, 128, "causal+blocks:0.5@64"),
+      make({400}, {1100}, 2, 1, 128, "full+blocks:0.6@160"),
+  };
+  for (SinkMode mode : {SinkMode::denominator, SinkMode::key0_bias}) {
+    AttnCase c = make({300}, {1100}, 4, 2, 128, "full");
+    c.sink_mode = mode;
+    c.sink = std::numeric_limits<float>::quiet_NaN();  // random per head
+    cs.push_back(c);
+  }
+  AttnCase large = make({256}, {1100}, 2, 1, 128, "full");
+  large.input_scale = 35;  // logits ~1e4
+  cs.push_back(large);
+  AttnCase half = make({300}, {1100}, 2, 1, 128, "full");
+  half.dtype = DType::f16;
+  cs.push_back(half);
+  // bf16 tiles hold half the bytes: 1 MiB is 2048 keys at d 128.
+  cs.push_back(bf16_case({300}, {2100}, 2, 1, 128, "full"));
+  cs.push_back(bf16_case({200, 170}, {2100, 2200}, 4, 1, 128, "full"));
+  cs.push_back(bf16_case({2100}, {}, 2, 1, 128, "causal"));
+  AttnCase bias = bf16_case({300}, {2100}, 2, 2, 128, "full");
+  bias.sink_mode = SinkMode::key0_bias;
+  bias.sink = std::numeric_limits<float>::quiet_NaN();
+  cs.push_back(bias);
+  expect_reference_on_every_table(cs);
+  expect_thread_independent(prepare(cs[1]));
+}
+
 // Runs pc on the named table (the caller checks it is available).
 void run_on_table(const PreparedCase& pc, const char* isa, std::vector<CaseOutputs>& runs) {
   runs.push_back(poisoned_outputs(pc));

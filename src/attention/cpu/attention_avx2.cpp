@@ -15,8 +15,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kLanes = 8;
 constexpr int kVecPerTile = kKeyTile / kLanes;  // 4 vectors cover a key tile
 
-// 2^x for x <= 0: the same Taylor degree 7 as the AVX-512 file; the power of two is built in the
-// exponent bits, and x < −126 (masked logits included) gives exactly 0.
+// 2^x for x <= 0: a degree-7 Taylor polynomial of 2^f on f ∈ [−½, ½] (truncation 5e-9); the power
+// of two is built in the exponent bits, and x < −126 (masked logits included) gives exactly 0.
 inline __m256 exp2v(__m256 x) {
   const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-126.f), _CMP_LT_OQ);
   x = _mm256_max_ps(x, _mm256_set1_ps(-126.f));

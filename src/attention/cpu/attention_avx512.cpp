@@ -17,11 +17,11 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// p = 2^x of the softmax: exp2v, or exp2v_bf16 where p is rounded to bf16 next.
+// p = 2^x of the softmax: exp2v_p, or exp2v_bf16 where p is rounded to bf16 next.
 template <bool kBf16P>
 inline __m512 exp2p(__m512 x) {
   if constexpr (kBf16P) return exp2v_bf16(x);
-  else return exp2v(x);
+  else return exp2v_p(x);
 }
 
 // The maximum of x's lanes, in every lane.
@@ -219,11 +219,68 @@ bool softmax16(float* s, const RowMask& mk, int r0, float* m, float* l, float* a
   return true;
 }
 
+// softmax16 without the key-0 bias and t_out, for scale2 > 0: the row maxima are taken on the raw
+// dots (max t = scale2 · max s, fp32 rounding being monotonic) and each p is exp2 of one fused
+// s·scale2 − m, so the logits are neither formed nor stored. A dot whose logit overflows to +inf
+// returns false as a NaN or +inf dot does.
+template <bool kBf16P>
+bool softmax16_raw(float* s, const RowMask& mk, int r0, float* m, float* l, float* alpha) {
+  __m512 v[16];
+  const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+  const __m512 ninf = _mm512_set1_ps(kNegInf);
+  __mmask16 bad = 0;
+  for (int i = 0; i < 16; ++i) {
+    float* row = s + (r0 + i) * kKeyTile;
+    __m512 s0 = _mm512_loadu_ps(row), s1 = _mm512_loadu_ps(row + 16);
+    if (!mk.dense) {  // masked keys become −inf in S itself, which pass 2 reads again
+      const LaneMasks lm = lane_masks(mk, r0 + i);
+      s0 = _mm512_mask_blend_ps(lm.k0, ninf, s0);
+      s1 = _mm512_mask_blend_ps(lm.k1, ninf, s1);
+      _mm512_storeu_ps(row, s0);
+      _mm512_storeu_ps(row + 16, s1);
+    }
+    bad |= _mm512_cmp_ps_mask(s0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(s1, big, _CMP_NLE_UQ);
+    v[i] = _mm512_maskz_max_ps(0xFFFF, s0, s1);
+  }
+  const __m512 mo = _mm512_loadu_ps(m + r0);
+  if (bad != 0 || _mm512_cmp_ps_mask(mo, mo, _CMP_UNORD_Q) != 0) return false;
+  const __m512 sc = _mm512_set1_ps(mk.scale2);
+  const __m512 mt = _mm512_mul_ps(reduce_rows16(v, [](__m512 x, __m512 y) { return _mm512_max_ps(x, y); }), sc);
+  if (_mm512_cmp_ps_mask(mt, big, _CMP_NLE_UQ) != 0) return false;
+  const __m512 mn = _mm512_max_ps(mt, mo);
+  const __m512 one = _mm512_set1_ps(1.f);
+  const __mmask16 empty = _mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ);  // no key seen yet
+  __m512 a = exp2v(_mm512_sub_ps(mo, mn));
+  if (!mk.moving_max) a = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mn, mo, _CMP_EQ_OQ), a, one);
+  a = _mm512_mask_blend_ps(empty, a, one);
+  _mm512_storeu_ps(alpha + r0, a);
+  // An empty row subtracts 0 from dots that are all −inf: its p is exactly 0, as in softmax_rows.
+  alignas(64) float shift[16];
+  _mm512_store_ps(shift, _mm512_mask_blend_ps(empty, _mm512_sub_ps(_mm512_setzero_ps(), mn), _mm512_setzero_ps()));
+  for (int i = 0; i < 16; ++i) {
+    float* row = s + (r0 + i) * kKeyTile;
+    const __m512 c = _mm512_set1_ps(shift[i]);
+    const __m512 p0 = exp2p<kBf16P>(_mm512_fmadd_ps(_mm512_loadu_ps(row), sc, c));
+    const __m512 p1 = exp2p<kBf16P>(_mm512_fmadd_ps(_mm512_loadu_ps(row + 16), sc, c));
+    _mm512_storeu_ps(row, p0);
+    _mm512_storeu_ps(row + 16, p1);
+    v[i] = _mm512_add_ps(p0, p1);
+  }
+  const __m512 sums = reduce_rows16(v, [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); });
+  _mm512_storeu_ps(l + r0, _mm512_fmadd_ps(_mm512_loadu_ps(l + r0), a, sums));
+  _mm512_storeu_ps(m + r0, mn);
+  return true;
+}
+
 template <bool kBf16P>
 void softmax_t(float* s, const RowMask& mk, int rows, float* m, float* l, float* alpha, float* t_out) {
+  const bool raw = t_out == nullptr && !mk.apply_bias && mk.scale2 > 0.f;
   int r = 0;
-  for (; r + 16 <= rows; r += 16)
-    if (!softmax16<kBf16P>(s, mk, r, m, l, alpha, t_out)) softmax_rows<kBf16P>(s, mk, r, r + 16, m, l, alpha, t_out);
+  for (; r + 16 <= rows; r += 16) {
+    const bool done =
+        raw ? softmax16_raw<kBf16P>(s, mk, r, m, l, alpha) : softmax16<kBf16P>(s, mk, r, m, l, alpha, t_out);
+    if (!done) softmax_rows<kBf16P>(s, mk, r, r + 16, m, l, alpha, t_out);
+  }
   softmax_rows<kBf16P>(s, mk, r, rows, m, l, alpha, t_out);
 }
 
@@ -290,16 +347,17 @@ void for_groups(int dv, Block&& block) {
   }
 }
 
-template <int R>
-void pv_f32_rows(const float* p, const float* v, int64_t ldv, int dv, const float* alpha, float* o) {
-  for_groups<R>(dv, [&](int col, int g) {
-    with_count<5>(g, [&](auto c) { pv_f32_block<R, decltype(c)::value>(p, v, ldv, dv, alpha, o, col); });
-  });
-}
-
+// Each column group runs over all the rows, R = 5 rows at 5 vectors, 6 at 4 or fewer (R·C + C + 1
+// of the 32 registers): one load of V serves R broadcasts, which measured 6-13 % faster than 4
+// rows at d = 80 (in cache). Every element's sum runs in the same order as with any blocking.
 void pv_f32(const float* p, const float* v, int64_t ldv, int dv, int rows, const float* alpha, float* o) {
-  for_row_tiles<4>(rows, [&](int r, auto n) {
-    pv_f32_rows<decltype(n)::value>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv);
+  for_groups<0>(dv, [&](int col, int g) {
+    with_count<5>(g, [&](auto c) {
+      constexpr int C = decltype(c)::value, R = C == 5 ? 5 : 6;
+      for_row_tiles<R>(rows, [&](int r, auto n) {
+        pv_f32_block<decltype(n)::value, C>(p + r * kKeyTile, v, ldv, dv, alpha + r, o + int64_t(r) * dv, col);
+      });
+    });
   });
 }
 

@@ -7,6 +7,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -14,6 +15,17 @@
 #include "attention/cpu/runner.hpp"
 
 namespace ariadne::cpu {
+
+namespace {
+// Row bounds of a key tile that every row sees whole (the tables' softmax may read them even when
+// RowMask::dense is set).
+const std::array<int32_t, kWideQueryTile> kWholeLo{};
+const std::array<int32_t, kWideQueryTile> kWholeHi = [] {
+  std::array<int32_t, kWideQueryTile> a{};
+  a.fill(kKeyTile);
+  return a;
+}();
+}  // namespace
 
 void key_tile_visits(const Pattern& pat, int32_t s, const SeqExtent& e, int h, int64_t q_lo, int64_t q_hi,
                      std::vector<TileVisit>& visits) {
@@ -171,18 +183,22 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
       if (++pending == kPvBatch) flush();
       continue;
     }
-    const auto [r0, r1] = clip_rows(sc, rows, v.tile);
+    // A tile that every row sees whole needs no clipping (every tile of full attention).
+    const auto [r0, r1] = whole ? std::pair<int, int>(0, rows) : clip_rows(sc, rows, v.tile);
     if (r0 >= r1) continue;
+    if (whole) sc.dense = true;
+    const int32_t* lo = whole ? kWholeLo.data() : sc.lo.data();
+    const int32_t* hi = whole ? kWholeHi.data() : sc.hi.data();
     const Tile tl = tile(sc, g, s, v.tile);
     mk.keymask = v.keymask;
     mk.dense = sc.dense && v.keymask == ~0u;
     mk.apply_bias = p_.sink_mode == SinkMode::key0_bias && v.tile == 0;
     if (batch_pv_ && !fused_ && mk.dense && r0 == 0 && r1 == rows) {
-      float* P = sc.batch_p.data() + size_t(pending) * kQueryTile * kKeyTile;
+      float* P = sc.batch_p.data() + size_t(pending) * size_t(qtile_) * kKeyTile;
       k_.qk_bf16(sc.q_b16, sc.ldq, static_cast<const uint16_t*>(tl.k), dp_, rows, P);
-      mk.lo = sc.lo.data();
-      mk.hi = sc.hi.data();
-      float* A = sc.batch_alpha.data() + size_t(pending) * kQueryTile;
+      mk.lo = lo;
+      mk.hi = hi;
+      float* A = sc.batch_alpha.data() + size_t(pending) * size_t(qtile_);
       k_.softmax(P, mk, rows, sc.m.data(), sc.l.data(), A, nullptr);
       batch_p[pending] = P;
       batch_v[pending] = static_cast<const uint16_t*>(tl.v);
@@ -195,8 +211,8 @@ void Runner::forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q
       const int c1 = std::min(r1, c0 + chunk_rows_), n = c1 - c0;
       if (stream_) prefetch_some(sc);
       qk(sc, tl.k, c0, n);
-      mk.lo = sc.lo.data() + c0;
-      mk.hi = sc.hi.data() + c0;
+      mk.lo = lo + c0;
+      mk.hi = hi + c0;
       if (diag_) {
         std::copy(sc.m.begin() + c0, sc.m.begin() + c1, sc.m_old.begin() + c0);
         std::copy(sc.l.begin() + c0, sc.l.begin() + c1, sc.l_old.begin() + c0);
@@ -224,12 +240,11 @@ void Runner::flush_dense(Scratch& sc, const uint16_t* const* k, const uint16_t* 
                          RowMask mk) const {
   unsigned undone = k_.dense_bf16(sc.q_b16, sc.ldq, k, v, count, dp_, dv_, scale2_, rows, sc.m.data(), sc.l.data(),
                                   sc.o.data());
-  static const std::vector<int32_t> lo(kQueryTile, 0), hi(kQueryTile, kKeyTile);  // every key of a tile
   mk.dense = true;
   mk.apply_bias = false;
   mk.keymask = ~0u;
-  mk.lo = lo.data();
-  mk.hi = hi.data();
+  mk.lo = kWholeLo.data();
+  mk.hi = kWholeHi.data();
   for (int g0 = 0; undone != 0; g0 += kRowGroup, undone >>= 1) {
     if ((undone & 1u) == 0) continue;
     const int n = std::min(kRowGroup, rows - g0);
@@ -275,8 +290,8 @@ void Runner::forward_groups(Scratch& sc, int g, int32_t s, int rows, RowMask mk)
       mk.apply_bias = p_.sink_mode == SinkMode::key0_bias && v.tile == 0;
       mk.lo = sc.lo.data() + g0;
       mk.hi = sc.hi.data() + g0;
-      float* P = sc.batch_p.data() + (size_t(pending) * kQueryTile + size_t(g0)) * kKeyTile;
-      float* A = sc.batch_alpha.data() + size_t(pending) * kQueryTile + size_t(g0);
+      float* P = sc.batch_p.data() + (size_t(pending) * size_t(qtile_) + size_t(g0)) * kKeyTile;
+      float* A = sc.batch_alpha.data() + size_t(pending) * size_t(qtile_) + size_t(g0);
       k_.qk_bf16(sc.q_b16 + g0 * sc.ldq, sc.ldq, static_cast<const uint16_t*>(tl.k), dp_, n, P);
       prefetch_some(sc);
       k_.softmax(P, mk, n, sc.m.data() + g0, sc.l.data() + g0, A, nullptr);
