@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "ariadne/decode.hpp"
+#include "ariadne/device.hpp"
 
 namespace ariadne::decode_detail {
 
@@ -33,6 +34,14 @@ size_t decode_cuda_workspace(const DecodeParams& p);
 // The page selection on the device (src/decode/cuda/select_cuda.cu) into buffers reserved for it;
 // p and config are validated by the caller.
 void select_cuda(const DecodeParams& p, const PageSelectConfig& config, CudaPageSelection::Device& out);
+
+// Per-call device arrays of the CUDA decode and selection (src/decode/cuda/decode_cuda.cu). On the
+// legacy stream (stream null) they come from the stream-ordered pool and the copies are
+// asynchronous: no device-wide synchronization per step. On a caller's stream, whose order with
+// the legacy stream's pool is not known, they are plain allocations (freed with a synchronization).
+// scratch: n 4-byte words (at least one); upload: a copy of n host ints on `stream`.
+DeviceBuffer scratch_words(int64_t n, void* stream);
+DeviceBuffer upload_ints(const int32_t* host, size_t n, void* stream);
 
 // One decode step's appends on the device (src/decode/cuda/append_cuda.cu): batch entry b writes
 // its token into row lengths[seqs[b]] of its reserved page, refreshes that page's key summaries,

@@ -483,6 +483,20 @@ Split split_of(const DecodeParams& p) {
 
 size_t decode_cuda_workspace(const DecodeParams& p) { return split_of(p).bytes(); }
 
+DeviceBuffer scratch_words(int64_t n, void* stream) {
+  return stream == nullptr ? DeviceBuffer::stream_ordered(DType::f32, {std::max<int64_t>(n, 1)})
+                           : DeviceBuffer(DType::f32, {std::max<int64_t>(n, 1)});
+}
+
+DeviceBuffer upload_ints(const int32_t* host, size_t n, void* stream) {
+  DeviceBuffer d = scratch_words(int64_t(n), stream);
+  if (n)
+    check(cudaMemcpyAsync(d.data(), host, n * sizeof(int32_t), cudaMemcpyHostToDevice,
+                          static_cast<cudaStream_t>(stream)),
+          "upload");
+  return d;
+}
+
 void decode_cuda(const DecodeParams& p) {
   const CudaKVCache& cache = *p.device_cache;
   const KVCacheConfig& c = cache.config();
@@ -493,28 +507,17 @@ void decode_cuda(const DecodeParams& p) {
   ARIADNE_CHECK(p.workspace == nullptr || p.workspace_bytes >= s.bytes(), "decode (cuda): workspace_bytes is ",
                 p.workspace_bytes, ", this call needs ", s.bytes(), " (decode_workspace_bytes)");
 
-  // Per-call arrays (sequence ids unless given in device memory, a selection, the partials without
-  // a workspace). On the legacy stream they come from the stream-ordered pool with asynchronous
-  // copies: no device-wide synchronization per step. On a caller's stream, whose order with the
-  // legacy stream's pool is not known, they are plain allocations (freed with a synchronization).
-  const auto scratch = [&](int64_t n) {
-    return stream == nullptr ? DeviceBuffer::stream_ordered(DType::f32, {std::max<int64_t>(n, 1)})
-                             : DeviceBuffer(DType::f32, {std::max<int64_t>(n, 1)});
-  };
-  const auto upload = [&](const int32_t* host, size_t n) {
-    DeviceBuffer d = scratch(int64_t(n));
-    if (n) check(cudaMemcpyAsync(d.data(), host, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream), "upload");
-    return d;
-  };
+  // Per-call arrays: sequence ids unless given in device memory, a host selection, the partials
+  // without a workspace.
   DeviceBuffer seq_ids, row_ptr, pages, parts;
-  if (!p.device_seqs) seq_ids = upload(p.seqs.data(), p.seqs.size());
+  if (!p.device_seqs) seq_ids = upload_ints(p.seqs.data(), p.seqs.size(), p.stream);
   if (p.selection) {
-    row_ptr = upload(p.selection->row_ptr.data(), p.selection->row_ptr.size());
-    pages = upload(p.selection->pages.data(), p.selection->pages.size());
+    row_ptr = upload_ints(p.selection->row_ptr.data(), p.selection->row_ptr.size(), p.stream);
+    pages = upload_ints(p.selection->pages.data(), p.selection->pages.size(), p.stream);
   }
   char* part = static_cast<char*>(p.workspace);
   if (s.splits > 1 && part == nullptr) {
-    parts = scratch(int64_t((s.bytes() + 3) / 4));
+    parts = scratch_words(int64_t((s.bytes() + 3) / 4), p.stream);
     part = static_cast<char*>(parts.data());
   }
   Args a{};

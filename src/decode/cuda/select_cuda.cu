@@ -49,6 +49,7 @@ namespace {
 
 constexpr int kPagesPerCta = 8;   // pages of one row per terms CTA
 constexpr int kTermThreads = 128;
+constexpr size_t kMaxTermsSmem = 200 * 1024;  // the terms kernel's shared memory per CTA at most
 constexpr int kScoreThreads = 256;
 constexpr int kGeometryThreads = 1024;
 constexpr int kMaxGroup = 64;
@@ -381,13 +382,23 @@ __global__ void compact_pages_kernel(SelArgs a) {
   }
 }
 
+// The terms kernel's dynamic shared memory limit, raised once to the most any call takes.
+void allow_terms_smem() {
+  static const bool once = [] {
+    check(cudaFuncSetAttribute(terms_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxTermsSmem)),
+          "shared memory attribute");
+    return true;
+  }();
+  (void)once;
+}
+
 }  // namespace
 
 struct CudaPageSelection::Device {
   int64_t rows = 0;
   int max_pages = 0, group = 0;
   DeviceBuffer visible, page_lo, score_ptr, tau, epage, chunk_m, chunk_z, scores, keep, counts, row_ptr, pages,
-      kept_mass, scan_tmp, est_seq, zero, step;
+      kept_mass, scan_tmp, step;
   size_t scan_bytes = 0;
 };
 
@@ -407,7 +418,7 @@ CudaPageSelection& CudaPageSelection::operator=(CudaPageSelection&& o) noexcept 
 
 void CudaPageSelection::reserve(int64_t rows, int max_pages, int group) {
   ARIADNE_CHECK(rows >= 0 && rows <= 65535, "CudaPageSelection: ", rows,
-                " rows (batch × kv_heads), expected at most 65535 (one selection CTA row each)");
+                " rows (batch × kv_heads), expected at most 65535 (a grid row of the terms kernel each)");
   ARIADNE_CHECK(max_pages >= 0 && max_pages <= cuda::kMaxSelectBlocks, "CudaPageSelection: ", max_pages,
                 " pages per sequence, the device selection holds rows of at most ", cuda::kMaxSelectBlocks,
                 " pages (raise the page size)");
@@ -417,11 +428,6 @@ void CudaPageSelection::reserve(int64_t rows, int max_pages, int group) {
     dev_ = new Device;
     dev_->step = DeviceBuffer(DType::f64, {2});
     check(cudaMemset(dev_->step.data(), 0, 16), "step counter");
-    cuda::EstSeq one{};
-    one.nqb = 1;  // row = row_base + head · nqb + block = the decode row
-    dev_->est_seq = bytes_buffer(sizeof one);
-    check(cudaMemcpy(dev_->est_seq.data(), &one, sizeof one, cudaMemcpyHostToDevice), "selection geometry");
-    dev_->zero = DeviceBuffer::from_ints({0});
   }
   Device& d = *dev_;
   if (rows <= d.rows && max_pages <= d.max_pages && group <= d.group) return;
@@ -552,46 +558,24 @@ void select_cuda(const DecodeParams& p, const PageSelectConfig& cfg, CudaPageSel
   // Sequence ids: device memory as given (nothing uploaded: a graph can capture the call), or
   // copied per call as decode_cuda does.
   DeviceBuffer ids;
-  if (p.device_seqs) {
-    a.seqs = p.device_seqs;
-  } else {
-    ids = stream == nullptr ? DeviceBuffer::stream_ordered(DType::f32, {std::max<int64_t>(B, 1)})
-                            : DeviceBuffer(DType::f32, {std::max<int64_t>(B, 1)});
-    if (B) check(cudaMemcpyAsync(ids.data(), p.seqs.data(), size_t(B) * 4, cudaMemcpyHostToDevice, stream), "ids");
-    a.seqs = static_cast<const int32_t*>(ids.data());
-  }
+  if (!p.device_seqs) ids = upload_ints(p.seqs.data(), size_t(B), p.stream);
+  a.seqs = p.device_seqs ? p.device_seqs : static_cast<const int32_t*>(ids.data());
 
   geometry_kernel<<<1, kGeometryThreads, 0, stream>>>(a);
   check(cudaGetLastError(), "geometry launch");
   const size_t smem = (size_t(G) * a.d + size_t(kPagesPerCta) * a.J * a.hpt + G) * sizeof(double);
-  ARIADNE_CHECK(smem <= 200 * 1024, "select_pages (cuda): a group of ", G, " query heads with ", a.J,
+  ARIADNE_CHECK(smem <= kMaxTermsSmem, "select_pages (cuda): a group of ", G, " query heads with ", a.J,
                 " key strides a page needs ", smem, " bytes of shared memory per CTA, more than 200 KiB (raise ",
                 "summary_stride or use rotate)");
   if (rows > 0 && a.chunks > 0) {
-    static int opted = 0;  // the largest dynamic shared memory this kernel has been allowed
-    if (smem > 48 * 1024 && int(smem) > opted) {
-      check(cudaFuncSetAttribute(terms_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-            "shared memory attribute");
-      opted = int(smem);
-    }
+    allow_terms_smem();
     terms_kernel<<<dim3(unsigned(a.chunks), unsigned(rows)), kTermThreads, smem, stream>>>(a);
     check(cudaGetLastError(), "terms launch");
     scores_kernel<<<unsigned(rows), kScoreThreads, 0, stream>>>(a);
     check(cudaGetLastError(), "scores launch");
   }
-  cuda::SelectParams s{};
-  s.seqs = static_cast<const cuda::EstSeq*>(d.est_seq.data());
-  s.num_seqs = 1;
-  s.qblock_seq = static_cast<const int32_t*>(d.zero.data());
-  s.qblock_m = static_cast<const int32_t*>(d.zero.data());
-  s.score_ptr = a.score_ptr;
-  s.scores = a.scores;
-  s.tau = a.tau_rows;
-  s.keep = a.keep;
-  s.counts = a.counts;
-  s.heads_q = int(rows);
-  s.block = c.page_size;
-  if (rows > 0) check(cuda::launch_select(s, 1, std::max(d.max_pages, 1), stream), "select launch");
+  const cuda::RowSelectParams s{a.score_ptr, a.scores, a.tau_rows, a.keep, a.counts};
+  check(cuda::launch_select_rows(s, rows, std::max(d.max_pages, 1), stream), "select launch");
   constexpr int warps = 8;
   const unsigned row_blocks = unsigned(std::max<int64_t>(1, (rows + warps - 1) / warps));
   forced_kernel<<<row_blocks, warps * 32, 0, stream>>>(a);

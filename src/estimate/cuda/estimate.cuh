@@ -157,6 +157,16 @@ size_t scores_smem_bytes(const ScoreParams& p);
 // its method, block / stride, dtype and head-dim conditions (estimate.hpp, CudaScoring) and
 // its shared memory against `smem_optin`, the device's per-CTA limit.
 std::string scoring_refusal(const ScoreParams& p, CudaScoring k, size_t smem_optin);
+// The same selection over plain rows (the decode page selection's): row r's blocks are
+// scores[score_ptr[r], score_ptr[r + 1]), kept by its own tau[r]; nothing is forced.
+struct RowSelectParams {
+  const int64_t* score_ptr;     // [rows + 1]
+  const float* scores;
+  const double* tau;            // [rows]
+  uint8_t* keep;                // [score_ptr[rows]] 0/1 per block
+  int32_t* counts;              // [rows] kept blocks per row
+};
+
 // Adjacent query blocks one CTA of a grouped kernel (p.kernel) owns: its rows / (heads_per_cta · B/S).
 int scores_blocks_per_cta(const ScoreParams& p);
 inline bool scores_grouped(CudaScoring k) {
@@ -176,6 +186,7 @@ size_t scores_wgmma_smem_bytes();
 // Rows of one CTA of the grouped kernels.
 constexpr int kGroupedRows = 128, kWgRows = 64;
 cudaError_t launch_select(const SelectParams& p, int64_t total_qblocks, int max_visible, cudaStream_t stream);
+cudaError_t launch_select_rows(const RowSelectParams& p, int64_t rows, int max_visible, cudaStream_t stream);
 cudaError_t launch_compact(const SelectParams& p, int64_t rows, cudaStream_t stream);
 // kept[h] = nonzeros of query head h's rows (from row_ptr), int64 [heads_q]: the density per head
 // without reading the mask back to the host.

@@ -31,11 +31,19 @@ constexpr int kSelectThreads = 256;
 constexpr int kSelectWarps = kSelectThreads / 32;
 static_assert(kSelectThreads == 256, "one histogram digit (8 bits) per thread");
 
-// Grid (total query blocks, heads_q). PER: blocks of a row per thread (rows of up to 256·PER
-// blocks), registers for PER keys and masses; the launch takes the smallest that fits the longest
-// row, so short rows keep the occupancy of few registers.
+// Which blocks of a row are kept whatever their mass (the estimators' protections).
+struct Forced {
+  bool sink, diagonal;
+  __device__ bool operator()(int i, int n) const { return (sink && i == 0) || (diagonal && i == n - 1 && i != 0); }
+};
+
+// One row's selection by the CTA: keep[i] for its n blocks (scores sc) and *count, the kept
+// blocks. PER: blocks of a row per thread (rows of up to 256·PER blocks), registers for PER keys
+// and masses; the launch takes the smallest that fits the longest row, so short rows keep the
+// occupancy of few registers. keep_all: every block is kept (τ = 1, a protected row).
 template <int PER>
-__global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectParams p) {
+__device__ void select_row(const float* sc, const int n, uint8_t* keep, int32_t* count, const double tau,
+                           const bool keep_all, const Forced forced, const bool forced_first) {
   // This pass's mass per digit in three parts, bits 0-16, 17-33 and 34 up (a block's mass is below
   // 2^51 and a row's total below 2^63, so each part's sum over a digit stays below 2^32), so that
   // the histogram takes native 32-bit shared atomics (a 64-bit add is a compare-and-swap loop,
@@ -48,22 +56,11 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectParams p) 
   __shared__ unsigned max_bits;
   __shared__ int chosen[2];                   // the pass's digit, alternating (reset a pass ahead)
   __shared__ int kept;
-  const int gb = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int s = p.qblock_seq[gb];
-  const int64_t m = p.qblock_m[gb];
-  const EstSeq e = p.seqs[s];
-  const int64_t row = e.row_base + int64_t(h) * e.nqb + m;
-  const int64_t sp = p.score_ptr[row];
-  const int n = int(p.score_ptr[row + 1] - sp);
-  const float* sc = p.scores + sp;
-  uint8_t* keep = p.keep + sp;
-  const double tau = p.tau[h];
-  auto forced = [&](int i) { return (p.sink && i == 0) || (p.diagonal && i == n - 1 && i != 0); };
-
-  if ((p.last_row && m == e.nqb - 1) || tau >= 1.0) {
-    // τ = 1 (or the protected last row) keeps every visible block by definition.
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (keep_all || tau >= 1.0) {
+    // τ = 1 (or a protected row) keeps every visible block by definition.
     for (int i = tid; i < n; i += kSelectThreads) keep[i] = 1;
-    if (tid == 0) p.counts[row] = n;
+    if (tid == 0) *count = n;
     return;
   }
 
@@ -81,7 +78,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectParams p) 
     if (i < n) {
       val[j] = sc[i];
       const unsigned bits = __float_as_uint(val[j]);
-      const uint32_t hi = (p.forced_first && forced(i)) ? 0u : ~bits;
+      const uint32_t hi = (forced_first && forced(i, n)) ? 0u : ~bits;
       key[j] = (uint64_t(hi) << 16) | uint32_t(i);
       mx = bits > mx ? bits : mx;
     }
@@ -187,14 +184,36 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectParams p) 
   for (int j = 0; j < PER; ++j) {
     const int i = tid + j * kSelectThreads;
     if (i < n) {
-      const bool kp = (any && key[j] < upper) || forced(i);
+      const bool kp = (any && key[j] < upper) || forced(i, n);
       keep[i] = kp ? 1 : 0;
       mine += kp;
     }
   }
   if (mine) atomicAdd(&kept, mine);  // an integer count: the order of the additions does not matter
   __syncthreads();
-  if (tid == 0) p.counts[row] = kept;
+  if (tid == 0) *count = kept;
+}
+
+// Grid (total query blocks, heads_q): the row of query head blockIdx.y and global query block
+// blockIdx.x, with the estimator's protections.
+template <int PER>
+__global__ void __launch_bounds__(kSelectThreads) select_kernel(SelectParams p) {
+  const int gb = blockIdx.x, h = blockIdx.y;
+  const EstSeq e = p.seqs[p.qblock_seq[gb]];
+  const int64_t m = p.qblock_m[gb];
+  const int64_t row = e.row_base + int64_t(h) * e.nqb + m;
+  const int64_t sp = p.score_ptr[row];
+  select_row<PER>(p.scores + sp, int(p.score_ptr[row + 1] - sp), p.keep + sp, p.counts + row, p.tau[h],
+                  p.last_row && m == e.nqb - 1, Forced{p.sink, p.diagonal}, p.forced_first);
+}
+
+// Grid (rows): row blockIdx.x with its own τ, nothing forced.
+template <int PER>
+__global__ void __launch_bounds__(kSelectThreads) select_rows_kernel(RowSelectParams p) {
+  const int64_t row = blockIdx.x;
+  const int64_t sp = p.score_ptr[row];
+  select_row<PER>(p.scores + sp, int(p.score_ptr[row + 1] - sp), p.keep + sp, p.counts + row, p.tau[row], false,
+                  Forced{false, false}, false);
 }
 
 // One warp per CSR row: the kept flags in index order, compacted with a ballot, so col_idx is
@@ -239,6 +258,16 @@ cudaError_t launch_select(const SelectParams& p, int64_t total_qblocks, int max_
     select_kernel<4><<<grid, kSelectThreads, 0, stream>>>(p);
   else
     select_kernel<kMaxSelectBlocks / kSelectThreads><<<grid, kSelectThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_select_rows(const RowSelectParams& p, int64_t rows, int max_visible, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  if (max_visible > kMaxSelectBlocks || rows > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
+  if (max_visible <= 4 * kSelectThreads)
+    select_rows_kernel<4><<<unsigned(rows), kSelectThreads, 0, stream>>>(p);
+  else
+    select_rows_kernel<kMaxSelectBlocks / kSelectThreads><<<unsigned(rows), kSelectThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
