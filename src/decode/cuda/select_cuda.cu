@@ -15,10 +15,9 @@
 //   3. scores     a CTA per row: the chunks merged per head (M, Z = Σ z_c·exp(m_c − M)), then
 //                 each page's score, the mean over the heads that scored anything of
 //                 e·exp(m_c − M)/Z, rounded to f32 as the host's are before selecting.
-//   4. select     the estimators' selection kernel (src/estimate/cuda/estimate_select.cu): the
-//                 smallest prefix of the score order holding τ of the row's mass, the rule of
-//                 select_blocks; each row is one of its rows (one sequence, one query block, a
-//                 "head" per decode row).
+//   4. select     the estimators' selection over plain rows (launch_select_rows,
+//                 src/estimate/cuda/estimate_select.cu): the smallest prefix of the score order
+//                 holding the row's τ of its mass, the rule of select_blocks.
 //   5. forced     a warp per row ORs in the first sink_pages pages and the recent_pages last
 //                 visible ones (RR keeps them whatever their score), counts, and sums the kept
 //                 scores (kept_mass).
