@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> contexts = {8192, 32768, 131072}, batches = {1, 8};
   double tau = 0.9;
   int page = 64, stride = 8;
-  bool rotate = true;
+  bool rotate = true, dense_only = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string o = argv[i], v = argv[i + 1];
     if (o == "--contexts") contexts = list_of(v);
@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
     else if (o == "--page") page = std::stoi(v);
     else if (o == "--stride") stride = std::stoi(v);
     else if (o == "--rotate") rotate = std::stoi(v) != 0;
+    else if (o == "--dense-only") dense_only = std::stoi(v) != 0;
     else {
       std::fprintf(stderr, "bench_decode_cuda: unknown option %s\n", o.c_str());
       return 2;
@@ -191,6 +192,10 @@ int main(int argc, char** argv) {
       });
       std::vector<float> dense(size_t(out.bytes() / 4));
       out.copy_to_host(dense.data(), out.bytes());
+      if (dense_only) {
+        std::fprintf(stderr, "  dense %.4f ms\n", ms_dense);
+        continue;
+      }
       DeviceBuffer src(DType::bf16, {kv_bytes / 2}), dst(DType::bf16, {kv_bytes / 2});
       src.fill_bytes(1);
       const double ms_copy = single_call_ms([&](int) {

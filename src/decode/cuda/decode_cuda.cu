@@ -2,14 +2,16 @@
 // paged keys and values, split-K over the row's pages with a log-sum-exp merge.
 //
 // Work: a row is (sequence b, KV head g); its pages are the visible ones (dense) or the ones a
-// selection keeps. A page is read in tiles of up to 32 rows, and the tiles of a row are cut into
-// `splits` contiguous ranges, one CTA each (choose_splits: whole waves of resident CTAs), so that a
-// batch-1 long context still fills the GPU.
+// selection keeps. A page is read in tiles of up to 32 rows (64 at d 128), and the tiles of a row
+// are cut into `splits` contiguous ranges, one CTA each (choose_splits: whole waves of resident
+// CTAs, at most two), so that a batch-1 long context still fills the GPU.
 // A CTA serves up to MAXG query heads of g's group (GQA): every K and V tile is read once from
 // global memory for all of them, which is where decode's bytes go.
-// Pipeline: cp.async copies whole K and V tiles into shared memory, kStages deep; rows outside the
-// query's view (past the length, before the window, past the page's end) are zero-filled by the copy
-// itself, so masked rows carry no stale value that 0·NaN could spread.
+// Pipeline: one thread hands whole K and V tiles (contiguous in the pool) to the bulk copy engine,
+// kStages deep (3, or 2 at d 128), each stage completing on its mbarrier; the other threads only wait and compute, so
+// kStages − 1 tiles stay in flight per CTA at no instruction cost. Rows outside the query's view
+// (past the length, before the window, past the page's end) hold whatever the stage held before:
+// their scores are −inf and their values are read as zeros, so no stale NaN can spread.
 // Compute: a half-warp owns a key row at a time, each lane D/16 of its dimensions; the 16 partial
 // dot products meet in 4 shuffles. Every half-warp keeps its own online softmax (m, l, acc) per
 // head over the kRows rows of each tile it owns; the CTA merges its 8 half-warps at the end, and a
@@ -29,6 +31,7 @@
 #include "ariadne/error.hpp"
 #include "decode/internal.hpp"
 #include "device/cuda/mma.cuh"
+#include "device/cuda/wgmma.cuh"
 
 namespace ariadne::decode_detail {
 
@@ -36,9 +39,14 @@ namespace {
 
 constexpr int kThreads = 128;  // 4 warps, 8 half-warps
 constexpr int kHalfWarps = kThreads / 16;
-constexpr int kTile = 32;                  // rows per stage
-constexpr int kRows = kTile / kHalfWarps;  // rows per half-warp and stage
-constexpr int kStages = 2;
+// Rows per stage and stages, by head dim: at d 128 64-row tiles in two stages measured fastest on
+// the H100 (against 32 × 2 and 32 × 3 with the same copies: docs/design/decode.md); the other head
+// dims keep 32 × 3.
+template <int D>
+constexpr int kTileOf = D == 128 ? 64 : 32;
+template <int D>
+constexpr int kStagesOf = D == 128 ? 2 : 3;
+int tile_of(int d) { return d == 128 ? kTileOf<128> : kTileOf<64>; }
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -160,9 +168,11 @@ __device__ __forceinline__ void finish(const Args& a, int b, int h, int dim, flo
 
 template <int D, int MAXG, class T>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const Args a) {
+  constexpr int kTile = kTileOf<D>, kStages = kStagesOf<D>;
+  constexpr int kRows = kTile / kHalfWarps;  // rows per half-warp and stage
   constexpr int E = D / 16;
-  constexpr int kChunks = D * 2 / 16;  // 16-byte pieces per row
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ __align__(8) uint64_t full[kStages];  // stage s's K and V tiles landed
   T* ks = reinterpret_cast<T*>(smem);
   T* vs = ks + kStages * kTile * D;
 
@@ -189,24 +199,25 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Args a) {
     }
   }
 
-  // Copies unit u (page entry u / tiles_per_page, rows from (u % tiles_per_page) · tile) into a stage.
+  namespace wg = ariadne::cuda::wg;
+  const uint32_t bar0 = ariadne::cuda::smem_addr(&full[0]);
+  if (tid == 0)
+    for (int s = 0; s < kStages; ++s) wg::mbar_init(bar0 + 8 * s, 1);
+  __syncthreads();
+
+  // Thread 0: unit u (page entry u / tiles_per_page, rows from (u % tiles_per_page) · tile) into a
+  // stage, the page's rows only (a short last tile leaves the rest of the stage as it was).
   const auto load_unit = [&](int u, int stage) {
     const int page = row.page(u / a.tiles_per_page), row0 = (u % a.tiles_per_page) * a.tile;
     const int rows = min(a.tile, a.P - row0);
     const int pool = a.table[int64_t(row.seq) * a.max_pages + page];
     const int64_t base = ((int64_t(pool) * a.Hkv + g) * a.P + row0) * D;
-    const T* kg = static_cast<const T*>(a.k) + base;
-    const T* vg = static_cast<const T*>(a.v) + base;
-    T* kd = ks + stage * kTile * D;
-    T* vd = vs + stage * kTile * D;
-    for (int c = tid; c < kTile * kChunks; c += kThreads) {
-      const int j = c / kChunks, piece = c % kChunks;
-      const int t = page * a.P + row0 + j;
-      const bool ok = j < rows && t >= row.first && t < row.len;
-      const int jj = ok ? j : 0;  // a zero-filled copy still names a valid address
-      ariadne::cuda::cp_async16(ariadne::cuda::smem_addr(kd + j * D + piece * 8), kg + jj * D + piece * 8, ok);
-      ariadne::cuda::cp_async16(ariadne::cuda::smem_addr(vd + j * D + piece * 8), vg + jj * D + piece * 8, ok);
-    }
+    const uint32_t bytes = uint32_t(rows) * D * sizeof(T);
+    wg::mbar_arrive_expect_tx(bar0 + 8 * stage, 2 * bytes);
+    wg::bulk_load(ariadne::cuda::smem_addr(ks + stage * kTile * D), static_cast<const T*>(a.k) + base, bytes,
+                  bar0 + 8 * stage);
+    wg::bulk_load(ariadne::cuda::smem_addr(vs + stage * kTile * D), static_cast<const T*>(a.v) + base, bytes,
+                  bar0 + 8 * stage);
   };
 
   float m[MAXG], l[MAXG], acc[MAXG][E];
@@ -218,17 +229,11 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Args a) {
     for (int e = 0; e < E; ++e) acc[h][e] = 0.f;
   }
 
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (u0 + s < u1) load_unit(u0 + s, s);
-    ariadne::cuda::cp_async_commit();
-  }
+  if (tid == 0)
+    for (int s = 0; s < kStages && u0 + s < u1; ++s) load_unit(u0 + s, s);
   for (int u = u0; u < u1; ++u) {
     const int it = u - u0;
-    if (u + kStages - 1 < u1) load_unit(u + kStages - 1, (it + kStages - 1) % kStages);
-    ariadne::cuda::cp_async_commit();
-    ariadne::cuda::cp_async_wait<kStages - 1>();
-    __syncthreads();
+    wg::mbar_wait(bar0 + 8 * (it % kStages), uint32_t(it / kStages) & 1u);
     const int stage = it % kStages;
     const int page = row.page(u / a.tiles_per_page), row0 = (u % a.tiles_per_page) * a.tile;
     const int rows = min(a.tile, a.P - row0);
@@ -237,11 +242,13 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Args a) {
 
     // Scores of this half-warp's rows.
     float s[kRows][MAXG];
+    bool seen[kRows];
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const int j = hw * kRows + i;
       const int t = page * a.P + row0 + j;
       const bool ok = j < rows && t >= row.first && t < row.len;
+      seen[i] = ok;
       float kx[E];
       load_row<E>(kt + j * D + l16 * E, kx);
 #pragma unroll
@@ -282,14 +289,15 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Args a) {
       float vx[E];
       load_row<E>(vt + (hw * kRows + i) * D + l16 * E, vx);
 #pragma unroll
+      for (int e = 0; e < E; ++e) vx[e] = seen[i] ? vx[e] : 0.f;
+#pragma unroll
       for (int h = 0; h < MAXG; ++h)
 #pragma unroll
         for (int e = 0; e < E; ++e) acc[h][e] = fmaf(s[i][h], vx[e], acc[h][e]);
     }
-    __syncthreads();
+    __syncthreads();  // every thread is done with this stage: refill it
+    if (tid == 0 && u + kStages < u1) load_unit(u + kStages, it % kStages);
   }
-  ariadne::cuda::cp_async_wait<0>();
-  __syncthreads();
 
   // Merge the 8 half-warps through shared memory (the stages are free now).
   float* ml = reinterpret_cast<float*>(smem);  // [8][MAXG][2]
@@ -369,9 +377,13 @@ int sm_count() {
 // The split of each row's tiles: the smallest count that minimizes waves × tiles per CTA, the
 // waves counted against the CTAs the GPU holds at once (`capacity`). A memory-bound kernel whose
 // last wave is partly empty leaves bandwidth unused; among equal costs fewer splits mean less
-// merging. Never below two tiles a CTA (something to pipeline), at most 1024 splits.
+// merging. Never below two tiles a CTA (something to pipeline), and never more CTAs than two waves
+// hold: many small waves of short CTAs tie with one long wave in that count, but each CTA costs a
+// pipeline fill and each split a pass of the merge (683 splits of 6 tiles at 128K batch 8 made the
+// merge kernel alone 0.21 ms).
 int choose_splits(int64_t ctas, int64_t units, int64_t capacity) {
-  const int64_t most = std::clamp<int64_t>(units / 2, 1, 1024);
+  const int64_t fill = (2 * capacity + ctas - 1) / std::max<int64_t>(ctas, 1);
+  const int64_t most = std::clamp<int64_t>(std::min(units / 2, fill), 1, 1024);
   int64_t best = 1, best_cost = INT64_MAX;
   for (int64_t s = 1; s <= most; ++s) {
     const int64_t waves = (ctas * s + capacity - 1) / capacity, per = (units + s - 1) / s;
@@ -385,7 +397,8 @@ int choose_splits(int64_t ctas, int64_t units, int64_t capacity) {
 
 template <int D, int MAXG, class T>
 size_t smem_bytes() {
-  return std::max<size_t>(size_t(2) * kStages * kTile * D * sizeof(T), size_t(8) * MAXG * (2 + D) * sizeof(float));
+  return std::max<size_t>(size_t(2) * kStagesOf<D> * kTileOf<D> * D * sizeof(T),
+                          size_t(8) * MAXG * (2 + D) * sizeof(float));
 }
 
 // CTAs of one instantiation an SM holds (the occupancy API; its shared-memory attribute set once).
@@ -460,7 +473,7 @@ Split split_of(const DecodeParams& p) {
   // The kernel's head slots: the group rounded up to 1, 2, 4 or 8; larger groups in chunks of 8.
   s.maxg = s.group > 4 ? 8 : s.group > 2 ? 4 : s.group;
   s.head_chunks = (s.group + s.maxg - 1) / s.maxg;
-  s.tile = std::min(c.page_size, kTile);
+  s.tile = std::min(c.page_size, tile_of(s.d));
   s.tiles_per_page = (c.page_size + s.tile - 1) / s.tile;
   int64_t most = 0;  // the longest row's page count (a device selection's counts stay on the device:
                      // its rows are bounded by the visible pages)

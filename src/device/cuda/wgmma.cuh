@@ -97,6 +97,13 @@ __device__ __forceinline__ void tma_store_3d(const void* map, uint32_t src, int 
                "r"(c0), "r"(c1), "r"(c2), "r"(src)
                : "memory");
 }
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory into shared
+// memory at dst with the bulk copy engine (no tensor map), completing the bytes on mbarrier bar.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Adds `bytes` (a multiple of 16; both addresses 16-byte aligned) of f32 from shared memory into
 // global memory element by element, the additions done at the memory as atomics are, in this
