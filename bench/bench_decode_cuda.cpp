@@ -29,9 +29,10 @@
 // `--stride` is the cache's summary_stride (rows per key-stride sum): the rr selection reads
 // kv_heads · d f32 per stride of `stride` rows, 1 / stride of the bytes of its K and V at 16 bits;
 // `--rotate 0` scores every stride with every query head of the group instead of one.
+// `--dense-only 1` times dense decode alone (stderr only; no selection, no JSON row).
 //
 //   bench_decode_cuda [--contexts 8192,32768,131072] [--batches 1,8] [--tau 0.9] [--page 64] [--stride 8]
-//                     [--rotate 1]
+//                     [--rotate 1] [--dense-only 0]
 #if defined(ARIADNE_WITH_CUDA)
 
 #include <cuda_runtime.h>
