@@ -35,6 +35,41 @@ inline __m256 exp2v(__m256 x) {
   return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
+// 2^x for the softmax's p, x = t − m ≤ 0 up to the rounding of one fused multiply-subtract (no
+// upper clamp): the degree-6 minimax polynomial of 2^f on f ∈ [−½, ½] that the AVX-512 table uses
+// (fp32 error 7.9e-8, c0 = 1), one FMA fewer than exp2v; x < −126 (masked keys) gives exactly 0.
+inline __m256 exp2v_p(__m256 x) {
+  const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-126.f), _CMP_LT_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-126.f));
+  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(x, n);
+  __m256 p = _mm256_set1_ps(1.5346250438597053e-04f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3399935560300946e-03f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618487209081650e-03f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550328642129898e-02f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022646248340607e-01f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931471824645996e-01f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+// Lane i of the result = op over the 8 lanes of v[i]: 8 rows' reductions at once, by a transpose
+// in three levels (the lanes come out as rows 0 2 4 6 1 3 5 7 and one permute orders them),
+// against a dependent chain of about 6 per row for a horizontal reduction.
+template <class Op>
+inline __m256 reduce_rows8(const __m256* v, Op op) {
+  __m256 w[4], x[2];
+  for (int k = 0; k < 4; ++k)
+    w[k] = op(_mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x20), _mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x31));
+  for (int k = 0; k < 2; ++k)
+    x[k] = op(_mm256_shuffle_ps(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+              _mm256_shuffle_ps(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 y = op(_mm256_shuffle_ps(x[0], x[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                      _mm256_shuffle_ps(x[0], x[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm256_permutevar8x32_ps(y, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 inline float hmax(__m256 v) {
   __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   x = _mm_max_ps(x, _mm_movehl_ps(x, x));
@@ -48,23 +83,25 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(x);
 }
 
+// The keys of vector v (keys 8v … 8v + 7) that row r may see: lo <= j < hi and the key's bit set.
+inline __m256 lane_ok(const RowMask& mk, int r, int v) {
+  const __m256i j = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(v * kLanes));
+  const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256i km = _mm256_set1_epi32(int((mk.keymask >> (v * kLanes)) & 0xffu));
+  const __m256i lo = _mm256_set1_epi32(mk.lo[r]), hi = _mm256_set1_epi32(mk.hi[r]);
+  return _mm256_castsi256_ps(_mm256_andnot_si256(
+      _mm256_or_si256(_mm256_cmpgt_epi32(lo, j), _mm256_cmpgt_epi32(_mm256_add_epi32(j, _mm256_set1_epi32(1)), hi)),
+      _mm256_cmpeq_epi32(_mm256_and_si256(km, bits), bits)));
+}
+
 // Scaled, biased, masked logits of row r (4 vectors of 8 keys).
 inline void logits(const float* s, const RowMask& mk, int r, __m256 t[kVecPerTile]) {
-  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256i lo = _mm256_set1_epi32(mk.lo[r]), hi = _mm256_set1_epi32(mk.hi[r]);
-  const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
   const __m256 sc = _mm256_set1_ps(mk.scale2), ninf = _mm256_set1_ps(kNegInf);
   for (int v = 0; v < kVecPerTile; ++v) {
-    const __m256i j = _mm256_add_epi32(iota, _mm256_set1_epi32(v * kLanes));
-    const __m256i km = _mm256_set1_epi32(int((mk.keymask >> (v * kLanes)) & 0xffu));
-    // allowed: lo <= j < hi and key bit set
-    const __m256i ok = _mm256_andnot_si256(
-        _mm256_or_si256(_mm256_cmpgt_epi32(lo, j), _mm256_cmpgt_epi32(_mm256_add_epi32(j, _mm256_set1_epi32(1)), hi)),
-        _mm256_cmpeq_epi32(_mm256_and_si256(km, bits), bits));
     __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + r * kKeyTile + v * kLanes), sc);
     if (v == 0 && mk.apply_bias)
       x = _mm256_add_ps(x, _mm256_setr_ps(mk.bias2, 0, 0, 0, 0, 0, 0, 0));
-    t[v] = mk.dense ? x : _mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(ok));
+    t[v] = mk.dense ? x : _mm256_blendv_ps(ninf, x, lane_ok(mk, r, v));
   }
 }
 
@@ -96,8 +133,9 @@ void qk_f32(const float* q, int64_t ldq, const float* k, int d, int rows, float*
   for_row_tiles<3>(rows, [&](int r, auto n) { qk_rows<decltype(n)::value>(q + r * ldq, ldq, k, d, s + r * kKeyTile); });
 }
 
-void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* alpha, float* t_out) {
-  for (int r = 0; r < rows; ++r) {
+// Rows [r_lo, r_hi) one at a time, with horizontal reductions.
+void softmax_rows(float* s, const RowMask& mk, int r_lo, int r_hi, float* m, float* l, float* alpha, float* t_out) {
+  for (int r = r_lo; r < r_hi; ++r) {
     __m256 t[kVecPerTile];
     logits(s, mk, r, t);
     if (t_out)
@@ -126,6 +164,68 @@ void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* a
     l[r] = l[r] * alpha[r] + hsum(sum);
     m[r] = m_new;
   }
+}
+
+// Rows [r0, r0 + 8) as softmax_rows computes them, without the key-0 bias and t_out, for
+// scale2 > 0: the row maxima are taken on the raw dots (max t = scale2 · max s, fp32 rounding
+// being monotonic), the 8 rows' maxima and sums by one transpose each, and each p is 2^ of one
+// fused s·scale2 − m. Returns false, having changed nothing but masked dots to −inf, when a row
+// meets a NaN or +inf dot or logit or is already poisoned: softmax_rows then does those rows.
+bool softmax8_raw(float* s, const RowMask& mk, int r0, float* m, float* l, float* alpha) {
+  __m256 v[8];
+  const __m256 big = _mm256_set1_ps(std::numeric_limits<float>::max());
+  const __m256 ninf = _mm256_set1_ps(kNegInf);
+  __m256 bad = _mm256_setzero_ps();
+  for (int i = 0; i < 8; ++i) {
+    float* row = s + (r0 + i) * kKeyTile;
+    __m256 x[kVecPerTile];
+    for (int u = 0; u < kVecPerTile; ++u) {
+      x[u] = _mm256_loadu_ps(row + u * kLanes);
+      if (!mk.dense) {  // masked keys become −inf in S itself, which the second pass reads again
+        x[u] = _mm256_blendv_ps(ninf, x[u], lane_ok(mk, r0 + i, u));
+        _mm256_storeu_ps(row + u * kLanes, x[u]);
+      }
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(x[u], big, _CMP_NLE_UQ));  // NaN or +inf
+    }
+    v[i] = _mm256_max_ps(_mm256_max_ps(x[0], x[1]), _mm256_max_ps(x[2], x[3]));
+  }
+  const __m256 mo = _mm256_loadu_ps(m + r0);
+  if (_mm256_movemask_ps(_mm256_or_ps(bad, _mm256_cmp_ps(mo, mo, _CMP_UNORD_Q))) != 0) return false;
+  const __m256 sc = _mm256_set1_ps(mk.scale2);
+  const __m256 mt = _mm256_mul_ps(reduce_rows8(v, [](__m256 a, __m256 b) { return _mm256_max_ps(a, b); }), sc);
+  if (_mm256_movemask_ps(_mm256_cmp_ps(mt, big, _CMP_NLE_UQ)) != 0) return false;
+  const __m256 mn = _mm256_max_ps(mt, mo);
+  const __m256 one = _mm256_set1_ps(1.f);
+  const __m256 empty = _mm256_cmp_ps(mn, ninf, _CMP_EQ_OQ);  // no key seen yet
+  __m256 a = exp2v(_mm256_sub_ps(mo, mn));
+  a = _mm256_blendv_ps(a, one, _mm256_or_ps(empty, _mm256_cmp_ps(mn, mo, _CMP_EQ_OQ)));
+  _mm256_storeu_ps(alpha + r0, a);
+  // An empty row subtracts 0 from dots that are all −inf: its p is exactly 0, as in softmax_rows.
+  alignas(32) float shift[8];
+  _mm256_store_ps(shift, _mm256_blendv_ps(_mm256_sub_ps(_mm256_setzero_ps(), mn), _mm256_setzero_ps(), empty));
+  for (int i = 0; i < 8; ++i) {
+    float* row = s + (r0 + i) * kKeyTile;
+    const __m256 c = _mm256_set1_ps(shift[i]);
+    __m256 sum = _mm256_setzero_ps();
+    for (int u = 0; u < kVecPerTile; ++u) {
+      const __m256 p = exp2v_p(_mm256_fmadd_ps(_mm256_loadu_ps(row + u * kLanes), sc, c));
+      _mm256_storeu_ps(row + u * kLanes, p);
+      sum = _mm256_add_ps(sum, p);
+    }
+    v[i] = sum;
+  }
+  const __m256 sums = reduce_rows8(v, [](__m256 x, __m256 y) { return _mm256_add_ps(x, y); });
+  _mm256_storeu_ps(l + r0, _mm256_fmadd_ps(_mm256_loadu_ps(l + r0), a, sums));
+  _mm256_storeu_ps(m + r0, mn);
+  return true;
+}
+
+void softmax(float* s, const RowMask& mk, int rows, float* m, float* l, float* alpha, float* t_out) {
+  int r = 0;
+  if (t_out == nullptr && !mk.apply_bias && mk.scale2 > 0.f)
+    for (; r + 8 <= rows; r += 8)
+      if (!softmax8_raw(s, mk, r, m, l, alpha)) softmax_rows(s, mk, r, r + 8, m, l, alpha, t_out);
+  softmax_rows(s, mk, r, rows, m, l, alpha, t_out);
 }
 
 void colsum(const float* s, const RowMask& mk, int rows, const float* off, float* cs) {
