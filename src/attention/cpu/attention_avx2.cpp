@@ -61,7 +61,8 @@ template <class Op>
 inline __m256 reduce_rows8(const __m256* v, Op op) {
   __m256 w[4], x[2];
   for (int k = 0; k < 4; ++k)
-    w[k] = op(_mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x20), _mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x31));
+    w[k] = op(_mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x20),
+              _mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x31));
   for (int k = 0; k < 2; ++k)
     x[k] = op(_mm256_shuffle_ps(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
               _mm256_shuffle_ps(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
