@@ -15,32 +15,16 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kLanes = 8;
 constexpr int kVecPerTile = kKeyTile / kLanes;  // 4 vectors cover a key tile
 
-// 2^x for x <= 0: a degree-7 Taylor polynomial of 2^f on f ∈ [−½, ½] (truncation 5e-9); the power
-// of two is built in the exponent bits, and x < −126 (masked logits included) gives exactly 0.
-inline __m256 exp2v(__m256 x) {
+// 2^x for x <= 0 (any x up to 127 works): the degree-6 minimax polynomial of 2^f on f ∈ [−½, ½]
+// that the AVX-512 table uses (fp32 error 7.9e-8; c0 = 1, so 2^0 is exactly 1), the power of two
+// built in the exponent bits; x < −126 (masked logits included) gives exactly 0. kClampHigh clamps x
+// at 127: the softmax's p (exp2v_p) skips it, its argument t − m never exceeding 0 by more than the
+// rounding of one fused multiply-subtract.
+template <bool kClampHigh>
+inline __m256 exp2v_t(__m256 x) {
   const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-126.f), _CMP_LT_OQ);
   x = _mm256_max_ps(x, _mm256_set1_ps(-126.f));
-  x = _mm256_min_ps(x, _mm256_set1_ps(127.f));
-  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 f = _mm256_sub_ps(x, n);
-  __m256 p = _mm256_set1_ps(1.525273380405984e-05f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.5403530393381606e-04f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-03f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618129107628477e-03f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550410866482158e-02f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402265069591007e-01f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931471805599453e-01f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
-// 2^x for the softmax's p, x = t − m ≤ 0 up to the rounding of one fused multiply-subtract (no
-// upper clamp): the degree-6 minimax polynomial of 2^f on f ∈ [−½, ½] that the AVX-512 table uses
-// (fp32 error 7.9e-8, c0 = 1), one FMA fewer than exp2v; x < −126 (masked keys) gives exactly 0.
-inline __m256 exp2v_p(__m256 x) {
-  const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-126.f), _CMP_LT_OQ);
-  x = _mm256_max_ps(x, _mm256_set1_ps(-126.f));
+  if constexpr (kClampHigh) x = _mm256_min_ps(x, _mm256_set1_ps(127.f));
   const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(x, n);
   __m256 p = _mm256_set1_ps(1.5346250438597053e-04f);
@@ -53,6 +37,8 @@ inline __m256 exp2v_p(__m256 x) {
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
+inline __m256 exp2v(__m256 x) { return exp2v_t<true>(x); }
+inline __m256 exp2v_p(__m256 x) { return exp2v_t<false>(x); }
 
 // Lane i of the result = op over the 8 lanes of v[i]: 8 rows' reductions at once, by a transpose
 // in three levels (the lanes come out as rows 0 2 4 6 1 3 5 7 and one permute orders them),
