@@ -402,6 +402,54 @@ TEST(DecodeCuda, NanQueryPropagatesToItsRow) {
     }
 }
 
+// The pool's rows that no sequence holds (past a length in a last page, the pages no table points
+// at) are NaN here: the bulk copies bring them into shared memory with the visible rows, and the
+// kernel must neutralize them (score −inf, value 0), so every output stays finite and equal to the
+// reference, dense and over a selection.
+TEST(DecodeCuda, PoolRowsNoSequenceHoldsNeverReachTheOutput) {
+  uint64_t seed = cuda_testing::base_seed() + 300;
+  for (const Case& c : std::vector<Case>{{{17, 0, 5}, 4, 2, 64, 16},
+                                         {{333, 1, 64, 65}, 8, 2, 128, 32},
+                                         {{500, 129}, 6, 2, 80, 64, DType::f16},
+                                         {{900, 40}, 4, 2, 64, 16, DType::bf16, SinkMode::none, 100},
+                                         {{3001, 77}, 32, 8, 128, 64, DType::bf16, SinkMode::denominator}}) {
+    SCOPED_TRACE(name_of(c));
+    Inputs in(c, seed++);
+    const int64_t P = c.page, row = int64_t(c.dim), per_page = int64_t(c.heads_kv) * P * row;
+    const int64_t words = in.device.capacity_pages() * per_page;
+    std::vector<int32_t> table(size_t(in.device.sequences()) * size_t(in.device.max_pages()));
+    ASSERT_EQ(cudaMemcpy(table.data(), in.device.block_table(), table.size() * sizeof(int32_t),
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    const uint16_t nan16 = c.dtype == DType::bf16 ? 0x7FC0 : 0x7E00;
+    for (const void* pool : {in.device.k_pool(), in.device.v_pool()}) {
+      const size_t n = static_cast<size_t>(words);
+      std::vector<uint16_t> held(n), poisoned(n, nan16);
+      ASSERT_EQ(cudaMemcpy(held.data(), pool, held.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int32_t s : in.seqs) {
+        const int64_t len = in.device.length(s);
+        for (int64_t page = 0; page * P < len; ++page) {
+          const int64_t at = int64_t(table[size_t(s) * size_t(in.device.max_pages()) + size_t(page)]) * per_page;
+          const int64_t rows = std::min(P, len - page * P);
+          for (int h = 0; h < c.heads_kv; ++h)
+            std::copy_n(held.begin() + (at + h * P * row), rows * row, poisoned.begin() + (at + h * P * row));
+        }
+      }
+      ASSERT_EQ(cudaMemcpy(const_cast<void*>(pool), poisoned.data(), poisoned.size() * 2, cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+    PageSelectConfig cfg;
+    cfg.tau = 0.7;
+    const PageSelection sel = select_pages(host_params(c, in), cfg);
+    for (const PageSelection* s : {static_cast<const PageSelection*>(nullptr), &sel}) {
+      const auto [ref, gpu] = run_both(c, in, s);
+      for (int64_t i = 0; i < int64_t(gpu.out.size()); ++i)
+        ASSERT_TRUE(std::isfinite(gpu.out[size_t(i)])) << "out[" << i << "], selection " << (s != nullptr);
+      expect_close(c, in, ref, gpu);
+    }
+  }
+}
+
 // Wrong memory or dtype names the field.
 TEST(DecodeCuda, BadCallsNameTheField) {
   const Case c{{40}, 4, 2, 64, 16};

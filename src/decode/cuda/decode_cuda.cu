@@ -46,7 +46,6 @@ template <int D>
 constexpr int kTileOf = D == 128 ? 64 : 32;
 template <int D>
 constexpr int kStagesOf = D == 128 ? 2 : 3;
-int tile_of(int d) { return d == 128 ? kTileOf<128> : kTileOf<64>; }
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -426,17 +425,22 @@ void launch(const Args& a) {
   }
 }
 
-// The instantiation of (d, maxg, dtype): `run` gets a callable of its launch and its residency.
+// What the host needs of an instantiation: its CTAs per SM and its key tile.
+struct Instance {
+  int resident = 1, tile = 0;
+};
+
+// The instantiation of (d, maxg, dtype): `run` gets a callable of its launch and its Instance.
 template <class F>
 void dispatch(int d, int maxg, DType dt, F&& run) {
   const auto by_group = [&](auto dim, auto t) {
     constexpr int D = decltype(dim)::value;
     using T = typename decltype(t)::type;
     switch (maxg) {
-      case 1: run(launch<D, 1, T>, resident<D, 1, T>()); break;
-      case 2: run(launch<D, 2, T>, resident<D, 2, T>()); break;
-      case 4: run(launch<D, 4, T>, resident<D, 4, T>()); break;
-      default: run(launch<D, 8, T>, resident<D, 8, T>()); break;
+      case 1: run(launch<D, 1, T>, Instance{resident<D, 1, T>(), kTileOf<D>}); break;
+      case 2: run(launch<D, 2, T>, Instance{resident<D, 2, T>(), kTileOf<D>}); break;
+      case 4: run(launch<D, 4, T>, Instance{resident<D, 4, T>(), kTileOf<D>}); break;
+      default: run(launch<D, 8, T>, Instance{resident<D, 8, T>(), kTileOf<D>}); break;
     }
   };
   const auto by_dim = [&](auto t) {
@@ -473,7 +477,9 @@ Split split_of(const DecodeParams& p) {
   // The kernel's head slots: the group rounded up to 1, 2, 4 or 8; larger groups in chunks of 8.
   s.maxg = s.group > 4 ? 8 : s.group > 2 ? 4 : s.group;
   s.head_chunks = (s.group + s.maxg - 1) / s.maxg;
-  s.tile = std::min(c.page_size, tile_of(s.d));
+  Instance in;
+  dispatch(s.d, s.maxg, c.dtype, [&](auto, Instance i) { in = i; });
+  s.tile = std::min(c.page_size, in.tile);
   s.tiles_per_page = (c.page_size + s.tile - 1) / s.tile;
   int64_t most = 0;  // the longest row's page count (a device selection's counts stay on the device:
                      // its rows are bounded by the visible pages)
@@ -485,10 +491,7 @@ Split split_of(const DecodeParams& p) {
       most = std::max<int64_t>(most, visible_of(cache.length(p.seqs[size_t(b)]), p.window, c.page_size).pages());
   s.units = most * s.tiles_per_page;
   s.ctas = int64_t(s.B) * c.kv_heads * s.head_chunks;
-  if (s.B > 0)
-    dispatch(s.d, s.maxg, c.dtype, [&](auto, int res) {
-      s.splits = choose_splits(s.ctas, s.units, int64_t(res) * sm_count());
-    });
+  if (s.B > 0) s.splits = choose_splits(s.ctas, s.units, int64_t(in.resident) * sm_count());
   return s;
 }
 
@@ -567,7 +570,7 @@ void decode_cuda(const DecodeParams& p) {
   a.part_o = s.splits > 1 ? reinterpret_cast<float*>(part) : nullptr;
   a.part_ml = s.splits > 1 ? reinterpret_cast<float*>(part + s.o_bytes()) : nullptr;
   a.stream = stream;
-  dispatch(s.d, s.maxg, c.dtype, [&](auto run, int) { run(a); });
+  dispatch(s.d, s.maxg, c.dtype, [&](auto run, Instance) { run(a); });
 }
 
 }  // namespace ariadne::decode_detail
