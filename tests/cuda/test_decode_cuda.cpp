@@ -147,6 +147,13 @@ void expect_close(const Case& c, const Inputs& in, const Outputs& ref, const Out
                                  make_view(const_cast<float*>(ref.lse.data()), DType::f32, {B, c.heads_q}), tol));
 }
 
+// 41 sequences × 8 KV heads: more rows than one CTA of the selection's row scan covers.
+Case many_rows() {
+  Case c{{}, 16, 8, 64, 16};
+  for (int64_t i = 0; i < 41; ++i) c.lengths.push_back((i * 37) % 200);
+  return c;
+}
+
 std::vector<Case> cases() {
   return {
       {{1}, 4, 2, 64, 16},
@@ -166,6 +173,7 @@ std::vector<Case> cases() {
       {{20000}, 32, 8, 128, 64},
       {{70000}, 8, 1, 80, 64, DType::bf16, SinkMode::denominator},
       {{5, 900, 64, 1, 3000, 128, 129, 2000, 77, 640, 1, 1, 333, 4000, 12, 1024}, 8, 8, 128, 64},
+      many_rows(),
   };
 }
 

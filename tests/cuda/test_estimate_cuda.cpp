@@ -110,16 +110,16 @@ TEST_F(CudaEstimate, VarlenChunkedPrefillAndStridedViews) {
 // The selection kernel alone on crafted rows, against the CPU's select_blocks, exactly: dyadic
 // scores (multiples of 2^-20 below 1, so both the CPU's double sums and the kernel's fixed-point
 // sums are exact) with ties, zeros, all-zero rows, one dominant block, rows of 1 to 4096 blocks
-// (both of the kernel's register widths), each τ, with and without the protections, RR's order
+// (each of the kernel's three register widths), each τ, with and without the protections, RR's order
 // (protections OR-ed in) and XAttention's (forced blocks counted first), and the last-row rule.
 TEST_F(CudaEstimate, SelectionMatchesCpuOnCraftedRows) {
   std::mt19937_64 rng(seed_base() ^ 0x5e1ec7ull);
   SCOPED_TRACE("ARIADNE_TEST_SEED=" + std::to_string(seed_base()));
-  // Row lengths: the edges of both widths (1024 and 4096 blocks) and random ones.
-  std::vector<int> lens = {1, 2, 3, 31, 32, 33, 255, 256, 257, 1023, 1024, 1025, 2048, 4095, 4096};
+  // Row lengths: the edges of the widths (1024, 2048 and 4096 blocks) and random ones.
+  std::vector<int> lens = {1, 2, 3, 31, 32, 33, 255, 256, 257, 1023, 1024, 1025, 2047, 2048, 2049, 4095, 4096};
   for (int i = 0; i < 9; ++i) lens.push_back(1 + int(rng() % 4096));
   enum Kind { kRandom, kTies, kSparse, kZeros, kDominant, kFlat };
-  for (const int width : {1024, 4096}) {
+  for (const int width : {1024, 2048, 4096}) {
     // One sequence, one query head per run; rows = query blocks. Rows longer than `width` run
     // only in the wide launch (the kernel takes the width from the longest row).
     std::vector<int> row_len;
@@ -130,8 +130,8 @@ TEST_F(CudaEstimate, SelectionMatchesCpuOnCraftedRows) {
           row_len.push_back(n);
           row_kind.push_back(k);
         }
-    if (width == 4096) {  // at least one row past 1024 makes the launch take the wide kernel
-      row_len.push_back(4096);
+    if (width > 1024) {  // a row of `width` blocks makes the launch take that width's kernel
+      row_len.push_back(width);
       row_kind.push_back(kRandom);
     }
     const int rows = int(row_len.size());

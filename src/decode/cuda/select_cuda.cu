@@ -18,14 +18,16 @@
 //   4. select     the estimators' selection over plain rows (launch_select_rows,
 //                 src/estimate/cuda/estimate_select.cu): the smallest prefix of the score order
 //                 holding the row's τ of its mass, the rule of select_blocks.
-//   5. forced     a warp per row ORs in the first sink_pages pages and the recent_pages last
+//   5. forced     a CTA per row ORs in the first sink_pages pages and the recent_pages last
 //                 visible ones (RR keeps them whatever their score), counts, and sums the kept
-//                 scores (kept_mass).
-//   6. scan + compact: row_ptr by an exclusive scan of the counts, then each row's kept flags
-//                 compacted in index order into logical page numbers.
+//                 scores (kept_mass); the CTA that finishes last scans the counts into row_ptr.
+//   6. compact    a CTA per row: its kept flags compacted in index order into logical pages.
+// Every per-row kernel spreads a row over a CTA's threads: a warp per row would walk a row of 2048
+// pages in 64 dependent steps (docs/design/decode.md has the per-launch durations).
 // The host computes the same quantities in double with another summation order and its own exp
 // and log, so scores agree to rounding and decisions agree unless one lies within rounding of its
 // threshold (the selection kernel's own sums are exact fixed point).
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include <cuda_bf16.h>
@@ -50,6 +52,7 @@ constexpr int kPagesPerCta = 8;   // pages of one row per terms CTA
 constexpr int kTermThreads = 128;
 constexpr size_t kMaxTermsSmem = 200 * 1024;  // the terms kernel's shared memory per CTA at most
 constexpr int kScoreThreads = 256;
+constexpr int kRowThreads = 256;  // the forced and compact kernels' CTA per row
 constexpr int kGeometryThreads = 1024;
 constexpr int kMaxGroup = 64;
 
@@ -90,7 +93,8 @@ struct SelArgs {
   double* chunk_z;     // [rows, chunks, G]; −1: the head scored nothing in the chunk
   float* scores;       // [score_ptr[rows]]
   uint8_t* keep;       // [score_ptr[rows]]
-  int32_t* counts;     // [rows + 1]
+  int32_t* counts;     // [rows]
+  unsigned* done;      // the forced kernel's ticket, 0 between calls
   const int32_t* row_ptr;
   int32_t* pages;
   float* kept_mass;
@@ -185,60 +189,78 @@ __global__ void __launch_bounds__(kTermThreads) terms_kernel(SelArgs a) {
   const int c = blockIdx.x, n = a.visible[r], i0 = c * kPagesPerCta;
   if (i0 >= n) return;  // the scores kernel reads only chunks that hold pages
   const int b = int(r / a.Hkv), g = int(r % a.Hkv), seq = a.seqs[b], len = a.lengths[seq], lo = a.page_lo[r];
-  const long long step = a.step_ctr[1];
   const int G = a.G, d = a.d, d4 = d / 4, J = a.J, hpt = a.hpt, terms = kPagesPerCta * J;
+  const int step_g = int(a.step_ctr[1] % G);  // the step is ≥ 0, so (p + step + j) mod G needs only this
+  __shared__ int64_t pool_of[kPagesPerCta];
   double* qs = sm;                 // [G][d]
   double* xs = qs + G * d;         // [terms][hpt]
   double* hm = xs + terms * hpt;   // [G]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, l8 = lane & 7;
+  // The queries and the pages' pool ids, loaded together before any term needs them.
   for (int x = tid; x < G * d; x += kTermThreads) qs[x] = q_elem(a, b, g * G + x / d, x % d);
+  if (tid < kPagesPerCta && i0 + tid < n) pool_of[tid] = a.table[int64_t(seq) * a.max_pages + lo + i0 + tid];
   __syncthreads();
   // The query head of term t's slot: stride j of page p goes to head (p + step + j) mod G under
   // rotation (the host's first_head / next_head), else the slot is the head.
-  const auto head_of = [&](int t, int slot) {
-    return hpt == G ? slot : int((lo + i0 + t / J + step + t % J) % G);
+  const auto head_of = [&](int t, int slot) { return hpt == G ? slot : (lo + i0 + t / J + step_g + t % J) % G; };
+  // Rows of term t's page, and of its stride (0: no page or no stride there).
+  const auto page_rows = [&](int t) {
+    const int i = i0 + t / J;
+    return t < terms && i < n ? min(a.P, len - (lo + i) * a.P) : 0;
   };
-  // Eight lanes per term, four terms a warp at a time.
-  for (int t = tid / 8; t < terms; t += kTermThreads / 8) {
-    const int i = i0 + t / J, j = t % J;
-    double* out = xs + t * hpt;
-    const int page = lo + i;
-    const int rows_in = i < n ? min(a.P, len - page * a.P) : 0;
-    if (i >= n || j * a.S >= rows_in) {
-      for (int s = l8; s < hpt; s += 8) out[s] = -INFINITY;
-      continue;
-    }
-    const int64_t pool = a.table[int64_t(seq) * a.max_pages + page];
-    if (a.quest) {
-      float4 mn[4], mx[4];
-      load_quarter(a.mn + (pool * a.Hkv + g) * d, d4, l8, mn);
-      load_quarter(a.mx + (pool * a.Hkv + g) * d, d4, l8, mx);
-      const double log_rows = log(double(rows_in));
-      for (int s = 0; s < hpt; ++s) {
-        const double* q = qs + s * d;
-        double bound = 0;
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int e = 4 * (l8 + 8 * u);
-          if (l8 + 8 * u < d4) {
-            bound += fmax(q[e] * double(mn[u].x), q[e] * double(mx[u].x));
-            bound += fmax(q[e + 1] * double(mn[u].y), q[e + 1] * double(mx[u].y));
-            bound += fmax(q[e + 2] * double(mn[u].z), q[e + 2] * double(mx[u].z));
-            bound += fmax(q[e + 3] * double(mn[u].w), q[e + 3] * double(mx[u].w));
-          }
-        }
-        bound = group8_sum(bound);
-        if (l8 == 0) out[s] = log_rows + a.scale * bound;
+  const auto rows_of = [&](int t) { return max(0, min(a.S, page_rows(t) - t % J * a.S)); };
+  constexpr int kGroups = kTermThreads / 8;  // eight lanes per term, four terms a warp at a time
+  if (!a.quest) {
+    // rr: the next term's stride sum is in flight while this one is scored.
+    float4 next[4];
+    const auto fetch = [&](int t) {
+      if (rows_of(t) > 0) load_quarter(a.sum + ((pool_of[t / J] * a.Hkv + g) * J + t % J) * d, d4, l8, next);
+    };
+    fetch(tid / 8);
+    for (int t = tid / 8; t < terms; t += kGroups) {
+      const float4 kv[4] = {next[0], next[1], next[2], next[3]};
+      fetch(t + kGroups);
+      double* out = xs + t * hpt;
+      const int nj = rows_of(t);
+      if (nj == 0) {
+        for (int s = l8; s < hpt; s += 8) out[s] = -INFINITY;
+        continue;
       }
-    } else {
-      const int nj = min(a.S, rows_in - j * a.S);
-      float4 kv[4];
-      load_quarter(a.sum + ((pool * a.Hkv + g) * J + j) * d, d4, l8, kv);
       const double log_n = nj == a.S ? a.log_s : log(double(nj));
       for (int s = 0; s < hpt; ++s) {
         const double dot = group8_sum(dot_quarter(qs + head_of(t, s) * d, d4, l8, kv));
         if (l8 == 0) out[s] = log_n + a.scale * dot / double(nj);
       }
+    }
+  }
+  for (int t = tid / 8; a.quest && t < terms; t += kGroups) {
+    const int i = i0 + t / J;
+    double* out = xs + t * hpt;
+    const int rows_in = page_rows(t);
+    if (rows_in == 0) {
+      for (int s = l8; s < hpt; s += 8) out[s] = -INFINITY;
+      continue;
+    }
+    const int64_t pool = pool_of[i - i0];
+    float4 mn[4], mx[4];
+    load_quarter(a.mn + (pool * a.Hkv + g) * d, d4, l8, mn);
+    load_quarter(a.mx + (pool * a.Hkv + g) * d, d4, l8, mx);
+    const double log_rows = log(double(rows_in));
+    for (int s = 0; s < hpt; ++s) {
+      const double* q = qs + s * d;
+      double bound = 0;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int e = 4 * (l8 + 8 * u);
+        if (l8 + 8 * u < d4) {
+          bound += fmax(q[e] * double(mn[u].x), q[e] * double(mx[u].x));
+          bound += fmax(q[e + 1] * double(mn[u].y), q[e + 1] * double(mx[u].y));
+          bound += fmax(q[e + 2] * double(mn[u].z), q[e + 2] * double(mx[u].z));
+          bound += fmax(q[e + 3] * double(mn[u].w), q[e + 3] * double(mx[u].w));
+        }
+      }
+      bound = group8_sum(bound);
+      if (l8 == 0) out[s] = log_rows + a.scale * bound;
     }
   }
   __syncthreads();
@@ -284,14 +306,17 @@ __global__ void __launch_bounds__(kTermThreads) terms_kernel(SelArgs a) {
   }
 }
 
+// Grid (⌈max_pages / 256⌉, rows): each CTA merges the row's chunks per head itself (a few hundred
+// values) and scores 256 of the row's pages, so a long row is spread over many SMs.
 __global__ void __launch_bounds__(kScoreThreads) scores_kernel(SelArgs a) {
   __shared__ double M[kMaxGroup], Z[kMaxGroup];
   __shared__ int scored[kMaxGroup];
   __shared__ int heads;
-  const int64_t r = blockIdx.x;
+  const int64_t r = blockIdx.y;
   const int n = a.visible[r], G = a.G, chunks = (n + kPagesPerCta - 1) / kPagesPerCta;
+  const int i = int(blockIdx.x) * kScoreThreads + int(threadIdx.x);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (n == 0) return;
+  if (int(blockIdx.x) * kScoreThreads >= n) return;
   const double* cm = a.chunk_m + r * a.chunks * G;
   const double* cz = a.chunk_z + r * a.chunks * G;
   // Per head, a warp: the chunks merged, M = max m_c, Z = Σ z_c · exp(m_c − M).
@@ -322,62 +347,91 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(SelArgs a) {
     heads = k;
   }
   __syncthreads();
+  if (i >= n) return;
   const int64_t sp = a.score_ptr[r];
-  for (int i = threadIdx.x; i < n; i += kScoreThreads) {
-    const int c = i / kPagesPerCta;
-    double s = 0;
-    for (int h = 0; h < G; ++h) {
-      if (!scored[h]) continue;
-      const double e = a.epage[(sp + i) * G + h];
-      double w = e > 0 ? e * exp(cm[c * G + h] - M[h]) : e;
-      if (Z[h] > 0) w /= Z[h];
-      s += w;
-    }
-    a.scores[sp + i] = heads > 0 ? float(s / heads) : 0.f;
+  const int c = i / kPagesPerCta;
+  double sum = 0;
+  for (int h = 0; h < G; ++h) {
+    if (!scored[h]) continue;
+    const double e = a.epage[(sp + i) * G + h];
+    double w = e > 0 ? e * exp(cm[c * G + h] - M[h]) : e;
+    if (Z[h] > 0) w /= Z[h];
+    sum += w;
   }
+  a.scores[sp + i] = heads > 0 ? float(sum / heads) : 0.f;
 }
 
-// A warp per row: the forced pages OR-ed into the selection's flags, the kept count and mass.
-__global__ void forced_kernel(SelArgs a) {
-  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  if (r == 0 && lane == 0) a.counts[a.rows] = 0;  // the scan's last entry: row_ptr[rows] = Σ counts
-  if (r >= a.rows) return;
+// A CTA per row: the forced pages OR-ed into the selection's flags, the kept count and mass. The
+// CTA that finishes last (a ticket taken after its row is written) scans the counts into row_ptr,
+// and leaves the ticket at 0 for the next call.
+__global__ void __launch_bounds__(kRowThreads) forced_kernel(SelArgs a) {
+  using Reduce = cub::BlockReduce<double, kRowThreads>;
+  using Count = cub::BlockReduce<int, kRowThreads>;
+  using Scan = cub::BlockScan<int, kRowThreads>;
+  __shared__ union {
+    typename Reduce::TempStorage reduce;
+    typename Count::TempStorage count;
+    typename Scan::TempStorage scan;
+  } tmp;
+  __shared__ bool last;
+  __shared__ int carry;
+  const int64_t r = blockIdx.x;
   const int n = a.visible[r], lo = a.page_lo[r];
   const int64_t sp = a.score_ptr[r];
   int count = 0;
   double mass = 0;
-  for (int base = 0; base < n; base += 32) {
-    const int i = base + lane;
-    bool f = false;
-    if (i < n) {
-      f = a.keep[sp + i] != 0 || lo + i < a.sink_pages || i >= n - a.recent_pages;
-      a.keep[sp + i] = f;
-      if (f) mass += double(a.scores[sp + i]);
-    }
-    count += __popc(__ballot_sync(0xffffffffu, f));
+  for (int i = threadIdx.x; i < n; i += kRowThreads) {
+    const bool f = a.keep[sp + i] != 0 || lo + i < a.sink_pages || i >= n - a.recent_pages;
+    a.keep[sp + i] = f;
+    count += f;
+    if (f) mass += double(a.scores[sp + i]);
   }
-  mass = warp_sum(mass);
-  if (lane == 0) {
+  mass = Reduce(tmp.reduce).Sum(mass);
+  __syncthreads();
+  count = Count(tmp.count).Sum(count);
+  if (threadIdx.x == 0) {
     a.counts[r] = count;
     a.kept_mass[r] = float(mass);
+    __threadfence();
+    last = atomicAdd(a.done, 1u) == unsigned(a.rows) - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  int32_t* row_ptr = const_cast<int32_t*>(a.row_ptr);
+  for (int64_t base = 0; base < a.rows; base += kRowThreads) {
+    const int64_t x = base + threadIdx.x;
+    int ex = 0, total = 0;
+    Scan(tmp.scan).ExclusiveSum(x < a.rows ? __ldcg(a.counts + x) : 0, ex, total);
+    if (x < a.rows) row_ptr[x] = carry + ex;
+    __syncthreads();
+    if (threadIdx.x == 0) carry += total;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    row_ptr[a.rows] = carry;
+    *a.done = 0;
   }
 }
 
-// A warp per row: the kept flags in index order, compacted with a ballot into logical pages.
-__global__ void compact_pages_kernel(SelArgs a) {
-  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  if (r >= a.rows) return;
+// A CTA per row: the kept flags in index order, compacted by a block scan into logical pages.
+__global__ void __launch_bounds__(kRowThreads) compact_pages_kernel(SelArgs a) {
+  using Scan = cub::BlockScan<int, kRowThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  const int64_t r = blockIdx.x;
   const int n = a.visible[r], lo = a.page_lo[r];
   const int64_t sp = a.score_ptr[r];
   int out = a.row_ptr[r];
-  for (int base = 0; base < n; base += 32) {
-    const int i = base + lane;
-    const bool f = i < n && a.keep[sp + i] != 0;
-    const unsigned ballot = __ballot_sync(0xffffffffu, f);
-    if (f) a.pages[out + __popc(ballot & ((1u << lane) - 1u))] = lo + i;
-    out += __popc(ballot);
+  for (int base = 0; base < n; base += kRowThreads) {
+    const int i = base + int(threadIdx.x);
+    const int f = i < n && a.keep[sp + i] != 0;
+    int at = 0, total = 0;
+    Scan(tmp).ExclusiveSum(f, at, total);
+    if (f) a.pages[out + at] = lo + i;
+    out += total;
+    __syncthreads();  // the scan's storage is reused
   }
 }
 
@@ -397,8 +451,7 @@ struct CudaPageSelection::Device {
   int64_t rows = 0;
   int max_pages = 0, group = 0;
   DeviceBuffer visible, page_lo, score_ptr, tau, epage, chunk_m, chunk_z, scores, keep, counts, row_ptr, pages,
-      kept_mass, scan_tmp, step;
-  size_t scan_bytes = 0;
+      kept_mass, step, done;
 };
 
 CudaPageSelection::CudaPageSelection() = default;
@@ -427,6 +480,8 @@ void CudaPageSelection::reserve(int64_t rows, int max_pages, int group) {
     dev_ = new Device;
     dev_->step = DeviceBuffer(DType::f64, {2});
     check(cudaMemset(dev_->step.data(), 0, 16), "step counter");
+    dev_->done = bytes_buffer(4);
+    check(cudaMemset(dev_->done.data(), 0, 4), "ticket");
   }
   Device& d = *dev_;
   if (rows <= d.rows && max_pages <= d.max_pages && group <= d.group) return;
@@ -446,9 +501,6 @@ void CudaPageSelection::reserve(int64_t rows, int max_pages, int group) {
   d.row_ptr = bytes_buffer(size_t(R + 1) * 4);
   d.pages = bytes_buffer(size_t(cells) * 4);
   d.kept_mass = bytes_buffer(size_t(R) * 4);
-  d.scan_bytes = 0;
-  check(cuda::exclusive_scan(nullptr, nullptr, R + 1, nullptr, d.scan_bytes, nullptr), "scan size");
-  d.scan_tmp = bytes_buffer(d.scan_bytes);
   d.rows = R;
   d.max_pages = Pm;
   d.group = G;
@@ -553,6 +605,7 @@ void select_cuda(const DecodeParams& p, const PageSelectConfig& cfg, CudaPageSel
   a.row_ptr = static_cast<const int32_t*>(d.row_ptr.data());
   a.pages = static_cast<int32_t*>(d.pages.data());
   a.kept_mass = static_cast<float*>(d.kept_mass.data());
+  a.done = static_cast<unsigned*>(d.done.data());
 
   // Sequence ids: device memory as given (nothing uploaded: a graph can capture the call), or
   // copied per call as decode_cuda does.
@@ -570,20 +623,16 @@ void select_cuda(const DecodeParams& p, const PageSelectConfig& cfg, CudaPageSel
     allow_terms_smem();
     terms_kernel<<<dim3(unsigned(a.chunks), unsigned(rows)), kTermThreads, smem, stream>>>(a);
     check(cudaGetLastError(), "terms launch");
-    scores_kernel<<<unsigned(rows), kScoreThreads, 0, stream>>>(a);
+    scores_kernel<<<dim3(unsigned((d.max_pages + kScoreThreads - 1) / kScoreThreads), unsigned(rows)), kScoreThreads,
+                    0, stream>>>(a);
     check(cudaGetLastError(), "scores launch");
   }
   const cuda::RowSelectParams s{a.score_ptr, a.scores, a.tau_rows, a.keep, a.counts};
   check(cuda::launch_select_rows(s, rows, std::max(d.max_pages, 1), stream), "select launch");
-  constexpr int warps = 8;
-  const unsigned row_blocks = unsigned(std::max<int64_t>(1, (rows + warps - 1) / warps));
-  forced_kernel<<<row_blocks, warps * 32, 0, stream>>>(a);
+  if (rows == 0) return;
+  forced_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(a);
   check(cudaGetLastError(), "forced launch");
-  size_t tmp = d.scan_bytes;
-  check(cuda::exclusive_scan(a.counts, static_cast<int32_t*>(d.row_ptr.data()), rows + 1, d.scan_tmp.data(), tmp,
-                             stream),
-        "scan");
-  compact_pages_kernel<<<row_blocks, warps * 32, 0, stream>>>(a);
+  compact_pages_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(a);
   check(cudaGetLastError(), "compact launch");
 }
 

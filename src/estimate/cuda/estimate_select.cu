@@ -256,6 +256,8 @@ cudaError_t launch_select(const SelectParams& p, int64_t total_qblocks, int max_
   const dim3 grid(unsigned(total_qblocks), unsigned(p.heads_q));
   if (max_visible <= 4 * kSelectThreads)
     select_kernel<4><<<grid, kSelectThreads, 0, stream>>>(p);
+  else if (max_visible <= 8 * kSelectThreads)
+    select_kernel<8><<<grid, kSelectThreads, 0, stream>>>(p);
   else
     select_kernel<kMaxSelectBlocks / kSelectThreads><<<grid, kSelectThreads, 0, stream>>>(p);
   return cudaGetLastError();
@@ -266,6 +268,8 @@ cudaError_t launch_select_rows(const RowSelectParams& p, int64_t rows, int max_v
   if (max_visible > kMaxSelectBlocks || rows > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
   if (max_visible <= 4 * kSelectThreads)
     select_rows_kernel<4><<<unsigned(rows), kSelectThreads, 0, stream>>>(p);
+  else if (max_visible <= 8 * kSelectThreads)
+    select_rows_kernel<8><<<unsigned(rows), kSelectThreads, 0, stream>>>(p);
   else
     select_rows_kernel<kMaxSelectBlocks / kSelectThreads><<<unsigned(rows), kSelectThreads, 0, stream>>>(p);
   return cudaGetLastError();
