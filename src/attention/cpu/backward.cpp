@@ -259,16 +259,9 @@ void BackwardRunner::prepare() {
 }  // namespace cpu
 
 bool attention_backward_cpu_supports(const AttentionParams& p, const AttentionGrads&, std::string* why) {
-  // Every host call validate_backward accepts: any head dim, dtype mix, pattern, sink and stride.
-  if (p.q.device != Device::cpu) {
-    if (why) *why = "the cpu backend needs host tensors";
-    return false;
-  }
-  if (p.q.dtype == DType::f64) {
-    if (why) *why = "the cpu backend takes f32, bf16 and f16 (f64 runs on the reference backend)";
-    return false;
-  }
-  return true;
+  // Every host call validate_backward accepts (any head dim, dtype mix, pattern, sink and stride):
+  // the forward's rule.
+  return attention_cpu_supports(p, why);
 }
 
 void attention_backward_cpu(const AttentionParams& p, const AttentionGrads& g) {
