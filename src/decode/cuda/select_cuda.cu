@@ -95,7 +95,7 @@ struct SelArgs {
   uint8_t* keep;       // [score_ptr[rows]]
   int32_t* counts;     // [rows]
   unsigned* done;      // the forced kernel's ticket, 0 between calls
-  const int32_t* row_ptr;
+  int32_t* row_ptr;     // [rows + 1]: written by the forced kernel's last CTA
   int32_t* pages;
   float* kept_mass;
 };
@@ -400,18 +400,17 @@ __global__ void __launch_bounds__(kRowThreads) forced_kernel(SelArgs a) {
   __threadfence();
   if (threadIdx.x == 0) carry = 0;
   __syncthreads();
-  int32_t* row_ptr = const_cast<int32_t*>(a.row_ptr);
   for (int64_t base = 0; base < a.rows; base += kRowThreads) {
     const int64_t x = base + threadIdx.x;
     int ex = 0, total = 0;
     Scan(tmp.scan).ExclusiveSum(x < a.rows ? __ldcg(a.counts + x) : 0, ex, total);
-    if (x < a.rows) row_ptr[x] = carry + ex;
+    if (x < a.rows) a.row_ptr[x] = carry + ex;
     __syncthreads();
     if (threadIdx.x == 0) carry += total;
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    row_ptr[a.rows] = carry;
+    a.row_ptr[a.rows] = carry;
     *a.done = 0;
   }
 }
@@ -602,7 +601,7 @@ void select_cuda(const DecodeParams& p, const PageSelectConfig& cfg, CudaPageSel
   a.scores = static_cast<float*>(d.scores.data());
   a.keep = static_cast<uint8_t*>(d.keep.data());
   a.counts = static_cast<int32_t*>(d.counts.data());
-  a.row_ptr = static_cast<const int32_t*>(d.row_ptr.data());
+  a.row_ptr = static_cast<int32_t*>(d.row_ptr.data());
   a.pages = static_cast<int32_t*>(d.pages.data());
   a.kept_mass = static_cast<float*>(d.kept_mass.data());
   a.done = static_cast<unsigned*>(d.done.data());

@@ -21,6 +21,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "estimate/cuda/estimate.cuh"
 
@@ -248,30 +249,35 @@ __global__ void head_counts_kernel(SelectParams p, int64_t* kept) {
   kept[h] = n;
 }
 
+// The selection kernels' width for rows of up to max_visible blocks: `run` gets PER (blocks a
+// thread) as an integral constant, the smallest of 4, 8 and 16 that holds the longest row, so
+// short rows keep the occupancy of few registers.
+template <class F>
+void with_width(int max_visible, F&& run) {
+  if (max_visible <= 4 * kSelectThreads)
+    run(std::integral_constant<int, 4>{});
+  else if (max_visible <= 8 * kSelectThreads)
+    run(std::integral_constant<int, 8>{});
+  else
+    run(std::integral_constant<int, kMaxSelectBlocks / kSelectThreads>{});
+}
+
 }  // namespace
 
 cudaError_t launch_select(const SelectParams& p, int64_t total_qblocks, int max_visible, cudaStream_t stream) {
   if (total_qblocks == 0) return cudaSuccess;
   if (max_visible > kMaxSelectBlocks) return cudaErrorInvalidValue;  // the host refuses such rows first
   const dim3 grid(unsigned(total_qblocks), unsigned(p.heads_q));
-  if (max_visible <= 4 * kSelectThreads)
-    select_kernel<4><<<grid, kSelectThreads, 0, stream>>>(p);
-  else if (max_visible <= 8 * kSelectThreads)
-    select_kernel<8><<<grid, kSelectThreads, 0, stream>>>(p);
-  else
-    select_kernel<kMaxSelectBlocks / kSelectThreads><<<grid, kSelectThreads, 0, stream>>>(p);
+  with_width(max_visible, [&](auto per) { select_kernel<per()><<<grid, kSelectThreads, 0, stream>>>(p); });
   return cudaGetLastError();
 }
 
 cudaError_t launch_select_rows(const RowSelectParams& p, int64_t rows, int max_visible, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (max_visible > kMaxSelectBlocks || rows > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
-  if (max_visible <= 4 * kSelectThreads)
-    select_rows_kernel<4><<<unsigned(rows), kSelectThreads, 0, stream>>>(p);
-  else if (max_visible <= 8 * kSelectThreads)
-    select_rows_kernel<8><<<unsigned(rows), kSelectThreads, 0, stream>>>(p);
-  else
-    select_rows_kernel<kMaxSelectBlocks / kSelectThreads><<<unsigned(rows), kSelectThreads, 0, stream>>>(p);
+  with_width(max_visible, [&](auto per) {
+    select_rows_kernel<per()><<<unsigned(rows), kSelectThreads, 0, stream>>>(p);
+  });
   return cudaGetLastError();
 }
 
