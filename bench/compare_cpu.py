@@ -59,6 +59,8 @@ def main():
     amx = ctx.get("kernels") == "amx" and peak.get("AmxPeak", 0) > 0
     print(f"measured peak (best repetition): fp32 FMA {fma:.1f} GFLOP/s, bf16 dot {peak.get('Bf16DotPeak', 0):.1f} GFLOP/s"
           + (f", AMX bf16 {peak['AmxPeak']:.1f} GFLOP/s" if amx else "") + "\n")
+    # Tables without bf16 products (avx512, avx2, generic) run bf16 inputs on the fp32 ones: their
+    # peak is the FMA's.
     bf16_peak = peak.get("AmxPeak", 0) if amx else peak.get("Bf16DotPeak", 0)
     for key, o in ours.items():
         o["peak_frac"] = o["gflops"] / fma if fma else 0

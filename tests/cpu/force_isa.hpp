@@ -12,8 +12,8 @@
 
 namespace ariadne::testing {
 
-// "amx" runs only where the CPU has AMX (not on CI's machines).
-inline const char* const kIsas[] = {"generic", "avx2", "avx512", "amx"};
+// "avx512", "avx512bf16" and "amx" run only where the CPU has them (CI's machines vary).
+inline const char* const kIsas[] = {"generic", "avx2", "avx512", "avx512bf16", "amx"};
 
 // ARIADNE_TEST_SEED draws other inputs for every case (0 or unset: the table's own seeds).
 inline uint64_t salt() {

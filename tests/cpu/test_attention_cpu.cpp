@@ -296,6 +296,32 @@ TEST(AttentionCpu, ThreadAndKernelSettingsRejectBadValues) {
   EXPECT_TRUE(cpu::tile_kernels_available("generic"));
 }
 
+// The two AVX-512 tables share every fp32 kernel; "avx512" has no bf16 product (bf16 inputs take the
+// fp32 ones, so it needs no AVX512-BF16), "avx512bf16" has them, and each table the CPU can run
+// implies the ones it builds on.
+TEST(AttentionCpu, Avx512TablesDifferOnlyInTheBf16Products) {
+  const cpu::TileKernels* a = cpu::tile_kernels_avx512();
+  const cpu::TileKernels* b = cpu::tile_kernels_avx512bf16();
+  if (a == nullptr || b == nullptr) GTEST_SKIP() << "not an x86-64 build";
+  EXPECT_STREQ(a->name, "avx512");
+  EXPECT_STREQ(b->name, "avx512bf16");
+  EXPECT_EQ(a->qk_bf16, nullptr);
+  EXPECT_EQ(a->pv_bf16, nullptr);
+  EXPECT_EQ(a->store_bf16, nullptr);
+  EXPECT_NE(b->qk_bf16, nullptr);
+  EXPECT_NE(b->pv_bf16, nullptr);
+  EXPECT_EQ(a->qk_f32, b->qk_f32);
+  EXPECT_EQ(a->softmax, b->softmax);
+  EXPECT_EQ(a->pv_f32, b->pv_f32);
+  EXPECT_EQ(a->probs, b->probs);
+  const auto implies = [](const char* t, const char* base) {
+    return !cpu::tile_kernels_available(t) || cpu::tile_kernels_available(base);
+  };
+  EXPECT_TRUE(implies("amx", "avx512bf16"));
+  EXPECT_TRUE(implies("avx512bf16", "avx512"));
+  EXPECT_TRUE(implies("avx512", "avx2"));
+}
+
 // force_tile_kernels("") returns to the table the process was configured with (ARIADNE_CPU_ISA's,
 // read once, else the best), so a test that forces a table does not lift the user's cap.
 TEST(AttentionCpu, ForcedKernelsReturnToTheConfiguredTable) {

@@ -116,7 +116,7 @@ void qk_group(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, float* 
 
 void qk_bf16(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, int rows, float* s) {
   if (dp > 256) {  // beyond the local buffer of a short row group
-    tile_kernels_avx512()->qk_bf16(q, ldq, k, dp, rows, s);
+    tile_kernels_avx512bf16()->qk_bf16(q, ldq, k, dp, rows, s);
     return;
   }
   const bool own = acquire(dp % 16);
@@ -143,7 +143,7 @@ void qk_bf16(const uint16_t* q, int64_t ldq, const uint16_t* k, int dp, int rows
 void pv_bf16_batch(const float* const* p, const uint16_t* const* v, const float* const* alpha, int count, int dv,
                    int rows, float* o) {
   if (dv % 16 != 0 || count > kPvBatch) {  // the tile unit takes whole 16-column blocks: tile by tile
-    for (int j = 0; j < count; ++j) tile_kernels_avx512()->pv_bf16(p[j], v[j], dv, rows, alpha[j], o);
+    for (int j = 0; j < count; ++j) tile_kernels_avx512bf16()->pv_bf16(p[j], v[j], dv, rows, alpha[j], o);
     return;
   }
   const bool own = acquire(0);
@@ -485,7 +485,7 @@ unsigned dense_bf16(const uint16_t* q, int64_t ldq, const uint16_t* const* k, co
 
 const TileKernels* tile_kernels_amx() {
   static const TileKernels table = [] {
-    TileKernels t = *tile_kernels_avx512();
+    TileKernels t = *tile_kernels_avx512bf16();
     t.name = "amx";
     t.qk_bf16 = qk_bf16;
     t.pv_bf16 = pv_bf16;
@@ -496,7 +496,7 @@ const TileKernels* tile_kernels_amx() {
     t.end_bf16 = end_bf16;
     return t;
   }();
-  return tile_kernels_avx512() != nullptr ? &table : nullptr;
+  return tile_kernels_avx512bf16() != nullptr ? &table : nullptr;
 }
 
 bool amx_usable() {

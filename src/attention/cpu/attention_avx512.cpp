@@ -1,7 +1,13 @@
-// AVX-512 tile primitives (compiled with -mavx512f/bw/vl/dq/bf16; called only when the CPU has
-// them). fp32 products use FMA with register blocking; bf16 products use vdpbf16ps, which does two
-// multiply-adds per fp32 lane, so bf16 tiles run at twice the fp32 FMA rate with exact bf16
-// products and fp32 sums.
+// AVX-512 tile primitives, two tables (compiled with -mavx512f/bw/vl/dq/bf16; each called only
+// where the CPU has what it uses). fp32 products use FMA with register blocking.
+//   avx512       F, BW, VL, DQ: bf16 inputs take the fp32 products (converted when packed, as f16
+//                inputs do), so the table runs on every AVX-512 server, Skylake-SP on; none of its
+//                functions holds an AVX512-BF16 instruction (docs/cpu-backend.md says how that is
+//                checked).
+//   avx512bf16   the same plus bf16 products on vdpbf16ps (two multiply-adds per fp32 lane, exact
+//                bf16 products and fp32 sums). Where the core issues vdpbf16ps at twice the FMA's
+//                flop rate (AMD Zen 4 and 5) bf16 tiles run ~1.8× the fp32 ones; on Intel cores it
+//                issues at half that rate and the fp32 products win (docs/cpu-backend.md).
 #include "attention/cpu/attention_kernels.hpp"
 
 #if defined(__x86_64__)
@@ -534,14 +540,18 @@ void row_sums(const float* p, const float* dp, int rows, double* z, double* pd) 
   }
 }
 
-const TileKernels kAvx512{"avx512", qk_f32,      qk_bf16,     softmax,     pv_f32,     pv_bf16, nullptr,
-                          nullptr,  nullptr,     colsum,      pack_k_f32,  pack_k_bf16, pack_v_bf16,
-                          store_bf16, probs,     grad_s,      transpose32, row_sums,    nullptr,
-                          nullptr};
+const TileKernels kAvx512{"avx512", qk_f32,  nullptr, softmax,     pv_f32,      nullptr,  nullptr,
+                          nullptr,  nullptr, colsum,  pack_k_f32,  nullptr,     nullptr,  nullptr,
+                          probs,    grad_s,  transpose32, row_sums, nullptr,     nullptr};
+const TileKernels kAvx512Bf16{"avx512bf16", qk_f32,      qk_bf16,     softmax,     pv_f32,     pv_bf16, nullptr,
+                              nullptr,      nullptr,     colsum,      pack_k_f32,  pack_k_bf16, pack_v_bf16,
+                              store_bf16,   probs,       grad_s,      transpose32, row_sums,    nullptr,
+                              nullptr};
 
 }  // namespace
 
 const TileKernels* tile_kernels_avx512() { return &kAvx512; }
+const TileKernels* tile_kernels_avx512bf16() { return &kAvx512Bf16; }
 
 }  // namespace ariadne::cpu
 
@@ -549,6 +559,7 @@ const TileKernels* tile_kernels_avx512() { return &kAvx512; }
 
 namespace ariadne::cpu {
 const TileKernels* tile_kernels_avx512() { return nullptr; }
+const TileKernels* tile_kernels_avx512bf16() { return nullptr; }
 }  // namespace ariadne::cpu
 
 #endif

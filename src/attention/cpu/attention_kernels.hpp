@@ -166,17 +166,18 @@ class Bf16Session {
 
 const TileKernels* tile_kernels_generic();
 const TileKernels* tile_kernels_avx2();    // null when not compiled for x86
-const TileKernels* tile_kernels_avx512();  // null when not compiled for x86
-// The AVX-512 table with qk_bf16 and pv_bf16 on AMX tiles (attention_amx.cpp); null when not
+const TileKernels* tile_kernels_avx512();      // null when not compiled for x86; bf16 on fp32 products
+const TileKernels* tile_kernels_avx512bf16();  // the same with bf16 products on vdpbf16ps
+// The avx512bf16 table with its bf16 products on AMX tiles (attention_amx.cpp); null when not
 // compiled for it. amx_usable: the CPU has AMX-TILE and AMX-BF16 and the OS granted the tile state.
 const TileKernels* tile_kernels_amx();
 bool amx_usable();
 
 // The table attention_cpu uses (runtime.cpp): the best one the CPU supports, or the one named by
-// the environment variable ARIADNE_CPU_ISA ("generic", "avx2", "avx512", "amx"; an unsupported name
-// throws), read once at the first call.
+// the environment variable ARIADNE_CPU_ISA ("generic", "avx2", "avx512", "avx512bf16", "amx"; an
+// unsupported name throws), read once at the first call.
 const TileKernels& active_tile_kernels();
-// Tests and benchmarks: force a table by name ("generic" | "avx2" | "avx512" | "amx" | "" = the
+// Tests and benchmarks: force a table by name (one of those, or "" = the
 // configured one again: ARIADNE_CPU_ISA's, else the best). Throws ariadne::Error when this CPU
 // cannot run it.
 void force_tile_kernels(const char* name);

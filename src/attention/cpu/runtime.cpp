@@ -1,7 +1,7 @@
 // Process-wide settings of the fast CPU backend: the worker count and the ISA table.
 //
 // Both are user configuration. ARIADNE_THREADS (worker count, 1..4096) and ARIADNE_CPU_ISA
-// (generic | avx2 | avx512 | amx: a cap on the kernel table) are read once, at the first call that needs
+// (generic | avx2 | avx512 | avx512bf16 | amx: the kernel table) are read once, at the first call that needs
 // them, and kept for the life of the process; attention calls never read the environment.
 // set_cpu_threads and force_tile_kernels change the settings at run time (tests, benchmarks, the
 // CLI's --threads). An invalid value throws ariadne::Error naming the variable.
@@ -64,14 +64,20 @@ const TileKernels* table_by_name(const std::string& name) {
   if (name == "generic") return tile_kernels_generic();
   if (name == "avx2") return tile_kernels_avx2();
   if (name == "avx512") return tile_kernels_avx512();
+  if (name == "avx512bf16") return tile_kernels_avx512bf16();
   if (name == "amx") return tile_kernels_amx();
   return nullptr;
 }
 
 // AMX first: its bf16 products beat the AVX-512 ones on every pattern (docs/cpu-backend.md), and its
-// fp32 path is the AVX-512 table's.
+// fp32 path is the AVX-512 table's. Without AMX, vdpbf16ps only where the core issues it at twice the
+// FMA's flop rate: on AMD's cores (Zen 5: bf16 products 1.8x the fp32 ones); Intel's issue it at half
+// that rate, so there bf16 inputs run faster on the fp32 products (docs/cpu-backend.md).
 const TileKernels* best_table() {
   if (tile_kernels_available("amx")) return tile_kernels_amx();
+#if defined(__x86_64__)
+  if (tile_kernels_available("avx512bf16") && __builtin_cpu_is("amd")) return tile_kernels_avx512bf16();
+#endif
   if (tile_kernels_available("avx512")) return tile_kernels_avx512();
   if (tile_kernels_available("avx2")) return tile_kernels_avx2();
   return tile_kernels_generic();
@@ -83,7 +89,7 @@ const TileKernels* configured_table() {
     const char* env = std::getenv("ARIADNE_CPU_ISA");
     if (env == nullptr || *env == '\0') return best_table();
     ARIADNE_CHECK(table_by_name(env) != nullptr, "ARIADNE_CPU_ISA: '", env,
-                  "' is not one of generic, avx2, avx512, amx");
+                  "' is not one of generic, avx2, avx512, avx512bf16, amx");
     ARIADNE_CHECK(tile_kernels_available(env), "ARIADNE_CPU_ISA: this CPU cannot run the '", env, "' kernels");
     return table_by_name(env);
   }();
@@ -102,9 +108,11 @@ bool tile_kernels_available(const char* name) {
   if (n == "avx512")
     return tile_kernels_avx512() != nullptr && __builtin_cpu_supports("avx512f") &&
            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bf16") &&
-           __builtin_cpu_supports("fma");
-  if (n == "amx") return tile_kernels_amx() != nullptr && tile_kernels_available("avx512") && amx_usable();
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+  if (n == "avx512bf16")
+    return tile_kernels_avx512bf16() != nullptr && tile_kernels_available("avx512") &&
+           __builtin_cpu_supports("avx512bf16");
+  if (n == "amx") return tile_kernels_amx() != nullptr && tile_kernels_available("avx512bf16") && amx_usable();
 #endif
   return false;
 }
@@ -115,7 +123,8 @@ void force_tile_kernels(const char* name) {
     g_kernels.store(configured_table());
     return;
   }
-  ARIADNE_CHECK(table_by_name(n) != nullptr, "cpu kernels: '", n, "' is not one of generic, avx2, avx512, amx");
+  ARIADNE_CHECK(table_by_name(n) != nullptr, "cpu kernels: '", n,
+                "' is not one of generic, avx2, avx512, avx512bf16, amx");
   ARIADNE_CHECK(tile_kernels_available(n.c_str()), "cpu kernels: this CPU cannot run the '", n, "' kernels");
   g_kernels.store(table_by_name(n));
 }

@@ -22,7 +22,7 @@ namespace {
 DecodeTaskFn active_task() {
   const std::string isa = cpu::active_tile_kernels().name;
   DecodeTaskFn f = nullptr;
-  if (isa == "avx512" || isa == "amx") f = decode_task_avx512();  // decode has no tile-unit product
+  if (isa.starts_with("avx512") || isa == "amx") f = decode_task_avx512();  // decode has no tile-unit product
   else if (isa == "avx2") f = decode_task_avx2();
   return f ? f : decode_task_generic();
 }
@@ -35,7 +35,7 @@ constexpr int64_t kMinPagesPerRun = 4;
 ScoreKernels active_score_kernels() {
   const std::string isa = cpu::active_tile_kernels().name;
   ScoreKernels k;
-  if (isa == "avx512" || isa == "amx") k = score_kernels_avx512();
+  if (isa.starts_with("avx512") || isa == "amx") k = score_kernels_avx512();
   else if (isa == "avx2") k = score_kernels_avx2();
   return k.dot ? k : score_kernels_generic();
 }
