@@ -57,7 +57,9 @@ def main():
         fma = float(sys.argv[3])
     # On the AMX table the bf16 products run on the tile unit: its peak is bf16's own.
     amx = ctx.get("kernels") == "amx" and peak.get("AmxPeak", 0) > 0
-    print(f"measured peak (best repetition): fp32 FMA {fma:.1f} GFLOP/s, bf16 dot {peak.get('Bf16DotPeak', 0):.1f} GFLOP/s"
+    dot = peak.get("Bf16DotPeak", 0)  # absent where the table has no bf16 dot product
+    print(f"measured peak (best repetition): fp32 FMA {fma:.1f} GFLOP/s"
+          + (f", bf16 dot {dot:.1f} GFLOP/s" if dot else "")
           + (f", AMX bf16 {peak['AmxPeak']:.1f} GFLOP/s" if amx else "") + "\n")
     # Tables without bf16 products (avx512, avx2, generic) run bf16 inputs on the fp32 ones: their
     # peak is the FMA's.
