@@ -5,9 +5,10 @@
 //                functions holds an AVX512-BF16 instruction (docs/cpu-backend.md says how that is
 //                checked).
 //   avx512bf16   the same plus bf16 products on vdpbf16ps (two multiply-adds per fp32 lane, exact
-//                bf16 products and fp32 sums). Where the core issues vdpbf16ps at twice the FMA's
-//                flop rate (AMD Zen 4 and 5) bf16 tiles run ~1.8× the fp32 ones; on Intel cores it
-//                issues at half that rate and the fp32 products win (docs/cpu-backend.md).
+//                bf16 products and fp32 sums). Where the core issues vdpbf16ps at about twice the
+//                FMA's flop rate (measured on AMD Zen 5) bf16 tiles run ~1.7× the fp32 ones; the
+//                Intel core measured issues it at half the FMA's rate, and the fp32 products win
+//                there (docs/cpu-backend.md).
 #include "attention/cpu/attention_kernels.hpp"
 
 #if defined(__x86_64__)
