@@ -541,9 +541,6 @@ void row_sums(const float* p, const float* dp, int rows, double* z, double* pd) 
   }
 }
 
-const TileKernels kAvx512{"avx512", qk_f32,  nullptr, softmax,     pv_f32,      nullptr,  nullptr,
-                          nullptr,  nullptr, colsum,  pack_k_f32,  nullptr,     nullptr,  nullptr,
-                          probs,    grad_s,  transpose32, row_sums, nullptr,     nullptr};
 const TileKernels kAvx512Bf16{"avx512bf16", qk_f32,      qk_bf16,     softmax,     pv_f32,     pv_bf16, nullptr,
                               nullptr,      nullptr,     colsum,      pack_k_f32,  pack_k_bf16, pack_v_bf16,
                               store_bf16,   probs,       grad_s,      transpose32, row_sums,    nullptr,
@@ -551,7 +548,22 @@ const TileKernels kAvx512Bf16{"avx512bf16", qk_f32,      qk_bf16,     softmax,  
 
 }  // namespace
 
-const TileKernels* tile_kernels_avx512() { return &kAvx512; }
+// The avx512bf16 table without the entries that hold AVX512-BF16 instructions: bf16 inputs take the
+// fp32 products and the driver's packing and rounding loops. Built at first use, as the AMX table is.
+const TileKernels* tile_kernels_avx512() {
+  static const TileKernels table = [] {
+    TileKernels t = kAvx512Bf16;
+    t.name = "avx512";
+    t.qk_bf16 = nullptr;
+    t.pv_bf16 = nullptr;
+    t.pack_k_bf16 = nullptr;
+    t.pack_v_bf16 = nullptr;
+    t.store_bf16 = nullptr;
+    return t;
+  }();
+  return &table;
+}
+
 const TileKernels* tile_kernels_avx512bf16() { return &kAvx512Bf16; }
 
 }  // namespace ariadne::cpu

@@ -60,6 +60,8 @@ namespace {
 
 std::atomic<const TileKernels*> g_kernels{nullptr};
 
+constexpr const char* kTableNames = "generic, avx2, avx512, avx512bf16, amx";  // table_by_name's
+
 const TileKernels* table_by_name(const std::string& name) {
   if (name == "generic") return tile_kernels_generic();
   if (name == "avx2") return tile_kernels_avx2();
@@ -88,8 +90,7 @@ const TileKernels* configured_table() {
   static const TileKernels* const table = [] {
     const char* env = std::getenv("ARIADNE_CPU_ISA");
     if (env == nullptr || *env == '\0') return best_table();
-    ARIADNE_CHECK(table_by_name(env) != nullptr, "ARIADNE_CPU_ISA: '", env,
-                  "' is not one of generic, avx2, avx512, avx512bf16, amx");
+    ARIADNE_CHECK(table_by_name(env) != nullptr, "ARIADNE_CPU_ISA: '", env, "' is not one of ", kTableNames);
     ARIADNE_CHECK(tile_kernels_available(env), "ARIADNE_CPU_ISA: this CPU cannot run the '", env, "' kernels");
     return table_by_name(env);
   }();
@@ -123,8 +124,7 @@ void force_tile_kernels(const char* name) {
     g_kernels.store(configured_table());
     return;
   }
-  ARIADNE_CHECK(table_by_name(n) != nullptr, "cpu kernels: '", n,
-                "' is not one of generic, avx2, avx512, avx512bf16, amx");
+  ARIADNE_CHECK(table_by_name(n) != nullptr, "cpu kernels: '", n, "' is not one of ", kTableNames);
   ARIADNE_CHECK(tile_kernels_available(n.c_str()), "cpu kernels: this CPU cannot run the '", n, "' kernels");
   g_kernels.store(table_by_name(n));
 }
