@@ -42,6 +42,7 @@ void select_cuda(const DecodeParams& p, const PageSelectConfig& config, CudaPage
 // scratch: n 4-byte words (at least one); upload: a copy of n host ints on `stream`.
 DeviceBuffer scratch_words(int64_t n, void* stream);
 DeviceBuffer upload_ints(const int32_t* host, size_t n, void* stream);
+int sm_count();  // the current device's SMs, read once
 
 // One decode step's appends on the device (src/decode/cuda/append_cuda.cu): batch entry b writes
 // its token into row lengths[seqs[b]] of its reserved page, refreshes that page's key summaries,

@@ -27,6 +27,7 @@ struct Case {
   DType dtype = DType::bf16;
   SinkMode sink_mode = SinkMode::none;
   int64_t window = -1;
+  int stride = 0;  // summary_stride; 0: 8 where the page size allows, else 1
 };
 
 std::string name_of(const Case& c) {
@@ -34,7 +35,7 @@ std::string name_of(const Case& c) {
   os << "len";
   for (int64_t l : c.lengths) os << '_' << l;
   os << " hq" << c.heads_q << " hkv" << c.heads_kv << " d" << c.dim << " page" << c.page << ' ' << dtype_name(c.dtype)
-     << " sink " << sink_mode_name(c.sink_mode) << " window " << c.window;
+     << " sink " << sink_mode_name(c.sink_mode) << " window " << c.window << " stride " << c.stride;
   return os.str();
 }
 
@@ -53,7 +54,7 @@ struct Inputs {
   std::vector<float> sink;
   float max_abs_k = 0;
   Inputs(const Case& c, uint64_t seed)
-      : cache(KVCacheConfig{c.page, c.heads_kv, c.dim, c.dtype, c.page % 8 == 0 ? 8 : 1}),
+      : cache(KVCacheConfig{c.page, c.heads_kv, c.dim, c.dtype, c.stride > 0 ? c.stride : c.page % 8 == 0 ? 8 : 1}),
         q(c.dtype, {int64_t(c.lengths.size()), c.heads_q, c.dim}) {
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -174,6 +175,11 @@ std::vector<Case> cases() {
       {{70000}, 8, 1, 80, 64, DType::bf16, SinkMode::denominator},
       {{5, 900, 64, 1, 3000, 128, 129, 2000, 77, 640, 1, 1, 333, 4000, 12, 1024}, 8, 8, 128, 64},
       many_rows(),
+      // 12 × 8 rows of 100-132 pages: over eight terms CTAs per SM at 8 pages a CTA (on up to 200 SMs),
+      // so the selection's terms kernel takes 16 pages a CTA.
+      {{2100, 1601, 2048, 1999, 1700, 2111, 1800, 2047, 1905, 2000, 1650, 2112}, 16, 8, 64, 16},
+      // summary_stride 1: 64 stride sums a page at d 128, 512 terms a terms CTA.
+      {{3000, 700}, 8, 2, 128, 64, DType::bf16, SinkMode::none, -1, 1},
   };
 }
 
@@ -393,6 +399,15 @@ TEST(DecodeCuda, DeviceSelectionRefusalsNameTheField) {
   dp.seqs = std::span<const int32_t>(in.seqs.data(), 1);
   EXPECT_NE(testing::error_of([&] { decode_attention(dp, Backend::cuda); }).find("device_selection has 4 rows"),
             std::string::npos);
+  // Every head scoring each of a page's 64 stride sums: the terms kernel's per-chunk log-weights alone
+  // exceed its shared memory.
+  const Case wide{{100}, 64, 1, 128, 64, DType::bf16, SinkMode::none, -1, 1};
+  Inputs win(wide, 6);
+  const DeviceBuffer wq = DeviceBuffer::from_host(win.q);
+  cfg.rotate = false;
+  const std::string e = testing::error_of([&] { select_pages(device_params(wide, win, wq), cfg, dsel); });
+  EXPECT_NE(e.find("64 query heads with 64 key strides"), std::string::npos) << e;
+  EXPECT_NE(e.find("use rotate"), std::string::npos) << e;
 }
 
 // A NaN in a query poisons its row (out and lse NaN), never reads as a masked row; other rows stay

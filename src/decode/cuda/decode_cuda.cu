@@ -363,16 +363,6 @@ void check(cudaError_t e, const char* what) {
   ARIADNE_CHECK(e == cudaSuccess, "decode (cuda): ", what, ": ", cudaGetErrorString(e));
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    check(cudaGetDevice(&dev), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev), "SM count");
-    return v;
-  }();
-  return n;
-}
-
 // The split of each row's tiles: the smallest count that minimizes waves × tiles per CTA, the
 // waves counted against the CTAs the GPU holds at once (`capacity`). A memory-bound kernel whose
 // last wave is partly empty leaves bandwidth unused; among equal costs fewer splits mean less
@@ -496,6 +486,16 @@ Split split_of(const DecodeParams& p) {
 }
 
 }  // namespace
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev), "SM count");
+    return v;
+  }();
+  return n;
+}
 
 size_t decode_cuda_workspace(const DecodeParams& p) { return split_of(p).bytes(); }
 

@@ -7,7 +7,7 @@
 //   1. geometry   one CTA: each row's visible pages, first visible page and score offset (a block
 //                 scan over the rows), the per-row τ, and this call's rotation step (advancing the
 //                 counter under advance_step).
-//   2. terms      a CTA per (row, 8 visible pages): the log-weights of the pages' terms (rr: one
+//   2. terms      a CTA per (row, 8 or 16 visible pages): the log-weights of the pages' terms (rr: one
 //                 per key stride, log n + scale·q·k̄ for the rotated head or every head; quest:
 //                 log rows + scale·Σ max(q·min, q·max) per head), in double with the dot products
 //                 reduced across a warp; per head the chunk's max m_c and Σ exp(x − m_c), and per
@@ -48,7 +48,8 @@ namespace ariadne {
 
 namespace {
 
-constexpr int kPagesPerCta = 8;   // pages of one row per terms CTA
+// Pages of one row per terms CTA (SelArgs::chunk): 8, or 16 when a call has CTAs to spare.
+constexpr int kMinChunk = 8, kMaxChunk = 16;
 constexpr int kTermThreads = 128;
 constexpr size_t kMaxTermsSmem = 200 * 1024;  // the terms kernel's shared memory per CTA at most
 constexpr int kScoreThreads = 256;
@@ -64,7 +65,7 @@ DeviceBuffer bytes_buffer(size_t bytes) {
   return DeviceBuffer(DType::f32, {std::max<int64_t>(1, int64_t((bytes + 3) / 4))});
 }
 
-int chunks_of(int max_pages) { return (max_pages + kPagesPerCta - 1) / kPagesPerCta; }
+int chunks_of(int max_pages) { return (max_pages + kMinChunk - 1) / kMinChunk; }  // the most a row has
 
 struct SelArgs {
   const float* sum;  // [capacity, kv_heads, J, d]
@@ -77,7 +78,7 @@ struct SelArgs {
   const void* q;
   int64_t q_sb, q_sh;
   bool bf16;
-  int Hkv, G, d, P, S, J, hpt, chunks;
+  int Hkv, G, d, P, S, J, hpt, chunks, chunk;  // chunks: the chunk buffers' row stride
   bool quest, rotate, advance;
   long long window, step;
   double scale, tau, log_s;  // log_s = log(S), the host's value
@@ -186,19 +187,19 @@ __device__ __forceinline__ double dot_quarter(const double* q, int d4, int l8, c
 __global__ void __launch_bounds__(kTermThreads) terms_kernel(SelArgs a) {
   extern __shared__ double sm[];
   const int64_t r = blockIdx.y;
-  const int c = blockIdx.x, n = a.visible[r], i0 = c * kPagesPerCta;
+  const int c = blockIdx.x, n = a.visible[r], i0 = c * a.chunk;
   if (i0 >= n) return;  // the scores kernel reads only chunks that hold pages
   const int b = int(r / a.Hkv), g = int(r % a.Hkv), seq = a.seqs[b], len = a.lengths[seq], lo = a.page_lo[r];
-  const int G = a.G, d = a.d, d4 = d / 4, J = a.J, hpt = a.hpt, terms = kPagesPerCta * J;
+  const int G = a.G, d = a.d, d4 = d / 4, J = a.J, hpt = a.hpt, terms = a.chunk * J;
   const int step_g = int(a.step_ctr[1] % G);  // the step is ≥ 0, so (p + step + j) mod G needs only this
-  __shared__ int64_t pool_of[kPagesPerCta];
+  __shared__ int64_t pool_of[kMaxChunk];
   double* qs = sm;                 // [G][d]
   double* xs = qs + G * d;         // [terms][hpt]
   double* hm = xs + terms * hpt;   // [G]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, l8 = lane & 7;
   // The queries and the pages' pool ids, loaded together before any term needs them.
   for (int x = tid; x < G * d; x += kTermThreads) qs[x] = q_elem(a, b, g * G + x / d, x % d);
-  if (tid < kPagesPerCta && i0 + tid < n) pool_of[tid] = a.table[int64_t(seq) * a.max_pages + lo + i0 + tid];
+  if (tid < a.chunk && i0 + tid < n) pool_of[tid] = a.table[int64_t(seq) * a.max_pages + lo + i0 + tid];
   __syncthreads();
   // The query head of term t's slot: stride j of page p goes to head (p + step + j) mod G under
   // rotation (the host's first_head / next_head), else the slot is the head.
@@ -292,7 +293,7 @@ __global__ void __launch_bounds__(kTermThreads) terms_kernel(SelArgs a) {
   }
   __syncthreads();
   const int64_t sp = a.score_ptr[r];
-  for (int x = tid; x < kPagesPerCta * G; x += kTermThreads) {
+  for (int x = tid; x < a.chunk * G; x += kTermThreads) {
     const int pi = x / G, h = x % G;
     if (i0 + pi >= n) continue;
     double e = 0;
@@ -313,7 +314,7 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(SelArgs a) {
   __shared__ int scored[kMaxGroup];
   __shared__ int heads;
   const int64_t r = blockIdx.y;
-  const int n = a.visible[r], G = a.G, chunks = (n + kPagesPerCta - 1) / kPagesPerCta;
+  const int n = a.visible[r], G = a.G, chunks = (n + a.chunk - 1) / a.chunk;
   const int i = int(blockIdx.x) * kScoreThreads + int(threadIdx.x);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (int(blockIdx.x) * kScoreThreads >= n) return;
@@ -349,7 +350,7 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(SelArgs a) {
   __syncthreads();
   if (i >= n) return;
   const int64_t sp = a.score_ptr[r];
-  const int c = i / kPagesPerCta;
+  const int c = i / a.chunk;
   double sum = 0;
   for (int h = 0; h < G; ++h) {
     if (!scored[h]) continue;
@@ -614,13 +615,22 @@ void select_cuda(const DecodeParams& p, const PageSelectConfig& cfg, CudaPageSel
 
   geometry_kernel<<<1, kGeometryThreads, 0, stream>>>(a);
   check(cudaGetLastError(), "geometry launch");
-  const size_t smem = (size_t(G) * a.d + size_t(kPagesPerCta) * a.J * a.hpt + G) * sizeof(double);
+  const auto terms_smem = [&](int chunk) {
+    return (size_t(G) * a.d + size_t(chunk) * a.J * a.hpt + G) * sizeof(double);
+  };
+  // 16 pages a terms CTA once 8 would give eight CTAs or more per SM: each CTA's fixed phases (the
+  // queries, the per-head reductions) then weigh half as much, while short rows keep the CTAs that
+  // fill the GPU.
+  a.chunk = rows * a.chunks >= 8 * int64_t(sm_count()) && terms_smem(kMaxChunk) <= kMaxTermsSmem ? kMaxChunk
+                                                                                                : kMinChunk;
+  const size_t smem = terms_smem(a.chunk);
   ARIADNE_CHECK(smem <= kMaxTermsSmem, "select_pages (cuda): a group of ", G, " query heads with ", a.J,
                 " key strides a page needs ", smem, " bytes of shared memory per CTA, more than 200 KiB (raise ",
                 "summary_stride or use rotate)");
   if (rows > 0 && a.chunks > 0) {
     allow_terms_smem();
-    terms_kernel<<<dim3(unsigned(a.chunks), unsigned(rows)), kTermThreads, smem, stream>>>(a);
+    terms_kernel<<<dim3(unsigned((d.max_pages + a.chunk - 1) / a.chunk), unsigned(rows)), kTermThreads, smem,
+                   stream>>>(a);
     check(cudaGetLastError(), "terms launch");
     scores_kernel<<<dim3(unsigned((d.max_pages + kScoreThreads - 1) / kScoreThreads), unsigned(rows)), kScoreThreads,
                     0, stream>>>(a);
