@@ -129,6 +129,9 @@ std::vector<DecodeCase> decode_cases() {
   add({{900}, 4, 2, 64, 64, DType::f32, SinkMode::denominator, 0});
   add({{2048}, 4, 4, 64, 1});
   add({{4096, 100}, 12, 4, 64, 128, DType::bf16, SinkMode::denominator, 1000});
+  // Groups of 8 and 5 heads: the AVX-512 P·V takes 4 heads a pass (two passes; a pass of 4 and one of 1).
+  add({{260}, 16, 2, 64, 32});
+  add({{100, 33}, 10, 2, 128, 16, DType::bf16});
   // Head dims off the vector widths: 40 (AVX2's 8-wide path, AVX-512's scalar tail), 36 (scalar).
   add({{300, 45}, 4, 2, 40, 16});
   add({{300}, 2, 1, 36, 8, DType::bf16});

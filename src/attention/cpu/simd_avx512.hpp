@@ -1,6 +1,6 @@
-// Internal: AVX-512 helpers shared by the tables compiled with AVX-512 (attention_avx512.cpp,
-// attention_amx.cpp): exp2 for the softmax and the 16-row transposed reduction. Include it only
-// from a file built with the AVX-512 flags (CMakeLists.txt: *_avx512.cpp, *_amx.cpp). The helpers
+// Internal: AVX-512 helpers shared by the code compiled with AVX-512 (attention_avx512.cpp,
+// attention_amx.cpp, decode_avx512.cpp): exp2 for the softmax and the 16-row transposed reduction.
+// Include it only from a file built with the AVX-512 flags (CMakeLists.txt: *_avx512.cpp, *_amx.cpp). The helpers
 // live in an unnamed namespace: each of those files keeps its own copy, compiled for its own flags,
 // so the linker never picks one file's instructions for another.
 #pragma once

@@ -14,6 +14,9 @@
 #endif
 
 #include "decode/cpu/decode_kernel.hpp"
+#if defined(__AVX512F__)
+#include "attention/cpu/simd_avx512.hpp"
+#endif
 
 namespace ariadne::decode_detail {
 namespace {
@@ -59,6 +62,110 @@ inline float dot(const float* a, const float* b, int n) {
   return s;
 }
 
+#if defined(__AVX512F__)
+// The AVX-512 page step for head dims that are multiples of 16: 16 rows' dot products reduced at
+// once (cpu::reduce_rows16) instead of a horizontal reduction per dot, the exponentials 16 at a
+// time (cpu::exp2v), and P·V with the accumulators of up to 4 heads × 4 vectors in registers, so
+// that a V row is loaded once per 64 columns for the whole group.
+
+// sh[r] = q·k_r · scale for rows [0, rows) of kf ([rows][d], d % 16 == 0).
+inline void scores16(const float* q, const float* kf, int rows, int d, float scale, float* sh) {
+  for (int r = 0; r < rows; r += 16) {
+    const int n = std::min(16, rows - r);
+    __m512 acc[16];
+    for (int i = 0; i < 16; ++i) {
+      if (i >= n) {
+        acc[i] = _mm512_setzero_ps();
+        continue;
+      }
+      const float* k = kf + int64_t(r + i) * d;
+      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+      int c = 0;
+      for (; c + 32 <= d; c += 32) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(k + c), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c + 16), _mm512_loadu_ps(k + c + 16), a1);
+      }
+      if (c < d) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(k + c), a0);
+      acc[i] = _mm512_add_ps(a0, a1);
+    }
+    const __m512 x = _mm512_mul_ps(cpu::reduce_rows16(acc, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); }),
+                                   _mm512_set1_ps(scale));
+    _mm512_mask_storeu_ps(sh + r, __mmask16((1u << n) - 1), x);
+  }
+}
+
+// acc[h][c0 ..] += Σ_r p[h][r] · v_r[c0 ..] for NH heads and NV vectors of columns from c0.
+template <int NH, int NV>
+inline void pv_block(const float* p, int64_t ldp, const float* vf, int rows, int d, int c0, float* acc) {
+  __m512 a[NH][NV];
+  for (int h = 0; h < NH; ++h)
+    for (int j = 0; j < NV; ++j) a[h][j] = _mm512_loadu_ps(acc + int64_t(h) * d + c0 + 16 * j);
+  for (int r = 0; r < rows; ++r) {
+    __m512 v[NV];
+    for (int j = 0; j < NV; ++j) v[j] = _mm512_loadu_ps(vf + int64_t(r) * d + c0 + 16 * j);
+    for (int h = 0; h < NH; ++h) {
+      const __m512 w = _mm512_set1_ps(p[h * ldp + r]);
+      for (int j = 0; j < NV; ++j) a[h][j] = _mm512_fmadd_ps(w, v[j], a[h][j]);
+    }
+  }
+  for (int h = 0; h < NH; ++h)
+    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(acc + int64_t(h) * d + c0 + 16 * j, a[h][j]);
+}
+
+template <int NH>
+inline void pv_heads(const float* p, int64_t ldp, const float* vf, int rows, int d, float* acc) {
+  int c0 = 0;
+  for (; c0 + 64 <= d; c0 += 64) pv_block<NH, 4>(p, ldp, vf, rows, d, c0, acc);
+  switch ((d - c0) / 16) {
+    case 3: pv_block<NH, 3>(p, ldp, vf, rows, d, c0, acc); break;
+    case 2: pv_block<NH, 2>(p, ldp, vf, rows, d, c0, acc); break;
+    case 1: pv_block<NH, 1>(p, ldp, vf, rows, d, c0, acc); break;
+    default: break;
+  }
+}
+
+// acc[h] += Σ_r p[h][r] v_r for the G heads (p rows ldp apart, acc rows d apart), 4 heads a pass.
+inline void pv16(const float* p, int64_t ldp, const float* vf, int rows, int d, int G, float* acc) {
+  for (int h0 = 0; h0 < G; h0 += 4) {
+    const float* ph = p + h0 * ldp;
+    float* ah = acc + int64_t(h0) * d;
+    switch (std::min(4, G - h0)) {
+      case 4: pv_heads<4>(ph, ldp, vf, rows, d, ah); break;
+      case 3: pv_heads<3>(ph, ldp, vf, rows, d, ah); break;
+      case 2: pv_heads<2>(ph, ldp, vf, rows, d, ah); break;
+      default: pv_heads<1>(ph, ldp, vf, rows, d, ah); break;
+    }
+  }
+}
+
+// The max of mx and sh[0, rows); `nan`: whether any of sh is NaN.
+inline float max16(const float* sh, int rows, float mx, bool& nan) {
+  __m512 m = _mm512_set1_ps(mx);
+  __mmask16 bad = 0;
+  for (int r = 0; r < rows; r += 16) {
+    const __mmask16 live = __mmask16(rows - r >= 16 ? 0xFFFF : (1u << (rows - r)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(live, sh + r);
+    bad |= _mm512_mask_cmp_ps_mask(live, x, x, _CMP_UNORD_Q);
+    m = _mm512_mask_max_ps(m, live, m, x);
+  }
+  nan = bad != 0;
+  return _mm512_reduce_max_ps(m);
+}
+// sh[r] = exp(sh[r] − m) for r < rows (m finite, at least their max); returns their sum.
+inline float exp16(float* sh, int rows, float m) {
+  const __m512 log2e = _mm512_set1_ps(1.4426950408889634f), mv = _mm512_set1_ps(m);
+  __m512 sum = _mm512_setzero_ps();
+  for (int r = 0; r < rows; r += 16) {
+    const __mmask16 live = __mmask16(rows - r >= 16 ? 0xFFFF : (1u << (rows - r)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(live, sh + r);
+    const __m512 p = _mm512_maskz_mov_ps(live, cpu::exp2v(_mm512_mul_ps(_mm512_sub_ps(x, mv), log2e)));
+    _mm512_mask_storeu_ps(sh + r, live, p);
+    sum = _mm512_add_ps(sum, p);
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+#endif
+
 template <class T>
 inline float to_f32(T x) {
   if constexpr (sizeof(T) == 4) return x;
@@ -96,6 +203,33 @@ inline void decode_task_body(const DecodeTask& t) {
     };
     widen(kpool + base, t.kf);
     widen(vpool + base, t.vf);
+#if defined(__AVX512F__)
+    if (d % 16 == 0) {
+      constexpr float kInf = std::numeric_limits<float>::infinity();
+      for (int hg = 0; hg < G; ++hg) {
+        float* sh = t.s + int64_t(hg) * P;
+        scores16(t.q + int64_t(hg) * d, t.kf, rows, d, t.scale, sh);
+        if (t.key0_bias && page * P + r0 == 0) sh[0] += t.key0_bias[hg];
+        bool nan = false;
+        const float mx = max16(sh, rows, t.m[hg], nan);
+        // A NaN or +inf logit poisons the row (docs/numerics.md): m and l become NaN for good, and
+        // the row's weights are zero in the group's P·V below.
+        if (nan || mx == kInf || std::isnan(t.m[hg])) {
+          t.m[hg] = t.l[hg] = std::numeric_limits<float>::quiet_NaN();
+          std::fill_n(sh, rows, 0.f);
+          continue;
+        }
+        const float alpha = t.m[hg] == -kInf ? 0.f : std::exp(t.m[hg] - mx);
+        t.l[hg] = t.l[hg] * alpha + exp16(sh, rows, mx);
+        t.m[hg] = mx;
+        float* a = t.acc + int64_t(hg) * d;
+#pragma omp simd
+        for (int i = 0; i < d; ++i) a[i] *= alpha;
+      }
+      pv16(t.s, P, t.vf, rows, d, G, t.acc);
+      continue;
+    }
+#endif
     for (int hg = 0; hg < G; ++hg) {
       const float* qh = t.q + int64_t(hg) * d;
       float* sh = t.s + int64_t(hg) * P;
