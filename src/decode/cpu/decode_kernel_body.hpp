@@ -21,20 +21,27 @@
 namespace ariadne::decode_detail {
 namespace {
 
+#if defined(__AVX512F__)
+// The 16 lane sums of a·b (n % 16 == 0), from two accumulators.
+inline __m512 dot_lanes16(const float* a, const float* b, int n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+  }
+  if (i < n) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+  return _mm512_add_ps(s0, s1);
+}
+#endif
+
 // Σ_i a[i]·b[i]. The vector paths keep two accumulators and reduce once per dot with a log-depth
 // tree: a plain loop reduced by the compiler ends in a chain of 16 dependent scalar adds per dot,
 // which dominated the task.
 inline float dot(const float* a, const float* b, int n) {
 #if defined(__AVX512F__)
   if (n % 16 == 0) {
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-      s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-      s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
-    }
-    if (i < n) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-    const __m512 s = _mm512_add_ps(s0, s1);
+    const __m512 s = dot_lanes16(a, b, n);
     const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
@@ -73,21 +80,7 @@ inline void scores16(const float* q, const float* kf, int rows, int d, float sca
   for (int r = 0; r < rows; r += 16) {
     const int n = std::min(16, rows - r);
     __m512 acc[16];
-    for (int i = 0; i < 16; ++i) {
-      if (i >= n) {
-        acc[i] = _mm512_setzero_ps();
-        continue;
-      }
-      const float* k = kf + int64_t(r + i) * d;
-      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-      int c = 0;
-      for (; c + 32 <= d; c += 32) {
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(k + c), a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c + 16), _mm512_loadu_ps(k + c + 16), a1);
-      }
-      if (c < d) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(k + c), a0);
-      acc[i] = _mm512_add_ps(a0, a1);
-    }
+    for (int i = 0; i < 16; ++i) acc[i] = i < n ? dot_lanes16(q, kf + int64_t(r + i) * d, d) : _mm512_setzero_ps();
     const __m512 x = _mm512_mul_ps(cpu::reduce_rows16(acc, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); }),
                                    _mm512_set1_ps(scale));
     _mm512_mask_storeu_ps(sh + r, __mmask16((1u << n) - 1), x);
