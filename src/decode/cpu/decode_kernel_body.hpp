@@ -16,22 +16,86 @@
 #include "decode/cpu/decode_kernel.hpp"
 #if defined(__AVX512F__)
 #include "attention/cpu/simd_avx512.hpp"
+#elif defined(__AVX2__)
+#include "attention/cpu/simd_avx2.hpp"
 #endif
 
 namespace ariadne::decode_detail {
 namespace {
 
+#if defined(__AVX512F__) || defined(__AVX2__)
+// The vector width of the file's table, as the few operations the page step needs: 16 lanes in an
+// AVX-512 file, 8 in an AVX2 file. The page step below is written once over it.
+struct Lanes {
 #if defined(__AVX512F__)
-// The 16 lane sums of a·b (n % 16 == 0), from two accumulators.
-inline __m512 dot_lanes16(const float* a, const float* b, int n) {
-  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-  int i = 0;
-  for (; i + 32 <= n; i += 32) {
-    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+  using V = __m512;
+  static constexpr int W = 16;
+  static constexpr int kPvVectors = 4;  // 4 heads × 4 accumulators of 32 registers
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V x) { _mm512_storeu_ps(p, x); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  // Lanes [0, n) from p, the others `fill`; and the store of lanes [0, n).
+  static __mmask16 live(int n) { return __mmask16(n >= 16 ? 0xFFFF : (1u << n) - 1); }
+  static V load_n(const float* p, int n, float fill) { return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), live(n), p); }
+  static void store_n(float* p, V x, int n) { _mm512_mask_storeu_ps(p, live(n), x); }
+  static bool any_nan(V x) { return _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0; }
+  static float hmax(V x) { return _mm512_reduce_max_ps(x); }
+  static float hsum(V x) {
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1));
+    __m128 y = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    y = _mm_add_ps(y, _mm_movehl_ps(y, y));
+    return _mm_cvtss_f32(_mm_add_ss(y, _mm_movehdup_ps(y)));
   }
-  if (i < n) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-  return _mm512_add_ps(s0, s1);
+  static V exp2(V x) { return cpu::exp2v(x); }
+  // Lane i: the sum of v[i]'s lanes (W rows reduced at once).
+  static V row_sums(const V* v) { return cpu::reduce_rows16(v, [](V a, V b) { return _mm512_add_ps(a, b); }); }
+#else
+  using V = __m256;
+  static constexpr int W = 8;
+  static constexpr int kPvVectors = 2;  // 4 heads × 2 accumulators of 16 registers
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V x) { _mm256_storeu_ps(p, x); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static __m256i live(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static V load_n(const float* p, int n, float fill) {
+    const __m256i m = live(n);
+    return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+  }
+  static void store_n(float* p, V x, int n) { _mm256_maskstore_ps(p, live(n), x); }
+  static bool any_nan(V x) { return _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0; }
+  static float hmax(V x) { return cpu::hmax(x); }
+  static float hsum(V x) { return cpu::hsum(x); }
+  static V exp2(V x) { return cpu::exp2v(x); }
+  static V row_sums(const V* v) { return cpu::reduce_rows8(v, [](V a, V b) { return _mm256_add_ps(a, b); }); }
+#endif
+};
+using Vec = Lanes::V;
+constexpr int kW = Lanes::W;
+
+// The kW lane sums of a·b (n % kW == 0), from two accumulators.
+inline Vec dot_lanes(const float* a, const float* b, int n) {
+  Vec s0 = Lanes::zero(), s1 = Lanes::zero();
+  int i = 0;
+  for (; i + 2 * kW <= n; i += 2 * kW) {
+    s0 = Lanes::fma(Lanes::load(a + i), Lanes::load(b + i), s0);
+    s1 = Lanes::fma(Lanes::load(a + i + kW), Lanes::load(b + i + kW), s1);
+  }
+  if (i < n) s0 = Lanes::fma(Lanes::load(a + i), Lanes::load(b + i), s0);
+  return Lanes::add(s0, s1);
 }
 #endif
 
@@ -39,86 +103,63 @@ inline __m512 dot_lanes16(const float* a, const float* b, int n) {
 // tree: a plain loop reduced by the compiler ends in a chain of 16 dependent scalar adds per dot,
 // which dominated the task.
 inline float dot(const float* a, const float* b, int n) {
-#if defined(__AVX512F__)
-  if (n % 16 == 0) {
-    const __m512 s = dot_lanes16(a, b, n);
-    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
-  }
-#elif defined(__AVX2__)
-  if (n % 8 == 0) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-      s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-      s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    }
-    if (i < n) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    const __m256 s = _mm256_add_ps(s0, s1);
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
-  }
+#if defined(__AVX512F__) || defined(__AVX2__)
+  if (n % kW == 0) return Lanes::hsum(dot_lanes(a, b, n));
 #endif
   float s = 0.f;
   for (int i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
 }
 
-#if defined(__AVX512F__)
-// The AVX-512 page step for head dims that are multiples of 16: 16 rows' dot products reduced at
-// once (cpu::reduce_rows16) instead of a horizontal reduction per dot, the exponentials 16 at a
-// time (cpu::exp2v), and P·V with the accumulators of up to 4 heads × 4 vectors in registers, so
-// that a V row is loaded once per 64 columns for the whole group.
+#if defined(__AVX512F__) || defined(__AVX2__)
+// The vector page step for head dims that are multiples of the width: kW rows' dot products
+// reduced at once (Lanes::row_sums) instead of a horizontal reduction per dot, the exponentials kW
+// at a time, and P·V with the accumulators of up to 4 heads × kPvVectors vectors in registers, so
+// that a V row is loaded once per kPvVectors · kW columns for the whole group.
 
-// sh[r] = q·k_r · scale for rows [0, rows) of kf ([rows][d], d % 16 == 0).
-inline void scores16(const float* q, const float* kf, int rows, int d, float scale, float* sh) {
-  for (int r = 0; r < rows; r += 16) {
-    const int n = std::min(16, rows - r);
-    __m512 acc[16];
-    for (int i = 0; i < 16; ++i) acc[i] = i < n ? dot_lanes16(q, kf + int64_t(r + i) * d, d) : _mm512_setzero_ps();
-    const __m512 x = _mm512_mul_ps(cpu::reduce_rows16(acc, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); }),
-                                   _mm512_set1_ps(scale));
-    _mm512_mask_storeu_ps(sh + r, __mmask16((1u << n) - 1), x);
+// sh[r] = q·k_r · scale for rows [0, rows) of kf ([rows][d], d % kW == 0).
+inline void scores_v(const float* q, const float* kf, int rows, int d, float scale, float* sh) {
+  for (int r = 0; r < rows; r += kW) {
+    const int n = std::min(kW, rows - r);
+    Vec acc[kW];
+    for (int i = 0; i < kW; ++i) acc[i] = i < n ? dot_lanes(q, kf + int64_t(r + i) * d, d) : Lanes::zero();
+    Lanes::store_n(sh + r, Lanes::mul(Lanes::row_sums(acc), Lanes::set1(scale)), n);
   }
 }
 
 // acc[h][c0 ..] += Σ_r p[h][r] · v_r[c0 ..] for NH heads and NV vectors of columns from c0.
 template <int NH, int NV>
 inline void pv_block(const float* p, int64_t ldp, const float* vf, int rows, int d, int c0, float* acc) {
-  __m512 a[NH][NV];
+  Vec a[NH][NV];
   for (int h = 0; h < NH; ++h)
-    for (int j = 0; j < NV; ++j) a[h][j] = _mm512_loadu_ps(acc + int64_t(h) * d + c0 + 16 * j);
+    for (int j = 0; j < NV; ++j) a[h][j] = Lanes::load(acc + int64_t(h) * d + c0 + kW * j);
   for (int r = 0; r < rows; ++r) {
-    __m512 v[NV];
-    for (int j = 0; j < NV; ++j) v[j] = _mm512_loadu_ps(vf + int64_t(r) * d + c0 + 16 * j);
+    Vec v[NV];
+    for (int j = 0; j < NV; ++j) v[j] = Lanes::load(vf + int64_t(r) * d + c0 + kW * j);
     for (int h = 0; h < NH; ++h) {
-      const __m512 w = _mm512_set1_ps(p[h * ldp + r]);
-      for (int j = 0; j < NV; ++j) a[h][j] = _mm512_fmadd_ps(w, v[j], a[h][j]);
+      const Vec w = Lanes::set1(p[h * ldp + r]);
+      for (int j = 0; j < NV; ++j) a[h][j] = Lanes::fma(w, v[j], a[h][j]);
     }
   }
   for (int h = 0; h < NH; ++h)
-    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(acc + int64_t(h) * d + c0 + 16 * j, a[h][j]);
+    for (int j = 0; j < NV; ++j) Lanes::store(acc + int64_t(h) * d + c0 + kW * j, a[h][j]);
 }
 
 template <int NH>
 inline void pv_heads(const float* p, int64_t ldp, const float* vf, int rows, int d, float* acc) {
+  constexpr int NV = Lanes::kPvVectors;
   int c0 = 0;
-  for (; c0 + 64 <= d; c0 += 64) pv_block<NH, 4>(p, ldp, vf, rows, d, c0, acc);
-  switch ((d - c0) / 16) {
-    case 3: pv_block<NH, 3>(p, ldp, vf, rows, d, c0, acc); break;
-    case 2: pv_block<NH, 2>(p, ldp, vf, rows, d, c0, acc); break;
+  for (; c0 + NV * kW <= d; c0 += NV * kW) pv_block<NH, NV>(p, ldp, vf, rows, d, c0, acc);
+  switch ((d - c0) / kW) {
+    case 3: if constexpr (NV > 3) pv_block<NH, 3>(p, ldp, vf, rows, d, c0, acc); break;
+    case 2: if constexpr (NV > 2) pv_block<NH, 2>(p, ldp, vf, rows, d, c0, acc); break;
     case 1: pv_block<NH, 1>(p, ldp, vf, rows, d, c0, acc); break;
     default: break;
   }
 }
 
 // acc[h] += Σ_r p[h][r] v_r for the G heads (p rows ldp apart, acc rows d apart), 4 heads a pass.
-inline void pv16(const float* p, int64_t ldp, const float* vf, int rows, int d, int G, float* acc) {
+inline void pv_v(const float* p, int64_t ldp, const float* vf, int rows, int d, int G, float* acc) {
   for (int h0 = 0; h0 < G; h0 += 4) {
     const float* ph = p + h0 * ldp;
     float* ah = acc + int64_t(h0) * d;
@@ -131,31 +172,31 @@ inline void pv16(const float* p, int64_t ldp, const float* vf, int rows, int d, 
   }
 }
 
-// The max of mx and sh[0, rows); `nan`: whether any of sh is NaN.
-inline float max16(const float* sh, int rows, float mx, bool& nan) {
-  __m512 m = _mm512_set1_ps(mx);
-  __mmask16 bad = 0;
-  for (int r = 0; r < rows; r += 16) {
-    const __mmask16 live = __mmask16(rows - r >= 16 ? 0xFFFF : (1u << (rows - r)) - 1);
-    const __m512 x = _mm512_maskz_loadu_ps(live, sh + r);
-    bad |= _mm512_mask_cmp_ps_mask(live, x, x, _CMP_UNORD_Q);
-    m = _mm512_mask_max_ps(m, live, m, x);
+// The max of mx and sh[0, rows); `nan`: whether any of sh is NaN. Lanes past the rows read −inf,
+// which neither moves the max nor counts as NaN.
+inline float max_v(const float* sh, int rows, float mx, bool& nan) {
+  Vec m = Lanes::set1(mx);
+  bool bad = false;
+  for (int r = 0; r < rows; r += kW) {
+    const Vec x = Lanes::load_n(sh + r, rows - r, -std::numeric_limits<float>::infinity());
+    bad |= Lanes::any_nan(x);
+    m = Lanes::max(m, x);
   }
-  nan = bad != 0;
-  return _mm512_reduce_max_ps(m);
+  nan = bad;
+  return Lanes::hmax(m);
 }
-// sh[r] = exp(sh[r] − m) for r < rows (m finite, at least their max); returns their sum.
-inline float exp16(float* sh, int rows, float m) {
-  const __m512 log2e = _mm512_set1_ps(1.4426950408889634f), mv = _mm512_set1_ps(m);
-  __m512 sum = _mm512_setzero_ps();
-  for (int r = 0; r < rows; r += 16) {
-    const __mmask16 live = __mmask16(rows - r >= 16 ? 0xFFFF : (1u << (rows - r)) - 1);
-    const __m512 x = _mm512_maskz_loadu_ps(live, sh + r);
-    const __m512 p = _mm512_maskz_mov_ps(live, cpu::exp2v(_mm512_mul_ps(_mm512_sub_ps(x, mv), log2e)));
-    _mm512_mask_storeu_ps(sh + r, live, p);
-    sum = _mm512_add_ps(sum, p);
+// sh[r] = exp(sh[r] − m) for r < rows (m finite, at least their max); returns their sum. Lanes
+// past the rows read −inf, whose exponential is exactly 0.
+inline float exp_v(float* sh, int rows, float m) {
+  const Vec log2e = Lanes::set1(1.4426950408889634f), mv = Lanes::set1(m);
+  Vec sum = Lanes::zero();
+  for (int r = 0; r < rows; r += kW) {
+    const Vec x = Lanes::load_n(sh + r, rows - r, -std::numeric_limits<float>::infinity());
+    const Vec p = Lanes::exp2(Lanes::mul(Lanes::sub(x, mv), log2e));
+    Lanes::store_n(sh + r, p, rows - r);
+    sum = Lanes::add(sum, p);
   }
-  return _mm512_reduce_add_ps(sum);
+  return Lanes::hsum(sum);
 }
 #endif
 
@@ -196,15 +237,15 @@ inline void decode_task_body(const DecodeTask& t) {
     };
     widen(kpool + base, t.kf);
     widen(vpool + base, t.vf);
-#if defined(__AVX512F__)
-    if (d % 16 == 0) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+    if (d % kW == 0) {
       constexpr float kInf = std::numeric_limits<float>::infinity();
       for (int hg = 0; hg < G; ++hg) {
         float* sh = t.s + int64_t(hg) * P;
-        scores16(t.q + int64_t(hg) * d, t.kf, rows, d, t.scale, sh);
+        scores_v(t.q + int64_t(hg) * d, t.kf, rows, d, t.scale, sh);
         if (t.key0_bias && page * P + r0 == 0) sh[0] += t.key0_bias[hg];
         bool nan = false;
-        const float mx = max16(sh, rows, t.m[hg], nan);
+        const float mx = max_v(sh, rows, t.m[hg], nan);
         // A NaN or +inf logit poisons the row (docs/numerics.md): m and l become NaN for good, and
         // the row's weights are zero in the group's P·V below.
         if (nan || mx == kInf || std::isnan(t.m[hg])) {
@@ -213,13 +254,13 @@ inline void decode_task_body(const DecodeTask& t) {
           continue;
         }
         const float alpha = t.m[hg] == -kInf ? 0.f : std::exp(t.m[hg] - mx);
-        t.l[hg] = t.l[hg] * alpha + exp16(sh, rows, mx);
+        t.l[hg] = t.l[hg] * alpha + exp_v(sh, rows, mx);
         t.m[hg] = mx;
         float* a = t.acc + int64_t(hg) * d;
 #pragma omp simd
         for (int i = 0; i < d; ++i) a[i] *= alpha;
       }
-      pv16(t.s, P, t.vf, rows, d, G, t.acc);
+      pv_v(t.s, P, t.vf, rows, d, G, t.acc);
       continue;
     }
 #endif
