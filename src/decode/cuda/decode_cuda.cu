@@ -198,6 +198,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Args a) {
     }
   }
 
+  // The merge launch may start now: its CTAs wait for this grid's completion (and its writes)
+  // at griddepcontrol.wait, so only its launch overlaps this kernel.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   namespace wg = ariadne::cuda::wg;
   const uint32_t bar0 = ariadne::cuda::smem_addr(&full[0]);
   if (tid == 0)
@@ -339,22 +342,52 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Args a) {
   }
 }
 
-// One CTA per (b, h): the splits' (m, l, o) merged by their maxima, then finish().
+// The most splits a row is cut into (choose_splits), so the merge's weights fit its shared memory.
+constexpr int kMaxSplits = 1024;
+
+// One CTA per (b, h): the splits' (m, l, o) merged by their maxima, then finish(). The splits'
+// maxima and weights are reduced by all threads at once (a split per thread), the weights kept in
+// shared memory; then each thread sums its dimensions over the splits with several loads in flight.
+// So the merge costs a few round trips to L2 rather than a dependent load per split and dimension.
 template <int D>
 __global__ void __launch_bounds__(kThreads) merge_kernel(const Args a) {
-  const int b = blockIdx.x / a.Hq, h = blockIdx.x % a.Hq;
+  __shared__ float w[kMaxSplits];
+  __shared__ float red[kThreads / 32];
+  const int b = blockIdx.x / a.Hq, h = blockIdx.x % a.Hq, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t base = (int64_t(b) * a.Hq + h) * a.splits;
+  const float* ml = a.part_ml + base * 2;
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the decode grid's partials are complete
+  // M = the maxima's max (NaN wins).
   float M = -INFINITY;
-  for (int s = 0; s < a.splits; ++s) M = ariadne::cuda::fmax_nan(M, a.part_ml[(base + s) * 2]);
-  for (int dim = threadIdx.x; dim < D; dim += kThreads) {
-    float L = 0.f, O = 0.f;
-    if (M != -INFINITY)
-      for (int s = 0; s < a.splits; ++s) {
-        const float ms = a.part_ml[(base + s) * 2];
-        const float w = ms == -INFINITY ? 0.f : exp2f(ms - M);
-        L += w * a.part_ml[(base + s) * 2 + 1];
-        O += w * a.part_o[(base + s) * D + dim];
-      }
+  for (int s = tid; s < a.splits; s += kThreads) M = ariadne::cuda::fmax_nan(M, ml[2 * s]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) M = ariadne::cuda::fmax_nan(M, __shfl_xor_sync(0xffffffffu, M, o));
+  if (lane == 0) red[warp] = M;
+  __syncthreads();
+  M = red[0];
+#pragma unroll
+  for (int k = 1; k < kThreads / 32; ++k) M = ariadne::cuda::fmax_nan(M, red[k]);
+  __syncthreads();  // red is reused for L
+  // Each split's weight exp2(m_s − M) (0 for a split that saw no key) and L = Σ w_s · l_s.
+  float L = 0.f;
+  for (int s = tid; s < a.splits; s += kThreads) {
+    const float ms = ml[2 * s];
+    const float ws = M == -INFINITY || ms == -INFINITY ? 0.f : exp2f(ms - M);
+    w[s] = ws;
+    L += ws * ml[2 * s + 1];
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+  if (lane == 0) red[warp] = L;
+  __syncthreads();
+  L = 0.f;
+#pragma unroll
+  for (int k = 0; k < kThreads / 32; ++k) L += red[k];
+  const float* po = a.part_o + base * D;
+  for (int dim = tid; dim < D; dim += kThreads) {
+    float O = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < a.splits; ++s) O += w[s] * po[int64_t(s) * D + dim];
     finish(a, b, h, dim, M, L, O);
   }
 }
@@ -372,7 +405,7 @@ void check(cudaError_t e, const char* what) {
 // 6 tiles, whose merge alone takes 0.21 ms).
 int choose_splits(int64_t ctas, int64_t units, int64_t capacity) {
   const int64_t fill = (2 * capacity + ctas - 1) / std::max<int64_t>(ctas, 1);
-  const int64_t most = std::clamp<int64_t>(std::min(units / 2, fill), 1, 1024);
+  const int64_t most = std::clamp<int64_t>(std::min(units / 2, fill), 1, kMaxSplits);
   int64_t best = 1, best_cost = INT64_MAX;
   for (int64_t s = 1; s <= most; ++s) {
     const int64_t waves = (ctas * s + capacity - 1) / capacity, per = (units + s - 1) / s;
@@ -410,8 +443,18 @@ void launch(const Args& a) {
                               smem_bytes<D, MAXG, T>(), a.stream>>>(a);
   check(cudaGetLastError(), "decode kernel launch");
   if (a.splits > 1) {
-    merge_kernel<D><<<a.B * a.Hq, kThreads, 0, a.stream>>>(a);
-    check(cudaGetLastError(), "merge kernel launch");
+    // A programmatic dependent launch: the merge is launched while the decode grid runs and waits
+    // inside (griddepcontrol.wait), so the launch latency between the two kernels is hidden.
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(a.B * a.Hq));
+    cfg.blockDim = dim3(kThreads);
+    cfg.stream = a.stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    check(cudaLaunchKernelEx(&cfg, merge_kernel<D>, a), "merge kernel launch");
   }
 }
 
