@@ -342,5 +342,45 @@ TEST(CudaBackward, DirectDqOnlyWhereOneKeyTileSeesEachQueryTile) {
   }
 }
 
+
+// More (key tile, KV head) items than the GPU holds CTAs (160 and 180 against 132 on an H100 or
+// H200), on windows: the wgmma kernel's CTAs then take several items each (launch_bwd_wgmma), the
+// ring of Q and dO stages and the K/V buffers running on from one item to the next. A denominator
+// sink, and varlen with GQA and a key-0 sink (the cover's dead tiles between sequences); the
+// default and the deterministic mode (whose turns then wait on items of other persistent CTAs).
+TEST(CudaBackward, PersistentCtasMatchTheReference) {
+  std::string error;
+  planned_kernel(300, 80, "window:64,64", CudaKernel::wgmma, &error);  // off compute capability 9.0: refused
+  if (error.find("compute capability") != std::string::npos) GTEST_SKIP() << error;
+  std::vector<AttnCase> cases;
+  {
+    AttnCase c = make_case({4096}, {}, 5, 5, 80, "window:64,64", DType::bf16, 3);
+    c.sink_mode = SinkMode::denominator;
+    c.sink = std::numeric_limits<float>::quiet_NaN();
+    cases.push_back(c);
+  }
+  {
+    AttnCase c = make_case({3000, 1500, 777}, {}, 8, 4, 64, "window:64,64", DType::f16, 4);
+    c.sink_mode = SinkMode::key0_bias;
+    c.sink = std::numeric_limits<float>::quiet_NaN();
+    cases.push_back(c);
+  }
+  for (const AttnCase& c : cases) {
+    const PreparedCase pc = prepare(c, cuda_testing::base_seed());
+    const BackwardCase bc = prepare_backward(pc);
+    for (const bool deterministic : {false, true}) {
+      CudaKernel took = CudaKernel::automatic;
+      BackwardBackend b{deterministic ? "cuda deterministic" : "cuda", false, deterministic,
+                        [&took, deterministic](const PreparedCase& x, const BackwardCase& y, BackwardOutputs& o,
+                                               std::string* why) {
+                          return run_cuda_backward(x, y, o, why, deterministic, CudaKernel::automatic, &took);
+                        }};
+      std::string why;
+      ASSERT_TRUE(run_backward_case(pc, bc, b, &why)) << why;
+      EXPECT_EQ(took, CudaKernel::wgmma) << pc.name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ariadne
