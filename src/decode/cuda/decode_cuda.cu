@@ -344,37 +344,50 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Args a) {
 
 // The most splits a row is cut into (choose_splits), so the merge's weights fit its shared memory.
 constexpr int kMaxSplits = 1024;
+// The merge CTA: 4 groups of 128 threads; group g sums the splits s ≡ g (mod 4) of every dimension.
+constexpr int kMergeThreads = 512, kMergeGroups = kMergeThreads / 128;
 
-// One CTA per (b, h): the splits' (m, l, o) merged by their maxima, then finish(). The splits'
-// maxima and weights are reduced by all threads at once (a split per thread), the weights kept in
-// shared memory; then each thread sums its dimensions over the splits with several loads in flight.
-// So the merge costs a few round trips to L2 rather than a dependent load per split and dimension.
+// One CTA per (b, h): the splits' (m, l, o) merged by their maxima, then finish(). Each thread
+// loads the (m, l) pairs of its splits once (a split per thread, two at most); the CTA reduces the
+// maxima, then the weights exp2(m_s − M) (kept in shared memory) and L = Σ w_s · l_s; then each
+// group of 128 threads sums a quarter of the splits per dimension, 4 loads in flight, and the
+// groups' sums meet in shared memory. So the merge costs about three round trips to L2, not a
+// dependent load per split.
 template <int D>
-__global__ void __launch_bounds__(kThreads) merge_kernel(const Args a) {
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(const Args a) {
+  static_assert(D <= 128, "a group's thread per dimension");
+  constexpr int kPer = kMaxSplits / kMergeThreads;
   __shared__ float w[kMaxSplits];
-  __shared__ float red[kThreads / 32];
+  __shared__ float red[kMergeThreads / 32];
+  __shared__ float part[kMergeGroups][D];
   const int b = blockIdx.x / a.Hq, h = blockIdx.x % a.Hq, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t base = (int64_t(b) * a.Hq + h) * a.splits;
-  const float* ml = a.part_ml + base * 2;
+  const float2* ml = reinterpret_cast<const float2*>(a.part_ml) + base;
   asm volatile("griddepcontrol.wait;" ::: "memory");  // the decode grid's partials are complete
-  // M = the maxima's max (NaN wins).
+  float2 mine[kPer];
   float M = -INFINITY;
-  for (int s = tid; s < a.splits; s += kThreads) M = ariadne::cuda::fmax_nan(M, ml[2 * s]);
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int s = tid + k * kMergeThreads;
+    mine[k] = s < a.splits ? ml[s] : make_float2(-INFINITY, 0.f);
+    M = ariadne::cuda::fmax_nan(M, mine[k].x);
+  }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) M = ariadne::cuda::fmax_nan(M, __shfl_xor_sync(0xffffffffu, M, o));
   if (lane == 0) red[warp] = M;
   __syncthreads();
   M = red[0];
 #pragma unroll
-  for (int k = 1; k < kThreads / 32; ++k) M = ariadne::cuda::fmax_nan(M, red[k]);
+  for (int k = 1; k < kMergeThreads / 32; ++k) M = ariadne::cuda::fmax_nan(M, red[k]);
   __syncthreads();  // red is reused for L
-  // Each split's weight exp2(m_s − M) (0 for a split that saw no key) and L = Σ w_s · l_s.
+  // Each split's weight (0 for a split that saw no key) and L = Σ w_s · l_s.
   float L = 0.f;
-  for (int s = tid; s < a.splits; s += kThreads) {
-    const float ms = ml[2 * s];
-    const float ws = M == -INFINITY || ms == -INFINITY ? 0.f : exp2f(ms - M);
-    w[s] = ws;
-    L += ws * ml[2 * s + 1];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int s = tid + k * kMergeThreads;
+    const float ws = M == -INFINITY || mine[k].x == -INFINITY ? 0.f : exp2f(mine[k].x - M);
+    if (s < a.splits) w[s] = ws;
+    L += ws * mine[k].y;
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
@@ -382,13 +395,21 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const Args a) {
   __syncthreads();
   L = 0.f;
 #pragma unroll
-  for (int k = 0; k < kThreads / 32; ++k) L += red[k];
-  const float* po = a.part_o + base * D;
-  for (int dim = tid; dim < D; dim += kThreads) {
+  for (int k = 0; k < kMergeThreads / 32; ++k) L += red[k];
+  const int g = tid / 128, dim = tid % 128;
+  if (dim < D) {
+    const float* po = a.part_o + base * D + dim;
     float O = 0.f;
-#pragma unroll 8
-    for (int s = 0; s < a.splits; ++s) O += w[s] * po[int64_t(s) * D + dim];
-    finish(a, b, h, dim, M, L, O);
+#pragma unroll 4
+    for (int s = g; s < a.splits; s += kMergeGroups) O += w[s] * po[int64_t(s) * D];
+    part[g][dim] = O;
+  }
+  __syncthreads();
+  if (tid < D) {
+    float O = 0.f;
+#pragma unroll
+    for (int k = 0; k < kMergeGroups; ++k) O += part[k][tid];
+    finish(a, b, h, tid, M, L, O);
   }
 }
 
@@ -447,7 +468,7 @@ void launch(const Args& a) {
     // inside (griddepcontrol.wait), so the launch latency between the two kernels is hidden.
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(unsigned(a.B * a.Hq));
-    cfg.blockDim = dim3(kThreads);
+    cfg.blockDim = dim3(kMergeThreads);
     cfg.stream = a.stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
