@@ -34,6 +34,11 @@ struct Lanes {
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
+  // 16 stored values widened to f32: bf16 by a shift into the high half, f16 by the F16C conversion.
+  static V load_bf16(const uint16_t* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+  }
+  static V load_f16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
   static void store(float* p, V x) { _mm512_storeu_ps(p, x); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
@@ -62,6 +67,10 @@ struct Lanes {
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load_bf16(const uint16_t* p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+  }
+  static V load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
   static void store(float* p, V x) { _mm256_storeu_ps(p, x); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
@@ -85,6 +94,14 @@ struct Lanes {
 };
 using Vec = Lanes::V;
 constexpr int kW = Lanes::W;
+
+// kW values of a pool row in its stored dtype, as f32 (exact for every dtype).
+template <DType kDtype>
+inline Vec load_as_f32(const void* p) {
+  if constexpr (kDtype == DType::f32) return Lanes::load(static_cast<const float*>(p));
+  else if constexpr (kDtype == DType::bf16) return Lanes::load_bf16(static_cast<const uint16_t*>(p));
+  else return Lanes::load_f16(static_cast<const uint16_t*>(p));
+}
 
 // The kW lane sums of a·b (n % kW == 0), from two accumulators.
 inline Vec dot_lanes(const float* a, const float* b, int n) {
@@ -127,15 +144,16 @@ inline void scores_v(const float* q, const float* kf, int rows, int d, float sca
   }
 }
 
-// acc[h][c0 ..] += Σ_r p[h][r] · v_r[c0 ..] for NH heads and NV vectors of columns from c0.
-template <int NH, int NV>
-inline void pv_block(const float* p, int64_t ldp, const float* vf, int rows, int d, int c0, float* acc) {
+// acc[h][c0 ..] += Σ_r p[h][r] · v_r[c0 ..] for NH heads and NV vectors of columns from c0; the V
+// rows are read as stored (kDtype, [rows][d]) and widened in registers, once per pass of 4 heads.
+template <DType kDtype, int NH, int NV, class Elem>
+inline void pv_block(const float* p, int64_t ldp, const Elem* vf, int rows, int d, int c0, float* acc) {
   Vec a[NH][NV];
   for (int h = 0; h < NH; ++h)
     for (int j = 0; j < NV; ++j) a[h][j] = Lanes::load(acc + int64_t(h) * d + c0 + kW * j);
   for (int r = 0; r < rows; ++r) {
     Vec v[NV];
-    for (int j = 0; j < NV; ++j) v[j] = Lanes::load(vf + int64_t(r) * d + c0 + kW * j);
+    for (int j = 0; j < NV; ++j) v[j] = load_as_f32<kDtype>(vf + int64_t(r) * d + c0 + kW * j);
     for (int h = 0; h < NH; ++h) {
       const Vec w = Lanes::set1(p[h * ldp + r]);
       for (int j = 0; j < NV; ++j) a[h][j] = Lanes::fma(w, v[j], a[h][j]);
@@ -145,29 +163,30 @@ inline void pv_block(const float* p, int64_t ldp, const float* vf, int rows, int
     for (int j = 0; j < NV; ++j) Lanes::store(acc + int64_t(h) * d + c0 + kW * j, a[h][j]);
 }
 
-template <int NH>
-inline void pv_heads(const float* p, int64_t ldp, const float* vf, int rows, int d, float* acc) {
+template <DType kDtype, int NH, class Elem>
+inline void pv_heads(const float* p, int64_t ldp, const Elem* vf, int rows, int d, float* acc) {
   constexpr int NV = Lanes::kPvVectors;
   int c0 = 0;
-  for (; c0 + NV * kW <= d; c0 += NV * kW) pv_block<NH, NV>(p, ldp, vf, rows, d, c0, acc);
+  for (; c0 + NV * kW <= d; c0 += NV * kW) pv_block<kDtype, NH, NV>(p, ldp, vf, rows, d, c0, acc);
   switch ((d - c0) / kW) {
-    case 3: if constexpr (NV > 3) pv_block<NH, 3>(p, ldp, vf, rows, d, c0, acc); break;
-    case 2: if constexpr (NV > 2) pv_block<NH, 2>(p, ldp, vf, rows, d, c0, acc); break;
-    case 1: pv_block<NH, 1>(p, ldp, vf, rows, d, c0, acc); break;
+    case 3: if constexpr (NV > 3) pv_block<kDtype, NH, 3>(p, ldp, vf, rows, d, c0, acc); break;
+    case 2: if constexpr (NV > 2) pv_block<kDtype, NH, 2>(p, ldp, vf, rows, d, c0, acc); break;
+    case 1: pv_block<kDtype, NH, 1>(p, ldp, vf, rows, d, c0, acc); break;
     default: break;
   }
 }
 
 // acc[h] += Σ_r p[h][r] v_r for the G heads (p rows ldp apart, acc rows d apart), 4 heads a pass.
-inline void pv_v(const float* p, int64_t ldp, const float* vf, int rows, int d, int G, float* acc) {
+template <DType kDtype, class Elem>
+inline void pv_v(const float* p, int64_t ldp, const Elem* vf, int rows, int d, int G, float* acc) {
   for (int h0 = 0; h0 < G; h0 += 4) {
     const float* ph = p + h0 * ldp;
     float* ah = acc + int64_t(h0) * d;
     switch (std::min(4, G - h0)) {
-      case 4: pv_heads<4>(ph, ldp, vf, rows, d, ah); break;
-      case 3: pv_heads<3>(ph, ldp, vf, rows, d, ah); break;
-      case 2: pv_heads<2>(ph, ldp, vf, rows, d, ah); break;
-      default: pv_heads<1>(ph, ldp, vf, rows, d, ah); break;
+      case 4: pv_heads<kDtype, 4>(ph, ldp, vf, rows, d, ah); break;
+      case 3: pv_heads<kDtype, 3>(ph, ldp, vf, rows, d, ah); break;
+      case 2: pv_heads<kDtype, 2>(ph, ldp, vf, rows, d, ah); break;
+      default: pv_heads<kDtype, 1>(ph, ldp, vf, rows, d, ah); break;
     }
   }
 }
@@ -206,8 +225,9 @@ inline float to_f32(T x) {
   else return bf16_to_float(x);
 }
 
-// Rows [r0, r1) of one page: convert each key row to f32, score it against every head, then fold
-// the page into the running softmax and accumulate V (converted row by row, read once per group).
+// Rows [r0, r1) of one page: convert the key rows to f32, score them against every head, then fold
+// the page into the running softmax and accumulate V (on the vector path widened in registers as
+// P·V reads it, since each V row is read once per 4 heads; elsewhere converted to f32 scratch).
 template <DType kDtype>
 inline void decode_task_body(const DecodeTask& t) {
   using Elem = std::conditional_t<kDtype == DType::f32, float, uint16_t>;
@@ -235,8 +255,7 @@ inline void decode_task_body(const DecodeTask& t) {
         for (int64_t i = 0; i < int64_t(rows) * d; ++i) dst[i] = to_f32(src[i]);
       }
     };
-    widen(kpool + base, t.kf);
-    widen(vpool + base, t.vf);
+    widen(kpool + base, t.kf);  // K: widened once, read by every head of the group
 #if defined(__AVX512F__) || defined(__AVX2__)
     if (d % kW == 0) {
       constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -260,10 +279,11 @@ inline void decode_task_body(const DecodeTask& t) {
 #pragma omp simd
         for (int i = 0; i < d; ++i) a[i] *= alpha;
       }
-      pv_v(t.s, P, t.vf, rows, d, G, t.acc);
+      pv_v<kDtype>(t.s, P, vpool + base, rows, d, G, t.acc);  // V as stored: read once per 4 heads
       continue;
     }
 #endif
+    widen(vpool + base, t.vf);
     for (int hg = 0; hg < G; ++hg) {
       const float* qh = t.q + int64_t(hg) * d;
       float* sh = t.s + int64_t(hg) * P;
