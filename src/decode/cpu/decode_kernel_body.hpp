@@ -116,13 +116,9 @@ inline Vec dot_lanes(const float* a, const float* b, int n) {
 }
 #endif
 
-// Σ_i a[i]·b[i]. The vector paths keep two accumulators and reduce once per dot with a log-depth
-// tree: a plain loop reduced by the compiler ends in a chain of 16 dependent scalar adds per dot,
-// which dominated the task.
+// Σ_i a[i]·b[i], for the per-row path only: head dims off the file's vector width, or the generic
+// table (the vector path scores kW rows at once with dot_lanes and Lanes::row_sums).
 inline float dot(const float* a, const float* b, int n) {
-#if defined(__AVX512F__) || defined(__AVX2__)
-  if (n % kW == 0) return Lanes::hsum(dot_lanes(a, b, n));
-#endif
   float s = 0.f;
   for (int i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
