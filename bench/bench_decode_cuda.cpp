@@ -16,6 +16,9 @@
 //   ms_dense        decode_attention over every page (sequence ids in device memory: no upload)
 //   dense_tbps      KV bytes read / ms_dense; copy_tbps: 2 · bytes / (time of a cudaMemcpyAsync
 //                   of as many bytes), the copy floor (read + write); dense_vs_copy their ratio
+//   ms_floor        the call's memory floor: one launch (cuda_memory_floor) that reads the same K and V
+//                   bytes from the same rotated twins, and q, and writes q's bytes; floor_tbps = KV
+//                   bytes / ms_floor, what any decode kernel of this call can reach at most
 //   ms_sparse       the same call with the rr selection at τ (uploaded per call: its arrays travel
 //                   in the call), density = kept / visible pages, ms_select the host selection time
 //   ms_select_device  the rr selection on the device (select_pages into a CudaPageSelection);
@@ -193,8 +196,16 @@ int main(int argc, char** argv) {
       });
       std::vector<float> dense(size_t(out.bytes() / 4));
       out.copy_to_host(dense.data(), out.bytes());
+      // The call's memory floor: one launch that reads the same K and V bytes from the same twins
+      // (rotated as the decode is) and q, and writes as many bytes as q (bench_kernels.hpp).
+      DeviceBuffer floor_out(DType::bf16, {B, Hq, d});
+      const double ms_floor = single_call_ms([&](int i) {
+        const CudaKVCache& t = twins[size_t(i % sets)];
+        cuda_memory_floor(q.data(), t.k_pool(), t.v_pool(), floor_out.data(), int64_t(q.bytes()), kv_bytes / 2,
+                          nullptr);
+      });
       if (dense_only) {
-        std::fprintf(stderr, "  dense %.4f ms\n", ms_dense);
+        std::fprintf(stderr, "  dense %.4f ms, floor %.4f ms\n", ms_dense, ms_floor);
         continue;
       }
       DeviceBuffer src(DType::bf16, {kv_bytes / 2}), dst(DType::bf16, {kv_bytes / 2});
@@ -273,6 +284,7 @@ int main(int argc, char** argv) {
                       {"ms_dense", ms_dense},
                       {"dense_tbps", tb},
                       {"ms_copy", ms_copy}, {"copy_tbps", copy_tb}, {"dense_vs_copy", tb / copy_tb},
+                      {"ms_floor", ms_floor}, {"floor_tbps", double(kv_bytes) / (ms_floor * 1e9)},
                       {"tau", tau}, {"density", sel.density()}, {"ms_select", sel.ms_select},
                       {"ms_sparse", ms_sparse}, {"sparse_speedup", ms_dense / ms_sparse},
                       {"sparse_out_rel_err", den > 0 ? std::sqrt(num / den) : 0.0},

@@ -276,7 +276,8 @@ def test_report_decode_table(tmp_path, capsys):
     # anchor that refused the shape says so; a row without a positive time is refused by name.
     rep = load_report()
     ours = [dict(context=8192, batch=1, heads=32, kv_heads=8, head_dim=128, page=64, kv_bytes=32 << 20, sets=8,
-                 ms_dense=0.02, dense_tbps=1.6777, ms_copy=0.03, copy_tbps=2.2369, dense_vs_copy=0.75, tau=0.9,
+                 ms_dense=0.02, dense_tbps=1.6777, ms_copy=0.03, copy_tbps=2.2369, dense_vs_copy=0.75, ms_floor=0.016,
+                 tau=0.9,
                  density=0.125, ms_select=3.0, ms_sparse=0.005, sparse_speedup=4.0, sparse_out_rel_err=0.0123),
             dict(context=131072, batch=8, kv_bytes=4 << 30, ms_dense=1.0, dense_tbps=4.295, copy_tbps=4.24)]
     write(tmp_path / "d.json", ours)
@@ -289,10 +290,10 @@ def test_report_decode_table(tmp_path, capsys):
                      "--print"]) == 0
     out = capsys.readouterr().out
     short = [line for line in out.splitlines() if line.startswith("| 8192 | 1 |")][0]
-    assert short == ("| 8192 | 1 | 32 | 0.0200 | 1.68 | 2.24 | 0.75 | 0.0500 (0.67) | unsupported | 0.1000 (0.34) "
-                     "| 2.50× | — | 5.00× | 0.90 | 0.125 | 0.0050 | 4.00× | 0.0123 |")
+    assert short == ("| 8192 | 1 | 32 | 0.0200 | 1.68 | 2.24 | 0.75 | 0.0160 | 0.80 | 3.12× | 0.0500 (0.67) | unsupported "
+                     "| 0.1000 (0.34) | 2.50× | — | 5.00× | 0.90 | 0.125 | 0.0050 | 4.00× | 0.0123 |")
     long = [line for line in out.splitlines() if line.startswith("| 131072 | 8 |")][0]
-    assert "| 4096 | 1.0000 | 4.29 | 4.24 | 1.01 | 0.9000 (4.77) | — | — | 0.90× | — | — | — |" in long
+    assert "| 4096 | 1.0000 | 4.29 | 4.24 | 1.01 | — | — | — | 0.9000 (4.77) | — | — | 0.90× | — | — | — |" in long
     assert "Measured D1 on G" in out and "cuDNN 9.19.0" in out
     write(tmp_path / "bad.json", [dict(ours[1], ms_dense=0)])
     assert rep.main(["--decode", str(tmp_path / "bad.json"), "--print"]) == 2
