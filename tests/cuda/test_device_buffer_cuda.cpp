@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -126,7 +128,9 @@ TEST_F(DeviceBufferCuda, StreamOrderedReuseKeepsContentsAndTrimSparesLiveBuffers
 
 // cuda_spin (bench/kernels/bench_kernels.hpp), the benchmarks' stream hold: the events around it see at least
 // about the time asked for (the clock-rate attribute is the boost clock, so a slower clock only
-// lengthens it), a zero hold runs, and a bad request is refused by name.
+// lengthens it), a zero hold runs, and a bad request is refused by name. The upper bound holds for
+// the shortest of three holds: other processes on the GPU (the suite's parallel shards) time-slice
+// with this one and can stretch any single hold many times over.
 TEST_F(DeviceBufferCuda, SpinHoldsTheStream) {
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
@@ -135,14 +139,18 @@ TEST_F(DeviceBufferCuda, SpinHoldsTheStream) {
   ASSERT_EQ(cudaEventCreate(&e1), cudaSuccess);
   cuda_spin(s, 0);
   for (const double us : {200.0, 1000.0}) {
-    ASSERT_EQ(cudaEventRecord(e0, s), cudaSuccess);
-    cuda_spin(s, us);
-    ASSERT_EQ(cudaEventRecord(e1, s), cudaSuccess);
-    ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
-    float ms = 0;
-    ASSERT_EQ(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
-    EXPECT_GE(ms * 1e3, 0.9 * us) << "a hold of " << us << " us";
-    EXPECT_LT(ms * 1e3, 20 * us + 1000) << "a hold of " << us << " us";
+    float shortest = INFINITY;
+    for (int rep = 0; rep < 3; ++rep) {
+      ASSERT_EQ(cudaEventRecord(e0, s), cudaSuccess);
+      cuda_spin(s, us);
+      ASSERT_EQ(cudaEventRecord(e1, s), cudaSuccess);
+      ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+      float ms = 0;
+      ASSERT_EQ(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
+      EXPECT_GE(ms * 1e3, 0.9 * us) << "a hold of " << us << " us";
+      shortest = std::min(shortest, ms);
+    }
+    EXPECT_LT(shortest * 1e3, 20 * us + 1000) << "the shortest of three holds of " << us << " us";
   }
   try {
     cuda_spin(s, -1);
