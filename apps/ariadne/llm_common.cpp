@@ -237,7 +237,8 @@ OptionTable llm_task_options() {
           .checked([](const std::string& s) { parse_protect(s, true); }),
       choice_list("decode", "dense", {"dense", "oracle", "rr", "quest"},
                   "decode steps: dense, or sparse decode over the pages selected by the oracle (exact page mass), "
-                  "RR's key-stride sums or Quest's min/max bound (each with every prefill method; CPU only)"),
+                  "RR's key-stride sums or Quest's min/max bound (each with every prefill method; oracle on the cpu "
+                  "backend only)"),
       real_list("decode-tau", "0.9", Range::open_closed(0, 1), "page-mass thresholds of sparse decode"),
       integer("page-size", 64, 1, 4096, "tokens per KV cache page (a multiple of --summary-stride)"),
       integer("summary-stride", 8, 1, 4096, "rows per key-stride sum of a page (rr decode's stride)"),
@@ -289,8 +290,13 @@ std::vector<MethodSpec> run_methods(const Args& a) {
   const std::vector<std::string> decodes = a.strs("decode");
   const bool sparse_decode =
       std::any_of(decodes.begin(), decodes.end(), [](const std::string& d) { return d != "dense"; });
-  if (sparse_decode && a.str("backend") == "cuda")
-    a.fail("decode", "sparse decode runs on the CPU path only (its paged cache has no CUDA kernels yet)");
+  // On the GPU the pages are selected on the device (rr, quest); the oracle's exact page scores and
+  // the per-step comparison against dense decode run on the CPU path.
+  if (a.str("backend") == "cuda" &&
+      std::any_of(decodes.begin(), decodes.end(), [](const std::string& d) { return d == "oracle"; }))
+    a.fail("decode", "oracle runs on the CPU path only; on --backend cuda take rr or quest");
+  if (sparse_decode && a.str("backend") == "cuda" && a.flag("decode-compare"))
+    a.fail("decode-compare", "the comparison against dense decode runs on the CPU path only (--backend cpu)");
   // Every prefill method with every decode: dense decode, then each sparse decode at each τ.
   std::vector<MethodSpec> runs;
   for (const MethodSpec& m : methods)

@@ -177,6 +177,12 @@ class CudaKVCache {
   // `stream`: a cudaStream_t for the two kernels (null: the legacy default stream).
   void append(const TensorView& k, const TensorView& v, std::span<const int32_t> seqs, const int32_t* device_seqs,
               void* stream = nullptr);
+  // Appends n tokens to one sequence at once (a prefill's keys and values): k, v [n, kv_heads,
+  // head_dim] device tensors of the cache's dtype (any token and head stride, contiguous head dim).
+  // Reserves the pages itself (growing the pools when needed, which synchronizes), then copies the
+  // rows and summarizes every page they touch on `stream`, with the host twin's summaries bit for
+  // bit; the device length moves on the stream, the host mirror at once.
+  void append_rows(int seq, const TensorView& k, const TensorView& v, void* stream = nullptr);
   void refresh_lengths();
 
   struct Device;  // the device buffers (src/decode/cuda)

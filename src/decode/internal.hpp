@@ -66,4 +66,24 @@ struct AppendArgs {
 };
 void append_cuda(const AppendArgs& a);
 
+// A bulk append of n rows of one sequence (CudaKVCache::append_rows): tokens t0 … t0 + n − 1, whose
+// pages are reserved.
+struct AppendRowsArgs {
+  const void* k;
+  const void* v;
+  int64_t k_st, k_sh, v_st, v_sh;  // strides in elements (token, head); the head dim is contiguous
+  void* k_pool;
+  void* v_pool;
+  float* sum;                // [capacity, kv_heads, strides_per_page, head_dim]
+  float* min;                // [capacity, kv_heads, head_dim]
+  float* max;
+  const int32_t* table_row;  // the sequence's row of the block table, device
+  int32_t* length;           // the sequence's device length
+  int64_t t0;
+  int n, kv_heads, head_dim, page_size, summary_stride;
+  DType dtype;
+  void* stream;  // cudaStream_t; null: the legacy default stream
+};
+void append_rows_cuda(const AppendRowsArgs& a);
+
 }  // namespace ariadne::decode_detail

@@ -223,6 +223,7 @@ void CudaKVCache::reserve(std::span<const int32_t>, int64_t) { no_cuda(); }
 void CudaKVCache::append(const TensorView&, const TensorView&, std::span<const int32_t>, const int32_t*, void*) {
   no_cuda();
 }
+void CudaKVCache::append_rows(int, const TensorView&, const TensorView&, void*) { no_cuda(); }
 void CudaKVCache::refresh_lengths() { no_cuda(); }
 struct CudaPageSelection::Device {};
 CudaPageSelection::CudaPageSelection() = default;

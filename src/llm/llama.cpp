@@ -486,6 +486,10 @@ void LlamaModel::set_backend(Backend b) {
   for (const Layer& L : layers_)
     hl.push_back({&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.wg, &L.wu, &L.wd});
   cuda_ = std::make_shared<LlamaCuda>(cfg_, out_norm_, cfg_.tied ? embed_ : out_, hl, inv_freq_);
+  ARIADNE_CHECK(!decode_.sparse || (decode_.select.scorer != PageScorer::oracle && !decode_.compare),
+                "llm: sparse decode on the cuda backend takes the rr or quest scorer without compare (the oracle ",
+                "and the dense comparison run on the cpu backend)");
+  if (decode_.sparse) cuda_->set_paged(decode_.page_size, decode_.summary_stride);
   cached_ = 0;  // the device cache starts empty
 #else
   ARIADNE_CHECK(false, "llm: backend cuda, but this build has no CUDA backend");
@@ -511,11 +515,18 @@ void LlamaModel::set_decode(const DecodeOptions& o) {
   ARIADNE_CHECK(o.select.tau > 0 && o.select.tau <= 1, "llm: decode tau is ", o.select.tau, ", expected (0, 1]");
   ARIADNE_CHECK(o.select.sink_pages >= 0 && o.select.recent_pages >= 0, "llm: decode sink_pages ",
                 o.select.sink_pages, " and recent_pages ", o.select.recent_pages, " must be >= 0");
-  ARIADNE_CHECK(!o.sparse || !cuda_, "llm: sparse decode runs on the CPU path only (the paged cache and the ",
-                "page-selected decode have no CUDA kernels yet); use the cpu backend or dense decode");
+  ARIADNE_CHECK(!o.sparse || !cuda_ || (o.select.scorer != PageScorer::oracle && !o.compare),
+                "llm: sparse decode on the cuda backend takes the rr or quest scorer without compare (the oracle ",
+                "and the dense comparison run on the cpu backend)");
   const bool repage = o.page_size != decode_.page_size || o.summary_stride != decode_.summary_stride;
   decode_ = o;
   if (repage) reset_cache();
+#if defined(ARIADNE_WITH_CUDA)
+  if (cuda_) {
+    cuda_->set_paged(o.sparse ? o.page_size : 0, o.summary_stride);
+    cached_ = 0;  // the paged cache starts empty: the next call is a prefill
+  }
+#endif
 }
 
 void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, PrefillTrace* trace,
@@ -555,7 +566,20 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
       p.pattern = Pattern::causal();
     }
     if (opt == nullptr) {
-      attention(p, pick_backend(Backend::automatic, p));  // GPU decoding: dense over its own cache
+#if defined(ARIADNE_WITH_CUDA)
+      if (cuda_ && cuda_->paged()) {  // GPU sparse decoding: the pages a device selection keeps
+        PageSelectConfig sc = decode_.select;
+        sc.step = decode_steps_;
+        const auto t0 = Clock::now();
+        const auto [kept, visible] = cuda_->attend_paged(l, &sc, step != nullptr);
+        if (step != nullptr) {
+          step->pages_kept += kept;
+          step->pages_visible += visible;
+          step->ms_attention += ms_since(t0);
+        }
+      } else
+#endif
+        attention(p, pick_backend(Backend::automatic, p));  // GPU dense decoding over its own cache
     } else {
       LayerTrace lt;
       attend(p, l, *opt, lt);
@@ -724,8 +748,9 @@ std::vector<float> LlamaModel::decode(int32_t token, DecodeStepTrace* step) {
   const int64_t pos = cached_;
   std::vector<float> h(embed_.begin() + int64_t(token) * cfg_.dim, embed_.begin() + int64_t(token + 1) * cfg_.dim);
   if (cuda_) {
-    run_layers(h.data(), 1, nullptr, nullptr);
     if (step != nullptr) *step = DecodeStepTrace{pos};
+    run_layers(h.data(), 1, nullptr, nullptr, step);
+    ++decode_steps_;
   } else {
     const int32_t seqs[1] = {seq_};
     const int64_t positions[1] = {pos};

@@ -173,6 +173,67 @@ TEST_P(CudaKvAppend, StepsEqualTheHostTwin) {
   expect_same_decode(host, dev, seqs, 6, rng);
 }
 
+// Blocks of rows appended at once (a prefill into the device cache) against the host twin given the
+// same rows: blocks that start mid-page and mid-stride, span several pages, fill a page exactly, a
+// single row, an empty block; the pools grow on the device; a strided view (every other token of
+// a larger buffer); then single-token steps continue the same pages; dense decode at the end.
+TEST_P(CudaKvAppend, BlocksOfRowsEqualTheHostTwin) {
+  const DType dt = GetParam();
+  std::mt19937_64 rng(cuda_testing::base_seed() ^ 31 ^ uint64_t(dt));
+  const KVCacheConfig c{16, 2, 80, dt, 4};
+  PagedKVCache host(c);
+  std::vector<int32_t> seqs;
+  for (int64_t len : {5, 0, 16}) {
+    const int s = host.add_sequence();
+    seqs.push_back(s);
+    if (len > 0) {
+      const Buffer t = random_tokens(rng, dt, len, c);
+      host.append(s, t.view(), t.view());
+    }
+  }
+  CudaKVCache dev(host);
+  const std::vector<int64_t> blocks = {7, 1, 0, 16, 40, 3, 100, 2, 250};
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const int32_t s = seqs[i % seqs.size()];
+    const int64_t n = blocks[i];
+    const Buffer k = random_tokens(rng, dt, n, c), v = random_tokens(rng, dt, n, c);
+    if (n > 0) host.append(s, k.view(), v.view());
+    const DeviceBuffer dk = DeviceBuffer::from_host(k), dv = DeviceBuffer::from_host(v);
+    dev.append_rows(s, dk.view(), dv.view());
+    expect_same(host, dev, seqs, "after block " + std::to_string(i) + " (" + std::to_string(n) + " rows)");
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  {  // a strided view: tokens 0, 2, 4, … of a buffer twice as long
+    const int64_t n = 37;
+    const Buffer wide = random_tokens(rng, dt, 2 * n, c);
+    Buffer k(dt, {n, c.kv_heads, c.head_dim});
+    for (int64_t t = 0; t < n; ++t)
+      for (int h = 0; h < c.kv_heads; ++h)
+        for (int e = 0; e < c.head_dim; ++e) k.view().set({t, h, e}, wide.view().get({2 * t, h, e}));
+    host.append(seqs[1], k.view(), k.view());
+    const DeviceBuffer dw = DeviceBuffer::from_host(wide);
+    TensorView sv = dw.view();
+    sv.shape[0] = n;
+    sv.stride[0] *= 2;
+    dev.append_rows(seqs[1], sv, sv);
+    expect_same(host, dev, seqs, "after the strided block");
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(dev.capacity_pages(), 16) << "the pools were meant to grow on the device";
+  for (int step = 0; step < 9; ++step) {  // decode steps continue the pages the blocks filled
+    const int64_t B = int64_t(seqs.size());
+    const Buffer k = random_tokens(rng, dt, B, c), v = random_tokens(rng, dt, B, c);
+    for (int64_t b = 0; b < B; ++b) host.append(seqs[size_t(b)], row_of(k, b), row_of(v, b));
+    dev.reserve(seqs, 1);
+    const DeviceBuffer dk = DeviceBuffer::from_host(k), dv = DeviceBuffer::from_host(v), ids = DeviceBuffer::from_ints(seqs);
+    dev.append(dk.view(), dv.view(), seqs, static_cast<const int32_t*>(ids.data()));
+  }
+  expect_same(host, dev, seqs, "after the steps");
+  dev.refresh_lengths();
+  for (const int32_t s : seqs) EXPECT_EQ(dev.length(s), host.length(s));
+  expect_same_decode(host, dev, seqs, 6, rng);
+}
+
 TEST_P(CudaKvAppend, GraphOfAppendAndDecodeReplays) {
   const DType dt = GetParam();
   std::mt19937_64 rng(cuda_testing::base_seed() ^ 77 ^ uint64_t(dt));
@@ -299,6 +360,16 @@ TEST(CudaKvAppendErrors, NameTheField) {
   expect_error([&] { dev.append(hk.view(), v.view(), seqs, dids); }, "k must be a device tensor");
   dev.append(k.view(), v.view(), seqs, dids);
   EXPECT_EQ(dev.length(s), 1);
+  // Blocks of rows.
+  DeviceBuffer k3(DType::bf16, {3, 2, 64}), v2(DType::bf16, {2, 2, 64}), heads(DType::bf16, {3, 4, 64});
+  expect_error([&] { dev.append_rows(7, k3.view(), k3.view()); }, "sequence 7 is not a live sequence");
+  expect_error([&] { dev.append_rows(s, k3.view(), v2.view()); }, "v is bf16[2, 2, 64]");
+  expect_error([&] { dev.append_rows(s, heads.view(), heads.view()); }, "expected [tokens, 2, 64]");
+  expect_error([&] { dev.append_rows(s, hk.view(), hk.view()); }, "k must be a device tensor");
+  DeviceBuffer k3f(DType::f16, {3, 2, 64});
+  expect_error([&] { dev.append_rows(s, k3f.view(), k3f.view()); }, "k has dtype f16");
+  dev.append_rows(s, k3.view(), k3.view());
+  EXPECT_EQ(dev.length(s), 4);
 }
 
 }  // namespace

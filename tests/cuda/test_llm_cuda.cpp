@@ -133,6 +133,53 @@ TEST(LlmCuda, DecodeContinuesThePrefillOnTheDevice) {
   EXPECT_TRUE(logits_close(gpu.decode(tokens.back()), whole));
 }
 
+// Sparse decode on the GPU path: the prefill fills a paged device cache per layer, and each step
+// selects pages on the device and decodes from them. At τ = 1 the logits equal dense decode's
+// (the contiguous cache and the attention kernels) within the bf16 rule; at τ = 0.5 on a longer
+// prompt fewer pages are read and the logits stay finite; the oracle scorer and compare, which
+// need the host, are refused by name.
+TEST(LlmCuda, SparseDecodeReadsThePagedDeviceCache) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  LlamaModel gpu = tiny_gpu_model(cuda_testing::base_seed() + 5);
+  const std::vector<int32_t> tokens = random_tokens(300, 6);
+  gpu.prefill(tokens, dense_options());
+  std::vector<std::vector<float>> dense;
+  for (int i = 0; i < 4; ++i) dense.push_back(gpu.decode(tokens[size_t(i)]));
+  DecodeOptions o;
+  o.sparse = true;
+  o.select.scorer = PageScorer::rr;
+  o.select.tau = 1.0;
+  o.page_size = 64;
+  gpu.set_decode(o);
+  gpu.prefill(tokens, dense_options());
+  for (int i = 0; i < 4; ++i) {
+    DecodeStepTrace st;
+    EXPECT_TRUE(logits_close(gpu.decode(tokens[size_t(i)], &st), dense[size_t(i)])) << "decode step " << i;
+    EXPECT_EQ(st.pages_visible, int64_t(kLayers) * kKv * ((300 + i + 1 + 63) / 64)) << "decode step " << i;
+    EXPECT_LE(st.pages_kept, st.pages_visible);
+    EXPECT_GT(st.pages_kept, 0);
+  }
+  o.select.tau = 0.5;
+  gpu.set_decode(o);
+  const std::vector<int32_t> longer = random_tokens(2000, 7);
+  gpu.prefill(longer, dense_options());
+  DecodeStepTrace st;
+  for (const float v : gpu.decode(longer[0], &st)) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_LT(st.pages_kept, st.pages_visible);
+  EXPECT_EQ(gpu.cached(), 2001);
+  for (const bool oracle : {true, false}) {
+    DecodeOptions bad = o;
+    if (oracle) bad.select.scorer = PageScorer::oracle;
+    else bad.compare = true;
+    try {
+      gpu.set_decode(bad);
+      ADD_FAILURE() << "accepted " << (oracle ? "the oracle scorer" : "compare") << " on the cuda backend";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("sparse decode on the cuda backend"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(LlmCuda, SparseMethodsRunOnTheDevice) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   LlamaModel gpu = tiny_gpu_model(cuda_testing::base_seed() + 2);

@@ -208,6 +208,55 @@ void CudaKVCache::append(const TensorView& k, const TensorView& v, std::span<con
   for (const int32_t s : seqs) ++lengths_[size_t(s)];
 }
 
+void CudaKVCache::append_rows(int seq, const TensorView& k, const TensorView& v, void* stream) {
+  need(dev_);
+  const KVCacheConfig& c = cfg_;
+  ARIADNE_CHECK(c.dtype == DType::bf16 || c.dtype == DType::f16, "device kv cache append_rows: the cache stores ",
+                dtype_name(c.dtype), "; device appends take bf16 or f16 caches");
+  ARIADNE_CHECK(live(seq), "device kv cache append_rows: sequence ", seq, " is not a live sequence of this cache");
+  const int64_t n = k.defined() && k.rank == 3 ? k.shape[0] : -1;
+  for (const auto& [t, name] : {std::pair{&k, "k"}, std::pair{&v, "v"}}) {
+    ARIADNE_CHECK(t->defined() && t->device == ::ariadne::Device::cuda, "device kv cache append_rows: ", name,
+                  " must be a device tensor, got ", t->defined() ? t->describe() : std::string("nothing"));
+    ARIADNE_CHECK(t->rank == 3 && t->shape[0] == n && t->shape[1] == c.kv_heads && t->shape[2] == c.head_dim,
+                  "device kv cache append_rows: ", name, " is ", t->describe(), ", expected [tokens, ", c.kv_heads,
+                  ", ", c.head_dim, "] (k and v the same tokens, the cache's kv_heads and head_dim)");
+    ARIADNE_CHECK(t->dtype == c.dtype, "device kv cache append_rows: ", name, " has dtype ", dtype_name(t->dtype),
+                  ", expected the cache's ", dtype_name(c.dtype));
+    ARIADNE_CHECK(t->stride[2] == 1, "device kv cache append_rows: ", name, " needs a contiguous head dim, got ",
+                  t->describe());
+  }
+  ARIADNE_CHECK(n < (int64_t(1) << 30), "device kv cache append_rows: ", n, " tokens, expected fewer than 2^30");
+  if (n == 0) return;
+  const int32_t one[1] = {seq};
+  reserve(one, n);
+  const int64_t t0 = lengths_[size_t(seq)];
+  decode_detail::AppendRowsArgs a{};
+  a.k = k.data;
+  a.v = v.data;
+  a.k_st = k.stride[0];
+  a.k_sh = k.stride[1];
+  a.v_st = v.stride[0];
+  a.v_sh = v.stride[1];
+  a.k_pool = dev_->k.data();
+  a.v_pool = dev_->v.data();
+  a.sum = static_cast<float*>(dev_->sum.data());
+  a.min = static_cast<float*>(dev_->min.data());
+  a.max = static_cast<float*>(dev_->max.data());
+  a.table_row = static_cast<const int32_t*>(dev_->table.data()) + int64_t(seq) * max_pages_;
+  a.length = static_cast<int32_t*>(dev_->lengths.data()) + seq;
+  a.t0 = t0;
+  a.n = int(n);
+  a.kv_heads = c.kv_heads;
+  a.head_dim = c.head_dim;
+  a.page_size = c.page_size;
+  a.summary_stride = c.summary_stride;
+  a.dtype = c.dtype;
+  a.stream = stream;
+  decode_detail::append_rows_cuda(a);
+  lengths_[size_t(seq)] = t0 + n;
+}
+
 void CudaKVCache::refresh_lengths() {
   need(dev_);
   std::vector<int32_t> dev(lengths_.size(), 0);

@@ -56,6 +56,12 @@ struct LlamaCuda::Impl {
   Grow<bf16> x, q, att, gu, act;
   Grow<int32_t> cu;  // {0, n, 0, pos0 + n}: cu_seqlens_q, cu_seqlens_k of a block after the prompt
   std::vector<bf16*> kcache, vcache;
+  // The paged cache of sparse decode (set_paged): one sequence (id 0) per layer.
+  KVCacheConfig paged_cfg{};
+  std::vector<CudaKVCache> paged;
+  std::vector<CudaPageSelection> selections;
+  Grow<int32_t> seq_ids;  // {0}, the sequence id in device memory
+  Grow<float> att_f32;
   int64_t capacity = 0, n = 0, pos0 = 0;
 
   ~Impl() {
@@ -142,6 +148,61 @@ void LlamaCuda::begin(const float* h, int64_t n, int64_t pos0) {
   d.act.at_least(n * d.c.ffn);
   const int32_t cu[4] = {0, int32_t(n), 0, int32_t(pos0 + n)};
   check(cudaMemcpy(d.cu.at_least(4), cu, sizeof cu, cudaMemcpyHostToDevice), "cu_seqlens upload");
+  if (!d.paged.empty()) {
+    if (pos0 == 0) {
+      PagedKVCache empty(d.paged_cfg);
+      empty.add_sequence();
+      for (CudaKVCache& pc : d.paged) pc.sync(empty);
+    }
+    ARIADNE_CHECK(d.paged[0].length(0) == pos0, "llm (cuda): a block at position ", pos0,
+                  " does not continue the paged cache of ", d.paged[0].length(0), " tokens");
+  }
+}
+
+void LlamaCuda::set_paged(int page_size, int summary_stride) {
+  Impl& d = *impl_;
+  d.paged.clear();
+  d.selections.clear();
+  if (page_size <= 0) return;
+  d.paged_cfg = KVCacheConfig{page_size, d.c.kv_heads, d.c.head_dim, DType::bf16, summary_stride};
+  PagedKVCache empty(d.paged_cfg);
+  empty.add_sequence();
+  for (int l = 0; l < d.c.layers; ++l) d.paged.emplace_back(empty);
+  d.selections.resize(size_t(d.c.layers));
+  const int32_t zero = 0;
+  check(cudaMemcpy(d.seq_ids.at_least(1), &zero, sizeof zero, cudaMemcpyHostToDevice), "sequence id upload");
+}
+
+bool LlamaCuda::paged() const { return !impl_->paged.empty(); }
+
+std::pair<int64_t, int64_t> LlamaCuda::attend_paged(int l, const PageSelectConfig* select, bool count) {
+  Impl& d = *impl_;
+  const LlamaConfig& c = d.c;
+  ARIADNE_CHECK(!d.paged.empty() && d.n == 1, "llm (cuda): paged attention needs the paged cache (set_paged) and ",
+                "a one-row block, got ", d.n, " rows");
+  const int64_t Q = int64_t(c.heads) * c.head_dim;
+  static const int32_t kSeq[1] = {0};
+  DecodeParams dp;
+  dp.q = device_view(d.q.ptr, 1, c.heads, c.head_dim);
+  dp.out = make_view(d.att_f32.at_least(Q), DType::f32, {1, int64_t(c.heads), int64_t(c.head_dim)}, Device::cuda);
+  dp.device_cache = &d.paged[size_t(l)];
+  dp.seqs = kSeq;
+  dp.device_seqs = d.seq_ids.ptr;
+  std::pair<int64_t, int64_t> pages{0, 0};
+  if (select != nullptr) {
+    select_pages(dp, *select, d.selections[size_t(l)]);
+    dp.device_selection = &d.selections[size_t(l)];
+    if (count) {
+      const PageSelection h = d.selections[size_t(l)].to_host();
+      pages = {h.kept(), h.visible_total()};
+    }
+  } else if (count) {
+    const int64_t P = d.paged_cfg.page_size;
+    pages.first = pages.second = (d.paged[size_t(l)].length(0) + P - 1) / P * c.kv_heads;
+  }
+  decode_attention(dp, Backend::cuda);
+  cuda_nn::to_bf16(d.att_f32.ptr, d.att.ptr, Q, nullptr);
+  return pages;
 }
 
 AttentionParams LlamaCuda::attention_inputs(int l) {
@@ -159,6 +220,9 @@ AttentionParams LlamaCuda::attention_inputs(int l) {
   const int pairs = c.rope_dims / 2;
   cuda_nn::rope_pairs(d.q.ptr, n, Q, c.heads, c.head_dim, pairs, d.inv_freq, d.pos0, st);
   cuda_nn::rope_pairs(k, n, KV, c.kv_heads, c.head_dim, pairs, d.inv_freq, d.pos0, st);
+  if (!d.paged.empty())
+    d.paged[size_t(l)].append_rows(0, device_view(k, n, c.kv_heads, c.head_dim),
+                                   device_view(v, n, c.kv_heads, c.head_dim), st);
 
   const int64_t total = d.pos0 + n;
   AttentionParams p;

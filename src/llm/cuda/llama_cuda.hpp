@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "ariadne/attention.hpp"
+#include "ariadne/decode.hpp"
 #include "ariadne/llm.hpp"
 
 namespace ariadne {
@@ -39,6 +41,16 @@ class LlamaCuda {
   // (the cache), out [n, heads, head_dim], all bf16 device tensors; causal pattern, varlen with
   // device cu_seqlens (n queries against pos0+n keys) when pos0 > 0; legacy default stream.
   AttentionParams attention_inputs(int l);
+  // The paged device cache that sparse decode reads: per layer a bf16 CudaKVCache of one sequence
+  // to which every block's keys and values are appended after RoPE (attention_inputs). page_size 0
+  // turns it off. A block at position 0 starts the caches again; a later block continues them.
+  void set_paged(int page_size, int summary_stride);
+  bool paged() const;
+  // Layer l's attention for a one-row block from the paged cache: the pages `select` keeps (a
+  // device selection; null: every visible page), written where finish_layer reads the attention.
+  // With `count`, returns (pages kept, pages visible) over the KV heads (a host copy of the
+  // selection's counts); else (0, 0).
+  std::pair<int64_t, int64_t> attend_paged(int l, const PageSelectConfig* select, bool count);
   // Output projection into the residual, then the SwiGLU MLP.
   void finish_layer(int l);
   // Logits [vocab] of the block's last row (waits for the GPU).
