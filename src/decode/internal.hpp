@@ -44,45 +44,42 @@ DeviceBuffer scratch_words(int64_t n, void* stream);
 DeviceBuffer upload_ints(const int32_t* host, size_t n, void* stream);
 int sm_count();  // the current device's SMs, read once
 
-// One decode step's appends on the device (src/decode/cuda/append_cuda.cu): batch entry b writes
-// its token into row lengths[seqs[b]] of its reserved page, refreshes that page's key summaries,
-// then every entry's length grows by one. dtype: the cache's (bf16 or f16).
-struct AppendArgs {
+// What every device append reads and writes: the new rows (strides in elements over the first dim,
+// a batch entry or a token, and the head; the head dim is contiguous), the pools and their key
+// summaries, the geometry. dtype: the cache's (bf16 or f16).
+struct AppendPool {
   const void* k;
   const void* v;
-  int64_t k_sb, k_sh, v_sb, v_sh;  // strides in elements (batch, head); the head dim is contiguous
+  int64_t k_s0, k_sh, v_s0, v_sh;
   void* k_pool;
   void* v_pool;
   float* sum;  // [capacity, kv_heads, strides_per_page, head_dim]
   float* min;  // [capacity, kv_heads, head_dim]
   float* max;
+  int kv_heads, head_dim, page_size, summary_stride;
+  DType dtype;
+  void* stream;  // cudaStream_t; null: the legacy default stream
+};
+
+// One decode step's appends on the device (src/decode/cuda/append_cuda.cu): batch entry b writes
+// its token into row lengths[seqs[b]] of its reserved page, refreshes that page's key summaries,
+// then every entry's length grows by one.
+struct AppendArgs : AppendPool {
   const int32_t* table;
   int max_pages;
   int32_t* lengths;
   const int32_t* seqs;  // [batch], device
-  int batch, kv_heads, head_dim, page_size, summary_stride;
-  DType dtype;
-  void* stream;  // cudaStream_t; null: the legacy default stream
+  int batch;
 };
 void append_cuda(const AppendArgs& a);
 
 // A bulk append of n rows of one sequence (CudaKVCache::append_rows): tokens t0 … t0 + n − 1, whose
 // pages are reserved.
-struct AppendRowsArgs {
-  const void* k;
-  const void* v;
-  int64_t k_st, k_sh, v_st, v_sh;  // strides in elements (token, head); the head dim is contiguous
-  void* k_pool;
-  void* v_pool;
-  float* sum;                // [capacity, kv_heads, strides_per_page, head_dim]
-  float* min;                // [capacity, kv_heads, head_dim]
-  float* max;
+struct AppendRowsArgs : AppendPool {
   const int32_t* table_row;  // the sequence's row of the block table, device
   int32_t* length;           // the sequence's device length
   int64_t t0;
-  int n, kv_heads, head_dim, page_size, summary_stride;
-  DType dtype;
-  void* stream;  // cudaStream_t; null: the legacy default stream
+  int n;
 };
 void append_rows_cuda(const AppendRowsArgs& a);
 

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -136,20 +137,28 @@ class CudaKvAppend : public ::testing::TestWithParam<DType> {
   }
 };
 
+// Sequences added to `host`, one per length, each prefilled on the host with that many random
+// tokens (the same rows as keys and values); their ids.
+std::vector<int32_t> prefilled(PagedKVCache& host, std::mt19937_64& rng, std::initializer_list<int64_t> lengths) {
+  const KVCacheConfig& c = host.config();
+  std::vector<int32_t> seqs;
+  for (const int64_t len : lengths) {
+    const int s = host.add_sequence();
+    seqs.push_back(s);
+    if (len > 0) {
+      const Buffer t = random_tokens(rng, c.dtype, len, c);
+      host.append(s, t.view(), t.view());
+    }
+  }
+  return seqs;
+}
+
 TEST_P(CudaKvAppend, StepsEqualTheHostTwin) {
   const DType dt = GetParam();
   std::mt19937_64 rng(cuda_testing::base_seed() ^ uint64_t(dt));
   const KVCacheConfig c{16, 2, 80, dt, 4};
   PagedKVCache host(c);
-  std::vector<int32_t> seqs;
-  for (int64_t len : {13, 0, 40}) {  // a prefill on the host, then the device takes over
-    const int s = host.add_sequence();
-    seqs.push_back(s);
-    if (len > 0) {
-      const Buffer t = random_tokens(rng, dt, len, c);
-      host.append(s, t.view(), t.view());
-    }
-  }
+  std::vector<int32_t> seqs = prefilled(host, rng, {13, 0, 40});  // the device takes over from here
   CudaKVCache dev(host);
   for (int step = 0; step < 70; ++step) {
     if (step == 30) {  // a new sequence joins, on both sides, and the device copy is taken again
@@ -182,15 +191,7 @@ TEST_P(CudaKvAppend, BlocksOfRowsEqualTheHostTwin) {
   std::mt19937_64 rng(cuda_testing::base_seed() ^ 31 ^ uint64_t(dt));
   const KVCacheConfig c{16, 2, 80, dt, 4};
   PagedKVCache host(c);
-  std::vector<int32_t> seqs;
-  for (int64_t len : {5, 0, 16}) {
-    const int s = host.add_sequence();
-    seqs.push_back(s);
-    if (len > 0) {
-      const Buffer t = random_tokens(rng, dt, len, c);
-      host.append(s, t.view(), t.view());
-    }
-  }
+  std::vector<int32_t> seqs = prefilled(host, rng, {5, 0, 16});
   CudaKVCache dev(host);
   const std::vector<int64_t> blocks = {7, 1, 0, 16, 40, 3, 100, 2, 250};
   for (size_t i = 0; i < blocks.size(); ++i) {

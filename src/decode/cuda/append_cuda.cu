@@ -35,9 +35,9 @@ __global__ void append_kernel(const AppendArgs a) {
   float* mx = a.max + (int64_t(page) * a.kv_heads + h) * d;
   float* sum = a.sum + ((int64_t(page) * a.kv_heads + h) * strides + j) * d;
   for (int u = threadIdx.x; u < d; u += blockDim.x) {
-    const T kx = static_cast<const T*>(a.k)[b * a.k_sb + h * a.k_sh + u];
+    const T kx = static_cast<const T*>(a.k)[b * a.k_s0 + h * a.k_sh + u];
     kp[int64_t(row) * d + u] = kx;
-    vp[int64_t(row) * d + u] = static_cast<const T*>(a.v)[b * a.v_sb + h * a.v_sh + u];
+    vp[int64_t(row) * d + u] = static_cast<const T*>(a.v)[b * a.v_s0 + h * a.v_sh + u];
     const float x = as_float(kx);
     const float lo = row == 0 ? INFINITY : mn[u], hi = row == 0 ? -INFINITY : mx[u];
     mn[u] = x < lo ? x : lo;  // std::min(lo, x), NaN and signed zeros included
@@ -56,8 +56,8 @@ __global__ void append_rows_kernel(const AppendRowsArgs a) {
   const int page = a.table_row[t / a.page_size], row = int(t % a.page_size);
   const int64_t at = ((int64_t(page) * a.kv_heads + h) * a.page_size + row) * d;
   for (int u = threadIdx.x; u < d; u += blockDim.x) {
-    static_cast<T*>(a.k_pool)[at + u] = static_cast<const T*>(a.k)[i * a.k_st + h * a.k_sh + u];
-    static_cast<T*>(a.v_pool)[at + u] = static_cast<const T*>(a.v)[i * a.v_st + h * a.v_sh + u];
+    static_cast<T*>(a.k_pool)[at + u] = static_cast<const T*>(a.k)[i * a.k_s0 + h * a.k_sh + u];
+    static_cast<T*>(a.v_pool)[at + u] = static_cast<const T*>(a.v)[i * a.v_s0 + h * a.v_sh + u];
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <string>
 #include <unordered_set>
 #include <utility>
 
@@ -90,6 +91,45 @@ const CudaKVCache::Device& need(const CudaKVCache::Device* d) {
 void check(cudaError_t e, const char* what) {
   ARIADNE_CHECK(e == cudaSuccess, "device kv cache: ", what, ": ", cudaGetErrorString(e));
 }
+
+// k and v of an append (`what`): device tensors [n, kv_heads, head_dim] of the cache's dtype with a
+// contiguous head dim; `first` is how an error names n, `why` what the first dim holds.
+void check_rows(const KVCacheConfig& c, const TensorView& k, const TensorView& v, int64_t n, const char* what,
+                const std::string& first, const char* why) {
+  for (const auto& [t, name] : {std::pair{&k, "k"}, std::pair{&v, "v"}}) {
+    ARIADNE_CHECK(t->defined() && t->device == ::ariadne::Device::cuda, "device kv cache ", what, ": ", name,
+                  " must be a device tensor, got ", t->defined() ? t->describe() : std::string("nothing"));
+    ARIADNE_CHECK(t->rank == 3 && t->shape[0] == n && t->shape[1] == c.kv_heads && t->shape[2] == c.head_dim,
+                  "device kv cache ", what, ": ", name, " is ", t->describe(), ", expected [", first, ", ", c.kv_heads,
+                  ", ", c.head_dim, "] (", why, ", the cache's kv_heads and head_dim)");
+    ARIADNE_CHECK(t->dtype == c.dtype, "device kv cache ", what, ": ", name, " has dtype ", dtype_name(t->dtype),
+                  ", expected the cache's ", dtype_name(c.dtype));
+    ARIADNE_CHECK(t->stride[2] == 1, "device kv cache ", what, ": ", name, " needs a contiguous head dim, got ",
+                  t->describe());
+  }
+}
+
+// The fields every append shares: the new rows, the pools and summaries, the geometry.
+void fill_pool(decode_detail::AppendPool& a, const KVCacheConfig& c, const CudaKVCache::Device& d,
+               const TensorView& k, const TensorView& v, void* stream) {
+  a.k = k.data;
+  a.v = v.data;
+  a.k_s0 = k.stride[0];
+  a.k_sh = k.stride[1];
+  a.v_s0 = v.stride[0];
+  a.v_sh = v.stride[1];
+  a.k_pool = d.k.data();
+  a.v_pool = d.v.data();
+  a.sum = static_cast<float*>(d.sum.data());
+  a.min = static_cast<float*>(d.min.data());
+  a.max = static_cast<float*>(d.max.data());
+  a.kv_heads = c.kv_heads;
+  a.head_dim = c.head_dim;
+  a.page_size = c.page_size;
+  a.summary_stride = c.summary_stride;
+  a.dtype = c.dtype;
+  a.stream = stream;
+}
 }  // namespace
 
 // A free pool page; with none left the pools double (at least 16 pages), as the host twin's do, and
@@ -159,17 +199,7 @@ void CudaKVCache::append(const TensorView& k, const TensorView& v, std::span<con
   const int64_t B = int64_t(seqs.size());
   ARIADNE_CHECK(c.dtype == DType::bf16 || c.dtype == DType::f16, "device kv cache append: the cache stores ",
                 dtype_name(c.dtype), "; device appends take bf16 or f16 caches");
-  for (const auto& [t, name] : {std::pair{&k, "k"}, std::pair{&v, "v"}}) {
-    ARIADNE_CHECK(t->defined() && t->device == ::ariadne::Device::cuda, "device kv cache append: ", name,
-                  " must be a device tensor, got ", t->defined() ? t->describe() : std::string("nothing"));
-    ARIADNE_CHECK(t->rank == 3 && t->shape[0] == B && t->shape[1] == c.kv_heads && t->shape[2] == c.head_dim,
-                  "device kv cache append: ", name, " is ", t->describe(), ", expected [", B, ", ", c.kv_heads, ", ",
-                  c.head_dim, "] (one token per sequence id, the cache's kv_heads and head_dim)");
-    ARIADNE_CHECK(t->dtype == c.dtype, "device kv cache append: ", name, " has dtype ", dtype_name(t->dtype),
-                  ", expected the cache's ", dtype_name(c.dtype));
-    ARIADNE_CHECK(t->stride[2] == 1, "device kv cache append: ", name, " needs a contiguous head dim, got ",
-                  t->describe());
-  }
+  check_rows(c, k, v, B, "append", std::to_string(B), "one token per sequence id");
   ARIADNE_CHECK(B == 0 || device_seqs != nullptr, "device kv cache append: device_seqs is null (the ids in device memory)");
   std::unordered_set<int32_t> seen;
   for (const int32_t s : seqs) {
@@ -182,28 +212,12 @@ void CudaKVCache::append(const TensorView& k, const TensorView& v, std::span<con
                   ": call reserve() first");
   }
   decode_detail::AppendArgs a{};
-  a.k = k.data;
-  a.v = v.data;
-  a.k_sb = k.stride[0];
-  a.k_sh = k.stride[1];
-  a.v_sb = v.stride[0];
-  a.v_sh = v.stride[1];
-  a.k_pool = dev_->k.data();
-  a.v_pool = dev_->v.data();
-  a.sum = static_cast<float*>(dev_->sum.data());
-  a.min = static_cast<float*>(dev_->min.data());
-  a.max = static_cast<float*>(dev_->max.data());
+  fill_pool(a, c, *dev_, k, v, stream);
   a.table = static_cast<const int32_t*>(dev_->table.data());
   a.max_pages = max_pages_;
   a.lengths = static_cast<int32_t*>(dev_->lengths.data());
   a.seqs = device_seqs;
   a.batch = int(B);
-  a.kv_heads = c.kv_heads;
-  a.head_dim = c.head_dim;
-  a.page_size = c.page_size;
-  a.summary_stride = c.summary_stride;
-  a.dtype = c.dtype;
-  a.stream = stream;
   decode_detail::append_cuda(a);
   for (const int32_t s : seqs) ++lengths_[size_t(s)];
 }
@@ -215,44 +229,18 @@ void CudaKVCache::append_rows(int seq, const TensorView& k, const TensorView& v,
                 dtype_name(c.dtype), "; device appends take bf16 or f16 caches");
   ARIADNE_CHECK(live(seq), "device kv cache append_rows: sequence ", seq, " is not a live sequence of this cache");
   const int64_t n = k.defined() && k.rank == 3 ? k.shape[0] : -1;
-  for (const auto& [t, name] : {std::pair{&k, "k"}, std::pair{&v, "v"}}) {
-    ARIADNE_CHECK(t->defined() && t->device == ::ariadne::Device::cuda, "device kv cache append_rows: ", name,
-                  " must be a device tensor, got ", t->defined() ? t->describe() : std::string("nothing"));
-    ARIADNE_CHECK(t->rank == 3 && t->shape[0] == n && t->shape[1] == c.kv_heads && t->shape[2] == c.head_dim,
-                  "device kv cache append_rows: ", name, " is ", t->describe(), ", expected [tokens, ", c.kv_heads,
-                  ", ", c.head_dim, "] (k and v the same tokens, the cache's kv_heads and head_dim)");
-    ARIADNE_CHECK(t->dtype == c.dtype, "device kv cache append_rows: ", name, " has dtype ", dtype_name(t->dtype),
-                  ", expected the cache's ", dtype_name(c.dtype));
-    ARIADNE_CHECK(t->stride[2] == 1, "device kv cache append_rows: ", name, " needs a contiguous head dim, got ",
-                  t->describe());
-  }
+  check_rows(c, k, v, n, "append_rows", "tokens", "k and v the same tokens");
   ARIADNE_CHECK(n < (int64_t(1) << 30), "device kv cache append_rows: ", n, " tokens, expected fewer than 2^30");
   if (n == 0) return;
   const int32_t one[1] = {seq};
   reserve(one, n);
   const int64_t t0 = lengths_[size_t(seq)];
   decode_detail::AppendRowsArgs a{};
-  a.k = k.data;
-  a.v = v.data;
-  a.k_st = k.stride[0];
-  a.k_sh = k.stride[1];
-  a.v_st = v.stride[0];
-  a.v_sh = v.stride[1];
-  a.k_pool = dev_->k.data();
-  a.v_pool = dev_->v.data();
-  a.sum = static_cast<float*>(dev_->sum.data());
-  a.min = static_cast<float*>(dev_->min.data());
-  a.max = static_cast<float*>(dev_->max.data());
+  fill_pool(a, c, *dev_, k, v, stream);
   a.table_row = static_cast<const int32_t*>(dev_->table.data()) + int64_t(seq) * max_pages_;
   a.length = static_cast<int32_t*>(dev_->lengths.data()) + seq;
   a.t0 = t0;
   a.n = int(n);
-  a.kv_heads = c.kv_heads;
-  a.head_dim = c.head_dim;
-  a.page_size = c.page_size;
-  a.summary_stride = c.summary_stride;
-  a.dtype = c.dtype;
-  a.stream = stream;
   decode_detail::append_rows_cuda(a);
   lengths_[size_t(seq)] = t0 + n;
 }
