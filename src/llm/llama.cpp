@@ -470,6 +470,16 @@ LlamaModel LlamaModel::from_gguf(const GgufFile& f) {
   return m;
 }
 
+namespace {
+// Sparse decode on the cuda backend: the pages are scored on the device (rr, quest); the oracle's
+// exact scores and the per-step comparison against dense decode need the host.
+void check_cuda_decode(const DecodeOptions& o) {
+  ARIADNE_CHECK(!o.sparse || (o.select.scorer != PageScorer::oracle && !o.compare),
+                "llm: sparse decode on the cuda backend takes the rr or quest scorer without compare (the oracle ",
+                "and the dense comparison run on the cpu backend)");
+}
+}  // namespace
+
 void LlamaModel::set_backend(Backend b) {
   ARIADNE_CHECK(b == Backend::cpu || b == Backend::cuda, "llm: backend '", backend_name(b),
                 "' cannot run the model, expected cpu or cuda (the attention backend is PrefillOptions::method's)");
@@ -485,10 +495,8 @@ void LlamaModel::set_backend(Backend b) {
   std::vector<LlamaHostLayer> hl;
   for (const Layer& L : layers_)
     hl.push_back({&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.wg, &L.wu, &L.wd});
+  check_cuda_decode(decode_);
   cuda_ = std::make_shared<LlamaCuda>(cfg_, out_norm_, cfg_.tied ? embed_ : out_, hl, inv_freq_);
-  ARIADNE_CHECK(!decode_.sparse || (decode_.select.scorer != PageScorer::oracle && !decode_.compare),
-                "llm: sparse decode on the cuda backend takes the rr or quest scorer without compare (the oracle ",
-                "and the dense comparison run on the cpu backend)");
   if (decode_.sparse) cuda_->set_paged(decode_.page_size, decode_.summary_stride);
   cached_ = 0;  // the device cache starts empty
 #else
@@ -515,16 +523,15 @@ void LlamaModel::set_decode(const DecodeOptions& o) {
   ARIADNE_CHECK(o.select.tau > 0 && o.select.tau <= 1, "llm: decode tau is ", o.select.tau, ", expected (0, 1]");
   ARIADNE_CHECK(o.select.sink_pages >= 0 && o.select.recent_pages >= 0, "llm: decode sink_pages ",
                 o.select.sink_pages, " and recent_pages ", o.select.recent_pages, " must be >= 0");
-  ARIADNE_CHECK(!o.sparse || !cuda_ || (o.select.scorer != PageScorer::oracle && !o.compare),
-                "llm: sparse decode on the cuda backend takes the rr or quest scorer without compare (the oracle ",
-                "and the dense comparison run on the cpu backend)");
+  if (cuda_) check_cuda_decode(o);
   const bool repage = o.page_size != decode_.page_size || o.summary_stride != decode_.summary_stride;
+  const bool resparse = o.sparse != decode_.sparse;
   decode_ = o;
   if (repage) reset_cache();
 #if defined(ARIADNE_WITH_CUDA)
-  if (cuda_) {
+  if (cuda_ && (repage || resparse)) {  // a new paged cache (or none) starts empty: the next call is a prefill
     cuda_->set_paged(o.sparse ? o.page_size : 0, o.summary_stride);
-    cached_ = 0;  // the paged cache starts empty: the next call is a prefill
+    cached_ = 0;
   }
 #endif
 }
@@ -571,7 +578,7 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
         PageSelectConfig sc = decode_.select;
         sc.step = decode_steps_;
         const auto t0 = Clock::now();
-        const auto [kept, visible] = cuda_->attend_paged(l, &sc, step != nullptr);
+        const auto [kept, visible] = cuda_->attend_paged(l, sc, step != nullptr);
         if (step != nullptr) {
           step->pages_kept += kept;
           step->pages_visible += visible;

@@ -5,7 +5,7 @@
 // and the order of PagedKVCache::summarize, so the summaries equal the host twin's bit for bit.
 // A second kernel then moves the lengths, after every CTA has read them. A block of one sequence's
 // rows (CudaKVCache::append_rows, a prefill's keys and values): the rows copied, then each touched
-// page summarized again from its first row, then the length set.
+// page summarized again from its first row (that launch also sets the length).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -64,9 +64,11 @@ __global__ void append_rows_kernel(const AppendRowsArgs a) {
 // Then one CTA per (page the block touched, KV head) summarizes the page's rows from the pool, in
 // row order from the page's first row: min / max folded from ±inf and each stride's sum from 0, the
 // operations and the order of PagedKVCache::summarize (and of append_kernel's incremental form), so
-// the summaries equal the host twin's bit for bit however the rows arrived.
+// the summaries equal the host twin's bit for bit however the rows arrived. Its first thread also
+// sets the sequence's length: no kernel of the append reads it, and the stream orders it after them.
 template <class T>
 __global__ void summarize_rows_kernel(const AppendRowsArgs a) {
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *a.length = int32_t(a.t0 + a.n);
   const int64_t p = a.t0 / a.page_size + blockIdx.x;
   const int h = blockIdx.y, d = a.head_dim, S = a.summary_stride, strides = a.page_size / S;
   const int rows = int(min(int64_t(a.page_size), a.t0 + a.n - p * a.page_size));
@@ -91,8 +93,6 @@ __global__ void summarize_rows_kernel(const AppendRowsArgs a) {
     mx[u] = hi;
   }
 }
-
-__global__ void set_length_kernel(const AppendRowsArgs a) { *a.length = int32_t(a.t0 + a.n); }
 
 __global__ void advance_kernel(const AppendArgs a) {
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
@@ -133,8 +133,6 @@ void append_rows_cuda(const AppendRowsArgs& a) {
     summarize_rows_kernel<__half><<<summaries, threads, 0, st>>>(a);
   }
   check(cudaGetLastError(), "bulk append kernel launch");
-  set_length_kernel<<<1, 1, 0, st>>>(a);
-  check(cudaGetLastError(), "length kernel launch");
 }
 
 }  // namespace ariadne::decode_detail

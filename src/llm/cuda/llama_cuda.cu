@@ -64,6 +64,13 @@ struct LlamaCuda::Impl {
   Grow<float> att_f32;
   int64_t capacity = 0, n = 0, pos0 = 0;
 
+  // Every layer's paged cache emptied, holding sequence 0 with no token.
+  void restart_paged() {
+    PagedKVCache empty(paged_cfg);
+    empty.add_sequence();
+    for (CudaKVCache& pc : paged) pc.sync(empty);
+  }
+
   ~Impl() {
     for (bf16* p : kcache) cudaFree(p);
     for (bf16* p : vcache) cudaFree(p);
@@ -149,11 +156,7 @@ void LlamaCuda::begin(const float* h, int64_t n, int64_t pos0) {
   const int32_t cu[4] = {0, int32_t(n), 0, int32_t(pos0 + n)};
   check(cudaMemcpy(d.cu.at_least(4), cu, sizeof cu, cudaMemcpyHostToDevice), "cu_seqlens upload");
   if (!d.paged.empty()) {
-    if (pos0 == 0) {
-      PagedKVCache empty(d.paged_cfg);
-      empty.add_sequence();
-      for (CudaKVCache& pc : d.paged) pc.sync(empty);
-    }
+    if (pos0 == 0) d.restart_paged();
     ARIADNE_CHECK(d.paged[0].length(0) == pos0, "llm (cuda): a block at position ", pos0,
                   " does not continue the paged cache of ", d.paged[0].length(0), " tokens");
   }
@@ -165,9 +168,8 @@ void LlamaCuda::set_paged(int page_size, int summary_stride) {
   d.selections.clear();
   if (page_size <= 0) return;
   d.paged_cfg = KVCacheConfig{page_size, d.c.kv_heads, d.c.head_dim, DType::bf16, summary_stride};
-  PagedKVCache empty(d.paged_cfg);
-  empty.add_sequence();
-  for (int l = 0; l < d.c.layers; ++l) d.paged.emplace_back(empty);
+  d.paged.resize(size_t(d.c.layers));
+  d.restart_paged();
   d.selections.resize(size_t(d.c.layers));
   const int32_t zero = 0;
   check(cudaMemcpy(d.seq_ids.at_least(1), &zero, sizeof zero, cudaMemcpyHostToDevice), "sequence id upload");
@@ -175,7 +177,7 @@ void LlamaCuda::set_paged(int page_size, int summary_stride) {
 
 bool LlamaCuda::paged() const { return !impl_->paged.empty(); }
 
-std::pair<int64_t, int64_t> LlamaCuda::attend_paged(int l, const PageSelectConfig* select, bool count) {
+std::pair<int64_t, int64_t> LlamaCuda::attend_paged(int l, const PageSelectConfig& select, bool count) {
   Impl& d = *impl_;
   const LlamaConfig& c = d.c;
   ARIADNE_CHECK(!d.paged.empty() && d.n == 1, "llm (cuda): paged attention needs the paged cache (set_paged) and ",
@@ -188,17 +190,13 @@ std::pair<int64_t, int64_t> LlamaCuda::attend_paged(int l, const PageSelectConfi
   dp.device_cache = &d.paged[size_t(l)];
   dp.seqs = kSeq;
   dp.device_seqs = d.seq_ids.ptr;
+  CudaPageSelection& sel = d.selections[size_t(l)];
+  select_pages(dp, select, sel);
+  dp.device_selection = &sel;
   std::pair<int64_t, int64_t> pages{0, 0};
-  if (select != nullptr) {
-    select_pages(dp, *select, d.selections[size_t(l)]);
-    dp.device_selection = &d.selections[size_t(l)];
-    if (count) {
-      const PageSelection h = d.selections[size_t(l)].to_host();
-      pages = {h.kept(), h.visible_total()};
-    }
-  } else if (count) {
-    const int64_t P = d.paged_cfg.page_size;
-    pages.first = pages.second = (d.paged[size_t(l)].length(0) + P - 1) / P * c.kv_heads;
+  if (count) {
+    const PageSelection h = sel.to_host();
+    pages = {h.kept(), h.visible_total()};
   }
   decode_attention(dp, Backend::cuda);
   cuda_nn::to_bf16(d.att_f32.ptr, d.att.ptr, Q, nullptr);

@@ -47,10 +47,10 @@ class LlamaCuda {
   void set_paged(int page_size, int summary_stride);
   bool paged() const;
   // Layer l's attention for a one-row block from the paged cache: the pages `select` keeps (a
-  // device selection; null: every visible page), written where finish_layer reads the attention.
-  // With `count`, returns (pages kept, pages visible) over the KV heads (a host copy of the
-  // selection's counts); else (0, 0).
-  std::pair<int64_t, int64_t> attend_paged(int l, const PageSelectConfig* select, bool count);
+  // selection made on the device), written where finish_layer reads the attention. With `count`,
+  // returns (pages kept, pages visible) over the KV heads (a host copy of the selection's counts);
+  // else (0, 0).
+  std::pair<int64_t, int64_t> attend_paged(int l, const PageSelectConfig& select, bool count);
   // Output projection into the residual, then the SwiGLU MLP.
   void finish_layer(int l);
   // Logits [vocab] of the block's last row (waits for the GPU).
