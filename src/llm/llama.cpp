@@ -525,7 +525,9 @@ void LlamaModel::set_decode(const DecodeOptions& o) {
                 o.select.sink_pages, " and recent_pages ", o.select.recent_pages, " must be >= 0");
   if (cuda_) check_cuda_decode(o);
   const bool repage = o.page_size != decode_.page_size || o.summary_stride != decode_.summary_stride;
+#if defined(ARIADNE_WITH_CUDA)
   const bool resparse = o.sparse != decode_.sparse;
+#endif
   decode_ = o;
   if (repage) reset_cache();
 #if defined(ARIADNE_WITH_CUDA)
