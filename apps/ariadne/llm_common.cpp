@@ -128,18 +128,19 @@ struct LayerSums {
 // Decode steps' figures, summed over the steps of runs.
 struct DecodeSums {
   int64_t steps = 0, visible = 0, kept = 0;
-  double ms_select = 0, ms_attention = 0, recall = 0, err = 0, min_recall = 1;
+  double ms_select = 0, ms_attention = 0, ms_step = 0, recall = 0, err = 0, min_recall = 1;
   static DecodeSums of(const std::vector<DecodeStepTrace>& st) {
     DecodeSums d;
     for (const DecodeStepTrace& t : st) {
       ++d.steps, d.visible += t.pages_visible, d.kept += t.pages_kept;
-      d.ms_select += t.ms_select, d.ms_attention += t.ms_attention;
+      d.ms_select += t.ms_select, d.ms_attention += t.ms_attention, d.ms_step += t.ms_step;
       d.recall += t.mass_recall, d.err += t.out_rel_err, d.min_recall = std::min(d.min_recall, t.min_mass_recall);
     }
     return d;
   }
   DecodeSums& operator+=(const DecodeSums& o) {
     steps += o.steps, visible += o.visible, kept += o.kept, ms_select += o.ms_select, ms_attention += o.ms_attention;
+    ms_step += o.ms_step;
     recall += o.recall, err += o.err, min_recall = std::min(min_recall, o.min_recall);
     return *this;
   }
@@ -248,6 +249,9 @@ OptionTable llm_task_options() {
               "rr decode: one query head of the group scores each key stride, rotated (no: every head scores all)"),
       boolean("decode-compare", false,
               "per decode step and layer: the oracle's mass of the kept pages and the output error against dense"),
+      boolean("decode-graph", true,
+              "cuda backend: each decode step is one CUDA graph replay (no: kernel by kernel, with per-layer "
+              "attention times)"),
   };
 }
 
@@ -262,6 +266,7 @@ DecodeOptions decode_options(const Args& a, const MethodSpec& m) {
   d.select.recent_pages = a.i32("recent-pages");
   d.select.rotate = a.flag("decode-rotate");
   d.compare = a.flag("decode-compare") && d.sparse;
+  d.graph = a.flag("decode-graph");
   return d;
 }
 
@@ -430,7 +435,7 @@ int run_task_loop(const Args& args, LoadedModel& lm, const TaskLoop& loop) {
                     {"ms_estimate", tr.ms_estimate}, {"ms_estimate_kernels", tr.ms_estimate_kernels},
                     {"decode", m.decode}, {"decode_tau", m.decode_tau}, {"decode_steps", steps.size()},
                     {"decode_density", ds.density()}, {"ms_decode_select", ds.ms_select},
-                    {"ms_decode_attention", ds.ms_attention}};
+                    {"ms_decode_attention", ds.ms_attention}, {"ms_decode_steps", ds.ms_step}};
         if (m.decode != "dense" && args.flag("decode-compare"))
           run["decode_compare"] = {{"mass_recall", ds.mean_recall()}, {"min_mass_recall", ds.min_recall},
                                    {"out_rel_err", ds.mean_err()}};
@@ -491,8 +496,11 @@ int run_task_loop(const Args& args, LoadedModel& lm, const TaskLoop& loop) {
         s["decode_min_mass_recall"] = a.decode.min_recall;
         s["decode_out_rel_err"] = a.decode.mean_err();
       }
+      // Attention (selection + decode attention; 0 for graph steps, whose kernels are not timed apart)
+      // and the whole step, logits included.
       s["ms_decode_step"] =
           a.decode.steps ? (a.decode.ms_select + a.decode.ms_attention) / double(a.decode.steps) : 0.0;
+      s["ms_decode_whole_step"] = a.decode.steps ? a.decode.ms_step / double(a.decode.steps) : 0.0;
     }
     if (a.own.n > 0) s["own"] = a.own.to_json(loop.per_layer);
     if (a.probe.n > 0) s["probe"] = a.probe.to_json(loop.per_layer);

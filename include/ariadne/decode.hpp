@@ -184,6 +184,9 @@ class CudaKVCache {
   // bit; the device length moves on the stream, the host mirror at once.
   void append_rows(int seq, const TensorView& k, const TensorView& v, void* stream = nullptr);
   void refresh_lengths();
+  // Advances the host mirror of each of seqs by one, as append() does: for the replays of a CUDA
+  // graph that captured an append (the device lengths move in each replay, the mirror here).
+  void appended(std::span<const int32_t> seqs);
 
   struct Device;  // the device buffers (src/decode/cuda)
 
@@ -279,9 +282,11 @@ struct DecodeParams {
 };
 
 // Bytes of the split partials a device-cache decode_attention with these parameters needs now
-// (0 when one split covers every row). A step's split follows the longest row, so a workspace sized
-// for the longest context a loop will reach serves every step of it.
-size_t decode_workspace_bytes(const DecodeParams& p);
+// (0 when one split covers every row), or once every row holds extra_tokens more tokens (a call
+// captured into a graph after that step's append, asked before the append). A step's split follows
+// the longest row as it is when the call is made (or captured), and the kernels read the lengths
+// as they are when they run, so a graph keeps the split it was captured with.
+size_t decode_workspace_bytes(const DecodeParams& p, int64_t extra_tokens = 0);
 
 // Checks q/out/lse/sink shapes and dtypes, the sequence ids, the cache's KV heads and head dim
 // against q, and a selection's geometry and page indices; throws ariadne::Error naming the field.

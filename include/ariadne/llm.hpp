@@ -26,7 +26,9 @@
 // set_backend(Backend::cuda) moves the forward pass to the GPU: the f32 weights rounded to bf16
 // and uploaded once, bf16 activations into every GEMM (cuBLASLt) and into the attention (the
 // CUDA attention kernels and CUDA estimators, the same methods, probes and comparisons), an fp32
-// residual stream, a bf16 KV cache. Its logits differ from the CPU path's by bf16 rounding.
+// residual stream, a bf16 KV cache (contiguous for the prefill's attention, and paged per layer
+// for decode). Its logits differ from the CPU path's by bf16 rounding. Its decode steps are one
+// CUDA graph replay each (DecodeOptions::graph).
 // Per layer the run's own CUDA estimate keeps its result on the device (host_copy off unless
 // compare or keep_previous reads the host mask) in stream-ordered pool memory
 // (EstimateConfig::cuda_pooled_result), so no layer pays a cudaMalloc / device-wide cudaFree or
@@ -145,13 +147,20 @@ struct DecodeOptions {
   // Per step and layer also the oracle's page masses (the mass the kept pages hold) and the dense
   // output on the same cache (the sparse output's error): costs a dense decode and an exact score.
   bool compare = false;
+  // GPU path: each decode step is one CUDA graph replay (LlamaCuda::decode_step): every layer's
+  // kernels, the append, the selection and the paged decode attention with no host work between
+  // them, the graph captured again only when the context reaches a new page or a buffer moves.
+  // false runs the step kernel by kernel: dense decode as varlen attention over the contiguous
+  // cache, sparse decode through the paged cache (per-layer attention times in the trace).
+  bool graph = true;
 };
 
 // One decode step's measurements, summed or averaged over the layers.
 struct DecodeStepTrace {
   int64_t position = 0;
   int64_t pages_visible = 0, pages_kept = 0;  // over layers and KV heads
-  double ms_select = 0, ms_attention = 0;     // host wall time over layers
+  double ms_select = 0, ms_attention = 0;     // host wall time over layers (kernel-by-kernel steps)
+  double ms_step = 0;                         // the whole step's host wall time, logits included
   // With DecodeOptions::compare (means over layers and KV heads / layers):
   double mass_recall = 1;   // the oracle's mass of the kept pages
   double out_rel_err = 0;   // ‖o − o_dense‖₂ / ‖o_dense‖₂
@@ -201,12 +210,13 @@ class LlamaModel {
   };
   std::vector<BatchResult> generate_batch(const std::vector<std::vector<int32_t>>& prompts, int n_new,
                                           const PrefillOptions& options, int32_t stop = -1);
-  // How later decode steps attend. Throws ariadne::Error for an invalid option, or for sparse
-  // decode on the GPU path (its paged cache and kernels are CPU only). A new page size empties the
-  // cache.
+  // How later decode steps attend. Throws ariadne::Error for an invalid option, or on the GPU path
+  // for the oracle scorer or compare (they read the host cache). A new page size empties the cache.
   void set_decode(const DecodeOptions& options);
   const DecodeOptions& decode_options() const { return decode_; }
   int64_t cached() const { return cached_; }
+  // GPU path: CUDA graphs captured for decode steps so far (0 on the CPU path).
+  int64_t graph_captures() const;
 
  private:
   struct Layer {

@@ -144,9 +144,11 @@ void check_params(const DecodeParams& p, bool need_out, bool host) {
 
 void validate(const DecodeParams& p) { check_params(p, true, false); }
 
-size_t decode_workspace_bytes(const DecodeParams& p) {
+size_t decode_workspace_bytes(const DecodeParams& p, int64_t extra_tokens) {
   validate(p);
-  return p.device_cache ? decode_detail::decode_cuda_workspace(p) : 0;
+  ARIADNE_CHECK(extra_tokens >= 0 && extra_tokens < (int64_t(1) << 30), "decode_workspace_bytes: extra_tokens is ",
+                extra_tokens, ", expected 0 … 2^30");
+  return p.device_cache ? decode_detail::decode_cuda_workspace(p, extra_tokens) : 0;
 }
 
 void decode_attention(const DecodeParams& p, Backend backend) {

@@ -30,7 +30,7 @@ void decode_reference(const DecodeParams& p);
 void decode_cpu(const DecodeParams& p);
 // The device cache's kernels (src/decode/cuda); builds without CUDA throw.
 void decode_cuda(const DecodeParams& p);
-size_t decode_cuda_workspace(const DecodeParams& p);
+size_t decode_cuda_workspace(const DecodeParams& p, int64_t extra_tokens);
 // The page selection on the device (src/decode/cuda/select_cuda.cu) into buffers reserved for it;
 // p and config are validated by the caller.
 void select_cuda(const DecodeParams& p, const PageSelectConfig& config, CudaPageSelection::Device& out);

@@ -240,7 +240,7 @@ PageSelection CudaPageSelection::to_host() const { no_cuda(); }
 namespace decode_detail {
 void select_cuda(const DecodeParams&, const PageSelectConfig&, CudaPageSelection::Device&) { no_cuda(); }
 void decode_cuda(const DecodeParams&) { no_cuda(); }
-size_t decode_cuda_workspace(const DecodeParams&) { no_cuda(); }
+size_t decode_cuda_workspace(const DecodeParams&, int64_t) { no_cuda(); }
 }  // namespace decode_detail
 }  // namespace ariadne
 #endif

@@ -497,7 +497,7 @@ void LlamaModel::set_backend(Backend b) {
     hl.push_back({&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.wg, &L.wu, &L.wd});
   check_cuda_decode(decode_);
   cuda_ = std::make_shared<LlamaCuda>(cfg_, out_norm_, cfg_.tied ? embed_ : out_, hl, inv_freq_);
-  if (decode_.sparse) cuda_->set_paged(decode_.page_size, decode_.summary_stride);
+  cuda_->set_paged(decode_.page_size, decode_.summary_stride);
   cached_ = 0;  // the device cache starts empty
 #else
   ARIADNE_CHECK(false, "llm: backend cuda, but this build has no CUDA backend");
@@ -505,6 +505,13 @@ void LlamaModel::set_backend(Backend b) {
 }
 
 Backend LlamaModel::backend() const { return cuda_ ? Backend::cuda : Backend::cpu; }
+
+int64_t LlamaModel::graph_captures() const {
+#if defined(ARIADNE_WITH_CUDA)
+  if (cuda_) return cuda_->captures();
+#endif
+  return 0;
+}
 
 void LlamaModel::reset_cache() {
   cache_.clear();
@@ -525,14 +532,11 @@ void LlamaModel::set_decode(const DecodeOptions& o) {
                 o.select.sink_pages, " and recent_pages ", o.select.recent_pages, " must be >= 0");
   if (cuda_) check_cuda_decode(o);
   const bool repage = o.page_size != decode_.page_size || o.summary_stride != decode_.summary_stride;
-#if defined(ARIADNE_WITH_CUDA)
-  const bool resparse = o.sparse != decode_.sparse;
-#endif
   decode_ = o;
   if (repage) reset_cache();
 #if defined(ARIADNE_WITH_CUDA)
-  if (cuda_ && (repage || resparse)) {  // a new paged cache (or none) starts empty: the next call is a prefill
-    cuda_->set_paged(o.sparse ? o.page_size : 0, o.summary_stride);
+  if (cuda_ && repage) {  // a new paged cache starts empty: the next call is a prefill
+    cuda_->set_paged(o.page_size, o.summary_stride);
     cached_ = 0;
   }
 #endif
@@ -576,7 +580,7 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
     }
     if (opt == nullptr) {
 #if defined(ARIADNE_WITH_CUDA)
-      if (cuda_ && cuda_->paged()) {  // GPU sparse decoding: the pages a device selection keeps
+      if (cuda_ && decode_.sparse) {  // GPU sparse decoding: the pages a device selection keeps
         PageSelectConfig sc = decode_.select;
         sc.step = decode_steps_;
         const auto t0 = Clock::now();
@@ -588,7 +592,14 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
         }
       } else
 #endif
+      {
         attention(p, pick_backend(Backend::automatic, p));  // GPU dense decoding over its own cache
+        if (step != nullptr) {  // every page of the context, as a graph step counts them
+          const int64_t pages = (total + decode_.page_size - 1) / decode_.page_size * c.kv_heads;
+          step->pages_kept += pages;
+          step->pages_visible += pages;
+        }
+      }
     } else {
       LayerTrace lt;
       attend(p, l, *opt, lt);
@@ -756,9 +767,23 @@ std::vector<float> LlamaModel::decode(int32_t token, DecodeStepTrace* step) {
                 " is beyond the model's context of ", cfg_.context, " tokens (llama.context_length)");
   const int64_t pos = cached_;
   std::vector<float> h(embed_.begin() + int64_t(token) * cfg_.dim, embed_.begin() + int64_t(token + 1) * cfg_.dim);
+  const auto t0 = Clock::now();
+  std::vector<float> logits;
   if (cuda_) {
     if (step != nullptr) *step = DecodeStepTrace{pos};
-    run_layers(h.data(), 1, nullptr, nullptr, step);
+#if defined(ARIADNE_WITH_CUDA)
+    if (decode_.graph) {
+      std::pair<int64_t, int64_t> pages;
+      logits = cuda_->decode_step(h.data(), decode_.sparse ? &decode_.select : nullptr, decode_steps_,
+                                  step != nullptr ? &pages : nullptr);
+      cached_ = pos + 1;
+      if (step != nullptr) step->pages_kept = pages.first, step->pages_visible = pages.second;
+    } else
+#endif
+    {
+      run_layers(h.data(), 1, nullptr, nullptr, step);
+      logits = logits_of(h.data());
+    }
     ++decode_steps_;
   } else {
     const int32_t seqs[1] = {seq_};
@@ -766,8 +791,9 @@ std::vector<float> LlamaModel::decode(int32_t token, DecodeStepTrace* step) {
     decode_rows(h.data(), seqs, positions, step != nullptr ? std::span<DecodeStepTrace>(step, 1)
                                                            : std::span<DecodeStepTrace>());
     cached_ = pos + 1;
+    logits = logits_of(h.data());
   }
-  std::vector<float> logits = logits_of(h.data());
+  if (step != nullptr) step->ms_step = ms_since(t0);
   check_finite_logits(logits, "the decode step at position " + std::to_string(pos) + " (token " +
                                   std::to_string(token) + ")");
   return logits;

@@ -4,8 +4,10 @@
 // steps, sequences of different lengths, one new sequence, pages reserved one step or eight steps
 // ahead), dense decode on the grown device cache equals decode on a fresh copy of the host cache,
 // one decode step (append, then dense decode into a caller's workspace) captured into a CUDA graph
-// and replayed step after step keeps the cache equal to the host's and each step's output within
-// the f32 rule of the reference decode on the host cache, and the refusals name the field. Fresh random tokens per run (ARIADNE_TEST_SEED repeats one).
+// and replayed step after step keeps the cache equal to the host's (and the host mirror of the
+// lengths, advanced by appended()) and each step's output within the f32 rule of the reference
+// decode on the host cache, and the refusals name the field. Fresh random tokens per run
+// (ARIADNE_TEST_SEED repeats one).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -300,7 +302,9 @@ TEST_P(CudaKvAppend, GraphOfAppendAndDecodeReplays) {
   decode_attention(p, Backend::cuda);
   ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
   check_step(0);
-  const size_t ws_bytes = decode_workspace_bytes(p);
+  // The graph's decode runs after its append: the workspace for one more token a row.
+  const size_t ws_bytes = decode_workspace_bytes(p, 1);
+  EXPECT_GE(ws_bytes, decode_workspace_bytes(p));
   DeviceBuffer ws(DType::f32, {int64_t(std::max<size_t>(ws_bytes, 4) / 4)});
   p.workspace = ws.data();
   p.workspace_bytes = ws_bytes;
@@ -315,12 +319,17 @@ TEST_P(CudaKvAppend, GraphOfAppendAndDecodeReplays) {
     next_tokens();
     ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    if (step > 1) dev.appended(seqs);  // the capture counted step 1's append on the host
+    for (const int32_t sq : seqs) ASSERT_EQ(dev.length(sq), host.length(sq)) << "sequence " << sq << " step " << step;
     check_step(step);
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(st);
-  dev.refresh_lengths();  // the capture counted one append on the host; the replays moved the device
+  std::vector<int64_t> mirror;
+  for (const int32_t sq : seqs) mirror.push_back(dev.length(sq));
+  dev.refresh_lengths();  // the device's own lengths: the mirror that appended() kept must equal them
+  for (size_t b = 0; b < seqs.size(); ++b) EXPECT_EQ(dev.length(seqs[b]), mirror[b]) << "sequence " << seqs[b];
   expect_same(host, dev, seqs, "after the replays");
   // A workspace smaller than the call needs is refused by name.
   if (ws_bytes > 0) {

@@ -1,5 +1,5 @@
 // The Llama GPU path (src/llm/cuda/llama_cuda.cu, LlamaModel::set_backend(Backend::cuda)) against the
-// CPU model: a tiny random Llama with bf16-representable weights written as GGUF here (so the
+// CPU model: a tiny random Llama with bf16-representable weights (random_llama_gguf; so the
 // comparison measures the GPU's bf16 activations alone), and SmolLM2-135M when it is present
 // (its f32-dequantized weights rounded to bf16 on the GPU: weights and activations both).
 // Tolerance: docs/numerics.md's rule on the logits with tol = 2e-2, the bound issue 7 set for a
@@ -17,6 +17,7 @@
 #include "ariadne/gguf.hpp"
 #include "ariadne/llm.hpp"
 #include "workloads/llm_tasks.hpp"
+#include "workloads/random_llama.hpp"
 #include "ariadne/tokenizer.hpp"
 #include "cuda_common.hpp"
 
@@ -27,48 +28,15 @@ constexpr double kTol = 2e-2;
 // Head dim 64: one the CUDA attention kernels and estimators take.
 constexpr int kLayers = 2, kDim = 128, kHeads = 2, kKv = 1, kHd = 64, kFfn = 192, kVocab = 96;
 
-float bf16_round(float v) { return bf16_to_float(float_to_bf16(v)); }
-
+// Scales 0.1 keep the residual stream O(1) and the scaled attention logits of standard deviation
+// about 1.3 (q, k entries ~ N(0, 128·0.1²)), so the softmax is neither flat nor one-hot. With
+// q/k weights of scale 0.25 (logits of standard deviation ~8) the near-one-hot rows amplify the
+// bf16 rounding of q and k to relative logit errors of 0.7–4 %: that measures the test's
+// conditioning, not the GPU path.
 std::vector<uint8_t> tiny_llama(uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<GgufWriterTensor> ts;
-  auto add = [&](const std::string& name, std::vector<int64_t> dims, float scale, float shift) {
-    std::vector<float> v(size_t(dims[0] * (dims.size() > 1 ? dims[1] : 1)));
-    for (float& x : v) x = bf16_round(shift + scale * nd(rng));
-    ts.push_back({name, dims, GgmlType::f32, ggml_quantize(GgmlType::f32, v.data(), int64_t(v.size()))});
-  };
-  // Scales keep the residual stream O(1) and the scaled attention logits of standard deviation
-  // about 1.3 (q, k entries ~ N(0, 128·0.1²)), so the softmax is neither flat nor one-hot. With
-  // q/k weights of scale 0.25 (logits of standard deviation ~8) the near-one-hot rows amplify the
-  // bf16 rounding of q and k to relative logit errors of 0.7–4 %: that measures the test's
-  // conditioning, not the GPU path.
-  add("token_embd.weight", {kDim, kVocab}, 1.f, 0.f);
-  add("output_norm.weight", {kDim}, 0.1f, 1.f);
-  const int Q = kHeads * kHd, KV = kKv * kHd;
-  for (int l = 0; l < kLayers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    add(p + "attn_norm.weight", {kDim}, 0.1f, 1.f);
-    add(p + "attn_q.weight", {kDim, Q}, 0.1f, 0.f);
-    add(p + "attn_k.weight", {kDim, KV}, 0.1f, 0.f);
-    add(p + "attn_v.weight", {kDim, KV}, 0.1f, 0.f);
-    add(p + "attn_output.weight", {Q, kDim}, 0.1f, 0.f);
-    add(p + "ffn_norm.weight", {kDim}, 0.1f, 1.f);
-    add(p + "ffn_gate.weight", {kDim, kFfn}, 0.1f, 0.f);
-    add(p + "ffn_up.weight", {kDim, kFfn}, 0.1f, 0.f);
-    add(p + "ffn_down.weight", {kFfn, kDim}, 0.1f, 0.f);
-  }
-  return gguf_serialize({{"general.architecture", gguf_str("llama")},
-                         {"llama.block_count", gguf_u32(kLayers)},
-                         {"llama.context_length", gguf_u32(4096)},
-                         {"llama.embedding_length", gguf_u32(kDim)},
-                         {"llama.feed_forward_length", gguf_u32(kFfn)},
-                         {"llama.attention.head_count", gguf_u32(kHeads)},
-                         {"llama.attention.head_count_kv", gguf_u32(kKv)},
-                         {"llama.rope.freq_base", gguf_f32(10000.f)},
-                         {"llama.rope.dimension_count", gguf_u32(kHd)},
-                         {"llama.attention.layer_norm_rms_epsilon", gguf_f32(1e-5f)}},
-                        ts, 32);
+  LlamaShape shape{kLayers, kDim, kHeads, kKv, kHd, kFfn, kVocab};
+  shape.context = 4096;
+  return random_llama_gguf(shape, seed, 0.1f);
 }
 
 // tiny_llama(seed) on the GPU backend (the model copies its weights out of the GGUF bytes).
@@ -177,6 +145,57 @@ TEST(LlmCuda, SparseDecodeReadsThePagedDeviceCache) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("sparse decode on the cuda backend"), std::string::npos) << e.what();
     }
+  }
+}
+
+// Decode steps as CUDA graph replays (DecodeOptions::graph) against the same steps kernel by kernel,
+// dense and rr-sparse, on a page size of 16 so that 60 steps cross pages (new captures) and grow
+// the block table: the logits of every step within the bf16 rule (dense kernel by kernel is varlen
+// attention over the contiguous cache, the graph the paged decode kernel; sparse both the paged
+// kernel, the split chosen at capture or per call), the kept pages equal (the same selection at
+// the same rotation step), and one capture per page reached, not per step. Halfway the graph
+// model goes on kernel by kernel: the graph steps must have kept the contiguous cache, the paged
+// cache's host mirror and the rotation where those steps read them.
+TEST(LlmCuda, GraphDecodeStepsMatchKernelByKernelSteps) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = cuda_testing::base_seed() + 9;
+  const std::vector<int32_t> prompt = random_tokens(37, seed), forced = random_tokens(60, seed + 1);
+  constexpr int kPage = 16, kGraphSteps = 40;
+  for (const bool sparse : {false, true}) {
+    SCOPED_TRACE(sparse ? "rr sparse decode" : "dense decode");
+    LlamaModel graph = tiny_gpu_model(seed), eager = tiny_gpu_model(seed);
+    DecodeOptions o;
+    o.page_size = kPage;
+    o.sparse = sparse;
+    o.select.scorer = PageScorer::rr;
+    o.select.tau = 0.5;
+    graph.set_decode(o);
+    o.graph = false;
+    eager.set_decode(o);
+    EXPECT_TRUE(logits_close(graph.prefill(prompt, dense_options()), eager.prefill(prompt, dense_options())));
+    int64_t kept_graph = 0, kept_eager = 0, visible = 0;
+    for (int i = 0; i < int(forced.size()); ++i) {
+      SCOPED_TRACE("decode step " + std::to_string(i));
+      if (i == kGraphSteps) graph.set_decode(o);  // kernel by kernel from here (same pages: the cache stays)
+      DecodeStepTrace sg, se;
+      ASSERT_TRUE(logits_close(graph.decode(forced[size_t(i)], &sg), eager.decode(forced[size_t(i)], &se)));
+      EXPECT_EQ(sg.pages_kept, se.pages_kept);
+      EXPECT_EQ(sg.pages_visible, se.pages_visible);
+      EXPECT_GT(sg.ms_step, 0.0);
+      kept_graph += sg.pages_kept, kept_eager += se.pages_kept, visible += sg.pages_visible;
+    }
+    EXPECT_EQ(graph.cached(), int64_t(prompt.size() + forced.size()));
+    EXPECT_EQ(kept_graph, kept_eager);
+    if (sparse) {
+      EXPECT_LT(kept_graph, visible) << "τ = 0.5 kept every page: the sparse steps prove little";
+    }
+    // One capture for the first step, then one per page the steps reach (the split follows the
+    // context); the kernel-by-kernel steps capture nothing.
+    int64_t pages_reached = 0;
+    for (int64_t t = int64_t(prompt.size()); t < int64_t(prompt.size()) + kGraphSteps; ++t)
+      pages_reached += t > int64_t(prompt.size()) && t % kPage == 0;
+    EXPECT_EQ(graph.graph_captures(), 1 + pages_reached);
+    EXPECT_EQ(eager.graph_captures(), 0);
   }
 }
 

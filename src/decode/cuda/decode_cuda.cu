@@ -518,7 +518,8 @@ struct Split {
   size_t bytes() const { return splits > 1 ? o_bytes() + size_t(B) * Hq * splits * 2 * sizeof(float) : 0; }
 };
 
-Split split_of(const DecodeParams& p) {
+// extra: tokens each row will have gained when the call runs (a step captured before its append).
+Split split_of(const DecodeParams& p, int64_t extra = 0) {
   const CudaKVCache& cache = *p.device_cache;
   const KVCacheConfig& c = cache.config();
   Split s;
@@ -542,7 +543,8 @@ Split split_of(const DecodeParams& p) {
       most = std::max<int64_t>(most, p.selection->row_ptr[size_t(r) + 1] - p.selection->row_ptr[size_t(r)]);
   else
     for (int b = 0; b < s.B; ++b)
-      most = std::max<int64_t>(most, visible_of(cache.length(p.seqs[size_t(b)]), p.window, c.page_size).pages());
+      most = std::max<int64_t>(
+          most, visible_of(cache.length(p.seqs[size_t(b)]) + extra, p.window, c.page_size).pages());
   s.units = most * s.tiles_per_page;
   s.ctas = int64_t(s.B) * c.kv_heads * s.head_chunks;
   if (s.B > 0) s.splits = choose_splits(s.ctas, s.units, int64_t(in.resident) * sm_count());
@@ -561,7 +563,9 @@ int sm_count() {
   return n;
 }
 
-size_t decode_cuda_workspace(const DecodeParams& p) { return split_of(p).bytes(); }
+size_t decode_cuda_workspace(const DecodeParams& p, int64_t extra_tokens) {
+  return split_of(p, extra_tokens).bytes();
+}
 
 DeviceBuffer scratch_words(int64_t n, void* stream) {
   return stream == nullptr ? DeviceBuffer::stream_ordered(DType::f32, {std::max<int64_t>(n, 1)})

@@ -159,8 +159,14 @@ int64_t CudaKVCache::take_page() {
   return p;
 }
 
+// The table keeps its device buffer while its size stays (a reserve that takes pages for the same
+// widths), so a CUDA graph captured over the cache stays valid until the pools or the width grow.
 void CudaKVCache::upload_table() {
-  dev_->table = DeviceBuffer::from_ints(table_);
+  const size_t bytes = table_.size() * sizeof(int32_t);
+  if (dev_->table.data() != nullptr && dev_->table.bytes() == bytes)
+    check(cudaMemcpy(dev_->table.data(), table_.data(), bytes, cudaMemcpyHostToDevice), "block table upload");
+  else
+    dev_->table = DeviceBuffer::from_ints(table_);
 }
 
 void CudaKVCache::reserve(std::span<const int32_t> seqs, int64_t tokens) {
@@ -243,6 +249,14 @@ void CudaKVCache::append_rows(int seq, const TensorView& k, const TensorView& v,
   a.n = int(n);
   decode_detail::append_rows_cuda(a);
   lengths_[size_t(seq)] = t0 + n;
+}
+
+void CudaKVCache::appended(std::span<const int32_t> seqs) {
+  need(dev_);
+  for (const int32_t s : seqs) {
+    ARIADNE_CHECK(live(s), "device kv cache appended: sequence ", s, " is not a live sequence of this cache");
+    ++lengths_[size_t(s)];
+  }
 }
 
 void CudaKVCache::refresh_lengths() {

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "ariadne/error.hpp"
 #include "nn/cuda/nn_cuda.cuh"
@@ -43,6 +44,7 @@ TensorView device_view(bf16* p, int64_t rows, int heads, int dim) {
 
 struct LlamaCuda::Impl {
   struct Layer {
+    // wq, wk, wv: one array [Q + 2·KV, dim], wk and wv pointing into it.
     bf16 *attn_norm = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
     bf16 *ffn_norm = nullptr, *gate_up = nullptr, *wd = nullptr;  // gate_up: [2·ffn, dim], gate rows first
   };
@@ -64,14 +66,84 @@ struct LlamaCuda::Impl {
   Grow<float> att_f32;
   int64_t capacity = 0, n = 0, pos0 = 0;
 
+  // decode_step: its stream (a blocking stream, so ordered with the prefill's legacy-stream work),
+  // the executable graph and the key of what it was captured with; pinned host rows for the
+  // graph's copies in (the embedding) and out (the logits); the step's q, k and v row; the decode
+  // kernel's split partials.
+  cudaStream_t stream = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  std::vector<int64_t> exec_key;
+  int64_t captures = 0, next_step = 0;  // next_step: the rotation step the next replay takes
+  float *h_host = nullptr, *logits_host = nullptr;
+  Grow<bf16> qkv;
+  Grow<float> workspace;
+
   // Every layer's paged cache emptied, holding sequence 0 with no token.
   void restart_paged() {
     PagedKVCache empty(paged_cfg);
     empty.add_sequence();
     for (CudaKVCache& pc : paged) pc.sync(empty);
+    exec_key.clear();
+  }
+
+  // Output projection into the residual, then the SwiGLU MLP, for the block's n rows.
+  void output_and_mlp(int l, cudaStream_t st) {
+    const Layer& L = layers[size_t(l)];
+    const int64_t D = c.dim, Q = int64_t(c.heads) * c.head_dim, F = c.ffn;
+    gemm.linear(att.ptr, n, Q, L.wo, static_cast<const float*>(nullptr), D, h.ptr, true, st);  // h += att·Woᵀ
+    cuda_nn::rmsnorm(h.ptr, n, D, L.ffn_norm, c.eps, x.ptr, st);
+    gemm.linear(x.ptr, n, D, L.gate_up, static_cast<const bf16*>(nullptr), 2 * F, gu.ptr, false, st);
+    cuda_nn::swiglu(gu.ptr, n, F, act.ptr, F, st);
+    gemm.linear(act.ptr, n, F, L.wd, static_cast<const float*>(nullptr), D, h.ptr, true, st);  // h += down
+  }
+
+  // What a captured step depends on beyond its kernels: every buffer it reads or writes, the caches'
+  // widths and pool sizes, the selection's settings and the page count of the context it decodes.
+  std::vector<int64_t> step_key(const PageSelectConfig* select, size_t workspace_bytes) const {
+    std::vector<int64_t> k;
+    const auto ptr = [&](const void* p) { k.push_back(int64_t(reinterpret_cast<intptr_t>(p))); };
+    for (const void* p : {static_cast<const void*>(h.ptr), static_cast<const void*>(x.ptr),
+                          static_cast<const void*>(att.ptr), static_cast<const void*>(gu.ptr),
+                          static_cast<const void*>(act.ptr), static_cast<const void*>(att_f32.ptr),
+                          static_cast<const void*>(logits.ptr), static_cast<const void*>(qkv.ptr),
+                          static_cast<const void*>(workspace.ptr), static_cast<const void*>(seq_ids.ptr)})
+      ptr(p);
+    k.push_back(int64_t(workspace_bytes));
+    for (size_t l = 0; l < paged.size(); ++l) {
+      const CudaKVCache& pc = paged[l];
+      for (const void* p : {static_cast<const void*>(kcache[l]), static_cast<const void*>(vcache[l]), pc.k_pool(),
+                            pc.v_pool(), static_cast<const void*>(pc.key_sum()), static_cast<const void*>(pc.key_min()),
+                            static_cast<const void*>(pc.key_max()), static_cast<const void*>(pc.block_table()),
+                            static_cast<const void*>(pc.lengths())})
+        ptr(p);
+      k.push_back(pc.max_pages());
+    }
+    const int P = paged_cfg.page_size;
+    k.push_back((paged[0].length(0) + P) / P);  // pages once the step's token is appended
+    k.push_back(select != nullptr);
+    if (select != nullptr) {
+      k.insert(k.end(), {int64_t(select->scorer), int64_t(select->sink_pages), int64_t(select->recent_pages),
+                         int64_t(select->rotate)});
+      int64_t tau_bits = 0;
+      static_assert(sizeof tau_bits == sizeof select->tau);
+      std::memcpy(&tau_bits, &select->tau, sizeof tau_bits);
+      k.push_back(tau_bits);
+    }
+    return k;
+  }
+
+  // The last row's logits into the `logits` buffer.
+  void last_logits(cudaStream_t st) {
+    cuda_nn::rmsnorm(h.ptr + (n - 1) * c.dim, 1, c.dim, out_norm, c.eps, x.ptr, st);
+    gemm.linear(x.ptr, 1, c.dim, out_w, static_cast<const float*>(nullptr), c.vocab, logits.at_least(c.vocab), false,
+                st);
   }
 
   ~Impl() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (stream) cudaStreamDestroy(stream);
+    cudaFreeHost(h_host);
+    cudaFreeHost(logits_host);
     for (bf16* p : kcache) cudaFree(p);
     for (bf16* p : vcache) cudaFree(p);
     for (void* p : owned) cudaFree(p);
@@ -85,11 +157,11 @@ struct LlamaCuda::Impl {
     check(cudaMemcpy(d, host, count * sizeof(T), cudaMemcpyHostToDevice), "llama weight upload");
     return static_cast<T*>(d);
   }
-  bf16* upload_bf16(const std::vector<float>& a, const std::vector<float>* b = nullptr) {
-    std::vector<uint16_t> v(a.size() + (b ? b->size() : 0));
-    for (size_t i = 0; i < a.size(); ++i) v[i] = float_to_bf16(a[i]);
-    if (b != nullptr)
-      for (size_t i = 0; i < b->size(); ++i) v[a.size() + i] = float_to_bf16((*b)[i]);
+  // The arrays one after another (stacked weight matrices), rounded to bf16.
+  bf16* upload_bf16(std::initializer_list<const std::vector<float>*> parts) {
+    std::vector<uint16_t> v;
+    for (const std::vector<float>* a : parts)
+      for (const float x : *a) v.push_back(float_to_bf16(x));
     return reinterpret_cast<bf16*>(upload(v.data(), v.size()));
   }
 
@@ -118,18 +190,18 @@ LlamaCuda::LlamaCuda(const LlamaConfig& config, const std::vector<float>& out_no
   d.c = config;
   for (const LlamaHostLayer& L : layers) {
     Impl::Layer dl;
-    dl.attn_norm = d.upload_bf16(*L.attn_norm);
-    dl.wq = d.upload_bf16(*L.wq);
-    dl.wk = d.upload_bf16(*L.wk);
-    dl.wv = d.upload_bf16(*L.wv);
-    dl.wo = d.upload_bf16(*L.wo);
-    dl.ffn_norm = d.upload_bf16(*L.ffn_norm);
-    dl.gate_up = d.upload_bf16(*L.wg, L.wu);
-    dl.wd = d.upload_bf16(*L.wd);
+    dl.attn_norm = d.upload_bf16({L.attn_norm});
+    dl.wq = d.upload_bf16({L.wq, L.wk, L.wv});  // stacked: one GEMM gives a decode step's q, k and v
+    dl.wk = dl.wq + L.wq->size();
+    dl.wv = dl.wk + L.wk->size();
+    dl.wo = d.upload_bf16({L.wo});
+    dl.ffn_norm = d.upload_bf16({L.ffn_norm});
+    dl.gate_up = d.upload_bf16({L.wg, L.wu});
+    dl.wd = d.upload_bf16({L.wd});
     d.layers.push_back(dl);
   }
-  d.out_norm = d.upload_bf16(out_norm);
-  d.out_w = d.upload_bf16(out_weight);
+  d.out_norm = d.upload_bf16({&out_norm});
+  d.out_w = d.upload_bf16({&out_weight});
   d.inv_freq = d.upload(inv_freq.data(), inv_freq.size());
   d.kcache.assign(layers.size(), nullptr);
   d.vcache.assign(layers.size(), nullptr);
@@ -174,8 +246,6 @@ void LlamaCuda::set_paged(int page_size, int summary_stride) {
   const int32_t zero = 0;
   check(cudaMemcpy(d.seq_ids.at_least(1), &zero, sizeof zero, cudaMemcpyHostToDevice), "sequence id upload");
 }
-
-bool LlamaCuda::paged() const { return !impl_->paged.empty(); }
 
 std::pair<int64_t, int64_t> LlamaCuda::attend_paged(int l, const PageSelectConfig& select, bool count) {
   Impl& d = *impl_;
@@ -233,29 +303,154 @@ AttentionParams LlamaCuda::attention_inputs(int l) {
   return p;
 }
 
-void LlamaCuda::finish_layer(int l) {
-  Impl& d = *impl_;
-  const LlamaConfig& c = d.c;
-  const Impl::Layer& L = d.layers[size_t(l)];
-  const int64_t n = d.n, D = c.dim, Q = int64_t(c.heads) * c.head_dim, F = c.ffn;
-  const cudaStream_t st = nullptr;
-  d.gemm.linear(d.att.ptr, n, Q, L.wo, static_cast<const float*>(nullptr), D, d.h.ptr, true, st);  // h += att·Woᵀ
-  cuda_nn::rmsnorm(d.h.ptr, n, D, L.ffn_norm, c.eps, d.x.ptr, st);
-  d.gemm.linear(d.x.ptr, n, D, L.gate_up, static_cast<const bf16*>(nullptr), 2 * F, d.gu.ptr, false, st);
-  cuda_nn::swiglu(d.gu.ptr, n, F, d.act.ptr, F, st);
-  d.gemm.linear(d.act.ptr, n, F, L.wd, static_cast<const float*>(nullptr), D, d.h.ptr, true, st);  // h += down
-}
+void LlamaCuda::finish_layer(int l) { impl_->output_and_mlp(l, nullptr); }
 
 std::vector<float> LlamaCuda::logits() {
   Impl& d = *impl_;
   const LlamaConfig& c = d.c;
-  cuda_nn::rmsnorm(d.h.ptr + (d.n - 1) * c.dim, 1, c.dim, d.out_norm, c.eps, d.x.ptr, nullptr);
-  d.gemm.linear(d.x.ptr, 1, c.dim, d.out_w, static_cast<const float*>(nullptr), c.vocab, d.logits.at_least(c.vocab),
-                false, nullptr);
+  d.last_logits(nullptr);
   std::vector<float> out(size_t(c.vocab));
   check(cudaMemcpy(out.data(), d.logits.ptr, out.size() * sizeof(float), cudaMemcpyDeviceToHost), "logits download");
   return out;
 }
+
+std::vector<float> LlamaCuda::decode_step(const float* h, const PageSelectConfig* select, int64_t step,
+                                          std::pair<int64_t, int64_t>* pages) {
+  Impl& d = *impl_;
+  const LlamaConfig& c = d.c;
+  ARIADNE_CHECK(!d.paged.empty(), "llm (cuda): a graph decode step needs the paged cache (set_paged)");
+  const int64_t pos = d.paged[0].length(0);
+  ARIADNE_CHECK(pos > 0 && pos == d.pos0 + d.n, "llm (cuda): a decode step continues the cached rows; the paged ",
+                "cache holds ", pos, " tokens, the model ", d.pos0 + d.n);
+  ARIADNE_CHECK(pos + 1 < (int64_t(1) << 31), "llm (cuda): position ", pos, " is out of range");
+  const int64_t D = c.dim, Q = int64_t(c.heads) * c.head_dim, KV = int64_t(c.kv_heads) * c.head_dim, F = c.ffn;
+  const int group = c.heads / c.kv_heads;
+  static const int32_t kSeq[1] = {0};
+
+  // Room for the step before anything is captured: nothing below allocates while the stream captures.
+  d.reserve(pos + 1, pos);
+  if (pos % d.paged_cfg.page_size == 0)
+    for (CudaKVCache& pc : d.paged) pc.reserve(kSeq, 1);
+  d.n = 1;
+  d.pos0 = pos;
+  d.h.at_least(D);
+  d.x.at_least(D);
+  d.att.at_least(Q);
+  d.gu.at_least(2 * F);
+  d.act.at_least(F);
+  d.att_f32.at_least(Q);
+  d.logits.at_least(c.vocab);
+  d.qkv.at_least(Q + 2 * KV);
+  if (d.stream == nullptr) check(cudaStreamCreate(&d.stream), "decode step stream");
+  if (d.h_host == nullptr) {
+    check(cudaMallocHost(&d.h_host, size_t(D) * sizeof(float)), "pinned embedding row");
+    check(cudaMallocHost(&d.logits_host, size_t(c.vocab) * sizeof(float)), "pinned logits");
+  }
+  const cudaStream_t st = d.stream;
+  const auto params = [&](int l) {
+    DecodeParams dp;
+    dp.q = device_view(d.qkv.ptr, 1, c.heads, c.head_dim);
+    dp.out = make_view(d.att_f32.ptr, DType::f32, {1, int64_t(c.heads), int64_t(c.head_dim)}, Device::cuda);
+    dp.device_cache = &d.paged[size_t(l)];
+    dp.seqs = kSeq;
+    dp.device_seqs = d.seq_ids.ptr;
+    dp.stream = st;
+    return dp;
+  };
+  const size_t ws = decode_workspace_bytes(params(0), 1);  // every layer's cache has the same lengths
+  d.workspace.at_least(int64_t(ws / sizeof(float)) + 1);
+  if (select != nullptr)
+    for (size_t l = 0; l < d.paged.size(); ++l) d.selections[l].reserve(c.kv_heads, d.paged[l].max_pages(), group);
+
+  std::vector<int64_t> key = d.step_key(select, ws);
+  const bool capture = key != d.exec_key;
+  if (capture) {
+    if (select != nullptr)  // the replays advance the rotation from here
+      for (CudaPageSelection& sel : d.selections) sel.reset_step(step);
+    const auto record = [&] {
+      check(cudaMemcpyAsync(d.h.ptr, d.h_host, size_t(D) * sizeof(float), cudaMemcpyHostToDevice, st), "embedding");
+      const int pairs = c.rope_dims / 2;
+      for (int l = 0; l < c.layers; ++l) {
+        const Impl::Layer& L = d.layers[size_t(l)];
+        CudaKVCache& pc = d.paged[size_t(l)];
+        const int32_t* at = pc.lengths();  // sequence 0's length: the new row's position
+        // One GEMM for q, k and v ([Q | KV | KV] in qkv), one RoPE over the q and k heads.
+        cuda_nn::rmsnorm(d.h.ptr, 1, D, L.attn_norm, c.eps, d.x.ptr, st);
+        d.gemm.linear(d.x.ptr, 1, D, L.wq, static_cast<const bf16*>(nullptr), Q + 2 * KV, d.qkv.ptr, false, st);
+        cuda_nn::rope_pairs_at(d.qkv.ptr, 1, Q + KV, c.heads + c.kv_heads, c.head_dim, pairs, d.inv_freq, at, st);
+        bf16 *q = d.qkv.ptr, *k = q + Q, *v = k + KV;
+        cuda_nn::store_rows_at(k, d.kcache[size_t(l)], 1, KV, at, st);
+        cuda_nn::store_rows_at(v, d.vcache[size_t(l)], 1, KV, at, st);
+        pc.append(device_view(k, 1, c.kv_heads, c.head_dim), device_view(v, 1, c.kv_heads, c.head_dim), kSeq,
+                  d.seq_ids.ptr, st);
+        DecodeParams dp = params(l);
+        dp.workspace = d.workspace.ptr;
+        dp.workspace_bytes = size_t(d.workspace.count) * sizeof(float);
+        if (select != nullptr) {
+          PageSelectConfig sc = *select;
+          sc.step = 0;
+          sc.advance_step = true;
+          select_pages(dp, sc, d.selections[size_t(l)]);
+          dp.device_selection = &d.selections[size_t(l)];
+        }
+        decode_attention(dp, Backend::cuda);
+        cuda_nn::to_bf16(d.att_f32.ptr, d.att.ptr, Q, st);
+        d.output_and_mlp(l, st);
+      }
+      d.last_logits(st);
+      check(cudaMemcpyAsync(d.logits_host, d.logits.ptr, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, st),
+            "logits");
+    };
+    d.exec_key.clear();
+    if (d.exec != nullptr) check(cudaGraphExecDestroy(d.exec), "graph");
+    d.exec = nullptr;
+    cudaGraph_t g = nullptr;
+    check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "decode step capture");
+    try {
+      record();
+    } catch (...) {  // nothing ran: the device lengths are as before, the host mirrors read them back
+      cudaStreamEndCapture(st, &g);
+      if (g != nullptr) cudaGraphDestroy(g);
+      for (CudaKVCache& pc : d.paged) pc.refresh_lengths();
+      throw;
+    }
+    check(cudaStreamEndCapture(st, &g), "decode step capture");
+    const cudaError_t e = cudaGraphInstantiate(&d.exec, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+      d.exec = nullptr;
+      for (CudaKVCache& pc : d.paged) pc.refresh_lengths();
+      check(e, "decode step graph");
+    }
+    d.exec_key = std::move(key);
+    ++d.captures;
+  } else {
+    for (CudaKVCache& pc : d.paged) pc.appended(kSeq);  // the capture advanced them; a replay does not
+    if (select != nullptr && step != d.next_step)
+      for (CudaPageSelection& sel : d.selections) sel.reset_step(step);
+  }
+  d.next_step = step + 1;
+  std::copy_n(h, D, d.h_host);
+  check(cudaGraphLaunch(d.exec, st), "decode step launch");
+  check(cudaStreamSynchronize(st), "decode step");
+  if (pages != nullptr) {
+    *pages = {0, 0};
+    const int64_t visible = (pos + d.paged_cfg.page_size) / d.paged_cfg.page_size * c.kv_heads;
+    for (size_t l = 0; l < d.paged.size(); ++l) {
+      if (select == nullptr) {
+        pages->first += visible;
+        pages->second += visible;
+        continue;
+      }
+      const PageSelection s = d.selections[l].to_host();
+      pages->first += s.kept();
+      pages->second += s.visible_total();
+    }
+  }
+  return std::vector<float>(d.logits_host, d.logits_host + c.vocab);
+}
+
+int64_t LlamaCuda::captures() const { return impl_->captures; }
 
 std::vector<float> cuda_bf16_to_host(const void* device_ptr, int64_t count) {
   std::vector<uint16_t> raw(static_cast<size_t>(count));

@@ -45,7 +45,6 @@ class LlamaCuda {
   // to which every block's keys and values are appended after RoPE (attention_inputs). page_size 0
   // turns it off. A block at position 0 starts the caches again; a later block continues them.
   void set_paged(int page_size, int summary_stride);
-  bool paged() const;
   // Layer l's attention for a one-row block from the paged cache: the pages `select` keeps (a
   // selection made on the device), written where finish_layer reads the attention. With `count`,
   // returns (pages kept, pages visible) over the KV heads (a host copy of the selection's counts);
@@ -53,6 +52,22 @@ class LlamaCuda {
   std::pair<int64_t, int64_t> attend_paged(int l, const PageSelectConfig& select, bool count);
   // Output projection into the residual, then the SwiGLU MLP.
   void finish_layer(int l);
+
+  // One decode step as one CUDA graph replay: the embedding h [dim] (host f32) of the token at the
+  // position after the cached rows goes in, every layer runs (norm, projections, RoPE at the
+  // position the device cache holds, the append to both caches, then the page selection of
+  // `select`, or every page when null, and decode attention over the paged cache, the output
+  // projection and the MLP), and the last row's logits [vocab] come out, all on the device with
+  // no host work between the kernels. The graph is captured again when what it was captured with
+  // changes: a buffer that moved (a pool or a table that grew, a longer prefill), the selection's
+  // settings, or the page count (the split of the decode kernel follows the context). `step` seeds
+  // the rr rotation at a capture (the replays then advance it on the device, one per step). With
+  // `pages`, the selection's (kept, visible) pages over layers and KV heads (a host copy per
+  // layer). Needs the paged cache (set_paged).
+  std::vector<float> decode_step(const float* h, const PageSelectConfig* select, int64_t step,
+                                 std::pair<int64_t, int64_t>* pages = nullptr);
+  // Graph captures so far (tests, reports).
+  int64_t captures() const;
   // Logits [vocab] of the block's last row (waits for the GPU).
   std::vector<float> logits();
 

@@ -77,8 +77,11 @@ __global__ void rope_kernel(bf16* qkv, int64_t n, int64_t row_stride, int64_t k_
 }
 
 // One thread per (row, pair): one sincos, then that pair of every head of the row.
+// The first row's position is pos0, or *pos_at when pos_at is set (a device value a CUDA graph reads at
+// replay).
 __global__ void rope_pairs_kernel(bf16* x, int64_t n, int64_t row_stride, int heads, int head_dim, int pairs,
-                                  const float* inv_freq, int64_t pos0) {
+                                  const float* inv_freq, int64_t pos0, const int32_t* pos_at) {
+  if (pos_at != nullptr) pos0 = *pos_at;
   const int64_t total = n * pairs;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = t / pairs;
@@ -132,6 +135,13 @@ __global__ void gather_kernel(const V* src, V* dst, const int32_t* index, int64_
     const int64_t r = t / cols, c = t - r * cols;
     dst[t] = src[int64_t(index[r]) * cols + c];
   }
+}
+
+// dst[(*at + r) · cols + c] = src[r · cols + c]: rows stored at a position read on the device.
+__global__ void store_rows_at_kernel(const bf16* src, bf16* dst, int64_t rows, int64_t cols, const int32_t* at) {
+  const int64_t total = rows * cols, base = int64_t(*at) * cols;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x)
+    dst[base + t] = src[t];
 }
 
 __global__ void to_bf16_kernel(const float* src, bf16* dst, int64_t count) {
@@ -258,8 +268,23 @@ void rope_pairs(bf16* x, int64_t n, int64_t row_stride, int heads, int head_dim,
   const int64_t total = n * pairs;
   if (total == 0) return;
   rope_pairs_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(x, n, row_stride, heads, head_dim, pairs,
-                                                                          inv_freq, pos0);
+                                                                          inv_freq, pos0, nullptr);
   check(cudaGetLastError(), "rope launch");
+}
+
+void rope_pairs_at(bf16* x, int64_t n, int64_t row_stride, int heads, int head_dim, int pairs, const float* inv_freq,
+                   const int32_t* pos0, cudaStream_t stream) {
+  const int64_t total = n * pairs;
+  if (total == 0) return;
+  rope_pairs_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(x, n, row_stride, heads, head_dim, pairs,
+                                                                          inv_freq, 0, pos0);
+  check(cudaGetLastError(), "rope launch");
+}
+
+void store_rows_at(const bf16* src, bf16* dst, int64_t rows, int64_t cols, const int32_t* at, cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  store_rows_at_kernel<<<blocks_for(rows * cols, kThreads), kThreads, 0, stream>>>(src, dst, rows, cols, at);
+  check(cudaGetLastError(), "store_rows_at launch");
 }
 
 void swiglu(const bf16* gu, int64_t n, int64_t inter, bf16* out, int64_t out_stride, cudaStream_t stream) {
