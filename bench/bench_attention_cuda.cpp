@@ -33,7 +33,6 @@
 // Overrides (AttentionOverrides; a case the forced route cannot take fails): --kernel=auto|tile|
 // wgmma|band|bandwg, --tma=on|off, --out-tma=on|off, --pingpong=on|off, --launch-order=tiles|heads,
 // --tile-128-rows=on|off, --band-run=N, --ordered-tiles=on|off, --chunk-pass=on|off.
-#if defined(ARIADNE_WITH_CUDA)
 
 #include <cuda_runtime.h>
 
@@ -720,14 +719,3 @@ int main(int argc_in, char** argv_in) {
   }
   return 0;
 }
-
-#else
-
-#include <cstdio>
-
-int main() {
-  std::printf("CUDA not built\n");
-  return 0;
-}
-
-#endif

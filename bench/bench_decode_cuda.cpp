@@ -36,7 +36,6 @@
 //
 //   bench_decode_cuda [--contexts 8192,32768,131072] [--batches 1,8] [--tau 0.9] [--page 64] [--stride 8]
 //                     [--rotate 1] [--dense-only 0]
-#if defined(ARIADNE_WITH_CUDA)
 
 #include <cuda_runtime.h>
 
@@ -301,14 +300,3 @@ int main(int argc, char** argv) {
   std::printf("%s\n", rows.dump(1).c_str());
   return 0;
 }
-
-#else
-
-#include <cstdio>
-
-int main() {
-  std::printf("CUDA not built\n");
-  return 0;
-}
-
-#endif

@@ -44,7 +44,6 @@
 //   kernel that ran. The first gives the case's row (attention, recall); each further one adds a row
 //   "<id>-<kernel>" with its estimate times and its largest score difference and count of rows
 //   whose block list differs from the first's (vs_<first>_max_score_diff, vs_<first>_rows_differ)
-#if defined(ARIADNE_WITH_CUDA)
 
 #include <cuda_runtime.h>
 
@@ -391,14 +390,3 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
-
-#else
-
-#include <cstdio>
-
-int main() {
-  std::printf("CUDA not built\n");
-  return 0;
-}
-
-#endif

@@ -13,7 +13,6 @@
 //   graph_speedup_{dense,rr}     eager / graph medians; rr_density: kept / visible pages
 //
 //   bench_llm_decode_cuda [--shapes smollm2-135m] [--contexts 1024,8192,32768] [--steps 64] [--tau 0.9]
-#if defined(ARIADNE_WITH_CUDA)
 
 #include <algorithm>
 #include <chrono>
@@ -153,14 +152,3 @@ int main(int argc, char** argv) {
   std::printf("%s\n", rows.dump(1).c_str());
   return 0;
 }
-
-#else
-
-#include <cstdio>
-
-int main() {
-  std::printf("CUDA not built\n");
-  return 0;
-}
-
-#endif

@@ -310,6 +310,38 @@ def test_report_decode_table(tmp_path, capsys):
     assert "| 8192 | 1 | 32 | 0.0200 |" in results.read_text()
 
 
+def test_report_llm_decode_table(tmp_path, capsys):
+    # The whole-step table: rows of several files in order, each speedup kernel by kernel / graph, the
+    # machine line from the decode anchors of the same run; a row without a positive time is refused
+    # by name; written between its markers and kept by a later run without --llm-decode.
+    rep = load_report()
+    row = dict(shape="smollm2-135m", context=8192, steps=64, tau=0.9, ms_graph_dense=2.0, ms_eager_dense=5.0,
+               ms_graph_rr=2.5, ms_eager_rr=4.0, rr_density=0.8688, captures_dense=1, captures_rr=2)
+    write(tmp_path / "l1.json", [row])
+    write(tmp_path / "l2.json", [dict(row, shape="llama-1b", ms_eager_dense=3.0)])
+    write(tmp_path / "d.json", [dict(context=8192, batch=1, kv_bytes=32 << 20, ms_dense=0.02, dense_tbps=1.6777,
+                                     copy_tbps=2.2369)])
+    write(tmp_path / "da.json", {"env": {"gpu": "G", "date": "D2", "driver": "580"}, "rows": []})
+    assert rep.main(["--llm-decode", str(tmp_path / "l1.json"), str(tmp_path / "l2.json"), "--decode",
+                     str(tmp_path / "d.json"), "--decode-anchors", str(tmp_path / "da.json"), "--print"]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("| smollm2-135m") or line.startswith("| llama-1b")]
+    tail = " | 2.500 | 4.000 | 1.60× | 0.90 | 0.869 | 1 / 2 |"
+    assert lines == ["| smollm2-135m | 8192 | 64 | 2.000 | 5.000 | 2.50×" + tail,
+                     "| llama-1b | 8192 | 64 | 2.000 | 3.000 | 1.50×" + tail]
+    assert "Measured D2 on G (driver 580)" in out
+    write(tmp_path / "bad.json", [dict(row, ms_graph_rr=0)])
+    assert rep.main(["--llm-decode", str(tmp_path / "bad.json"), "--print"]) == 2
+    assert "row 0: 'ms_graph_rr' must be a positive number" in capsys.readouterr().err
+    results, history = tmp_path / "R.md", tmp_path / "h.md"
+    history.write_text("| date | change | figures |\n| --- | --- | --- |\n")
+    args = ["--results", str(results), "--history", str(history)]
+    assert rep.main(["--llm-decode", str(tmp_path / "l1.json")] + args) == 0
+    assert "<!-- llm-decode-table:begin -->" in results.read_text()
+    assert rep.main(["--decode", str(tmp_path / "d.json")] + args) == 0
+    assert "| smollm2-135m | 8192 | 64 | 2.000 |" in results.read_text()
+
+
 def test_report_writes_the_whole_file_and_keeps_history(tmp_path):
     # RESULTS.md is written whole: the generated parts, the kept part copied as it stands, and the
     # headline history from bench/history.md; a part without inputs in this call stays as it was.
