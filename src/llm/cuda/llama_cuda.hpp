@@ -23,8 +23,10 @@ struct LlamaHostLayer {
 
 // Device state: weights rounded to bf16 and uploaded once; an fp32 residual stream [rows, dim];
 // bf16 activations into every GEMM (cuBLASLt) and the attention; a bf16 KV cache per layer
-// [positions, kv_heads, head_dim]. Every kernel runs on the legacy default stream, the stream the
-// CUDA estimators use, so estimate and attention need no extra synchronization.
+// [positions, kv_heads, head_dim] and a paged one (set_paged). Every kernel of a block runs on the
+// legacy default stream, the stream the CUDA estimators use, so estimate and attention need no
+// extra synchronization; decode_step's graph runs on a blocking stream of its own, which the
+// legacy stream orders with that work.
 class LlamaCuda {
  public:
   LlamaCuda(const LlamaConfig& config, const std::vector<float>& out_norm, const std::vector<float>& out_weight,
@@ -41,9 +43,10 @@ class LlamaCuda {
   // (the cache), out [n, heads, head_dim], all bf16 device tensors; causal pattern, varlen with
   // device cu_seqlens (n queries against pos0+n keys) when pos0 > 0; legacy default stream.
   AttentionParams attention_inputs(int l);
-  // The paged device cache that sparse decode reads: per layer a bf16 CudaKVCache of one sequence
-  // to which every block's keys and values are appended after RoPE (attention_inputs). page_size 0
-  // turns it off. A block at position 0 starts the caches again; a later block continues them.
+  // The paged device cache that decode reads (decode_step, attend_paged): per layer a bf16
+  // CudaKVCache of one sequence to which every block's keys and values are appended after RoPE
+  // (attention_inputs). page_size 0 turns it off. A block at position 0 starts the caches again;
+  // a later block continues them.
   void set_paged(int page_size, int summary_stride);
   // Layer l's attention for a one-row block from the paged cache: the pages `select` keeps (a
   // selection made on the device), written where finish_layer reads the attention. With `count`,
