@@ -471,6 +471,11 @@ LlamaModel LlamaModel::from_gguf(const GgufFile& f) {
 }
 
 namespace {
+// The pages of one layer's cache that dense decode reads at `tokens` tokens, over the KV heads.
+int64_t dense_pages(int64_t tokens, int page_size, int kv_heads) {
+  return (tokens + page_size - 1) / page_size * kv_heads;
+}
+
 // Sparse decode on the cuda backend: the pages are scored on the device (rr, quest); the oracle's
 // exact scores and the per-step comparison against dense decode need the host.
 void check_cuda_decode(const DecodeOptions& o) {
@@ -594,8 +599,8 @@ void LlamaModel::run_layers(float* h, int64_t n, const PrefillOptions* opt, Pref
 #endif
       {
         attention(p, pick_backend(Backend::automatic, p));  // GPU dense decoding over its own cache
-        if (step != nullptr) {  // every page of the context, as a graph step counts them
-          const int64_t pages = (total + decode_.page_size - 1) / decode_.page_size * c.kv_heads;
+        if (step != nullptr) {
+          const int64_t pages = dense_pages(total, decode_.page_size, c.kv_heads);
           step->pages_kept += pages;
           step->pages_visible += pages;
         }
@@ -773,7 +778,8 @@ std::vector<float> LlamaModel::decode(int32_t token, DecodeStepTrace* step) {
     if (step != nullptr) *step = DecodeStepTrace{pos};
 #if defined(ARIADNE_WITH_CUDA)
     if (decode_.graph) {
-      std::pair<int64_t, int64_t> pages;
+      const int64_t dense = dense_pages(pos + 1, decode_.page_size, cfg_.kv_heads) * cfg_.layers;
+      std::pair<int64_t, int64_t> pages{dense, dense};  // the selection's counts replace them
       logits = cuda_->decode_step(h.data(), decode_.sparse ? &decode_.select : nullptr, decode_steps_,
                                   step != nullptr ? &pages : nullptr);
       cached_ = pos + 1;

@@ -101,21 +101,13 @@ struct LlamaCuda::Impl {
   // widths and pool sizes, the selection's settings and the page count of the context it decodes.
   std::vector<int64_t> step_key(const PageSelectConfig* select, size_t workspace_bytes) const {
     std::vector<int64_t> k;
-    const auto ptr = [&](const void* p) { k.push_back(int64_t(reinterpret_cast<intptr_t>(p))); };
-    for (const void* p : {static_cast<const void*>(h.ptr), static_cast<const void*>(x.ptr),
-                          static_cast<const void*>(att.ptr), static_cast<const void*>(gu.ptr),
-                          static_cast<const void*>(act.ptr), static_cast<const void*>(att_f32.ptr),
-                          static_cast<const void*>(logits.ptr), static_cast<const void*>(qkv.ptr),
-                          static_cast<const void*>(workspace.ptr), static_cast<const void*>(seq_ids.ptr)})
-      ptr(p);
+    const auto ptrs = [&](const auto*... p) { (k.push_back(int64_t(reinterpret_cast<intptr_t>(p))), ...); };
+    ptrs(h.ptr, x.ptr, att.ptr, gu.ptr, act.ptr, att_f32.ptr, logits.ptr, qkv.ptr, workspace.ptr, seq_ids.ptr);
     k.push_back(int64_t(workspace_bytes));
     for (size_t l = 0; l < paged.size(); ++l) {
       const CudaKVCache& pc = paged[l];
-      for (const void* p : {static_cast<const void*>(kcache[l]), static_cast<const void*>(vcache[l]), pc.k_pool(),
-                            pc.v_pool(), static_cast<const void*>(pc.key_sum()), static_cast<const void*>(pc.key_min()),
-                            static_cast<const void*>(pc.key_max()), static_cast<const void*>(pc.block_table()),
-                            static_cast<const void*>(pc.lengths())})
-        ptr(p);
+      ptrs(kcache[l], vcache[l], pc.k_pool(), pc.v_pool(), pc.key_sum(), pc.key_min(), pc.key_max(), pc.block_table(),
+           pc.lengths());
       k.push_back(pc.max_pages());
     }
     const int P = paged_cfg.page_size;
@@ -364,9 +356,12 @@ std::vector<float> LlamaCuda::decode_step(const float* h, const PageSelectConfig
 
   std::vector<int64_t> key = d.step_key(select, ws);
   const bool capture = key != d.exec_key;
+  // The rotation counter the replays advance: set at a capture, or when the steps did not come one
+  // after another.
+  if (select != nullptr && (capture || step != d.next_step))
+    for (CudaPageSelection& sel : d.selections) sel.reset_step(step);
+  d.next_step = step + 1;
   if (capture) {
-    if (select != nullptr)  // the replays advance the rotation from here
-      for (CudaPageSelection& sel : d.selections) sel.reset_step(step);
     const auto record = [&] {
       check(cudaMemcpyAsync(d.h.ptr, d.h_host, size_t(D) * sizeof(float), cudaMemcpyHostToDevice, st), "embedding");
       const int pairs = c.rope_dims / 2;
@@ -404,14 +399,19 @@ std::vector<float> LlamaCuda::decode_step(const float* h, const PageSelectConfig
     d.exec_key.clear();
     if (d.exec != nullptr) check(cudaGraphExecDestroy(d.exec), "graph");
     d.exec = nullptr;
+    // A failed capture ran nothing: the device lengths are as before, the host mirrors (which the
+    // captured appends advanced) read them back.
+    const auto unwind = [&] {
+      for (CudaKVCache& pc : d.paged) pc.refresh_lengths();
+    };
     cudaGraph_t g = nullptr;
     check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "decode step capture");
     try {
       record();
-    } catch (...) {  // nothing ran: the device lengths are as before, the host mirrors read them back
+    } catch (...) {
       cudaStreamEndCapture(st, &g);
       if (g != nullptr) cudaGraphDestroy(g);
-      for (CudaKVCache& pc : d.paged) pc.refresh_lengths();
+      unwind();
       throw;
     }
     check(cudaStreamEndCapture(st, &g), "decode step capture");
@@ -419,30 +419,21 @@ std::vector<float> LlamaCuda::decode_step(const float* h, const PageSelectConfig
     cudaGraphDestroy(g);
     if (e != cudaSuccess) {
       d.exec = nullptr;
-      for (CudaKVCache& pc : d.paged) pc.refresh_lengths();
+      unwind();
       check(e, "decode step graph");
     }
     d.exec_key = std::move(key);
     ++d.captures;
   } else {
     for (CudaKVCache& pc : d.paged) pc.appended(kSeq);  // the capture advanced them; a replay does not
-    if (select != nullptr && step != d.next_step)
-      for (CudaPageSelection& sel : d.selections) sel.reset_step(step);
   }
-  d.next_step = step + 1;
   std::copy_n(h, D, d.h_host);
   check(cudaGraphLaunch(d.exec, st), "decode step launch");
   check(cudaStreamSynchronize(st), "decode step");
-  if (pages != nullptr) {
+  if (pages != nullptr && select != nullptr) {
     *pages = {0, 0};
-    const int64_t visible = (pos + d.paged_cfg.page_size) / d.paged_cfg.page_size * c.kv_heads;
-    for (size_t l = 0; l < d.paged.size(); ++l) {
-      if (select == nullptr) {
-        pages->first += visible;
-        pages->second += visible;
-        continue;
-      }
-      const PageSelection s = d.selections[l].to_host();
+    for (const CudaPageSelection& sel : d.selections) {
+      const PageSelection s = sel.to_host();
       pages->first += s.kept();
       pages->second += s.visible_total();
     }

@@ -65,8 +65,8 @@ class LlamaCuda {
   // changes: a buffer that moved (a pool or a table that grew, a longer prefill), the selection's
   // settings, or the page count (the split of the decode kernel follows the context). `step` seeds
   // the rr rotation at a capture (the replays then advance it on the device, one per step). With
-  // `pages`, the selection's (kept, visible) pages over layers and KV heads (a host copy per
-  // layer). Needs the paged cache (set_paged).
+  // `pages` and `select`, the selection's (kept, visible) pages over layers and KV heads (a host
+  // copy per layer). Needs the paged cache (set_paged).
   std::vector<float> decode_step(const float* h, const PageSelectConfig* select, int64_t step,
                                  std::pair<int64_t, int64_t>* pages = nullptr);
   // Graph captures so far (tests, reports).
