@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <limits>
 #include <random>
 #include <string>
@@ -11,6 +14,7 @@
 
 #include "attention/backends.hpp"
 #include "attention/cpu/attention_kernels.hpp"
+#include "attention/cpu/runner.hpp"
 #include "cases.hpp"
 #include "cpu/force_isa.hpp"
 
@@ -121,9 +125,70 @@ TEST(AttentionCpu, StreamRowGroupsMatchReference) {
   padded.token_pad = 24;
   padded.f32_out = false;
   cs.push_back(padded);
+  // Blocks of KV heads per item (stream_kv_block): 3 KV heads at d 80 make blocks of 2 and 1, 5
+  // at d 40 blocks of 4 and 1; bf16 out rows of 80 and 128 entries (streaming stores of the whole
+  // lines, ordinary ones of a line shared with the next head).
+  cs.push_back(make({700, 90}, {}, 6, 3, 80, "window:64,64"));
+  AttnCase five = make({600}, {}, 10, 5, 40, "chunk:96");
+  five.f32_out = false;
+  cs.push_back(five);
+  AttnCase wide = make({333}, {}, 3, 3, 128, "window:31,64");
+  wide.f32_out = false;
+  cs.push_back(wide);
   expect_reference_on_every_table(cs);
   // Thread counts on the group path: items of 16 query tiles, split among threads differently.
   expect_thread_independent(prepare(cs[0]));
+  expect_thread_independent(prepare(cs[cs.size() - 2]));
+}
+
+// Stream mode computes a block of KV heads per item when one head's K or V row ends inside a cache
+// line and the heads sit side by side: the fewest heads (at most 4) whose rows end on a line.
+TEST(AttentionCpu, StreamKvBlocksEndOnCacheLines) {
+  const auto block = [](DType dt, int heads, int d, bool side_by_side = true) {
+    TensorView t;
+    t.dtype = dt;
+    t.shape = {64, heads, d, 0};
+    t.stride = {heads * d, side_by_side ? d : 64 * d, 1, 0};
+    return cpu::stream_kv_block(t, t, heads);
+  };
+  EXPECT_EQ(block(DType::bf16, 16, 80), 2);   // 160-byte rows
+  EXPECT_EQ(block(DType::bf16, 16, 128), 1);  // whole lines already
+  EXPECT_EQ(block(DType::bf16, 16, 40), 4);   // 80 bytes: 320 at 4
+  EXPECT_EQ(block(DType::bf16, 16, 72), 4);   // 144 bytes: 576 at 4
+  EXPECT_EQ(block(DType::bf16, 16, 36), 1);   // 72 bytes: no block of at most 4 ends on a line
+  EXPECT_EQ(block(DType::f32, 16, 80), 1);
+  EXPECT_EQ(block(DType::bf16, 1, 80), 1);    // one KV head
+  EXPECT_EQ(block(DType::bf16, 3, 40), 1);    // 4 would be needed, 3 exist
+  EXPECT_EQ(block(DType::bf16, 16, 80, false), 1);  // heads apart in memory
+}
+
+// store_bf16 (the bf16 output rows): every start alignment and length against the scalar rounding,
+// the entries around the row untouched; the streaming stores of whole lines included.
+TEST(AttentionCpu, Bf16RowStoresRoundEveryEntry) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.f, 3.f);
+  std::vector<float> src(160);
+  for (auto& x : src) x = normal(rng);
+  for (const char* isa : kIsas) {
+    if (!cpu::tile_kernels_available(isa)) continue;
+    const ForceIsa force(isa);
+    const cpu::TileKernels& k = cpu::active_tile_kernels();
+    if (k.store_bf16 == nullptr) continue;
+    SCOPED_TRACE(isa);
+    alignas(64) uint16_t buf[256];
+    for (int off = 0; off < 40; ++off)
+      for (int n : {1, 7, 16, 31, 32, 33, 63, 64, 80, 96, 128, 150}) {
+        std::fill(std::begin(buf), std::end(buf), uint16_t(0xABCD));
+        k.store_bf16(src.data(), 0.75f, n, buf + off);
+#if defined(__SSE2__)
+        _mm_sfence();
+#endif
+        for (int i = 0; i < 256; ++i) {
+          const uint16_t want = i >= off && i < off + n ? float_to_bf16(src[size_t(i - off)] * 0.75f) : 0xABCD;
+          ASSERT_EQ(buf[i], want) << "offset " << off << ", n " << n << ", entry " << i;
+        }
+      }
+  }
 }
 
 // Wide patterns whose packed K and V of one head exceed 1 MiB take 128-row query tiles (Runner's

@@ -486,13 +486,30 @@ void pack_v_bf16(const uint16_t* base, int64_t stride, int n, int d, int dv, uin
   }
 }
 
+// The whole 64-byte lines of the row take streaming stores, as the fp32 rows do (store_row: the
+// output is written once and is usually larger than the caches, so no line is read for ownership);
+// a line the row shares with its neighbour (bf16 d 80: 160-byte rows) takes ordinary stores. The
+// worker loops end with an sfence.
 void store_bf16(const float* src, float mul, int n, uint16_t* dst) {
   const __m512 m = _mm512_set1_ps(mul);
-  for (int c = 0; c < n; c += 16) {
-    const __mmask16 k = c + 16 <= n ? __mmask16(0xffff) : __mmask16((1u << (n - c)) - 1);
-    const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, src + c), m);
-    _mm256_mask_storeu_epi16(dst + c, k, (__m256i)_mm512_cvtneps_pbh(x));
+  const auto plain = [&](int c0, int c1) {
+    for (int c = c0; c < c1; c += 16) {
+      const __mmask16 k = c + 16 <= c1 ? __mmask16(0xffff) : __mmask16((1u << (c1 - c)) - 1);
+      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, src + c), m);
+      _mm256_mask_storeu_epi16(dst + c, k, (__m256i)_mm512_cvtneps_pbh(x));
+    }
+  };
+  const uintptr_t a = reinterpret_cast<uintptr_t>(dst);
+  int c = 0;
+  if (a % 2 == 0) {
+    c = std::min(n, int((64 - a % 64) % 64 / 2));  // entries before the first whole line
+    plain(0, c);
+    for (; c + 32 <= n; c += 32)
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + c),
+                          (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + c + 16), m),
+                                                       _mm512_mul_ps(_mm512_loadu_ps(src + c), m)));
   }
+  plain(c, n);
 }
 
 void probs(const float* s, const RowMask& mk, int rows, const float* off, float* p) {

@@ -101,8 +101,23 @@ Runner::Runner(const AttentionParams& p)
         if (!kr.empty()) span = std::max(span, (kr.hi - 1) / kKeyTile - kr.lo / kKeyTile + 1);
       });
     ring_ = int(span) + 2;
+    kv_block_ = stream_kv_block(p.k, p.v, p.heads_kv());
   }
   if (p.distance.defined()) load_coords();
+}
+
+int stream_kv_block(const TensorView& k, const TensorView& v, int heads_kv) {
+  for (int b = 1; b <= std::min(4, heads_kv); ++b) {
+    bool whole = true;
+    for (const TensorView* t : {&k, &v}) {
+      const int64_t row = t->shape[2] * dtype_size(t->dtype);
+      // Heads side by side: a block's rows are one run of b·row bytes.
+      if (b > 1 && t->stride[1] != t->shape[2]) return 1;
+      whole = whole && (b * row) % 64 == 0;
+    }
+    if (whole) return b;
+  }
+  return 1;
 }
 
 void Runner::run() {
@@ -133,7 +148,7 @@ Runner::Scratch Runner::make_scratch() const {
   sc.ent.resize(R);
   sc.dist.resize(R);
   if (stream_) {
-    const size_t n = size_t(ring_);
+    const size_t n = size_t(ring_) * size_t(kv_block_);
     if (bf16_) {
       sc.ring_kb.resize(n * size_t(ktile_ / 2));
       sc.ring_vb.resize(n * size_t(vtile_ / 2));

@@ -90,7 +90,7 @@ void Runner::forward() {
       if (count++ % kStreamRun == 0) starts.push_back(lo);
     });
     starts.push_back(e.lq);
-    for (int g = 0; g < hq_ / group_; ++g)
+    for (int g = 0; g < hq_ / group_; g += kv_block_)
       for (size_t i = 0; i + 1 < starts.size(); ++i) items.push_back({s, g, starts[i], starts[i + 1]});
   }
 #pragma omp parallel num_threads(threads_)
@@ -104,12 +104,15 @@ void Runner::forward() {
         forward_tile(sc, it.seq, it.head, it.lo, it.hi);
         continue;
       }
-      std::fill(sc.ring_tag.begin(), sc.ring_tag.end(), -1);  // the ring holds another head's tiles
+      std::fill(sc.ring_tag.begin(), sc.ring_tag.end(), -1);  // the ring holds other heads' tiles
       const SeqExtent& e = seqs_[size_t(it.seq)];
+      const int g_end = std::min(it.head + kv_block_, hq_ / group_);
       for (int64_t lo = it.lo; lo < it.hi;) {
         const int64_t hi = query_tile_end(e, lo);
-        plan_prefetch(sc, e, it.head, lo, hi, hi, hi < it.hi ? query_tile_end(e, hi) : hi);
-        for (int h = it.head * group_; h < (it.head + 1) * group_; ++h) forward_tile(sc, it.seq, h, lo, hi);
+        for (int g = it.head; g < g_end; ++g) {
+          plan_prefetch(sc, e, g, lo, hi, hi, hi < it.hi ? query_tile_end(e, hi) : hi);
+          for (int h = g * group_; h < (g + 1) * group_; ++h) forward_tile(sc, it.seq, h, lo, hi);
+        }
         lo = hi;
       }
     }

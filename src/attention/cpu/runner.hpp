@@ -58,7 +58,7 @@ void store_row(const TensorView& t, int64_t off, int n, const float* src, float 
 
 struct WorkItem {
   int32_t seq;
-  int32_t head;     // query head (stream mode: KV head)
+  int32_t head;     // query head (stream mode: the first KV head of a block of kv_block_)
   int64_t lo, hi;  // local query rows (forward) or the key tile index (received pass)
 };
 
@@ -76,6 +76,10 @@ void key_tile_visits(const Pattern& pat, int32_t s, const SeqExtent& e, int h, i
 // Rows' allowed key intervals [row_lo, row_hi) clipped to key tile t into lo/hi (0..32); returns the
 // first and one past the last row that sees any key of it (first >= last: none). *dense: those
 // rows all see the whole tile.
+// Stream mode's KV heads per work item (Runner::kv_block_): the fewest, at most 4, whose rows of
+// K and of V side by side end on a 64-byte line when one head's row does not (bf16 d 80: 160-byte
+// rows, 2 heads); 1 where the rows already do, or where heads are not side by side in memory.
+int stream_kv_block(const TensorView& k, const TensorView& v, int heads_kv);
 std::pair<int, int> clip_rows_to_tile(const int64_t* row_lo, const int64_t* row_hi, int rows, int64_t t, int32_t* lo,
                                       int32_t* hi, bool* dense);
 // Key-block bits of key tile t for one CSR row (block-sparse patterns; received.cpp).
@@ -89,7 +93,7 @@ class Runner {
  private:
   // ---- prefetching the next query tile's rows (stream mode) ----
   // In stream mode each key tile's input rows are read when the tile is first packed, and a query
-  // tile's Q and output rows when it starts; all are cold (written by another layer or read once)
+  // tile's Q rows when it starts; all are cold (written by another layer or read once)
   // and sit heads·d elements apart, which the hardware prefetchers do not follow (packing stalls
   // on them: about a fifth of a bf16 ±64-window call). So while one query tile is computed the
   // rows the next one will touch first are prefetched, a few rows per key-tile visit rather than
@@ -99,7 +103,6 @@ class Runner {
     int64_t stride;    // bytes between rows
     int64_t rows;
     int bytes;  // per row
-    bool write;
   };
 
   // ---- per-thread scratch ----
@@ -152,9 +155,9 @@ class Runner {
   Tile tile(Scratch& sc, int g, int32_t s, int64_t t) const;
   void prefetch_tile(const Tile& tl) const;
 
-  RowRun rows_of(const TensorView& t, int64_t tok0, int64_t n, int head, bool write) const {
+  RowRun rows_of(const TensorView& t, int64_t tok0, int64_t n, int head) const {
     const int es = dtype_size(t.dtype);
-    return {static_cast<const char*>(t.data) + row_offset(t, tok0, head) * es, t.stride[0] * es, n, d_ * es, write};
+    return {static_cast<const char*>(t.data) + row_offset(t, tok0, head) * es, t.stride[0] * es, n, d_ * es};
   }
   // Issues the next ahead_step rows of the prefetch queue (called once per row chunk), into L2
   // (locality 2, prefetcht1): the rows are read a query tile later, so L1 keeps the tiles in use;
@@ -165,8 +168,7 @@ class Runner {
       const char* row = r.base + sc.ahead_row * r.stride;
       const uintptr_t a = reinterpret_cast<uintptr_t>(row) & ~uintptr_t(63);
       for (uintptr_t b = a; b < reinterpret_cast<uintptr_t>(row) + r.bytes; b += 64) {
-        if (r.write) __builtin_prefetch(reinterpret_cast<const char*>(b), 1, 2);
-        else __builtin_prefetch(reinterpret_cast<const char*>(b), 0, 2);
+        __builtin_prefetch(reinterpret_cast<const char*>(b), 0, 2);
       }
       if (++sc.ahead_row == r.rows) {
         ++sc.ahead_run;
@@ -203,11 +205,11 @@ class Runner {
   float sink(int h) const { return static_cast<const float*>(p_.sink.data)[h * p_.sink.stride[0]]; }
 
   // ---- forward (forward.cpp) ----
-  // Items: (sequence, query head, query tile); in stream mode (sequence, KV head, a run of
-  // kStreamRun consecutive query tiles), computed query tile by query tile and, inside, head by
-  // head of the KV group, so each key tile is packed into the ring once per item. Either way each
-  // (query head, query tile) is computed by the same code in the same order: the results do not
-  // depend on the mode or the thread count.
+  // Items: (sequence, query head, query tile); in stream mode (sequence, a block of kv_block_ KV
+  // heads, a run of kStreamRun consecutive query tiles), computed query tile by query tile and,
+  // inside, head by head of the block's KV groups, so each key tile is packed into the ring once per
+  // item. Either way each (query head, query tile) is computed by the same code in the same order:
+  // the results do not depend on the mode, the block or the thread count.
   static constexpr int kStreamRun = 16;
   void forward();
   void forward_tile(Scratch& sc, int32_t s, int h, int64_t q_lo, int64_t q_hi) const;
@@ -236,7 +238,11 @@ class Runner {
   bool fused_ = false;
   bool batch_pv_ = false;  // P·V of consecutive whole tiles in one pv_bf16_batch call (forward_tile)
   bool group_pv_ = false;  // stream mode: 16-row groups over all their tiles, P·V batched (forward_groups)
-  int ring_ = 0;  // stream mode: key-tile slots per thread
+  int ring_ = 0;  // stream mode: key-tile slots per thread and KV head of a block
+  // Stream mode: KV heads per work item. Input rows hold the heads side by side, so a head's row
+  // that ends inside a cache line shares that line with the next head's row; heads computed
+  // together read each such line once instead of once per head (stream_kv_block).
+  int kv_block_ = 1;
   int qtile_ = kQueryTile;       // rows per query tile at most
   int chunk_rows_ = kQueryTile;  // rows per Q·Kᵀ / softmax / P·V step
   float scale2_ = 1.f;

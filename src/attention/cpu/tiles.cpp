@@ -199,7 +199,7 @@ Runner::Tile Runner::tile(Scratch& sc, int g, int32_t s, int64_t t) const {
     if (v_in != nullptr) return {kf_ + i * ktile_, v_in, p_.v.stride[0]};
     return {kf_ + i * ktile_, vf_ + i * vtile_, dv_};
   }
-  const size_t slot = size_t(t % ring_);
+  const size_t slot = size_t(g % kv_block_) * size_t(ring_) + size_t(t % ring_);  // items start at a block
   if (bf16_) {
     uint32_t* kt = sc.ring_kb.data() + slot * size_t(ktile_ / 2);
     uint32_t* vt = sc.ring_vb.data() + slot * size_t(vtile_ / 2);
@@ -224,8 +224,10 @@ void Runner::prefetch_tile(const Tile& tl) const {
   }
 }
 
-// Queues the rows query tile [nlo, nhi) of KV head g will touch first: Q and output rows of
-// every head of the group, and K and V rows of the key tiles it needs past those of [lo, hi).
+// Queues the rows query tile [nlo, nhi) of KV head g will touch first: Q rows of every head of
+// the group, and K and V rows of the key tiles it needs past those of [lo, hi). Output rows are
+// not fetched: streaming stores write them (store_row), and a line shared with the next head's
+// row is read on demand.
 void Runner::plan_prefetch(Scratch& sc, const SeqExtent& e, int g, int64_t lo, int64_t hi, int64_t nlo, int64_t nhi) const {
   sc.ahead.clear();
   sc.ahead_run = 0;
@@ -238,15 +240,14 @@ void Runner::plan_prefetch(Scratch& sc, const SeqExtent& e, int g, int64_t lo, i
     if (!cur.empty()) k_lo = std::max(k_lo, ((cur.hi - 1) / kKeyTile + 1) * kKeyTile);
     const int64_t k_hi = std::min(e.lk, (next.hi + kKeyTile - 1) / kKeyTile * kKeyTile);
     if (k_lo < k_hi) {
-      sc.ahead.push_back(rows_of(p_.k, e.k0 + k_lo, k_hi - k_lo, g, false));
-      sc.ahead.push_back(rows_of(p_.v, e.k0 + k_lo, k_hi - k_lo, g, false));
+      sc.ahead.push_back(rows_of(p_.k, e.k0 + k_lo, k_hi - k_lo, g));
+      sc.ahead.push_back(rows_of(p_.v, e.k0 + k_lo, k_hi - k_lo, g));
       rows += 2 * (k_hi - k_lo);
     }
   }
   for (int h = g * group_; h < (g + 1) * group_; ++h) {
-    sc.ahead.push_back(rows_of(p_.q, e.q0 + nlo, nhi - nlo, h, false));
-    sc.ahead.push_back(rows_of(p_.out, e.q0 + nlo, nhi - nlo, h, true));
-    rows += 2 * (nhi - nlo);
+    sc.ahead.push_back(rows_of(p_.q, e.q0 + nlo, nhi - nlo, h));
+    rows += nhi - nlo;
   }
   // Spread over the steps of this query tile: its key tiles, each in row chunks, for every head
   // of the group (an estimate: rows that see none of a tile skip it). forward_groups calls twice
