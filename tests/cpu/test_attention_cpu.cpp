@@ -99,7 +99,9 @@ void expect_reference_on_every_table(const std::vector<AttnCase>& cs) {
 }
 
 // bf16 narrow patterns without the diagnostics: on a table with a batched P·V (AMX) the stream path
-// walks 16-row groups over all their key tiles and batches P·V per group (forward_groups), a path
+// walks 16-row groups over all their key tiles and batches P·V per group (forward_groups), whole
+// groups in one softmax step per run of tiles (band_bf16) unless a block mask or the key-0 bias is
+// there, a path
 // the case table's CPU sweeps (all with diagnostics) do not take. Rows off the 16-row grid, query
 // tiles cut by 48- and 40-row blocks, several stream items, a band wider than one P·V batch
 // (kPvBatch tiles), windows of one key, both sink forms, GQA, strided views; on every table.
@@ -129,6 +131,8 @@ TEST(AttentionCpu, StreamRowGroupsMatchReference) {
   // at d 40 blocks of 4 and 1; bf16 out rows of 80 and 128 entries (streaming stores of the whole
   // lines, ordinary ones of a line shared with the next head).
   cs.push_back(make({700, 90}, {}, 6, 3, 80, "window:64,64"));
+  // lq > lk: the first rows see no key, also inside 16-row groups whose other rows see some.
+  cs.push_back(make({300}, {200}, 2, 1, 80, "window:40,10"));
   AttnCase five = make({600}, {}, 10, 5, 40, "chunk:96");
   five.f32_out = false;
   cs.push_back(five);
@@ -275,7 +279,9 @@ TEST(AttentionCpu, DenseBatchesMatchReference) {
 // in the second batch, and every key +inf in one channel (rows whose logits are all −inf see no key).
 // The poisoned rows come out NaN (out and LSE), the rows without a key empty (out 0, LSE −inf);
 // every other row keeps the reference's value, also the rows that share a 16-row group with a
-// poisoned one (docs/numerics.md).
+// poisoned one (docs/numerics.md). The same in a ±64 window, where stream mode runs whole 16-row
+// groups through one softmax step per run of key tiles (TileKernels::band_bf16 on AMX): there a
+// poisoned key reaches only the rows whose window holds it.
 TEST(AttentionCpu, DenseBatchesPoisonOnlyTheirRows) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   struct Poison {
@@ -286,11 +292,13 @@ TEST(AttentionCpu, DenseBatchesPoisonOnlyTheirRows) {
   };
   // Row 37 poisons an even 16-row group, row 250 an odd one: at head dim 128 groups run their P·V
   // in pairs (pv_pair), and a poisoned group sends its waiting partner through the single path.
+  for (const char* pattern : {"full", "window:64,64"})
   for (const int dim : {80, 128}) {
+    const bool window = pattern[0] == 'w';
     for (const Poison& z : {Poison{"q NaN", 'q', 37, nan}, Poison{"q +inf", 'q', 250, inf},
                            Poison{"k NaN, first batch", 'k', 70, nan}, Poison{"k NaN, second batch", 'k', 300, nan},
                            Poison{"every k +inf", 'K', 0, inf}}) {
-      AttnCase c = make_case({512}, {}, 4, 2, dim, "full", DType::bf16);
+      AttnCase c = make_case({512}, {}, 4, 2, dim, pattern, DType::bf16);
       c.f32_out = true;
       PreparedCase pc = prepare(c, salt());
       const int h = 1, g = 0;  // query head 1 reads KV head 0
@@ -300,7 +308,7 @@ TEST(AttentionCpu, DenseBatchesPoisonOnlyTheirRows) {
         for (int64_t j = 0; j < 512; ++j) pc.in.params.k.set({j, g, 5}, z.value);
       for (const char* isa : kIsas) {
         if (!cpu::tile_kernels_available(isa)) continue;
-        SCOPED_TRACE(std::string(z.what) + " at d " + std::to_string(dim) + " on cpu/" + isa);
+        SCOPED_TRACE(std::string(z.what) + " at d " + std::to_string(dim) + ", " + pattern + " on cpu/" + isa);
         std::vector<CaseOutputs> runs;
         run_on_table(pc, isa, runs);
         const float* out = runs[0].out.as<float>();
@@ -315,7 +323,8 @@ TEST(AttentionCpu, DenseBatchesPoisonOnlyTheirRows) {
         double err2 = 0, ref2 = 0;
         for (int hh = 0; hh < c.heads_q; ++hh)
           for (int64_t r = 0; r < 512; ++r) {
-            const bool poisoned = z.tensor == 'q' ? hh == h && r == z.row : hh / 2 == g;
+            const bool sees = z.tensor != 'k' || !window || std::abs(r - z.row) <= 64;
+            const bool poisoned = z.tensor == 'q' ? hh == h && r == z.row : hh / 2 == g && sees;
             const float l = lse[hh * 512 + r];
             const float* o = out + (r * c.heads_q + hh) * c.dim;
             // Every key +inf in channel 5: a query negative there has only −inf logits, so it sees no

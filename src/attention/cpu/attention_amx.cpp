@@ -24,6 +24,7 @@
 #include <cpuid.h>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace ariadne::cpu {
@@ -401,14 +402,19 @@ inline __m512 exp2_dense(__m512 x) {
 }
 
 // Pass 2 on key tile j: p = 2^(s·scale2 − m) (one fused multiply-subtract), summed per row, rounded
-// to bf16 into the A tile pa (16 rows × 32 keys).
-void softmax_tile(const float* s, int lds, float scale2, GroupStep& st, uint32_t* pa) {
+// to bf16 into the A tile pa (16 rows × 32 keys). With bits (band_bf16), row i keeps p only on the
+// keys of bits[i] and 0 elsewhere, whatever the masked dots are.
+void softmax_tile(const float* s, int lds, float scale2, GroupStep& st, uint32_t* pa, const uint32_t* bits = nullptr) {
   const __m512 sc = _mm512_set1_ps(scale2);
   for (int i = 0; i < 16; ++i) {
     const __m512 c = _mm512_set1_ps(st.shift[i]);
     const float* row = s + i * lds;
-    const __m512 p0 = exp2_dense(_mm512_fmsub_ps(_mm512_load_ps(row), sc, c));
-    const __m512 p1 = exp2_dense(_mm512_fmsub_ps(_mm512_load_ps(row + 16), sc, c));
+    __m512 p0 = exp2_dense(_mm512_fmsub_ps(_mm512_load_ps(row), sc, c));
+    __m512 p1 = exp2_dense(_mm512_fmsub_ps(_mm512_load_ps(row + 16), sc, c));
+    if (bits != nullptr) {
+      p0 = _mm512_maskz_mov_ps(__mmask16(bits[i]), p0);
+      p1 = _mm512_maskz_mov_ps(__mmask16(bits[i] >> 16), p1);
+    }
     st.sum[i] = _mm512_add_ps(st.sum[i], _mm512_add_ps(p0, p1));
     _mm512_store_si512(pa + i * 16, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
   }
@@ -429,6 +435,83 @@ bool softmax_end(GroupStep& st, float* m, float* l, float* o, int dv) {
     for (int c = 0; c < dv; c += 16) _mm512_storeu_ps(row + c, _mm512_mul_ps(ai, _mm512_loadu_ps(row + c)));
   }
   return true;
+}
+
+// ---- TileKernels::band_bf16 ----
+
+// The lanes of keys [lo, hi) of a 32-key tile.
+inline uint32_t key_bits(int32_t lo, int32_t hi) {
+  if (hi <= lo) return 0u;
+  const uint32_t below_hi = hi >= 32 ? ~0u : (1u << hi) - 1u;
+  const uint32_t below_lo = lo <= 0 ? 0u : (1u << lo) - 1u;  // lo < hi <= 32
+  return below_hi & ~below_lo;
+}
+
+// Pass 1 of band_bf16 (softmax_begin with bounds): the maxima over each row's keys, bits[j] for a
+// tile with bounds, all 32 keys for one without (masked[j] false). A row that sees no key keeps its
+// maximum and gets α = 1 (where m is still −inf, 2^(m − m) would be NaN).
+bool band_begin(const float* s, int lds, int count, const uint32_t (*bits)[16], const bool* masked, float scale2,
+                const float* m, GroupStep& st) {
+  const __m512 mo = _mm512_loadu_ps(m);
+  if (_mm512_cmp_ps_mask(mo, mo, _CMP_UNORD_Q) != 0) return false;
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 red[16];
+  for (int i = 0; i < 16; ++i) {
+    const float* row = s + i * lds;
+    __m512 x = ninf;
+    for (int j = 0; j < count; ++j) {
+      const __m512 a = _mm512_load_ps(row + j * kKeyTile), b = _mm512_load_ps(row + j * kKeyTile + 16);
+      const __mmask16 ka = masked[j] ? __mmask16(bits[j][i]) : __mmask16(0xFFFF);
+      const __mmask16 kb = masked[j] ? __mmask16(bits[j][i] >> 16) : __mmask16(0xFFFF);
+      x = _mm512_mask_max_ps(x, ka, x, a);
+      x = _mm512_mask_max_ps(x, kb, x, b);
+    }
+    red[i] = x;
+  }
+  st.mn = _mm512_max_ps(
+      _mm512_mul_ps(reduce_rows16(red, [](__m512 x, __m512 y) { return _mm512_maskz_max_ps(0xFFFF, x, y); }),
+                    _mm512_set1_ps(scale2)),
+      mo);
+  const __mmask16 none = _mm512_cmp_ps_mask(st.mn, ninf, _CMP_EQ_OQ);
+  st.a = _mm512_mask_mov_ps(exp2v(_mm512_sub_ps(mo, st.mn)), none, _mm512_set1_ps(1.f));
+  _mm512_store_ps(st.shift, st.mn);
+  _mm512_store_ps(st.alpha, st.a);
+  for (int i = 0; i < 16; ++i) st.sum[i] = _mm512_setzero_ps();
+  return true;
+}
+
+// dense_bf16's step for one group of a band: Q in its tiles, S of the tiles, pass 1 with the row
+// bounds (the maxima of the keys each row sees), pass 2 with p = 0 off them, P·V with O through the
+// tiles once. The per-tile path it replaces ran Q·Kᵀ (Q loaded again), a softmax with its own row
+// maxima and reductions, and clipped rows on every tile.
+bool band_bf16(const uint16_t* q, int64_t ldq, const uint16_t* const* k, const uint16_t* const* v,
+               const int32_t* const* lo, const int32_t* const* hi, int count, int dp, int dv, float scale2, float* m,
+               float* l, float* o) {
+  if (!dense_takes(dp, dv) || count < 1 || count > kPvBatch || !(scale2 > 0.f) || !std::isfinite(scale2))
+    return false;
+  constexpr int lds = kPvBatch * kKeyTile;
+  alignas(64) float s[16 * lds];
+  alignas(64) uint32_t pa[kPvBatch][256];
+  uint32_t bits[kPvBatch][16];
+  bool masked[kPvBatch];
+  for (int j = 0; j < count; ++j) {
+    masked[j] = lo[j] != nullptr;
+    if (masked[j])
+      for (int i = 0; i < 16; ++i) bits[j][i] = key_bits(lo[j][i], hi[j][i]);
+  }
+  GroupStep st;
+  const bool own = acquire_exact(dp % 16);
+  load_q_tiles(q, ldq, dp);
+  for (int j = 0; j < count; ++j) qk_resident(k[j], dp, s + j * kKeyTile, lds);
+  bool ok = band_begin(s, lds, count, bits, masked, scale2, m, st);
+  if (ok) {
+    for (int j = 0; j < count; ++j)
+      softmax_tile(s + j * kKeyTile, lds, scale2, st, pa[j], masked[j] ? bits[j] : nullptr);
+    ok = softmax_end(st, m, l, o, dv);
+  }
+  if (ok) pv_resident(pa, v, count, dv, o, dp % 16 != 0);
+  if (own) restore();
+  return ok;
 }
 
 // Group by group: Q into its tiles once, S of all the key tiles into one buffer, the softmax step
@@ -492,6 +575,7 @@ const TileKernels* tile_kernels_amx() {
     t.pv_bf16_batch = pv_bf16_batch;
     t.dense_bf16 = dense_bf16;
     t.dense_bf16_takes = dense_takes;
+    t.band_bf16 = band_bf16;
     t.begin_bf16 = begin_bf16;
     t.end_bf16 = end_bf16;
     return t;

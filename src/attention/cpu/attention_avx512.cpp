@@ -559,9 +559,9 @@ void row_sums(const float* p, const float* dp, int rows, double* z, double* pd) 
 }
 
 const TileKernels kAvx512Bf16{"avx512bf16", qk_f32,      qk_bf16,     softmax,     pv_f32,     pv_bf16, nullptr,
-                              nullptr,      nullptr,     colsum,      pack_k_f32,  pack_k_bf16, pack_v_bf16,
-                              store_bf16,   probs,       grad_s,      transpose32, row_sums,    nullptr,
-                              nullptr};
+                              nullptr,      nullptr,     nullptr,     colsum,      pack_k_f32,  pack_k_bf16,
+                              pack_v_bf16,  store_bf16,  probs,       grad_s,      transpose32, row_sums,
+                              nullptr,      nullptr};
 
 }  // namespace
 

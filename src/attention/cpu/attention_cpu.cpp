@@ -62,6 +62,11 @@ Runner::Runner(const AttentionParams& p)
   // its key tiles with P·V batched per group (forward_groups): the tile unit's row count, and O
   // through the tiles once per group instead of once (and rescaled once) per key tile.
   group_pv_ = stream_ && bf16_ && !diag_ && k_.pv_bf16_batch != nullptr;
+  // Such a group on a table with band_bf16 (AMX) takes one softmax step per run of its tiles, as
+  // dense_bf16 does for full attention, with the rows' key bounds on the tiles that cut them; block
+  // masks (per-key bits) and the key-0 bias keep the per-tile kernels.
+  band_ = group_pv_ && k_.band_bf16 != nullptr && k_.dense_bf16_takes(dp_, dv_) && !pt.blocks.defined() &&
+          p.sink_mode != SinkMode::key0_bias;
   // Other bf16 tiles in stream mode are computed 8 rows at a time (Q·Kᵀ, softmax, P·V), with a few
   // prefetches between those steps: measured 4-7 % faster than whole-tile steps with one prefetch
   // burst per tile at d 80 and 128 on the AVX-512 products; fp32 measured 2 % slower that way.

@@ -91,9 +91,8 @@ void probs(const float* s, const RowMask& mk, int rows, const float* off, float*
     }
 }
 
-const TileKernels kGeneric{"generic", qk_f32, nullptr, softmax, pv_f32, nullptr, nullptr, nullptr, nullptr, colsum,
-                           nullptr, nullptr, nullptr, nullptr, probs, nullptr, nullptr, nullptr,
-                           nullptr, nullptr};
+const TileKernels kGeneric{"generic", qk_f32, nullptr, softmax, pv_f32, nullptr, nullptr, nullptr, nullptr, nullptr,
+                           colsum, nullptr, nullptr, nullptr, nullptr, probs, nullptr, nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
 

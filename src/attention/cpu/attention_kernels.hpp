@@ -109,6 +109,15 @@ struct TileKernels {
   unsigned (*dense_bf16)(const uint16_t* q, int64_t ldq, const uint16_t* const* k, const uint16_t* const* v,
                          int count, int dp, int dv, float scale2, int rows, float* m, float* l, float* o);
   bool (*dense_bf16_takes)(int dp, int dv);
+  // One 16-row group of a narrow pattern in stream mode over `count` (<= kPvBatch) consecutive key
+  // tiles in one online-softmax step (dense_bf16's arithmetic): row r of tile j sees its keys
+  // [lo[j][r], hi[j][r]) (lo[j], hi[j] null: all 32; empty bounds: none), m/l updated once over
+  // them, masked keys with p = 0, a row that sees no key keeps its m, l and O. Returns false and
+  // changes nothing where a row is poisoned or a dot it sees is NaN or infinite; the driver then runs
+  // the tiles through qk_bf16, softmax and pv_bf16_batch. Null, or dense_bf16_takes false: the same.
+  bool (*band_bf16)(const uint16_t* q, int64_t ldq, const uint16_t* const* k, const uint16_t* const* v,
+                    const int32_t* const* lo, const int32_t* const* hi, int count, int dp, int dv, float scale2,
+                    float* m, float* l, float* o);
   // Received attention: colsum[j] += Σ_r 2^(t_rj − off[r]) over allowed (r, j); s = raw dots.
   void (*colsum)(const float* s, const RowMask& mask, int rows, const float* off, float* colsum);
 

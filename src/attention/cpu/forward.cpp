@@ -271,40 +271,96 @@ void Runner::flush_dense(Scratch& sc, const uint16_t* const* k, const uint16_t* 
 // softmax16 take 16 rows): its rows that do not reach the tile see only masked keys (p = 0, α = 1).
 // The visited tiles all lie in the query tile's span, so none of the pending ones leaves the ring.
 void Runner::forward_groups(Scratch& sc, int g, int32_t s, int rows, RowMask mk) const {
+  for (int g0 = 0; g0 < rows; g0 += kRowGroup) {
+    const int n = std::min(kRowGroup, rows - g0);
+    if (n == kRowGroup && band_) {
+      forward_band(sc, g, s, g0, mk);
+      continue;
+    }
+    forward_group_tiles(sc, g, s, g0, n, 0, sc.visits.size(), mk);
+  }
+}
+
+// One whole 16-row group through band_bf16, its visits in runs of up to kPvBatch tiles: a tile that
+// every row of the group sees whole goes without bounds (no clipping), a tile no row sees is left
+// out, and a run the kernel leaves unchanged (a poisoned row, a NaN or infinite dot) runs tile by
+// tile. Block masks and the key-0 bias take forward_group_tiles (band_ is off for them).
+void Runner::forward_band(Scratch& sc, int g, int32_t s, int g0, RowMask mk) const {
+  int64_t all_lo = 0, all_hi = std::numeric_limits<int64_t>::max();  // keys every row of the group sees
+  for (int r = g0; r < g0 + kRowGroup; ++r) {
+    all_lo = std::max(all_lo, sc.row_lo[r]);
+    all_hi = std::min(all_hi, sc.row_hi[r]);
+  }
+  alignas(64) int32_t lo[kPvBatch][kRowGroup], hi[kPvBatch][kRowGroup];
+  const uint16_t* kt[kPvBatch];
+  const uint16_t* vt[kPvBatch];
+  const int32_t* lo_of[kPvBatch];
+  const int32_t* hi_of[kPvBatch];
+  for (size_t v0 = 0; v0 < sc.visits.size(); v0 += kPvBatch) {
+    const size_t v1 = std::min(sc.visits.size(), v0 + kPvBatch);
+    int count = 0;
+    for (size_t vi = v0; vi < v1; ++vi) {
+      const int64_t t = sc.visits[vi].tile;
+      prefetch_some(sc);
+      if (t * kKeyTile >= all_lo && (t + 1) * kKeyTile <= all_hi) {
+        lo_of[count] = hi_of[count] = nullptr;
+      } else {
+        bool dense = false;
+        const auto [r0, r1] = clip_rows_to_tile(sc.row_lo.data() + g0, sc.row_hi.data() + g0, kRowGroup, t,
+                                                lo[count], hi[count], &dense);
+        if (r0 >= r1) continue;
+        lo_of[count] = lo[count];
+        hi_of[count] = hi[count];
+      }
+      const Tile tl = tile(sc, g, s, t);
+      kt[count] = static_cast<const uint16_t*>(tl.k);
+      vt[count] = static_cast<const uint16_t*>(tl.v);
+      ++count;
+    }
+    if (count == 0) continue;
+    const int64_t og = int64_t(g0) * dv_;
+    if (!k_.band_bf16(sc.q_b16 + g0 * sc.ldq, sc.ldq, kt, vt, lo_of, hi_of, count, dp_, dv_, scale2_, sc.m.data() + g0,
+                      sc.l.data() + g0, sc.o.data() + og))
+      forward_group_tiles(sc, g, s, g0, kRowGroup, v0, v1, mk);
+  }
+}
+
+// Visits [v0, v1) of the 16-row group at g0 (n rows) tile by tile: Q·Kᵀ, the softmax step, P·V
+// batched per kPvBatch tiles.
+void Runner::forward_group_tiles(Scratch& sc, int g, int32_t s, int g0, int n, size_t v0, size_t v1,
+                                 RowMask mk) const {
   const float* batch_p[kPvBatch];
   const uint16_t* batch_v[kPvBatch];
   const float* batch_a[kPvBatch];
-  for (int g0 = 0; g0 < rows; g0 += kRowGroup) {
-    const int n = std::min(kRowGroup, rows - g0);
-    int pending = 0;
-    auto flush = [&] {
-      if (pending > 0) k_.pv_bf16_batch(batch_p, batch_v, batch_a, pending, dv_, n, sc.o.data() + int64_t(g0) * dv_);
-      pending = 0;
-    };
-    for (const TileVisit& v : sc.visits) {
-      bool dense = false;
-      const auto [r0, r1] = clip_rows_to_tile(sc.row_lo.data() + g0, sc.row_hi.data() + g0, n, v.tile,
-                                              sc.lo.data() + g0, sc.hi.data() + g0, &dense);
-      if (r0 >= r1) continue;
-      prefetch_some(sc);
-      const Tile tl = tile(sc, g, s, v.tile);
-      mk.keymask = v.keymask;
-      mk.dense = dense && r0 == 0 && r1 == n && v.keymask == ~0u;
-      mk.apply_bias = p_.sink_mode == SinkMode::key0_bias && v.tile == 0;
-      mk.lo = sc.lo.data() + g0;
-      mk.hi = sc.hi.data() + g0;
-      float* P = sc.batch_p.data() + (size_t(pending) * size_t(qtile_) + size_t(g0)) * kKeyTile;
-      float* A = sc.batch_alpha.data() + size_t(pending) * size_t(qtile_) + size_t(g0);
-      k_.qk_bf16(sc.q_b16 + g0 * sc.ldq, sc.ldq, static_cast<const uint16_t*>(tl.k), dp_, n, P);
-      prefetch_some(sc);
-      k_.softmax(P, mk, n, sc.m.data() + g0, sc.l.data() + g0, A, nullptr);
-      batch_p[pending] = P;
-      batch_v[pending] = static_cast<const uint16_t*>(tl.v);
-      batch_a[pending] = A;
-      if (++pending == kPvBatch) flush();
-    }
-    flush();
+  int pending = 0;
+  auto flush = [&] {
+    if (pending > 0) k_.pv_bf16_batch(batch_p, batch_v, batch_a, pending, dv_, n, sc.o.data() + int64_t(g0) * dv_);
+    pending = 0;
+  };
+  for (size_t vi = v0; vi < v1; ++vi) {
+    const TileVisit& v = sc.visits[vi];
+    bool dense = false;
+    const auto [r0, r1] = clip_rows_to_tile(sc.row_lo.data() + g0, sc.row_hi.data() + g0, n, v.tile,
+                                            sc.lo.data() + g0, sc.hi.data() + g0, &dense);
+    if (r0 >= r1) continue;
+    prefetch_some(sc);
+    const Tile tl = tile(sc, g, s, v.tile);
+    mk.keymask = v.keymask;
+    mk.dense = dense && r0 == 0 && r1 == n && v.keymask == ~0u;
+    mk.apply_bias = p_.sink_mode == SinkMode::key0_bias && v.tile == 0;
+    mk.lo = sc.lo.data() + g0;
+    mk.hi = sc.hi.data() + g0;
+    float* P = sc.batch_p.data() + (size_t(pending) * size_t(qtile_) + size_t(g0)) * kKeyTile;
+    float* A = sc.batch_alpha.data() + size_t(pending) * size_t(qtile_) + size_t(g0);
+    k_.qk_bf16(sc.q_b16 + g0 * sc.ldq, sc.ldq, static_cast<const uint16_t*>(tl.k), dp_, n, P);
+    prefetch_some(sc);
+    k_.softmax(P, mk, n, sc.m.data() + g0, sc.l.data() + g0, A, nullptr);
+    batch_p[pending] = P;
+    batch_v[pending] = static_cast<const uint16_t*>(tl.v);
+    batch_a[pending] = A;
+    if (++pending == kPvBatch) flush();
   }
+  flush();
 }
 
 // Entropy and distance ride on the online softmax: A = Σ_j p_j (t_j − m) and D = Σ_j p_j ‖c_i − c_j‖

@@ -219,6 +219,8 @@ class Runner {
   // The visits of the loaded query tile in row groups, P·V batched per group (group_pv_).
   static constexpr int kRowGroup = 16;
   void forward_groups(Scratch& sc, int g, int32_t s, int rows, RowMask mk) const;
+  void forward_band(Scratch& sc, int g, int32_t s, int g0, RowMask mk) const;
+  void forward_group_tiles(Scratch& sc, int g, int32_t s, int g0, int n, size_t v0, size_t v1, RowMask mk) const;
   void plan_visits(Scratch& sc, int32_t s, const SeqExtent& e, int h, int64_t q_lo, int64_t q_hi) const;
   std::pair<int, int> clip_rows(Scratch& sc, int rows, int64_t t) const;
   void accumulate_diagnostics(Scratch& sc, const SeqExtent& e, int64_t q_lo, int64_t tile, int r0, int r1) const;
@@ -238,6 +240,7 @@ class Runner {
   bool fused_ = false;
   bool batch_pv_ = false;  // P·V of consecutive whole tiles in one pv_bf16_batch call (forward_tile)
   bool group_pv_ = false;  // stream mode: 16-row groups over all their tiles, P·V batched (forward_groups)
+  bool band_ = false;      // group_pv_ with band_bf16: whole groups in one softmax step per run of tiles
   int ring_ = 0;  // stream mode: key-tile slots per thread and KV head of a block
   // Stream mode: KV heads per work item. Input rows hold the heads side by side, so a head's row
   // that ends inside a cache line shares that line with the next head's row; heads computed

@@ -250,10 +250,11 @@ void Runner::plan_prefetch(Scratch& sc, const SeqExtent& e, int g, int64_t lo, i
     rows += nhi - nlo;
   }
   // Spread over the steps of this query tile: its key tiles, each in row chunks, for every head
-  // of the group (an estimate: rows that see none of a tile skip it). forward_groups calls twice
-  // per step (before Q·Kᵀ and before the softmax), so no burst outgrows the line-fill buffers.
+  // of the group (an estimate: rows that see none of a tile skip it). forward_group_tiles calls
+  // twice per step (before Q·Kᵀ and before the softmax), so no burst outgrows the line-fill
+  // buffers; forward_band once per tile of a group.
   const int64_t tiles = cur.empty() ? 1 : (cur.hi - 1) / kKeyTile - cur.lo / kKeyTile + 1;
-  const int64_t steps = tiles * group_ * ((hi - lo + chunk_rows_ - 1) / chunk_rows_) * (group_pv_ ? 2 : 1);
+  const int64_t steps = tiles * group_ * ((hi - lo + chunk_rows_ - 1) / chunk_rows_) * (group_pv_ && !band_ ? 2 : 1);
   sc.ahead_step = (rows + steps - 1) / steps;
 }
 
