@@ -369,13 +369,12 @@ std::vector<float> LlamaCuda::decode_step(const float* h, const PageSelectConfig
         const Impl::Layer& L = d.layers[size_t(l)];
         CudaKVCache& pc = d.paged[size_t(l)];
         const int32_t* at = pc.lengths();  // sequence 0's length: the new row's position
-        // One GEMM for q, k and v ([Q | KV | KV] in qkv), one RoPE over the q and k heads.
+        // One GEMM for q, k and v ([Q | KV | KV] in qkv); one launch for RoPE and the contiguous rows.
         cuda_nn::rmsnorm(d.h.ptr, 1, D, L.attn_norm, c.eps, d.x.ptr, st);
         d.gemm.linear(d.x.ptr, 1, D, L.wq, static_cast<const bf16*>(nullptr), Q + 2 * KV, d.qkv.ptr, false, st);
-        cuda_nn::rope_pairs_at(d.qkv.ptr, 1, Q + KV, c.heads + c.kv_heads, c.head_dim, pairs, d.inv_freq, at, st);
+        cuda_nn::rope_store_row(d.qkv.ptr, c.heads, c.kv_heads, c.head_dim, pairs, d.inv_freq, at,
+                                d.kcache[size_t(l)], d.vcache[size_t(l)], st);
         bf16 *q = d.qkv.ptr, *k = q + Q, *v = k + KV;
-        cuda_nn::store_rows_at(k, d.kcache[size_t(l)], 1, KV, at, st);
-        cuda_nn::store_rows_at(v, d.vcache[size_t(l)], 1, KV, at, st);
         pc.append(device_view(k, 1, c.kv_heads, c.head_dim), device_view(v, 1, c.kv_heads, c.head_dim), kSeq,
                   d.seq_ids.ptr, st);
         DecodeParams dp = params(l);

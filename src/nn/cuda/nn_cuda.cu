@@ -77,11 +77,8 @@ __global__ void rope_kernel(bf16* qkv, int64_t n, int64_t row_stride, int64_t k_
 }
 
 // One thread per (row, pair): one sincos, then that pair of every head of the row.
-// The first row's position is pos0, or *pos_at when pos_at is set (a device value a CUDA graph reads at
-// replay).
 __global__ void rope_pairs_kernel(bf16* x, int64_t n, int64_t row_stride, int heads, int head_dim, int pairs,
-                                  const float* inv_freq, int64_t pos0, const int32_t* pos_at) {
-  if (pos_at != nullptr) pos0 = *pos_at;
+                                  const float* inv_freq, int64_t pos0) {
   const int64_t total = n * pairs;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = t / pairs;
@@ -137,11 +134,34 @@ __global__ void gather_kernel(const V* src, V* dst, const int32_t* index, int64_
   }
 }
 
-// dst[(*at + r) · cols + c] = src[r · cols + c]: rows stored at a position read on the device.
-__global__ void store_rows_at_kernel(const bf16* src, bf16* dst, int64_t rows, int64_t cols, const int32_t* at) {
-  const int64_t total = rows * cols, base = int64_t(*at) * cols;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x)
-    dst[base + t] = src[t];
+// One decode row [q heads | k heads | v heads]: thread t < pairs rotates pair t of every q and k
+// head and stores the rotated k pair at row *at of kcache; every thread also copies its share of
+// v to row *at of vcache. The k store follows the rotation in the same thread (no race).
+__global__ void rope_store_row_kernel(bf16* qkv, int heads, int kv_heads, int head_dim, int pairs,
+                                      const float* inv_freq, const int32_t* at, bf16* kcache, bf16* vcache) {
+  const int64_t pos = *at, kv = int64_t(kv_heads) * head_dim;
+  bf16* k = qkv + int64_t(heads) * head_dim;
+  const bf16* v = k + kv;
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < pairs; t += gridDim.x * blockDim.x) {
+    float s, c;
+    sincosf(float(pos) * inv_freq[t], &s, &c);
+    for (int h = 0; h < heads + kv_heads; ++h) {
+      bf16* x = qkv + int64_t(h) * head_dim + 2 * t;
+      const float x0 = f32(x[0]), x1 = f32(x[1]);
+      x[0] = b16(x0 * c - x1 * s);
+      x[1] = b16(x0 * s + x1 * c);
+      if (h >= heads) {
+        bf16* dst = kcache + pos * kv + int64_t(h - heads) * head_dim + 2 * t;
+        dst[0] = x[0];
+        dst[1] = x[1];
+      }
+    }
+  }
+  // The k values past the rotated dims (rope_dims < head_dim) are stored as they are.
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < kv; i += int64_t(gridDim.x) * blockDim.x) {
+    vcache[pos * kv + i] = v[i];
+    if (i % head_dim >= 2 * pairs) kcache[pos * kv + i] = k[i];
+  }
 }
 
 __global__ void to_bf16_kernel(const float* src, bf16* dst, int64_t count) {
@@ -268,23 +288,16 @@ void rope_pairs(bf16* x, int64_t n, int64_t row_stride, int heads, int head_dim,
   const int64_t total = n * pairs;
   if (total == 0) return;
   rope_pairs_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(x, n, row_stride, heads, head_dim, pairs,
-                                                                          inv_freq, pos0, nullptr);
+                                                                          inv_freq, pos0);
   check(cudaGetLastError(), "rope launch");
 }
 
-void rope_pairs_at(bf16* x, int64_t n, int64_t row_stride, int heads, int head_dim, int pairs, const float* inv_freq,
-                   const int32_t* pos0, cudaStream_t stream) {
-  const int64_t total = n * pairs;
-  if (total == 0) return;
-  rope_pairs_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(x, n, row_stride, heads, head_dim, pairs,
-                                                                          inv_freq, 0, pos0);
-  check(cudaGetLastError(), "rope launch");
-}
-
-void store_rows_at(const bf16* src, bf16* dst, int64_t rows, int64_t cols, const int32_t* at, cudaStream_t stream) {
-  if (rows * cols == 0) return;
-  store_rows_at_kernel<<<blocks_for(rows * cols, kThreads), kThreads, 0, stream>>>(src, dst, rows, cols, at);
-  check(cudaGetLastError(), "store_rows_at launch");
+void rope_store_row(bf16* qkv, int heads, int kv_heads, int head_dim, int pairs, const float* inv_freq,
+                    const int32_t* at, bf16* kcache, bf16* vcache, cudaStream_t stream) {
+  const int64_t work = std::max<int64_t>(pairs, int64_t(kv_heads) * head_dim);
+  rope_store_row_kernel<<<blocks_for(work, kThreads), kThreads, 0, stream>>>(qkv, heads, kv_heads, head_dim, pairs,
+                                                                             inv_freq, at, kcache, vcache);
+  check(cudaGetLastError(), "rope_store_row launch");
 }
 
 void swiglu(const bf16* gu, int64_t n, int64_t inter, bf16* out, int64_t out_stride, cudaStream_t stream) {

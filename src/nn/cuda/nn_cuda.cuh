@@ -75,10 +75,6 @@ void rope_2d(bf16* qkv, int64_t n, int64_t row_stride, int64_t k_offset, int hea
 // (pos0 + r) · inv_freq[i] (fp32: the position rounded to fp32 first, as HF), stored as bf16.
 void rope_pairs(bf16* x, int64_t n, int64_t row_stride, int heads, int head_dim, int pairs, const float* inv_freq,
                 int64_t pos0, cudaStream_t stream);
-// The same with the first row's position read on the device (*pos0, int32), so a CUDA graph that
-// captured the call rotates each replay by the position it finds then.
-void rope_pairs_at(bf16* x, int64_t n, int64_t row_stride, int heads, int head_dim, int pairs, const float* inv_freq,
-                   const int32_t* pos0, cudaStream_t stream);
 
 // SwiGLU on the output of one GEMM with [gate | up] weights: gu [n, 2·inter] (gate in columns
 // [0, inter), up in [inter, 2·inter)) → out [n, out_stride], columns [0, inter) = bf16(bf16(silu(gate))
@@ -98,8 +94,13 @@ void gather_rows(const float* src, float* dst, const int32_t* index, int64_t row
 // The same for one int2 a row (patch positions travelling with their tokens).
 void gather_pos(const int2* src, int2* dst, const int32_t* index, int64_t rows, cudaStream_t stream);
 
-// dst[*at + r, :] = src[r, :] for r < rows, `cols` values a row, the row offset read on the device.
-void store_rows_at(const bf16* src, bf16* dst, int64_t rows, int64_t cols, const int32_t* at, cudaStream_t stream);
+// A decode step's row qkv = [q: heads · head_dim | k: kv_heads · head_dim | v: the same]: RoPE on
+// the q and k heads at position *at (the pairs and frequencies of rope_pairs), then the rotated k
+// and the v stored at row *at of kcache and vcache ([positions, kv_heads · head_dim]), in one
+// launch; *at is read on the device, so a CUDA graph that captured the call works at the position
+// it finds at each replay.
+void rope_store_row(bf16* qkv, int heads, int kv_heads, int head_dim, int pairs, const float* inv_freq,
+                    const int32_t* at, bf16* kcache, bf16* vcache, cudaStream_t stream);
 
 // Conversions of `count` values.
 void to_bf16(const float* src, bf16* dst, int64_t count, cudaStream_t stream);
