@@ -363,15 +363,29 @@ struct GroupStep {
 };
 
 // Pass 1: the row maxima; false when a row is already poisoned (the group then stays as it was).
-// A NaN or infinite dot is found by softmax_end instead.
-bool softmax_begin(const float* s, int lds, int count, float scale2, const float* m, GroupStep& st) {
+// A NaN or infinite dot is found by softmax_end instead. With bits (band_bf16), tile j's maxima take
+// row i's keys bits[j][i] where masked[j], all 32 keys elsewhere; a row that sees no key keeps its
+// maximum and gets α = 1 (while m is −inf, 2^(m − m) would be NaN).
+bool softmax_begin(const float* s, int lds, int count, float scale2, const float* m, GroupStep& st,
+                   const uint32_t (*bits)[16] = nullptr, const bool* masked = nullptr) {
   const __m512 mo = _mm512_loadu_ps(m);
   if (_mm512_cmp_ps_mask(mo, mo, _CMP_UNORD_Q) != 0) return false;
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 red[16];
   for (int i = 0; i < 16; ++i) {
     const float* row = s + i * lds;
-    __m512 x = _mm512_load_ps(row);
-    for (int c = 1; c < 2 * count; ++c) x = _mm512_maskz_max_ps(0xFFFF, x, _mm512_load_ps(row + 16 * c));
+    __m512 x;
+    if (bits == nullptr) {
+      x = _mm512_load_ps(row);
+      for (int c = 1; c < 2 * count; ++c) x = _mm512_maskz_max_ps(0xFFFF, x, _mm512_load_ps(row + 16 * c));
+    } else {
+      x = ninf;
+      for (int j = 0; j < count; ++j) {
+        const uint32_t w = masked[j] ? bits[j][i] : ~0u;
+        x = _mm512_mask_max_ps(x, __mmask16(w), x, _mm512_load_ps(row + j * kKeyTile));
+        x = _mm512_mask_max_ps(x, __mmask16(w >> 16), x, _mm512_load_ps(row + j * kKeyTile + 16));
+      }
+    }
     red[i] = x;
   }
   // scale2 > 0, so max t = scale2·max s; exp2v(0) is exactly 1 (rows whose maximum did not move
@@ -381,6 +395,8 @@ bool softmax_begin(const float* s, int lds, int count, float scale2, const float
                     _mm512_set1_ps(scale2)),
       mo);
   st.a = exp2v(_mm512_sub_ps(mo, st.mn));
+  if (bits != nullptr)
+    st.a = _mm512_mask_mov_ps(st.a, _mm512_cmp_ps_mask(st.mn, ninf, _CMP_EQ_OQ), _mm512_set1_ps(1.f));
   _mm512_store_ps(st.shift, st.mn);
   _mm512_store_ps(st.alpha, st.a);
   for (int i = 0; i < 16; ++i) st.sum[i] = _mm512_setzero_ps();
@@ -447,39 +463,6 @@ inline uint32_t key_bits(int32_t lo, int32_t hi) {
   return below_hi & ~below_lo;
 }
 
-// Pass 1 of band_bf16 (softmax_begin with bounds): the maxima over each row's keys, bits[j] for a
-// tile with bounds, all 32 keys for one without (masked[j] false). A row that sees no key keeps its
-// maximum and gets α = 1 (where m is still −inf, 2^(m − m) would be NaN).
-bool band_begin(const float* s, int lds, int count, const uint32_t (*bits)[16], const bool* masked, float scale2,
-                const float* m, GroupStep& st) {
-  const __m512 mo = _mm512_loadu_ps(m);
-  if (_mm512_cmp_ps_mask(mo, mo, _CMP_UNORD_Q) != 0) return false;
-  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  __m512 red[16];
-  for (int i = 0; i < 16; ++i) {
-    const float* row = s + i * lds;
-    __m512 x = ninf;
-    for (int j = 0; j < count; ++j) {
-      const __m512 a = _mm512_load_ps(row + j * kKeyTile), b = _mm512_load_ps(row + j * kKeyTile + 16);
-      const __mmask16 ka = masked[j] ? __mmask16(bits[j][i]) : __mmask16(0xFFFF);
-      const __mmask16 kb = masked[j] ? __mmask16(bits[j][i] >> 16) : __mmask16(0xFFFF);
-      x = _mm512_mask_max_ps(x, ka, x, a);
-      x = _mm512_mask_max_ps(x, kb, x, b);
-    }
-    red[i] = x;
-  }
-  st.mn = _mm512_max_ps(
-      _mm512_mul_ps(reduce_rows16(red, [](__m512 x, __m512 y) { return _mm512_maskz_max_ps(0xFFFF, x, y); }),
-                    _mm512_set1_ps(scale2)),
-      mo);
-  const __mmask16 none = _mm512_cmp_ps_mask(st.mn, ninf, _CMP_EQ_OQ);
-  st.a = _mm512_mask_mov_ps(exp2v(_mm512_sub_ps(mo, st.mn)), none, _mm512_set1_ps(1.f));
-  _mm512_store_ps(st.shift, st.mn);
-  _mm512_store_ps(st.alpha, st.a);
-  for (int i = 0; i < 16; ++i) st.sum[i] = _mm512_setzero_ps();
-  return true;
-}
-
 // dense_bf16's step for one group of a band: Q in its tiles, S of the tiles, pass 1 with the row
 // bounds (the maxima of the keys each row sees), pass 2 with p = 0 off them, P·V with O through the
 // tiles once. The per-tile path it replaces ran Q·Kᵀ (Q loaded again), a softmax with its own row
@@ -503,7 +486,7 @@ bool band_bf16(const uint16_t* q, int64_t ldq, const uint16_t* const* k, const u
   const bool own = acquire_exact(dp % 16);
   load_q_tiles(q, ldq, dp);
   for (int j = 0; j < count; ++j) qk_resident(k[j], dp, s + j * kKeyTile, lds);
-  bool ok = band_begin(s, lds, count, bits, masked, scale2, m, st);
+  bool ok = softmax_begin(s, lds, count, scale2, m, st, bits, masked);
   if (ok) {
     for (int j = 0; j < count; ++j)
       softmax_tile(s + j * kKeyTile, lds, scale2, st, pa[j], masked[j] ? bits[j] : nullptr);

@@ -500,15 +500,12 @@ void store_bf16(const float* src, float mul, int n, uint16_t* dst) {
     }
   };
   const uintptr_t a = reinterpret_cast<uintptr_t>(dst);
-  int c = 0;
-  if (a % 2 == 0) {
-    c = std::min(n, int((64 - a % 64) % 64 / 2));  // entries before the first whole line
-    plain(0, c);
-    for (; c + 32 <= n; c += 32)
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + c),
-                          (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + c + 16), m),
-                                                       _mm512_mul_ps(_mm512_loadu_ps(src + c), m)));
-  }
+  int c = std::min(n, int((64 - a % 64) % 64 / 2));  // entries before the first whole line
+  plain(0, c);
+  for (; c + 32 <= n; c += 32)
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + c),
+                        (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + c + 16), m),
+                                                     _mm512_mul_ps(_mm512_loadu_ps(src + c), m)));
   plain(c, n);
 }
 

@@ -112,16 +112,11 @@ Runner::Runner(const AttentionParams& p)
 }
 
 int stream_kv_block(const TensorView& k, const TensorView& v, int heads_kv) {
-  for (int b = 1; b <= std::min(4, heads_kv); ++b) {
-    bool whole = true;
-    for (const TensorView* t : {&k, &v}) {
-      const int64_t row = t->shape[2] * dtype_size(t->dtype);
-      // Heads side by side: a block's rows are one run of b·row bytes.
-      if (b > 1 && t->stride[1] != t->shape[2]) return 1;
-      whole = whole && (b * row) % 64 == 0;
-    }
-    if (whole) return b;
-  }
+  // A block's rows are one run of b·row bytes only where the heads sit side by side.
+  const bool side_by_side = k.stride[1] == k.shape[2] && v.stride[1] == v.shape[2];
+  const int64_t krow = k.shape[2] * dtype_size(k.dtype), vrow = v.shape[2] * dtype_size(v.dtype);
+  for (int b = 1; b <= (side_by_side ? std::min(4, heads_kv) : 1); ++b)
+    if ((b * krow) % 64 == 0 && (b * vrow) % 64 == 0) return b;
   return 1;
 }
 
