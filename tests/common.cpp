@@ -2,7 +2,11 @@
 #include "common.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <system_error>
 
 namespace ariadne::testing {
 
@@ -153,6 +157,18 @@ std::vector<int64_t> random_cuts(std::mt19937_64& rng, int64_t len, int64_t alig
   std::sort(at.begin(), at.end());
   at.erase(std::unique(at.begin(), at.end()), at.end());
   return at;
+}
+
+TempDir::TempDir(const std::string& prefix) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr)
+    throw std::runtime_error("mkdtemp(" + tmpl + "): " + std::strerror(errno));
+  dir_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;  // a folder that cannot be removed is left behind, not an exception at exit
+  std::filesystem::remove_all(dir_, ec);
 }
 
 }  // namespace ariadne::testing

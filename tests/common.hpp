@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -82,6 +83,21 @@ std::string error_of(F&& f) {
   return kNoError;
 }
 
+// A fresh folder under the system's temporary directory (mkdtemp: unique, so parallel test
+// processes never share a file), removed with everything in it when the object goes. Files that
+// every test of a binary uses live in a function-local static one, removed at exit.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "ariadne-test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return dir_; }
+  std::string operator/(const std::string& name) const { return (dir_ / name).string(); }
+
+ private:
+  std::filesystem::path dir_;
+};
 
 }  // namespace ariadne::testing
 

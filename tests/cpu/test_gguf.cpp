@@ -12,6 +12,7 @@
 #include "ariadne/error.hpp"
 #include "ariadne/gguf.hpp"
 #include "ariadne/tensor.hpp"
+#include "common.hpp"
 
 namespace ariadne {
 namespace {
@@ -162,7 +163,8 @@ TEST(Gguf, TensorsAlignedAndReadFromAMappedFile) {
   for (uint32_t align : {32u, 64u, 256u}) {
     SCOPED_TRACE(align);
     const std::vector<uint8_t> bytes = gguf_serialize({{"general.name", gguf_str("t")}}, ts, align);
-    const std::string path = (std::filesystem::temp_directory_path() / "ariadne_test.gguf").string();
+    const testing::TempDir dir("ariadne-gguf");
+    const std::string path = dir / "t.gguf";
     std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
     const GgufFile f = GgufFile::open(path);
     EXPECT_EQ(f.alignment(), align);
@@ -180,7 +182,6 @@ TEST(Gguf, TensorsAlignedAndReadFromAMappedFile) {
     EXPECT_THROW(f.rows_to_float(w, 2, 2, row.data()), Error);
     EXPECT_EQ(f.to_float(f.tensor("v.f32")), b);
     EXPECT_THROW(f.tensor("missing"), Error);
-    std::filesystem::remove(path);
   }
 }
 

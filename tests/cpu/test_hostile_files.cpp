@@ -39,19 +39,7 @@ namespace fs = std::filesystem;
 
 using ariadne::testing::error_of;
 
-// A fresh folder per test, removed afterwards.
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    char tmpl[] = "/tmp/ariadne-hostile-XXXXXX";
-    dir = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string operator/(const std::string& name) const { return (dir / name).string(); }
-};
+using ariadne::testing::TempDir;  // a fresh folder per test, removed afterwards
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -104,7 +92,7 @@ TEST(HostileFiles, DirectoriesDevicesLoopsAndMissingFilesAreNamedErrors) {
   TempDir t;
   const std::string loop = t / "loop";
   ASSERT_EQ(::symlink(loop.c_str(), loop.c_str()), 0);  // a symlink to itself
-  const std::string dir = t.dir.string();
+  const std::string dir = t.path().string();
   for (const auto& entry : readers()) {
     // (not a structured binding: clang 14 cannot capture one in a lambda)
     const char* name = entry.first;
@@ -189,7 +177,7 @@ TEST(HostileFiles, WritersAreAtomic) {
   EXPECT_MSG(error_of([&] { write_safetensors(t / "missing/w.safetensors", {}); }), "(No such file or directory)");
   // Nothing but the outputs is left in the folder.
   std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(t.dir)) names.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(t.path())) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"adir", "out.npy", "w.safetensors"}));
 

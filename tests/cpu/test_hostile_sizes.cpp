@@ -24,6 +24,7 @@
 #include "ariadne/schedule.hpp"
 #include "ariadne/tensor.hpp"
 #include "common.hpp"
+#include "common.hpp"
 
 namespace {
 
@@ -120,13 +121,11 @@ TEST(HostileSizes, SafetensorsShapeWithZeroAndHugeDimensionsIsRejected) {
   std::vector<uint8_t> file(8);
   for (int i = 0; i < 8; ++i) file[size_t(i)] = uint8_t(uint64_t(header.size()) >> (8 * i));
   file.insert(file.end(), header.begin(), header.end());
-  char dir[] = "/tmp/ariadne-sizes-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  const std::string path = std::string(dir) + "/zero.safetensors";
+  const ariadne::testing::TempDir dir("ariadne-sizes");
+  const std::string path = dir / "zero.safetensors";
   write_file_atomic(path, file.data(), file.size());
   EXPECT_MSG(error_of([&] { SafetensorsFile f(path); }), "zero.safetensors: tensor 't': shape [0,");
   EXPECT_MSG(error_of([&] { SafetensorsFile f(path); }), "element count overflows");
-  std::filesystem::remove_all(dir);
 }
 
 uint64_t heap_in_use() {

@@ -1,7 +1,5 @@
 // Image decoding: PNG of every colour type and JPEG, decoded from files the test writes; corrupt,
 // truncated and foreign files are refused with messages naming the file.
-#include <unistd.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,14 +12,14 @@
 
 #include "ariadne/error.hpp"
 #include "ariadne/image.hpp"
+#include "common.hpp"
 
 namespace ariadne {
 namespace {
 
 std::string temp_path(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("ariadne_img_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  static const testing::TempDir dir("ariadne-img");  // removed when the test binary exits
+  return dir / name;
 }
 
 std::vector<uint8_t> slurp(const std::string& p) {

@@ -11,6 +11,7 @@
 #include "ariadne/mask.hpp"
 #include "ariadne/npy.hpp"
 #include "ariadne/tensor.hpp"
+#include "common.hpp"
 
 namespace {
 
@@ -56,14 +57,13 @@ std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
 TEST(Npy, WriteThenReadRoundTrips) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-5.f, 5.f);
-  const fs::path dir = fs::temp_directory_path() / "ariadne_test_npy";
-  fs::create_directories(dir);
+  const ariadne::testing::TempDir dir("ariadne-npy");
   for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{7}, {3, 5}, {2, 3, 4}, {0, 4}, {}}) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     std::vector<float> v(static_cast<size_t>(n));
     for (float& x : v) x = u(rng);
-    const std::string path = (dir / "rt.npy").string();
+    const std::string path = dir / "rt.npy";
     ariadne::write_npy(path, v.data(), shape);
     EXPECT_EQ(fs::file_size(path) % 64, (size_t(n) * 4) % 64) << "data must start on a 64-byte boundary";
     const NpyArray a = ariadne::read_npy(path);
@@ -71,7 +71,6 @@ TEST(Npy, WriteThenReadRoundTrips) {
     EXPECT_EQ(a.descr, "<f4");
     EXPECT_EQ(a.to_float(), v);
   }
-  fs::remove_all(dir);
 }
 
 TEST(Npy, HeaderVariantsAndDtypes) {

@@ -1,7 +1,5 @@
 // safetensors reader/writer: round trips in every supported dtype, and every malformed header the
 // reader must refuse with a message naming the file and the tensor or field.
-#include <unistd.h>
-
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -10,14 +8,14 @@
 #include <gtest/gtest.h>
 
 #include "ariadne/safetensors.hpp"
+#include "common.hpp"
 
 namespace ariadne {
 namespace {
 
 std::string temp_path(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("ariadne_st_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  static const testing::TempDir dir("ariadne-st");  // removed when the test binary exits
+  return dir / name;
 }
 
 // A file made of an explicit header length, header text and data bytes.

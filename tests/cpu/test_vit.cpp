@@ -1,8 +1,6 @@
 // Vision encoder: RoPE against the formula, window-order cu through the encoder's layer plan,
 // parity with HF transformers (tests/data/vit, made by scripts/make_vit_reference.py), schedules
 // that must agree with full attention, multi-image batches, weight loading.
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +10,7 @@
 
 #include "ariadne/safetensors.hpp"
 #include "ariadne/vit.hpp"
+#include "common.hpp"
 
 namespace ariadne {
 namespace {
@@ -22,9 +21,8 @@ std::string source_dir() {
 }
 std::string data(const std::string& name) { return source_dir() + "/tests/data/vit/" + name; }
 std::string temp_path(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("ariadne_vit_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  static const testing::TempDir dir("ariadne-vit");  // removed when the test binary exits
+  return dir / name;
 }
 
 struct Rel {
