@@ -76,6 +76,13 @@ __global__ void rope_kernel(bf16* qkv, int64_t n, int64_t row_stride, int64_t k_
   }
 }
 
+// Interleaved RoPE of one pair (x0, x1) by the angle whose cosine and sine are c and s.
+__device__ __forceinline__ void rotate_pair(bf16* x, float c, float s) {
+  const float x0 = f32(x[0]), x1 = f32(x[1]);
+  x[0] = b16(x0 * c - x1 * s);
+  x[1] = b16(x0 * s + x1 * c);
+}
+
 // One thread per (row, pair): one sincos, then that pair of every head of the row.
 __global__ void rope_pairs_kernel(bf16* x, int64_t n, int64_t row_stride, int heads, int head_dim, int pairs,
                                   const float* inv_freq, int64_t pos0) {
@@ -86,12 +93,7 @@ __global__ void rope_pairs_kernel(bf16* x, int64_t n, int64_t row_stride, int he
     float s, c;
     sincosf(float(pos0 + r) * inv_freq[i], &s, &c);
     bf16* row = x + r * row_stride + 2 * i;
-    for (int h = 0; h < heads; ++h) {
-      bf16* v = row + h * head_dim;
-      const float x0 = f32(v[0]), x1 = f32(v[1]);
-      v[0] = b16(x0 * c - x1 * s);
-      v[1] = b16(x0 * s + x1 * c);
-    }
+    for (int h = 0; h < heads; ++h) rotate_pair(row + h * head_dim, c, s);
   }
 }
 
@@ -147,9 +149,7 @@ __global__ void rope_store_row_kernel(bf16* qkv, int heads, int kv_heads, int he
     sincosf(float(pos) * inv_freq[t], &s, &c);
     for (int h = 0; h < heads + kv_heads; ++h) {
       bf16* x = qkv + int64_t(h) * head_dim + 2 * t;
-      const float x0 = f32(x[0]), x1 = f32(x[1]);
-      x[0] = b16(x0 * c - x1 * s);
-      x[1] = b16(x0 * s + x1 * c);
+      rotate_pair(x, c, s);
       if (h >= heads) {
         bf16* dst = kcache + pos * kv + int64_t(h - heads) * head_dim + 2 * t;
         dst[0] = x[0];
