@@ -252,7 +252,7 @@ class CudaPageSelection {
 
 struct DecodeParams {
   TensorView q;    // [batch, heads_q, head_dim] host f32 (bf16/f16 read exactly); device bf16/f16 with device_cache
-  TensorView out;  // [batch, heads_q, head_dim] f32 in q's memory; written
+  TensorView out;  // [batch, heads_q, head_dim] f32, bf16 or f16 in q's memory; written (rounded once from f32)
   TensorView lse;  // optional: [batch, heads_q] f32 in q's memory
   const PagedKVCache* cache = nullptr;
   // The device cache (Backend::cuda): q, out, lse and sink are device memory, `cache` may stay null,

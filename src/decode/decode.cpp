@@ -94,8 +94,10 @@ void check_params(const DecodeParams& p, bool need_out, bool host) {
   const TensorView& o = p.out;
   if (need_out || o.defined())
     ARIADNE_CHECK(o.defined() && o.rank == 3 && o.shape[0] == B && o.shape[1] == Hq && o.shape[2] == d &&
-                    o.dtype == DType::f32 && o.device == mem && o.stride[2] == 1,
-                "decode: out must be ", where, " f32 [", B, ", ", Hq, ", ", d, "] with a contiguous head dim, got ",
+                    (o.dtype == DType::f32 || o.dtype == DType::bf16 || o.dtype == DType::f16) && o.device == mem &&
+                    o.stride[2] == 1,
+                "decode: out must be ", where, " f32, bf16 or f16 [", B, ", ", Hq, ", ", d,
+                "] with a contiguous head dim, got ",
                 o.defined() ? o.describe() : std::string("undefined"));
   if (p.lse.defined())
     ARIADNE_CHECK(p.lse.rank == 2 && p.lse.shape[0] == B && p.lse.shape[1] == Hq && p.lse.dtype == DType::f32 &&

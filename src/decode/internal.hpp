@@ -26,6 +26,18 @@ inline float load(const unsigned char* base, DType dtype, int64_t index) {
   }
 }
 
+// Writes one output row (batch b, head h) of a host `out` in its dtype, each value rounded once.
+inline void store_row(const TensorView& out, int64_t b, int64_t h, const float* row, int64_t d) {
+  const int64_t at = b * out.stride[0] + h * out.stride[1];
+  for (int64_t i = 0; i < d; ++i) {
+    switch (out.dtype) {
+      case DType::f32: static_cast<float*>(out.data)[at + i] = row[i]; break;
+      case DType::bf16: static_cast<uint16_t*>(out.data)[at + i] = float_to_bf16(row[i]); break;
+      default: static_cast<uint16_t*>(out.data)[at + i] = float_to_f16(row[i]); break;
+    }
+  }
+}
+
 void decode_reference(const DecodeParams& p);
 void decode_cpu(const DecodeParams& p);
 // The device cache's kernels (src/decode/cuda); builds without CUDA throw.

@@ -734,6 +734,43 @@ TEST(Decode, BadCallsNameTheField) {
   EXPECT_NE(error_of([] { PagedKVCache(KVCacheConfig{12, 1, 8, DType::f32, 8}); }).find("summary_stride"),
             std::string::npos);
   EXPECT_NE(error_of([&] { decode_attention(in.params, Backend::cuda); }).find("no decode kernel"), std::string::npos);
+  p = in.params;
+  std::vector<double> out64(size_t(2 * 4 * 64));
+  p.out = make_view(out64.data(), DType::f64, {2, 4, 64});
+  EXPECT_NE(error_of([&] { decode_attention(p); }).find("out must be host f32, bf16 or f16"), std::string::npos);
+}
+
+// A bf16 or f16 out holds the f32 result rounded once to nearest even, on both host backends:
+// ordinary rows, a NaN row and an empty sequence's zeros.
+TEST(Decode, SixteenBitOutputIsTheF32ResultRounded) {
+  DecodeInputs in(DecodeCase{{70, 33}, 4, 2, 80, 16});
+  in.q[3] = std::nanf("");  // sequence 0, head 0
+  const int empty = in.cache.add_sequence();
+  std::vector<int32_t> seqs{in.seqs[0], in.seqs[1], empty};
+  std::vector<float> q(size_t(3 * 4 * 80), 0.25f), out(q.size());
+  std::copy(in.q.begin(), in.q.end(), q.begin());
+  DecodeParams p = in.params;
+  p.q = make_view(q.data(), DType::f32, {3, 4, 80});
+  p.lse = TensorView{};
+  p.seqs = seqs;
+  for (Backend be : {Backend::cpu, Backend::reference}) {
+    p.out = make_view(out.data(), DType::f32, {3, 4, 80});
+    decode_attention(p, be);
+    for (DType dt : {DType::bf16, DType::f16}) {
+      SCOPED_TRACE(std::string(backend_name(be)) + " " + dtype_name(dt));
+      std::vector<uint16_t> half(out.size(), 0xFFFF);
+      p.out = make_view(half.data(), dt, {3, 4, 80});
+      decode_attention(p, be);
+      int64_t mismatched = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        const uint16_t want = dt == DType::bf16 ? float_to_bf16(out[i]) : float_to_f16(out[i]);
+        mismatched += half[i] != want;
+      }
+      EXPECT_EQ(mismatched, 0);
+      EXPECT_TRUE(std::isnan(out[0]));
+      EXPECT_EQ(out[size_t(8 * 80)], 0.f);  // the empty sequence
+    }
+  }
 }
 
 TEST(Decode, NanPropagatesAndEmptySequencesGiveZero) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -412,6 +413,56 @@ TEST(DecodeCuda, DeviceSelectionRefusalsNameTheField) {
 
 // A NaN in a query poisons its row (out and lse NaN), never reads as a masked row; other rows stay
 // finite.
+// A bf16 or f16 out holds the f32 out rounded once to nearest even, whether the row is finished
+// by the decode kernel itself or by the split-K merge (the long context), with a sink, a NaN row
+// and an empty sequence.
+TEST(DecodeCuda, SixteenBitOutputIsTheF32ResultRounded) {
+  uint64_t seed = cuda_testing::base_seed() + 11;
+  for (const Case& c : {Case{{300, 0, 45}, 8, 2, 80, 16}, Case{{70000, 5}, 8, 1, 128, 64, DType::bf16,
+                                                             SinkMode::denominator}}) {
+    SCOPED_TRACE(name_of(c));
+    Inputs in(c, seed++);
+    in.q.view().set({0, 1, 3}, std::nanf(""));
+    const int64_t B = int64_t(c.lengths.size());
+    const DeviceBuffer q = DeviceBuffer::from_host(in.q);
+    const DeviceBuffer sink = DeviceBuffer::from_host(in.sink.data(), DType::f32, {c.heads_q});
+    DecodeParams d;
+    d.q = q.view();
+    d.device_cache = &in.device;
+    d.seqs = in.seqs;
+    d.sink_mode = c.sink_mode;
+    if (c.sink_mode != SinkMode::none) d.sink = sink.view();
+    const auto run = [&](DType dt) {
+      DeviceBuffer out(dt, {B, c.heads_q, c.dim});
+      out.fill_bytes(0xFF);  // every element must be written
+      d.out = out.view();
+      decode_attention(d, Backend::cuda);
+      std::vector<uint32_t> bits(size_t(B * c.heads_q * c.dim));
+      std::vector<uint16_t> half(dt == DType::f32 ? 0 : bits.size());
+      if (dt == DType::f32) out.copy_to_host(bits.data(), bits.size() * 4);
+      else out.copy_to_host(half.data(), half.size() * 2);
+      if (dt != DType::f32) std::copy(half.begin(), half.end(), bits.begin());
+      return bits;
+    };
+    const std::vector<uint32_t> f32 = run(DType::f32);
+    for (DType dt : {DType::bf16, DType::f16}) {
+      SCOPED_TRACE(dtype_name(dt));
+      const std::vector<uint32_t> got = run(dt);
+      int64_t mismatched = 0, nans = 0;
+      for (size_t i = 0; i < f32.size(); ++i) {
+        float x;
+        std::memcpy(&x, &f32[i], 4);
+        const uint16_t want = dt == DType::bf16 ? float_to_bf16(x) : float_to_f16(x);
+        const float back = dt == DType::bf16 ? bf16_to_float(uint16_t(got[i])) : f16_to_float(uint16_t(got[i]));
+        if (std::isnan(x)) nans += std::isnan(back) ? 1 : 0;
+        else mismatched += got[i] != want;
+      }
+      EXPECT_EQ(mismatched, 0);
+      EXPECT_EQ(nans, c.dim);  // the NaN row only
+    }
+  }
+}
+
 TEST(DecodeCuda, NanQueryPropagatesToItsRow) {
   const Case c{{300, 200}, 4, 2, 64, 16};
   Inputs in(c, cuda_testing::base_seed() + 7);

@@ -130,14 +130,12 @@ void decode_cpu(const DecodeParams& p) {
         nan |= std::isnan(mi);
         M = std::max(M, mi);
       }
-      float* out = static_cast<float*>(p.out.data) + b * p.out.stride[0] + h * p.out.stride[1];
+      std::vector<float> out(size_t(d), 0.f);  // no key and no sink: 0
       float lse = ninf;
       if (nan) {
-        std::fill_n(out, d, std::numeric_limits<float>::quiet_NaN());
+        std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());
         lse = std::numeric_limits<float>::quiet_NaN();
-      } else if (M == ninf) {
-        std::fill_n(out, d, 0.f);  // no key and no sink
-      } else {
+      } else if (M != ninf) {
         double z = den ? std::exp(double(sink) - M) : 0.0;
         std::vector<double> o(size_t(d), 0.0);
         for (int64_t i = first_run[size_t(r)]; i < first_run[size_t(r) + 1]; ++i) {
@@ -148,9 +146,10 @@ void decode_cpu(const DecodeParams& p) {
           const float* a = acc.data() + (i * G + hg) * d;
           for (int j = 0; j < d; ++j) o[size_t(j)] += w * a[j];
         }
-        for (int j = 0; j < d; ++j) out[j] = float(o[size_t(j)] / z);
+        for (int j = 0; j < d; ++j) out[size_t(j)] = float(o[size_t(j)] / z);
         lse = float(M + std::log(z));
       }
+      store_row(p.out, b, h, out.data(), d);
       if (p.lse.defined()) static_cast<float*>(p.lse.data)[b * Hq + h] = lse;
     }
   }

@@ -52,7 +52,8 @@ constexpr float kLn2 = 0.6931471805599453f;
 struct Args {
   const void* q;
   int64_t q_sb, q_sh;
-  float* out;
+  void* out;
+  int out_dtype;  // 0 f32, 1 bf16, 2 f16: the output is rounded once, where it is written
   int64_t o_sb, o_sh;
   float* lse;  // [B, Hq] contiguous, or null
   const void* k;
@@ -161,7 +162,11 @@ __device__ __forceinline__ void finish(const Args& a, int b, int h, int dim, flo
     m = m2;
   }
   const bool any = l > 0.f || isnan(l);
-  a.out[b * a.o_sb + h * a.o_sh + dim] = any ? o / l : 0.f;
+  const float x = any ? o / l : 0.f;
+  const int64_t at = b * a.o_sb + h * a.o_sh + dim;
+  if (a.out_dtype == 0) static_cast<float*>(a.out)[at] = x;
+  else if (a.out_dtype == 1) static_cast<uint16_t*>(a.out)[at] = float_to_bf16(x);  // the host's rounding
+  else static_cast<__half*>(a.out)[at] = __float2half_rn(x);
   if (dim == 0 && a.lse) a.lse[b * a.Hq + h] = any ? (m + log2f(l)) * kLn2 : -INFINITY;
 }
 
@@ -608,7 +613,8 @@ void decode_cuda(const DecodeParams& p) {
   a.q = p.q.data;
   a.q_sb = p.q.stride[0];
   a.q_sh = p.q.stride[1];
-  a.out = static_cast<float*>(p.out.data);
+  a.out = p.out.data;
+  a.out_dtype = p.out.dtype == DType::f32 ? 0 : p.out.dtype == DType::bf16 ? 1 : 2;
   a.o_sb = p.out.stride[0];
   a.o_sh = p.out.stride[1];
   a.lse = p.lse.defined() ? static_cast<float*>(p.lse.data) : nullptr;

@@ -61,8 +61,9 @@ void decode_reference(const DecodeParams& p) {
       }
       // A NaN logit makes z NaN: it propagates to the row (docs/numerics.md), never reads as "no key".
       const bool any = z > 0 || std::isnan(z);
-      float* out = static_cast<float*>(p.out.data) + b * p.out.stride[0] + h * p.out.stride[1];
-      for (int i = 0; i < d; ++i) out[i] = any ? float(o[size_t(i)] / z) : 0.f;
+      std::vector<float> out(static_cast<size_t>(d));
+      for (int i = 0; i < d; ++i) out[size_t(i)] = any ? float(o[size_t(i)] / z) : 0.f;
+      store_row(p.out, b, h, out.data(), d);
       if (p.lse.defined())
         static_cast<float*>(p.lse.data)[b * Hq + h] =
             any ? float(mx + std::log(z)) : -std::numeric_limits<float>::infinity();

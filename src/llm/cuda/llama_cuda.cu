@@ -63,7 +63,6 @@ struct LlamaCuda::Impl {
   std::vector<CudaKVCache> paged;
   std::vector<CudaPageSelection> selections;
   Grow<int32_t> seq_ids;  // {0}, the sequence id in device memory
-  Grow<float> att_f32;
   int64_t capacity = 0, n = 0, pos0 = 0;
 
   // decode_step: its stream (a blocking stream, so ordered with the prefill's legacy-stream work),
@@ -102,7 +101,7 @@ struct LlamaCuda::Impl {
   std::vector<int64_t> step_key(const PageSelectConfig* select, size_t workspace_bytes) const {
     std::vector<int64_t> k;
     const auto ptrs = [&](const auto*... p) { (k.push_back(int64_t(reinterpret_cast<intptr_t>(p))), ...); };
-    ptrs(h.ptr, x.ptr, att.ptr, gu.ptr, act.ptr, att_f32.ptr, logits.ptr, qkv.ptr, workspace.ptr, seq_ids.ptr);
+    ptrs(h.ptr, x.ptr, att.ptr, gu.ptr, act.ptr, logits.ptr, qkv.ptr, workspace.ptr, seq_ids.ptr);
     k.push_back(int64_t(workspace_bytes));
     for (size_t l = 0; l < paged.size(); ++l) {
       const CudaKVCache& pc = paged[l];
@@ -248,7 +247,7 @@ std::pair<int64_t, int64_t> LlamaCuda::attend_paged(int l, const PageSelectConfi
   static const int32_t kSeq[1] = {0};
   DecodeParams dp;
   dp.q = device_view(d.q.ptr, 1, c.heads, c.head_dim);
-  dp.out = make_view(d.att_f32.at_least(Q), DType::f32, {1, int64_t(c.heads), int64_t(c.head_dim)}, Device::cuda);
+  dp.out = device_view(d.att.at_least(Q), 1, c.heads, c.head_dim);  // bf16, rounded by the decode kernels
   dp.device_cache = &d.paged[size_t(l)];
   dp.seqs = kSeq;
   dp.device_seqs = d.seq_ids.ptr;
@@ -261,7 +260,6 @@ std::pair<int64_t, int64_t> LlamaCuda::attend_paged(int l, const PageSelectConfi
     pages = {h.kept(), h.visible_total()};
   }
   decode_attention(dp, Backend::cuda);
-  cuda_nn::to_bf16(d.att_f32.ptr, d.att.ptr, Q, nullptr);
   return pages;
 }
 
@@ -330,7 +328,6 @@ std::vector<float> LlamaCuda::decode_step(const float* h, const PageSelectConfig
   d.att.at_least(Q);
   d.gu.at_least(2 * F);
   d.act.at_least(F);
-  d.att_f32.at_least(Q);
   d.logits.at_least(c.vocab);
   d.qkv.at_least(Q + 2 * KV);
   if (d.stream == nullptr) check(cudaStreamCreate(&d.stream), "decode step stream");
@@ -342,7 +339,7 @@ std::vector<float> LlamaCuda::decode_step(const float* h, const PageSelectConfig
   const auto params = [&](int l) {
     DecodeParams dp;
     dp.q = device_view(d.qkv.ptr, 1, c.heads, c.head_dim);
-    dp.out = make_view(d.att_f32.ptr, DType::f32, {1, int64_t(c.heads), int64_t(c.head_dim)}, Device::cuda);
+    dp.out = device_view(d.att.ptr, 1, c.heads, c.head_dim);  // bf16, rounded by the decode kernels
     dp.device_cache = &d.paged[size_t(l)];
     dp.seqs = kSeq;
     dp.device_seqs = d.seq_ids.ptr;
@@ -388,7 +385,6 @@ std::vector<float> LlamaCuda::decode_step(const float* h, const PageSelectConfig
           dp.device_selection = &d.selections[size_t(l)];
         }
         decode_attention(dp, Backend::cuda);
-        cuda_nn::to_bf16(d.att_f32.ptr, d.att.ptr, Q, st);
         d.output_and_mlp(l, st);
       }
       d.last_logits(st);
