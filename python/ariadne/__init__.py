@@ -555,7 +555,8 @@ def decode_attention(
     sink: [heads_q] logits (scaled-score units); sink_mode 'denominator' (default when a sink is
         given) or 'key0' (added to token 0's logit when the window reaches it).
     scale: 0 selects 1/sqrt(head_dim). selection: a PageSelection of this batch, or None.
-    out: float32 [batch, heads_q, head_dim], written in place; allocated like q (float32) when None.
+    out: [batch, heads_q, head_dim] float32, float16 or bfloat16 (a torch tensor), written in place
+        (each value rounded once from the float32 result); allocated like q (float32) when None.
     lse: True (allocate, the default), False (None) or a float32 [batch, heads_q] array; natural log,
         includes the sink.
     backend: 'auto' (the CPU kernel), 'cpu' or 'reference' (float64, one row at a time).

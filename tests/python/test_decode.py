@@ -203,6 +203,23 @@ def test_torch_cpu_tensors(rng):
     np.testing.assert_array_equal(lse.numpy(), want_lse)
 
 
+def test_half_outputs_are_the_float32_output_rounded(rng):
+    """A float16 out (or a bfloat16 tensor) holds the float32 result rounded once to nearest even,
+    on both backends, every element written."""
+    batch = Batch(rng, [33, 70, 5], 16)
+    for backend in ("cpu", "reference"):
+        want, _ = ariadne.decode_attention(batch.q, batch.cache, batch.seqs, window=20, backend=backend)
+        out = np.full(batch.q.shape, np.nan, np.float16)
+        got, _ = ariadne.decode_attention(batch.q, batch.cache, batch.seqs, window=20, out=out, backend=backend)
+        assert got is out
+        np.testing.assert_array_equal(out, want.astype(np.float16))
+    torch = pytest.importorskip("torch")
+    out = torch.full(batch.q.shape, float("nan"), dtype=torch.bfloat16)
+    ariadne.decode_attention(batch.q, batch.cache, batch.seqs, window=20, out=out)
+    want, _ = ariadne.decode_attention(batch.q, batch.cache, batch.seqs, window=20)
+    assert torch.equal(out, torch.from_numpy(want).to(torch.bfloat16))
+
+
 def check_selection(sel, batch, window, sink_pages, recent_pages):
     """Rows (b, g) list ascending, distinct pages among the visible ones, with the forced ones."""
     P = batch.cache.page_size
@@ -353,7 +370,7 @@ def error_cases():
         ("seqs unknown id", lambda: dec(q, cache, [7]), r"seqs\[0\] = 7 is not a live sequence"),
         ("seqs dtype", lambda: dec(q, cache, [0.5]), r"seqs: expected .* integer"),
         ("out shape", lambda: dec(q, cache, [s], out=np.zeros((1, HQ, 8), np.float32)), r"out must be"),
-        ("out dtype", lambda: dec(q, cache, [s], out=np.zeros((1, HQ, D), np.float16)), r"out must be"),
+        ("out dtype", lambda: dec(q, cache, [s], out=np.zeros((1, HQ, D), np.float64)), r"out must be"),
         ("lse shape", lambda: dec(q, cache, [s], lse=np.zeros((HQ, 1), np.float32)), r"lse must be"),
         ("sink length", lambda: dec(q, cache, [s], sink=np.zeros(3, np.float32)), r"needs sink as .*\[6\]"),
         ("sink mode", lambda: dec(q, cache, [s], sink=np.zeros(HQ), sink_mode="sideways"), r"sink mode: 'sideways'"),
