@@ -26,16 +26,19 @@ inline float load(const unsigned char* base, DType dtype, int64_t index) {
   }
 }
 
-// Writes one output row (batch b, head h) of a host `out` in its dtype, each value rounded once.
-inline void store_row(const TensorView& out, int64_t b, int64_t h, const float* row, int64_t d) {
-  const int64_t at = b * out.stride[0] + h * out.stride[1];
-  for (int64_t i = 0; i < d; ++i) {
-    switch (out.dtype) {
-      case DType::f32: static_cast<float*>(out.data)[at + i] = row[i]; break;
-      case DType::bf16: static_cast<uint16_t*>(out.data)[at + i] = float_to_bf16(row[i]); break;
-      default: static_cast<uint16_t*>(out.data)[at + i] = float_to_f16(row[i]); break;
-    }
+// The inverse of load: x stored as element `index` of dtype f32, bf16 or f16 (rounded once).
+inline void store(unsigned char* base, DType dtype, int64_t index, float x) {
+  switch (dtype) {
+    case DType::f32: reinterpret_cast<float*>(base)[index] = x; break;
+    case DType::bf16: reinterpret_cast<uint16_t*>(base)[index] = float_to_bf16(x); break;
+    default: reinterpret_cast<uint16_t*>(base)[index] = float_to_f16(x); break;
   }
+}
+
+// Writes one output row (batch b, head h) of a host `out` in its dtype.
+inline void store_row(const TensorView& out, int64_t b, int64_t h, const float* row, int64_t d) {
+  unsigned char* base = static_cast<unsigned char*>(out.data);
+  for (int64_t i = 0; i < d; ++i) store(base, out.dtype, b * out.stride[0] + h * out.stride[1] + i, row[i]);
 }
 
 void decode_reference(const DecodeParams& p);

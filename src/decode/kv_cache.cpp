@@ -32,14 +32,7 @@ void store_row(const TensorView& src, int64_t token, int head, DType to, unsigne
     std::memcpy(dst, s, size_t(d) * size_t(dtype_size(to)));
     return;
   }
-  for (int i = 0; i < d; ++i) {
-    const float x = decode_detail::load(s, src.dtype, i);
-    switch (to) {
-      case DType::f32: reinterpret_cast<float*>(dst)[i] = x; break;
-      case DType::bf16: reinterpret_cast<uint16_t*>(dst)[i] = float_to_bf16(x); break;
-      default: reinterpret_cast<uint16_t*>(dst)[i] = float_to_f16(x); break;
-    }
-  }
+  for (int i = 0; i < d; ++i) decode_detail::store(dst, to, i, decode_detail::load(s, src.dtype, i));
 }
 
 }  // namespace
